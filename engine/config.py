@@ -1,0 +1,133 @@
+"""Configurations as flat dataclasses (nanoGPT style).
+
+`BertConfig` is the model's shape. Presets follow the paper (BERT-BASE, BERT-LARGE) and Google's released
+small models (Tiny 2/128, Mini 4/256, Small 4/512, Medium 8/512), always with feed-forward size 4H.
+Field names mirror Hugging Face's `BertConfig` in `to_hf_dict` so checkpoints load in `transformers`.
+"""
+from dataclasses import asdict, dataclass, fields, replace
+
+from engine.errors import EngineError
+
+# name: (layers, hidden, heads)
+PRESETS = {
+    "tiny": (2, 128, 2),
+    "mini": (4, 256, 4),
+    "small": (4, 512, 8),
+    "medium": (8, 512, 8),
+    "base": (12, 768, 12),
+    "large": (24, 1024, 16),
+}
+
+
+@dataclass
+class BertConfig:
+    vocab_size: int = 30522
+    num_layers: int = 12  # L
+    hidden_size: int = 768  # H
+    num_heads: int = 12  # A; head size is H / A
+    intermediate_size: int = 3072  # feed-forward size, 4H in the paper
+    max_position_embeddings: int = 512  # learned positions; the longest sequence the model accepts
+    type_vocab_size: int = 2  # segments A and B
+    hidden_dropout: float = 0.1
+    attention_dropout: float = 0.1
+    layer_norm_eps: float = 1e-12
+    initializer_range: float = 0.02
+    pad_token_id: int = 0
+    causal: bool = False  # True for the LTR ablation: each position attends only to itself and the left
+    has_mlm_head: bool = True  # False for encoders shipped without pre-training heads (MiniLM)
+    has_nsp_head: bool = True
+
+    def __post_init__(self):
+        if self.num_layers < 1 or self.hidden_size < 1 or self.num_heads < 1:
+            raise EngineError(f"layers, hidden and heads must be positive (got {self.num_layers}/{self.hidden_size}/{self.num_heads})")
+        if self.hidden_size % self.num_heads:
+            raise EngineError(f"hidden size {self.hidden_size} is not divisible by {self.num_heads} heads; pick heads that divide it (the paper uses H/64)")
+        if self.vocab_size < 6:
+            raise EngineError(f"vocabulary size {self.vocab_size} is too small; use at least a few hundred tokens")
+
+    @property
+    def head_size(self) -> int:
+        return self.hidden_size // self.num_heads
+
+    @classmethod
+    def preset(cls, name: str, **overrides) -> "BertConfig":
+        if name not in PRESETS:
+            raise EngineError(f"unknown preset '{name}'; choose one of {', '.join(PRESETS)}")
+        L, H, A = PRESETS[name]
+        cfg = cls(num_layers=L, hidden_size=H, num_heads=A, intermediate_size=4 * H)
+        # custom L/H/A may follow the preset; keep feed-forward at 4H unless it is given
+        if "hidden_size" in overrides and "intermediate_size" not in overrides:
+            overrides["intermediate_size"] = 4 * overrides["hidden_size"]
+        return cfg.replace(**overrides)
+
+    def replace(self, **overrides) -> "BertConfig":
+        known = {f.name for f in fields(self)}
+        for k in overrides:
+            if k not in known:
+                raise EngineError(f"unknown model setting '{k}'; known: {', '.join(sorted(known))}")
+        return replace(self, **overrides)
+
+    def num_parameters(self, with_heads: bool = True) -> int:
+        V, H, I, P, L = self.vocab_size, self.hidden_size, self.intermediate_size, self.max_position_embeddings, self.num_layers
+        emb = (V + P + self.type_vocab_size) * H + 2 * H
+        layer = 4 * (H * H + H) + 2 * H + (H * I + I) + (I * H + H) + 2 * H
+        n = emb + L * layer + (H * H + H)  # + pooler
+        if with_heads and self.has_mlm_head:
+            n += H * H + H + 2 * H + V  # transform + LayerNorm + bias (decoder weight tied)
+        if with_heads and self.has_nsp_head:
+            n += 2 * H + 2
+        return n
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "BertConfig":
+        known = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in d.items() if k in known})
+
+    # --- Hugging Face config.json ---
+    def to_hf_dict(self) -> dict:
+        return {
+            "architectures": ["BertForPreTraining"],
+            "model_type": "bert",
+            "vocab_size": self.vocab_size,
+            "hidden_size": self.hidden_size,
+            "num_hidden_layers": self.num_layers,
+            "num_attention_heads": self.num_heads,
+            "intermediate_size": self.intermediate_size,
+            "hidden_act": "gelu",
+            "hidden_dropout_prob": self.hidden_dropout,
+            "attention_probs_dropout_prob": self.attention_dropout,
+            "max_position_embeddings": self.max_position_embeddings,
+            "type_vocab_size": self.type_vocab_size,
+            "initializer_range": self.initializer_range,
+            "layer_norm_eps": self.layer_norm_eps,
+            "pad_token_id": self.pad_token_id,
+            "position_embedding_type": "absolute",
+            # ours, ignored by transformers: the LTR ablation keeps causal attention at fine-tuning
+            "bert_studio_causal": self.causal,
+        }
+
+    @classmethod
+    def from_hf_dict(cls, d: dict) -> "BertConfig":
+        act = d.get("hidden_act", "gelu")
+        if act not in ("gelu", "gelu_new", "gelu_python"):
+            raise EngineError(f"config.json uses activation '{act}'; only BERT's gelu is supported")
+        if d.get("position_embedding_type", "absolute") != "absolute":
+            raise EngineError("config.json uses relative position embeddings; only BERT's absolute positions are supported")
+        return cls(
+            vocab_size=d["vocab_size"],
+            num_layers=d["num_hidden_layers"],
+            hidden_size=d["hidden_size"],
+            num_heads=d["num_attention_heads"],
+            intermediate_size=d["intermediate_size"],
+            max_position_embeddings=d.get("max_position_embeddings", 512),
+            type_vocab_size=d.get("type_vocab_size", 2),
+            hidden_dropout=d.get("hidden_dropout_prob", 0.1),
+            attention_dropout=d.get("attention_probs_dropout_prob", 0.1),
+            layer_norm_eps=d.get("layer_norm_eps", 1e-12),
+            initializer_range=d.get("initializer_range", 0.02),
+            pad_token_id=d.get("pad_token_id", 0) or 0,
+            causal=bool(d.get("bert_studio_causal", False)),
+        )

@@ -1,0 +1,190 @@
+"""WordPiece tokenizer (paper section 3: a ~30k WordPiece vocabulary, [CLS] A [SEP] B [SEP] inputs).
+
+Built on the `tokenizers` library with the same pipeline as Google's BERT and `BertTokenizerFast`:
+BERT normaliser (clean text, CJK spacing, lowercase + accent stripping for uncased models), BERT
+pre-tokenizer (whitespace and punctuation), WordPiece with `##` continuation pieces, and a post-processor
+that adds [CLS]/[SEP] and segment ids (0 for [CLS] A [SEP], 1 for B [SEP]). Saved as a Google-format
+`vocab.txt` (one token per line, the line number is the id) plus `tokenizer.json`; any BERT `vocab.txt`
+loads. Pairs longer than the limit are truncated longest side first, as the released code does.
+"""
+import json
+from pathlib import Path
+from typing import Iterable, Sequence
+
+from tokenizers import Encoding, decoders, models, normalizers, pre_tokenizers, processors, trainers
+from tokenizers import Tokenizer as _HFTokenizer
+
+from engine.errors import EngineError
+from engine.fileio import atomic_write_json, atomic_write_text
+
+SPECIAL_TOKENS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+
+
+def _pipeline(tok: _HFTokenizer, lowercase: bool) -> _HFTokenizer:
+    tok.normalizer = normalizers.BertNormalizer(clean_text=True, handle_chinese_chars=True, strip_accents=None, lowercase=lowercase)
+    tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    tok.decoder = decoders.WordPiece(prefix="##")
+    return tok
+
+
+def _post_processor(tok: _HFTokenizer) -> None:
+    cls_id, sep_id = tok.token_to_id("[CLS]"), tok.token_to_id("[SEP]")
+    tok.post_processor = processors.TemplateProcessing(
+        single="[CLS] $A [SEP]",
+        pair="[CLS] $A [SEP] $B:1 [SEP]:1",
+        special_tokens=[("[CLS]", cls_id), ("[SEP]", sep_id)],
+    )
+
+
+class Tokenizer:
+    """A BERT WordPiece tokenizer. `encode` returns a `tokenizers.Encoding` (.ids, .type_ids, .tokens,
+    .special_tokens_mask, .attention_mask, .word_ids, .offsets)."""
+
+    def __init__(self, hf: _HFTokenizer, lowercase: bool = True):
+        for t in SPECIAL_TOKENS:
+            if hf.token_to_id(t) is None:
+                raise EngineError(f"the vocabulary has no {t} token; a BERT vocab.txt must contain {' '.join(SPECIAL_TOKENS)}")
+        self.hf = hf
+        self.lowercase = lowercase
+        self.pad_id = hf.token_to_id("[PAD]")
+        self.unk_id = hf.token_to_id("[UNK]")
+        self.cls_id = hf.token_to_id("[CLS]")
+        self.sep_id = hf.token_to_id("[SEP]")
+        self.mask_id = hf.token_to_id("[MASK]")
+        self.special_ids = sorted({self.pad_id, self.unk_id, self.cls_id, self.sep_id, self.mask_id})
+
+    # --- vocabulary ---
+    @property
+    def vocab_size(self) -> int:
+        return self.hf.get_vocab_size(with_added_tokens=True)
+
+    def __len__(self) -> int:
+        return self.vocab_size
+
+    def vocab(self) -> list:
+        """Tokens in id order (the lines of vocab.txt)."""
+        inv = {i: t for t, i in self.hf.get_vocab(with_added_tokens=True).items()}
+        return [inv.get(i, "[UNK]") for i in range(self.vocab_size)]
+
+    def token_to_id(self, token: str):
+        return self.hf.token_to_id(token)
+
+    def id_to_token(self, i: int) -> str:
+        return self.hf.id_to_token(int(i))
+
+    def convert_ids_to_tokens(self, ids: Iterable[int]) -> list:
+        return [self.hf.id_to_token(int(i)) for i in ids]
+
+    # --- encoding ---
+    def encode(self, text: str, text_pair: str = None, max_length: int = None, add_special_tokens: bool = True) -> Encoding:
+        """Encode one text or a pair; with `max_length`, the longer side is truncated first."""
+        self._truncation(max_length)
+        return self.hf.encode(text, text_pair, add_special_tokens=add_special_tokens)
+
+    def encode_batch(self, texts: Sequence, max_length: int = None, add_special_tokens: bool = True) -> list:
+        """`texts`: strings or (a, b) pairs."""
+        self._truncation(max_length)
+        items = [tuple(t) if isinstance(t, (list, tuple)) else t for t in texts]
+        return self.hf.encode_batch(items, add_special_tokens=add_special_tokens)
+
+    def encode_words(self, words: Sequence[str], text_pair=None, max_length: int = None) -> Encoding:
+        """Encode text already split into words (NER); `.word_ids` maps each piece to its word."""
+        self._truncation(max_length)
+        return self.hf.encode(list(words), text_pair, is_pretokenized=True)
+
+    def tokenize_ids(self, texts: Sequence[str]) -> list:
+        """WordPiece ids of each text, no special tokens, no truncation (pre-training data)."""
+        self._truncation(None)
+        return [e.ids for e in self.hf.encode_batch(list(texts), add_special_tokens=False)]
+
+    def tokenize(self, text: str) -> list:
+        return self.encode(text, add_special_tokens=False).tokens
+
+    def decode(self, ids: Iterable[int], skip_special_tokens: bool = True) -> str:
+        return self.hf.decode([int(i) for i in ids], skip_special_tokens=skip_special_tokens)
+
+    def _truncation(self, max_length):
+        if max_length is None:
+            self.hf.no_truncation()
+        else:
+            if max_length < 3:
+                raise EngineError(f"max_length {max_length} is too short; it must leave room for [CLS] and [SEP]")
+            self.hf.enable_truncation(max_length, strategy="longest_first")
+
+    # --- files ---
+    def save(self, directory) -> Path:
+        d = Path(directory)
+        d.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(d / "vocab.txt", "\n".join(self.vocab()) + "\n")
+        atomic_write_text(d / "tokenizer.json", self.hf.to_str())
+        atomic_write_json(d / "tokenizer_config.json", {
+            "tokenizer_class": "BertTokenizer", "do_lower_case": self.lowercase, "model_max_length": 512,
+            "unk_token": "[UNK]", "sep_token": "[SEP]", "pad_token": "[PAD]", "cls_token": "[CLS]", "mask_token": "[MASK]",
+        })
+        return d
+
+    @classmethod
+    def from_file(cls, path, lowercase: bool = None) -> "Tokenizer":
+        """Load from a folder (vocab.txt, tokenizer_config.json) or a vocab.txt file. `lowercase=None`
+        reads `do_lower_case` from tokenizer_config.json when present, else lowercases."""
+        p = Path(path)
+        if p.is_dir():
+            vocab = p / "vocab.txt"
+            conf = p / "tokenizer_config.json"
+        else:
+            vocab, conf = p, p.with_name("tokenizer_config.json")
+        if not vocab.is_file():
+            raise EngineError(f"no vocab.txt at {p}; point to a tokenizer folder or a BERT vocab.txt (train one with `python -m engine tokenizer`)")
+        if lowercase is None:
+            lowercase = True
+            if conf.is_file():
+                try:
+                    lowercase = bool(json.loads(conf.read_text(encoding="utf-8")).get("do_lower_case", True))
+                except (ValueError, UnicodeDecodeError):
+                    raise EngineError(f"{conf} is not valid JSON; delete it or fix it")
+        try:
+            lines = vocab.read_text(encoding="utf-8").splitlines()
+        except UnicodeDecodeError:
+            raise EngineError(f"{vocab} is not UTF-8 text; a vocab.txt has one UTF-8 token per line")
+        vocab_map = {}
+        for i, t in enumerate(lines):
+            t = t.rstrip("\r\n")
+            if t and t not in vocab_map:
+                vocab_map[t] = i
+        if not vocab_map:
+            raise EngineError(f"{vocab} is empty; a vocab.txt has one token per line")
+        hf = _pipeline(_HFTokenizer(models.WordPiece(vocab_map, unk_token="[UNK]", max_input_chars_per_word=100)), lowercase)
+        tok = cls(hf, lowercase)
+        _post_processor(hf)
+        return tok
+
+
+def train_tokenizer(docs, vocab_size: int = 8000, lowercase: bool = True, min_frequency: int = 2) -> Tokenizer:
+    """Train a WordPiece vocabulary on documents (lists of sentences) or plain strings."""
+    if vocab_size < len(SPECIAL_TOKENS) + 26:
+        raise EngineError(f"vocab size {vocab_size} is too small; use at least a few hundred (the paper uses 30,000)")
+
+    def texts():
+        for d in docs:
+            if isinstance(d, str):
+                yield d
+            else:
+                yield from d
+
+    hf = _pipeline(_HFTokenizer(models.WordPiece(unk_token="[UNK]", max_input_chars_per_word=100)), lowercase)
+    trainer = trainers.WordPieceTrainer(vocab_size=vocab_size, min_frequency=min_frequency, special_tokens=SPECIAL_TOKENS,
+                                        continuing_subword_prefix="##", show_progress=False)
+    n = 0
+
+    def counted():
+        nonlocal n
+        for t in texts():
+            if t and t.strip():
+                n += 1
+                yield t
+
+    hf.train_from_iterator(counted(), trainer=trainer)
+    if n == 0:
+        raise EngineError("the corpus has no text to train a tokenizer on; give a corpus with at least one non-empty document")
+    _post_processor(hf)
+    return Tokenizer(hf, lowercase)
