@@ -8,6 +8,7 @@ that adds [CLS]/[SEP] and segment ids (0 for [CLS] A [SEP], 1 for B [SEP]). Save
 loads. Pairs longer than the limit are truncated longest side first, as the released code does.
 """
 import json
+import sys
 from pathlib import Path
 from typing import Iterable, Sequence
 
@@ -188,3 +189,28 @@ def train_tokenizer(docs, vocab_size: int = 8000, lowercase: bool = True, min_fr
         raise EngineError("the corpus has no text to train a tokenizer on; give a corpus with at least one non-empty document")
     _post_processor(hf)
     return Tokenizer(hf, lowercase)
+
+
+def main(argv) -> int:
+    """`python -m engine tokenizer --corpus bbc --vocab-size 8000 --out DIR`"""
+    import argparse
+    import time
+
+    from engine.corpora import load_corpus
+
+    ap = argparse.ArgumentParser(prog="python -m engine tokenizer", description="Train a WordPiece vocabulary (Google vocab.txt format).")
+    ap.add_argument("--corpus", required=True, help="bbc, wiki, or a path (.txt with blank lines between documents, a folder of .txt, a .jsonl)")
+    ap.add_argument("--vocab-size", type=int, default=8000)
+    ap.add_argument("--cased", action="store_true", help="keep case (the paper's NER models are cased); default lowercases")
+    ap.add_argument("--min-frequency", type=int, default=2)
+    ap.add_argument("--out", required=True, help="folder for vocab.txt, tokenizer.json, tokenizer_config.json")
+    a = ap.parse_args(argv)
+    t0 = time.time()
+    docs = load_corpus(a.corpus)
+    if docs.info.get("non_utf8_files"):
+        print(f"note: {len(docs.info['non_utf8_files'])} file(s) were not valid UTF-8 and were decoded with replacement characters: "
+              + ", ".join(docs.info["non_utf8_files"][:5]), file=sys.stderr)
+    tok = train_tokenizer(docs, vocab_size=a.vocab_size, lowercase=not a.cased, min_frequency=a.min_frequency)
+    out = tok.save(a.out)
+    print(json.dumps({"out": str(out), "vocab_size": tok.vocab_size, "documents": len(docs), "seconds": round(time.time() - t0, 1)}))
+    return 0

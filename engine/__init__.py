@@ -1,0 +1,11 @@
+"""BERT Studio engine: BERT pre-training, fine-tuning, probes and features in plain PyTorch (no UI imports).
+
+The notebook API (see README and ../shared/design.md): BertConfig, load_corpus, train_tokenizer, Tokenizer,
+load, save, mask_tokens, fill_mask, next_sentence, attention, extract_features, pretrain, finetune.
+"""
+from engine.errors import EngineError
+from engine.config import BertConfig, PRESETS
+from engine.tokenizer import Tokenizer, train_tokenizer
+from engine.corpora import Corpus, load_corpus, load_bbc_labeled
+from engine.model import BertForPreTraining, BertModel, BertOutput
+from engine.checkpoint import Bundle, load, save

@@ -1,0 +1,62 @@
+"""`python -m engine <command> ...`: the shell interface. Each command lives in its own module's `main(argv)`.
+
+A user error (`EngineError`) prints one line, `error: <what is wrong and how to fix it>`, and exits 2; add
+`--debug` anywhere to see the traceback instead.
+"""
+import os
+import sys
+
+COMMANDS = """commands:
+  tokenizer   train a WordPiece vocabulary on a corpus
+  pretrain    pre-train BERT (MLM+NSP, MLM only, or LTR) into a run folder
+  finetune    fine-tune on a downstream task over a learning-rate grid with restarts
+  features    extract frozen features (any layer or the paper's combinations) and train a classifier on them
+  probe       masked-token fill, next-sentence probability and attention maps
+  ablate      run or summarise an ablation study (paper Tables 5-8, Figure 5)
+  bench       benchmark the engine against transformers
+run `python -m engine <command> --help` for its flags"""
+
+
+def dispatch(cmd: str, argv: list) -> int:
+    if cmd == "tokenizer":
+        from engine.tokenizer import main
+    elif cmd == "pretrain":
+        from engine.pretrain import main
+    elif cmd == "finetune":
+        from engine.finetune import main
+    elif cmd == "features":
+        from engine.features import main
+    elif cmd == "probe":
+        from engine.probes import main
+    elif cmd == "ablate":
+        from engine.ablations import main
+    elif cmd == "bench":
+        from engine.bench import main
+    else:
+        print(f"error: unknown command '{cmd}'; choose one of tokenizer, pretrain, finetune, features, probe, ablate, bench", file=sys.stderr)
+        return 2
+    return main(argv) or 0
+
+
+def run(args: list) -> int:
+    debug = "--debug" in args
+    args = [a for a in args if a != "--debug"]
+    if not args or args[0] in ("-h", "--help"):
+        print("usage: python -m engine <command> [flags] [--debug]\n\n" + COMMANDS)
+        return 0 if args else 2
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    from engine.errors import EngineError
+    try:
+        return dispatch(args[0], args[1:])
+    except EngineError as e:
+        if debug:
+            raise
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("error: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(run(sys.argv[1:]))

