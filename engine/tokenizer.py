@@ -155,6 +155,8 @@ class Tokenizer:
         if not vocab_map:
             raise EngineError(f"{vocab} is empty; a vocab.txt has one token per line")
         hf = _pipeline(_HFTokenizer(models.WordPiece(vocab_map, unk_token="[UNK]", max_input_chars_per_word=100)), lowercase)
+        # special tokens are matched in raw text before normalisation, so "[MASK]" in a probe is one token
+        hf.add_special_tokens([t for t in SPECIAL_TOKENS if t in vocab_map])
         tok = cls(hf, lowercase)
         _post_processor(hf)
         return tok

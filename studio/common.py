@@ -34,11 +34,7 @@ def guard(what: str = "that"):
         yield
     except EngineError as e:
         st.error(str(e))
-    except st.runtime.scriptrunner.StopException if hasattr(st.runtime, "scriptrunner") and hasattr(st.runtime.scriptrunner, "StopException") else ():  # pragma: no cover
-        raise
     except Exception as e:  # a bug: keep the page alive and say what failed
-        if type(e).__name__ in ("StopException", "RerunException", "RerunData"):
-            raise
         traceback.print_exc()
         first = (str(e).splitlines() or [""])[0][:200]
         st.error(f"{what} failed: {type(e).__name__}: {first}")

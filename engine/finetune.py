@@ -1,0 +1,601 @@
+"""Fine-tuning: one loop for every downstream task, over a hyper-parameter grid with random restarts
+(paper 3.2, 4.1-4.4, 5.1 and appendix A.3).
+
+For every trial (learning rate x batch size x epochs x restart) the same checkpoint is loaded fresh, a new head
+is put on it (`engine.heads.TaskModel`) and ALL parameters are trained with AdamW (weight decay 0.01, not on
+biases and LayerNorm), linear warmup over the first 10% of the steps then linear decay to zero, dropout 0.1,
+gradient clipping at 1.0. The dev set is evaluated after every epoch and the trial keeps its best epoch; the
+trial with the best dev score wins. Restarts differ in the data shuffle and the head initialisation (a
+`torch.Generator` seeded with `seed + restart`) and share the checkpoint, as the paper did for small data sets.
+Selection metric (the task's first metric): accuracy, Matthews correlation for CoLA, Pearson for regression,
+entity F1 for tagging, F1 for SQuAD (v2.0: F1 at the threshold tau swept on dev, the curve kept), accuracy
+for multiple choice.
+
+Output folder (`cfg.out`): `run.json` (kind "finetune", status), `metrics.jsonl` (training loss every few
+steps and dev metrics every epoch, tagged with the trial, so a page can poll), `eval.json` (every trial's dev
+metrics, the spread per grid point across restarts, the best trial; rewritten atomically after each trial) and,
+with `save_best`, `best/` (the fine-tuned encoder in the Hugging Face layout plus `head.safetensors` and
+`head.json`; `load_finetuned` reads it back).
+
+Speed on CPU: examples are bucketed by length (shuffled, then sorted inside chunks of 50 batches, the batch
+order shuffled again) and padded per batch, and evaluation runs in length order.
+Departures from the paper: `max_train` subsamples the training set (a fixed sample, the same in every trial);
+the "keep the best epoch" selection evaluates on dev after each epoch of one schedule instead of training a
+separate model per epoch count (the grid still covers the epoch counts, each with its own decay schedule).
+"""
+import argparse
+import copy
+import json
+import math
+import random
+import sys
+import time
+from dataclasses import asdict, dataclass, field, fields, replace
+from pathlib import Path
+from typing import Callable, Optional
+
+import numpy as np
+import torch
+import torch.nn as nn
+
+from engine.errors import EngineError
+from engine.fileio import atomic_save_with, atomic_write_json
+from engine.heads import TaskModel
+
+TASKS = ("bbc-topic", "wnut16", "glue", "tagging", "squad", "swag")
+
+
+@dataclass
+class FinetuneConfig:
+    model: str = "minilm"  # run folder, checkpoint folder, Hugging Face BERT folder, or "minilm"
+    task: str = "bbc-topic"  # bbc-topic | wnut16 | glue | tagging | squad | swag
+    train: Optional[str] = None  # train file (glue/tagging/squad/swag)
+    dev: Optional[str] = None  # dev file: the selection set
+    text_cols: Optional[str] = None  # "A" or "A,B": column names or 0-based indexes (glue; swag: the context)
+    label_col: Optional[str] = None
+    task_type: Optional[str] = None  # glue: "classification" | "regression" | None = detect
+    lr: tuple = (5e-5, 3e-5, 2e-5)  # the paper's grid (A.3)
+    batch_size: tuple = (16, 32)
+    epochs: tuple = (2, 3, 4)
+    restarts: int = 1  # random restarts per grid point: different shuffle and head init, same checkpoint
+    max_train: Optional[int] = None  # use a fixed random sample of this many training examples
+    max_dev: Optional[int] = None  # and of dev examples (faster evaluation; scores then are on the sample)
+    max_seq_len: int = 128  # longer inputs are truncated (SQuAD: the window length)
+    doc_stride: int = 128  # SQuAD: distance between passage windows
+    max_query_len: int = 64  # SQuAD: question pieces kept
+    max_answer_len: int = 30  # SQuAD: longest answer span in pieces
+    seed: int = 0
+    device: str = "auto"  # auto | cpu | cuda
+    out: str = "runs/finetune"
+    bilstm: bool = False  # a randomly initialised BiLSTM between encoder and head (Table 5, LTR + BiLSTM)
+    warmup: float = 0.1  # fraction of the steps with a linear warmup
+    weight_decay: float = 0.01
+    dropout: float = 0.1  # every dropout of the encoder and the head
+    max_grad_norm: float = 1.0
+    eval_batch_size: int = 64
+    log_every: int = 10  # steps between training-loss records in metrics.jsonl
+    save_best: bool = False  # write the best trial's model to <out>/best
+    num_threads: Optional[int] = None  # torch.set_num_threads on CPU
+
+    def __post_init__(self):
+        for name in ("lr", "batch_size", "epochs"):
+            v = getattr(self, name)
+            if isinstance(v, (int, float)):
+                setattr(self, name, (v,))
+            else:
+                setattr(self, name, tuple(v))
+        if self.task not in TASKS:
+            raise EngineError(f"unknown task '{self.task}'; choose one of {', '.join(TASKS)}")
+        if not self.lr or any(not (0 < x < 1) for x in self.lr):
+            raise EngineError(f"learning rates {self.lr} must be between 0 and 1, e.g. --lr 5e-5,3e-5,2e-5")
+        if not self.batch_size or any(int(b) != b or b < 1 for b in self.batch_size):
+            raise EngineError(f"batch sizes {self.batch_size} must be positive integers, e.g. --batch-size 16,32")
+        if not self.epochs or any(int(e) != e or e < 1 for e in self.epochs):
+            raise EngineError(f"epoch counts {self.epochs} must be positive integers, e.g. --epochs 2,3,4")
+        if self.restarts < 1:
+            raise EngineError(f"--restarts {self.restarts} must be at least 1")
+        if self.max_seq_len < 8:
+            raise EngineError(f"--max-seq-len {self.max_seq_len} is too short; use at least 8 (the paper uses 128 to 512)")
+        if self.max_train is not None and self.max_train < 1:
+            raise EngineError(f"--max-train {self.max_train} must be at least 1")
+        if self.max_dev is not None and self.max_dev < 1:
+            raise EngineError(f"--max-dev {self.max_dev} must be at least 1")
+        if self.device not in ("auto", "cpu", "cuda") and not str(self.device).startswith("cuda:"):
+            raise EngineError(f"--device {self.device} is not known; use auto, cpu or cuda")
+        if not 0 <= self.warmup < 1:
+            raise EngineError(f"warmup {self.warmup} must be a fraction in [0, 1)")
+        if self.doc_stride < 1:
+            raise EngineError(f"--doc-stride {self.doc_stride} must be at least 1")
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        for k in ("lr", "batch_size", "epochs"):
+            d[k] = list(d[k])
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "FinetuneConfig":
+        known = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in d.items() if k in known})
+
+
+# ------------------------------------------------------------------ devices and small helpers
+def resolve_device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if str(name).startswith("cuda") and not torch.cuda.is_available():
+        raise EngineError(f"--device {name} was asked for but no CUDA GPU is available; use --device cpu or auto")
+    return torch.device(name)
+
+
+def set_dropout(module: nn.Module, p: float) -> None:
+    """Set every dropout rate of a module (nn.Dropout layers and the SDPA attention dropout)."""
+    for m in module.modules():
+        if isinstance(m, nn.Dropout):
+            m.p = p
+        if hasattr(m, "dropout_p"):
+            m.dropout_p = p
+
+
+def subsample(items: list, n: Optional[int], seed: int = 0) -> list:
+    """A fixed random sample of `n` items in their original order (all items when n is None or larger)."""
+    if n is None or n >= len(items):
+        return list(items)
+    idx = sorted(random.Random(seed).sample(range(len(items)), n))
+    return [items[i] for i in idx]
+
+
+def length_batches(lengths: list, batch_size: int, generator: torch.Generator = None, bucket: int = 50) -> list:
+    """Batches of indices. With a generator: shuffled, sorted by length inside chunks of `bucket` batches, then
+    the batches shuffled (less padding, still random). Without: every index in ascending length order."""
+    n = len(lengths)
+    if generator is None:
+        order = sorted(range(n), key=lambda i: lengths[i])
+        return [order[i:i + batch_size] for i in range(0, n, batch_size)]
+    perm = torch.randperm(n, generator=generator).tolist()
+    batches = []
+    for c in range(0, n, batch_size * bucket):
+        chunk = sorted(perm[c:c + batch_size * bucket], key=lambda i: lengths[i])
+        batches += [chunk[i:i + batch_size] for i in range(0, len(chunk), batch_size)]
+    order = torch.randperm(len(batches), generator=generator).tolist()
+    return [batches[i] for i in order]
+
+
+def _to(batch: dict, device) -> dict:
+    return {k: v.to(device, non_blocking=True) if isinstance(v, torch.Tensor) else v for k, v in batch.items()}
+
+
+def _scalars(d: dict, prefix: str = "") -> dict:
+    """The plain-number entries of a metrics dict (for metrics.jsonl and the one-line summary)."""
+    return {prefix + k: v for k, v in d.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
+
+
+# ------------------------------------------------------------------ tasks -> training data
+@dataclass
+class Prepared:
+    """A task made ready for the loop: items, their lengths, a collate function and a dev evaluator."""
+    task: object
+    kind: str  # head kind: classification | regression | tagging | span | multiple_choice
+    num_labels: int
+    metric: str  # the selection metric (a key of evaluate()'s dict)
+    train: list
+    train_lengths: list
+    dev: list
+    dev_lengths: list
+    collate: Callable  # list of items -> dict of tensors
+    evaluate: Callable = None  # (model, device, batch_size) -> metrics dict
+    info: dict = field(default_factory=dict)
+
+
+def load_task(cfg: FinetuneConfig):
+    """The task object of engine.tasks for a FinetuneConfig (built-in name or generic format + files)."""
+    from engine import tasks
+    cols = {}
+    if cfg.text_cols:
+        parts = [p.strip() for p in str(cfg.text_cols).split(",")]
+        if len(parts) > 2 or not all(parts):
+            raise EngineError(f"--text-cols {cfg.text_cols!r} must be one column or two separated by a comma (A or A,B)")
+        cols["text_a"] = parts[0]
+        if len(parts) == 2:
+            cols["text_b"] = parts[1]
+    if cfg.label_col:
+        cols["label"] = cfg.label_col
+    if cfg.task in ("glue", "tagging", "squad", "swag") and not cfg.train:
+        raise EngineError(f"--task {cfg.task} needs --train FILE and --dev FILE (or use a built-in task: bbc-topic, wnut16)")
+    if cfg.task in ("glue", "tagging", "squad", "swag") and not cfg.dev:
+        raise EngineError(f"--task {cfg.task} needs --dev FILE: the dev set selects the best trial")
+    if cfg.task_type is not None:
+        cols["task_type"] = cfg.task_type
+    return tasks.load_task(cfg.task, train=cfg.train, dev=cfg.dev, **cols)
+
+
+def prepare(task, tok, cfg: FinetuneConfig, max_len: int) -> Prepared:
+    """Turn an engine.tasks task into items + collate + evaluator for the loop."""
+    kind = getattr(task, "kind", None)
+    train = subsample(task.train, cfg.max_train)
+    dev = subsample(task.dev, cfg.max_dev)
+    if not train:
+        raise EngineError(f"task {task.name} has no training examples; check --train")
+    if not dev:
+        raise EngineError(f"task {task.name} has no dev examples; give --dev FILE (the dev set selects the best trial)")
+    task = replace(task, train=train, dev=dev)
+    info = {"task": task.name, "train_examples": len(train), "dev_examples": len(dev)}
+
+    if kind in ("classification", "regression"):
+        def text_len(exs):
+            items = [e.text_a if e.text_b is None else (e.text_a, e.text_b) for e in exs]
+            return [len(e.ids) for e in tok.encode_batch(items, max_length=max_len)]
+        tr_len, dv_len = text_len(train), text_len(dev)
+        info["truncated_train"] = sum(n >= max_len for n in tr_len)
+        info["labels"] = list(task.labels)
+        collate = task.collate(tok, max_len)
+
+        def evaluate(model, device, bs):
+            outs = predict(model, dev, dv_len, collate, bs, device)
+            preds = [int(o.argmax()) for o in outs] if kind == "classification" else [float(o) for o in outs]
+            return task.compute_metrics(preds)
+        return Prepared(task, kind, task.num_labels, task.metrics[0], train, tr_len, dev, dv_len, collate, evaluate, info)
+
+    if kind == "tagging":
+        from engine.tasks.tagging import count_truncated, logits_to_word_tags
+        collate = task.collate(tok, max_len)
+        tr_len = [len(s.words) for s in train]
+        dv_len = [len(s.words) for s in dev]
+        info["labels"] = list(task.labels)
+        info["truncated_dev"] = count_truncated(tok, dev, max_len)
+
+        def evaluate(model, device, bs):
+            def per_batch(batch, logits):
+                n_words = [len(s.words) for s in batch["_items"]]
+                return logits_to_word_tags(logits, batch["word_index"], n_words, task.labels)
+            tags = predict(model, dev, dv_len, collate, bs, device, per_batch=per_batch)
+            return task.compute_metrics(tags)
+        return Prepared(task, "tagging", task.num_labels, task.metrics[0], train, tr_len, dev, dv_len, collate, evaluate, info)
+
+    if kind == "squad":
+        from engine.tasks.squad import answers, best_threshold, decode_squad
+        tr_feats = task.features(tok, "train", max_len, cfg.doc_stride, cfg.max_query_len)
+        dv_feats = task.features(tok, "dev", max_len, cfg.doc_stride, cfg.max_query_len)
+        collate = task.collate(tok)
+        info.update(version=task.version, train_features=len(tr_feats), dev_features=len(dv_feats))
+
+        def evaluate(model, device, bs):
+            def per_batch(batch, logits):
+                return list(logits.float().cpu().numpy())  # (T, 2) per feature
+            outs = predict(model, dv_feats, [len(f.input_ids) for f in dv_feats], collate, bs, device, per_batch=per_batch)
+            preds = decode_squad(dev, dv_feats, [o[:, 0] for o in outs], [o[:, 1] for o in outs], max_answer_len=cfg.max_answer_len)
+            if task.version.startswith("2"):
+                sweep = best_threshold(dev, preds)
+                at0 = task.compute_metrics(answers(preds, tau=0.0))
+                return {"f1": sweep["f1"], "exact": sweep["exact"], "tau": sweep["tau"], "f1_tau0": at0["f1"],
+                        "exact_tau0": at0["exact"], **{k: v for k, v in at0.items() if k.startswith(("has_", "no_"))},
+                        "threshold_curve": sweep["curve"]}
+            return task.compute_metrics(answers(preds))
+        return Prepared(task, "span", 2, task.metrics[0], tr_feats, [len(f.input_ids) for f in tr_feats],
+                        dv_feats, [len(f.input_ids) for f in dv_feats], collate, evaluate, info)
+
+    if kind == "multiple_choice":
+        collate = task.collate(tok, max_len)
+
+        def mc_len(exs):
+            return [len(e.context.split()) + len(e.start.split()) + max(len(x.split()) for x in e.endings) for e in exs]
+        tr_len, dv_len = mc_len(train), mc_len(dev)
+        info["choices"] = task.n_choices
+
+        def evaluate(model, device, bs):
+            outs = predict(model, dev, dv_len, collate, max(1, bs // task.n_choices), device)
+            return task.compute_metrics([int(o.argmax()) for o in outs])
+        return Prepared(task, "multiple_choice", task.n_choices, task.metrics[0], train, tr_len, dev, dv_len, collate, evaluate, info)
+    raise EngineError(f"task {getattr(task, 'name', task)!r} of kind {kind!r} cannot be fine-tuned")
+
+
+@torch.no_grad()
+def predict(model: TaskModel, items: list, lengths: list, collate: Callable, batch_size: int, device,
+            per_batch: Callable = None) -> list:
+    """Run the model over `items` in length order, batched; returns one output per item in the items' order:
+    the logits row by default, or what `per_batch(batch, logits)` returns per item (a list of B)."""
+    model.eval()
+    out = [None] * len(items)
+    for idx in length_batches(lengths, batch_size):
+        chunk = [items[i] for i in idx]
+        batch = collate(chunk)
+        with _autocast(device):
+            logits = model(batch["input_ids"].to(device), batch["token_type_ids"].to(device), batch["attention_mask"].to(device))
+        logits = logits.float().cpu()
+        if per_batch is not None:
+            batch["_items"] = chunk
+            rows = per_batch(batch, logits)
+        else:
+            rows = list(logits)
+        for i, r in zip(idx, rows):
+            out[i] = r
+    return out
+
+
+def _autocast(device):
+    if torch.device(device).type == "cuda" and torch.cuda.is_bf16_supported():
+        return torch.autocast("cuda", dtype=torch.bfloat16)
+    return torch.autocast("cpu", enabled=False)
+
+
+# ------------------------------------------------------------------ one trial
+def make_optimizer(model: nn.Module, lr: float, weight_decay: float, total_steps: int, warmup: float):
+    """AdamW (no decay on biases and LayerNorm weights) and a warmup + linear decay schedule."""
+    decay, no_decay = [], []
+    for name, p in model.named_parameters():
+        if not p.requires_grad:
+            continue
+        (no_decay if p.ndim < 2 or "norm" in name.lower() else decay).append(p)
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": weight_decay},
+                             {"params": no_decay, "weight_decay": 0.0}], lr=lr, betas=(0.9, 0.999), eps=1e-6)
+    warm = int(warmup * total_steps)
+
+    def schedule(step):
+        if step < warm:
+            return (step + 1) / warm
+        return max(0.0, (total_steps - step) / max(1, total_steps - warm))
+    return opt, torch.optim.lr_scheduler.LambdaLR(opt, schedule)
+
+
+def better(a: float, b: Optional[float]) -> bool:
+    return b is None or (a is not None and not math.isnan(a) and a > b)
+
+
+# ------------------------------------------------------------------ the grid
+def _trial_grid(cfg: FinetuneConfig) -> list:
+    grid = []
+    for lr in cfg.lr:
+        for bs in cfg.batch_size:
+            for ep in cfg.epochs:
+                for r in range(cfg.restarts):
+                    grid.append({"lr": float(lr), "batch_size": int(bs), "epochs": int(ep), "restart": r, "seed": cfg.seed + r})
+    return grid
+
+
+def grid_summary(trials: list) -> list:
+    """Mean, std, min, max and n of the score per grid point, across restarts (the spread across seeds)."""
+    groups = {}
+    for t in trials:
+        if t.get("score") is None:
+            continue
+        groups.setdefault((t["lr"], t["batch_size"], t["epochs"]), []).append(t["score"])
+    rows = []
+    for (lr, bs, ep), scores in groups.items():
+        a = np.asarray(scores, dtype=np.float64)
+        rows.append({"lr": lr, "batch_size": bs, "epochs": ep, "n": len(a), "mean": float(a.mean()),
+                     "std": float(a.std(ddof=1)) if len(a) > 1 else 0.0, "min": float(a.min()), "max": float(a.max())})
+    return rows
+
+
+def finetune(cfg: FinetuneConfig, progress: Callable = None, progress_bar: bool = False) -> dict:
+    """Fine-tune `cfg.model` on `cfg.task` over the grid; returns the content of <out>/eval.json:
+    {"metric", "score", "dev" (best dev metrics), "best" (the best trial), "trials", "grid", ...}.
+    `progress(info)` is called after every step ({"step", "total_steps", "trial", "n_trials", "epoch", "loss"})
+    and after every dev evaluation (the same keys plus "dev")."""
+    from engine.checkpoint import load, save
+    from engine.runs import Run, truncate_metrics
+
+    out = Path(cfg.out)
+    if cfg.num_threads:
+        torch.set_num_threads(int(cfg.num_threads))
+    device = resolve_device(cfg.device)
+    out.mkdir(parents=True, exist_ok=True)
+    grid = _trial_grid(cfg)
+    t_start = time.time()
+    with Run(out, kind="finetune", config=cfg.to_dict(), task=cfg.task, model=cfg.model) as run:
+        if (out / "metrics.jsonl").exists():
+            truncate_metrics(out, after_step=-1)  # a new fine-tune in an old folder starts a clean log
+        bundle = load(cfg.model, device="cpu")
+        tok, base = bundle.tokenizer, bundle.model.bert
+        max_len = min(cfg.max_seq_len, bundle.config.max_position_embeddings)
+        task = load_task(cfg)
+        data = prepare(task, tok, cfg, max_len)
+        steps = [math.ceil(len(data.train) / t["batch_size"]) * t["epochs"] for t in grid]
+        total_steps = sum(steps)
+        run.set(total_steps=total_steps, n_trials=len(grid))
+        result = {
+            "kind": "finetune", "status": "running", "model": cfg.model, "model_path": bundle.path,
+            "causal": bool(bundle.config.causal), "task": data.info["task"], "task_kind": data.kind,
+            "metric": data.metric, "score": None, "dev": None, "best": None, "trials": [], "grid": [],
+            "data": {**data.info, "max_seq_len": max_len}, "device": str(device), "config": cfg.to_dict(),
+        }
+        bar = None
+        if progress_bar:
+            from tqdm import tqdm
+            bar = tqdm(total=total_steps, file=sys.stderr, unit="step", mininterval=1.0, dynamic_ncols=True)
+        global_step = 0
+        best_state = None
+        try:
+            for ti, trial in enumerate(grid):
+                g = torch.Generator().manual_seed(trial["seed"])
+                torch.manual_seed(trial["seed"])  # dropout masks
+                model = TaskModel(copy.deepcopy(base), data.kind, data.num_labels, bilstm=cfg.bilstm,
+                                  dropout=cfg.dropout, generator=g)
+                set_dropout(model, cfg.dropout)
+                model.to(device)
+                opt, sched = make_optimizer(model, trial["lr"], cfg.weight_decay, steps[ti], cfg.warmup)
+                rec = {"trial": ti, **trial, "best_epoch": None, "score": None, "dev": None, "epochs_log": [], "seconds": None}
+                t0 = time.time()
+                for epoch in range(1, trial["epochs"] + 1):
+                    model.train()
+                    losses = []
+                    for idx in length_batches(data.train_lengths, trial["batch_size"], g):
+                        batch = _to(data.collate([data.train[i] for i in idx]), device)
+                        with _autocast(device):
+                            logits = model(batch["input_ids"], batch["token_type_ids"], batch["attention_mask"])
+                        loss = model.loss(logits, batch)
+                        opt.zero_grad(set_to_none=True)
+                        loss.backward()
+                        if cfg.max_grad_norm:
+                            nn.utils.clip_grad_norm_(model.parameters(), cfg.max_grad_norm)
+                        opt.step()
+                        sched.step()
+                        global_step += 1
+                        losses.append(float(loss))
+                        if bar is not None:
+                            bar.update(1)
+                            bar.set_postfix(trial=f"{ti + 1}/{len(grid)}", epoch=epoch, loss=f"{losses[-1]:.3f}", refresh=False)
+                        if global_step % cfg.log_every == 0:
+                            run.log({"step": global_step, "trial": ti, "epoch": epoch, "loss": float(np.mean(losses[-cfg.log_every:])),
+                                     "lr": sched.get_last_lr()[0]})
+                        if progress is not None:
+                            progress({"step": global_step, "total_steps": total_steps, "trial": ti, "n_trials": len(grid),
+                                      "epoch": epoch, "loss": losses[-1]})
+                    dev = data.evaluate(model, device, cfg.eval_batch_size)
+                    score = dev.get(data.metric)
+                    rec["epochs_log"].append({"epoch": epoch, "train_loss": float(np.mean(losses)), "score": score, **_scalars(dev)})
+                    run.log({"step": global_step, "trial": ti, "epoch": epoch, "train_loss": float(np.mean(losses)),
+                             "score": score, **_scalars(dev, "dev_")})
+                    if progress is not None:
+                        progress({"step": global_step, "total_steps": total_steps, "trial": ti, "n_trials": len(grid),
+                                  "epoch": epoch, "loss": float(np.mean(losses)), "dev": _scalars(dev)})
+                    if better(score, rec["score"]):
+                        rec.update(best_epoch=epoch, score=score, dev=dev)
+                        if cfg.save_best and better(score, result["score"]):
+                            best_state = {k: v.detach().to("cpu", copy=True) for k, v in model.state_dict().items()}
+                            result["saved_trial"] = ti
+                rec["seconds"] = round(time.time() - t0, 2)
+                result["trials"].append(rec)
+                if better(rec["score"], result["score"]):
+                    result.update(score=rec["score"], dev=rec["dev"], best={k: v for k, v in rec.items() if k != "epochs_log"})
+                result["grid"] = grid_summary(result["trials"])
+                result["seconds"] = round(time.time() - t_start, 2)
+                atomic_write_json(out / "eval.json", _eval_json(result))
+                del model, opt, sched
+        finally:
+            if bar is not None:
+                bar.close()
+        if cfg.save_best and best_state is not None:
+            save_finetuned(out / "best", best_state, bundle, data, cfg)
+            result["best_model"] = str(out / "best")
+        result["status"] = "finished"
+        result["seconds"] = round(time.time() - t_start, 2)
+        atomic_write_json(out / "eval.json", _eval_json(result))
+        run.set(best_score=result["score"], metric=data.metric)
+    return result
+
+
+def _eval_json(result: dict) -> dict:
+    """eval.json: the SQuAD v2.0 threshold curve only for the best trial (the others keep their tau)."""
+    r = copy.deepcopy(result)
+    curve = None
+    for t in r["trials"]:
+        if t.get("dev") and "threshold_curve" in t["dev"]:
+            c = t["dev"].pop("threshold_curve")
+            if r.get("best") and t["trial"] == r["best"]["trial"]:
+                curve = c
+    if r.get("best") and r["best"].get("dev"):
+        r["best"]["dev"].pop("threshold_curve", None)
+    if r.get("dev"):
+        r["dev"].pop("threshold_curve", None)
+    if curve is not None:
+        r["threshold_curve"] = [{"tau": a, "exact": b, "f1": c} for a, b, c in curve]
+    return r
+
+
+# ------------------------------------------------------------------ saving and loading the best model
+def save_finetuned(path, state: dict, bundle, data: Prepared, cfg: FinetuneConfig) -> Path:
+    """The encoder in the Hugging Face layout (engine.save) plus head.safetensors and head.json beside it."""
+    from safetensors.torch import save_file
+
+    from engine.checkpoint import save
+    from engine.model import BertForPreTraining
+    enc_cfg = bundle.config.replace(has_mlm_head=False, has_nsp_head=False)
+    enc = BertForPreTraining(enc_cfg)
+    enc.bert.load_state_dict({k[len("bert."):]: v for k, v in state.items() if k.startswith("bert.")})
+    head = {k: v.contiguous() for k, v in state.items() if not k.startswith("bert.")}
+    meta = {"kind": data.kind, "num_labels": data.num_labels, "labels": data.info.get("labels"), "bilstm": cfg.bilstm,
+            "task": data.info["task"], "metric": data.metric, "max_seq_len": min(cfg.max_seq_len, bundle.config.max_position_embeddings),
+            "base_model": cfg.model}
+    extra = {"head.json": meta}
+    path = save(enc, path, tokenizer=bundle.tokenizer, extra_files=extra)
+    atomic_save_with(Path(path) / "head.safetensors", lambda p: save_file(head, p))
+    return Path(path)
+
+
+def load_finetuned(path, device="cpu"):
+    """(TaskModel, tokenizer, head.json dict) from a folder written by `save_finetuned` (<out>/best)."""
+    from safetensors.torch import load_file
+
+    from engine.checkpoint import load
+    p = Path(path)
+    if not (p / "head.json").is_file() or not (p / "head.safetensors").is_file():
+        raise EngineError(f"{p} has no head.json/head.safetensors; it is not a fine-tuned model folder (fine-tune with --save-best)")
+    meta = json.loads((p / "head.json").read_text(encoding="utf-8"))
+    bundle = load(p, device="cpu")
+    model = TaskModel(bundle.model.bert, meta["kind"], meta["num_labels"], bilstm=meta.get("bilstm", False))
+    missing, unexpected = model.load_state_dict(load_file(str(p / "head.safetensors")), strict=False)
+    if unexpected or any(not k.startswith("bert.") for k in missing):
+        raise EngineError(f"{p}/head.safetensors does not fit head.json; the files do not belong together")
+    return model.to(device).eval(), bundle.tokenizer, meta
+
+
+# ------------------------------------------------------------------ CLI
+def _floats(s: str, flag: str) -> tuple:
+    try:
+        return tuple(float(x) for x in str(s).split(",") if x.strip())
+    except ValueError:
+        raise EngineError(f"{flag} {s!r} must be comma-separated numbers, e.g. {flag} 5e-5,3e-5,2e-5")
+
+
+def _ints(s: str, flag: str) -> tuple:
+    try:
+        return tuple(int(x) for x in str(s).split(",") if x.strip())
+    except ValueError:
+        raise EngineError(f"{flag} {s!r} must be comma-separated integers, e.g. {flag} 16,32")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m engine finetune",
+                                description="Fine-tune a BERT checkpoint on a downstream task over a lr/batch/epochs grid with restarts; "
+                                            "prints the best dev metrics as one JSON line.")
+    p.add_argument("--model", required=True, help="RUN_DIR | CHECKPOINT_DIR | HF_DIR | minilm")
+    p.add_argument("--task", required=True, choices=TASKS)
+    p.add_argument("--train", help="train file (glue: TSV/CSV/JSONL, tagging: BIO, squad: JSON, swag: CSV/JSONL)")
+    p.add_argument("--dev", help="dev file (selects the best trial)")
+    p.add_argument("--text-cols", help="text column(s): A or A,B (names or 0-based indexes)")
+    p.add_argument("--label-col", help="label column (name or 0-based index)")
+    p.add_argument("--task-type", choices=("classification", "regression"), help="glue: force classification or regression")
+    p.add_argument("--lr", default="5e-5,3e-5,2e-5", help="learning rates (default: the paper's 5e-5,3e-5,2e-5)")
+    p.add_argument("--batch-size", default="16,32", help="batch sizes (default 16,32)")
+    p.add_argument("--epochs", default="2,3,4", help="epoch counts (default 2,3,4)")
+    p.add_argument("--restarts", type=int, default=1, help="random restarts per grid point (default 1)")
+    p.add_argument("--max-train", type=int, help="use a fixed random sample of N training examples")
+    p.add_argument("--max-dev", type=int, help="evaluate on a fixed random sample of N dev examples")
+    p.add_argument("--max-seq-len", type=int, default=128, help="max tokens per input (SQuAD: window length; default 128)")
+    p.add_argument("--doc-stride", type=int, default=128, help="SQuAD: stride between passage windows (default 128)")
+    p.add_argument("--max-answer-len", type=int, default=30, help="SQuAD: longest answer in pieces (default 30)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--device", default="auto", help="auto | cpu | cuda")
+    p.add_argument("--bilstm", action="store_true", help="add a randomly initialised BiLSTM under the head (Table 5)")
+    p.add_argument("--save-best", action="store_true", help="save the best trial's model to OUT/best")
+    p.add_argument("--num-threads", type=int, help="CPU threads for torch")
+    p.add_argument("--out", required=True, help="output folder: run.json, metrics.jsonl, eval.json")
+    return p
+
+
+def config_from_args(a) -> FinetuneConfig:
+    return FinetuneConfig(
+        model=a.model, task=a.task, train=a.train, dev=a.dev, text_cols=a.text_cols, label_col=a.label_col,
+        task_type=a.task_type, lr=_floats(a.lr, "--lr"), batch_size=_ints(a.batch_size, "--batch-size"),
+        epochs=_ints(a.epochs, "--epochs"), restarts=a.restarts, max_train=a.max_train, max_dev=a.max_dev,
+        max_seq_len=a.max_seq_len, doc_stride=a.doc_stride, max_answer_len=a.max_answer_len, seed=a.seed,
+        device=a.device, out=a.out, bilstm=a.bilstm, save_best=a.save_best, num_threads=a.num_threads)
+
+
+def summary_line(result: dict) -> dict:
+    """The one-line JSON the CLI prints: the best dev metrics and where they came from."""
+    best = result.get("best") or {}
+    line = {"task": result.get("task"), "model": result.get("model"), "metric": result.get("metric"), "score": result.get("score")}
+    line.update(_scalars(result.get("dev") or {}))
+    line.update({k: best.get(k) for k in ("lr", "batch_size", "epochs", "best_epoch", "restart", "seed")})
+    line.update(trials=len(result.get("trials", [])), seconds=result.get("seconds"))
+    return line
+
+
+def main(argv) -> int:
+    a = build_parser().parse_args(argv)
+    cfg = config_from_args(a)
+    result = finetune(cfg, progress_bar=True)
+    print(json.dumps(summary_line(result)), flush=True)
+    return 0

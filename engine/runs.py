@@ -1,0 +1,670 @@
+"""Run directories: names, the one-writer lock, run.json, metrics.jsonl, checkpoint discovery, the run index.
+
+A run lives in one folder under the runs root (`$BERT_STUDIO_RUNS`, default `./runs`):
+```
+runs/<name>/run.json            kind, config, status (running|finished|failed|cancelled), pid, host, times,
+                                versions, error line; merge-updated atomically
+runs/<name>/metrics.jsonl       one JSON object per logged step, appended + fsynced
+runs/<name>/checkpoints/step-N/ complete checkpoints; each holds a COMPLETE marker written last
+runs/<name>/checkpoints/.tmp-step-N/   a checkpoint being written (ignored by readers)
+runs/<name>/eval.json           downstream results
+runs/<name>/run.lock            pid/host/start of the writer; held with fcntl.flock while it lives
+```
+Only one process writes a run at a time (`RunLock`): the lock is an OS advisory lock on an open file, so the
+kernel releases it when the writer dies, however it dies; a `running` status whose writer is gone is reported
+as `dead` by `effective_status`, which is what lets the studio offer Resume.
+
+Not in the paper (infrastructure). Departures from a plain design: a crash can tear the last line of
+metrics.jsonl, so readers ignore a partial last line and `append_metrics` cuts it off before appending; on
+resume `truncate_metrics(run_dir, step)` drops records logged after the checkpoint so no step is duplicated.
+Locks are POSIX-only (fcntl) and, like all flock locks, are not reliable on network file systems.
+"""
+import fcntl
+import json
+import os
+import re
+import shutil
+import socket
+import sys
+import time
+from datetime import datetime
+from pathlib import Path
+
+from engine.errors import EngineError
+from engine.fileio import atomic_publish_dir, atomic_write_json, atomic_write_text
+
+RUN_JSON = "run.json"
+METRICS = "metrics.jsonl"
+EVAL_JSON = "eval.json"
+LOCK_FILE = "run.lock"
+CHECKPOINTS = "checkpoints"
+COMPLETE = "COMPLETE"  # marker file, written last into a checkpoint folder
+STATUSES = ("running", "finished", "failed", "cancelled")
+MAX_NAME = 100
+_NAME_RE = re.compile(r"[A-Za-z0-9_.+=-]+")
+_STEP_DIR_RE = re.compile(r"step-(\d+)")
+
+
+def now_iso() -> str:
+    """Local time with its UTC offset, to the second: 2025-01-31T14:05:09+01:00."""
+    return datetime.now().astimezone().isoformat(timespec="seconds")
+
+
+def _iso_ts(s) -> float | None:
+    try:
+        return datetime.fromisoformat(str(s)).timestamp()
+    except (TypeError, ValueError):
+        return None
+
+
+# ---------------------------------------------------------------------------------------------------------
+# names and folders
+
+def runs_root() -> Path:
+    """The default runs root: $BERT_STUDIO_RUNS, or ./runs (relative to the working directory)."""
+    return Path(os.environ.get("BERT_STUDIO_RUNS") or "runs").absolute()
+
+
+def safe_run_name(name) -> str:
+    """Return `name` if it is a safe single folder name, else raise EngineError naming the rule it breaks."""
+    if not isinstance(name, str) or not name.strip():
+        raise EngineError("run name is empty; type a name such as bert-tiny-bbc")
+    if "\x00" in name:
+        raise EngineError("run name contains a NUL character; use letters, digits and - _ . + =")
+    if "/" in name or "\\" in name or os.sep in name or (os.altsep and os.altsep in name):
+        raise EngineError(f"run name {name!r} contains a path separator; give a plain name, not a path")
+    if ".." in name:
+        raise EngineError(f"run name {name!r} contains '..'; use a plain name without '..'")
+    if name.startswith("."):
+        raise EngineError(f"run name {name!r} starts with a dot; names starting with '.' are reserved, drop the dot")
+    if len(name) > MAX_NAME:
+        raise EngineError(f"run name is {len(name)} characters long; use at most {MAX_NAME}")
+    if not _NAME_RE.fullmatch(name):
+        bad = "".join(sorted({c for c in name if not _NAME_RE.fullmatch(c)}))
+        raise EngineError(f"run name {name!r} contains {bad!r}; use only letters a-z A-Z, digits and - _ . + =")
+    return name
+
+
+def _inside(path: Path, root: Path) -> bool:
+    return path == root or root in path.parents
+
+
+def resolve_run_dir(root, name) -> Path:
+    """`root/name` for a safe `name`, checked after resolving symlinks to stay inside `root`."""
+    name = safe_run_name(name)
+    root = Path(root).resolve()
+    path = root / name
+    real = path.resolve()
+    if not _inside(real, root) or real == root:
+        raise EngineError(f"run folder {path} points outside the runs folder {root} (a symlink?); remove it or pick another name")
+    return path
+
+
+def run_dir_for(arg, root=None) -> Path:
+    """A CLI `--out`/run argument: a bare name lives under the runs root, anything with a separator is a path."""
+    arg = str(arg)
+    if "/" in arg or os.sep in arg or arg in (".", ".."):
+        return Path(arg).absolute()
+    return resolve_run_dir(root if root is not None else runs_root(), arg)
+
+
+def create_run_dir(root, name) -> Path:
+    """Make (or reuse) the run folder for `name` under `root` and return it."""
+    path = resolve_run_dir(root, name)
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise EngineError(f"could not create run folder {path}: {e.strerror or e}; check the runs folder and its permissions") from e
+    return path
+
+
+# ---------------------------------------------------------------------------------------------------------
+# processes
+
+def _proc_stat(pid: int):
+    """(state, pgrp, starttime) from /proc/<pid>/stat, or None when there is no such process or no /proc."""
+    try:
+        with open(f"/proc/{int(pid)}/stat", "rb") as f:
+            data = f.read().decode("ascii", "replace")
+    except OSError:
+        return None
+    rest = data[data.rfind(")") + 2:].split()  # fields after "pid (comm)": state ppid pgrp ...
+    try:
+        return rest[0], int(rest[2]), int(rest[19])
+    except (IndexError, ValueError):
+        return None
+
+
+def proc_start_time(pid) -> int | None:
+    """The kernel's start time of `pid` (clock ticks since boot); with the pid it identifies a process uniquely."""
+    st = _proc_stat(pid)
+    return st[2] if st else None
+
+
+def pid_alive(pid, start_time=None) -> bool:
+    """True if process `pid` exists and is not a zombie (and, given `start_time`, is that same process)."""
+    try:
+        pid = int(pid)
+    except (TypeError, ValueError):
+        return False
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass  # exists, owned by someone else
+    except OSError:
+        return False
+    st = _proc_stat(pid)
+    if st is None:
+        return not os.path.isdir("/proc/self")  # no /proc: trust kill(0); /proc but no entry: just exited
+    if st[0] in ("Z", "X"):
+        return False
+    if start_time is not None and st[2] != start_time:
+        return False  # the pid was reused
+    return True
+
+
+def group_alive(pgid) -> bool:
+    """True if any live (non-zombie) process is in process group `pgid`."""
+    try:
+        pgid = int(pgid)
+    except (TypeError, ValueError):
+        return False
+    if pgid <= 1:
+        return False
+    if os.path.isdir("/proc/self"):
+        for entry in os.listdir("/proc"):
+            if entry.isdigit():
+                st = _proc_stat(int(entry))
+                if st and st[1] == pgid and st[0] not in ("Z", "X"):
+                    return True
+        return False
+    try:
+        os.killpg(pgid, 0)
+        return True
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+
+
+# ---------------------------------------------------------------------------------------------------------
+# the one-writer lock
+
+def _read_lock_info(path: Path) -> dict:
+    try:
+        return json.loads(path.read_text() or "{}")
+    except (OSError, ValueError):
+        return {}
+
+
+class RunLock:
+    """Exclusive lock for the one process that writes a run folder.
+
+    `run.lock` records pid, host and start time (for the message a second writer gets); the lock itself is
+    `fcntl.flock` on an fd held open until `release()`, so it disappears when the holder dies. Another fd, even
+    in the same process, is refused. Context manager: `with RunLock(run_dir): ...`.
+    """
+
+    def __init__(self, run_dir, retries: int = 5, retry_wait: float = 0.1):
+        self.run_dir = Path(run_dir)
+        self.path = self.run_dir / LOCK_FILE
+        self.retries = retries  # a reader's probe (`lock_holder`) holds a shared lock for an instant
+        self.retry_wait = retry_wait
+        self.fd = None
+
+    @property
+    def held(self) -> bool:
+        return self.fd is not None
+
+    def acquire(self) -> "RunLock":
+        if self.fd is not None:
+            return self
+        try:
+            self.run_dir.mkdir(parents=True, exist_ok=True)
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as e:
+            raise EngineError(f"could not open lock file {self.path}: {e.strerror or e}; check the run folder's permissions") from e
+        for attempt in range(self.retries + 1):
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if attempt < self.retries:
+                    time.sleep(self.retry_wait)
+                    continue
+                os.close(fd)
+                info = _read_lock_info(self.path)
+                raise EngineError(
+                    f"run {self.run_dir} is in use by process {info.get('pid', '?')}"
+                    f"{' on ' + info['host'] if info.get('host') and info.get('host') != socket.gethostname() else ''}"
+                    f" (started {info.get('started', '?')}); wait for it, or cancel it, then retry")
+            except OSError as e:
+                os.close(fd)
+                raise EngineError(f"could not lock {self.path}: {e.strerror or e}; the run folder must be on a local disk") from e
+        info = {"pid": os.getpid(), "host": socket.gethostname(), "started": now_iso(),
+                "proc_start": proc_start_time(os.getpid())}
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, (json.dumps(info) + "\n").encode(), 0)
+        os.fsync(fd)
+        self.fd = fd
+        return self
+
+    def release(self) -> None:
+        if self.fd is None:
+            return
+        fd, self.fd = self.fd, None
+        try:
+            os.ftruncate(fd, 0)  # the file stays (deleting a flock file races with a new opener); empty = free
+            fcntl.flock(fd, fcntl.LOCK_UN)
+        finally:
+            os.close(fd)
+
+    def __enter__(self) -> "RunLock":
+        return self.acquire()
+
+    def __exit__(self, *exc) -> None:
+        self.release()
+
+    def __del__(self):
+        try:
+            self.release()
+        except Exception:
+            pass
+
+
+def lock_holder(run_dir) -> dict | None:
+    """The holder's info ({pid, host, started}) if someone holds the run's lock, else None."""
+    path = Path(run_dir) / LOCK_FILE
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return None
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return _read_lock_info(path) or {"pid": None}
+        except OSError:
+            return None
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        return None
+    finally:
+        os.close(fd)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# run.json
+
+def read_run_json(run_dir) -> dict:
+    """run.json as a dict; {} when the run has none yet."""
+    path = Path(run_dir) / RUN_JSON
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return {}
+    except OSError as e:
+        raise EngineError(f"could not read {path}: {e.strerror or e}; check its permissions") from e
+    try:
+        data = json.loads(text)
+    except ValueError as e:
+        raise EngineError(f"{path} is not valid JSON ({e}); fix or delete the file") from e
+    if not isinstance(data, dict):
+        raise EngineError(f"{path} does not hold a JSON object; fix or delete the file")
+    return data
+
+
+def write_run_json(run_dir, **fields) -> dict:
+    """Merge `fields` into run.json (atomic write; serialized by a short lock) and return the new content."""
+    run_dir = Path(run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    fd = os.open(run_dir / ".run.json.lock", os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        data = read_run_json(run_dir)
+        data.update(fields)
+        data["updated"] = now_iso()
+        atomic_write_json(run_dir / RUN_JSON, data)
+        return data
+    finally:
+        os.close(fd)
+
+
+def _versions() -> dict:
+    v = {"python": sys.version.split()[0]}
+    for mod in ("torch", "tokenizers", "transformers"):
+        m = sys.modules.get(mod)
+        if m is not None and getattr(m, "__version__", None):
+            v[mod] = str(m.__version__)
+    return v
+
+
+def start_run(run_dir, kind: str, config: dict | None = None, **fields) -> dict:
+    """Record that this process is (re)starting the run: status running, pid, host, times, versions."""
+    prev = read_run_json(run_dir)
+    data = dict(kind=kind, status="running", pid=os.getpid(), proc_start=proc_start_time(os.getpid()),
+                host=socket.gethostname(), created=prev.get("created") or now_iso(), started=now_iso(),
+                ended=None, error=None, versions=_versions(), starts=int(prev.get("starts", 0)) + 1)
+    if config is not None:
+        data["config"] = config
+    data.update(fields)
+    return write_run_json(run_dir, **data)
+
+
+def set_status(run_dir, status: str, error=None) -> dict:
+    """Set the run's status (running|finished|failed|cancelled); the end states also stamp `ended`."""
+    if status not in STATUSES:
+        raise ValueError(f"unknown run status {status!r}; expected one of {STATUSES}")
+    fields = {"status": status, "error": None if error is None else " ".join(str(error).split())}
+    if status != "running":
+        fields["ended"] = now_iso()
+    return write_run_json(run_dir, **fields)
+
+
+class RunCancelled(KeyboardInterrupt):
+    """Raised in the writer's main thread when it receives SIGTERM (the studio's Cancel)."""
+
+
+class Run:
+    """One writer's session on a run folder: lock, run.json lifecycle, metrics.
+
+    ```
+    with Run(run_dir, kind="pretrain", config=cfg_dict, total_steps=1000) as run:
+        ...; run.log({"step": step, "loss": loss})
+    ```
+    Entering acquires `RunLock` (EngineError if another live process holds it), then writes status running.
+    Leaving sets finished / failed (with the error line) / cancelled (Ctrl-C or SIGTERM), then releases the
+    lock. While inside (main thread only), SIGTERM raises `RunCancelled` so the loop unwinds cleanly.
+    """
+
+    def __init__(self, run_dir, kind: str, config: dict | None = None, handle_sigterm: bool = True, **fields):
+        self.dir = Path(run_dir)
+        self.kind, self.config, self.fields = kind, config, fields
+        self.lock = RunLock(self.dir)
+        self.handle_sigterm = handle_sigterm
+        self._old_handler = None
+
+    def __enter__(self) -> "Run":
+        self.lock.acquire()
+        try:
+            start_run(self.dir, self.kind, self.config, **self.fields)
+        except BaseException:
+            self.lock.release()
+            raise
+        if self.handle_sigterm:
+            import signal
+            import threading
+            if threading.current_thread() is threading.main_thread():
+                def on_term(signum, frame):
+                    raise RunCancelled("cancelled (SIGTERM)")
+                self._old_handler = signal.signal(signal.SIGTERM, on_term)
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if self._old_handler is not None:
+            import signal
+            signal.signal(signal.SIGTERM, self._old_handler)
+            self._old_handler = None
+        try:
+            if exc_type is None:
+                set_status(self.dir, "finished")
+            elif issubclass(exc_type, KeyboardInterrupt):
+                set_status(self.dir, "cancelled", error="cancelled by the user")
+            elif issubclass(exc_type, EngineError):
+                set_status(self.dir, "failed", error=str(exc))
+            else:
+                set_status(self.dir, "failed", error=f"{exc_type.__name__}: {exc}")
+        finally:
+            self.lock.release()
+
+    def log(self, record: dict) -> None:
+        append_metrics(self.dir, record)
+
+    def set(self, **fields) -> dict:
+        return write_run_json(self.dir, **fields)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# metrics.jsonl
+
+def append_metrics(run_dir, record: dict) -> None:
+    """Append one JSON line, flush and fsync. A torn last line (from a crash) is cut off first."""
+    path = Path(run_dir) / METRICS
+    line = (json.dumps(record, default=float) + "\n").encode("utf-8")
+    try:
+        with open(path, "a+b") as f:
+            size = f.seek(0, os.SEEK_END)
+            if size:
+                f.seek(size - 1)
+                if f.read(1) != b"\n":
+                    f.truncate(_last_newline_end(f, size))
+            f.write(line)
+            f.flush()
+            os.fsync(f.fileno())
+    except OSError as e:
+        raise EngineError(f"could not append to {path}: {e.strerror or e}; free disk space or fix permissions") from e
+
+
+def _last_newline_end(f, size: int) -> int:
+    """Offset just after the last b'\\n' in the first `size` bytes of `f` (0 when there is none)."""
+    pos = size
+    while pos > 0:
+        start = max(0, pos - 65536)
+        f.seek(start)
+        chunk = f.read(pos - start)
+        i = chunk.rfind(b"\n")
+        if i >= 0:
+            return start + i + 1
+        pos = start
+    return 0
+
+
+def _parse_lines(data: bytes) -> list[dict]:
+    out = []
+    for raw in data.split(b"\n"):
+        if not raw.strip():
+            continue
+        try:
+            rec = json.loads(raw)
+        except ValueError:
+            continue  # a torn line (only ever the last one, unless the file was edited by hand)
+        if isinstance(rec, dict):
+            out.append(rec)
+    return out
+
+
+def read_metrics(run_dir) -> list[dict]:
+    """All complete records of metrics.jsonl ([] if none); a partial trailing line is ignored."""
+    path = Path(run_dir) / METRICS
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        return []
+    end = data.rfind(b"\n") + 1  # a line without its newline may still be being written
+    return _parse_lines(data[:end])
+
+
+def last_metrics(run_dir, max_bytes: int = 65536) -> dict | None:
+    """The last complete record, reading only the end of the file (cheap to poll)."""
+    path = Path(run_dir) / METRICS
+    try:
+        with open(path, "rb") as f:
+            size = f.seek(0, os.SEEK_END)
+            f.seek(max(0, size - max_bytes))
+            data = f.read()
+    except OSError:
+        return None
+    data = data[:data.rfind(b"\n") + 1]
+    recs = _parse_lines(data)
+    return recs[-1] if recs else None
+
+
+def truncate_metrics(run_dir, after_step: int) -> int:
+    """Keep only records with step <= after_step (records without a step are kept); returns how many remain."""
+    path = Path(run_dir) / METRICS
+    if not path.exists():
+        return 0
+    keep = [r for r in read_metrics(run_dir) if not isinstance(r.get("step"), (int, float)) or r["step"] <= after_step]
+    atomic_write_text(path, "".join(json.dumps(r, default=float) + "\n" for r in keep))
+    return len(keep)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# checkpoints
+
+def checkpoint_step(path) -> int | None:
+    """N for a folder named step-N, else None."""
+    m = _STEP_DIR_RE.fullmatch(Path(path).name)
+    return int(m.group(1)) if m else None
+
+
+def list_checkpoints(run_dir) -> list[Path]:
+    """Complete checkpoints (step-N folders holding the COMPLETE marker), sorted by step ascending."""
+    ckdir = Path(run_dir) / CHECKPOINTS
+    try:
+        entries = list(ckdir.iterdir())
+    except OSError:
+        return []
+    found = []
+    for p in entries:
+        step = checkpoint_step(p)
+        if step is not None and p.is_dir() and (p / COMPLETE).is_file():
+            found.append((step, p))
+    return [p for _, p in sorted(found)]
+
+
+def latest_checkpoint(run_dir) -> Path | None:
+    ckpts = list_checkpoints(run_dir)
+    return ckpts[-1] if ckpts else None
+
+
+def mark_complete(ckpt_dir, **info) -> None:
+    """Write the COMPLETE marker (call last, after every other file of the checkpoint is written)."""
+    atomic_write_json(Path(ckpt_dir) / COMPLETE, {"completed": now_iso(), **info})
+
+
+def new_checkpoint_dir(run_dir, step: int) -> Path:
+    """A fresh, empty `checkpoints/.tmp-step-N` to write a checkpoint into (a stale one is removed first)."""
+    tmp = Path(run_dir) / CHECKPOINTS / f".tmp-step-{int(step)}"
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    tmp.mkdir(parents=True)
+    return tmp
+
+
+def publish_checkpoint(tmp_dir, final_dir=None) -> Path:
+    """Write COMPLETE into `tmp_dir`, then rename it to `final_dir` (default: `step-N` beside it)."""
+    tmp_dir = Path(tmp_dir)
+    if final_dir is None:
+        if not tmp_dir.name.startswith(".tmp-"):
+            raise ValueError(f"cannot infer the checkpoint name from {tmp_dir}; pass final_dir")
+        final_dir = tmp_dir.with_name(tmp_dir.name[len(".tmp-"):])
+    final_dir = Path(final_dir)
+    mark_complete(tmp_dir, step=checkpoint_step(final_dir))
+    atomic_publish_dir(tmp_dir, final_dir)
+    return final_dir
+
+
+def prune_checkpoints(run_dir, keep_last: int) -> list[Path]:
+    """Delete all but the newest `keep_last` complete checkpoints (marker first, so none looks complete half-deleted)."""
+    ckpts = list_checkpoints(run_dir)
+    doomed = ckpts[:-keep_last] if keep_last > 0 else ckpts
+    for p in doomed:
+        (p / COMPLETE).unlink(missing_ok=True)
+        shutil.rmtree(p, ignore_errors=True)
+    return doomed
+
+
+# ---------------------------------------------------------------------------------------------------------
+# status and the index
+
+def effective_status(run_dir, info: dict | None = None) -> str:
+    """run.json's status, except a `running` run whose writer is gone is `dead` (interrupted; resumable)."""
+    run_dir = Path(run_dir)
+    info = read_run_json(run_dir) if info is None else info
+    status = info.get("status") or "unknown"
+    if status != "running":
+        return status
+    host = info.get("host")
+    if host and host != socket.gethostname():
+        return "running"  # another machine's process: we cannot look at it
+    pid = info.get("pid")
+    alive = pid_alive(pid, info.get("proc_start")) if pid else True
+    if alive and (Path(run_dir) / LOCK_FILE).exists() and lock_holder(run_dir) is None:
+        alive = False
+    if alive:
+        return "running"
+    # the writer may have just finished: trust a status written after our first read
+    try:
+        again = read_run_json(run_dir)
+    except EngineError:
+        return "dead"
+    return "dead" if again.get("status") == "running" else (again.get("status") or "unknown")
+
+
+def _total_steps(info: dict):
+    if info.get("total_steps"):
+        return info["total_steps"]
+    cfg = info.get("config") or {}
+    if isinstance(cfg, dict):
+        for key in ("total_steps", "max_steps", "num_train_steps", "steps"):
+            if isinstance(cfg.get(key), (int, float)) and cfg[key] > 0:
+                return cfg[key]
+    return None
+
+
+def run_progress(run_dir, info: dict | None = None) -> dict:
+    """{step, total, fraction}: the last logged step over run.json's total_steps (fraction None if unknown)."""
+    if info is None:
+        try:
+            info = read_run_json(run_dir)
+        except EngineError:
+            info = {}
+    last = last_metrics(run_dir) or {}
+    step = last.get("step")
+    total = _total_steps(info)
+    frac = None
+    if isinstance(step, (int, float)) and total:
+        frac = max(0.0, min(1.0, step / total))
+    if info.get("status") == "finished":
+        frac = 1.0
+    return {"step": step, "total": total, "fraction": frac}
+
+
+def list_runs(root=None) -> list[dict]:
+    """Runs under `root` (default runs_root()) as dicts, newest first:
+    name, kind, status, effective_status, step, total_steps, checkpoint_step, created, error, path."""
+    root = Path(root) if root is not None else runs_root()
+    try:
+        entries = list(root.iterdir())
+    except OSError:
+        return []
+    rows = []
+    for d in entries:
+        if d.name.startswith(".") or not d.is_dir() or not (d / RUN_JSON).is_file():
+            continue
+        try:
+            info = read_run_json(d)
+            eff = effective_status(d, info)
+        except EngineError as e:
+            info, eff = {"error": str(e)}, "unreadable"
+        prog = run_progress(d, info)
+        ck = latest_checkpoint(d)
+        created = info.get("created")
+        ts = _iso_ts(created)
+        if ts is None:
+            try:
+                ts = (d / RUN_JSON).stat().st_mtime
+            except OSError:
+                ts = 0.0
+        rows.append({"name": d.name, "kind": info.get("kind"), "status": info.get("status"),
+                     "effective_status": eff, "step": prog["step"], "total_steps": prog["total"],
+                     "checkpoint_step": checkpoint_step(ck) if ck else None, "created": created,
+                     "error": info.get("error"), "path": str(d), "_ts": ts})
+    rows.sort(key=lambda r: (r["_ts"], r["name"]), reverse=True)
+    for r in rows:
+        del r["_ts"]
+    return rows

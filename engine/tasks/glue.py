@@ -1,0 +1,234 @@
+"""GLUE-style sentence and sentence-pair classification / regression (paper 4.1).
+
+File format: TSV (GLUE's own, no quoting), CSV or JSON Lines, one example per row; see `tables.py`.
+Columns are found in the header by their usual GLUE names, or given explicitly (a name or a 0-based
+index):
+- text A / text B: `sentence1`/`sentence2` (RTE, MRPC-style, WNLI), `question1`/`question2` (QQP),
+  `question`/`sentence` (QNLI), `premise`/`hypothesis` (MNLI-style), `text_a`/`text_b`; one text:
+  `sentence` (SST-2, CoLA), `text`, `text_a`;
+- label: `label`, `gold_label`, `is_duplicate`, `score`, `labels`, `target`, `class`.
+A file without a header needs column indexes, except CoLA's GLUE layout (`source, label, original label,
+sentence`), recognised when the task is named "cola" (or the file sits in a folder named cola). A
+headerless dev file (RTE's val.tsv) reuses the columns found in the train header when it has the same
+number of columns.
+
+Labels: the label set is the train labels as strings, sorted (numerically when they are all integers).
+The task is a regression when `task_type="regression"` or when every train label is a number and some
+are not integers (STS-B). Input: [CLS] A [SEP] B [SEP], classifier on the pooled [CLS] vector (the model
+side). Departure from the paper: none on the data side; the GLUE test sets (no labels) are not read.
+"""
+import functools
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from engine.errors import EngineError
+from engine.tasks import metrics as M
+from engine.tasks.tables import find_column, read_table
+
+PAIR_COLUMNS = [("sentence1", "sentence2"), ("question1", "question2"), ("question", "sentence"),
+                ("premise", "hypothesis"), ("text_a", "text_b"), ("#1 string", "#2 string")]
+SINGLE_COLUMNS = ["sentence", "text", "text_a", "review", "content", "document"]
+LABEL_COLUMNS = ["label", "gold_label", "is_duplicate", "score", "labels", "target", "class", "quality"]
+KNOWN_NAMES = {n for p in PAIR_COLUMNS for n in p} | set(SINGLE_COLUMNS) | set(LABEL_COLUMNS) | {"index", "idx", "id"}
+# GLUE files that ship without a header: task name -> column indexes.
+HEADERLESS_LAYOUTS = {"cola": {"text_a": 3, "text_b": None, "label": 1}}
+
+
+@dataclass
+class Example:
+    text_a: str
+    text_b: str = None  # None for single-sentence tasks
+    label: object = None  # a string label (classification), a float (regression), None when unlabeled
+    guid: str = None  # where it came from ("train.tsv:12", a BBC file id), for showing errors
+
+
+@dataclass
+class TextTask:
+    name: str
+    kind: str  # "classification" | "regression"
+    labels: list  # class names (strings) in id order; [] for regression
+    train: list  # of Example
+    dev: list  # of Example
+    metrics: tuple  # metric names (engine.tasks.metrics.METRICS); the first is the one to select on
+    info: dict = field(default_factory=dict)  # files, columns used, counts
+
+    @property
+    def num_labels(self) -> int:
+        return len(self.labels) if self.kind == "classification" else 1
+
+    @property
+    def label_to_id(self) -> dict:
+        return {l: i for i, l in enumerate(self.labels)} if self.kind == "classification" else None
+
+    def collate(self, tok, max_len: int):
+        """A DataLoader `collate_fn` that encodes a list of Examples (padded to the batch's longest)."""
+        return functools.partial(encode_classification, tok, max_len=max_len, label_to_id=self.label_to_id)
+
+    def gold(self, split: str = "dev") -> list:
+        """Gold labels as ids (classification) or floats (regression)."""
+        exs = getattr(self, split)
+        return [self.label_to_id[e.label] for e in exs] if self.kind == "classification" else [e.label for e in exs]
+
+    def compute_metrics(self, preds, golds=None) -> dict:
+        """{metric: float} for predicted ids (or values) against `golds` (default: the dev labels)."""
+        golds = self.gold("dev") if golds is None else golds
+        pos = self.label_to_id.get("1", 1) if self.kind == "classification" else 1
+        return M.compute(self.metrics, preds, golds, positive=pos)
+
+
+def _is_number(s: str) -> bool:
+    try:
+        return math.isfinite(float(s))
+    except (TypeError, ValueError):
+        return False
+
+
+def _is_integer_like(s: str) -> bool:
+    return _is_number(s) and float(s) == int(float(s))
+
+
+def _resolve(table, text_a, text_b, label, fallback=None) -> dict:
+    """Column indexes {text_a, text_b (or None), label} for a table."""
+    if table.columns is None and fallback is not None and fallback["n_cols"] == table.n_cols:
+        return fallback  # a headerless dev file: the columns found in the train file
+    if table.columns is None and text_a is None and label is None:
+        raise EngineError(f"{table.path} has no header row; say which columns to use, e.g. text_a=0 label=1 "
+                          f"(0-based; {table.n_cols} columns; first row: {' | '.join(str(c)[:30] for c in table.rows[0][1])})")
+    a = b = None
+    if text_a is not None:
+        a = find_column(table, text_a, what="text_a")
+        b = find_column(table, text_b, what="text_b") if text_b is not None else None
+    else:
+        for ca, cb in PAIR_COLUMNS:
+            ia, ib = find_column(table, None, [ca]), find_column(table, None, [cb])
+            if ia is not None and ib is not None:
+                a, b = ia, ib
+                break
+        if a is None:
+            a = find_column(table, None, SINGLE_COLUMNS)
+        if text_b is not None:
+            b = find_column(table, text_b, what="text_b")
+    lab = find_column(table, label, LABEL_COLUMNS, what="label")
+    if a is None or lab is None:
+        missing = " and ".join(w for w, i in (("a text column", a), ("a label column", lab)) if i is None)
+        raise EngineError(f"{table.path} has no {missing} (columns: {', '.join(map(str, table.columns))}); expected "
+                          f"text columns like sentence, sentence1/sentence2, question/sentence, premise/hypothesis and a "
+                          f"label column like label; or name them: text_a=... text_b=... label=...")
+    return {"text_a": a, "text_b": b, "label": lab, "n_cols": table.n_cols}
+
+
+def _read(path, cols, header, fallback):
+    """(examples with raw string labels, the columns used)."""
+    names = set(KNOWN_NAMES) | {str(c).lower() for c in cols.values() if isinstance(c, str) and not c.isdigit()}
+    table = read_table(path, header=header, known_names=names)
+    c = _resolve(table, cols.get("text_a"), cols.get("text_b"), cols.get("label"), fallback)
+    out = []
+    for ln, cells in table.rows:
+        def cell(i, what):
+            v = cells[i]
+            if v is None:
+                raise EngineError(f"{table.where(ln)} has no {what} value; every example needs one")
+            return v if isinstance(v, str) else (str(v) if not isinstance(v, (list, dict)) else _bad(table, ln, what))
+        a = cell(c["text_a"], "text_a")
+        b = cell(c["text_b"], "text_b") if c["text_b"] is not None else None
+        lab = cell(c["label"], "label").strip()
+        if lab == "":
+            raise EngineError(f"{table.where(ln)} has an empty label; fill it in or remove the line")
+        out.append(Example(a, b, lab, f"{Path(path).name}:{ln}"))
+    used = {k: (table.columns[v] if table.columns and v is not None else v) for k, v in c.items() if k != "n_cols"}
+    return out, c, used, table
+
+
+def _bad(table, ln, what):
+    raise EngineError(f"{table.where(ln)}: the {what} value is a list or object; it must be a string or number")
+
+
+def load_glue(train, dev=None, name: str = None, text_a=None, text_b=None, label=None, header=None,
+              task_type: str = None, metrics=None) -> TextTask:
+    """Load a GLUE-style task from a train file and an optional dev file (TSV/CSV/JSONL; see the module
+    docstring). `text_a`, `text_b`, `label`: column names or 0-based indexes (None = detect from the header;
+    when `text_a` is given, `text_b` is used only if given too). `header`: None = detect, True/False =
+    force. `task_type`: "classification", "regression" or None (detect). `metrics`: metric names, first
+    = the selection metric (default: mcc for CoLA, f1 for MRPC/QQP, pearson for regression, else accuracy)."""
+    train = Path(train)
+    name = (name or train.parent.name or train.stem).lower()
+    if task_type not in (None, "classification", "regression"):
+        raise EngineError(f"task_type {task_type!r} is not known; use classification or regression")
+    cols = {"text_a": text_a, "text_b": text_b, "label": label}
+    if name in HEADERLESS_LAYOUTS and text_a is None and label is None and header is not True:
+        if read_table(train, header=header, known_names=KNOWN_NAMES).columns is None:
+            cols = dict(HEADERLESS_LAYOUTS[name])
+    tr, c, used, _ = _read(train, cols, header, None)
+    # a headerless dev file reuses the train columns (by index) when it has as many columns
+    dv, _, _, _ = _read(dev, cols, header, c) if dev is not None else ([], None, None, None)
+    if not tr:
+        raise EngineError(f"{train} has no examples")
+    raw = [e.label for e in tr]
+    numeric = all(_is_number(l) for l in raw)
+    if task_type is None:
+        task_type = "regression" if numeric and not all(_is_integer_like(l) for l in raw) else "classification"
+    if task_type == "regression":
+        for split, exs in (("train", tr), ("dev", dv)):
+            for e in exs:
+                if not _is_number(e.label):
+                    raise EngineError(f"{e.guid}: label {e.label!r} is not a number; a regression task needs numeric labels")
+                e.label = float(e.label)
+        labels = []
+    else:
+        uniq = set(raw)
+        labels = sorted(uniq, key=lambda s: (float(s), s)) if all(_is_integer_like(l) for l in uniq) else sorted(uniq)
+        if len(labels) < 2:
+            raise EngineError(f"{train} has only one label ({labels[0]!r}); a classifier needs at least two classes")
+        for e in dv:
+            if e.label not in uniq:
+                raise EngineError(f"{Path(dev)}:{e.guid.rsplit(':', 1)[1]}: label {e.label!r} does not occur in the train "
+                                  f"file; expected one of {', '.join(labels)}")
+    if metrics is None:
+        if task_type == "regression":
+            metrics = ("pearson", "spearman")
+        elif name == "cola":
+            metrics = ("mcc", "accuracy")
+        elif name in ("mrpc", "qqp"):
+            metrics = ("f1", "accuracy")
+        else:
+            metrics = ("accuracy", "f1_macro")
+    for m in metrics:
+        if m not in M.METRICS:
+            raise EngineError(f"metric {m!r} is not known; use one of {', '.join(M.METRICS)}")
+    info = {"train_file": str(train), "dev_file": str(dev) if dev is not None else None, "columns": used,
+            "train_examples": len(tr), "dev_examples": len(dv)}
+    return TextTask(name, task_type, labels, tr, dv, tuple(metrics), info)
+
+
+def encode_classification(tok, examples, max_len: int = 128, label_to_id: dict = None) -> dict:
+    """Encode Examples as one batch padded to its longest sequence (usable as a DataLoader collate_fn via
+    `functools.partial(encode_classification, tok, max_len=..., label_to_id=...)` or `task.collate`).
+    Returns input_ids, token_type_ids, attention_mask (B, T) long, and `labels` (B,): long ids when
+    `label_to_id` is given, float values when it is None (regression); no `labels` when any label is None."""
+    if not examples:
+        raise ValueError("encode_classification needs at least one example")
+    items = [e.text_a if e.text_b is None else (e.text_a, e.text_b) for e in examples]
+    encs = tok.encode_batch(items, max_length=max_len)
+    T = max(len(e.ids) for e in encs)
+    B = len(encs)
+    input_ids = torch.full((B, T), tok.pad_id, dtype=torch.long)  # (B, T)
+    token_type_ids = torch.zeros((B, T), dtype=torch.long)  # (B, T)
+    attention_mask = torch.zeros((B, T), dtype=torch.long)  # (B, T)
+    for i, e in enumerate(encs):
+        n = len(e.ids)
+        input_ids[i, :n] = torch.tensor(e.ids)
+        token_type_ids[i, :n] = torch.tensor(e.type_ids)
+        attention_mask[i, :n] = 1
+    out = {"input_ids": input_ids, "token_type_ids": token_type_ids, "attention_mask": attention_mask}
+    if all(e.label is not None for e in examples):
+        if label_to_id is None:
+            out["labels"] = torch.tensor([float(e.label) for e in examples], dtype=torch.float)  # (B,)
+        else:
+            try:
+                out["labels"] = torch.tensor([label_to_id[e.label] for e in examples], dtype=torch.long)  # (B,)
+            except KeyError as k:
+                raise EngineError(f"label {k.args[0]!r} is not in the task's labels ({', '.join(map(str, label_to_id))})")
+    return out

@@ -1,0 +1,230 @@
+"""Token tagging (NER) in the CoNLL/BIO format (paper 5.3: the first sub-token of each word is classified,
+no CRF).
+
+File format: one word per line, `word<TAB>tag` or `word tag` (whitespace separated; with more columns, as
+in CoNLL-2003 `word POS chunk NER`, the word is the first field and the tag the last); sentences are
+separated by a blank or whitespace-only line (the WNUT-16 file uses a line holding just a TAB);
+`-DOCSTART-` lines are skipped. Tags are `O`, `B-TYPE` or `I-TYPE`.
+
+Alignment: each word is split into WordPieces (`Tokenizer.encode_words`); its label goes on the first
+piece, -100 on the other pieces and on [CLS]/[SEP]/[PAD]. Sentences longer than `max_len` pieces are
+truncated (the words cut off count as predicted `O`; `count_truncated` says how many sentences lose words).
+Scores are conlleval's entity-level precision / recall / F1 on word-level tags: an entity is a B-X followed
+by I-X tags, and a stray I-X (after O or another type) starts an entity, as conlleval does.
+Departure from the paper: one sentence per input (the paper used maximal document context).
+"""
+import functools
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from engine.errors import EngineError
+
+IGNORE = -100  # label of pieces that are not scored (non-first pieces, specials, padding)
+
+
+@dataclass
+class TaggedSentence:
+    words: list  # of str
+    tags: list  # of str, one per word
+    guid: str = None  # "file:line" of its first word
+
+
+@dataclass
+class TaggingTask:
+    name: str
+    labels: list  # tags in id order: "O", then B-X, I-X for each entity type X (sorted)
+    train: list  # of TaggedSentence
+    dev: list  # of TaggedSentence
+    metrics: tuple = ("f1", "precision", "recall", "accuracy")  # f1 = entity-level, the selection metric
+    info: dict = field(default_factory=dict)
+    kind: str = "tagging"
+
+    @property
+    def num_labels(self) -> int:
+        return len(self.labels)
+
+    @property
+    def label_to_id(self) -> dict:
+        return {l: i for i, l in enumerate(self.labels)}
+
+    def collate(self, tok, max_len: int):
+        """A DataLoader `collate_fn` that encodes a list of TaggedSentences."""
+        return functools.partial(encode_tagging, tok, max_len=max_len, label_to_id=self.label_to_id)
+
+    def compute_metrics(self, pred_tags, gold_tags=None) -> dict:
+        """Entity P/R/F1 and word accuracy of predicted word-level tag lists (default gold: the dev tags)."""
+        gold_tags = [s.tags for s in self.dev] if gold_tags is None else gold_tags
+        return entity_scores(gold_tags, pred_tags)
+
+
+def _check_tag(tag: str, where: str) -> str:
+    if tag == "O" or (len(tag) > 2 and tag[:2] in ("B-", "I-")):
+        return tag
+    raise EngineError(f"{where}: tag {tag!r} is not BIO; tags must be O, B-TYPE or I-TYPE")
+
+
+def parse_bio(text: str, source: str = "<text>") -> list:
+    """TaggedSentences from the text of a BIO file (format in the module docstring)."""
+    sents, words, tags, first = [], [], [], None
+    for ln, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            if words:
+                sents.append(TaggedSentence(words, tags, f"{source}:{first}"))
+            words, tags = [], []
+            continue
+        parts = line.split("\t") if "\t" in line else line.split()
+        parts = [p.strip() for p in parts]
+        if parts[0].startswith("-DOCSTART-"):
+            continue
+        if len(parts) < 2 or not parts[0] or not parts[-1]:
+            raise EngineError(f"{source}:{ln}: expected `word<TAB>tag`, found {line.strip()[:40]!r}; "
+                              f"put one word and its tag per line, a blank line between sentences")
+        if not words:
+            first = ln
+        words.append(parts[0])
+        tags.append(_check_tag(parts[-1], f"{source}:{ln}"))
+    if words:
+        sents.append(TaggedSentence(words, tags, f"{source}:{first}"))
+    return sents
+
+
+def read_bio(path) -> list:
+    """TaggedSentences of a BIO file."""
+    path = Path(path)
+    if not path.is_file():
+        raise EngineError(f"tagging file {path} does not exist; check the path")
+    try:
+        text = path.read_text(encoding="utf-8-sig")
+    except UnicodeDecodeError as e:
+        raise EngineError(f"{path} is not UTF-8 text (byte {e.start}); re-save it as UTF-8")
+    sents = parse_bio(text, str(path))
+    if not sents:
+        raise EngineError(f"{path} has no tagged words; expected `word<TAB>tag` lines")
+    return sents
+
+
+def tag_set(*splits) -> list:
+    """"O" then B-X, I-X for every entity type X seen in any split (sorted), so every type can be predicted."""
+    types = sorted({t[2:] for split in splits for s in split for t in s.tags if t != "O"})
+    return ["O"] + [f"{p}-{x}" for x in types for p in ("B", "I")]
+
+
+def make_tagging_task(name: str, train: list, dev: list, info: dict = None) -> TaggingTask:
+    info = dict(info or {})
+    info.update(train_sentences=len(train), dev_sentences=len(dev),
+                train_words=sum(len(s.words) for s in train), dev_words=sum(len(s.words) for s in dev))
+    return TaggingTask(name, tag_set(train, dev), train, dev, info=info)
+
+
+def load_tagging(train, dev=None, name: str = None) -> TaggingTask:
+    """A tagging task from BIO files. The label set is the union of the train and dev entity types (a type
+    seen only in dev is still scored, and counts as missed)."""
+    tr = read_bio(train)
+    dv = read_bio(dev) if dev is not None else []
+    return make_tagging_task(name or Path(train).stem, tr, dv, {"train_file": str(train), "dev_file": str(dev) if dev else None})
+
+
+def encode_tagging(tok, sentences, max_len: int = 128, label_to_id: dict = None) -> dict:
+    """Encode TaggedSentences as one padded batch: input_ids, token_type_ids, attention_mask (B, T) long;
+    `word_index` (B, T) long, the word number on the first piece of each word kept, -1 elsewhere;
+    `truncated` (B,) bool; `labels` (B, T) long (tag id on first pieces, -100 elsewhere) when
+    `label_to_id` is given."""
+    encs = [tok.encode_words(s.words, max_length=max_len) for s in sentences]
+    B, T = len(encs), max(len(e.ids) for e in encs)
+    input_ids = torch.full((B, T), tok.pad_id, dtype=torch.long)  # (B, T)
+    token_type_ids = torch.zeros((B, T), dtype=torch.long)  # (B, T)
+    attention_mask = torch.zeros((B, T), dtype=torch.long)  # (B, T)
+    word_index = torch.full((B, T), -1, dtype=torch.long)  # (B, T)
+    labels = torch.full((B, T), IGNORE, dtype=torch.long)  # (B, T)
+    truncated = torch.zeros(B, dtype=torch.bool)  # (B,)
+    for b, (s, e) in enumerate(zip(sentences, encs)):
+        n = len(e.ids)
+        input_ids[b, :n] = torch.tensor(e.ids)
+        token_type_ids[b, :n] = torch.tensor(e.type_ids)
+        attention_mask[b, :n] = 1
+        prev = None
+        for t, w in enumerate(e.word_ids):
+            if w is not None and w != prev:
+                word_index[b, t] = w
+                if label_to_id is not None:
+                    tag = s.tags[w]
+                    if tag not in label_to_id:
+                        raise EngineError(f"tag {tag!r} ({s.guid}) is not in the task's labels ({', '.join(label_to_id)})")
+                    labels[b, t] = label_to_id[tag]
+            prev = w
+        truncated[b] = len(e.overflowing) > 0
+    out = {"input_ids": input_ids, "token_type_ids": token_type_ids, "attention_mask": attention_mask,
+           "word_index": word_index, "truncated": truncated}
+    if label_to_id is not None:
+        out["labels"] = labels
+    return out
+
+
+def count_truncated(tok, sentences, max_len: int) -> int:
+    """How many sentences need more than `max_len` pieces (their last words are cut off)."""
+    return sum(len(tok.encode_words(s.words).ids) > max_len for s in sentences)
+
+
+def logits_to_word_tags(logits, word_index, n_words, labels) -> list:
+    """Word-level tag lists from per-piece logits (B, T, C) (or predicted ids (B, T)): the tag of each word
+    is the argmax at its first piece; words lost to truncation (or with no pieces) get "O". A stray I-X is
+    kept as predicted (scoring reads it as the start of an entity). `word_index` (B, T) from
+    `encode_tagging`; `n_words` the number of words of each sentence (B,)."""
+    ids = logits.argmax(-1) if logits.dim() == 3 else logits  # (B, T)
+    out = []
+    for b in range(ids.shape[0]):
+        tags = ["O"] * int(n_words[b])
+        for w, i in zip(word_index[b].tolist(), ids[b].tolist()):
+            if 0 <= w < len(tags):
+                tags[w] = labels[i]
+        out.append(tags)
+    return out
+
+
+def get_entities(tags) -> list:
+    """Entities of one tag sequence as (type, start, end) with `end` inclusive, conlleval-style."""
+    ents = []
+    start, typ = None, None
+    for i, tag in enumerate(list(tags) + ["O"]):
+        prefix, t = (tag[0], tag[2:]) if tag != "O" and len(tag) > 2 else ("O", None)
+        ends = typ is not None and (prefix in ("B", "O") or t != typ)
+        if ends:
+            ents.append((typ, start, i - 1))
+            start, typ = None, None
+        if prefix == "B" or (prefix == "I" and typ is None):
+            start, typ = i, t
+    return ents
+
+
+def entity_scores(gold_tags, pred_tags) -> dict:
+    """conlleval scores over sentences: {"precision", "recall", "f1", "accuracy" (per word), "per_type":
+    {type: {"precision", "recall", "f1", "support"}}} as fractions in [0, 1]; 0 where undefined."""
+    if len(gold_tags) != len(pred_tags):
+        raise ValueError(f"{len(pred_tags)} predicted sentences for {len(gold_tags)} gold sentences")
+    gold, pred = set(), set()
+    correct_words = total_words = 0
+    for k, (g, p) in enumerate(zip(gold_tags, pred_tags)):
+        if len(g) != len(p):
+            raise ValueError(f"sentence {k}: {len(p)} predicted tags for {len(g)} words")
+        gold |= {(k,) + e for e in get_entities(g)}
+        pred |= {(k,) + e for e in get_entities(p)}
+        correct_words += sum(a == b for a, b in zip(g, p))
+        total_words += len(g)
+
+    def prf(gs, ps):
+        tp = len(gs & ps)
+        pr = tp / len(ps) if ps else 0.0
+        rc = tp / len(gs) if gs else 0.0
+        return pr, rc, (2 * pr * rc / (pr + rc) if pr + rc else 0.0)
+
+    p, r, f = prf(gold, pred)
+    per_type = {}
+    for t in sorted({e[1] for e in gold | pred}):
+        gs = {e for e in gold if e[1] == t}
+        ps = {e for e in pred if e[1] == t}
+        tp, tr, tf = prf(gs, ps)
+        per_type[t] = {"precision": tp, "recall": tr, "f1": tf, "support": len(gs)}
+    return {"precision": p, "recall": r, "f1": f, "accuracy": correct_words / total_words if total_words else 0.0,
+            "per_type": per_type}

@@ -1,0 +1,617 @@
+"""The studio's job launcher and persistent queue: engine CLI commands run as detached processes.
+
+A job is an engine command as an argv list, e.g. `["pretrain", "--corpus", "bbc", "--out", "runs/x"]`, run as
+`[sys.executable, "-m", "engine", *argv]` (never through a shell). Jobs are kept in
+`<runs root>/.jobs/queue.json` (atomic writes, every read-modify-write under an flock on `.jobs/queue.lock`,
+so several studio sessions can share one queue). Job record fields:
+id, name, argv, status (queued|running|finished|failed|cancelled), pid, pgid, created, started, ended,
+returncode, error (the last `error: ...` line of the log, else its last non-empty line), log, run_dir.
+
+Design (chosen over a long-lived worker): every job is started as a detached *runner*,
+`[sys.executable, "-m", "studio.jobs", "run", "--root", ROOT, JOB_ID]`, with `start_new_session=True`
+(its own session and process group, stdout/stderr appended to `runs/<job>/job.log`, cwd the repo root).
+The runner runs the engine command as its child in the same process group, waits, records the exit
+(returncode, status, error line; fixes run.json if the engine died without finalizing it), and then starts
+the next queued job itself. So a page reload, a closed tab or a studio restart loses nothing, and the queue
+keeps draining with no studio open. `refresh()`, which pages call on every poll, is the safety net: it reaps
+jobs whose runner died (pid gone, or a zombie, or a reused pid: start times are compared) and starts queued
+jobs while fewer than `max_concurrent` (default 1: one job at a time on a CPU box) are running.
+`cancel()` sends SIGTERM to the job's whole process group, then SIGKILL after `cancel_timeout` seconds.
+
+This module imports only the standard library at module level (engine is imported lazily where needed) so
+the runner starts in tens of milliseconds instead of importing torch through `engine/__init__`; that is why
+it has its own small atomic-write and /proc helpers rather than using engine.fileio / engine.runs.
+Linux/POSIX only (fcntl, process groups, /proc).
+"""
+import argparse
+import fcntl
+import json
+import os
+import re
+import secrets
+import shlex
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from contextlib import contextmanager
+from datetime import datetime
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+STATUSES = ("queued", "running", "finished", "failed", "cancelled")
+TERMINAL = ("finished", "failed", "cancelled")
+_COMMAND_RE = re.compile(r"[a-z][a-z0-9_-]*")
+_LAUNCHED: dict[int, subprocess.Popen] = {}  # runners started by this process, polled so none stays a zombie
+
+
+def _err(msg: str) -> Exception:
+    from engine.errors import EngineError  # lazy: keeps the runner free of torch
+    return EngineError(msg)
+
+
+def _now() -> str:
+    return datetime.now().astimezone().isoformat(timespec="seconds")
+
+
+def _default_root() -> Path:
+    # same rule as engine.runs.runs_root(), without importing engine
+    return Path(os.environ.get("BERT_STUDIO_RUNS") or "runs").absolute()
+
+
+def _atomic_write_json(path: Path, obj) -> None:
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            json.dump(obj, f, indent=1)
+            f.write("\n")
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+# ---------------------------------------------------------------------------------------------------------
+# processes (see engine.runs for the same helpers; duplicated to keep this module stdlib-only)
+
+def _proc_stat(pid: int):
+    try:
+        with open(f"/proc/{int(pid)}/stat", "rb") as f:
+            data = f.read().decode("ascii", "replace")
+    except OSError:
+        return None
+    rest = data[data.rfind(")") + 2:].split()  # state ppid pgrp ... starttime is the 20th after state
+    try:
+        return rest[0], int(rest[2]), int(rest[19])
+    except (IndexError, ValueError):
+        return None
+
+
+def _pid_alive(pid, start_time=None) -> bool:
+    try:
+        pid = int(pid)
+        os.kill(pid, 0)
+    except (TypeError, ValueError, ProcessLookupError):
+        return False
+    except PermissionError:
+        pass
+    except OSError:
+        return False
+    st = _proc_stat(pid)
+    if st is None:
+        return not os.path.isdir("/proc/self")
+    return st[0] not in ("Z", "X") and (start_time is None or st[2] == start_time)
+
+
+def _group_alive(pgid) -> bool:
+    try:
+        pgid = int(pgid)
+    except (TypeError, ValueError):
+        return False
+    if pgid <= 1:
+        return False
+    if os.path.isdir("/proc/self"):
+        for entry in os.listdir("/proc"):
+            if entry.isdigit():
+                st = _proc_stat(int(entry))
+                if st and st[1] == pgid and st[0] not in ("Z", "X"):
+                    return True
+        return False
+    try:
+        os.killpg(pgid, 0)
+        return True
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+
+
+def _job_alive(job: dict) -> bool:
+    if job.get("pid") and _pid_alive(job["pid"], job.get("proc_start")):
+        return True
+    return bool(job.get("pgid")) and _group_alive(job["pgid"])  # the runner died but its engine child lives on
+
+
+def _poll_launched() -> None:
+    for pid, p in list(_LAUNCHED.items()):
+        if p.poll() is not None:
+            del _LAUNCHED[pid]
+
+
+# ---------------------------------------------------------------------------------------------------------
+# logs
+
+def _read_log_tail(job: dict, max_bytes: int = 262144) -> str:
+    """This job's part of its log (from its header on), at most the last `max_bytes`."""
+    path = job.get("log")
+    if not path:
+        return ""
+    try:
+        with open(path, "rb") as f:
+            size = f.seek(0, os.SEEK_END)
+            start = max(int(job.get("log_offset") or 0), size - max_bytes)
+            f.seek(start)
+            data = f.read()
+    except OSError:
+        return ""
+    return data.decode("utf-8", "replace")
+
+
+def _log_lines(text: str) -> list[str]:
+    # progress bars rewrite their line with \r: keep what the terminal would show
+    return [line.rsplit("\r", 1)[-1] if line.rstrip("\r") else "" for line in text.split("\n")]
+
+
+def _error_line(job: dict) -> str | None:
+    lines = [ln.strip() for ln in _log_lines(_read_log_tail(job))]
+    lines = [ln for ln in lines if ln and not ln.startswith(f"[job {job['id']}]")]
+    for ln in reversed(lines):
+        if ln.startswith("error:"):
+            return ln[:500]
+    return lines[-1][:500] if lines else None
+
+
+# ---------------------------------------------------------------------------------------------------------
+# the queue
+
+class Jobs:
+    """The job queue under `root` (a runs root). Cheap to construct; all state lives in files."""
+
+    def __init__(self, root=None, max_concurrent: int = 1, repo_root=None, cancel_timeout: float = 5.0,
+                 lock_timeout: float = 30.0):
+        self.root = Path(root).absolute() if root is not None else _default_root()
+        self.dir = self.root / ".jobs"
+        self.queue_path = self.dir / "queue.json"
+        self.max_concurrent = max(1, int(max_concurrent))
+        self.repo_root = Path(repo_root) if repo_root is not None else REPO_ROOT
+        self.cancel_timeout = cancel_timeout
+        self.lock_timeout = lock_timeout
+
+    # -- storage ------------------------------------------------------------------------------------------
+    def _load(self) -> dict:
+        try:
+            q = json.loads(self.queue_path.read_text(encoding="utf-8"))
+            if isinstance(q, dict) and isinstance(q.get("jobs"), list):
+                return q
+        except FileNotFoundError:
+            return {"version": 1, "jobs": []}
+        except (OSError, ValueError):
+            pass
+        # unreadable (edited by hand?): keep it aside and start a fresh queue rather than brick the studio
+        try:
+            os.replace(self.queue_path, self.queue_path.with_name(f"queue.json.bad-{int(time.time())}"))
+        except OSError:
+            pass
+        return {"version": 1, "jobs": []}
+
+    @contextmanager
+    def _transaction(self):
+        """Hold the queue lock; yield the queue dict; save it if it changed."""
+        try:
+            self.dir.mkdir(parents=True, exist_ok=True)
+            fd = os.open(self.dir / "queue.lock", os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as e:
+            raise _err(f"could not open the job queue in {self.dir}: {e.strerror or e}; check the runs folder's permissions")
+        try:
+            deadline = time.monotonic() + self.lock_timeout
+            while True:
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except BlockingIOError:
+                    if time.monotonic() > deadline:
+                        raise _err(f"the job queue {self.queue_path} stayed locked for {self.lock_timeout:.0f} s; retry, or restart the studio")
+                    time.sleep(0.02)
+            q = self._load()
+            before = json.dumps(q, sort_keys=True)
+            yield q
+            if json.dumps(q, sort_keys=True) != before:
+                _atomic_write_json(self.queue_path, q)
+        finally:
+            os.close(fd)  # releases the flock
+
+    @staticmethod
+    def _find(q: dict, job_id: str) -> dict | None:
+        for job in q["jobs"]:
+            if job.get("id") == job_id:
+                return job
+        return None
+
+    def _find_or_fail(self, q: dict, job_id: str) -> dict:
+        job = self._find(q, job_id)
+        if job is None:
+            raise _err(f"there is no job {job_id!r} in {self.queue_path}; refresh the job list")
+        return job
+
+    # -- reading ------------------------------------------------------------------------------------------
+    def list_jobs(self) -> list[dict]:
+        """All jobs, newest first (a lock-free read of the atomically written queue file)."""
+        return [dict(j) for j in reversed(self._load_readonly()["jobs"])]
+
+    def _load_readonly(self) -> dict:
+        try:
+            q = json.loads(self.queue_path.read_text(encoding="utf-8"))
+            if isinstance(q, dict) and isinstance(q.get("jobs"), list):
+                return q
+        except (OSError, ValueError):
+            pass
+        return {"version": 1, "jobs": []}
+
+    def get(self, job_id: str) -> dict | None:
+        job = self._find(self._load_readonly(), job_id)
+        return dict(job) if job else None
+
+    def tail_log(self, job_id: str, n: int = 50) -> str:
+        """The last `n` lines of the job's log (its own part only)."""
+        job = self.get(job_id)
+        if job is None:
+            raise _err(f"there is no job {job_id!r} in {self.queue_path}; refresh the job list")
+        lines = _log_lines(_read_log_tail(job))
+        while lines and not lines[-1].strip():
+            lines.pop()
+        return "\n".join(lines[-n:]) if n > 0 else ""
+
+    def job_progress(self, job: dict) -> float | None:
+        """Fraction done in [0, 1] from the run dir (last logged step / total steps); None if unknown."""
+        if job.get("status") == "finished":
+            return 1.0
+        if job.get("status") == "queued":
+            return 0.0
+        if not job.get("run_dir"):
+            return None
+        from engine.runs import run_progress
+        return run_progress(job["run_dir"])["fraction"]
+
+    # -- submitting ---------------------------------------------------------------------------------------
+    def submit(self, argv, name: str | None = None, run_dir=None) -> dict:
+        """Queue `python -m engine *argv` and start it if a slot is free. Returns the job record.
+
+        `run_dir` (default: the value of `--out` in argv; a relative path is taken from the repo root, the
+        engine's working directory) is where job.log goes and progress is read from. One active job per run dir."""
+        if isinstance(argv, (str, bytes)) or not isinstance(argv, (list, tuple)) or not argv:
+            raise _err("a job is an engine command as a list of arguments, e.g. ['pretrain', '--corpus', 'bbc']")
+        argv = list(argv)
+        if not all(isinstance(a, str) for a in argv):
+            raise _err("every job argument must be a string; convert numbers with str()")
+        if any("\x00" in a for a in argv):
+            raise _err("a job argument contains a NUL character; remove it")
+        if not _COMMAND_RE.fullmatch(argv[0]):
+            raise _err(f"{argv[0]!r} is not an engine command; start the list with one such as 'pretrain' or 'finetune'")
+        if run_dir is None:
+            run_dir = _flag_value(argv, "--out")
+        return self._add(argv=argv, cmd=None, name=name, run_dir=run_dir)
+
+    def _submit_cmd(self, cmd: list[str], name: str | None = None, run_dir=None) -> dict:
+        """Tests only: queue an arbitrary full command instead of `python -m engine ...`."""
+        return self._add(argv=list(cmd), cmd=list(cmd), name=name, run_dir=run_dir)
+
+    def _add(self, argv, cmd, name, run_dir) -> dict:
+        job_id = f"{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(3)}"
+        if run_dir is not None:
+            run_dir = Path(run_dir)
+            run_dir = str(run_dir if run_dir.is_absolute() else (self.repo_root / run_dir))
+            log = str(Path(run_dir) / "job.log")
+        else:
+            log = str(self.dir / "logs" / f"{job_id}.log")
+        job = {"id": job_id, "name": name or (Path(run_dir).name if run_dir else argv[0]), "argv": argv,
+               "status": "queued", "pid": None, "pgid": None, "proc_start": None, "child_pid": None,
+               "created": _now(), "started": None, "ended": None, "returncode": None, "error": None,
+               "log": log, "log_offset": None, "run_dir": run_dir, "cancel_requested": False}
+        if cmd is not None:
+            job["cmd"] = cmd
+        with self._transaction() as q:
+            for other in q["jobs"]:
+                if run_dir is not None and other.get("run_dir") == run_dir and other["status"] in ("queued", "running"):
+                    raise _err(f"run folder {run_dir} already has job {other['id']} {other['status']}; "
+                               f"wait for it or cancel it, or pick another output folder")
+            q["jobs"].append(job)
+            self._reap(q)
+            self._schedule(q)
+            return dict(self._find(q, job_id))
+
+    def retry(self, job_id: str) -> dict:
+        """A new job with the same command; a pretrain job whose run has a checkpoint gets `--resume`."""
+        job = self.get(job_id)
+        if job is None:
+            raise _err(f"there is no job {job_id!r} in {self.queue_path}; refresh the job list")
+        if job["status"] not in TERMINAL:
+            raise _err(f"job {job_id} is still {job['status']}; cancel it first, then retry")
+        return self._add(argv=retry_argv(job), cmd=job.get("cmd"), name=job.get("name"), run_dir=job.get("run_dir"))
+
+    def remove(self, job_id: str) -> None:
+        """Forget a finished/failed/cancelled job (its log and run folder stay)."""
+        with self._transaction() as q:
+            job = self._find_or_fail(q, job_id)
+            if job["status"] not in TERMINAL:
+                raise _err(f"job {job_id} is still {job['status']}; cancel it before removing it")
+            q["jobs"].remove(job)
+
+    # -- scheduling ---------------------------------------------------------------------------------------
+    def refresh(self) -> list[dict]:
+        """Reap jobs whose process died, start queued jobs into free slots; returns list_jobs()."""
+        _poll_launched()
+        with self._transaction() as q:
+            self._reap(q)
+            self._schedule(q)
+        return self.list_jobs()
+
+    def _reap(self, q: dict) -> None:
+        _poll_launched()
+        for job in q["jobs"]:
+            if job["status"] != "running" or _job_alive(job):
+                continue
+            # the runner ended without recording the exit (killed): decide from what is left
+            run_status = _run_json_status(job.get("run_dir"))
+            if job.get("cancel_requested"):
+                status = "cancelled"
+            elif run_status == "finished":
+                status = "finished"
+            else:
+                status = "failed"
+            job.update(status=status, ended=_now())
+            if status != "finished":
+                job["error"] = _error_line(job) if status == "failed" else "cancelled by the user"
+                job["error"] = job["error"] or "the job's process ended unexpectedly (killed?)"
+                _finalize_run_json(job.get("run_dir"), status, job["error"])
+
+    def _schedule(self, q: dict) -> None:
+        running = sum(1 for j in q["jobs"] if j["status"] == "running")
+        for job in q["jobs"]:
+            if running >= self.max_concurrent:
+                break
+            if job["status"] == "queued":
+                self._launch(job)
+                running += job["status"] == "running"
+
+    def _launch(self, job: dict) -> None:
+        """Start the detached runner for `job` (called with the queue lock held)."""
+        log = Path(job["log"])
+        try:
+            log.parent.mkdir(parents=True, exist_ok=True)
+            with open(log, "ab") as f:
+                job["log_offset"] = f.seek(0, os.SEEK_END)
+                shown = job["cmd"] if job.get("cmd") else ["python", "-m", "engine", *job["argv"]]
+                f.write(f"[job {job['id']}] {_now()} $ {shlex.join(shown)}\n".encode())
+            logf = open(log, "ab")
+        except OSError as e:
+            job.update(status="failed", ended=_now(), error=f"could not open the job log {log}: {e.strerror or e}")
+            return
+        try:
+            env = dict(os.environ, PYTHONUNBUFFERED="1")
+            p = subprocess.Popen(
+                [sys.executable, "-m", "studio.jobs", "run", "--root", str(self.root),
+                 "--max-concurrent", str(self.max_concurrent), job["id"]],
+                cwd=self.repo_root, stdin=subprocess.DEVNULL, stdout=logf, stderr=subprocess.STDOUT,
+                start_new_session=True, close_fds=True, env=env)
+        except OSError as e:
+            job.update(status="failed", ended=_now(), error=f"could not start the job: {e.strerror or e}")
+            return
+        finally:
+            logf.close()
+        _LAUNCHED[p.pid] = p
+        st = _proc_stat(p.pid)
+        job.update(status="running", pid=p.pid, pgid=p.pid, proc_start=st[2] if st else None, started=_now())
+
+    # -- cancelling ---------------------------------------------------------------------------------------
+    def cancel(self, job_id: str, timeout: float | None = None) -> dict:
+        """Cancel a job: a queued one is just marked; a running one gets SIGTERM to its process group,
+        then SIGKILL after `timeout` (default `cancel_timeout`) seconds. Returns the job record."""
+        timeout = self.cancel_timeout if timeout is None else timeout
+        with self._transaction() as q:
+            job = self._find_or_fail(q, job_id)
+            if job["status"] == "queued":
+                job.update(status="cancelled", ended=_now(), error="cancelled before it started")
+                return dict(job)
+            if job["status"] != "running":
+                return dict(job)
+            job["cancel_requested"] = True
+            pgid = job["pgid"]
+            snapshot = dict(job)
+        _killpg(pgid, signal.SIGTERM)
+        deadline = time.monotonic() + timeout
+        while _job_alive(snapshot) and time.monotonic() < deadline:
+            _poll_launched()
+            time.sleep(0.05)
+        if _job_alive(snapshot):
+            _killpg(pgid, signal.SIGKILL)
+            deadline = time.monotonic() + 5.0
+            while _job_alive(snapshot) and time.monotonic() < deadline:
+                _poll_launched()
+                time.sleep(0.05)
+        self.refresh()
+        return self.get(job_id)
+
+
+def retry_argv(job: dict) -> list[str]:
+    """The argv a retry runs: the same, plus `--resume` for a pretrain job whose run has a complete checkpoint."""
+    argv = list(job["argv"])
+    if job.get("cmd") is None and argv and argv[0] == "pretrain" and job.get("run_dir") \
+            and "--resume" not in argv and not any(a.startswith("--resume=") for a in argv):
+        from engine.runs import latest_checkpoint
+        if latest_checkpoint(job["run_dir"]) is not None:
+            argv.append("--resume")
+    return argv
+
+
+def _killpg(pgid, sig) -> None:
+    try:
+        if pgid and int(pgid) > 1:
+            os.killpg(int(pgid), sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _flag_value(argv: list[str], flag: str) -> str | None:
+    for i, a in enumerate(argv):
+        if a == flag and i + 1 < len(argv):
+            return argv[i + 1]
+        if a.startswith(flag + "="):
+            return a[len(flag) + 1:]
+    return None
+
+
+def _run_json_status(run_dir) -> str | None:
+    if not run_dir:
+        return None
+    try:
+        return json.loads((Path(run_dir) / "run.json").read_text(encoding="utf-8")).get("status")
+    except (OSError, ValueError, AttributeError):
+        return None
+
+
+def _finalize_run_json(run_dir, status: str, error: str | None) -> None:
+    """If the engine died leaving run.json at `running`, record how it ended."""
+    if _run_json_status(run_dir) != "running":
+        return
+    from engine.runs import set_status  # lazy (imports torch through engine/__init__); rare path
+    try:
+        set_status(run_dir, status, error=error)
+    except Exception:
+        pass
+
+
+# ---------------------------------------------------------------------------------------------------------
+# the runner: python -m studio.jobs run --root ROOT JOB_ID
+
+def _run_job(root: str, job_id: str, max_concurrent: int) -> int:
+    stop = {"sig": None}
+
+    def on_signal(signum, frame):
+        stop["sig"] = signum  # the engine child got the same signal (same process group); wait for it
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    jobs = Jobs(root, max_concurrent=max_concurrent)
+    with jobs._transaction() as q:
+        job = jobs._find(q, job_id)
+        if job is None or job["status"] != "running" or job.get("pid") != os.getpid():
+            print(f"[job {job_id}] runner {os.getpid()} does not own this job; exiting", flush=True)
+            return 1
+        cmd = job["cmd"] if job.get("cmd") else [sys.executable, "-m", "engine", *job["argv"]]
+        early_cancel = job.get("cancel_requested")
+    rc, error = None, None
+    if not early_cancel and stop["sig"] is None:
+        env = dict(os.environ, PYTHONUNBUFFERED="1", BERT_STUDIO_RUNS=str(jobs.root), BERT_STUDIO_JOB=job_id)
+        try:
+            child = subprocess.Popen(cmd, cwd=jobs.repo_root, stdin=subprocess.DEVNULL, env=env)
+        except OSError as e:
+            error = f"could not start {cmd[0]}: {e.strerror or e}"
+        else:
+            with jobs._transaction() as q:
+                rec = jobs._find(q, job_id)
+                if rec is not None:
+                    rec["child_pid"] = child.pid
+            if stop["sig"] is not None:  # cancelled while we were starting it
+                child.terminate()
+            rc = child.wait()
+    with jobs._transaction() as q:
+        job = jobs._find(q, job_id)
+        cancelled = bool(stop["sig"] is not None or (job and job.get("cancel_requested")))
+    if rc == 0:
+        status = "finished"
+    elif cancelled:
+        status, error = "cancelled", "cancelled by the user"
+    else:
+        status = "failed"
+    if status == "failed" and error is None:
+        last = _error_line(job) if job is not None else None
+        if last and last.startswith("error:"):
+            error = last
+        elif rc is not None and rc < 0:
+            try:
+                error = f"killed by {signal.Signals(-rc).name}"
+            except ValueError:
+                error = f"killed by signal {-rc}"
+        else:
+            error = last or f"exited with code {rc}"
+    print(f"[job {job_id}] {_now()} {status} (exit code {rc})", flush=True)
+    if job is not None:
+        _finalize_run_json(job.get("run_dir"), status, error)
+    with jobs._transaction() as q:
+        job = jobs._find(q, job_id)
+        if job is not None:
+            job.update(status=status, returncode=rc, ended=_now(), error=error)
+        jobs._reap(q)
+        jobs._schedule(q)  # chain: start the next queued job, detached from us
+    return 0
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m studio.jobs", description="BERT Studio job runner (internal)")
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    r = sub.add_parser("run", help="run one queued job (started by the studio; not for direct use)")
+    r.add_argument("--root", required=True, help="runs root holding .jobs/queue.json")
+    r.add_argument("--max-concurrent", type=int, default=1)
+    r.add_argument("job_id")
+    ls = sub.add_parser("list", help="print the queue")
+    ls.add_argument("--root", default=None)
+    args = ap.parse_args(argv)
+    if args.cmd == "run":
+        return _run_job(args.root, args.job_id, args.max_concurrent)
+    jobs = Jobs(args.root)
+    for j in jobs.refresh():
+        print(f"{j['id']}  {j['status']:<9}  {j['name']}  {j.get('error') or ''}")
+    return 0
+
+
+# ---------------------------------------------------------------------------------------------------------
+# module-level shortcuts on the default runs root ($BERT_STUDIO_RUNS or ./runs)
+
+def submit(argv, name=None, run_dir=None, root=None) -> dict:
+    return Jobs(root).submit(argv, name=name, run_dir=run_dir)
+
+
+def list_jobs(root=None) -> list[dict]:
+    return Jobs(root).list_jobs()
+
+
+def get(job_id, root=None) -> dict | None:
+    return Jobs(root).get(job_id)
+
+
+def cancel(job_id, root=None, timeout=None) -> dict:
+    return Jobs(root).cancel(job_id, timeout=timeout)
+
+
+def retry(job_id, root=None) -> dict:
+    return Jobs(root).retry(job_id)
+
+
+def tail_log(job_id, n=50, root=None) -> str:
+    return Jobs(root).tail_log(job_id, n)
+
+
+def refresh(root=None) -> list[dict]:
+    return Jobs(root).refresh()
+
+
+def job_progress(job) -> float | None:
+    return Jobs().job_progress(job)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,217 @@
+"""The studio's job queue: detached runners, one job at a time, cancel, retry, restart survival.
+
+Engine-free: jobs run tiny `python -c` programs through the internal `_submit_cmd` hook, except one test
+that checks the public `submit` runs `python -m engine ...` without a shell.
+"""
+import json
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from engine import runs
+from engine.errors import EngineError
+from studio import jobs as jobs_mod
+from studio.jobs import TERMINAL, Jobs
+
+
+def py(code: str) -> list[str]:
+    return [sys.executable, "-c", code]
+
+
+def wait_for(pred, timeout=20.0, step=0.05):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = pred()
+        if value:
+            return value
+        time.sleep(step)
+    raise AssertionError("timed out waiting")
+
+
+def wait_done(q: Jobs, job_id, timeout=20.0, refresh=False):
+    def done():
+        if refresh:
+            q.refresh()
+        job = q.get(job_id)
+        return job if job["status"] in TERMINAL else None
+    return wait_for(done, timeout)
+
+
+@pytest.fixture
+def q(tmp_path):
+    jq = Jobs(tmp_path / "runs", cancel_timeout=2.0)
+    yield jq
+    # never leave processes behind
+    for job in jq.list_jobs():
+        if job["status"] not in TERMINAL:
+            jq.cancel(job["id"], timeout=0.5)
+
+
+def test_two_jobs_run_one_at_a_time_and_chain(q, tmp_path):
+    stamp = tmp_path / "stamps"
+    stamp.mkdir()
+    prog = ("import sys, time; n = sys.argv[1]; d = sys.argv[2]\n"
+            "open(f'{d}/{n}.start', 'w').write(repr(time.time()))\n"
+            "print(f'hello from {n}', flush=True); time.sleep(0.6)\n"
+            "open(f'{d}/{n}.end', 'w').write(repr(time.time()))\n")
+    a = q._submit_cmd([sys.executable, "-c", prog, "a", str(stamp)], name="a", run_dir=tmp_path / "runs" / "a")
+    b = q._submit_cmd([sys.executable, "-c", prog, "b", str(stamp)], name="b", run_dir=tmp_path / "runs" / "b")
+    assert a["status"] == "running" and b["status"] == "queued"
+    assert q.get(b["id"])["status"] == "queued"
+    ids = [j["id"] for j in q.list_jobs()]
+    assert ids == [b["id"], a["id"]]  # newest first
+    # no refresh(): the first job's runner starts the second one itself
+    ja = wait_done(q, a["id"])
+    jb = wait_done(q, b["id"])
+    assert ja["status"] == jb["status"] == "finished"
+    assert ja["returncode"] == 0 and jb["returncode"] == 0 and ja["error"] is None
+    assert float((stamp / "a.end").read_text()) <= float((stamp / "b.start").read_text())
+    assert Path(ja["log"]) == tmp_path / "runs" / "a" / "job.log"
+    assert "hello from a" in q.tail_log(a["id"])
+    assert "hello from b" in q.tail_log(b["id"]) and "hello from a" not in q.tail_log(b["id"])
+    assert q.tail_log(a["id"], n=1).startswith(f"[job {a['id']}]")  # the runner's footer
+    assert q.job_progress(ja) == 1.0
+
+
+def test_failed_job_error_line_and_retry(q, tmp_path):
+    code = "import sys; print('step 1'); print('error: corpus foo not found; pass --corpus bbc', file=sys.stderr); sys.exit(2)"
+    j = q._submit_cmd(py(code), name="bad")
+    j = wait_done(q, j["id"])
+    assert j["status"] == "failed" and j["returncode"] == 2
+    assert j["error"] == "error: corpus foo not found; pass --corpus bbc"
+    assert Path(j["log"]).parent == tmp_path / "runs" / ".jobs" / "logs"
+    r = q.retry(j["id"])
+    assert r["id"] != j["id"] and r["argv"] == j["argv"] and r["name"] == "bad"
+    assert wait_done(q, r["id"])["status"] == "failed"
+    # a crash with no error: line reports the last line / the signal
+    k = wait_done(q, q._submit_cmd(py("import os, signal; print('working', flush=True); os.kill(os.getpid(), signal.SIGKILL)"))["id"])
+    assert k["status"] == "failed" and k["returncode"] == -signal.SIGKILL and k["error"] == "killed by SIGKILL"
+    with pytest.raises(EngineError):
+        q.retry("nope")
+
+
+def test_retry_argv_adds_resume_for_pretrain_with_checkpoint(tmp_path):
+    run_dir = tmp_path / "r"
+    job = {"argv": ["pretrain", "--out", str(run_dir)], "run_dir": str(run_dir), "cmd": None}
+    assert jobs_mod.retry_argv(job) == job["argv"]  # no checkpoint yet: start over
+    tmp = runs.new_checkpoint_dir(run_dir, 4)
+    runs.publish_checkpoint(tmp)
+    assert jobs_mod.retry_argv(job) == ["pretrain", "--out", str(run_dir), "--resume"]
+    assert jobs_mod.retry_argv({**job, "argv": job["argv"] + ["--resume"]}).count("--resume") == 1
+    assert jobs_mod.retry_argv({**job, "argv": ["finetune", "--out", str(run_dir)]}) == ["finetune", "--out", str(run_dir)]
+
+
+def test_cancel_kills_whole_process_group(q, tmp_path):
+    pidfile = tmp_path / "grandchild.pid"
+    code = ("import subprocess, sys, time\n"
+            "p = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'])\n"
+            f"open({str(pidfile)!r}, 'w').write(str(p.pid))\n"
+            "time.sleep(60)\n")
+    j = q._submit_cmd(py(code), name="long", run_dir=tmp_path / "runs" / "long")
+    wait_for(lambda: pidfile.exists() and pidfile.read_text())
+    grandchild = int(pidfile.read_text())
+    running = q.get(j["id"])
+    assert running["status"] == "running" and runs.pid_alive(running["child_pid"]) and runs.pid_alive(grandchild)
+    done = q.cancel(j["id"], timeout=15)
+    assert done["status"] == "cancelled" and done["error"] == "cancelled by the user"
+    assert done["returncode"] == -signal.SIGTERM  # SIGTERM was enough: the runner lived to record it
+    wait_for(lambda: not runs.pid_alive(grandchild) and not runs.pid_alive(running["child_pid"]), timeout=5)
+    assert not runs.pid_alive(running["pid"])
+
+
+def test_cancel_escalates_to_sigkill_and_starts_next(q, tmp_path):
+    ready = tmp_path / "ready"
+    code = ("import signal, time\n"
+            "signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+            f"open({str(ready)!r}, 'w').write('1')\n"
+            "time.sleep(60)\n")
+    stubborn = q._submit_cmd(py(code), name="stubborn")
+    nxt = q._submit_cmd(py("print('next ran')"), name="next")
+    wait_for(ready.exists)
+    child = q.get(stubborn["id"])["child_pid"]
+    done = q.cancel(stubborn["id"], timeout=0.5)
+    assert done["status"] == "cancelled" and not runs.pid_alive(child)
+    assert wait_done(q, nxt["id"], refresh=True)["status"] == "finished"
+
+
+def test_cancel_queued_job(q):
+    first = q._submit_cmd(py("import time; time.sleep(30)"))
+    second = q._submit_cmd(py("print('never')"), run_dir=q.root / "x")
+    with pytest.raises(EngineError, match="already has job"):
+        q._submit_cmd(py("print('never')"), run_dir=q.root / "x")
+    c = q.cancel(second["id"])
+    assert c["status"] == "cancelled" and c["pid"] is None
+    assert q.cancel(first["id"], timeout=1)["status"] == "cancelled"
+    time.sleep(0.3)
+    assert q.get(second["id"])["status"] == "cancelled"  # never started
+
+
+def test_queue_survives_restart(tmp_path):
+    root = tmp_path / "runs"
+    first = Jobs(root)
+    a = first._submit_cmd(py("import time; time.sleep(0.5)"), name="a")
+    b = first._submit_cmd(py("print('b done')"), name="b")
+    del first  # the studio goes away; the runner keeps going
+    second = Jobs(root)
+    assert {j["id"] for j in second.list_jobs()} == {a["id"], b["id"]}
+    assert wait_done(second, b["id"])["status"] == "finished"
+    assert second.get(a["id"])["status"] == "finished"
+    assert json.loads((root / ".jobs" / "queue.json").read_text())["jobs"][0]["id"] == a["id"]
+
+
+def test_refresh_reaps_dead_runner_and_starts_queued(tmp_path):
+    root = tmp_path / "runs"
+    jq = Jobs(root)
+    p = __import__("subprocess").Popen([sys.executable, "-c", "pass"])
+    p.wait()
+    run_dir = root / "crashed"
+    runs.write_run_json(run_dir, status="running", pid=p.pid)
+    # as if the studio host rebooted: a job marked running whose processes are gone, and one queued job
+    jq.queue_path.parent.mkdir(parents=True)
+    ghost = {"id": "ghost", "name": "ghost", "argv": ["pretrain"], "status": "running", "pid": p.pid,
+             "pgid": p.pid, "proc_start": None, "created": "x", "started": "x", "ended": None,
+             "returncode": None, "error": None, "log": str(run_dir / "job.log"), "log_offset": 0,
+             "run_dir": str(run_dir), "cancel_requested": False}
+    waiting = dict(ghost, id="waiting", status="queued", pid=None, pgid=None, argv=["x"],
+                   cmd=py("print('ok')"), log=str(root / "w.log"), run_dir=None)
+    (run_dir / "job.log").write_text("[job ghost] start\nerror: out of memory; use a smaller batch\n")
+    jq.queue_path.write_text(json.dumps({"version": 1, "jobs": [ghost, waiting]}))
+    jq.refresh()
+    g = jq.get("ghost")
+    assert g["status"] == "failed" and g["error"] == "error: out of memory; use a smaller batch"
+    assert runs.read_run_json(run_dir)["status"] == "failed"  # run.json no longer claims running
+    assert wait_done(jq, "waiting")["status"] == "finished"
+
+
+def test_public_submit_runs_engine_without_a_shell(q, tmp_path):
+    pwned = tmp_path / "pwned"
+    with pytest.raises(EngineError):
+        q.submit("pretrain --corpus bbc")
+    for bad in ([], ["--corpus"], ["pretrain", 3], ["pre train"], ["pretrain", "a\x00b"]):
+        with pytest.raises(EngineError):
+            q.submit(bad)
+    out = tmp_path / "runs" / "inj"
+    j = q.submit(["no-such-command", f"; touch {pwned}", f"$(touch {pwned})", "--out", str(out)])
+    assert j["run_dir"] == str(out) and j["name"] == "inj"
+    j = wait_done(q, j["id"], timeout=60)
+    assert j["status"] == "failed" and j["returncode"] != 0 and j["error"]
+    header = Path(j["log"]).read_text().splitlines()[0]
+    assert "python -m engine no-such-command" in header
+    assert not pwned.exists()
+
+
+def test_progress_and_tail(q, tmp_path):
+    run_dir = tmp_path / "runs" / "p"
+    runs.write_run_json(run_dir, status="running", total_steps=10)
+    runs.append_metrics(run_dir, {"step": 4})
+    assert q.job_progress({"status": "running", "run_dir": str(run_dir)}) == pytest.approx(0.4)
+    assert q.job_progress({"status": "queued", "run_dir": None}) == 0.0
+    assert q.job_progress({"status": "running", "run_dir": None}) is None
+    j = wait_done(q, q._submit_cmd(py("import sys\nfor i in range(100): print('line', i)\n"
+                                      "sys.stdout.write('bar 10%\\rbar 50%\\rbar 100%\\n')"))["id"])
+    tail = q.tail_log(j["id"], n=3).splitlines()
+    assert tail[0] == "line 99" and tail[1] == "bar 100%" and tail[2].startswith(f"[job {j['id']}]")

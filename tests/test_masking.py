@@ -1,0 +1,236 @@
+"""Masked-LM corruption (`engine.pretraining_data.mask_tokens`): statistics, invariants, whole words, seeds.
+
+The paper's Table 8 lists MASK/SAME/RND; `mask_tokens` takes ratios in the order MASK/RANDOM/SAME.
+"""
+import math
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from engine.errors import EngineError
+from engine.pretraining_data import IGNORE_INDEX, mask_tokens
+
+V, MASK, PAD, CLS, SEP = 1000, 4, 0, 2, 3
+SPECIAL_IDS = [0, 1, 2, 3, 4]
+
+
+def make_batch(B=64, T=96, seed=0, min_len=8):
+    """Random sequences `[CLS] ids [SEP] [PAD]...` of random lengths; ids drawn from the non-special range."""
+    g = torch.Generator().manual_seed(seed)
+    lens = torch.randint(min_len, T + 1, (B,), generator=g)
+    ids = torch.randint(5, V, (B, T), generator=g)
+    pos = torch.arange(T)[None, :]
+    real = pos < lens[:, None]
+    ids[~real] = PAD
+    ids[:, 0] = CLS
+    ids[torch.arange(B), lens - 1] = SEP
+    special = ~real | (pos == 0) | (pos == lens[:, None] - 1)
+    return ids, special, real.long()
+
+
+def check_invariants(ids, special, attn, masked, labels, rate, word_starts=None):
+    selected = labels != IGNORE_INDEX
+    assert not (selected & special).any(), "a special token or padding was selected"
+    assert not (selected & (attn == 0)).any()
+    assert torch.equal(labels[selected], ids[selected]), "labels must be the original ids"
+    assert torch.equal(masked[~selected], ids[~selected]), "inputs changed outside the selected positions"
+    n = ((~special) & (attn == 1)).sum(1)
+    k = selected.sum(1)
+    want = torch.clamp(torch.floor(n.double() * rate + 0.5).long(), min=1)
+    want = torch.where(n > 0, torch.minimum(want, n), torch.zeros_like(n))
+    if word_starts is None:
+        assert torch.equal(k, want), "exactly round(rate * n) positions per sequence"
+    else:
+        assert ((k >= 1) == (n >= 1)).all()
+
+
+def test_rate_and_80_10_10_split_over_many_draws():
+    ids, special, attn = make_batch(B=128, T=128)
+    g = torch.Generator().manual_seed(1)
+    n_sel = n_mask = n_rand = n_same = 0
+    n_real = int(((~special) & (attn == 1)).sum())
+    for _ in range(12):
+        masked, labels = mask_tokens(ids, special, V, MASK, rate=0.15, ratios=(0.8, 0.1, 0.1), generator=g, special_ids=SPECIAL_IDS)
+        check_invariants(ids, special, attn, masked, labels, 0.15)
+        sel = labels != IGNORE_INDEX
+        n_sel += int(sel.sum())
+        n_mask += int((sel & (masked == MASK)).sum())
+        n_same += int((sel & (masked == ids)).sum())
+        n_rand += int((sel & (masked != MASK) & (masked != ids)).sum())
+    assert abs(n_sel / (12 * n_real) - 0.15) < 0.005
+    assert abs(n_mask / n_sel - 0.8) < 0.015
+    assert abs(n_rand / n_sel - 0.1) < 0.012
+    assert abs(n_same / n_sel - 0.1) < 0.012
+
+
+# (MASK, RANDOM, SAME): the paper's Table 8 rows, and the tuples of the issue read in this order
+TABLE8 = [(0.8, 0.1, 0.1), (1.0, 0.0, 0.0), (0.8, 0.2, 0.0), (0.8, 0.0, 0.2), (0.0, 0.8, 0.2), (0.0, 1.0, 0.0),
+          (0.0, 0.2, 0.8), (0.0, 0.0, 1.0)]
+
+
+@pytest.mark.parametrize("ratios", TABLE8)
+def test_table8_variants(ratios):
+    ids, special, attn = make_batch(B=128, T=128, seed=2)
+    g = torch.Generator().manual_seed(3)
+    counts = torch.zeros(3)
+    for _ in range(6):
+        masked, labels = mask_tokens(ids, special, V, MASK, rate=0.15, ratios=ratios, generator=g, special_ids=SPECIAL_IDS)
+        check_invariants(ids, special, attn, masked, labels, 0.15)
+        sel = labels != IGNORE_INDEX
+        is_mask = sel & (masked == MASK)
+        is_same = sel & (masked == ids)
+        is_rand = sel & ~is_mask & ~is_same
+        counts += torch.tensor([is_mask.sum(), is_rand.sum(), is_same.sum()], dtype=torch.float)
+        # RANDOM replacements are never special tokens and never [MASK]
+        assert not torch.isin(masked[is_rand], torch.tensor(SPECIAL_IDS)).any()
+    frac = counts / counts.sum()
+    for got, want in zip(frac.tolist(), ratios):
+        if want in (0.0, 1.0):
+            # a RANDOM draw equal to the original token looks like SAME (p = 1/995)
+            assert abs(got - want) < 0.005, (frac, ratios)
+        else:
+            assert abs(got - want) < 0.02, (frac, ratios)
+
+
+def test_never_selects_specials_or_padding_even_at_rate_1():
+    ids, special, attn = make_batch(B=16, T=40, seed=4, min_len=3)
+    masked, labels = mask_tokens(ids, special, V, MASK, rate=1.0, ratios=(1, 0, 0), generator=torch.Generator().manual_seed(0))
+    sel = labels != IGNORE_INDEX
+    assert torch.equal(sel, ~special)  # every real token, nothing else
+    assert (masked[sel] == MASK).all() and torch.equal(masked[~sel], ids[~sel])
+
+
+def test_padding_excluded_via_attention_mask_when_special_mask_misses_it():
+    ids, special, attn = make_batch(B=8, T=30, seed=5)
+    only_cls_sep = special & (attn == 1)  # a special mask that does not flag padding
+    masked, labels = mask_tokens(ids, only_cls_sep, V, MASK, rate=0.5, generator=torch.Generator().manual_seed(0), attention_mask=attn)
+    check_invariants(ids, special, attn, masked, labels, 0.5)
+
+
+def test_at_least_one_position_and_empty_rows():
+    ids = torch.tensor([[CLS, 10, SEP, PAD], [CLS, SEP, PAD, PAD]])
+    special = torch.tensor([[1, 0, 1, 1], [1, 1, 1, 1]], dtype=torch.bool)
+    masked, labels = mask_tokens(ids, special, V, MASK, rate=0.01, generator=torch.Generator().manual_seed(0))
+    assert (labels[0] != IGNORE_INDEX).tolist() == [False, True, False, False]
+    assert (labels[1] == IGNORE_INDEX).all()
+
+
+def test_reproducible_with_same_seed_and_different_with_another():
+    ids, special, _ = make_batch(seed=6)
+    a = mask_tokens(ids, special, V, MASK, generator=torch.Generator().manual_seed(42))
+    b = mask_tokens(ids, special, V, MASK, generator=torch.Generator().manual_seed(42))
+    c = mask_tokens(ids, special, V, MASK, generator=torch.Generator().manual_seed(43))
+    assert torch.equal(a[0], b[0]) and torch.equal(a[1], b[1])
+    assert not torch.equal(a[1], c[1])
+
+
+def _words(B, T, seed):
+    """Sequences whose words are 1-4 pieces long: word_starts True at each word's first piece."""
+    g = torch.Generator().manual_seed(seed)
+    ids, special, attn = make_batch(B, T, seed, min_len=12)
+    ws = torch.zeros(B, T, dtype=torch.bool)
+    for r in range(B):
+        t = 0
+        while t < T:
+            ws[r, t] = True
+            t += int(torch.randint(1, 5, (1,), generator=g))
+    return ids, special, attn, ws
+
+
+def test_whole_word_masking_selects_whole_words():
+    ids, special, attn, ws = _words(48, 80, 7)
+    g = torch.Generator().manual_seed(8)
+    total_sel = total_real = 0
+    for _ in range(5):
+        masked, labels = mask_tokens(ids, special, V, MASK, rate=0.15, generator=g, word_starts=ws, special_ids=SPECIAL_IDS)
+        check_invariants(ids, special, attn, masked, labels, 0.15, word_starts=ws)
+        sel = labels != IGNORE_INDEX
+        selectable = ~special
+        for r in range(ids.shape[0]):
+            # walk words: all real pieces of a word share one decision
+            t = 0
+            T = ids.shape[1]
+            while t < T:
+                e = t + 1
+                while e < T and not ws[r, e] and selectable[r, e] and selectable[r, e - 1]:
+                    e += 1
+                piece_sel = sel[r, t:e][selectable[r, t:e]]
+                assert piece_sel.all() or not piece_sel.any(), f"row {r} word {t}:{e} split"
+                t = e
+            n = int(selectable[r].sum())
+            k = max(1, math.floor(n * 0.15 + 0.5))
+            assert int(sel[r].sum()) <= max(k, 4)  # within the count, or the first word alone
+        total_sel += int(sel.sum())
+        total_real += int(selectable.sum())
+    assert 0.09 < total_sel / total_real <= 0.16  # whole words stop short of the count now and then
+
+
+def test_whole_word_with_all_starts_equals_token_level_count():
+    ids, special, attn = make_batch(B=32, T=64, seed=9)
+    ws = torch.ones_like(special)
+    masked, labels = mask_tokens(ids, special, V, MASK, rate=0.15, generator=torch.Generator().manual_seed(0), word_starts=ws)
+    check_invariants(ids, special, attn, masked, labels, 0.15)  # exact count: every word is one piece
+
+
+@pytest.mark.parametrize("rate,ratios", [
+    (0.0, (0.8, 0.1, 0.1)), (1.5, (0.8, 0.1, 0.1)), (-0.1, (0.8, 0.1, 0.1)), (float("nan"), (0.8, 0.1, 0.1)),
+    (0.15, (0.8, 0.1, 0.05)), (0.15, (1.2, -0.1, -0.1)), (0.15, (0.5, 0.5)), (0.15, ("a", 0, 0)),
+])
+def test_bad_rate_or_ratios_raise_engine_error(rate, ratios):
+    ids, special, _ = make_batch(B=2, T=10)
+    with pytest.raises(EngineError) as e:
+        mask_tokens(ids, special, V, MASK, rate=rate, ratios=ratios, generator=torch.Generator())
+    assert "\n" not in str(e.value)
+
+
+def test_ratios_sum_within_tolerance_accepted():
+    ids, special, _ = make_batch(B=2, T=10)
+    mask_tokens(ids, special, V, MASK, ratios=(0.8, 0.1, 0.1 + 5e-7), generator=torch.Generator())
+
+
+def test_shape_mismatch_raises_engine_error():
+    ids, special, _ = make_batch(B=2, T=10)
+    with pytest.raises(EngineError):
+        mask_tokens(ids, special[:, :5], V, MASK)
+    with pytest.raises(EngineError):
+        mask_tokens(ids[0], special[0], V, MASK)
+
+
+@st.composite
+def masking_case(draw):
+    B = draw(st.integers(1, 6))
+    T = draw(st.integers(2, 40))
+    rate = draw(st.floats(0.01, 1.0))
+    w = draw(st.tuples(st.integers(0, 20), st.integers(0, 20), st.integers(0, 20)).filter(lambda t: sum(t) > 0))
+    ratios = tuple(x / sum(w) for x in w)
+    seed = draw(st.integers(0, 2 ** 31))
+    whole = draw(st.booleans())
+    return B, T, rate, ratios, seed, whole
+
+
+@settings(max_examples=150, deadline=None)
+@given(masking_case())
+def test_property_masking_invariants(case):
+    B, T, rate, ratios, seed, whole = case
+    g = torch.Generator().manual_seed(seed)
+    lens = torch.randint(2, T + 1, (B,), generator=g)
+    ids = torch.randint(5, 60, (B, T), generator=g)
+    pos = torch.arange(T)[None, :]
+    attn = (pos < lens[:, None]).long()
+    special = (attn == 0) | (pos == 0) | (pos == lens[:, None] - 1) | (torch.rand(B, T, generator=g) < 0.1)
+    ids[attn == 0] = PAD
+    ws = torch.rand(B, T, generator=g) < 0.6 if whole else None
+    masked, labels = mask_tokens(ids, special, 60, MASK, rate=rate, ratios=ratios, generator=g, word_starts=ws,
+                                 special_ids=SPECIAL_IDS)
+    check_invariants(ids, special, attn, masked, labels, rate, word_starts=ws)
+    sel = labels != IGNORE_INDEX
+    changed = masked != ids
+    if ratios[0] == 0:
+        assert not (masked[sel] == MASK).any()
+    if ratios[1] == 0:  # no RANDOM: every change is a [MASK]
+        assert (masked[changed] == MASK).all()
+    if ratios[2] == 0 and ratios[1] == 0:
+        assert (masked[sel] == MASK).all()
+    assert not torch.isin(masked[sel & changed & (masked != MASK)], torch.tensor(SPECIAL_IDS)).any()
