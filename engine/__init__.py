@@ -9,3 +9,7 @@ from engine.tokenizer import Tokenizer, train_tokenizer
 from engine.corpora import Corpus, load_corpus, load_bbc_labeled
 from engine.model import BertForPreTraining, BertModel, BertOutput
 from engine.checkpoint import Bundle, load, save
+from engine.pretraining_data import (
+    OBJECTIVES, PretrainingCache, PretrainingData, build_pretraining_data, fixed_eval_masking, mask_batch, mask_tokens,
+    open_pretraining_data,
+)
