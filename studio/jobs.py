@@ -180,7 +180,7 @@ def _error_line(job: dict) -> str | None:
 class Jobs:
     """The job queue under `root` (a runs root). Cheap to construct; all state lives in files."""
 
-    def __init__(self, root=None, max_concurrent: int = 1, repo_root=None, cancel_timeout: float = 5.0,
+    def __init__(self, root=None, max_concurrent: int = 1, repo_root=None, cancel_timeout: float = 10.0,
                  lock_timeout: float = 30.0):
         self.root = Path(root).absolute() if root is not None else _default_root()
         self.dir = self.root / ".jobs"
