@@ -80,7 +80,7 @@ def test_wrong_column_names_file_and_columns(tmp_path):
     with pytest.raises(EngineError, match=r"t\.tsv has no label column 'lbl' \(columns: foo, sentence, label\)"):
         load_glue(tr, label="lbl")
     tr2 = write(tmp_path / "u.tsv", "foo\tbar\tlabel\na\tb\tc\n")
-    with pytest.raises(EngineError, match=r"u\.tsv has no a text column \(columns: foo, bar, label\); expected"):
+    with pytest.raises(EngineError, match=r"u\.tsv: found no text column \(columns: foo, bar, label\); expected"):
         load_glue(tr2)
     with pytest.raises(EngineError, match="index 9 is out of range"):
         load_glue(tr2, text_a=9, label=2)

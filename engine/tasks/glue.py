@@ -113,8 +113,8 @@ def _resolve(table, text_a, text_b, label, fallback=None) -> dict:
             b = find_column(table, text_b, what="text_b")
     lab = find_column(table, label, LABEL_COLUMNS, what="label")
     if a is None or lab is None:
-        missing = " and ".join(w for w, i in (("a text column", a), ("a label column", lab)) if i is None)
-        raise EngineError(f"{table.path} has no {missing} (columns: {', '.join(map(str, table.columns))}); expected "
+        missing = " and no ".join(w for w, i in (("text column", a), ("label column", lab)) if i is None)
+        raise EngineError(f"{table.path}: found no {missing} (columns: {', '.join(map(str, table.columns or range(table.n_cols)))}); expected "
                           f"text columns like sentence, sentence1/sentence2, question/sentence, premise/hypothesis and a "
                           f"label column like label; or name them: text_a=... text_b=... label=...")
     return {"text_a": a, "text_b": b, "label": lab, "n_cols": table.n_cols}

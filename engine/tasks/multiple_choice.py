@@ -80,9 +80,9 @@ def read_multiple_choice(path, context=None, start=None, endings=None, label=Non
         if not ending_cols and "endings" in lower:
             list_col = lower.index("endings")
     if ci is None or li is None or (not ending_cols and list_col is None):
-        missing = [w for w, ok in (("a context column (sent1, context, ctx_a)", ci is not None), ("a label column (label)", li is not None),
+        missing = [w for w, ok in (("context column (sent1, context, ctx_a)", ci is not None), ("label column (label)", li is not None),
                                    ("ending columns (ending0, ending1, ... or endings)", ending_cols or list_col is not None)) if not ok]
-        raise EngineError(f"{table.path} has no {' and no '.join(missing)} (columns: {', '.join(map(str, table.columns or range(table.n_cols)))}); "
+        raise EngineError(f"{table.path}: found no {' and no '.join(missing)} (columns: {', '.join(map(str, table.columns or range(table.n_cols)))}); "
                           f"name them with context=, endings=, label=")
     out, n = [], None
     for ln, cells in table.rows:
