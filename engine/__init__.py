@@ -13,3 +13,4 @@ from engine.pretraining_data import (
     OBJECTIVES, PretrainingCache, PretrainingData, build_pretraining_data, fixed_eval_masking, mask_batch, mask_tokens,
     open_pretraining_data,
 )
+from engine.probes import attention, compare_attention, fill_mask, next_sentence, probe_set_accuracy

@@ -1,0 +1,152 @@
+"""Probe page: what the MLM head predicts at each [MASK], the NSP head's P(IsNext), how both change over a
+run's checkpoints, and the built-in probe set's accuracy per checkpoint (paper section 3.1)."""
+import zlib
+from pathlib import Path
+
+import pandas as pd
+import streamlit as st
+
+from engine import probes
+from studio.common import guard, load_bundle, model_picker, runs_root
+from studio.figures import fill_mask_figure, over_steps_figure, plotly_config
+
+st.title("Probe")
+st.caption("Masked LM: BERT predicts a hidden word from both sides of its context. Next sentence prediction: "
+           "does B really follow A? Download any chart as PNG with the camera icon in its toolbar.")
+
+path = model_picker("Model", key="probe_model")
+bundle = None
+with guard("Loading the model"):
+    bundle = load_bundle(path)
+if bundle is None:
+    st.stop()
+name = probes.model_name(bundle)
+
+# ---------------------------------------------------------------------------------------------- fill the mask
+st.header("Fill the mask")
+text = st.text_input("Sentence with one or more [MASK]", key="probe_text",
+                     value="the prime [MASK] said the government would cut taxes .")
+words = text.split()
+pick = st.multiselect("…or pick words to mask", options=[f"{i + 1}. {w}" for i, w in enumerate(words)],
+                      key=f"probe_pick_{zlib.crc32(text.encode())}",
+                      help="each chosen word is replaced by [MASK]")
+picked = {int(p.split(".", 1)[0]) - 1 for p in pick}
+masked = " ".join("[MASK]" if i in picked else w for i, w in enumerate(words))
+top_k = st.slider("Top k", 1, 20, 5, key="probe_top_k")
+if picked:
+    st.caption(f"Probing: `{masked}`")
+
+if "[mask]" not in masked.lower():
+    st.info("Type [MASK] where a word should be predicted, or pick words to mask.")
+else:
+    with guard("Predicting the masked words"):
+        preds = probes.fill_mask(bundle, masked, top_k=top_k)
+        for n in preds.notes:
+            st.warning(n)
+        for i, m in enumerate(preds):
+            st.markdown(f"**[MASK] {i + 1}** → " + " · ".join(f"`{t}` {p:.3f}" for t, p in m))
+        st.plotly_chart(fill_mask_figure(preds), config=plotly_config("fill-mask"), key="probe_fill_fig")
+        st.dataframe(pd.DataFrame([{"mask": i + 1, "rank": r + 1, "token": t, "probability": round(p, 4)}
+                                   for i, m in enumerate(preds) for r, (t, p) in enumerate(m)]),
+                     hide_index=True, width="stretch")
+
+# ---------------------------------------------------------------------------------------------- next sentence
+st.header("Next sentence")
+c1, c2 = st.columns(2)
+sa = c1.text_input("Sentence A", value="the man went to the store .", key="probe_nsp_a")
+sb = c2.text_input("Sentence B", value="he bought a gallon of milk .", key="probe_nsp_b")
+with guard("Scoring the pair"):
+    p = probes.next_sentence(bundle, sa, sb)
+    for n in p.notes:
+        st.warning(n)
+    st.metric("P(IsNext)", f"{float(p):.3f}", help="probability that B is the sentence that follows A (NSP head on [CLS])")
+    st.caption(f"{name} says **{'IsNext' if p > 0.5 else 'NotNext'}**.")
+
+# ---------------------------------------------------------------------------------------------- over training steps
+st.header("Over training steps")
+root = runs_root()
+runs = []
+if root.is_dir():
+    for r in sorted((d for d in root.iterdir() if d.is_dir() and not d.name.startswith(".")), key=lambda d: d.name):
+        steps = probes.checkpoint_steps(r)
+        if steps:
+            runs.append((r, steps))
+if not runs:
+    st.info(f"No run with saved checkpoints under `{root}` yet; pre-train one (Pre-train page) to watch its "
+            "predictions change with training.")
+else:
+    own = Path(bundle.path).parent.parent if bundle.path else None
+    names = [r.name for r, _ in runs]
+    default = next((i for i, (r, _) in enumerate(runs) if own is not None and r.resolve() == own.resolve()), 0)
+    run_name = st.selectbox("Run", names, index=default, key="probe_run")
+    run_dir, steps = runs[names.index(run_name)]
+    all_steps = [s for s, _ in steps]
+    if len(all_steps) > 8:
+        idx = sorted({round(i * (len(all_steps) - 1) / 7) for i in range(8)})
+        default_steps = [all_steps[i] for i in idx]
+    else:
+        default_steps = all_steps
+    chosen = st.multiselect("Checkpoints (steps)", all_steps, default=default_steps, key=f"probe_steps_{run_name}")
+    use_set = st.checkbox(f"Also score the built-in probe set ({len(probes.CLOZE)} cloze sentences, "
+                          f"{len(probes.NSP_PAIRS)} sentence pairs)", value=True, key="probe_use_set")
+    if st.button(f"Probe {len(chosen)} checkpoint(s)", key="probe_steps_go", disabled=not chosen):
+        with guard("Probing the checkpoints"):
+            with st.spinner("Loading and probing each checkpoint…"):
+                rows = probes.probe_checkpoints([(s, p) for s, p in steps if s in chosen],
+                                                text=masked if "[mask]" in masked.lower() else None,
+                                                pair=(sa, sb), top_k=top_k, probe_set=use_set, loader=load_bundle)
+            st.session_state["probe_steps_result"] = {"run": run_name, "text": masked, "pair": (sa, sb), "rows": rows}
+    res = st.session_state.get("probe_steps_result")
+    if res and res["run"] == run_name:
+        rows = res["rows"]
+        xs = [r["step"] for r in rows]
+        st.caption(f"Run `{res['run']}`, sentence `{res['text']}`, pair `{res['pair'][0]}` / `{res['pair'][1]}`.")
+        for err in sorted({e for r in rows for e in r["errors"]}):
+            st.warning(err)
+        table = []
+        for r in rows:
+            rec = {"step": r["step"]}
+            if r["fill"] is not None:
+                for i, m in enumerate(r["fill"]):
+                    rec[f"[MASK] {i + 1} top-1"] = f"{m[0][0]} ({m[0][1]:.3f})"
+            if r["p_isnext"] is not None:
+                rec["P(IsNext)"] = round(r["p_isnext"], 4)
+            table.append(rec)
+        st.dataframe(pd.DataFrame(table), hide_index=True, width="stretch")
+        n_masks = max((len(r["fill"]) for r in rows if r["fill"] is not None), default=0)
+        if n_masks:
+            mi = st.selectbox("Mask", list(range(n_masks)), format_func=lambda i: f"[MASK] {i + 1}", key="probe_steps_mask") if n_masks > 1 else 0
+            series = probes.mask_probs_over_steps(rows, mask_index=mi)
+            st.plotly_chart(over_steps_figure(xs, series, f"[MASK] {mi + 1}: probability of the leading candidates"),
+                            config=plotly_config("mask-over-steps"), key="probe_mask_steps_fig")
+        if any(r["p_isnext"] is not None for r in rows):
+            st.plotly_chart(over_steps_figure(xs, {"P(IsNext)": [r["p_isnext"] for r in rows]}, "P(IsNext) over training steps",
+                                              y_range=(0, 1)), config=plotly_config("nsp-over-steps"), key="probe_nsp_steps_fig")
+        scored = [r for r in rows if r["probe_set"] is not None]
+        if scored:
+            st.subheader("Built-in probe set")
+            k = scored[0]["probe_set"]["top_k"]
+            acc = pd.DataFrame([{"step": r["step"], "cloze top-1": r["probe_set"]["cloze_top1"],
+                                 f"cloze top-{k}": r["probe_set"]["cloze_topk"], "next sentence": r["probe_set"]["nsp_acc"]}
+                                for r in scored])
+            st.dataframe(acc, hide_index=True, width="stretch")
+            st.plotly_chart(over_steps_figure(acc["step"], {c: acc[c].tolist() for c in acc.columns if c != "step"},
+                                              "Probe-set accuracy per checkpoint", y_title="accuracy", y_range=(0, 1)),
+                            config=plotly_config("probe-set-accuracy"), key="probe_set_fig")
+            for n in scored[-1]["probe_set"]["notes"]:
+                st.caption(n)
+
+with st.expander("The built-in probe set"):
+    st.dataframe(pd.DataFrame([{"sentence": s, "answers": " / ".join(a)} for s, a in probes.CLOZE]), hide_index=True, width="stretch")
+    st.dataframe(pd.DataFrame([{"A": a, "B": b, "IsNext": y} for a, b, y in probes.NSP_PAIRS]), hide_index=True, width="stretch")
+    if st.button(f"Score {name} on the probe set", key="probe_set_go"):
+        with guard("Scoring the probe set"):
+            r = probes.probe_set_accuracy(bundle, top_k=top_k)
+            c = st.columns(3)
+            fmt = lambda x: "n/a" if x is None else f"{x:.0%}"  # noqa: E731
+            c[0].metric("Cloze top-1", fmt(r["cloze_top1"]))
+            c[1].metric(f"Cloze top-{r['top_k']}", fmt(r["cloze_topk"]))
+            c[2].metric("Next sentence", fmt(r["nsp_acc"]))
+            for n in r["notes"]:
+                st.caption(n)
+            st.dataframe(pd.DataFrame(r["items"]), hide_index=True, width="stretch")

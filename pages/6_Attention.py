@@ -1,0 +1,130 @@
+"""Attention page: where each head looks, as plotly heatmaps, a bertviz-style head view and model view drawn
+offline (studio.attention_view), and the per-head difference between two checkpoints."""
+import pandas as pd
+import streamlit as st
+
+from engine import probes
+from studio.attention_view import MAX_TOKENS, hide_special, long_csv, matrix_csv, render_head_view
+from studio.common import guard, list_model_choices, load_bundle, model_picker
+from studio.figures import attention_heatmap, head_diff_figure, model_view_figure, plotly_config
+
+HEAD_VIEW_CELLS = 1_500_000  # weights sent to the head view at most (layers x heads x T^2)
+MODEL_VIEW_CELLS = 400_000  # cells drawn by the model-view grid at most
+LONG_CSV_ROWS = 300_000
+
+st.title("Attention")
+st.caption("Each layer has A heads; each head gives every token a probability distribution over the tokens it "
+           "attends to. Download any figure as PNG with the camera icon in its toolbar (top right).")
+
+path = model_picker("Model", key="att_model")
+bundle = None
+with guard("Loading the model"):
+    bundle = load_bundle(path)
+if bundle is None:
+    st.stop()
+cfg = bundle.config
+
+c1, c2 = st.columns(2)
+sa = c1.text_input("Sentence A", value="the cat sat on the mat .", key="att_a")
+sb = c2.text_input("Sentence B (optional)", value="it was very happy .", key="att_b")
+
+o1, o2, o3 = st.columns([1.4, 2, 2])
+hide = o1.checkbox("Hide [CLS]/[SEP]", value=False, key="att_hide",
+                   help="drop the special tokens from rows and columns; each row is renormalised over the remaining tokens")
+all_layers = list(range(cfg.num_layers))
+all_heads = list(range(cfg.num_heads))
+layers = o2.multiselect("Layers", all_layers, default=all_layers if cfg.num_layers <= 4 else [cfg.num_layers - 1],
+                        format_func=lambda l: f"layer {l + 1}", key=f"att_layers_{cfg.num_layers}")
+heads = o3.multiselect("Heads", all_heads, default=all_heads if cfg.num_heads <= 12 else all_heads[:12],
+                       format_func=lambda h: f"head {h + 1}", key=f"att_heads_{cfg.num_heads}")
+layers, heads = sorted(layers), sorted(heads)
+
+tokens = att = None
+with guard("Computing attention"):
+    tokens, att = probes.attention(bundle, sa, sb or None)
+if tokens is None:
+    st.stop()
+for n in tokens.notes:
+    st.warning(n)
+view_tokens, view_att = list(tokens), att
+if hide:
+    view_tokens, view_att = hide_special(list(tokens), att, tokens.special)
+T = len(view_tokens)
+st.caption(f"{probes.model_name(bundle)}: {len(tokens)} WordPieces, {cfg.num_layers} layers x {cfg.num_heads} heads"
+           + (f"; showing {T} without [CLS]/[SEP]" if hide else ""))
+if not layers or not heads:
+    st.info("Select at least one layer and one head.")
+    st.stop()
+
+tab_maps, tab_head, tab_model, tab_cmp = st.tabs(["Heatmaps", "Head view", "Model view", "Compare checkpoints"])
+
+with tab_maps:
+    h1, h2 = st.columns(2)
+    layer = h1.selectbox("Layer", layers, format_func=lambda l: f"layer {l + 1}", key="att_map_layer")
+    head = h2.selectbox("Head", heads, format_func=lambda h: f"head {h + 1}", key="att_map_head")
+    m = view_att[layer, head]
+    st.plotly_chart(attention_heatmap(m, view_tokens, title=f"Layer {layer + 1}, head {head + 1}"),
+                    config=plotly_config(f"attention-L{layer + 1}-H{head + 1}"), key="att_heatmap")
+    d1, d2 = st.columns(2)
+    d1.download_button("Download this map as CSV", matrix_csv(m, view_tokens), file_name=f"attention-L{layer + 1}-H{head + 1}.csv",
+                       mime="text/csv", on_click="ignore", key="att_csv_one")
+    if len(layers) * len(heads) * T * T <= LONG_CSV_ROWS:
+        d2.download_button("Download selected layers/heads as CSV", long_csv(view_att, view_tokens, layers, heads),
+                           file_name="attention-selected.csv", mime="text/csv", on_click="ignore", key="att_csv_all")
+    else:
+        d2.caption("Select fewer layers/heads (or a shorter input) to download them all as one CSV.")
+
+with tab_head:
+    hv_layers = list(layers)
+    notes = []
+    per_layer = len(heads) * min(T, MAX_TOKENS) ** 2
+    if len(hv_layers) * per_layer > HEAD_VIEW_CELLS:
+        keep = max(1, HEAD_VIEW_CELLS // per_layer)
+        hv_layers = hv_layers[:keep]
+        notes.append(f"head view limited to the first {keep} selected layer(s) to stay light in the browser")
+    st.caption("Lines join each token (left) to the tokens it attends to (right); darker = more weight, one colour per head.")
+    with guard("Drawing the head view"):
+        render_head_view(view_tokens, view_att, hv_layers, heads, notes=notes)
+
+with tab_model:
+    panels = len(layers) * len(heads)
+    mv_T = T
+    if panels * T * T > MODEL_VIEW_CELLS:
+        mv_T = max(8, int((MODEL_VIEW_CELLS / panels) ** 0.5))
+        st.warning(f"Model view shows the first {mv_T} of {T} tokens for {panels} panels; select fewer layers/heads to see more.")
+    st.plotly_chart(model_view_figure(view_att[:, :, :mv_T, :mv_T], view_tokens[:mv_T], layers, heads),
+                    config=plotly_config("attention-model-view"), key="att_model_view")
+
+with tab_cmp:
+    st.caption("The same input through a second model (e.g. BERT vs No NSP, or an early vs a late checkpoint of one run): "
+               "per-head difference, averaged over the query tokens.")
+    choices = list_model_choices()
+    same_run = [c for c in choices if c != path and bundle.path and str(c).startswith(str(bundle.path).rsplit("/", 1)[0])]
+    if path not in choices:
+        choices = [path] + choices
+    default = choices.index(same_run[0]) if same_run else choices.index(path)
+    other_path = st.selectbox("Compare with", choices, index=default, key=f"att_cmp_model_{path}")
+    metric = st.radio("Difference", ["jsd", "l1"], horizontal=True, key="att_cmp_metric",
+                      format_func=lambda x: "Jensen-Shannon divergence" if x == "jsd" else "mean |Δ weight|")
+    if other_path == path:
+        st.info("Pick a different model to compare with.")
+    else:
+        with guard("Comparing the two models"):
+            other = load_bundle(other_path)
+            r = probes.compare_attention(bundle, other, sa, sb or None, metric=metric, top=10)
+            st.plotly_chart(head_diff_figure(r["diff"], metric, r["names"]), config=plotly_config("attention-head-difference"),
+                            key="att_diff_fig")
+            top = pd.DataFrame([{"layer": l, "head": h, metric: round(v, 5)} for l, h, v in r["top"]])
+            st.markdown("**Heads that changed most**")
+            st.dataframe(top, hide_index=True, width="stretch")
+            l, h, _ = r["top"][0]
+            ctoks = list(r["tokens"])
+            a1, a2 = r["att1"][l - 1, h - 1], r["att2"][l - 1, h - 1]
+            if hide:
+                _, a1 = hide_special(ctoks, a1, r["tokens"].special)
+                ctoks, a2 = hide_special(ctoks, a2, r["tokens"].special)
+            s1, s2 = st.columns(2)
+            s1.plotly_chart(attention_heatmap(a1, ctoks, title=f"{r['names'][0]}: layer {l}, head {h}", zmax=1.0),
+                            config=plotly_config("attention-compare-1"), key="att_cmp_1")
+            s2.plotly_chart(attention_heatmap(a2, ctoks, title=f"{r['names'][1]}: layer {l}, head {h}", zmax=1.0),
+                            config=plotly_config("attention-compare-2"), key="att_cmp_2")

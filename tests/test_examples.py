@@ -1,0 +1,66 @@
+"""examples/notebook_tour.py runs end to end on a tiny checkpoint (and on MiniLM) and prints what it promises."""
+import importlib.util
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from test_probes_support import STEPS, make_tiny_run  # noqa: E402
+
+SCRIPT = REPO / "examples" / "notebook_tour.py"
+
+
+@pytest.fixture(scope="session")
+def tiny_run(tmp_path_factory, bbc_docs, bbc_tokenizer):
+    return make_tiny_run(tmp_path_factory.getbasetemp() / "probe-runs", bbc_docs, bbc_tokenizer)
+
+
+def _load_script():
+    spec = importlib.util.spec_from_file_location("notebook_tour", SCRIPT)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _tour(capsys, *args):
+    """Run the script's main in-process (as `python examples/notebook_tour.py ARGS` would) and return stdout."""
+    assert _load_script().main(list(args)) == 0
+    return capsys.readouterr().out
+
+
+def test_script_runs_as_a_program(tmp_path):
+    r = subprocess.run([sys.executable, str(SCRIPT), "--help"], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0 and "--compare" in r.stdout
+
+
+def test_tour_on_two_checkpoints(tiny_run, tmp_path, capsys):
+    import engine
+    from engine import probes
+
+    late, early = tiny_run / "checkpoints" / f"step-{STEPS[-1]}", tiny_run / "checkpoints" / f"step-{STEPS[0]}"
+    out = _tour(capsys, "--model", str(tiny_run), "--compare", str(early), "--out", str(tmp_path))
+    bundle = engine.load(late)
+    best = probes.fill_mask(bundle, "the government said it would cut [MASK] next year .", top_k=5)[0][0]
+    assert f"fill_mask [MASK] 1: {best[0]} {best[1]:.3f}" in out
+    p = float(probes.next_sentence(bundle, "the man went to the store .", "he bought a gallon of milk ."))
+    assert f"P(IsNext) = {p:.3f}" in out
+    m = re.search(r"attention: (\d+) tokens, array shape \((\d+), (\d+), (\d+), (\d+)\)", out)
+    assert m and m.group(2, 3) == ("2", "2") and m.group(1) == m.group(4) == m.group(5)
+    html = (tmp_path / "head_view.html").read_text()
+    assert "bertviz" in html and "[CLS]" in html  # bertviz's own page (needs internet to view)
+    acc = probes.probe_set_accuracy(bundle)
+    row = [l for l in out.splitlines() if l.startswith(f"tiny-run/step-{STEPS[-1]} ")][0]
+    assert row.split()[-1] == f"{100 * acc['nsp_acc']:.1f}%"
+    assert "heads that changed most" in out and re.search(r"L\dH\d \d\.\d{4}", out)
+
+
+def test_tour_on_minilm_says_it_has_no_heads(tmp_path, capsys):
+    out = _tour(capsys, "--model", "minilm", "--out", str(tmp_path))
+    assert "fill_mask: MiniLM has no MLM head" in out and "next_sentence: MiniLM has no NSP head" in out
+    assert "array shape (6, 12," in out and (tmp_path / "head_view.html").is_file()

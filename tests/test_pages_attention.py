@@ -1,0 +1,143 @@
+"""pages/6_Attention.py through AppTest: heatmaps equal the engine's maps, the offline head view, the model
+view grid, hiding [CLS]/[SEP], comparing two checkpoints, CSV export, and MiniLM's real weights."""
+import base64
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from streamlit.testing.v1 import AppTest  # noqa: E402
+
+import engine  # noqa: E402
+from engine import probes  # noqa: E402
+from test_probes_support import STEPS, make_tiny_run  # noqa: E402
+
+PAGE = str(REPO / "pages" / "6_Attention.py")
+A, B = "the cat sat on the mat .", "it was very happy ."
+
+
+@pytest.fixture(scope="session")
+def tiny_run(tmp_path_factory, bbc_docs, bbc_tokenizer):
+    return make_tiny_run(tmp_path_factory.getbasetemp() / "probe-runs", bbc_docs, bbc_tokenizer)
+
+
+@pytest.fixture(scope="session")
+def ck(tiny_run):
+    return str(tiny_run / "checkpoints" / f"step-{STEPS[-1]}")
+
+
+def _app(root, **state):
+    at = AppTest.from_file(PAGE, default_timeout=60)
+    at.session_state["runs_root"] = str(root)
+    for k, v in state.items():
+        at.session_state[k] = v
+    return at.run()
+
+
+def _arr(x):
+    """A plotly JSON array: a list, or a typed array {"dtype", "bdata", "shape"} (plotly 6+)."""
+    if isinstance(x, dict) and "bdata" in x:
+        a = np.frombuffer(base64.b64decode(x["bdata"]), dtype=np.dtype(x["dtype"]))
+        shape = x.get("shape")
+        if isinstance(shape, str):
+            shape = [int(s) for s in shape.split(",")]
+        return a.reshape(shape) if shape else a
+    return np.array(x, dtype=float)
+
+
+def _charts(at):
+    return {c.proto.id: json.loads(c.proto.spec) for c in at.get("plotly_chart")}
+
+
+def _by_title(at, prefix):
+    return [c for c in _charts(at).values() if c["layout"].get("title", {}).get("text", "").startswith(prefix)]
+
+
+def test_tiny_checkpoint_heatmaps_head_view_model_view_and_compare(tiny_run, ck):
+    at = _app(tiny_run.parent, att_model=ck)
+    assert not at.exception and not at.error
+    bundle = engine.load(ck)
+    tokens, att = probes.attention(bundle, A, B)
+    T = len(tokens)
+    # the heatmap of layer 1 head 1 holds the engine's map
+    heat = _by_title(at, "Layer 1, head 1")[0]
+    assert np.allclose(_arr(heat["data"][0]["z"]), att[0, 0], atol=1e-4)
+    assert heat["data"][0]["x"][0] == "0 [CLS]" and len(heat["data"][0]["y"]) == T
+    # every figure keeps the modebar and a PNG download button
+    for c in at.get("plotly_chart"):
+        cfg = json.loads(c.proto.config)
+        assert cfg["displayModeBar"] and cfg["toImageButtonOptions"]["format"] == "png"
+    # head view: our own inline HTML with the selected weights, no external resource
+    html = at.get("iframe")[0].proto.srcdoc
+    assert 'id="bs-head-view"' in html and "<canvas" in html
+    assert "http" not in html and "src=" not in html and "cdn" not in html.lower()
+    payload = json.loads(html.split("const D = ", 1)[1].split(";\n", 1)[0].replace("<\\/", "</"))
+    assert payload["tokens"] == list(tokens) and payload["layers"] == [1, 2] and payload["heads"] == [1, 2]
+    assert payload["w"][1][0] == np.rint(att[1, 0] * 1000).astype(int).ravel().tolist()
+    # model view: layers x heads panels
+    mv = _by_title(at, "Model view")[0]
+    assert len(mv["data"]) == 4 and all(d["type"] == "heatmap" for d in mv["data"])
+    # compare tab: defaults to another checkpoint of the same run
+    assert at.selectbox(key=f"att_cmp_model_{ck}").value != ck
+    other = engine.load(at.selectbox(key=f"att_cmp_model_{ck}").value)
+    r = probes.compare_attention(bundle, other, A, B)
+    diff = _by_title(at, "tiny-run/step-")[0]
+    assert np.allclose(_arr(diff["data"][0]["z"]), r["diff"], atol=1e-5)
+    top = at.dataframe[0].value
+    assert list(zip(top["layer"], top["head"])) == [(l, h) for l, h, _ in r["top"]]
+    # CSV downloads are offered
+    labels = [d.proto.label for d in at.get("download_button")]
+    assert "Download this map as CSV" in labels and "Download selected layers/heads as CSV" in labels
+
+
+def test_hide_special_and_select_layers_heads(tiny_run, ck):
+    at = _app(tiny_run.parent, att_model=ck)
+    at.checkbox(key="att_hide").check().run()
+    at.multiselect(key="att_layers_2").set_value([1]).run()
+    at.multiselect(key="att_heads_2").set_value([0]).run()
+    assert not at.exception and not at.error
+    tokens, _ = probes.attention(engine.load(ck), A, B)
+    heat = _by_title(at, "Layer 2, head 1")[0]
+    z = _arr(heat["data"][0]["z"])
+    assert z.shape == (len(tokens) - 3, len(tokens) - 3)  # [CLS] and two [SEP] dropped
+    assert np.allclose(z.sum(-1), 1.0, atol=1e-3) and not any("[SEP]" in x for x in heat["data"][0]["x"])
+    mv = _by_title(at, "Model view")[0]
+    assert len(mv["data"]) == 1
+    html = at.get("iframe")[0].proto.srcdoc
+    payload = json.loads(html.split("const D = ", 1)[1].split(";\n", 1)[0].replace("<\\/", "</"))
+    assert payload["layers"] == [2] and payload["heads"] == [1] and "[CLS]" not in payload["tokens"]
+
+
+def test_minilm_real_weights(tiny_run):
+    at = _app(tiny_run.parent)  # MiniLM is the default model
+    assert not at.exception and not at.error
+    bundle = engine.load("minilm")
+    tokens, att = probes.attention(bundle, A, B)
+    heat = _by_title(at, "Layer 6, head 1")[0]  # default: the last layer, all 12 heads
+    assert np.allclose(_arr(heat["data"][0]["z"]), att[5, 0], atol=1e-4)
+    mv = _by_title(at, "Model view")[0]
+    assert len(mv["data"]) == 12
+    html = at.get("iframe")[0].proto.srcdoc
+    assert 'id="bs-head-view"' in html and "http" not in html
+    assert any("Pick a different model" in i.value for i in at.info)
+    # comparing MiniLM with a checkpoint of another vocabulary: one clear message
+    at.selectbox(key="att_cmp_model_minilm").set_value(str(tiny_run / "checkpoints" / f"step-{STEPS[-1]}")).run()
+    assert not at.exception and len(at.error) == 1 and "different vocabularies" in at.error[0].value
+
+
+def test_long_input_is_capped_in_the_head_view():
+    from studio.attention_view import head_view_html
+    T = 200
+    att = np.full((1, 2, T, T), 1.0 / T, dtype=np.float32)
+    html, notes, height = head_view_html([f"t{i}" for i in range(T)], att, [0], [0, 1], max_tokens=128)
+    payload = json.loads(html.split("const D = ", 1)[1].split(";\n", 1)[0].replace("<\\/", "</"))
+    assert len(payload["tokens"]) == 128 and len(payload["w"][0][0]) == 128 * 128
+    assert any("first 128 tokens" in n for n in notes) and height <= 1200
+    evil = head_view_html(["</script><script>alert(1)</script>", "b"], np.full((1, 1, 2, 2), 0.5), [0], [0])[0]
+    assert "</script><script>alert(1)" not in evil

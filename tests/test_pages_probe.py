@@ -1,0 +1,117 @@
+"""pages/5_Probe.py through AppTest: fill-mask bars and numbers, P(IsNext), picked words, checkpoints over steps,
+the probe set's accuracy per checkpoint, and the no-head message for MiniLM."""
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from streamlit.testing.v1 import AppTest  # noqa: E402
+
+import engine  # noqa: E402
+from engine import probes  # noqa: E402
+from test_probes_support import STEPS, make_tiny_run  # noqa: E402
+
+PAGE = str(REPO / "pages" / "5_Probe.py")
+
+
+@pytest.fixture(scope="session")
+def tiny_run(tmp_path_factory, bbc_docs, bbc_tokenizer):
+    return make_tiny_run(tmp_path_factory.getbasetemp() / "probe-runs", bbc_docs, bbc_tokenizer)
+
+
+@pytest.fixture(scope="session")
+def ck(tiny_run):
+    return str(tiny_run / "checkpoints" / f"step-{STEPS[-1]}")
+
+
+def _app(root, **state):
+    at = AppTest.from_file(PAGE, default_timeout=60)
+    at.session_state["runs_root"] = str(root)
+    for k, v in state.items():
+        at.session_state[k] = v
+    return at.run()
+
+
+def _charts(at):
+    return [json.loads(c.proto.spec) for c in at.get("plotly_chart")]
+
+
+def test_minilm_says_it_has_no_heads(tiny_run):
+    at = _app(tiny_run.parent)  # the picker starts on MiniLM
+    assert not at.exception
+    errors = [e.value for e in at.error]
+    assert any(e.startswith("MiniLM has no MLM head") for e in errors)
+    assert any(e.startswith("MiniLM has no NSP head") for e in errors)
+    assert not at.metric and not _charts(at)
+
+
+def test_fill_mask_and_next_sentence_show_the_engine_numbers(tiny_run, ck):
+    at = _app(tiny_run.parent, probe_model=ck)
+    text = "shares in the [MASK] fell on the stock [MASK] ."
+    at.text_input(key="probe_text").input(text).run()
+    at.slider(key="probe_top_k").set_value(4).run()
+    assert not at.exception and not at.error
+    bundle = engine.load(ck)
+    preds = probes.fill_mask(bundle, text, top_k=4)
+    lines = [m.value for m in at.markdown if m.value.startswith("**[MASK]")]
+    assert len(lines) == 2
+    for line, m in zip(lines, preds):
+        assert f"`{m[0][0]}` {m[0][1]:.3f}" in line
+    fig = _charts(at)[0]
+    assert [t["type"] for t in fig["data"]] == ["bar", "bar"]
+    assert fig["data"][0]["x"][::-1] == pytest.approx([p for _, p in preds[0]], rel=1e-6)  # best at the top
+    table = at.dataframe[0].value
+    assert len(table) == 8 and table["token"].tolist()[:4] == [t for t, _ in preds[0]]
+    p = probes.next_sentence(bundle, "the man went to the store .", "he bought a gallon of milk .")
+    assert at.metric[0].label == "P(IsNext)" and at.metric[0].value == f"{float(p):.3f}"
+
+
+def test_picking_words_masks_them(tiny_run, ck):
+    at = _app(tiny_run.parent, probe_model=ck)
+    at.text_input(key="probe_text").input("oil prices rose in new york").run()
+    assert any("Type [MASK]" in i.value for i in at.info)
+    pick = [w for w in at.multiselect if w.label.startswith("…or pick")][0]
+    pick.set_value(["2. prices", "5. new"]).run()
+    assert not at.exception and not at.error
+    assert any("oil [MASK] rose in [MASK] york" in c.value for c in at.caption)
+    assert len([m for m in at.markdown if m.value.startswith("**[MASK]")]) == 2
+
+
+def test_checkpoints_over_steps_and_probe_set(tiny_run, ck):
+    at = _app(tiny_run.parent, probe_model=ck)
+    assert at.selectbox(key="probe_run").value == tiny_run.name
+    assert at.multiselect(key=f"probe_steps_{tiny_run.name}").value == list(STEPS)
+    n_before = len(_charts(at))
+    at.button(key="probe_steps_go").click().run()
+    assert not at.exception and not at.error
+    steps_table = at.dataframe[1].value
+    assert steps_table["step"].tolist() == list(STEPS)
+    rows = probes.probe_checkpoints(tiny_run, text="the prime [MASK] said the government would cut taxes .",
+                                    pair=("the man went to the store .", "he bought a gallon of milk ."), top_k=5)
+    assert steps_table["P(IsNext)"].tolist() == pytest.approx([round(r["p_isnext"], 4) for r in rows], abs=1e-4)
+    charts = _charts(at)
+    assert len(charts) == n_before + 3
+    nsp = [c for c in charts if c["layout"]["title"]["text"] == "P(IsNext) over training steps"][0]
+    assert nsp["data"][0]["x"] == list(STEPS) and nsp["data"][0]["y"] == pytest.approx([r["p_isnext"] for r in rows], abs=1e-5)
+    acc = at.dataframe[2].value
+    assert acc["step"].tolist() == list(STEPS)
+    expect = probes.probe_set_accuracy(engine.load(ck))
+    last = acc.iloc[-1]
+    assert last["next sentence"] == pytest.approx(expect["nsp_acc"]) and last["cloze top-1"] == pytest.approx(expect["cloze_top1"])
+    assert ((acc.drop(columns="step") >= 0) & (acc.drop(columns="step") <= 1)).all().all()
+
+
+def test_score_probe_set_button(tiny_run, ck):
+    at = _app(tiny_run.parent, probe_model=ck)
+    at.button(key="probe_set_go").click().run()
+    assert not at.exception and not at.error
+    expect = probes.probe_set_accuracy(engine.load(ck))
+    m = {x.label: x.value for x in at.metric}
+    assert m["Next sentence"] == f"{expect['nsp_acc']:.0%}" and m["Cloze top-1"] == f"{expect['cloze_top1']:.0%}"
+    items = at.dataframe[-1].value
+    assert len(items) == expect["cloze_n"] + expect["nsp_n"]
