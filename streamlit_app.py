@@ -10,17 +10,17 @@ import streamlit as st
 from studio.common import sidebar_runs_root
 
 ROOT = Path(__file__).resolve().parent
-st.set_page_config(page_title="BERT Studio", page_icon="🧪", layout="wide")
+st.set_page_config(page_title="BERT Studio", page_icon=":material/science:", layout="wide")
 
 PAGES = [
-    ("pages/1_Model.py", "Model", "🧱"),
-    ("pages/2_Pretrain.py", "Pre-train", "🏋️"),
-    ("pages/3_Finetune.py", "Fine-tune", "🎯"),
-    ("pages/4_Features.py", "Features", "🧬"),
-    ("pages/5_Probe.py", "Probe", "🔍"),
-    ("pages/6_Attention.py", "Attention", "👀"),
-    ("pages/7_Ablations.py", "Ablations", "📊"),
-    ("pages/8_Jobs.py", "Jobs", "🗂️"),
+    ("pages/1_Model.py", "Model", ":material/memory:"),
+    ("pages/2_Pretrain.py", "Pre-train", ":material/model_training:"),
+    ("pages/3_Finetune.py", "Fine-tune", ":material/tune:"),
+    ("pages/4_Features.py", "Features", ":material/scatter_plot:"),
+    ("pages/5_Probe.py", "Probe", ":material/search:"),
+    ("pages/6_Attention.py", "Attention", ":material/grid_on:"),
+    ("pages/7_Ablations.py", "Ablations", ":material/bar_chart:"),
+    ("pages/8_Jobs.py", "Jobs", ":material/list_alt:"),
 ]
 
 pages = [st.Page(str(ROOT / path), title=title, icon=icon) for path, title, icon in PAGES if (ROOT / path).is_file()]
