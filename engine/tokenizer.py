@@ -193,6 +193,55 @@ def train_tokenizer(docs, vocab_size: int = 8000, lowercase: bool = True, min_fr
     return Tokenizer(hf, lowercase)
 
 
+def corpus_fingerprint(docs) -> str:
+    """A hash of the corpus text (documents of sentences, or strings), for cache keys."""
+    import hashlib
+
+    h = hashlib.sha256()
+    for d in docs:
+        for s in ([d] if isinstance(d, str) else d):
+            h.update(s.encode("utf-8", "surrogatepass"))
+            h.update(b"\x00")
+        h.update(b"\x01")
+    return h.hexdigest()[:16]
+
+
+def train_tokenizer_cached(docs, vocab_size: int = 8000, lowercase: bool = True, min_frequency: int = 2, cache_dir=None) -> Tokenizer:
+    """`train_tokenizer`, stored under `cache_dir` keyed by (corpus text, vocab size, case, min frequency).
+
+    Why a cache and not just training again: the `tokenizers` WordPiece trainer breaks frequency ties in
+    hash-map order (huggingface/tokenizers issue 1794), so two processes can train different vocabularies from
+    the same corpus. Reusing the first vocabulary makes runs with the same settings comparable (and their
+    pre-training data cache reusable)."""
+    import os
+
+    if cache_dir is None:
+        cache_dir = Path(os.environ.get("BERT_STUDIO_CACHE", "~/.cache/bert_studio")).expanduser() / "tokenizers"
+    key = f"wp{vocab_size}-{'uncased' if lowercase else 'cased'}-f{min_frequency}-{corpus_fingerprint(docs)}"
+    d = Path(cache_dir) / key
+    if (d / "vocab.txt").is_file() and (d / "tokenizer_config.json").is_file():
+        try:
+            return Tokenizer.from_file(d, lowercase=lowercase)
+        except EngineError:
+            pass  # a damaged cache entry is trained again below
+    tok = train_tokenizer(docs, vocab_size=vocab_size, lowercase=lowercase, min_frequency=min_frequency)
+    try:
+        import shutil
+        import tempfile
+
+        Path(cache_dir).mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{key}.", dir=cache_dir))
+        tok.save(tmp)
+        try:
+            os.replace(tmp, d)
+        except OSError:  # another process stored it first: use theirs, so both agree
+            shutil.rmtree(tmp, ignore_errors=True)
+            return Tokenizer.from_file(d, lowercase=lowercase)
+    except (OSError, EngineError):
+        pass  # caching is an optimisation; an unwritable cache still gives a working tokenizer
+    return tok
+
+
 def main(argv) -> int:
     """`python -m engine tokenizer --corpus bbc --vocab-size 8000 --out DIR`"""
     import argparse

@@ -105,3 +105,15 @@ def test_round_trip_on_arbitrary_unicode(bbc_tokenizer, text):
         return  # an unknown word decodes to nothing recoverable
     decoded = bbc_tokenizer.decode(e.ids)
     assert bbc_tokenizer.encode(decoded).ids == e.ids
+
+
+def test_cached_training_gives_the_same_vocabulary_to_every_run(tmp_path, bbc_docs):
+    from engine.tokenizer import train_tokenizer_cached
+
+    docs = bbc_docs[:60]
+    a = train_tokenizer_cached(docs, vocab_size=800, cache_dir=tmp_path)
+    b = train_tokenizer_cached(docs, vocab_size=800, cache_dir=tmp_path)
+    assert a.vocab() == b.vocab()
+    assert len(list(tmp_path.iterdir())) == 1
+    c = train_tokenizer_cached(docs[:50], vocab_size=800, cache_dir=tmp_path)  # another corpus, another entry
+    assert len(list(tmp_path.iterdir())) == 2 and c.vocab_size == 800
