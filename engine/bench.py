@@ -1,0 +1,678 @@
+"""`python -m engine bench`: the engine against `transformers`, side by side, in one process.
+
+Both sides get the same config, the same initial weights (the engine's, copied across with
+`checkpoint.to_hf_state_dict`), the same batches and the same optimizer settings (AdamW 0.9/0.999, eps 1e-6,
+weight decay 0.01 off LayerNorm weights and biases, gradient clipping at 1.0, fused where the device has it,
+which is also the Hugging Face Trainer's default optimizer). Steps alternate engine / transformers (the order
+flips every step, so a load spike on the shared machine hits both), the first `warmup` steps are not timed,
+and the figures are medians (and 90th percentiles) over `steps` timed steps. Before timing, both sides compute
+the loss of the first batch in eval mode: they must agree (`same_start_loss`).
+
+Scenarios:
+- `pretrain`: one MLM+NSP training step, 15% of the non-special positions masked (80/10/10). transformers'
+  BertForPreTraining projects every position onto the vocabulary and takes the loss over (B*T, V) logits (its
+  real behaviour); the engine evaluates the MLM head only at the masked positions (`mlm_positions`).
+- `infer`: the encoder forward as features and probes use it (eval, inference mode, all hidden states):
+  batch throughput at --batch-size and, separately, batch-1 latency (`latency`).
+- `finetune`: one sequence-classification training step (dropout + linear on C, as BertForSequenceClassification).
+- `varlen`: the fine-tuning step (and, under `forward`, the inference forward) on batches whose real lengths are
+  drawn from the BBC corpus tokenised with the BERT uncased vocabulary (sentences, sentence pairs or whole
+  documents, --unit), padded to the longest row of each batch as a dynamic-padding collator does
+  (--padding longest) or to --seq-len (--padding max_length). transformers computes every padded position;
+  the engine runs with `unpad=True`.
+
+Reported per side: sequences/s, real tokens/s, step time median and p90 (ms), peak memory of a step, model
+TFLOP/s; on CUDA the model FLOP utilisation against the bf16 matrix-multiply peak the benchmark measures on the
+card itself. Model FLOPs are counted the same for both sides (matrix multiplies, attention, the MLM head at the
+masked positions only), so a side that computes more than the model needs gets a lower MFU. Peak memory: on CUDA
+`max_memory_allocated` during one step above what was allocated before it; on CPU the peak resident set size
+during one step above the resting size (sampled every 0.5 ms from /proc/self/statm after `malloc_trim`;
+tracemalloc does not see torch's allocations). Ratios are engine / transformers (`ratio`: throughput).
+"""
+import argparse
+import ctypes
+import gc
+import json
+import math
+import os
+import platform
+import random
+import statistics
+import sys
+import threading
+import time
+from dataclasses import asdict, dataclass, fields
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from engine.config import PRESETS, BertConfig
+from engine.errors import EngineError
+from engine.model import BertForPreTraining, BertModel, default_precision
+
+SCENARIOS = ("pretrain", "infer", "finetune", "varlen")
+UNITS = ("sentence", "pair", "document")
+CLS_ID, SEP_ID, MASK_ID, PAD_ID = 2, 3, 4, 0  # engine tokenizer order: [PAD] [UNK] [CLS] [SEP] [MASK]
+N_BATCHES = 4  # distinct batches, cycled
+
+
+@dataclass
+class BenchConfig:
+    scenario: str = "pretrain"  # pretrain | infer | finetune | varlen
+    preset: str = "mini"  # tiny | mini | small | medium | base | large
+    seq_len: int = 128  # T (varlen: the cap on the drawn lengths)
+    batch_size: int = 32  # B
+    precision: str = "fp32"  # fp32, or bf16 autocast, on both sides
+    engine_precision: str = "same"  # "same" as --precision, "auto" (the engine's default on this device), fp32, bf16
+    device: str = "auto"  # auto | cpu | cuda
+    steps: int = 10  # timed steps per side (per measurement)
+    warmup: int = 2  # untimed steps per side first
+    threads: int = 0  # torch intra-op threads on CPU; 0 leaves torch's default
+    compile: bool = False  # torch.compile the engine's model (the first steps' extra time is reported as compile_s)
+    vocab_size: int = 30522  # BERT's uncased WordPiece vocabulary
+    num_labels: int = 2  # finetune / varlen classifier
+    unit: str = "sentence"  # varlen: what one row holds (sentence | pair | document)
+    padding: str = "longest"  # varlen: pad to each batch's longest row, or to seq_len (max_length)
+    unpad: bool = True  # varlen: the engine's unpad path (False: padded like transformers)
+    mask_rate: float = 0.15  # pretrain: fraction of positions predicted
+    lr: float = 1e-4
+    seed: int = 0
+    memory: bool = True  # measure peak memory (one extra step per side)
+
+
+# ------------------------------------------------------------------ environment
+def resolve_device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name == "cuda" and not torch.cuda.is_available():
+        raise EngineError("--device cuda was asked for but no CUDA GPU is available; use --device cpu or auto")
+    if name not in ("cpu", "cuda"):
+        raise EngineError(f"unknown device '{name}'; choose auto, cpu or cuda")
+    return torch.device(name)
+
+
+def _cpu_name() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def machine_info(device: torch.device) -> dict:
+    import transformers
+    info = {"torch": torch.__version__, "transformers": transformers.__version__, "python": platform.python_version(),
+            "cpu": _cpu_name(), "cpu_count": os.cpu_count(), "threads": torch.get_num_threads(),
+            "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+            "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+    try:
+        info["cpu_bf16"] = bool(torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported())
+    except Exception:
+        pass
+    if hasattr(os, "getloadavg"):
+        info["loadavg_start"] = [round(x, 2) for x in os.getloadavg()]
+    if device.type == "cuda":
+        info["gpu"] = torch.cuda.get_device_name(device)
+    return info
+
+
+def _sync(device):
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def measure_matmul_peak(device, dtype=torch.bfloat16, n: int = 8192, iters: int = 20) -> float:
+    """The card's dense matrix-multiply rate in TFLOP/s, measured: the best of `iters` (n x n) @ (n x n)."""
+    a = torch.randn(n, n, device=device, dtype=dtype)
+    b = torch.randn(n, n, device=device, dtype=dtype)
+    for _ in range(3):
+        a @ b
+    _sync(device)
+    best = float("inf")
+    for _ in range(iters):
+        t = time.perf_counter()
+        a @ b
+        _sync(device)
+        best = min(best, time.perf_counter() - t)
+    return 2 * n ** 3 / best / 1e12
+
+
+# ------------------------------------------------------------------ memory
+_PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+
+
+def _rss() -> int:
+    try:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * _PAGE
+    except OSError:
+        import resource
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # a lower bound without /proc
+
+
+def _malloc_trim():
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):
+        pass
+
+
+def peak_step_memory_mb(fn, device) -> float:
+    """MB that one call of `fn` needs above the resting state (see the module docstring)."""
+    gc.collect(0)  # the young generation only: a full collection costs ~0.5 s with transformers loaded
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+        torch.cuda.reset_peak_memory_stats(device)
+        base = torch.cuda.memory_allocated(device)
+        fn()
+        torch.cuda.synchronize(device)
+        return (torch.cuda.max_memory_allocated(device) - base) / 2 ** 20
+    _malloc_trim()
+    base = _rss()
+    peak = [base]
+    stop = threading.Event()
+
+    def sample():
+        while not stop.is_set():
+            peak[0] = max(peak[0], _rss())
+            time.sleep(0.0005)
+
+    th = threading.Thread(target=sample, daemon=True)
+    th.start()
+    try:
+        fn()
+    finally:
+        stop.set()
+        th.join()
+    return max(0, max(peak[0], _rss()) - base) / 2 ** 20
+
+
+# ------------------------------------------------------------------ FLOPs
+def model_flops(cfg: BertConfig, lengths, n_mlm: int = 0, n_cls: int = 0, train: bool = True, pooler: bool = True) -> float:
+    """Matrix-multiply FLOPs the model needs for sequences of the given real `lengths`: per layer and token
+    2*(4H^2 + 2HI), attention 4*n^2*H per sequence of n tokens and layer, the MLM head (2H^2 + 2HV) at `n_mlm`
+    positions, the pooler and a classifier with `n_cls` outputs. Training counts 3x the forward."""
+    H, I, L, V = cfg.hidden_size, cfg.intermediate_size, cfg.num_layers, cfg.vocab_size
+    f = 0.0
+    for n in lengths:
+        f += L * (n * 2 * (4 * H * H + 2 * H * I) + 4 * n * n * H)
+        if pooler:
+            f += 2 * H * H + 2 * H * n_cls
+    f += n_mlm * (2 * H * H + 2 * H * V)
+    return 3 * f if train else f
+
+
+# ------------------------------------------------------------------ batches
+def _pretrain_batches(cfg: BenchConfig, device):
+    """Full-length [CLS] A [SEP] B [SEP] rows, 15% masked (80% [MASK], 10% random, 10% kept), NSP labels."""
+    g = torch.Generator().manual_seed(cfg.seed)
+    B, T, V = cfg.batch_size, cfg.seq_len, cfg.vocab_size
+    out = []
+    for _ in range(N_BATCHES):
+        ids = torch.randint(5, V, (B, T), generator=g)
+        cut = T // 2
+        ids[:, 0], ids[:, cut], ids[:, T - 1] = CLS_ID, SEP_ID, SEP_ID
+        tt = torch.zeros(B, T, dtype=torch.long)
+        tt[:, cut + 1:] = 1
+        special = (ids == CLS_ID) | (ids == SEP_ID)
+        sel = (torch.rand(B, T, generator=g) < cfg.mask_rate) & ~special
+        sel[:, 1] |= ~sel.any(1)  # at least one prediction per row
+        labels = torch.where(sel, ids, torch.full_like(ids, -100))
+        r = torch.rand(B, T, generator=g)
+        masked = ids.clone()
+        masked[sel & (r < 0.8)] = MASK_ID
+        rnd = sel & (r >= 0.8) & (r < 0.9)
+        masked[rnd] = torch.randint(5, V, (int(rnd.sum()),), generator=g)
+        out.append({"input_ids": masked, "token_type_ids": tt, "attention_mask": torch.ones(B, T, dtype=torch.long),
+                    "labels": labels, "next_sentence_label": torch.randint(0, 2, (B,), generator=g)})
+    return [{k: v.to(device) for k, v in b.items()} for b in out]
+
+
+def _full_batches(cfg: BenchConfig, device, B=None):
+    """Full-length single-segment rows with classification labels (finetune, infer)."""
+    g = torch.Generator().manual_seed(cfg.seed + 1)
+    B, T, V = B or cfg.batch_size, cfg.seq_len, cfg.vocab_size
+    out = []
+    for _ in range(N_BATCHES):
+        ids = torch.randint(5, V, (B, T), generator=g)
+        ids[:, 0], ids[:, T - 1] = CLS_ID, SEP_ID
+        out.append({"input_ids": ids, "token_type_ids": torch.zeros(B, T, dtype=torch.long),
+                    "attention_mask": torch.ones(B, T, dtype=torch.long),
+                    "labels": torch.randint(0, cfg.num_labels, (B,), generator=g)})
+    return [{k: v.to(device) for k, v in b.items()} for b in out]
+
+
+def corpus_rows(unit: str, n: int, max_len: int, seed: int = 0):
+    """`n` rows of real BBC text tokenised with the BERT uncased vocabulary (MiniLM's vocab.txt): a list of
+    (ids, type_ids), each at most `max_len` long with [CLS]/[SEP], truncated as the tokenizer does."""
+    from engine.checkpoint import minilm_path
+    from engine.corpora import load_corpus
+    from engine.tokenizer import Tokenizer
+    tok = Tokenizer.from_file(minilm_path())
+    docs = [d for d in load_corpus("bbc") if len(d) >= 2]
+    rng = random.Random(seed)
+    items = []
+    for _ in range(n):
+        d = docs[rng.randrange(len(docs))]
+        if unit == "document":
+            items.append(" ".join(d))
+        else:
+            i = rng.randrange(len(d) - 1)
+            items.append(d[i] if unit == "sentence" else (d[i], d[i + 1]))
+    return [(e.ids, e.type_ids) for e in tok.encode_batch(items, max_length=max_len)]
+
+
+def _varlen_batches(cfg: BenchConfig, device):
+    rows = corpus_rows(cfg.unit, cfg.batch_size * N_BATCHES, cfg.seq_len, cfg.seed)
+    g = torch.Generator().manual_seed(cfg.seed + 2)
+    out = []
+    for i in range(N_BATCHES):
+        part = rows[i * cfg.batch_size:(i + 1) * cfg.batch_size]
+        T = cfg.seq_len if cfg.padding == "max_length" else max(len(r[0]) for r in part)
+        ids = torch.full((len(part), T), PAD_ID, dtype=torch.long)
+        tt = torch.zeros_like(ids)
+        am = torch.zeros_like(ids)
+        for b, (r, t) in enumerate(part):
+            ids[b, :len(r)] = torch.tensor(r) % cfg.vocab_size
+            tt[b, :len(r)] = torch.tensor(t)
+            am[b, :len(r)] = 1
+        out.append({"input_ids": ids, "token_type_ids": tt, "attention_mask": am,
+                    "labels": torch.randint(0, cfg.num_labels, (len(part),), generator=g)})
+    return [{k: v.to(device) for k, v in b.items()} for b in out]
+
+
+# ------------------------------------------------------------------ the two sides
+class EngineClassifier(nn.Module):
+    """The engine's encoder + dropout + linear on C, laid out as transformers' BertForSequenceClassification."""
+
+    def __init__(self, bert: BertModel, num_labels: int):
+        super().__init__()
+        self.bert = bert
+        self.dropout = nn.Dropout(bert.config.hidden_dropout)
+        self.classifier = nn.Linear(bert.config.hidden_size, num_labels)
+
+    def forward(self, input_ids, token_type_ids=None, attention_mask=None, unpad=False):
+        c = self.bert(input_ids, token_type_ids, attention_mask, unpad=unpad).pooled_output  # (B, H)
+        return self.classifier(self.dropout(c))  # (B, K)
+
+
+def _hf_config(cfg: BertConfig, **extra):
+    import transformers
+    d = {k: v for k, v in cfg.to_hf_dict().items() if k not in ("architectures", "model_type", "bert_studio_causal")}
+    return transformers.BertConfig(**d, attn_implementation="sdpa", **extra)
+
+
+def build_models(bc: BenchConfig, mcfg: BertConfig, device):
+    """(engine model, transformers model) with the same weights."""
+    import transformers
+    from engine.checkpoint import to_hf_state_dict
+    torch.manual_seed(bc.seed)
+    eng = BertForPreTraining(mcfg)
+    sd = to_hf_state_dict(eng)
+    if bc.scenario == "pretrain":
+        hf = transformers.BertForPreTraining(_hf_config(mcfg))
+        res = hf.load_state_dict(sd, strict=False)
+        allowed = {"cls.predictions.decoder.weight", "cls.predictions.decoder.bias"}  # tied to what was loaded
+    elif bc.scenario == "infer":
+        eng = eng.bert
+        hf = transformers.BertModel(_hf_config(mcfg))
+        res = hf.load_state_dict({k[len("bert."):]: v for k, v in sd.items() if k.startswith("bert.")}, strict=False)
+        allowed = set()
+    else:
+        eng = EngineClassifier(eng.bert, bc.num_labels)
+        nn.init.normal_(eng.classifier.weight, 0.0, mcfg.initializer_range)
+        nn.init.zeros_(eng.classifier.bias)
+        hf = transformers.BertForSequenceClassification(_hf_config(mcfg, num_labels=bc.num_labels))
+        sd = {k: v for k, v in sd.items() if k.startswith("bert.")}
+        sd["classifier.weight"] = eng.classifier.weight.detach().clone()
+        sd["classifier.bias"] = eng.classifier.bias.detach().clone()
+        res = hf.load_state_dict(sd, strict=False)
+        allowed = set()
+    bad = (set(res.missing_keys) - allowed) | set(res.unexpected_keys)
+    if bad:
+        raise EngineError(f"copying the engine's weights into transformers left {sorted(bad)[:4]}; the checkpoint key mapping is out of date")
+    return eng.to(device), hf.to(device)
+
+
+def _param_groups(model, weight_decay=0.01):
+    decay, no_decay = [], []
+    for _, p in model.named_parameters():
+        if p.requires_grad:
+            (decay if p.dim() >= 2 else no_decay).append(p)
+    return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+
+
+def make_optimizer(model, lr: float, device) -> torch.optim.Optimizer:
+    """AdamW as both sides use it: fused where this torch supports it on the device (Trainer's default)."""
+    kw = dict(lr=lr, betas=(0.9, 0.999), eps=1e-6)
+    try:
+        return torch.optim.AdamW(_param_groups(model), fused=True, **kw)
+    except (RuntimeError, TypeError, ValueError):
+        return torch.optim.AdamW(_param_groups(model), **kw)
+
+
+def _amp(device, precision: str):
+    return torch.autocast(device.type, dtype=torch.bfloat16, enabled=precision == "bf16")
+
+
+def _engine_loss(bc, model, batch):
+    if bc.scenario == "pretrain":
+        labels = batch["labels"]
+        sel = labels != -100  # (B, T)
+        out = model(batch["input_ids"], batch["token_type_ids"], batch["attention_mask"], mlm_positions=sel)
+        return (F.cross_entropy(out.mlm_logits.float(), labels[sel])
+                + F.cross_entropy(out.nsp_logits.float(), batch["next_sentence_label"]))
+    logits = model(batch["input_ids"], batch["token_type_ids"], batch["attention_mask"],
+                   unpad=bc.scenario == "varlen" and bc.unpad)
+    return F.cross_entropy(logits.float(), batch["labels"])
+
+
+def _hf_loss(bc, model, batch):
+    if bc.scenario == "pretrain":
+        return model(input_ids=batch["input_ids"], token_type_ids=batch["token_type_ids"], attention_mask=batch["attention_mask"],
+                     labels=batch["labels"], next_sentence_label=batch["next_sentence_label"]).loss
+    return model(input_ids=batch["input_ids"], token_type_ids=batch["token_type_ids"], attention_mask=batch["attention_mask"],
+                 labels=batch["labels"]).loss
+
+
+def _train_step_fn(bc, model, loss_fn, opt, precision, device):
+    params = [p for p in model.parameters() if p.requires_grad]
+
+    def step(batch):
+        with _amp(device, precision):
+            loss = loss_fn(bc, model, batch)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(params, 1.0)
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        return loss
+    return step
+
+
+def _forward_fn(model, precision, device, engine_side: bool, unpad: bool):
+    def fwd(batch):
+        with torch.inference_mode(), _amp(device, precision):
+            if engine_side:
+                return model(batch["input_ids"], batch["token_type_ids"], batch["attention_mask"],
+                             output_hidden_states=True, unpad=unpad).last_hidden_state
+            return model(input_ids=batch["input_ids"], token_type_ids=batch["token_type_ids"],
+                         attention_mask=batch["attention_mask"], output_hidden_states=True).last_hidden_state
+    return fwd
+
+
+# ------------------------------------------------------------------ timing
+def _p90(xs):
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(math.ceil(0.9 * len(xs))) - 1)]
+
+
+def time_sides(fns: dict, batches, steps: int, warmup: int, device) -> dict:
+    """Interleaved timing: {name: (timed step seconds, warm-up step seconds)}. The order flips every step."""
+    names = list(fns)
+    times = {n: [] for n in names}
+    warm = {n: [] for n in names}
+    for i in range(warmup + steps):
+        order = names if i % 2 == 0 else names[::-1]
+        batch = batches[i % len(batches)]
+        for n in order:
+            _sync(device)
+            t = time.perf_counter()
+            fns[n](batch)
+            _sync(device)
+            (times if i >= warmup else warm)[n].append(time.perf_counter() - t)
+    return {n: (times[n], warm[n]) for n in names}
+
+
+def _side_report(times, warm, batches, steps_cycle, flops_per_batch, device, peak_tflops, precision, mem_mb, train):
+    med = statistics.median(times)
+    first = warm[0] if warm else times[0]
+    n_seq = [b["input_ids"].shape[0] for b in batches]
+    n_tok = [int(b["attention_mask"].sum()) for b in batches]
+    # per-step averages over the batch cycle the timed steps went through
+    idx = [i % len(batches) for i in steps_cycle]
+    seqs = sum(n_seq[i] for i in idx) / len(idx)
+    toks = sum(n_tok[i] for i in idx) / len(idx)
+    flops = sum(flops_per_batch[i] for i in idx) / len(idx)
+    rep = {"precision": precision, "sequences_per_s": seqs / med, "tokens_per_s": toks / med,
+           "step_ms_median": 1e3 * med, "step_ms_p90": 1e3 * _p90(times), "first_step_ms": 1e3 * first,
+           "peak_mem_mb": mem_mb, "model_tflops": flops / med / 1e12, "timed_steps": len(times), "train": train}
+    if device.type == "cuda" and peak_tflops:
+        rep["mfu"] = flops / med / 1e12 / peak_tflops
+    return rep
+
+
+def _ratios(e, h):
+    r = {"throughput": e["sequences_per_s"] / h["sequences_per_s"],
+         "step_time": e["step_ms_median"] / h["step_ms_median"]}
+    if e.get("peak_mem_mb") and h.get("peak_mem_mb"):
+        r["memory"] = e["peak_mem_mb"] / h["peak_mem_mb"]
+    if "mfu" in e and "mfu" in h:
+        r["mfu"] = e["mfu"] / h["mfu"]
+    return r
+
+
+def _measure(bc, device, fns, batches, flops, peak, precisions, train):
+    res = time_sides(fns, batches, bc.steps, bc.warmup, device)
+    cycle = list(range(bc.warmup, bc.warmup + bc.steps))
+    out = {}
+    for name, fn in fns.items():
+        mem = peak_step_memory_mb(lambda: fn(batches[0]), device) if bc.memory else None
+        times, warm = res[name]
+        out[name] = _side_report(times, warm, batches, cycle, flops, device, peak, precisions[name], mem, train)
+        if name == "engine" and bc.compile:  # what the warm-up steps took beyond steady-state steps
+            med = statistics.median(times)
+            out[name]["compile_s"] = max(0.0, sum(warm) - len(warm) * med) if warm else max(0.0, times[0] - med)
+    out["ratios"] = _ratios(out["engine"], out["transformers"])
+    out["ratio"] = out["ratios"]["throughput"]
+    return out
+
+
+# ------------------------------------------------------------------ the benchmark
+def _check(bc: BenchConfig):
+    if bc.scenario not in SCENARIOS:
+        raise EngineError(f"unknown scenario '{bc.scenario}'; choose one of {', '.join(SCENARIOS)}")
+    if bc.preset not in PRESETS:
+        raise EngineError(f"unknown preset '{bc.preset}'; choose one of {', '.join(PRESETS)}")
+    if not 8 <= bc.seq_len <= 512:
+        raise EngineError(f"--seq-len {bc.seq_len} is out of range; BERT takes 8 to 512 tokens")
+    if bc.batch_size < 1 or bc.steps < 1 or bc.warmup < 0:
+        raise EngineError("--batch-size and --steps must be at least 1 and --warmup at least 0")
+    for name, v, ok in (("--precision", bc.precision, ("fp32", "bf16")), ("--engine-precision", bc.engine_precision, ("same", "auto", "fp32", "bf16")),
+                        ("--unit", bc.unit, UNITS), ("--padding", bc.padding, ("longest", "max_length"))):
+        if v not in ok:
+            raise EngineError(f"unknown {name} '{v}'; choose one of {', '.join(ok)}")
+    if bc.vocab_size < 16 or bc.num_labels < 2 or not 0 < bc.mask_rate < 1:
+        raise EngineError("--vocab-size must be at least 16, --num-labels at least 2 and --mask-rate in (0, 1)")
+
+
+def run_bench(bc: BenchConfig) -> dict:
+    """Run one scenario; returns the report dict (what `--json` prints)."""
+    _check(bc)
+    try:
+        import transformers  # noqa: F401
+    except ImportError:
+        raise EngineError("the benchmark compares against transformers, which is not installed; run `pip install transformers`")
+    device = resolve_device(bc.device)
+    if bc.threads > 0:
+        torch.set_num_threads(bc.threads)
+    eprec = {"same": bc.precision, "auto": default_precision(device)}.get(bc.engine_precision, bc.engine_precision)
+    precisions = {"engine": eprec, "transformers": bc.precision}
+    mcfg = BertConfig.preset(bc.preset, vocab_size=bc.vocab_size)
+    info = machine_info(device)
+    peak = measure_matmul_peak(device) if device.type == "cuda" else None
+
+    eng, hf = build_models(bc, mcfg, device)
+    if bc.scenario == "pretrain":
+        batches = _pretrain_batches(bc, device)
+    elif bc.scenario == "varlen":
+        batches = _varlen_batches(bc, device)
+    else:
+        batches = _full_batches(bc, device)
+
+    # the same starting point: loss (or hidden states) of the first batch in eval mode
+    eng.eval()
+    hf.eval()
+    with torch.no_grad():
+        if bc.scenario == "infer":
+            b = batches[0]
+            he = _forward_fn(eng, "fp32", device, True, False)(b).float()
+            hh = _forward_fn(hf, "fp32", device, False, False)(b).float()
+            diff = float((he - hh).abs().max())
+            start = {"metric": "max |engine - transformers| of the last hidden state (fp32)", "value": diff, "same": diff <= 1e-4}
+        else:
+            le = float(_engine_loss(bc, eng, batches[0]))
+            lh = float(_hf_loss(bc, hf, batches[0]))
+            tol = 1e-4 * max(1.0, abs(lh))
+            start = {"metric": "loss of the first batch (eval mode, fp32)", "engine": le, "transformers": lh,
+                     "same": abs(le - lh) <= tol}
+
+    report = {"scenario": bc.scenario, "config": asdict(bc), "model": {"preset": bc.preset, "layers": mcfg.num_layers,
+              "hidden": mcfg.hidden_size, "heads": mcfg.num_heads, "vocab": mcfg.vocab_size,
+              "parameters": mcfg.num_parameters()}, "device": str(device), "machine": info,
+              "same_start_loss": bool(start["same"]), "start": start}
+    if peak:
+        report["machine"]["bf16_matmul_peak_tflops"] = peak
+    if bc.compile:
+        eng = torch.compile(eng)
+
+    if bc.scenario == "infer":
+        eng.eval()
+        hf.eval()
+        lengths = lambda b: [b["input_ids"].shape[1]] * b["input_ids"].shape[0]
+        fns = {"engine": _forward_fn(eng, eprec, device, True, False), "transformers": _forward_fn(hf, bc.precision, device, False, False)}
+        flops = [model_flops(mcfg, lengths(b), train=False) for b in batches]
+        m = _measure(bc, device, fns, batches, flops, peak, precisions, train=False)
+        report.update(m)
+        lat_batches = [{k: v[:1] for k, v in b.items()} for b in batches]
+        lat = _measure(bc, device, fns, lat_batches, [model_flops(mcfg, lengths(b), train=False) for b in lat_batches],
+                       peak, precisions, train=False)
+        report["latency"] = {"batch_size": 1, "engine": lat["engine"], "transformers": lat["transformers"],
+                             "ratio": lat["ratio"], "ratios": lat["ratios"]}
+    else:
+        eng.train()
+        hf.train()
+        fns = {"engine": _train_step_fn(bc, eng, _engine_loss, make_optimizer(eng, bc.lr, device), eprec, device),
+               "transformers": _train_step_fn(bc, hf, _hf_loss, make_optimizer(hf, bc.lr, device), bc.precision, device)}
+        if bc.scenario == "pretrain":
+            flops = [model_flops(mcfg, [int(n) for n in b["attention_mask"].sum(1)], n_mlm=int((b["labels"] != -100).sum()), n_cls=2)
+                     for b in batches]
+        else:
+            flops = [model_flops(mcfg, [int(n) for n in b["attention_mask"].sum(1)], n_cls=bc.num_labels) for b in batches]
+        report.update(_measure(bc, device, fns, batches, flops, peak, precisions, train=True))
+        if bc.scenario == "varlen":
+            real = sum(int(b["attention_mask"].sum()) for b in batches)
+            cells = sum(b["attention_mask"].numel() for b in batches)
+            report["padding_fraction"] = 1 - real / cells
+            report["mean_length"] = real / sum(b["input_ids"].shape[0] for b in batches)
+            eng.eval()
+            hf.eval()
+            ffns = {"engine": _forward_fn(eng.bert if not bc.compile else eng._orig_mod.bert, eprec, device, True, bc.unpad),
+                    "transformers": _forward_fn(hf.bert, bc.precision, device, False, False)}
+            fflops = [model_flops(mcfg, [int(n) for n in b["attention_mask"].sum(1)], train=False) for b in batches]
+            f = _measure(bc, device, ffns, batches, fflops, peak, precisions, train=False)
+            report["forward"] = {"engine": f["engine"], "transformers": f["transformers"], "ratio": f["ratio"], "ratios": f["ratios"]}
+    if hasattr(os, "getloadavg"):
+        report["machine"]["loadavg_end"] = [round(x, 2) for x in os.getloadavg()]
+    return report
+
+
+# ------------------------------------------------------------------ output
+def _fmt(v, unit=""):
+    if v is None:
+        return "-"
+    if isinstance(v, bool):
+        return str(v)
+    if abs(v) >= 100:
+        return f"{v:,.0f}{unit}"
+    if abs(v) >= 1:
+        return f"{v:.2f}{unit}"
+    return f"{v:.3g}{unit}"
+
+
+def format_table(r: dict) -> str:
+    c = r["config"]
+    m = r["machine"]
+    dev = m.get("gpu") if r["device"].startswith("cuda") else f"{m['cpu']}, {m['threads']} threads"
+    lines = [f"bench {r['scenario']}: preset {c['preset']} (L={r['model']['layers']} H={r['model']['hidden']} A={r['model']['heads']} V={r['model']['vocab']}), "
+             f"T={c['seq_len']} B={c['batch_size']}, {r['engine']['precision']} vs {r['transformers']['precision']}, {r['device']} ({dev}), "
+             f"{c['steps']} timed steps after {c['warmup']} warm-up, load {m.get('loadavg_start')} -> {m.get('loadavg_end')}"]
+    if "padding_fraction" in r:
+        lines.append(f"rows: {c['unit']} lengths from BBC, padding {c['padding']}: mean {r['mean_length']:.1f} real tokens, padding fraction {r['padding_fraction']:.2f}")
+    s = r["start"]
+    if "engine" in s:
+        lines.append(f"start loss: engine {s['engine']:.5f}, transformers {s['transformers']:.5f} -> {'same' if s['same'] else 'DIFFERENT'}")
+    else:
+        lines.append(f"start: {s['metric']} = {s['value']:.2e} -> {'same' if s['same'] else 'DIFFERENT'}")
+    rows = [("sequences/s", "sequences_per_s"), ("real tokens/s", "tokens_per_s"), ("step ms (median)", "step_ms_median"),
+            ("step ms (p90)", "step_ms_p90"), ("peak step memory MB", "peak_mem_mb"), ("model TFLOP/s", "model_tflops"), ("MFU", "mfu"),
+            ("compile s", "compile_s")]
+
+    def block(title, e, h):
+        out = [f"{title:<22}{'engine':>14}{'transformers':>14}{'engine/tf':>12}"]
+        for label, k in rows:
+            if k not in e and k not in h:
+                continue
+            ev, hv = e.get(k), h.get(k)
+            ratio = ev / hv if isinstance(ev, (int, float)) and isinstance(hv, (int, float)) and hv else None
+            out.append(f"{label:<22}{_fmt(ev):>14}{_fmt(hv):>14}{_fmt(ratio, 'x'):>12}")
+        return out
+
+    main_title = {"pretrain": "pre-training step", "finetune": "fine-tuning step", "varlen": "fine-tuning step",
+                  "infer": f"forward, batch {c['batch_size']}"}[r["scenario"]]
+    lines += block(main_title, r["engine"], r["transformers"])
+    lines.append(f"ratio (throughput engine/transformers): {r['ratio']:.2f}x")
+    for key, title in (("latency", "forward, batch 1"), ("forward", "forward (features)")):
+        if key in r:
+            lines += block(title, r[key]["engine"], r[key]["transformers"])
+            lines.append(f"{key} ratio: {r[key]['ratio']:.2f}x")
+    return "\n".join(lines)
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):  # one line through the engine's error path instead of usage + exit 2
+        raise EngineError(f"{message}; see python -m engine bench --help")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    d = BenchConfig()
+    ap = _Parser(prog="python -m engine bench", description="Benchmark the engine against transformers.BertForPreTraining "
+                 "(sdpa attention, same weights, batches and optimizer), interleaved, after warm-up; prints a table and one JSON object.")
+    ap.add_argument("--scenario", choices=SCENARIOS, default=d.scenario, help="pretrain step, infer forward, finetune step, varlen batches")
+    ap.add_argument("--preset", choices=list(PRESETS), default=d.preset)
+    ap.add_argument("--seq-len", type=int, default=d.seq_len, help="T (varlen: the cap on the corpus lengths)")
+    ap.add_argument("--batch-size", type=int, default=d.batch_size)
+    ap.add_argument("--precision", choices=("fp32", "bf16"), default=d.precision, help="both sides: fp32, or bf16 autocast")
+    ap.add_argument("--engine-precision", choices=("same", "auto", "fp32", "bf16"), default=d.engine_precision,
+                    help="the engine side's precision: same as --precision, or auto (the engine's default on this device)")
+    ap.add_argument("--device", choices=("auto", "cpu", "cuda"), default=d.device)
+    ap.add_argument("--json", action="store_true", help="print only the JSON object")
+    ap.add_argument("--steps", type=int, default=d.steps, help="timed steps per side")
+    ap.add_argument("--warmup", type=int, default=d.warmup, help="untimed steps per side first")
+    ap.add_argument("--threads", type=int, default=d.threads, help="torch CPU threads (0: torch's default)")
+    ap.add_argument("--compile", action="store_true", help="torch.compile the engine side (compile time reported)")
+    ap.add_argument("--vocab-size", type=int, default=d.vocab_size)
+    ap.add_argument("--num-labels", type=int, default=d.num_labels, help="classes of the finetune/varlen classifier")
+    ap.add_argument("--unit", choices=UNITS, default=d.unit, help="varlen: sentences, sentence pairs or documents")
+    ap.add_argument("--padding", choices=("longest", "max_length"), default=d.padding, help="varlen: pad to the batch's longest row or to --seq-len")
+    ap.add_argument("--no-unpad", dest="unpad", action="store_false", help="varlen: run the engine padded too")
+    ap.add_argument("--mask-rate", type=float, default=d.mask_rate)
+    ap.add_argument("--lr", type=float, default=d.lr)
+    ap.add_argument("--seed", type=int, default=d.seed)
+    ap.add_argument("--no-memory", dest="memory", action="store_false", help="skip the peak-memory step")
+    return ap
+
+
+def main(argv) -> int:
+    a = build_parser().parse_args(argv)
+    names = {f.name for f in fields(BenchConfig)}
+    bc = BenchConfig(**{k: v for k, v in vars(a).items() if k in names})
+    report = run_bench(bc)
+    if not a.json:
+        print(format_table(report))
+    print(json.dumps(report))
+    sys.stdout.flush()
+    return 0 if report["same_start_loss"] else 1

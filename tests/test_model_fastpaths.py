@@ -1,0 +1,265 @@
+"""Each fast path of engine/model.py (and the bench's training step) against the reference path it replaces."""
+import pytest
+import torch
+import torch.nn.functional as F
+
+import engine
+import engine.model as em
+from engine.bench import make_optimizer
+from engine.config import BertConfig
+from engine.model import BertForPreTraining
+
+V = 300
+
+
+def _model(seed=0, dropout=0.0, **kw):
+    torch.manual_seed(seed)
+    cfg = BertConfig.preset("tiny", vocab_size=V, hidden_size=64, num_heads=4, max_position_embeddings=64,
+                            hidden_dropout=dropout, attention_dropout=dropout, **kw)
+    m = BertForPreTraining(cfg)
+    with torch.no_grad():  # LayerNorms at 1/0 and zero biases would hide mistakes; perturb every tensor
+        for n, p in m.named_parameters():
+            if p.dim() == 1:
+                p.add_(0.1 * torch.randn_like(p))
+    return m
+
+
+def _batch(B=5, T=24, lengths=(24, 9, 17, 2, 12), seed=0):
+    g = torch.Generator().manual_seed(seed)
+    ids = torch.randint(5, V, (B, T), generator=g)
+    ids[:, 0] = 2
+    lens = torch.tensor(lengths)
+    am = (torch.arange(T)[None] < lens[:, None]).long()  # right padding
+    tt = (torch.arange(T)[None] >= (lens[:, None] // 2)).long() * am
+    return ids, tt, am
+
+
+def _grads(m, ids, tt, am, **kw):
+    m.zero_grad(set_to_none=True)
+    real = am.bool()
+    sel = real & (torch.arange(ids.shape[1])[None] % 3 == 1)
+    out = m(ids, tt, am, mlm_positions=sel, **kw)
+    loss = F.cross_entropy(out.mlm_logits, ids[sel]) + F.cross_entropy(out.nsp_logits, torch.tensor([0, 1, 1, 0, 1][: ids.shape[0]]))
+    loss.backward()
+    return loss.detach(), {n: p.grad.clone() for n, p in m.named_parameters() if p.grad is not None}
+
+
+def _assert_grads_close(a, b, tol=1e-5):
+    assert a.keys() == b.keys()
+    for n in a:
+        torch.testing.assert_close(a[n], b[n], atol=tol, rtol=tol, msg=n)
+
+
+# ------------------------------------------------------------------ oneDNN linear on CPU
+needs_onednn = pytest.mark.skipif(not em._onednn_available(), reason="this torch build has no oneDNN linear")
+
+
+@pytest.fixture
+def force_onednn(monkeypatch):
+    """Route every linear layer through oneDNN, however small."""
+    monkeypatch.setattr(em, "FAST_CPU_LINEAR", True)
+    monkeypatch.setattr(em, "ONEDNN_MIN_MACS", 0)
+    monkeypatch.setattr(em, "ONEDNN_MIN_MACS_GELU", 0)
+
+
+@needs_onednn
+@pytest.mark.parametrize("shape", [(7, 33), (2, 5, 64), "strided"])
+@pytest.mark.parametrize("bias", [True, False])
+def test_onednn_linear_matches_f_linear_forward_and_backward(force_onednn, shape, bias):
+    g = torch.Generator().manual_seed(1)
+    if shape == "strided":  # e.g. the pooler's x[:, 0]
+        x = torch.randn(6, 5, 40, generator=g)[:, 0].requires_grad_()
+        shape = x.shape
+    else:
+        x = torch.randn(*shape, generator=g, requires_grad=True)
+    w = torch.randn(48, shape[-1], generator=g, requires_grad=True)
+    b = torch.randn(48, generator=g, requires_grad=True) if bias else None
+    for gelu in (False, True):
+        ref = F.linear(x, w, b)
+        ref = F.gelu(ref) if gelu else ref
+        y = em.linear(x, w, b, gelu=gelu)
+        torch.testing.assert_close(y, ref, atol=1e-5, rtol=1e-5)
+        gy = torch.randn(ref.shape, generator=g)
+        ref_grads = torch.autograd.grad(ref, [t for t in (x, w, b) if t is not None], gy)
+        grads = torch.autograd.grad(y, [t for t in (x, w, b) if t is not None], gy)
+        for a, r in zip(grads, ref_grads):
+            torch.testing.assert_close(a, r, atol=1e-4, rtol=1e-5)
+        assert "_OneDNNLinearBackward" in _graph_nodes(y)  # the fast path really ran
+        with torch.no_grad():  # the inference path, GELU fused into the oneDNN call
+            torch.testing.assert_close(em.linear(x, w, b, gelu=gelu), ref, atol=1e-5, rtol=1e-5)
+
+
+def _graph_nodes(t) -> set:
+    seen, todo = set(), [t.grad_fn]
+    while todo:
+        f = todo.pop()
+        if f is not None and type(f).__name__ not in seen:
+            seen.add(type(f).__name__)
+            todo.extend(n for n, _ in f.next_functions)
+    return seen
+
+
+@needs_onednn
+def test_onednn_model_equals_reference_model(force_onednn, monkeypatch):
+    m = _model()
+    ids, tt, am = _batch()
+    real = am.bool()
+    m.eval()
+    with torch.no_grad():
+        fast = m(ids, tt, am, output_hidden_states=True)
+        monkeypatch.setattr(em, "FAST_CPU_LINEAR", False)
+        ref = m(ids, tt, am, output_hidden_states=True)
+    for a, r in zip(fast.hidden_states, ref.hidden_states):
+        torch.testing.assert_close(a[real], r[real], atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(fast.mlm_logits[real], ref.mlm_logits[real], atol=1e-5, rtol=1e-5)
+    m.train()  # dropout 0: training mode is deterministic
+    monkeypatch.setattr(em, "FAST_CPU_LINEAR", True)
+    lf, gf = _grads(m, ids, tt, am)
+    monkeypatch.setattr(em, "FAST_CPU_LINEAR", False)
+    lr, gr = _grads(m, ids, tt, am)
+    torch.testing.assert_close(lf, lr, atol=1e-5, rtol=1e-5)
+    _assert_grads_close(gf, gr, tol=1e-4)
+
+
+def test_linear_keeps_f_linear_under_autocast_and_for_small_products(monkeypatch):
+    calls = []
+    monkeypatch.setattr(em, "_onednn_linear", lambda *a, **k: calls.append(1) or F.linear(a[0], a[1], a[2]))
+    monkeypatch.setattr(em, "ONEDNN_MIN_MACS", 0)
+    x, w = torch.randn(4, 8), torch.randn(6, 8)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        y = em.linear(x, w)
+    assert y.dtype == torch.bfloat16 and not calls  # autocast's own bf16 kernel, not the fp32 oneDNN call
+    monkeypatch.setattr(em, "ONEDNN_MIN_MACS", 10 ** 9)
+    em.linear(x, w)
+    assert not calls
+    if em._onednn_available():
+        monkeypatch.setattr(em, "ONEDNN_MIN_MACS", 0)
+        em.linear(x, w)
+        assert calls
+
+
+# ------------------------------------------------------------------ attention, MLM positions
+def test_sdpa_path_equals_explicit_softmax_path_with_padding_and_causal():
+    for causal in (False, True):
+        m = _model(causal=causal).eval()
+        ids, tt, am = _batch()
+        real = am.bool()
+        with torch.no_grad():
+            fast = m(ids, tt, am, output_hidden_states=True)
+            ref = m(ids, tt, am, output_hidden_states=True, output_attentions=True)
+        assert fast.attentions is None and len(ref.attentions) == 2
+        for a, r in zip(fast.hidden_states, ref.hidden_states):
+            torch.testing.assert_close(a[real], r[real], atol=1e-5, rtol=1e-5)
+        # padded keys get no attention; causal: nothing to the right
+        probs = ref.attentions[0]  # (B, A, T, T)
+        assert float(probs[1, :, :, 9:].abs().max()) == 0.0
+        if causal:
+            assert float(probs[0].triu(1).abs().max()) == 0.0
+
+
+def test_mlm_head_at_selected_positions_equals_full_projection():
+    m = _model().eval()
+    ids, tt, am = _batch()
+    sel = am.bool() & (torch.arange(24)[None] % 4 == 1)
+    with torch.no_grad():
+        full = m(ids, tt, am).mlm_logits  # (B, T, V)
+        part = m(ids, tt, am, mlm_positions=sel).mlm_logits  # (N, V)
+    assert part.shape == (int(sel.sum()), V)
+    torch.testing.assert_close(part, full[sel], atol=1e-5, rtol=1e-5)
+
+
+# ------------------------------------------------------------------ unpadding
+@pytest.mark.parametrize("causal", [False, True])
+def test_unpad_equals_padded_at_real_positions_and_is_zero_at_padding(causal):
+    m = _model(causal=causal).eval()
+    ids, tt, am = _batch(T=30, lengths=(26, 9, 17, 2, 12))  # last real column 25: the batch is cut there
+    real = am.bool()
+    with torch.no_grad():
+        ref = m(ids, tt, am, output_hidden_states=True)
+        out = m(ids, tt, am, output_hidden_states=True, unpad=True)
+    assert out.last_hidden_state.shape == ref.last_hidden_state.shape == (5, 30, 64)
+    assert len(out.hidden_states) == len(ref.hidden_states) == 3
+    for a, r in zip(out.hidden_states, ref.hidden_states):
+        torch.testing.assert_close(a[real], r[real], atol=1e-5, rtol=1e-5)
+        assert float(a[~real].abs().max()) == 0.0
+    torch.testing.assert_close(out.pooled_output, ref.pooled_output, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(out.nsp_logits, ref.nsp_logits, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(out.mlm_logits[real], ref.mlm_logits[real], atol=1e-5, rtol=1e-5)
+
+
+def test_unpad_gradients_equal_padded_gradients():
+    m = _model().train()  # dropout 0
+    ids, tt, am = _batch()
+    lp, gp = _grads(m, ids, tt, am)
+    lu, gu = _grads(m, ids, tt, am, unpad=True)
+    torch.testing.assert_close(lu, lp, atol=1e-5, rtol=1e-5)
+    _assert_grads_close(gu, gp)
+
+
+def test_unpad_with_little_padding_falls_back_and_still_zeroes_padding():
+    m = _model().eval()
+    ids, tt, am = _batch(T=24, lengths=(24, 24, 23, 24, 24))  # 1/120 padding: under UNPAD_MIN_PADDING
+    real = am.bool()
+    with torch.no_grad():
+        ref = m(ids, tt, am)
+        out = m(ids, tt, am, unpad=True)
+        none_tt = m(ids, None, am, unpad=True)
+        ref_none_tt = m(ids, None, am)
+    torch.testing.assert_close(out.last_hidden_state[real], ref.last_hidden_state[real], atol=1e-5, rtol=1e-5)
+    assert float(out.last_hidden_state[~real].abs().max()) == 0.0
+    torch.testing.assert_close(none_tt.last_hidden_state[real], ref_none_tt.last_hidden_state[real], atol=1e-5, rtol=1e-5)
+    # no attention mask, or attention maps asked for: unpad does not apply, the padded path runs
+    with torch.no_grad():
+        a = m(ids, tt, None, unpad=True)
+        b = m(ids, tt, None)
+        c = m(ids, tt, am, unpad=True, output_attentions=True)
+    torch.testing.assert_close(a.last_hidden_state, b.last_hidden_state)
+    assert c.attentions is not None
+
+
+def test_unpad_without_token_types_and_with_dropout_trains():
+    m = _model(dropout=0.1).train()
+    ids, tt, am = _batch()
+    out = m(ids, None, am, unpad=True, mlm_positions=am.bool())
+    loss = F.cross_entropy(out.mlm_logits, ids[am.bool()])
+    loss.backward()
+    assert torch.isfinite(loss) and m.bert.layers[0].attention.qkv.weight.grad.abs().sum() > 0
+
+
+# ------------------------------------------------------------------ precision and optimizer
+def test_bf16_autocast_is_close_to_fp32_and_default_precision_is_valid():
+    m = _model().eval()
+    ids, tt, am = _batch()
+    real = am.bool()
+    with torch.no_grad():
+        ref = m(ids, tt, am).last_hidden_state
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            low = m(ids, tt, am).last_hidden_state
+    assert low.dtype == torch.float32 or low.dtype == torch.bfloat16
+    err = (low.float()[real] - ref[real]).abs().max()
+    assert 0 < err < 0.1  # bf16 rounding is visible but small after the LayerNorms
+    assert em.default_precision("cpu") in ("fp32", "bf16")
+    if not torch.cuda.is_available():
+        assert em.default_precision("cuda") == "fp32"
+
+
+def test_fused_adamw_step_equals_foreach_step():
+    m1, m2 = _model(seed=3), _model(seed=3)
+    o1 = make_optimizer(m1, 1e-3, torch.device("cpu"))
+    o2 = torch.optim.AdamW([{"params": g["params"], "weight_decay": g["weight_decay"]} for g in
+                            [{"params": [p for p in m2.parameters() if p.dim() >= 2], "weight_decay": 0.01},
+                             {"params": [p for p in m2.parameters() if p.dim() < 2], "weight_decay": 0.0}]],
+                           lr=1e-3, betas=(0.9, 0.999), eps=1e-6, foreach=True)
+    ids, tt, am = _batch()
+    for m, o in ((m1, o1), (m2, o2)):
+        m.train()
+        for _ in range(2):
+            _grads(m, ids, tt, am)
+            o.step()
+    for (n, a), (_, b) in zip(m1.named_parameters(), m2.named_parameters()):
+        torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-5, msg=n)
+    assert o1.defaults.get("fused") in (True, None)
+
+
+def test_engine_public_api_still_exported():
+    assert engine.BertForPreTraining is BertForPreTraining and engine.BertModel is em.BertModel
