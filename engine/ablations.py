@@ -40,6 +40,7 @@ from engine.errors import EngineError
 from engine.fileio import atomic_write_json, atomic_write_text
 
 STUDY_JSON = "study.json"
+REPO_ROOT = Path(__file__).resolve().parents[1]  # `python -m engine` runs from here
 SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"  # ../shared/data beside the repo
 
 
@@ -79,7 +80,7 @@ class PretrainArgs:
                         ("--save-every", self.save_every), ("--eval-every", self.eval_every)):
             if v is not None:
                 a += [flag, _num(v)]
-        return a + ["--seed", str(seed), "--device", "cpu", "--out", str(out)]
+        return a + ["--seed", str(seed), "--out", str(out)]
 
 
 @dataclass(frozen=True)
@@ -108,8 +109,8 @@ class FinetuneArgs:
 @dataclass(frozen=True)
 class FeatureArgs:
     """The flags of `python -m engine features` (paper Table 7)."""
-    layers: str = "-1,-2,-3,-4"
-    combine: str = "concat"  # concat | sum | mean | weighted | last | second-to-last | embeddings
+    layers: str = "-1,-2,-3,-4"  # the hidden states that concat/sum/mean/weighted combine (0 = embeddings, -1 = last)
+    combine: str = "concat"  # concat | sum | mean | weighted | all-weighted | last | second-to-last | embeddings
     classifier: str = None  # None: the command's choice (BiLSTM for tagging, logistic regression for sentences)
 
     def argv(self) -> list:
@@ -266,12 +267,12 @@ def model_size_study(evaluations=None) -> Study:
 
 
 FEATURE_ROWS = [
-    ("Embeddings", FeatureArgs(layers="0", combine="embeddings")),
-    ("Second-to-last hidden", FeatureArgs(layers="-2", combine="second-to-last")),
-    ("Last hidden", FeatureArgs(layers="-1", combine="last")),
+    ("Embeddings", FeatureArgs(combine="embeddings")),
+    ("Second-to-last hidden", FeatureArgs(combine="second-to-last")),
+    ("Last hidden", FeatureArgs(combine="last")),
     ("Weighted sum last four hidden", FeatureArgs(layers="-1,-2,-3,-4", combine="weighted")),
     ("Concat last four hidden", FeatureArgs(layers="-1,-2,-3,-4", combine="concat")),
-    ("Weighted sum all layers", FeatureArgs(layers="all", combine="weighted")),
+    ("Weighted sum all layers", FeatureArgs(layers="-1,-2,-3,-4", combine="all-weighted")),
 ]
 
 
@@ -297,8 +298,8 @@ def masking_study(evaluations=None) -> Study:
                               features=FeatureArgs(layers="-1,-2,-3,-4", combine="concat"))
     return Study(
         name="masking", title="Table 8: masking procedure",
-        description="Of the 15% selected positions: the share replaced by [MASK], kept the SAME, or replaced by a "
-                    "RaNDom token. Four layers (L=4 H=128 A=2) so the feature-based column can concatenate the last four.",
+        description="Of the 15% selected positions: the share replaced by [MASK] (MASK), kept unchanged (SAME) or "
+                    "replaced by a random token (RND). Four layers (L=4 H=128 A=2) so the feature-based column can concatenate the last four.",
         finding="Fine-tuning is robust to the masking strategy; MASK-only hurts the feature-based NER (a mismatch "
                 "between pre-training and use); RND-only is clearly worse than BERT's 80/10/10.",
         base=PretrainArgs(preset="tiny", layers=4, hidden=128, heads=2, objective="mlm+nsp", steps=3000, batch_size=32, seq_len=128),
@@ -337,7 +338,8 @@ STUDIES = {
 # Classroom scale: every pre-training run is short and the fine-tunes are capped, so the classroom Table 5
 # (3 pre-training runs + 8 fine-tunes, 1 seed) finishes within an hour on a 2-core CPU.
 CLASSROOM_PRETRAIN = dict(preset="tiny", steps=600, batch_size=32, seq_len=128, eval_every=100)
-CLASSROOM_FINETUNE = FinetuneArgs(lr=(1e-4,), batch_size=(32,), epochs=(2,), restarts=1, max_train=1000, max_seq_len=128)
+# a tiny model trained for minutes wants a larger fine-tuning rate than BERT-BASE's 5e-5 (Google's small BERTs: up to 5e-4)
+CLASSROOM_FINETUNE = FinetuneArgs(lr=(3e-4,), batch_size=(32,), epochs=(3,), restarts=1, max_train=2000, max_seq_len=128)
 
 
 def classroom(study: Study) -> Study:
@@ -408,35 +410,39 @@ class Job:
     kind: str  # pretrain | finetune | features
     argv: list  # the engine command line, without `python -m engine`
     out: str  # its run folder, relative to the study folder
-    variant: str
+    variant: str  # the row it belongs to (a grouped features job: its first row)
     seed: int
     evaluation: str = None  # the Evaluation name (None for pre-training)
     step: int = None  # Figure 5: the checkpoint's step
+    combines: dict = None  # features jobs: {variant: --combine value} of every row whose score it produces
 
 
-def _eval_argv(study: Study, variant: Variant, ev: Evaluation, model: str, seed: int, out: str):
-    """(kind, argv) of one downstream evaluation of `model`."""
-    feats = variant.features or ev.features
+def _eval_argv(study: Study, variant: Variant, ev: Evaluation, model: str, seed: int, out: str, feats: FeatureArgs = None):
+    """(kind, argv) of one downstream evaluation of `model`: `engine features` when `feats`, else `engine finetune`."""
     files = []
     if ev.train:
         files += ["--train", ev.train]
     if ev.dev:
         files += ["--dev", ev.dev]
+    fa = study.finetune_args(variant)
     if feats is not None:
         a = ["features", "--model", model, "--task", ev.task] + files + feats.argv()
-        fa = study.finetune_args(variant)
         if fa.max_train is not None:
             a += ["--max-train", str(fa.max_train)]
         return "features", a + ["--seed", str(seed), "--out", out]
-    a = ["finetune", "--model", model, "--task", ev.task] + files + study.finetune_args(variant).argv()
-    return "finetune", a + ["--seed", str(seed), "--device", "cpu", "--out", out]
+    a = ["finetune", "--model", model, "--task", ev.task] + files + fa.argv()
+    return "finetune", a + ["--seed", str(seed), "--out", out]
 
 
 def plan(study: Study, study_dir) -> list:
-    """The study's jobs in the order they should run: seed by seed, each variant's pre-training then its evaluations."""
+    """The study's jobs in the order they should run: seed by seed, each variant's pre-training then its evaluations.
+
+    Feature-based rows of a fixed model (Table 7) share one `engine features --combine a,b,...` job per seed and
+    evaluation: the features are extracted once and each combination's classifier is trained on them."""
     study_dir = Path(study_dir).absolute()
     jobs = []
     for seed in study.seeds:
+        grouped = {}  # (evaluation, layers, classifier) -> the shared features job of a fixed model
         for v in study.variants:
             if study.model is not None:
                 models = [(study.model, None)]
@@ -451,12 +457,28 @@ def plan(study: Study, study_dir) -> list:
                 else:
                     models = [(str(study_dir / run_rel), None)]
             for ev in study.evaluations:
+                feats = v.features or ev.features
+                if study.model is not None and v.features is not None:
+                    gkey = (ev.name, v.features.layers, v.features.classifier)
+                    if gkey in grouped:
+                        grouped[gkey].combines[v.name] = v.features.combine
+                        continue
+                    rel = f"runs/features-s{seed}-{ev.key()}" + (f"-{len(grouped)}" if grouped else "")
+                    kind, argv = _eval_argv(study, v, ev, study.model, seed, str(study_dir / rel), feats)
+                    job = Job(f"eval/features/s{seed}/{ev.key()}" + (f"/{len(grouped)}" if grouped else ""), kind, argv, rel,
+                              v.name, seed, ev.name, None, {v.name: v.features.combine})
+                    grouped[gkey] = job
+                    jobs.append(job)
+                    continue
                 for model, step in models:
                     suffix = f"-step{step}" if step is not None else ""
                     rel = f"runs/{v.key()}-s{seed}-{ev.key()}{suffix}"
-                    kind, argv = _eval_argv(study, v, ev, model, seed, str(study_dir / rel))
+                    kind, argv = _eval_argv(study, v, ev, model, seed, str(study_dir / rel), feats)
                     key = f"eval/{v.key()}/s{seed}/{ev.key()}" + (f"/step-{step}" if step is not None else "")
-                    jobs.append(Job(key, kind, argv, rel, v.name, seed, ev.name, step))
+                    jobs.append(Job(key, kind, argv, rel, v.name, seed, ev.name, step,
+                                    {v.name: feats.combine} if feats is not None else None))
+        for job in grouped.values():  # one extraction, every combination of the group
+            job.argv[job.argv.index("--combine") + 1] = ",".join(dict.fromkeys(job.combines.values()))
     return jobs
 
 
@@ -532,7 +554,11 @@ def list_studies(runs_root=None) -> list:
 # launching
 
 
-def launch(study: Study, runs_root=None, name: str = None, foreground: bool = False, log=print) -> Path:
+def _print(*a) -> None:
+    print(*a, flush=True)
+
+
+def launch(study: Study, runs_root=None, name: str = None, foreground: bool = False, log=_print) -> Path:
     """Write the study folder and queue its jobs (studio.jobs), or run them here one by one (`foreground`)."""
     root = studies_root(runs_root).parent
     study_dir = new_study_dir(study, root, name)
@@ -555,7 +581,7 @@ def launch(study: Study, runs_root=None, name: str = None, foreground: bool = Fa
     return study_dir
 
 
-def run_foreground(study_dir, log=print) -> dict:
+def run_foreground(study_dir, log=_print) -> dict:
     """Run the study's unfinished jobs here, one at a time; each job's output goes to <out>/job.log."""
     study_dir = Path(study_dir)
     data = read_study(study_dir)
@@ -566,12 +592,17 @@ def run_foreground(study_dir, log=print) -> dict:
             counts["skipped"] += 1
             continue
         out.mkdir(parents=True, exist_ok=True)
-        cmd = [sys.executable, "-m", "engine"] + j["argv"]
+        argv = list(j["argv"])
+        if j["kind"] == "pretrain" and "--resume" not in argv:
+            from engine.runs import latest_checkpoint
+            if latest_checkpoint(out) is not None:  # an interrupted run: continue from its last checkpoint
+                argv.append("--resume")
+        cmd = [sys.executable, "-m", "engine"] + argv
         log(f"[{time.strftime('%H:%M:%S')}] {j['key']}: {' '.join(j['argv'][:1])} ...")
         t0 = time.time()
         with open(out / "job.log", "ab") as logf:
             try:
-                rc = subprocess.call(cmd, stdout=logf, stderr=subprocess.STDOUT)
+                rc = subprocess.call(cmd, stdout=logf, stderr=subprocess.STDOUT, cwd=REPO_ROOT)
             except KeyboardInterrupt:
                 update_job(study_dir, j["key"], status="cancelled")
                 raise
@@ -686,6 +717,17 @@ def best_score(eval_data: dict, metric: str):
     return max(vals) if vals else None
 
 
+def combination_score(eval_data: dict, combine: str, metric: str):
+    """The dev `metric` of one combination in an eval.json written by `engine features` (its "results" list)."""
+    for r in (eval_data or {}).get("results") or []:
+        if isinstance(r, dict) and r.get("combine") == combine:
+            v = _pick_metric(r.get("dev"), metric)
+            if v is None and r.get("metric") == metric and isinstance(r.get("score"), (int, float)):
+                v = float(r["score"])
+            return v
+    return None
+
+
 def _trial_score(t, metric: str):
     if not isinstance(t, dict):
         return None
@@ -721,15 +763,16 @@ def _read_jsonl(path: Path) -> list:
 
 
 def pretrain_eval_records(records: list) -> list:
-    """The held-out evaluation records of a pre-training metrics.jsonl, as {step, mlm_loss, mlm_acc, mlm_ppl, nsp_acc}."""
+    """The held-out records of a pre-training metrics.jsonl without their `eval_` prefix: {step, mlm_loss, mlm_acc,
+    mlm_ppl, nsp_loss, nsp_acc, ...} (an `ltr` run has lm_loss, lm_acc, lm_ppl: next-token, not masked-token)."""
     out = []
     for r in records:
         step = r.get("step")
         if not isinstance(step, (int, float)):
             continue
         ev = {}
-        if r.get("split") in ("eval", "heldout", "held_out", "dev") or r.get("kind") in ("eval", "heldout") or r.get("type") == "eval":
-            ev = {k: v for k, v in r.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
+        if r.get("split") == "eval":  # engine.pretrain: {"step", "split": "eval", "eval_mlm_loss", ...}
+            ev = {(k[len("eval_"):] if k.startswith("eval_") else k): v for k, v in r.items()}
         elif isinstance(r.get("eval"), dict):
             ev = dict(r["eval"])
         else:
@@ -784,8 +827,8 @@ def collect_results(study_dir) -> StudyResults:
         if j["kind"] == "pretrain":
             recs = _read_jsonl(out / "metrics.jsonl")
             for r in recs:
-                if isinstance(r.get("step"), (int, float)) and r.get("split") not in ("eval", "heldout", "held_out", "dev"):
-                    for m in ("loss", "mlm_loss", "mlm_acc", "nsp_loss", "nsp_acc", "lr", "tokens_per_s"):
+                if isinstance(r.get("step"), (int, float)) and r.get("split") != "eval":
+                    for m in ("loss", "mlm_loss", "mlm_acc", "lm_loss", "lm_acc", "nsp_loss", "nsp_acc", "lr", "tokens_per_s"):
                         if isinstance(r.get(m), (int, float)) and not isinstance(r.get(m), bool):
                             curve_rows.append({"variant": j["variant"], "seed": j["seed"], "step": int(r["step"]),
                                                "metric": m, "split": "train", "value": float(r[m])})
@@ -808,9 +851,10 @@ def collect_results(study_dir) -> StudyResults:
             ev = next(e for e in study.evaluations if e.name == j["evaluation"])
         except StopIteration:
             continue
-        val = best_score(ev_data, ev.metric)
-        if val is not None:
-            score_rows.append({"variant": j["variant"], "column": ev.name, "step": j.get("step"), "seed": j["seed"], "value": val})
+        for variant, combine in (j.get("combines") or {j["variant"]: None}).items():
+            val = combination_score(ev_data, combine, ev.metric) if combine else best_score(ev_data, ev.metric)
+            if val is not None:
+                score_rows.append({"variant": variant, "column": ev.name, "step": j.get("step"), "seed": j["seed"], "value": val})
     scores = pd.DataFrame(score_rows, columns=["variant", "column", "step", "seed", "value"])
     curves = pd.DataFrame(curve_rows, columns=["variant", "seed", "step", "metric", "split", "value"])
     summary = summarise(scores)
@@ -819,8 +863,26 @@ def collect_results(study_dir) -> StudyResults:
     progress = {"total": len(states)}
     for s in ("finished", "failed", "running", "queued", "cancelled"):
         progress[s] = sum(1 for r in states if r["state"] == s)
+    progress["seconds"] = round(sum(j.get("seconds") or 0 for j in jobs), 1)  # foreground runs record each job's time
     return StudyResults(study=study, table=table, summary=summary, scores=scores, curves=curves,
                         checks=check_findings(study, summary), finding=study.finding, jobs=states, progress=progress)
+
+
+def final_pretrain_metrics(curves):
+    """Held-out pre-training metrics at each run's last evaluation: one row per (variant, seed)."""
+    import pandas as pd
+
+    ev = curves[curves["split"] == "eval"] if len(curves) else curves
+    rows = []
+    for (variant, seed), g in ev.groupby(["variant", "seed"], sort=False):
+        last = g[g["step"] == g["step"].max()]
+        row = {"variant": variant, "seed": int(seed), "step": int(last["step"].iloc[0])}
+        for m in ("mlm_acc", "mlm_ppl", "nsp_acc", "lm_acc", "lm_ppl"):
+            hit = last[last["metric"] == m]
+            if len(hit):
+                row[m] = round(float(hit["value"].iloc[0]), 4)
+        rows.append(row)
+    return pd.DataFrame(rows)
 
 
 def _pretrain_column_name(col: str) -> str:
@@ -907,10 +969,17 @@ def _compare(means: dict, a: str, b: str, cols: list, every: bool, strict: bool)
     common = [c for c in cols if c in means.get(a, {}) and c in means.get(b, {})]
     if not common:
         return {"reproduced": None, "detail": "not enough results yet"}
+    # a task on which both scored 0 (e.g. entity F1 of a model too small to find any entity) says nothing
+    silent = [c for c in common if abs(means[a][c]) < 1e-9 and abs(means[b][c]) < 1e-9]
+    common = [c for c in common if c not in silent]
+    if not common:
+        return {"reproduced": None, "detail": "both score 0 on every task: no signal to compare"}
     diffs = {c: means[a][c] - means[b][c] for c in common}
     ok = (lambda d: d > 0) if strict else (lambda d: d >= 0)
     res = all(ok(d) for d in diffs.values()) if every else ok(sum(diffs.values()) / len(diffs))
     detail = "; ".join(f"{c}: {100 * means[a][c]:.1f} vs {100 * means[b][c]:.1f}" for c in common)
+    if silent:
+        detail += "; ignored (both 0): " + ", ".join(silent)
     return {"reproduced": bool(res), "detail": detail}
 
 
@@ -1032,7 +1101,7 @@ def describe(study: Study) -> str:
         lines.append(f"  base: preset {b.preset}" + (f" L={b.layers} H={b.hidden} A={b.heads}" if b.layers else "")
                      + f", objective {b.objective}, {b.steps} steps × batch {b.batch_size} × {b.seq_len} tokens")
     for v in study.variants:
-        what = ", ".join(f"{k}={v}" for k, v in v.pretrain.items()) or ""
+        what = ", ".join(f"{k}={x}" for k, x in v.pretrain.items())
         if v.finetune:
             what = (what + "; " if what else "") + "fine-tune " + ", ".join(f"{k}={x}" for k, x in v.finetune.items())
         if v.features:
@@ -1132,9 +1201,14 @@ def _print_results(res: StudyResults) -> None:
 
     pr = res.progress
     print(f"\n{res.study.title}: {pr.get('finished', 0)}/{pr['total']} jobs finished"
-          + (f", {pr['failed']} failed" if pr.get("failed") else ""))
+          + (f", {pr['failed']} failed" if pr.get("failed") else "")
+          + (f" ({pr['seconds'] / 60:.1f} min of jobs)" if pr.get("seconds") else ""))
     with pd.option_context("display.max_columns", None, "display.width", 200):
         print(res.table.to_string())
+    final = final_pretrain_metrics(res.curves)
+    if len(final):
+        print("\nheld-out pre-training metrics at the last step (lm_* = next-token for LTR):")
+        print(final.to_string(index=False))
     print(f"\npaper: {res.finding}")
     for c in res.checks:
         mark = {True: "yes", False: "NO", None: "?"}[c["reproduced"]]

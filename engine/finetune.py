@@ -75,6 +75,7 @@ class FinetuneConfig:
     eval_batch_size: int = 64
     log_every: int = 10  # steps between training-loss records in metrics.jsonl
     save_best: bool = False  # write the best trial's model to <out>/best
+    random_init: bool = False  # re-initialise the encoder (same shape and vocabulary): the "no pre-training" baseline
     num_threads: Optional[int] = None  # torch.set_num_threads on CPU
 
     def __post_init__(self):
@@ -205,7 +206,13 @@ def load_task(cfg: FinetuneConfig):
     if cfg.task in ("glue", "tagging", "squad", "swag") and not cfg.dev:
         raise EngineError(f"--task {cfg.task} needs --dev FILE: the dev set selects the best trial")
     if cfg.task_type is not None:
+        if cfg.task != "glue":
+            raise EngineError(f"--task-type applies to --task glue only, not {cfg.task}")
         cols["task_type"] = cfg.task_type
+    if cfg.task == "swag":  # the text column is the context, a second one the start phrase
+        cols = {{"text_a": "context", "text_b": "start"}.get(k, k): v for k, v in cols.items()}
+    if cfg.task in ("bbc-topic", "wnut16"):
+        return tasks.load_task(cfg.task, **cols)
     return tasks.load_task(cfg.task, train=cfg.train, dev=cfg.dev, **cols)
 
 
@@ -372,7 +379,7 @@ def finetune(cfg: FinetuneConfig, progress: Callable = None, progress_bar: bool 
     {"metric", "score", "dev" (best dev metrics), "best" (the best trial), "trials", "grid", ...}.
     `progress(info)` is called after every step ({"step", "total_steps", "trial", "n_trials", "epoch", "loss"})
     and after every dev evaluation (the same keys plus "dev")."""
-    from engine.checkpoint import load, save
+    from engine.checkpoint import load
     from engine.runs import Run, truncate_metrics
 
     out = Path(cfg.out)
@@ -387,6 +394,10 @@ def finetune(cfg: FinetuneConfig, progress: Callable = None, progress_bar: bool 
             truncate_metrics(out, after_step=-1)  # a new fine-tune in an old folder starts a clean log
         bundle = load(cfg.model, device="cpu")
         tok, base = bundle.tokenizer, bundle.model.bert
+        if cfg.random_init:  # the same architecture and vocabulary from random weights (BERT's init, seeded)
+            from engine.model import BertForPreTraining
+            torch.manual_seed(cfg.seed)
+            base = BertForPreTraining(bundle.config).bert
         max_len = min(cfg.max_seq_len, bundle.config.max_position_embeddings)
         task = load_task(cfg)
         data = prepare(task, tok, cfg, max_len)
@@ -394,11 +405,12 @@ def finetune(cfg: FinetuneConfig, progress: Callable = None, progress_bar: bool 
         total_steps = sum(steps)
         run.set(total_steps=total_steps, n_trials=len(grid))
         result = {
-            "kind": "finetune", "status": "running", "model": cfg.model, "model_path": bundle.path,
-            "causal": bool(bundle.config.causal), "task": data.info["task"], "task_kind": data.kind,
+            "kind": "finetune", "status": "running", "model": cfg.model, "model_path": bundle.path, "random_init": cfg.random_init,
+            "causal": bool(bundle.config.causal), "task": data.info["task"], "task_source": cfg.task, "task_kind": data.kind,
             "metric": data.metric, "score": None, "dev": None, "best": None, "trials": [], "grid": [],
             "data": {**data.info, "max_seq_len": max_len}, "device": str(device), "config": cfg.to_dict(),
         }
+        atomic_write_json(out / "eval.json", _eval_json(result))  # a polling page sees the task and the data at once
         bar = None
         if progress_bar:
             from tqdm import tqdm
@@ -431,7 +443,7 @@ def finetune(cfg: FinetuneConfig, progress: Callable = None, progress_bar: bool 
                         opt.step()
                         sched.step()
                         global_step += 1
-                        losses.append(float(loss))
+                        losses.append(loss.item())
                         if bar is not None:
                             bar.update(1)
                             bar.set_postfix(trial=f"{ti + 1}/{len(grid)}", epoch=epoch, loss=f"{losses[-1]:.3f}", refresh=False)
@@ -569,6 +581,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--device", default="auto", help="auto | cpu | cuda")
     p.add_argument("--bilstm", action="store_true", help="add a randomly initialised BiLSTM under the head (Table 5)")
     p.add_argument("--save-best", action="store_true", help="save the best trial's model to OUT/best")
+    p.add_argument("--random-init", action="store_true", help="re-initialise the encoder: the same model without pre-training (baseline)")
     p.add_argument("--num-threads", type=int, help="CPU threads for torch")
     p.add_argument("--out", required=True, help="output folder: run.json, metrics.jsonl, eval.json")
     return p
@@ -580,7 +593,8 @@ def config_from_args(a) -> FinetuneConfig:
         task_type=a.task_type, lr=_floats(a.lr, "--lr"), batch_size=_ints(a.batch_size, "--batch-size"),
         epochs=_ints(a.epochs, "--epochs"), restarts=a.restarts, max_train=a.max_train, max_dev=a.max_dev,
         max_seq_len=a.max_seq_len, doc_stride=a.doc_stride, max_answer_len=a.max_answer_len, seed=a.seed,
-        device=a.device, out=a.out, bilstm=a.bilstm, save_best=a.save_best, num_threads=a.num_threads)
+        device=a.device, out=a.out, bilstm=a.bilstm, save_best=a.save_best, random_init=a.random_init,
+        num_threads=a.num_threads)
 
 
 def summary_line(result: dict) -> dict:

@@ -56,8 +56,9 @@ class BiLSTM(nn.Module):
     def forward(self, x, attention_mask=None):  # (B, T, H) -> (B, T, H), summary (B, H)
         B, T, H = x.shape
         lengths = attention_mask.sum(1).clamp(min=1) if attention_mask is not None else torch.full((B,), T, device=x.device)
-        packed = pack_padded_sequence(x, lengths.cpu(), batch_first=True, enforce_sorted=False)
-        y, _ = self.lstm(packed)
+        packed = pack_padded_sequence(x.float(), lengths.cpu(), batch_first=True, enforce_sorted=False)
+        with torch.autocast(x.device.type, enabled=False):  # the LSTM in fp32 even under bf16 autocast
+            y, _ = self.lstm(packed)
         y, _ = pad_packed_sequence(y, batch_first=True, total_length=T)  # (B, T, H)
         half = H // 2
         last = (lengths - 1).to(x.device)

@@ -1,0 +1,518 @@
+"""Feature-based use of a frozen BERT (paper 5.3, Table 7): hidden states of any layer, the paper's layer
+combinations, and classifiers trained on them while the encoder stays fixed.
+
+B = batch size, T = sequence length, H = hidden size, L = layers, K = layers combined, D = feature size.
+
+`hidden_states` has L+1 entries: index 0 is the embeddings output, index i the output of layer i, so -1 is the
+last layer. Combinations (the names of the CLI's --combine):
+- "embeddings": hidden_states[0]; "last": hidden_states[-1]; "second-to-last": hidden_states[-2];
+- "concat": the `layers` (default the last four) side by side, D = K*H (the paper's best: 96.1 dev F1);
+- "sum" / "mean": their sum / mean, D = H;
+- "weighted": a weighted sum of `layers`, D = H. The weights are a learned scalar mix (softmax-normalised
+  weights and a scale, as ELMo) when the BiLSTM tagger is trained on the features; raw extraction and the
+  logistic regression use uniform weights (then "weighted" equals "mean"), or the `weights` passed in;
+- "all-weighted": the same over all L layers (hidden_states[1:], the paper's "weighted sum all 12 layers").
+Pooling: "cls" (the [CLS] vector of each text), "mean" (the mean over its non-padding positions, [CLS] and
+[SEP] included, as sentence-transformers does) give one (D,) row per text; "first-subtoken" gives one row per
+word (the first WordPiece of each word, 5.3), a list of (n_words, D) arrays (words cut off by max_seq_len get
+zero rows).
+
+Classifiers on frozen features: a two-layer BiLSTM tagger with a linear output for tagging tasks (Table 7's
+"two-layer 768-dimensional BiLSTM"; the hidden size is configurable, 256 per direction by default on CPU), a
+scikit-learn logistic regression (standardised features) for sentence classification and ridge regression for
+regression tasks. The dev metric lands in <out>/eval.json next to what `engine.finetune` writes for the same
+checkpoint (model, task, combination, metric, score), so feature-based and fine-tuned results sit side by side.
+Departures from the paper: one sentence per input (no document context); the BiLSTM size and its training
+schedule (Adam, lr 1e-3, best epoch on dev) are ours; sentence tasks use a linear classifier, not a BiLSTM.
+"""
+import argparse
+import json
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional
+
+import numpy as np
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from engine.errors import EngineError
+from engine.fileio import atomic_save_with, atomic_write_json, atomic_write_text
+
+COMBINES = ("concat", "sum", "mean", "weighted", "all-weighted", "last", "second-to-last", "embeddings")
+TABLE7 = ("embeddings", "second-to-last", "last", "weighted", "concat", "all-weighted")  # the paper's rows
+POOLINGS = ("cls", "mean", "first-subtoken")
+MIXED = ("weighted", "all-weighted")  # combinations a BiLSTM tagger learns weights for
+
+
+# ------------------------------------------------------------------ layers and combinations
+def combination_layers(combine: str, layers=(-1, -2, -3, -4), num_layers: int = 12) -> list:
+    """Absolute indices into hidden_states (0 = embeddings, L = last layer) that a combination reads."""
+    L = num_layers
+    if combine not in COMBINES:
+        raise EngineError(f"unknown combination '{combine}'; choose one of {', '.join(COMBINES)}")
+    if combine == "last":
+        return [L]
+    if combine == "second-to-last":
+        if L < 2:
+            raise EngineError("a one-layer model has no second-to-last layer; use last or embeddings")
+        return [L - 1]
+    if combine == "embeddings":
+        return [0]
+    if combine == "all-weighted":
+        return list(range(1, L + 1))
+    out = []
+    for i in layers:
+        i = int(i)
+        if not -(L + 1) <= i <= L:
+            raise EngineError(f"layer {i} does not exist: the model has hidden states 0 (embeddings) to {L} "
+                              f"(or -1 to -{L + 1} from the top)")
+        out.append(i % (L + 1))
+    if not out:
+        raise EngineError("no layers given; e.g. --layers -1,-2,-3,-4")
+    return out
+
+
+def combine_layers(stack, combine: str, weights=None):
+    """Combine stacked layers (..., K, H) -> (..., D) (numpy or torch). `weights` (K,) for the weighted sums
+    (uniform when None)."""
+    K, H = stack.shape[-2], stack.shape[-1]
+    if combine == "concat":
+        return stack.reshape(*stack.shape[:-2], K * H)
+    if combine == "sum":
+        return stack.sum(-2)
+    if combine in ("mean", "weighted", "all-weighted"):
+        if weights is None or combine == "mean":
+            return stack.mean(-2)
+        w = weights if not isinstance(stack, np.ndarray) else np.asarray(weights, dtype=stack.dtype)
+        if len(w) != K:
+            raise EngineError(f"{len(w)} weights for {K} layers; give one weight per layer")
+        return (stack * w[..., :, None]).sum(-2)
+    if K != 1:
+        raise ValueError(f"combination {combine!r} takes one layer, got {K}")
+    return stack[..., 0, :]
+
+
+def _as_words(t) -> list:
+    if isinstance(t, str):
+        return t.split()
+    return [str(w) for w in t]
+
+
+@torch.no_grad()
+def layer_stack(bundle, texts, layer_idx: list, pooling: str = "cls", batch_size: int = 32, max_seq_len: int = 128,
+                progress: bool = False, device=None):
+    """The selected hidden states of every text, before combining: (N, K, H) float32 for "cls"/"mean", or a
+    list of (n_words, K, H) for "first-subtoken". `texts`: strings or (a, b) pairs; for "first-subtoken",
+    word lists (or strings, split on whitespace)."""
+    if pooling not in POOLINGS:
+        raise EngineError(f"unknown pooling '{pooling}'; choose one of {', '.join(POOLINGS)}")
+    model, tok = bundle.model, bundle.tokenizer
+    device = torch.device(device) if device is not None else next(model.parameters()).device
+    bert = model.bert if hasattr(model, "bert") else model
+    was_training = bert.training
+    bert.eval()
+    max_len = min(int(max_seq_len), bundle.config.max_position_embeddings)
+    texts = list(texts)
+    if pooling == "first-subtoken":
+        encs = [tok.encode_words(_as_words(t), max_length=max_len) for t in texts]
+    else:
+        items = [tuple(t) if isinstance(t, (list, tuple)) else t for t in texts]
+        encs = tok.encode_batch(items, max_length=max_len) if items else []
+    order = sorted(range(len(encs)), key=lambda i: len(encs[i].ids))
+    K, H = len(layer_idx), bundle.config.hidden_size
+    out = [None] * len(encs)
+    bar = None
+    if progress:
+        from tqdm import tqdm
+        bar = tqdm(total=len(encs), file=sys.stderr, unit="text", mininterval=1.0, desc="features")
+    for s in range(0, len(order), batch_size):
+        idx = order[s:s + batch_size]
+        T = max(len(encs[i].ids) for i in idx)
+        ids = torch.full((len(idx), T), tok.pad_id, dtype=torch.long)  # (B, T)
+        types = torch.zeros((len(idx), T), dtype=torch.long)  # (B, T)
+        mask = torch.zeros((len(idx), T), dtype=torch.long)  # (B, T)
+        for b, i in enumerate(idx):
+            n = len(encs[i].ids)
+            ids[b, :n] = torch.tensor(encs[i].ids)
+            types[b, :n] = torch.tensor(encs[i].type_ids)
+            mask[b, :n] = 1
+        o = bert(ids.to(device), types.to(device), mask.to(device), output_hidden_states=True)
+        hs = torch.stack([o.hidden_states[j] for j in layer_idx], dim=2).float()  # (B, T, K, H)
+        if pooling == "cls":
+            rows = hs[:, 0].cpu().numpy()  # (B, K, H)
+        elif pooling == "mean":
+            m = mask.to(device)[:, :, None, None].float()  # (B, T, 1, 1)
+            rows = ((hs * m).sum(1) / m.sum(1)).cpu().numpy()  # (B, K, H)
+        else:
+            hs = hs.cpu().numpy()
+            rows = []
+            for b, i in enumerate(idx):
+                n_words = len(_as_words(texts[i]))
+                feats = np.zeros((n_words, K, H), dtype=np.float32)  # words lost to truncation stay zero
+                prev = None
+                for t, w in enumerate(encs[i].word_ids):
+                    if w is not None and w != prev:
+                        feats[w] = hs[b, t]
+                    prev = w
+                rows.append(feats)
+        for b, i in enumerate(idx):
+            out[i] = rows[b]
+        if bar is not None:
+            bar.update(len(idx))
+    if bar is not None:
+        bar.close()
+    bert.train(was_training)
+    if pooling == "first-subtoken":
+        return out
+    return np.stack(out).astype(np.float32) if out else np.zeros((0, K, H), dtype=np.float32)
+
+
+def extract_features(bundle, texts, layers=(-1, -2, -3, -4), combine: str = "concat", pooling: str = "cls",
+                     batch_size: int = 32, max_seq_len: int = 128, progress: bool = False, weights=None, device=None):
+    """Frozen features of `texts` from a loaded bundle (engine.load): numpy (N, D) for pooling "cls"/"mean",
+    or a list of (n_words, D) arrays for "first-subtoken" (texts then are word lists or whitespace-split
+    strings). `layers` index hidden_states (0 = embeddings, -1 = last layer) and matter for concat, sum, mean
+    and weighted; `weights` (one per layer) for weighted / all-weighted, uniform when None."""
+    idx = combination_layers(combine, layers, bundle.config.num_layers)
+    stack = layer_stack(bundle, texts, idx, pooling, batch_size, max_seq_len, progress, device)
+    if pooling == "first-subtoken":
+        return [combine_layers(s, combine, weights) for s in stack]
+    return combine_layers(stack, combine, weights)
+
+
+# ------------------------------------------------------------------ classifiers on frozen features
+def logreg_eval(Xtr, ytr, Xdev, regression: bool = False, seed: int = 0, C: float = 1.0):
+    """Fit a standardised logistic regression (or ridge regression) and return dev predictions."""
+    from sklearn.linear_model import LogisticRegression, Ridge
+    from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import StandardScaler
+    if regression:
+        clf = make_pipeline(StandardScaler(), Ridge(alpha=1.0))
+    else:
+        clf = make_pipeline(StandardScaler(), LogisticRegression(C=C, max_iter=2000, random_state=seed))
+    clf.fit(Xtr, ytr)
+    return clf.predict(Xdev)
+
+
+class ScalarMix(nn.Module):
+    """gamma * sum_k softmax(w)_k h_k: the learned weighted sum of layers (ELMo), for "weighted"."""
+
+    def __init__(self, K: int):
+        super().__init__()
+        self.w = nn.Parameter(torch.zeros(K))
+        self.gamma = nn.Parameter(torch.ones(()))
+
+    def forward(self, x):  # (B, T, K, H) -> (B, T, H)
+        return self.gamma * (x * self.w.softmax(0)[:, None]).sum(-2)
+
+
+class BiLSTMTagger(nn.Module):
+    """A two-layer BiLSTM over frozen word features, then a linear layer to the tags (Table 7)."""
+
+    def __init__(self, in_dim: int, num_labels: int, hidden: int = 256, dropout: float = 0.2, mix_layers: int = 0):
+        super().__init__()
+        self.mix = ScalarMix(mix_layers) if mix_layers else None
+        self.dropout = nn.Dropout(dropout)
+        self.lstm = nn.LSTM(in_dim, hidden, num_layers=2, batch_first=True, bidirectional=True, dropout=dropout)
+        self.out = nn.Linear(2 * hidden, num_labels)
+
+    def forward(self, x, lengths):  # x (B, T, D) or (B, T, K, H) with a mix; lengths (B,) -> (B, T, C)
+        from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
+        if self.mix is not None:
+            x = self.mix(x)
+        T = x.shape[1]
+        packed = pack_padded_sequence(self.dropout(x), lengths.cpu(), batch_first=True, enforce_sorted=False)
+        y, _ = self.lstm(packed)
+        y, _ = pad_packed_sequence(y, batch_first=True, total_length=T)
+        return self.out(self.dropout(y))
+
+
+def _pad_words(feats: list, idx: list, device):
+    lengths = torch.tensor([max(1, len(feats[i])) for i in idx])
+    T = int(lengths.max())
+    shape = feats[idx[0]].shape[1:]
+    x = torch.zeros((len(idx), T) + tuple(shape))  # (B, T, D) or (B, T, K, H)
+    for b, i in enumerate(idx):
+        if len(feats[i]):
+            x[b, :len(feats[i])] = torch.from_numpy(np.ascontiguousarray(feats[i]))
+    return x.to(device), lengths
+
+
+def bilstm_tagger_eval(train_feats: list, train_tags: list, dev_feats: list, labels: list, evaluate,
+                       hidden: int = 256, epochs: int = 5, lr: float = 1e-3, batch_size: int = 32, seed: int = 0,
+                       mix: bool = False, device="cpu", log=None) -> tuple:
+    """Train a BiLSTM tagger on frozen word features (arrays (n, D), or (n, K, H) with `mix`); after every
+    epoch `evaluate(pred_tag_lists)` -> metrics dict on dev; returns (best metrics, best epoch, mix weights)."""
+    g = torch.Generator().manual_seed(seed)
+    torch.manual_seed(seed)
+    lab = {l: i for i, l in enumerate(labels)}
+    shape = train_feats[0].shape[1:]
+    in_dim = shape[-1]
+    model = BiLSTMTagger(in_dim, len(labels), hidden, mix_layers=shape[0] if mix else 0).to(device)
+    opt = torch.optim.Adam(model.parameters(), lr=lr)
+    y = [torch.tensor([lab[t] for t in tags]) for tags in train_tags]
+    lengths = [len(f) for f in train_feats]
+    best, best_epoch, best_w = None, None, None
+    for epoch in range(1, epochs + 1):
+        model.train()
+        from engine.finetune import length_batches
+        for idx in length_batches(lengths, batch_size, g):
+            x, lens = _pad_words(train_feats, idx, device)
+            tgt = torch.full((len(idx), x.shape[1]), -100, dtype=torch.long)  # (B, T)
+            for b, i in enumerate(idx):
+                tgt[b, :len(y[i])] = y[i]
+            logits = model(x, lens)
+            loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), tgt.to(device).reshape(-1), ignore_index=-100)
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            nn.utils.clip_grad_norm_(model.parameters(), 5.0)
+            opt.step()
+        model.eval()
+        preds = [None] * len(dev_feats)
+        with torch.no_grad():
+            for idx in length_batches([len(f) for f in dev_feats], 128):
+                x, lens = _pad_words(dev_feats, idx, device)
+                ids = model(x, lens).argmax(-1).cpu()
+                for b, i in enumerate(idx):
+                    preds[i] = [labels[k] for k in ids[b, :len(dev_feats[i])].tolist()]
+        metrics = evaluate(preds)
+        if log is not None:
+            log(epoch, float(loss.detach()), metrics)
+        if best is None or metrics["f1"] > best["f1"]:
+            best, best_epoch = metrics, epoch
+            best_w = model.mix.w.softmax(0).tolist() if model.mix is not None else None
+    return best, best_epoch, best_w
+
+
+# ------------------------------------------------------------------ the feature-based experiment
+@dataclass
+class FeaturesConfig:
+    model: str = "minilm"
+    task: str = "bbc-topic"  # bbc-topic | wnut16 | glue | tagging (sentence classification/regression or tagging)
+    train: Optional[str] = None
+    dev: Optional[str] = None
+    text_cols: Optional[str] = None
+    label_col: Optional[str] = None
+    task_type: Optional[str] = None
+    layers: tuple = (-1, -2, -3, -4)
+    combine: tuple = ("concat",)  # one or more combinations; "table7" = the paper's six rows
+    pooling: str = "cls"  # sentence tasks: cls | mean (tagging always uses first-subtoken)
+    classifier: Optional[str] = None  # logreg | bilstm; None = logreg for sentence tasks, bilstm for tagging
+    max_train: Optional[int] = None
+    max_dev: Optional[int] = None
+    max_seq_len: int = 128
+    batch_size: int = 32  # extraction batch
+    hidden: int = 256  # BiLSTM units per direction (the paper: 768 total per layer, for BERT-BASE)
+    epochs: int = 5  # BiLSTM epochs (the best on dev is kept)
+    lr: float = 1e-3  # BiLSTM learning rate (Adam)
+    seed: int = 0
+    device: str = "auto"
+    out: str = "runs/features"
+    save_features: bool = True  # write <out>/features/<combine>/<split>.npy + index.jsonl
+    num_threads: Optional[int] = None
+
+    def __post_init__(self):
+        if isinstance(self.combine, str):
+            self.combine = tuple(c.strip() for c in self.combine.split(",") if c.strip())
+        combos = []
+        for c in self.combine:
+            combos += list(TABLE7) if c in ("table7", "all") else [c]
+        self.combine = tuple(dict.fromkeys(combos))
+        for c in self.combine:
+            if c not in COMBINES:
+                raise EngineError(f"unknown combination '{c}'; choose from {', '.join(COMBINES)} (or table7 for the paper's six)")
+        self.layers = tuple(int(x) for x in self.layers)
+        if self.pooling not in ("cls", "mean", "first-subtoken"):
+            raise EngineError(f"--pooling {self.pooling} is not known; use cls or mean (tagging uses first-subtoken)")
+        if self.classifier not in (None, "logreg", "bilstm"):
+            raise EngineError(f"--classifier {self.classifier} is not known; use logreg (sentence tasks) or bilstm (tagging)")
+        if self.task not in ("bbc-topic", "wnut16", "glue", "tagging"):
+            raise EngineError(f"feature-based use supports sentence tasks (bbc-topic, glue) and tagging (wnut16, tagging), not {self.task}")
+
+
+def _split_data(task, max_train, max_dev):
+    from engine.finetune import subsample
+    return subsample(task.train, max_train), subsample(task.dev, max_dev)
+
+
+def _save_split(out_dir: Path, split: str, feats, index_rows: list) -> None:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    if isinstance(feats, list):  # token level: rows of all words, the index says where each sentence starts
+        arr = np.concatenate(feats) if feats else np.zeros((0, 0), dtype=np.float32)
+        start = 0
+        for r, f in zip(index_rows, feats):
+            r.update(start=start, n=len(f))
+            start += len(f)
+    else:
+        arr = feats
+    def write(path):
+        with open(path, "wb") as f:  # a file object: np.save would add ".npy" to the temporary name
+            np.save(f, arr.astype(np.float32))
+    atomic_save_with(out_dir / f"{split}.npy", write)
+    atomic_write_text(out_dir / f"{split}.index.jsonl", "".join(json.dumps(r) + "\n" for r in index_rows))
+
+
+def run_features(cfg: FeaturesConfig, progress_bar: bool = False) -> dict:
+    """Extract frozen features for the task's train and dev sets, train the classifier per combination and
+    write <out>/eval.json. Returns its content."""
+    from dataclasses import asdict
+
+    from engine.checkpoint import load
+    from engine.finetune import FinetuneConfig, load_task, resolve_device
+    from engine.runs import Run, truncate_metrics
+
+    out = Path(cfg.out)
+    if cfg.num_threads:
+        torch.set_num_threads(int(cfg.num_threads))
+    device = resolve_device(cfg.device)
+    out.mkdir(parents=True, exist_ok=True)
+    t_start = time.time()
+    config = {**asdict(cfg), "layers": list(cfg.layers), "combine": list(cfg.combine)}
+    with Run(out, kind="features", config=config, task=cfg.task, model=cfg.model) as run:
+        if (out / "metrics.jsonl").exists():
+            truncate_metrics(out, after_step=-1)
+        bundle = load(cfg.model, device=device)
+        task = load_task(FinetuneConfig(model=cfg.model, task=cfg.task, train=cfg.train, dev=cfg.dev, text_cols=cfg.text_cols,
+                                        label_col=cfg.label_col, task_type=cfg.task_type, out=str(out)))
+        train, dev = _split_data(task, cfg.max_train, cfg.max_dev)
+        if not train or not dev:
+            raise EngineError(f"task {task.name} needs train and dev examples for the feature-based classifier")
+        tagging = task.kind == "tagging"
+        classifier = cfg.classifier or ("bilstm" if tagging else "logreg")
+        if tagging and classifier != "bilstm":
+            raise EngineError("tagging tasks use --classifier bilstm (a logistic regression classifies whole texts)")
+        if not tagging and classifier != "logreg":
+            raise EngineError("sentence tasks use --classifier logreg (the BiLSTM tagger labels words)")
+        pooling = "first-subtoken" if tagging else cfg.pooling
+        if tagging:
+            texts = {"train": [s.words for s in train], "dev": [s.words for s in dev]}
+        else:
+            texts = {s: [e.text_a if e.text_b is None else (e.text_a, e.text_b) for e in exs] for s, exs in (("train", train), ("dev", dev))}
+        L = bundle.config.num_layers
+        per_combo = {c: combination_layers(c, cfg.layers, L) for c in cfg.combine}
+        needed = sorted({i for idx in per_combo.values() for i in idx})
+        run.set(total_steps=len(cfg.combine) + 1, n_combinations=len(cfg.combine))
+        stacks = {s: layer_stack(bundle, texts[s], needed, pooling, cfg.batch_size, cfg.max_seq_len, progress_bar, device)
+                  for s in ("train", "dev")}
+        run.log({"step": 1, "phase": "extracted", "seconds": round(time.time() - t_start, 2)})
+        result = {"kind": "features", "status": "running", "model": cfg.model, "model_path": bundle.path, "task": task.name,
+                  "task_source": cfg.task, "task_kind": task.kind, "classifier": classifier, "pooling": pooling, "layers": list(cfg.layers),
+                  "metric": task.metrics[0], "results": [], "config": config,
+                  "data": {"train_examples": len(train), "dev_examples": len(dev), "hidden_size": bundle.config.hidden_size,
+                           "num_layers": L}}
+        for k, combo in enumerate(cfg.combine):
+            t0 = time.time()
+            pos = [needed.index(i) for i in per_combo[combo]]
+            mix = tagging and combo in MIXED
+
+            def pick(stack):  # the combination's layers, combined (or kept stacked for a learned mix)
+                if isinstance(stack, list):
+                    return [s[:, pos] if mix else combine_layers(s[:, pos], combo) for s in stack]
+                return combine_layers(stack[:, pos], combo)
+            ftr, fdv = pick(stacks["train"]), pick(stacks["dev"])
+            weights = None
+            if tagging:
+                def log(epoch, loss, m, combo=combo, k=k):
+                    run.log({"step": k + 2, "combine": combo, "epoch": epoch, "loss": loss, "score": m["f1"],
+                             **{f"dev_{n}": v for n, v in m.items() if isinstance(v, float)}})
+                dev_metrics, best_epoch, weights = bilstm_tagger_eval(
+                    ftr, [s.tags for s in train], fdv, task.labels, lambda p: task.compute_metrics(p, [s.tags for s in dev]),
+                    cfg.hidden, cfg.epochs, cfg.lr, 32, cfg.seed, mix, device, log)
+                extra = {"best_epoch": best_epoch}
+            else:
+                ytr = [e.label for e in train]
+                regression = task.kind == "regression"
+                if not regression:
+                    ids = task.label_to_id
+                    ytr = [ids[y] for y in ytr]
+                    gold = [ids[e.label] for e in dev]
+                else:
+                    gold = [e.label for e in dev]
+                preds = logreg_eval(ftr, ytr, fdv, regression, cfg.seed)
+                dev_metrics = task.compute_metrics([float(p) if regression else int(p) for p in preds], gold)
+                extra = {}
+            dims = len(pos) * bundle.config.hidden_size if combo == "concat" else bundle.config.hidden_size
+            res = {"combine": combo, "layers": per_combo[combo], "dims": dims,
+                   "classifier": classifier, "metric": task.metrics[0], "score": dev_metrics[task.metrics[0]],
+                   "dev": dev_metrics, "mix_weights": weights, "seconds": round(time.time() - t0, 2), **extra}
+            result["results"].append(res)
+            run.log({"step": k + 2, "combine": combo, "score": res["score"]})
+            if cfg.save_features:
+                for split, f, exs in (("train", ftr, train), ("dev", fdv, dev)):
+                    rows = [{"i": i, "guid": getattr(e, "guid", None), "label": getattr(e, "label", None) if not tagging else None}
+                            for i, e in enumerate(exs)]
+                    if mix:
+                        f = [combine_layers(s, combo) for s in f]  # saved with uniform weights
+                    _save_split(out / "features" / combo, split, f, rows)
+            best = max(result["results"], key=lambda r: r["score"])
+            result.update(combine=best["combine"], score=best["score"], dev=best["dev"], seconds=round(time.time() - t_start, 2))
+            atomic_write_json(out / "eval.json", result)
+        result["status"] = "finished"
+        atomic_write_json(out / "eval.json", result)
+        run.set(best_score=result["score"], metric=result["metric"])
+    return result
+
+
+def _fix_negative_list(argv: list, flags=("--layers",)) -> list:
+    """argparse reads `--layers -1,-2` as two flags; glue such values onto their flag (`--layers=-1,-2`)."""
+    out, i = [], 0
+    while i < len(argv):
+        if argv[i] in flags and i + 1 < len(argv) and argv[i + 1].startswith("-") and argv[i + 1][1:2].isdigit():
+            out.append(f"{argv[i]}={argv[i + 1]}")
+            i += 2
+        else:
+            out.append(argv[i])
+            i += 1
+    return out
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m engine features",
+                                description="Frozen BERT features (paper Table 7) and a classifier on them; prints the dev metric as one JSON line.")
+    p.add_argument("--model", required=True, help="RUN_DIR | CHECKPOINT_DIR | HF_DIR | minilm")
+    p.add_argument("--task", required=True, help="bbc-topic | wnut16 | glue | tagging")
+    p.add_argument("--train", help="train file (glue: TSV/CSV/JSONL, tagging: BIO)")
+    p.add_argument("--dev", help="dev file")
+    p.add_argument("--text-cols", help="text column(s): A or A,B")
+    p.add_argument("--label-col", help="label column")
+    p.add_argument("--task-type", choices=("classification", "regression"))
+    p.add_argument("--layers", default="-1,-2,-3,-4", help="hidden states to combine (0 = embeddings, -1 = last; default -1,-2,-3,-4)")
+    p.add_argument("--combine", default="concat",
+                   help="concat|sum|mean|weighted|all-weighted|last|second-to-last|embeddings, a comma list, or table7 (the paper's six)")
+    p.add_argument("--pooling", default="cls", choices=("cls", "mean"), help="sentence tasks: [CLS] vector or mean of the tokens")
+    p.add_argument("--classifier", choices=("logreg", "bilstm"), help="default: logreg for sentence tasks, bilstm for tagging")
+    p.add_argument("--max-train", type=int, help="use a fixed random sample of N training examples")
+    p.add_argument("--max-dev", type=int, help="use a fixed random sample of N dev examples")
+    p.add_argument("--max-seq-len", type=int, default=128)
+    p.add_argument("--batch-size", type=int, default=32, help="extraction batch size")
+    p.add_argument("--hidden", type=int, default=256, help="BiLSTM units per direction (default 256)")
+    p.add_argument("--epochs", type=int, default=5, help="BiLSTM training epochs (the best on dev is kept)")
+    p.add_argument("--lr", type=float, default=1e-3, help="BiLSTM learning rate")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--device", default="auto", help="auto | cpu | cuda")
+    p.add_argument("--no-save-features", action="store_true", help="do not write the .npy feature files")
+    p.add_argument("--num-threads", type=int, help="CPU threads for torch")
+    p.add_argument("--out", required=True, help="output folder: run.json, eval.json, features/")
+    return p
+
+
+def main(argv) -> int:
+    a = build_parser().parse_args(_fix_negative_list(list(argv)))
+    try:
+        layers = tuple(int(x) for x in a.layers.split(",") if x.strip())
+    except ValueError:
+        raise EngineError(f"--layers {a.layers!r} must be comma-separated integers, e.g. --layers -1,-2,-3,-4")
+    cfg = FeaturesConfig(model=a.model, task=a.task, train=a.train, dev=a.dev, text_cols=a.text_cols, label_col=a.label_col,
+                         task_type=a.task_type, layers=layers, combine=a.combine, pooling=a.pooling, classifier=a.classifier,
+                         max_train=a.max_train, max_dev=a.max_dev, max_seq_len=a.max_seq_len, batch_size=a.batch_size,
+                         hidden=a.hidden, epochs=a.epochs, lr=a.lr, seed=a.seed, device=a.device, out=a.out,
+                         save_features=not a.no_save_features, num_threads=a.num_threads)
+    result = run_features(cfg, progress_bar=True)
+    line = {"task": result["task"], "model": result["model"], "classifier": result["classifier"], "metric": result["metric"],
+            "results": {r["combine"]: r["score"] for r in result["results"]}, "combine": result["combine"], "score": result["score"],
+            "seconds": result.get("seconds")}
+    print(json.dumps(line), flush=True)
+    return 0

@@ -1,0 +1,291 @@
+"""Pre-train: launch a pre-training run as its own process, follow its curves live, cancel or resume it.
+
+Thin: the form builds the `python -m engine pretrain ...` flags and hands them to the job launcher
+(studio.jobs), so a page reload or a closed tab loses nothing; the run list and the curves are read from the
+run folders (engine.runs) and refreshed with `st.fragment(run_every=...)` while a run is alive.
+"""
+import os
+import re
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import streamlit as st
+
+from studio.common import guard, runs_root
+
+REFRESH_SECONDS = 2.0
+OBJECTIVES = {"mlm+nsp": "MLM + NSP (BERT)", "mlm": "MLM only (No NSP)", "ltr": "Left-to-right LM (LTR & No NSP)"}
+PRESETS = ["tiny", "mini", "small", "medium", "base", "large"]
+STATUS_ICON = {"running": "🟢 running", "finished": "✅ finished", "failed": "❌ failed", "cancelled": "⏹️ cancelled",
+               "dead": "💀 dead (process gone; resume it)", "unreadable": "⚠️ unreadable"}
+
+
+# ------------------------------------------------------------------------------------------------- launching
+def _save_upload(upload, root: Path) -> Path:
+    """Store an uploaded corpus under <runs root>/.uploads with a safe file name."""
+    from engine.errors import EngineError
+    from engine.fileio import atomic_write_bytes
+
+    base = Path(upload.name).name
+    stem, suffix = Path(base).stem, Path(base).suffix.lower()
+    if suffix not in (".txt", ".jsonl"):
+        raise EngineError(f"upload '{base}' is not a .txt or .jsonl file; upload plain text (blank lines between documents) or JSON lines")
+    stem = re.sub(r"[^A-Za-z0-9_.+=-]", "_", stem).lstrip(".")[:80] or "corpus"
+    path = root / ".uploads" / f"{stem}{suffix}"
+    atomic_write_bytes(path, upload.getvalue())
+    return path
+
+
+def _launch(argv: list, name: str, run_dir: Path, root: Path) -> str:
+    """Start the run through the job queue; without studio.jobs, as a detached process."""
+    try:
+        from studio import jobs
+    except ImportError:
+        jobs = None
+    if jobs is not None:
+        job = jobs.submit(argv, name=name, run_dir=str(run_dir), root=str(root))
+        return f"job {job['id']} {job['status']}"
+    run_dir.mkdir(parents=True, exist_ok=True)
+    with open(run_dir / "job.log", "ab") as log:
+        subprocess.Popen([sys.executable, "-m", "engine", *argv], stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                         start_new_session=True, cwd=Path(__file__).resolve().parents[1],
+                         env=dict(os.environ, BERT_STUDIO_RUNS=str(root)))
+    return "started as a detached process"
+
+
+def launch_form(root: Path) -> None:
+    with st.form("pretrain_launch"):
+        st.subheader("New pre-training run")
+        st.caption("The defaults are the classroom run: a tiny BERT (2 layers, hidden 128) on BBC News, MLM + NSP, "
+                   "2,000 steps of 16 x 128 tokens, a few minutes on 2 CPU cores.")
+        c1, c2, c3 = st.columns(3)
+        name = c1.text_input("Run name", value="", placeholder="bert-tiny-bbc", help="Letters, digits and - _ . + =; the folder under the runs folder")
+        corpus_kind = c2.selectbox("Corpus", ["bbc", "wiki", "a path on this machine", "an uploaded file"],
+                                   help="BBC News (2,225 articles), a Wikipedia extract, or your own text: a .txt with blank lines between documents, a folder of .txt files, or a .jsonl with a \"text\" field")
+        corpus_path = c3.text_input("Corpus path", value="", help="used when Corpus is 'a path on this machine'")
+        upload = st.file_uploader("Corpus file (.txt or .jsonl)", type=["txt", "jsonl"], help="used when Corpus is 'an uploaded file'")
+
+        c1, c2, c3, c4 = st.columns(4)
+        size_mode = c1.radio("Model size", ["preset", "custom L/H/A"], horizontal=True)
+        preset = c2.selectbox("Preset", PRESETS, index=0, help="tiny 2/128, mini 4/256, small 4/512, medium 8/512, base 12/768, large 24/1024 (layers/hidden)")
+        layers = c3.number_input("Layers L", 1, 48, 2, help="custom size only")
+        hidden = c4.number_input("Hidden H", 32, 2048, 128, step=32, help="custom size only; heads must divide it")
+        heads = c4.number_input("Heads A", 1, 32, 2, help="custom size only")
+        objective = c3.selectbox("Objective", list(OBJECTIVES), format_func=OBJECTIVES.get)
+
+        c1, c2, c3, c4 = st.columns(4)
+        mask_rate = c1.slider("Masking rate", 0.05, 0.5, 0.15, 0.01, help="share of the tokens the MLM predicts (paper 15%)")
+        r_mask = c2.number_input("→ [MASK]", 0.0, 1.0, 0.8, 0.05)
+        r_rand = c3.number_input("→ random token", 0.0, 1.0, 0.1, 0.05)
+        r_same = c4.number_input("→ unchanged", 0.0, 1.0, 0.1, 0.05)
+        whole_word = c1.checkbox("Whole-word masking")
+
+        c1, c2, c3, c4, c5 = st.columns(5)
+        steps = c1.number_input("Steps", 1, 10_000_000, 2000)
+        batch = c2.number_input("Batch size", 1, 4096, 16)
+        seq_len = c3.selectbox("Sequence length", [64, 128, 256, 512], index=1)
+        lr = c4.number_input("Learning rate", 1e-6, 1e-1, 1e-3, format="%.5f")
+        seed = c5.number_input("Seed", 0, 2**31 - 1, 0)
+        c1, c2, c3 = st.columns(3)
+        vocab = c1.number_input("Vocabulary size", 200, 100_000, 8000, step=1000)
+        save_every = c2.number_input("Checkpoint every (steps)", 0, 10_000_000, 400)
+        eval_every = c3.number_input("Evaluate every (steps)", 0, 10_000_000, 200)
+        submitted = st.form_submit_button("Launch", type="primary")
+    if not submitted:
+        return
+    with guard("launching the run"):
+        from engine import runs
+        from engine.errors import EngineError
+        from engine.pretrain import PretrainConfig, validate
+
+        run_name = runs.safe_run_name(name.strip() or f"bert-{preset if size_mode == 'preset' else f'L{layers}H{hidden}'}-{objective.replace('+', '_')}")
+        run_dir = runs.resolve_run_dir(root, run_name)
+        if (run_dir / "run.json").exists():
+            raise EngineError(f"a run named '{run_name}' already exists; pick another name, or select it below and Resume it")
+        if corpus_kind == "a path on this machine":
+            if not corpus_path.strip():
+                raise EngineError("give the corpus path, or pick bbc or wiki")
+            corpus = corpus_path.strip()
+        elif corpus_kind == "an uploaded file":
+            if upload is None:
+                raise EngineError("upload a .txt or .jsonl corpus file, or pick another corpus")
+            corpus = str(_save_upload(upload, root))
+        else:
+            corpus = corpus_kind
+        argv = ["pretrain", "--corpus", corpus, "--objective", objective, "--steps", str(int(steps)),
+                "--batch-size", str(int(batch)), "--seq-len", str(int(seq_len)), "--mask-rate", f"{mask_rate:g}",
+                "--mask-ratios", f"{r_mask:g},{r_rand:g},{r_same:g}", "--lr", f"{lr:g}", "--seed", str(int(seed)),
+                "--vocab-size", str(int(vocab)), "--save-every", str(int(save_every)), "--eval-every", str(int(eval_every)),
+                "--preset", preset if size_mode == "preset" else "tiny", "--out", str(run_dir), "--quiet"]
+        if size_mode != "preset":
+            argv += ["--layers", str(int(layers)), "--hidden", str(int(hidden)), "--heads", str(int(heads))]
+        if whole_word:
+            argv.append("--whole-word-mask")
+        cfg = PretrainConfig(corpus=corpus, objective=objective, steps=int(steps), batch_size=int(batch), seq_len=int(seq_len),
+                             mask_rate=float(mask_rate), mask_ratios=(r_mask, r_rand, r_same), lr=float(lr), seed=int(seed),
+                             vocab_size=int(vocab), preset=preset, out=str(run_dir),
+                             **({"layers": int(layers), "hidden": int(hidden), "heads": int(heads)} if size_mode != "preset" else {}))
+        validate(cfg)  # the form's mistakes show here, not in a failed job
+        how = _launch(argv, run_name, run_dir, root)
+        st.session_state["pretrain_selected"] = run_name
+        st.success(f"Launched **{run_name}** ({how}); follow it below.")
+
+
+# ------------------------------------------------------------------------------------------------- runs
+def runs_table(root: Path) -> list:
+    from engine import runs
+
+    rows = [r for r in runs.list_runs(root) if r.get("kind") == "pretrain"]
+    if not rows:
+        st.info(f"No pre-training runs in {root} yet; launch one above.")
+        return rows
+    import pandas as pd
+
+    table = pd.DataFrame([{
+        "run": r["name"],
+        "status": STATUS_ICON.get(r["effective_status"], r["effective_status"]),
+        "step": f"{r['step'] if r['step'] is not None else 0} / {r['total_steps'] or '?'}",
+        "checkpoint": r["checkpoint_step"],
+        "created": r["created"],
+        "error": r["error"] or "",
+    } for r in rows])
+    st.dataframe(table, hide_index=True, width="stretch")
+    return rows
+
+
+def _series(recs: list, key: str):
+    pts = [(r["step"], r[key]) for r in recs if isinstance(r.get(key), (int, float))]
+    return [p[0] for p in pts], [p[1] for p in pts]
+
+
+def curves(train: list, evals: list, objective: str) -> list:
+    """(title, plotly figure) for the token objective, NSP (mlm+nsp), learning rate and throughput."""
+    import plotly.graph_objects as go
+    from plotly.subplots import make_subplots
+
+    tok = "lm" if objective == "ltr" else "mlm"
+    tok_name = "next-token" if objective == "ltr" else "MLM"
+    figs = []
+    groups = [(tok, tok_name)] + ([("nsp", "NSP")] if objective == "mlm+nsp" else [])
+    for key, label in groups:
+        fig = make_subplots(rows=1, cols=2, subplot_titles=(f"{label} loss", f"{label} accuracy"))
+        for col, what in ((1, "loss"), (2, "acc")):
+            x, y = _series(train, f"{key}_{what}")
+            fig.add_trace(go.Scatter(x=x, y=y, mode="lines", name=f"train {what}", line=dict(color="#1f77b4")), row=1, col=col)
+            x, y = _series(evals, f"eval_{key}_{what}")
+            fig.add_trace(go.Scatter(x=x, y=y, mode="lines+markers", name=f"held-out {what}", line=dict(color="#d62728")), row=1, col=col)
+        fig.update_xaxes(title_text="step")
+        fig.update_layout(height=300, margin=dict(l=10, r=10, t=40, b=10), showlegend=True)
+        figs.append((f"{label}", fig))
+    x, y = _series(train, "lr")
+    fig = go.Figure(go.Scatter(x=x, y=y, mode="lines", name="learning rate"))
+    fig.update_layout(title="Learning rate", height=260, margin=dict(l=10, r=10, t=40, b=10), xaxis_title="step")
+    figs.append(("Learning rate", fig))
+    x, y = _series(train, "tokens_per_s")
+    fig = go.Figure(go.Scatter(x=x, y=y, mode="lines", name="tokens/s"))
+    fig.update_layout(title="Throughput (tokens/s)", height=260, margin=dict(l=10, r=10, t=40, b=10), xaxis_title="step")
+    figs.append(("Throughput", fig))
+    return figs
+
+
+def _cancel(run_dir: Path, info: dict, root: Path) -> str:
+    from engine import runs
+
+    try:
+        from studio import jobs
+        for job in jobs.refresh(root=str(root)):
+            if job.get("status") == "running" and job.get("run_dir") and Path(job["run_dir"]).resolve() == run_dir.resolve():
+                jobs.cancel(job["id"], root=str(root))
+                return "cancelled (the run saved a checkpoint)"
+    except ImportError:
+        pass
+    pid = info.get("pid")
+    if pid and runs.pid_alive(pid, info.get("proc_start")):
+        os.kill(int(pid), signal.SIGTERM)  # the run checkpoints and stops at the end of its current step
+        return "asked the run to stop; it saves a checkpoint first"
+    return "the run's process is not alive"
+
+
+def run_view(run_dir: Path, root: Path) -> str:
+    """Status, numbers, curves and buttons of one run (re-run every few seconds while it is alive); returns its status."""
+    from engine import runs
+
+    info = runs.read_run_json(run_dir)
+    status = runs.effective_status(run_dir, info)
+    recs = runs.read_metrics(run_dir)
+    train = [r for r in recs if r.get("split", "train") == "train" and "loss" in r]
+    evals = [r for r in recs if r.get("split") == "eval"]
+    cfg = info.get("config") or {}
+    objective = cfg.get("objective", "mlm+nsp")
+    ck = runs.latest_checkpoint(run_dir)
+
+    st.markdown(f"**{run_dir.name}** — {STATUS_ICON.get(status, status)} · {OBJECTIVES.get(objective, objective)} · "
+                f"{cfg.get('preset', '?')} on {Path(str(cfg.get('corpus', '?'))).name} · seq {cfg.get('seq_len', '?')} · "
+                f"batch {cfg.get('batch_size', '?')} · {info.get('device', '')}")
+    if status == "failed":
+        st.error(f"Run failed: {info.get('error') or 'no error line recorded'}")
+    elif status == "dead":
+        st.warning("The run's process is gone (killed or crashed) while it was running; Resume continues from its last checkpoint.")
+    elif status == "cancelled" and info.get("error"):
+        st.info(info["error"])
+
+    last_train = train[-1] if train else {}
+    last_eval = evals[-1] if evals else {}
+    tok = "lm" if objective == "ltr" else "mlm"
+    cols = st.columns(5)
+    cols[0].metric("Step", f"{last_train.get('step', 0)} / {info.get('total_steps', '?')}")
+    cols[1].metric(f"Held-out {'next-token' if tok == 'lm' else 'MLM'} accuracy",
+                   f"{last_eval[f'eval_{tok}_acc']:.3f}" if f"eval_{tok}_acc" in last_eval else "–")
+    cols[2].metric("Held-out perplexity", f"{last_eval[f'eval_{tok}_ppl']:.1f}" if f"eval_{tok}_ppl" in last_eval else "–")
+    cols[3].metric("Held-out NSP accuracy", f"{last_eval['eval_nsp_acc']:.3f}" if "eval_nsp_acc" in last_eval else "–")
+    cols[4].metric("Tokens / s", f"{last_train['tokens_per_s']:,.0f}" if "tokens_per_s" in last_train else "–")
+
+    b1, b2, _ = st.columns([1, 1, 4])
+    if status == "running" and b1.button("Cancel", key=f"cancel-{run_dir.name}", help="Stop at the end of the current step, after a checkpoint"):
+        with guard("cancelling"):
+            st.toast(_cancel(run_dir, info, root))
+    where = f"checkpoint {ck.name}" if ck is not None else "step 0 (it has no checkpoint yet)"
+    if status in ("cancelled", "dead", "failed") and b2.button("Resume", key=f"resume-{run_dir.name}",
+                                                               help=f"Continue from {where} with the run's own settings"):
+        with guard("resuming"):
+            how = _launch(["pretrain", "--out", str(run_dir), "--resume", "--quiet"], run_dir.name, run_dir, root)
+            st.toast(f"Resuming {run_dir.name} from {where} ({how})")
+
+    if not train and not evals:
+        st.caption("No metrics yet (the corpus, tokenizer and data are being prepared).")
+        return status
+    for title, fig in curves(train, evals, objective):
+        st.plotly_chart(fig, width="stretch", key=f"chart-{title}")
+    return status
+
+
+# ------------------------------------------------------------------------------------------------- page
+st.title("Pre-train")
+st.caption("Pre-train BERT on BBC News, Wikipedia or your own text (paper 3.1): masked LM + next-sentence prediction, "
+           "or the ablations MLM only and left-to-right. Runs go on as their own processes; this page only watches them.")
+root = runs_root()
+with guard("the launch form"):
+    launch_form(root)
+
+st.subheader("Runs")
+rows = []
+with guard("listing runs"):
+    rows = runs_table(root)
+if rows:
+    names = [r["name"] for r in rows]
+    wanted = st.session_state.get("pretrain_selected")
+    choice = st.selectbox("Run", names, index=names.index(wanted) if wanted in names else 0, key="pretrain_run")
+    sel = next(r for r in rows if r["name"] == choice)
+    alive = sel["effective_status"] == "running"
+
+    @st.fragment(run_every=REFRESH_SECONDS if alive else None)
+    def live():
+        status = None
+        with guard("showing the run"):
+            status = run_view(Path(sel["path"]), root)
+        if alive and status not in (None, "running"):
+            st.rerun()  # the run ended: refresh the table and stop polling
+
+    live()

@@ -1,0 +1,288 @@
+"""Fine-tune: pick a model, a task (built-in, the shared benchmark files, or uploaded files with a preview and
+the columns detected) and the paper's grid (learning rates x batch sizes x epochs, with restarts); the run goes
+to the job queue. The Results tab follows a run live: progress, every trial's dev score, the per-epoch curves,
+the training loss, and for SQuAD v2.0 the null-threshold curve."""
+import hashlib
+import re
+import time
+from pathlib import Path
+
+import pandas as pd
+import streamlit as st
+
+from engine import ablations as A
+from engine import runs as R
+from engine.errors import EngineError
+from engine.fileio import atomic_write_bytes, atomic_write_json
+from studio import ablation_figures as F
+from studio import jobs as Q
+from studio.common import guard, model_picker, runs_root
+
+MAX_UPLOAD_MB = 50  # also .streamlit/config.toml's server.maxUploadSize
+KINDS = {"glue": "sentence / pair classification or regression (TSV, CSV, JSONL)", "tagging": "BIO / CoNLL tagging",
+         "squad": "SQuAD v1.1 / v2.0 JSON", "swag": "multiple choice (CSV, JSONL)"}
+EXTENSIONS = {"glue": ["tsv", "csv", "jsonl", "json", "txt"], "tagging": ["txt", "conll", "bio", "tsv"],
+              "squad": ["json"], "swag": ["csv", "jsonl", "json"]}
+BUILTIN = {"bbc-topic": "BBC News topic classification (5 classes, 1,781 train / 444 dev)",
+           "wnut16": "WNUT-16 Twitter NER (10 entity types, entity F1)"}
+
+st.title("Fine-tune")
+st.caption("All parameters are fine-tuned with a new output layer (paper 3.2); the best trial on dev is kept. "
+           "Runs go to the job queue (Jobs page) and survive a reload.")
+root = runs_root()
+
+
+# ------------------------------------------------------------------ task files
+def safe_upload_name(name: str, data: bytes, kind: str) -> str:
+    """A plain file name for an upload: letters, digits, - _ . only, no folders, an allowed extension, and a
+    short content hash so two different files never overwrite each other."""
+    base = Path(str(name).replace("\\", "/")).name
+    stem, dot, ext = base.rpartition(".")
+    if not dot:
+        stem, ext = base, ""
+    ext = ext.lower()
+    if ext not in EXTENSIONS[kind]:
+        raise EngineError(f"{base!r} is not a {kind} file; use one of .{', .'.join(EXTENSIONS[kind])}")
+    stem = re.sub(r"[^A-Za-z0-9_-]+", "-", stem).strip("-_")[:60] or "file"
+    return f"{stem}-{hashlib.sha256(data).hexdigest()[:10]}.{ext}"
+
+
+def save_upload(upload, kind: str) -> Path:
+    data = upload.getvalue()
+    if len(data) > MAX_UPLOAD_MB * 1024 * 1024:
+        raise EngineError(f"{upload.name} is {len(data) / 2**20:.0f} MB; upload at most {MAX_UPLOAD_MB} MB (or give its path on the server)")
+    if not data.strip():
+        raise EngineError(f"{upload.name} is empty; upload a file with examples")
+    folder = root / "uploads"
+    path = folder / safe_upload_name(upload.name, data, kind)
+    if not (path.is_file() and path.read_bytes() == data):
+        atomic_write_bytes(path, data)
+    return path
+
+
+def squad_split_files(n_first: int = 38) -> tuple:
+    """The shared SQuAD v1.1 dev file split by article (first 38 -> train, the rest -> dev), written once."""
+    from engine.tasks import split_squad_articles
+    src = A.SHARED_DATA / "squad_v1.1" / "dev-v1.1.json"
+    train, dev = root / "uploads" / f"squad-v1.1-first{n_first}.json", root / "uploads" / f"squad-v1.1-after{n_first}.json"
+    if not (train.is_file() and dev.is_file()):
+        a, b = split_squad_articles(src, n_first)
+        atomic_write_json(train, a)
+        atomic_write_json(dev, b)
+    return train, dev
+
+
+@st.cache_data(show_spinner="Reading the task files…", max_entries=8)
+def preview(kind: str, train: str, dev: str, text_cols: str, label_col: str, mtimes: tuple):
+    """(summary dict, preview DataFrame) of a task, loaded the way `engine finetune` will load it."""
+    from engine.finetune import FinetuneConfig, load_task
+    task = load_task(FinetuneConfig(task=kind, train=train, dev=dev, text_cols=text_cols or None, label_col=label_col or None))
+    info = {"task": task.name, "kind": getattr(task, "kind", kind), "train examples": len(task.train), "dev examples": len(task.dev)}
+    labels = getattr(task, "labels", None)
+    if labels:
+        info["labels"] = ", ".join(map(str, labels[:20])) + (" …" if len(labels) > 20 else "")
+    cols = (getattr(task, "info", {}) or {}).get("columns")
+    if cols:
+        info["columns detected"] = ", ".join(f"{k} = {v}" for k, v in cols.items()) if isinstance(cols, dict) else str(cols)
+    rows = []
+    for ex in task.train[:10]:
+        if hasattr(ex, "words"):
+            rows.append({"words": " ".join(ex.words), "tags": " ".join(ex.tags)})
+        elif hasattr(ex, "question"):
+            rows.append({"question": ex.question, "answer": ex.answers[0][0] if ex.answers else "(unanswerable)",
+                         "context": ex.context[:200]})
+        elif hasattr(ex, "endings"):
+            rows.append({"context": ex.context, "endings": " | ".join(ex.endings), "label": ex.label})
+        else:
+            rows.append({"text_a": ex.text_a, "text_b": ex.text_b, "label": ex.label})
+    return info, pd.DataFrame(rows)
+
+
+def _mtimes(*paths) -> tuple:
+    return tuple(Path(p).stat().st_mtime if p and Path(p).is_file() else 0.0 for p in paths)
+
+
+def trial_label(t: dict) -> str:
+    return f"#{t['trial']} lr {t['lr']:g} · bs {t['batch_size']} · ep {t['epochs']} · r{t.get('restart', 0)}"
+
+
+def _nums(text: str, cast, flag: str) -> list:
+    try:
+        vals = [cast(x) for x in str(text).replace(" ", "").split(",") if x]
+    except ValueError:
+        raise EngineError(f"{flag} must be comma-separated numbers, e.g. 5e-5,3e-5,2e-5")
+    if not vals:
+        raise EngineError(f"give at least one value for {flag}")
+    return vals
+
+
+tab_new, tab_runs = st.tabs(["New fine-tuning run", "Results"])
+
+# ------------------------------------------------------------------ new run
+with tab_new:
+    model = model_picker("Model", key="ft_model")
+    sources = ["Built-in task"] + (["Shared benchmark files"] if A.SHARED_DATA.is_dir() else []) + ["Upload files", "Files on the server"]
+    source = st.radio("Task", sources, horizontal=True, key="ft_source")
+    task, train, dev, text_cols, label_col = None, None, None, "", ""
+    if source == "Built-in task":
+        task = st.selectbox("Built-in task", list(BUILTIN), key="ft_builtin", format_func=lambda k: f"{k}: {BUILTIN[k]}")
+    elif source == "Shared benchmark files":
+        shared = {"RTE (sentence pairs, accuracy)": ("glue", "rte/train.tsv", "rte/dev.tsv"),
+                  "CoLA (single sentences, Matthews correlation)": ("glue", "cola/train.tsv", "cola/dev.tsv"),
+                  "SQuAD v1.1 (first 38 articles train, last 10 dev)": ("squad", None, None)}
+        pick = st.selectbox("Shared file", list(shared), key="ft_shared")
+        task, tr, dv = shared[pick]
+        with guard("preparing the SQuAD split"):
+            if task == "squad":
+                train, dev = (str(p) for p in squad_split_files())
+            else:
+                train, dev = str(A.SHARED_DATA / tr), str(A.SHARED_DATA / dv)
+    else:
+        task = st.selectbox("File format", list(KINDS), key="ft_kind", format_func=lambda k: f"{k}: {KINDS[k]}")
+        if source == "Upload files":
+            c1, c2 = st.columns(2)
+            up_train = c1.file_uploader("Train file", type=EXTENSIONS[task], key="ft_up_train")
+            up_dev = c2.file_uploader("Dev file", type=EXTENSIONS[task], key="ft_up_dev")
+            with guard("saving the upload"):
+                if up_train is not None:
+                    train = str(save_upload(up_train, task))
+                if up_dev is not None:
+                    dev = str(save_upload(up_dev, task))
+        else:
+            c1, c2 = st.columns(2)
+            train = c1.text_input("Train file path", key="ft_path_train").strip() or None
+            dev = c2.text_input("Dev file path", key="ft_path_dev").strip() or None
+        if task in ("glue", "swag"):
+            c1, c2 = st.columns(2)
+            text_cols = c1.text_input("Text column(s), A or A,B (blank: detect from the header)", key="ft_text_cols").strip()
+            label_col = c2.text_input("Label column (blank: detect)", key="ft_label_col").strip()
+    if task in KINDS and train and dev:
+        with guard("reading the task files"):
+            info, frame = preview(task, train, dev, text_cols, label_col, _mtimes(train, dev))
+            st.markdown("**Task preview** — " + " · ".join(f"{k}: **{v}**" for k, v in info.items()))
+            st.dataframe(frame, hide_index=True, width="stretch")
+    elif task in KINDS:
+        st.info("Give a train and a dev file: the dev set selects the best trial.")
+
+    st.markdown("**Grid** (the paper: lr 5e-5, 3e-5, 2e-5 · batch 16, 32 · epochs 2, 3, 4; a tiny model from scratch "
+                "wants larger rates, e.g. 3e-4)")
+    g1, g2, g3, g4 = st.columns(4)
+    lr_text = g1.text_input("Learning rates", value="5e-5,3e-5,2e-5", key="ft_lr")
+    batch = g2.multiselect("Batch sizes", [8, 16, 32, 48, 64], default=[16, 32], key="ft_bs")
+    epochs = g3.multiselect("Epochs", [1, 2, 3, 4, 5], default=[2, 3, 4], key="ft_epochs")
+    restarts = g4.number_input("Restarts per grid point", 1, 20, 1, key="ft_restarts")
+    h1, h2, h3, h4 = st.columns(4)
+    max_train = h1.number_input("Max train examples (0 = all)", 0, 10_000_000, 0, step=500, key="ft_max_train")
+    max_len = h2.selectbox("Max sequence length", [64, 128, 256, 384, 512], index=1, key="ft_max_len")
+    seed = h3.number_input("Seed", 0, 1_000_000, 0, key="ft_seed")
+    bilstm = h4.checkbox("BiLSTM on top (Table 5's LTR + BiLSTM)", key="ft_bilstm")
+    lrs = []
+    with guard("reading the grid"):
+        lrs = _nums(lr_text, float, "learning rates")
+    n_trials = len(lrs) * len(batch) * len(epochs) * int(restarts)
+    st.write(f"**{n_trials} trials** ({len(lrs)} lr × {len(batch)} batch × {len(epochs)} epochs × {int(restarts)} restarts)")
+    if "ft_default_name" not in st.session_state:
+        st.session_state["ft_default_name"] = time.strftime("ft-%Y%m%d-%H%M%S")
+    name = st.text_input("Run name", value=st.session_state["ft_default_name"], key="ft_name")
+    if st.button("Launch", type="primary", key="ft_launch", disabled=not (task and n_trials)):
+        with guard("launching the fine-tuning run"):
+            if task in KINDS and not (train and dev):
+                raise EngineError(f"a {task} task needs a train and a dev file")
+            run_dir = R.resolve_run_dir(root, name.strip())
+            if (run_dir / "run.json").exists():
+                raise EngineError(f"run {name} already exists in {root}; pick another name")
+            argv = ["finetune", "--model", model, "--task", task]
+            if task in KINDS:
+                argv += ["--train", train, "--dev", dev]
+            if text_cols:
+                argv += ["--text-cols", text_cols]
+            if label_col:
+                argv += ["--label-col", label_col]
+            argv += ["--lr", ",".join(f"{x:g}" for x in lrs), "--batch-size", ",".join(map(str, sorted(batch))),
+                     "--epochs", ",".join(map(str, sorted(epochs))), "--restarts", str(int(restarts)),
+                     "--max-seq-len", str(max_len), "--seed", str(int(seed))]
+            if max_train:
+                argv += ["--max-train", str(int(max_train))]
+            if bilstm:
+                argv += ["--bilstm"]
+            argv += ["--out", str(run_dir)]
+            rec = Q.submit(argv, name=f"finetune {name.strip()}", run_dir=str(run_dir), root=root)
+            st.session_state["ft_show"] = run_dir.name
+            st.session_state.pop("ft_default_name", None)
+            st.success(f"Queued job {rec['id']} for run **{run_dir.name}**; see the Results tab or the Jobs page.")
+
+# ------------------------------------------------------------------ results
+with tab_runs:
+    runs = []
+    with guard("listing runs"):
+        runs = [r for r in R.list_runs(root) if r.get("kind") == "finetune"]
+    if not runs:
+        st.info(f"No fine-tuning runs yet in {root}. Launch one in the first tab.")
+    else:
+        names = [r["name"] for r in runs]
+        idx = names.index(st.session_state["ft_show"]) if st.session_state.get("ft_show") in names else 0
+        pick = st.selectbox("Run", names, index=idx, key="ft_pick",
+                            format_func=lambda n: next(f"{r['name']} ({r['effective_status']})" for r in runs if r["name"] == n))
+        auto = st.toggle("Auto-refresh every 5 s", value=True, key="ft_auto")
+        run_dir = root / pick
+
+        @st.fragment(run_every=5 if auto else None)
+        def show_run():
+            info = R.read_run_json(run_dir)
+            status = R.effective_status(run_dir, info)
+            prog = R.run_progress(run_dir, info)
+            cfg = info.get("config") or {}
+            st.markdown(f"**{pick}** — status **{status}** · model `{cfg.get('model', '?')}` · task `{cfg.get('task', '?')}`")
+            if status == "finished":
+                st.progress(1.0, text="finished")
+            elif prog["fraction"] is not None:
+                st.progress(prog["fraction"], text=f"step {prog['step'] or 0} of {prog['total'] or '?'}")
+            if info.get("error"):
+                st.error(info["error"])
+            ev = A._read_json(run_dir / "eval.json") or {}
+            records = R.read_metrics(run_dir)
+            trials = ev.get("trials") or []
+            metric = ev.get("metric") or "score"
+            if ev.get("score") is not None:
+                best = ev.get("best") or {}
+                c1, c2, c3 = st.columns(3)
+                c1.metric(f"best dev {metric}", f"{100 * ev['score']:.1f}")
+                c2.metric("best trial", f"#{best['trial']}: lr {best['lr']:g}" if best else "–",
+                          help=trial_label(best) if best else None)
+                c3.metric("trials finished", f"{len(trials)}")
+            if trials:
+                rows = [{"trial": trial_label(t), "lr": t["lr"], "batch size": t["batch_size"], "epochs": t["epochs"],
+                         "restart": t.get("restart"), "best epoch": t.get("best_epoch"), metric: t.get("score"),
+                         "seconds": t.get("seconds"), **{f"dev {k}": v for k, v in (t.get("dev") or {}).items() if isinstance(v, (int, float))}}
+                        for t in trials]
+                st.dataframe(pd.DataFrame(rows), hide_index=True, width="stretch")
+                best_trial = (ev.get("best") or {}).get("trial")
+                tf = pd.DataFrame([{"trial": trial_label(t), "value": t.get("score"), "best": t["trial"] == best_trial} for t in trials])
+                st.plotly_chart(F.trials_bars(tf, metric), key="ft_trials_fig")
+                if ev.get("grid") and any(g.get("n", 1) > 1 for g in ev["grid"]):
+                    st.markdown("**Spread across restarts** (per grid point)")
+                    st.dataframe(pd.DataFrame(ev["grid"]), hide_index=True, width="stretch")
+            # per-epoch dev scores (live, from metrics.jsonl) and the training loss
+            ep = [{"trial": trial_label({**(trials[r["trial"]] if r["trial"] < len(trials) else _grid_point(cfg, r["trial"])), "trial": r["trial"]}),
+                   "epoch": r["epoch"], "value": r["score"]}
+                  for r in records if r.get("score") is not None and "epoch" in r and isinstance(r.get("trial"), int)]
+            if ep:
+                st.plotly_chart(F.epoch_lines(pd.DataFrame(ep), metric), key="ft_epochs_fig")
+            loss = [(r["step"], r["loss"]) for r in records if "loss" in r and "step" in r]
+            if loss:
+                st.plotly_chart(F.loss_curve([s for s, _ in loss], [l for _, l in loss]), key="ft_loss_fig")
+            if ev.get("threshold_curve"):
+                curve = [(c["tau"], c["exact"], c["f1"]) for c in ev["threshold_curve"]]
+                st.plotly_chart(F.threshold_curve(curve, (ev.get("dev") or {}).get("tau")), key="ft_tau_fig")
+            if not trials and not records:
+                st.caption("No metrics yet: the run is queued or loading.")
+
+        def _grid_point(cfg: dict, i: int) -> dict:
+            """The grid point of trial i while eval.json does not list it yet (the order engine.finetune uses)."""
+            pts = [{"lr": lr, "batch_size": bs, "epochs": e, "restart": r}
+                   for lr in cfg.get("lr", []) for bs in cfg.get("batch_size", []) for e in cfg.get("epochs", [])
+                   for r in range(cfg.get("restarts", 1))]
+            return pts[i] if i < len(pts) else {"lr": 0.0, "batch_size": 0, "epochs": 0, "restart": 0}
+
+        with guard("reading the run"):
+            show_run()

@@ -1,0 +1,178 @@
+"""Features: the feature-based approach (paper 5.3, Table 7). Frozen hidden states of a model, combined across
+layers (embeddings, last, second-to-last, sum / weighted sum / concatenation of the last four, weighted sum of
+all layers), feed a classifier (logistic regression for sentences, a BiLSTM tagger for NER) as a queued job;
+its result sits next to fine-tuning the same model. Plus a 2-D projection (PCA or t-SNE) of sentence features
+of BBC articles, coloured by topic, computed here on a small sample."""
+import random
+import time
+from pathlib import Path
+
+import pandas as pd
+import plotly.graph_objects as go
+import streamlit as st
+
+from engine import ablations as A
+from engine import runs as R
+from engine.errors import EngineError
+from studio import ablation_figures as F
+from studio import jobs as Q
+from studio.common import _mtime_key, guard, load_bundle, model_picker, runs_root
+
+COMBINES = {"concat": "concatenate the chosen layers (D = K·H; the paper's best)",
+            "weighted": "weighted sum of the chosen layers (weights learned by the BiLSTM tagger)",
+            "all-weighted": "weighted sum of all layers", "sum": "sum of the chosen layers", "mean": "mean of the chosen layers",
+            "last": "last hidden layer", "second-to-last": "second-to-last hidden layer", "embeddings": "embeddings only"}
+TASKS = {"bbc-topic": "BBC topics (logistic regression on sentence features)", "wnut16": "WNUT-16 NER (BiLSTM tagger on word features)"}
+
+st.title("Feature-based")
+st.caption("BERT as a frozen feature extractor: no weight of the encoder changes; only a small classifier is trained on "
+           "its activations (paper 5.3). Compare with fine-tuning the whole model.")
+root = runs_root()
+model = model_picker("Model", key="fx_model")
+tab_run, tab_compare, tab_proj = st.tabs(["Run a feature-based classifier", "Compare with fine-tuning", "2-D projection"])
+
+
+def _layers(text: str) -> list:
+    try:
+        vals = [int(x) for x in text.replace(" ", "").split(",") if x]
+    except ValueError:
+        raise EngineError(f"layers {text!r} must be comma-separated integers, e.g. -1,-2,-3,-4 (0 = embeddings, -1 = last)")
+    if not vals:
+        raise EngineError("give at least one layer, e.g. -1")
+    return vals
+
+
+# ------------------------------------------------------------------ run
+with tab_run:
+    tasks = dict(TASKS)
+    shared = {e.name: e for e in A.shared_evaluations()}
+    for name in shared:
+        tasks[name] = "shared benchmark file (logistic regression on sentence features)"
+    task_key = st.selectbox("Task", list(tasks), key="fx_task", format_func=lambda k: f"{k}: {tasks[k]}")
+    c1, c2 = st.columns(2)
+    combos = c1.multiselect("Combinations (one job extracts once and trains one classifier per combination)", list(COMBINES),
+                            default=["concat"], key="fx_combine", format_func=lambda k: f"{k}: {COMBINES[k]}")
+    layers_text = c2.text_input("Layers for concat / sum / mean / weighted (0 = embeddings, -1 = last)", "-1,-2,-3,-4", key="fx_layers")
+    d1, d2, d3 = st.columns(3)
+    pooling = d1.selectbox("Sentence pooling", ["cls", "mean"], key="fx_pooling", help="tagging always uses the first WordPiece of each word")
+    max_train = d2.number_input("Max train examples (0 = all)", 0, 1_000_000, 0, step=500, key="fx_max_train")
+    seed = d3.number_input("Seed", 0, 1_000_000, 0, key="fx_seed")
+    if "fx_default_name" not in st.session_state:
+        st.session_state["fx_default_name"] = time.strftime("fx-%Y%m%d-%H%M%S")
+    name = st.text_input("Run name", value=st.session_state["fx_default_name"], key="fx_name")
+    if st.button("Launch", type="primary", key="fx_launch", disabled=not combos):
+        with guard("launching the feature-based run"):
+            layers = _layers(layers_text)
+            run_dir = R.resolve_run_dir(root, name.strip())
+            if (run_dir / "run.json").exists():
+                raise EngineError(f"run {name} already exists in {root}; pick another name")
+            if task_key in shared:
+                ev = shared[task_key]
+                argv = ["features", "--model", model, "--task", ev.task, "--train", ev.train, "--dev", ev.dev]
+            else:
+                argv = ["features", "--model", model, "--task", task_key]
+            argv += ["--layers", ",".join(map(str, layers)), "--combine", ",".join(combos), "--pooling", pooling, "--seed", str(int(seed))]
+            if max_train:
+                argv += ["--max-train", str(int(max_train))]
+            argv += ["--out", str(run_dir)]
+            rec = Q.submit(argv, name=f"features {name.strip()}", run_dir=str(run_dir), root=root)
+            st.session_state["fx_show"] = run_dir.name
+            st.session_state.pop("fx_default_name", None)
+            st.success(f"Queued job {rec['id']} for run **{run_dir.name}**; compare it in the next tab when it finishes.")
+
+
+# ------------------------------------------------------------------ compare
+def _eval(run: dict) -> dict:
+    return A._read_json(Path(run["path"]) / "eval.json") or {}
+
+
+def _same(a, b) -> bool:
+    return str(a) == str(b) or (Path(str(a)).resolve() == Path(str(b)).resolve() if a and b and a != "minilm" and b != "minilm" else False)
+
+
+with tab_compare:
+    runs = []
+    with guard("listing runs"):
+        runs = R.list_runs(root)
+    fx_runs = [r for r in runs if r.get("kind") == "features"]
+    ft_runs = [r for r in runs if r.get("kind") == "finetune"]
+    if not fx_runs:
+        st.info("No feature-based runs yet: launch one in the first tab.")
+    else:
+        names = [r["name"] for r in fx_runs]
+        idx = names.index(st.session_state["fx_show"]) if st.session_state.get("fx_show") in names else 0
+        fx_name = st.selectbox("Feature-based run", names, index=idx, key="fx_pick",
+                               format_func=lambda n: next(f"{r['name']} ({r['effective_status']})" for r in fx_runs if r["name"] == n))
+        fx = next(r for r in fx_runs if r["name"] == fx_name)
+        ev = _eval(fx)
+        if fx.get("error"):
+            st.error(fx["error"])
+        if not ev.get("results"):
+            st.info(f"{fx_name} has no results yet (status {fx['effective_status']}).")
+        else:
+            metric = ev.get("metric", "score")
+            match = [r for r in ft_runs if _same(_eval(r).get("model"), ev.get("model")) and _eval(r).get("task") == ev.get("task")]
+            options = ["(none)"] + [r["name"] for r in match] + [r["name"] for r in ft_runs if r not in match]
+            ft_name = st.selectbox("Fine-tuning run of the same model and task", options, index=1 if match else 0, key="fx_ft_pick",
+                                   help="runs of the same model and task are listed first")
+            rows = [{"approach": f"feature-based: {r['combine']}", "layers": ", ".join(map(str, r.get("layers", []))),
+                     "dims": r.get("dims"), "classifier": r.get("classifier"), metric: r.get("score")} for r in ev["results"]]
+            if ft_name != "(none)":
+                ft_ev = _eval(next(r for r in ft_runs if r["name"] == ft_name))
+                ft_score = A.best_score(ft_ev, metric)
+                rows.insert(0, {"approach": "fine-tuning (all parameters)", "layers": "all", "dims": None,
+                                "classifier": "task head", metric: ft_score})
+                if ft_ev.get("task") != ev.get("task") or not _same(ft_ev.get("model"), ev.get("model")):
+                    st.warning(f"{ft_name} fine-tuned {ft_ev.get('model')} on {ft_ev.get('task')}; this feature run used "
+                               f"{ev.get('model')} on {ev.get('task')}: not a like-for-like comparison.")
+            st.markdown(f"**{ev.get('task')}** with **{ev.get('model')}** — dev {metric}")
+            table = pd.DataFrame(rows)
+            st.dataframe(table, hide_index=True, width="stretch")
+            fig = go.Figure(go.Bar(x=list(table["approach"]), y=[None if v is None else 100 * v for v in table[metric]],
+                                   marker_color=["#d62728" if a.startswith("fine") else "#1f77b4" for a in table["approach"]]))
+            fig.update_layout(title=f"Feature-based vs fine-tuning: dev {metric} (%)", yaxis_title=f"{metric} (%)",
+                              margin=dict(t=50, l=50, r=20, b=80))
+            st.plotly_chart(fig, key="fx_compare_fig")
+
+
+# ------------------------------------------------------------------ projection
+@st.cache_data(show_spinner="Extracting features…", max_entries=8)
+def projection(model_path: str, mtime: float, n: int, combine: str, layers: tuple, pooling: str, method: str, seed: int = 0):
+    """(xy (N, 2), topics, hover texts) for a fixed sample of n BBC articles."""
+    import numpy as np
+
+    from engine.corpora import load_bbc_labeled
+    from engine.features import extract_features
+    rows = load_bbc_labeled()
+    sample = random.Random(seed).sample(rows, min(n, len(rows)))
+    texts = [t for t, _, _ in sample]
+    bundle = load_bundle(model_path)
+    X = extract_features(bundle, texts, layers=layers, combine=combine, pooling=pooling, max_seq_len=128)
+    X = np.asarray(X, dtype=np.float32)
+    if method == "t-SNE":
+        from sklearn.manifold import TSNE
+        xy = TSNE(n_components=2, perplexity=max(2.0, min(30.0, (len(X) - 1) / 3)), init="pca", random_state=seed).fit_transform(X)
+    else:
+        from sklearn.decomposition import PCA
+        xy = PCA(n_components=2, random_state=seed).fit_transform(X)
+    hover = [f"<b>{topic}</b> · {fid}<br>{' '.join(text.split())[:90]}…" for text, topic, fid in sample]
+    return xy, [topic for _, topic, _ in sample], hover
+
+
+with tab_proj:
+    st.markdown("Sentence features of a sample of BBC articles, projected to two dimensions. Well-separated colours mean "
+                "the frozen features already know the topic (which a linear classifier will find).")
+    p1, p2, p3, p4 = st.columns(4)
+    n = p1.slider("Articles", 30, 600, 300, step=10, key="fx_proj_n")
+    pcombine = p2.selectbox("Combination", ["last", "second-to-last", "concat", "mean", "embeddings", "all-weighted"], key="fx_proj_combine")
+    ppool = p3.selectbox("Pooling", ["mean", "cls"], key="fx_proj_pool")
+    method = p4.radio("Projection", ["PCA", "t-SNE"], key="fx_proj_method", horizontal=True)
+    play = st.text_input("Layers (for concat / mean)", "-1,-2,-3,-4", key="fx_proj_layers")
+    if st.button("Compute projection", key="fx_proj_go"):
+        with guard("computing the projection"):
+            xy, topics, hover = projection(model, _mtime_key(model), int(n), pcombine, tuple(_layers(play)), ppool, method)
+            st.session_state["fx_proj"] = (model, pcombine, method, xy, topics, hover)
+    if st.session_state.get("fx_proj"):
+        m, c, meth, xy, topics, hover = st.session_state["fx_proj"]
+        st.plotly_chart(F.projection_scatter(xy, topics, hover, title=f"{meth} of {c} features of {len(topics)} BBC articles ({Path(m).name})"),
+                        key="fx_proj_fig")

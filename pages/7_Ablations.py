@@ -1,0 +1,165 @@
+"""Ablations: launch one of the paper's ablation studies (Tables 5-8, Figure 5) as queued jobs, and watch its
+dashboard fill in: the results table in the paper's layout (mean ± std over seeds), bar charts, the pre-training
+curves of all variants, and the paper's finding with whether it reproduced. CSV download."""
+from dataclasses import replace
+
+import pandas as pd
+import streamlit as st
+
+from engine import ablations as A
+from studio import ablation_figures as F
+from studio.common import guard, runs_root
+
+st.title("Ablation studies")
+st.caption("An ablation study is a base configuration plus named variants. Each variant is pre-trained and evaluated "
+           "downstream over several seeds; the runs are queued one at a time and survive a reload.")
+
+root = runs_root()
+tab_results, tab_new = st.tabs(["Results", "New study"])
+
+
+def variants_frame(study: A.Study) -> pd.DataFrame:
+    rows = []
+    for v in study.variants:
+        change = ", ".join(f"{k} = {x}" for k, x in v.pretrain.items())
+        if v.finetune:
+            change = (change + "; " if change else "") + "fine-tune " + ", ".join(f"{k} = {x}" for k, x in v.finetune.items())
+        if v.features:
+            change = f"features: --combine {v.features.combine} --layers {v.features.layers}"
+        if v.reuse:
+            change += f" (reuses the {v.reuse} model)"
+        rows.append({"variant": v.name, "override of the base": change or "(the base)", "note": v.note})
+    return pd.DataFrame(rows)
+
+
+def base_frame(study: A.Study) -> pd.DataFrame:
+    if study.model:
+        return pd.DataFrame([{"setting": "model", "value": f"{study.model} (evaluated as is, no pre-training)"}])
+    b = study.base
+    rows = [("corpus", b.corpus), ("preset", b.preset), ("layers / hidden / heads", f"{b.layers or '-'} / {b.hidden or '-'} / {b.heads or '-'}"),
+            ("objective", b.objective), ("steps", b.steps), ("batch size", b.batch_size), ("sequence length", b.seq_len),
+            ("mask rate", b.mask_rate), ("mask ratios (MASK, RANDOM, SAME)", ", ".join(str(x) for x in b.mask_ratios))]
+    f = study.finetune
+    rows += [("fine-tune lr", ", ".join(str(x) for x in f.lr)), ("fine-tune batch", ", ".join(str(x) for x in f.batch_size)),
+             ("fine-tune epochs", ", ".join(str(x) for x in f.epochs)), ("fine-tune max train", f.max_train or "all")]
+    return pd.DataFrame([{"setting": k, "value": str(v)} for k, v in rows])
+
+
+# ------------------------------------------------------------------ new study
+with tab_new:
+    names = list(A.STUDIES)
+    name = st.selectbox("Study", names, key="abl_study",
+                        format_func=lambda n: f"{A.STUDIES[n]().title}  ({n})")
+    classroom = st.checkbox("Classroom scale (tiny model, short runs, one seed, built-in tasks: Table 5 finishes within an hour on a 2-core CPU)",
+                            value=True, key="abl_classroom")
+    study = None
+    with guard("building the study"):
+        study = A.get_study(name, classroom_scale=classroom)
+    if study is not None:
+        st.markdown(f"**{study.title}.** {study.description}")
+        st.info(f"**The paper's finding:** {study.finding}")
+        c1, c2 = st.columns([1, 2])
+        c1.markdown("**Base configuration**")
+        c1.dataframe(base_frame(study), hide_index=True, width="stretch")
+        c2.markdown("**Variants**")
+        c2.dataframe(variants_frame(study), hide_index=True, width="stretch")
+        o1, o2, o3 = st.columns(3)
+        seeds = o1.number_input("Seeds", min_value=1, max_value=10, value=len(study.seeds), key="abl_seeds")
+        all_evals = list(A.default_evaluations()) if not study.model else list(study.evaluations)
+        for e in study.evaluations:
+            if e not in all_evals:
+                all_evals.append(e)
+        chosen = o2.multiselect("Downstream evaluations", [e.name for e in all_evals],
+                                default=[e.name for e in study.evaluations], key="abl_evals")
+        steps = None
+        if not study.model:
+            steps = o3.number_input("Pre-training steps per variant", min_value=10, max_value=1_000_000, value=study.base.steps,
+                                    step=100, key="abl_steps")
+        evals = tuple(e for e in all_evals if e.name in chosen)
+        study = replace(study, seeds=tuple(range(int(seeds))), evaluations=evals or study.evaluations)
+        if steps is not None and steps != study.base.steps:
+            study = replace(study, base=replace(study.base, steps=int(steps)))
+            if study.checkpoint_steps:
+                k = int(steps)
+                study = replace(study, checkpoint_steps=tuple(sorted({max(1, k // 4), k // 2, k})),
+                                base=replace(study.base, save_every=max(1, k // 4)))
+        jobs = A.plan(study, root / "studies" / "<name>")
+        n_pre = sum(j.kind == "pretrain" for j in jobs)
+        st.write(f"**{len(jobs)} jobs**: {n_pre} pre-training runs and {len(jobs) - n_pre} downstream evaluations, run one at a time.")
+        with st.expander("Job commands"):
+            st.code("\n".join("python -m engine " + " ".join(j.argv) for j in jobs), language="bash")
+        run_name = st.text_input("Study name", value=study.name + ("-classroom" if study.classroom else ""), key="abl_name",
+                                 help="its folder under <runs>/studies/; an existing name gets -2, -3, …")
+        if st.button("Launch", type="primary", key="abl_launch"):
+            with guard("launching the study"):
+                d = A.launch(study, runs_root=root, name=run_name.strip() or None, log=lambda *a: None)
+                st.session_state["abl_show"] = d.name
+                st.success(f"Queued {len(jobs)} jobs as study **{d.name}**; follow them on the Jobs page or in Results.")
+
+# ------------------------------------------------------------------ results
+with tab_results:
+    studies = []
+    with guard("listing studies"):
+        studies = A.list_studies(root)
+    if not studies:
+        st.info(f"No studies yet under {root / 'studies'}. Launch one in the **New study** tab.")
+    else:
+        labels = [s["name"] for s in studies]
+        default = labels.index(st.session_state["abl_show"]) if st.session_state.get("abl_show") in labels else 0
+        pick = st.selectbox("Study", labels, index=default, key="abl_pick",
+                            format_func=lambda n: next(f"{s['name']} — {s['title']} ({s['jobs']} jobs)" for s in studies if s["name"] == n))
+        auto = st.toggle("Auto-refresh every 10 s", value=True, key="abl_auto")
+        study_dir = root / "studies" / pick
+
+        @st.fragment(run_every=10 if auto else None)
+        def dashboard():
+            res = None
+            with guard("reading the study"):
+                res = A.collect_results(study_dir)
+            if res is None:
+                return
+            pr = res.progress
+            done = pr.get("finished", 0)
+            st.progress(done / pr["total"] if pr["total"] else 0.0,
+                        text=f"{done}/{pr['total']} jobs finished" + (f", {pr['failed']} failed" if pr.get("failed") else "")
+                        + (f", {pr['running']} running" if pr.get("running") else ""))
+            st.subheader(res.study.title)
+            left, right = st.columns([3, 2])
+            with left:
+                st.markdown("**Results** (dev scores in %, mean ± std over seeds, n = seeds finished)")
+                st.dataframe(res.table, width="stretch")
+                st.download_button("Download CSV", res.to_csv(), file_name=f"{pick}.csv", mime="text/csv", key="abl_csv")
+            with right:
+                st.markdown("**The paper's finding**")
+                st.info(res.finding)
+                st.markdown("**Reproduced here?**")
+                for c in res.checks:
+                    mark = {True: "✅ yes", False: "❌ no", None: "❔ not yet"}[c["reproduced"]]
+                    st.markdown(f"{mark} — {c['claim']}  \n<small>{c['detail']}</small>", unsafe_allow_html=True)
+            variants = [v.name for v in res.study.variants]
+            if res.study.checkpoint_steps:
+                st.plotly_chart(F.steps_lines(res.summary, variants), key="abl_steps_fig")
+            else:
+                st.plotly_chart(F.results_bars(res.summary, variants), key="abl_bars_fig")
+            pairs = F.available_curve_metrics(res.curves)
+            if pairs:
+                opts = [f"{m} ({'held-out' if s == 'eval' else 'train'})" for s, m in pairs]
+                default_i = next((i for i, (s, m) in enumerate(pairs) if s == "train" and m == "loss"), 0)
+                k = st.selectbox("Pre-training curve", opts, index=default_i, key="abl_curve")
+                s, m = pairs[opts.index(k)]
+                st.plotly_chart(F.curves_figure(res.curves, m, s), key="abl_curve_fig")
+                final = A.final_pretrain_metrics(res.curves)
+                if len(final):
+                    st.markdown("**Held-out pre-training metrics at the last evaluation** (lm_* = next-token prediction of the LTR model)")
+                    st.dataframe(final, hide_index=True, width="stretch")
+            elif not res.study.model:
+                st.caption("Pre-training curves appear here once the first run logs its metrics.")
+            with st.expander("Jobs of this study"):
+                jt = pd.DataFrame(res.jobs)[["key", "kind", "state", "error", "out"]]
+                st.dataframe(jt, hide_index=True, width="stretch")
+                failed = [j for j in res.jobs if j["state"] == "failed"]
+                if failed:
+                    st.error(f"{len(failed)} job(s) failed; the first: {failed[0]['key']}: {failed[0]['error']}. "
+                             "Retry them from the Jobs page.")
+
+        dashboard()

@@ -1,0 +1,409 @@
+"""engine.ablations: studies -> job command lines, Table 8's mask-ratio mapping, reading results back into the
+paper's layout, CSV export and the findings checks. Fake run folders are written by the tests; nothing trains."""
+import json
+import math
+from dataclasses import replace
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from engine import ablations as A
+from engine.errors import EngineError
+
+
+def flag(argv, name):
+    i = argv.index(name)
+    return argv[i + 1]
+
+
+# ------------------------------------------------------------------ Table 8 mapping
+@pytest.mark.parametrize("row, ratios", [
+    ((80, 10, 10), (0.8, 0.1, 0.1)),
+    ((100, 0, 0), (1.0, 0.0, 0.0)),
+    ((80, 0, 20), (0.8, 0.2, 0.0)),  # 20% RND -> the RANDOM share (second), SAME (third) 0
+    ((80, 20, 0), (0.8, 0.0, 0.2)),  # 20% SAME -> the third share
+    ((0, 20, 80), (0.0, 0.8, 0.2)),
+    ((0, 0, 100), (0.0, 1.0, 0.0)),
+])
+def test_table8_rows_map_to_mask_random_same(row, ratios):
+    assert A.mask_ratios_for_row(*row) == pytest.approx(ratios)
+
+
+def test_masking_study_passes_the_six_rows_in_cli_order(tmp_path):
+    study = A.get_study("masking", seeds=1)
+    jobs = A.plan(study, tmp_path)
+    pre = [j for j in jobs if j.kind == "pretrain"]
+    assert len(pre) == 6
+    got = [flag(j.argv, "--mask-ratios") for j in pre]
+    assert got == ["0.8,0.1,0.1", "1,0,0", "0.8,0.2,0", "0.8,0,0.2", "0,0.8,0.2", "0,1,0"]
+    assert [j.variant for j in pre][4] == "MASK 0 / SAME 20 / RND 80"
+    # the feature-based NER column goes through `engine features` with the concat of the last four
+    feats = [j for j in jobs if j.kind == "features"]
+    assert len(feats) == 6 and all(flag(j.argv, "--combine") == "concat" and flag(j.argv, "--layers") == "-1,-2,-3,-4" for j in feats)
+    # every variant keeps the base's four layers: the override touches the masking only
+    assert all(flag(j.argv, "--layers") == "4" for j in pre)
+
+
+def test_bad_table8_row_is_refused():
+    with pytest.raises(EngineError, match="summing to 100"):
+        A.mask_ratios_for_row(80, 10, 20)
+
+
+# ------------------------------------------------------------------ studies -> jobs
+def test_pretraining_tasks_plan(tmp_path):
+    study = A.get_study("pretraining-tasks", seeds=2, evaluations=(A.BBC, A.WNUT))
+    jobs = A.plan(study, tmp_path)
+    pre = [j for j in jobs if j.kind == "pretrain"]
+    ft = [j for j in jobs if j.kind == "finetune"]
+    # 3 pre-training runs per seed (the BiLSTM row reuses LTR) and 4 rows x 2 tasks of fine-tuning per seed
+    assert len(pre) == 6 and len(ft) == 16
+    assert [flag(j.argv, "--objective") for j in pre[:3]] == ["mlm+nsp", "mlm", "ltr"]
+    assert {flag(j.argv, "--seed") for j in pre} == {"0", "1"}
+    bilstm = [j for j in ft if j.variant == "+ BiLSTM"]
+    ltr_run = next(j for j in pre if j.variant == "LTR & No NSP" and j.seed == 0)
+    assert all("--bilstm" in j.argv for j in bilstm)
+    assert flag(bilstm[0].argv, "--model") == flag(ltr_run.argv, "--out")
+    assert not any("--bilstm" in j.argv for j in ft if j.variant != "+ BiLSTM")
+    # each evaluation comes after the pre-training it uses; outputs are unique and inside the study folder
+    order = {flag(j.argv, "--out"): i for i, j in enumerate(jobs)}
+    for i, j in enumerate(ft):
+        assert order[flag(j.argv, "--model")] < order[flag(j.argv, "--out")]
+    outs = [flag(j.argv, "--out") for j in jobs]
+    assert len(set(outs)) == len(outs) and all(o.startswith(str(tmp_path)) for o in outs)
+    assert {flag(j.argv, "--task") for j in ft} == {"bbc-topic", "wnut16"}
+
+
+def test_variants_are_overrides_of_the_base():
+    study = A.get_study("model-size")
+    sizes = [study.pretrain_args(v) for v in study.variants]
+    assert [(a.layers, a.hidden, a.heads) for a in sizes] == [(2, 128, 2), (4, 128, 2), (4, 256, 4)]
+    assert all(replace(a, layers=None, hidden=None, heads=None) == replace(study.base, layers=None, hidden=None, heads=None) for a in sizes)
+
+
+def test_classroom_scale_fits_the_hour():
+    study = A.get_study("pretraining-tasks", classroom_scale=True)
+    assert study.classroom and study.seeds == (0,)
+    assert study.base.preset == "tiny" and study.base.steps <= 1000
+    assert [e.task for e in study.evaluations] == ["bbc-topic", "wnut16"]
+    jobs = A.plan(study, "/x")
+    assert sum(j.kind == "pretrain" for j in jobs) == 3 and sum(j.kind == "finetune" for j in jobs) == 8
+    ft = [j for j in jobs if j.kind == "finetune"]
+    assert all(flag(j.argv, "--lr").count(",") == 0 and flag(j.argv, "--max-train") for j in ft)
+
+
+def test_training_steps_evaluates_each_checkpoint(tmp_path):
+    study = A.get_study("training-steps", classroom_scale=True)
+    jobs = A.plan(study, tmp_path)
+    pre = [j for j in jobs if j.kind == "pretrain"]
+    ft = [j for j in jobs if j.kind == "finetune"]
+    k = study.base.steps
+    assert study.checkpoint_steps == (k // 4, k // 2, k)
+    assert all(int(flag(j.argv, "--save-every")) == k // 4 for j in pre)
+    models = [flag(j.argv, "--model") for j in ft if j.variant == "LTR"]
+    assert [Path(m).name for m in models] == [f"step-{s}" for s in study.checkpoint_steps]
+    assert all(Path(m).parent.name == "checkpoints" for m in models)
+
+
+def test_feature_based_study_extracts_once_per_seed():
+    study = A.get_study("feature-based", seeds=2)
+    jobs = A.plan(study, "/s")
+    assert not any(j.kind == "pretrain" for j in jobs)
+    assert [j.kind for j in jobs] == ["finetune", "features"] * 2
+    feats = jobs[1]
+    assert flag(feats.argv, "--combine") == "embeddings,second-to-last,last,weighted,concat,all-weighted"
+    assert flag(feats.argv, "--layers") == "-1,-2,-3,-4" and flag(feats.argv, "--task") == "wnut16"
+    assert feats.combines == {v.name: v.features.combine for v in study.variants[1:]}
+    assert all(flag(j.argv, "--model") == "minilm" for j in jobs)
+
+
+def test_shared_evaluations_only_when_files_exist(tmp_path):
+    assert A.shared_evaluations(tmp_path) == []
+    (tmp_path / "rte").mkdir()
+    (tmp_path / "rte" / "train.tsv").write_text("x")
+    (tmp_path / "rte" / "dev.tsv").write_text("x")
+    evs = A.shared_evaluations(tmp_path)
+    assert [e.name for e in evs] == ["RTE (acc)"] and evs[0].task == "glue" and evs[0].train.endswith("train.tsv")
+
+
+def test_unknown_study_and_bad_seeds():
+    with pytest.raises(EngineError, match="unknown study"):
+        A.get_study("table-9")
+    with pytest.raises(EngineError, match="at least 1"):
+        A.get_study("masking", seeds=0)
+
+
+def test_study_json_round_trip(tmp_path):
+    for name in A.STUDIES:
+        s = A.get_study(name, classroom_scale=True)
+        back = A.study_from_dict(json.loads(json.dumps(s.to_dict())))
+        assert back == s
+        assert [j.argv for j in A.plan(back, tmp_path)] == [j.argv for j in A.plan(s, tmp_path)]
+
+
+# ------------------------------------------------------------------ results
+def fake_eval(out: Path, metric: str, value: float, task_kind="classification"):
+    """An eval.json shaped as engine.finetune writes it."""
+    out.mkdir(parents=True, exist_ok=True)
+    dev = {metric: value, "accuracy" if metric != "accuracy" else "f1": 0.123}
+    trial = {"trial": 0, "lr": 1e-4, "batch_size": 32, "epochs": 2, "restart": 0, "seed": 0, "best_epoch": 2,
+             "score": value, "dev": dev, "epochs_log": [{"epoch": 1, "score": value / 2, **dev}], "seconds": 1.0}
+    data = {"kind": "finetune", "status": "finished", "task_kind": task_kind, "metric": metric, "score": value,
+            "dev": dev, "best": {k: v for k, v in trial.items() if k != "epochs_log"}, "trials": [trial], "grid": []}
+    (out / "eval.json").write_text(json.dumps(data))
+    (out / "run.json").write_text(json.dumps({"kind": "finetune", "status": "finished"}))
+
+
+def fake_features(out: Path, metric: str, scores: dict):
+    """An eval.json shaped as engine.features writes it: one result per combination."""
+    out.mkdir(parents=True, exist_ok=True)
+    results = [{"combine": c, "metric": metric, "score": v, "dev": {metric: v, "precision": 0.5}} for c, v in scores.items()]
+    best = max(results, key=lambda r: r["score"])
+    (out / "eval.json").write_text(json.dumps({"kind": "features", "status": "finished", "metric": metric, "results": results,
+                                               "combine": best["combine"], "score": best["score"], "dev": best["dev"]}))
+    (out / "run.json").write_text(json.dumps({"kind": "features", "status": "finished"}))
+
+
+def fake_pretrain(out: Path, final_loss: float, objective="mlm+nsp"):
+    out.mkdir(parents=True, exist_ok=True)
+    tok = "lm" if objective == "ltr" else "mlm"
+    lines = []
+    for step in (10, 20):
+        lines.append({"step": step, "split": "train", "loss": final_loss + 1 + (20 - step) / 10, f"{tok}_loss": final_loss + 0.5, f"{tok}_acc": 0.1})
+    lines.append({"step": 20, "split": "eval", f"eval_{tok}_loss": final_loss, f"eval_{tok}_acc": 0.2,
+                  f"eval_{tok}_ppl": math.exp(final_loss), "eval_instances": 512})
+    (out / "metrics.jsonl").write_text("".join(json.dumps(l) + "\n" for l in lines))
+    (out / "run.json").write_text(json.dumps({"kind": "pretrain", "status": "finished"}))
+
+
+def make_study(tmp_path, name="pretraining-tasks", seeds=2, evaluations=(A.BBC, A.WNUT)):
+    study = A.get_study(name, seeds=seeds, evaluations=evaluations)
+    d = tmp_path / "studies" / name
+    d.mkdir(parents=True)
+    jobs = A.plan(study, d)
+    A.write_study(d, study, jobs, mode="foreground")
+    return study, d, jobs
+
+
+TABLE5 = {  # variant -> (bbc acc, wnut f1): BERT >= No NSP > LTR, BiLSTM below No NSP
+    "BERT (MLM + NSP)": (0.90, 0.30), "No NSP": (0.88, 0.28), "LTR & No NSP": (0.70, 0.10), "+ BiLSTM": (0.72, 0.15)}
+
+
+def fill_table5(d, jobs, table=TABLE5, noise=0.01):
+    for j in jobs:
+        if j.kind == "pretrain":
+            fake_pretrain(d / j.out, 5.0 - j.seed, "ltr" if "LTR" in j.variant else "mlm+nsp")
+        else:
+            bbc, wnut = table[j.variant]
+            val = (bbc if j.evaluation == A.BBC.name else wnut) + noise * j.seed
+            fake_eval(d / j.out, "accuracy" if j.evaluation == A.BBC.name else "f1", val, "classification" if j.evaluation == A.BBC.name else "tagging")
+
+
+def test_collect_results_paper_layout(tmp_path):
+    study, d, jobs = make_study(tmp_path)
+    fill_table5(d, jobs)
+    res = A.collect_results(d)
+    assert list(res.table.index) == [v.name for v in study.variants]
+    assert list(res.table.columns) == [A.BBC.name, A.WNUT.name]
+    # mean of 0.90 and 0.91, sample std 0.00707, n=2, shown in percent
+    assert res.table.loc["BERT (MLM + NSP)", A.BBC.name] == "90.5 ± 0.7 (n=2)"
+    row = res.summary[(res.summary["variant"] == "No NSP") & (res.summary["column"] == A.WNUT.name)].iloc[0]
+    assert row["mean"] == pytest.approx(0.285) and row["std"] == pytest.approx(0.00707, abs=1e-4) and row["n"] == 2
+    assert len(res.scores) == 16
+    # pre-training curves of the three pre-trained variants, train and held-out
+    assert set(res.curves["variant"]) == {"BERT (MLM + NSP)", "No NSP", "LTR & No NSP"}
+    ev = res.curves[(res.curves["split"] == "eval") & (res.curves["metric"] == "mlm_loss")]
+    assert sorted(ev["value"]) == [4.0, 4.0, 5.0, 5.0]
+    assert set(res.curves[res.curves["variant"] == "LTR & No NSP"]["metric"]) >= {"lm_loss", "lm_ppl"}
+    assert res.progress["total"] == len(jobs) and res.progress["finished"] == len(jobs)
+    final = A.final_pretrain_metrics(res.curves)
+    assert len(final) == 6 and set(final.columns) >= {"variant", "seed", "step", "mlm_acc", "mlm_ppl", "lm_acc"}
+    ltr = final[(final["variant"] == "LTR & No NSP") & (final["seed"] == 1)].iloc[0]
+    assert ltr["step"] == 20 and ltr["lm_ppl"] == pytest.approx(math.exp(4.0), rel=1e-3)
+
+
+def test_findings_reproduced_and_not(tmp_path):
+    study, d, jobs = make_study(tmp_path, seeds=1)
+    fill_table5(d, jobs)
+    checks = A.collect_results(d).checks
+    assert len(checks) == 3 and all(c["reproduced"] is True for c in checks), checks
+    # now LTR beats No NSP on WNUT: "MLM > LTR on every task" must fail, the others still hold
+    bad = dict(TABLE5, **{"LTR & No NSP": (0.70, 0.40)})
+    study, d2, jobs = make_study(tmp_path / "b", seeds=1)
+    fill_table5(d2, jobs, bad)
+    checks = {c["claim"]: c["reproduced"] for c in A.collect_results(d2).checks}
+    assert checks["No NSP > LTR & No NSP on every task (MLM beats left-to-right)"] is False
+    assert checks["BERT (MLM + NSP) ≥ No NSP on average (removing NSP hurts)"] is True
+
+
+def test_a_task_where_both_score_zero_is_ignored(tmp_path):
+    table = {k: (bbc, 0.0) for k, (bbc, _) in TABLE5.items()}  # nobody finds an entity
+    study, d, jobs = make_study(tmp_path, seeds=1)
+    fill_table5(d, jobs, table, noise=0.0)
+    checks = A.collect_results(d).checks
+    assert all(c["reproduced"] is True for c in checks), checks
+    assert all("ignored (both 0): WNUT-16 NER (F1)" in c["detail"] for c in checks)
+
+
+def test_partial_results_say_not_enough(tmp_path):
+    study, d, jobs = make_study(tmp_path, seeds=1)
+    fake_eval(d / jobs[1].out, "accuracy", 0.9)  # one finished evaluation only
+    res = A.collect_results(d)
+    assert res.table.loc["No NSP", A.BBC.name] == "–"
+    assert res.table.loc["BERT (MLM + NSP)", A.BBC.name] == "90.0 ± 0.0 (n=1)"
+    assert all(c["reproduced"] is None for c in res.checks)
+    assert res.progress["finished"] == 1 and res.progress["queued"] == len(jobs) - 1
+
+
+def test_csv_export(tmp_path):
+    study, d, jobs = make_study(tmp_path)
+    fill_table5(d, jobs)
+    res = A.collect_results(d)
+    path = tmp_path / "out.csv"
+    res.to_csv(path)
+    df = pd.read_csv(path)
+    assert list(df.columns) == ["variant", "column", "step", "mean", "std", "n"]
+    assert len(df) == 8
+    r = df[(df["variant"] == "LTR & No NSP") & (df["column"] == A.BBC.name)].iloc[0]
+    assert r["mean"] == pytest.approx(0.705) and r["n"] == 2
+
+
+def test_model_size_perplexity_column_and_check(tmp_path):
+    study, d, jobs = make_study(tmp_path, "model-size", seeds=1)
+    ppl_loss = {"L=2 H=128 A=2": 6.0, "L=4 H=128 A=2": 5.5, "L=4 H=256 A=4": 5.0}
+    score = {"L=2 H=128 A=2": 0.80, "L=4 H=128 A=2": 0.82, "L=4 H=256 A=4": 0.85}
+    for j in jobs:
+        if j.kind == "pretrain":
+            fake_pretrain(d / j.out, ppl_loss[j.variant])
+        else:
+            fake_eval(d / j.out, "accuracy" if j.evaluation == A.BBC.name else "f1", score[j.variant])
+    res = A.collect_results(d)
+    assert "held-out MLM ppl" in res.table.columns
+    assert res.table.loc["L=4 H=256 A=4", "held-out MLM ppl"] == f"{math.exp(5.0):.2f} ± 0.00 (n=1)"
+    checks = {c["claim"]: c["reproduced"] for c in res.checks}
+    assert checks["held-out MLM perplexity falls with size"] is True
+    assert checks["L=4 H=256 A=4 ≥ L=2 H=128 A=2 on every task (bigger is better)"] is True
+
+
+def test_training_steps_table_and_checks(tmp_path):
+    study = A.get_study("training-steps", classroom_scale=True)
+    d = tmp_path / "studies" / "fig5"
+    d.mkdir(parents=True)
+    jobs = A.plan(study, d)
+    A.write_study(d, study, jobs, mode="foreground")
+    for j in jobs:
+        if j.kind == "pretrain":
+            fake_pretrain(d / j.out, 5.0)
+        else:
+            base = 0.6 if j.variant == "LTR" else 0.7
+            fake_eval(d / j.out, "accuracy", base + j.step / 10000)
+    res = A.collect_results(d)
+    steps = study.checkpoint_steps
+    assert list(res.table.columns) == [f"{A.BBC.name} @ {k}" for k in steps]
+    assert set(res.summary["step"]) == set(steps)
+    checks = {c["claim"]: c["reproduced"] for c in res.checks}
+    assert checks["MLM (BERT): more pre-training steps score higher"] is True
+    assert checks["MLM (BERT) > LTR at the last checkpoint"] is True
+
+
+def test_feature_based_and_masking_checks(tmp_path):
+    study, d, jobs = make_study(tmp_path, "feature-based", seeds=1, evaluations=(A.WNUT,))
+    vals = {"Fine-tuning": 0.40, "Embeddings": 0.10, "Second-to-last hidden": 0.30, "Last hidden": 0.28,
+            "Weighted sum last four hidden": 0.33, "Concat last four hidden": 0.35, "Weighted sum all layers": 0.32}
+    for j in jobs:
+        if j.kind == "features":
+            fake_features(d / j.out, "f1", {c: vals[v] for v, c in j.combines.items()})
+        else:
+            fake_eval(d / j.out, "f1", vals[j.variant], "tagging")
+    res = A.collect_results(d)
+    assert res.table.loc["Concat last four hidden", A.WNUT.name] == "35.0 ± 0.0 (n=1)"
+    assert res.table.loc["Embeddings", A.WNUT.name] == "10.0 ± 0.0 (n=1)"
+    assert [c["reproduced"] for c in res.checks] == [True, True, True]
+
+    study, d, jobs = make_study(tmp_path / "m", "masking", seeds=1, evaluations=None)
+    ft = {0: 0.80, 1: 0.81, 2: 0.80, 3: 0.79, 4: 0.80, 5: 0.70}  # RND-only far below: not robust, and worse
+    rows = [v.name for v in study.variants]
+    for j in jobs:
+        if j.kind == "pretrain":
+            fake_pretrain(d / j.out, 5.0)
+        elif j.kind == "features":  # the feature-based NER column: concat of the last four, MASK-only hurts
+            fake_features(d / j.out, "f1", {"concat": 0.5 if j.variant == rows[1] else 0.6})
+        else:
+            fake_eval(d / j.out, "accuracy" if j.evaluation == A.BBC.name else "f1", ft[rows.index(j.variant)])
+    res = A.collect_results(d)
+    fb = "WNUT-16 NER feature-based (F1)"
+    assert res.table.loc[rows[1], fb] == "50.0 ± 0.0 (n=1)" and res.table.loc[rows[0], fb] == "60.0 ± 0.0 (n=1)"
+    checks = {c["claim"].split(" (")[0]: c["reproduced"] for c in res.checks}
+    assert checks["feature-based: MASK 80 / SAME 10 / RND 10 ≥ MASK 100 / SAME 0 / RND 0"] is True
+    assert checks["fine-tuning is robust to the masking strategy"] is False
+    assert checks["MASK 80 / SAME 10 / RND 10 > MASK 0 / SAME 0 / RND 100"] is True
+
+
+def test_best_score_reads_finetune_and_features_shapes():
+    assert A.best_score({"best": {"score": 0.5, "dev": {"f1": 0.5, "accuracy": 0.9}}}, "f1") == 0.5
+    assert A.best_score({"dev": {"mcc": 0.2}}, "mcc") == 0.2
+    assert A.best_score({"trials": [{"dev": {"accuracy": 0.3}}, {"dev": {"accuracy": 0.6}}]}, "accuracy") == 0.6
+    assert A.best_score({"f1": 0.7}, "f1") == 0.7
+    assert A.best_score({"best": {"dev": {"exact": 0.4, "f1": 0.5}}}, "exact_match") == 0.4
+    assert A.best_score({}, "f1") is None
+
+
+# ------------------------------------------------------------------ CLI
+def test_cli_dry_run_and_show(tmp_path, capsys):
+    assert A.main(["run", "pretraining-tasks", "--classroom", "--dry-run", "--runs-root", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    lines = [l for l in out.splitlines() if l.startswith("python -m engine ")]
+    assert len(lines) == 11 and lines[0].startswith("python -m engine pretrain --corpus bbc --preset tiny --objective mlm+nsp")
+    assert not (tmp_path / "studies").exists()  # a dry run writes nothing
+
+    study, d, jobs = make_study(tmp_path)
+    fill_table5(d, jobs)
+    csv = tmp_path / "t5.csv"
+    assert A.main(["show", str(d), "--csv", str(csv)]) == 0
+    out = capsys.readouterr().out
+    assert "90.5 ± 0.7 (n=2)" in out and "[yes]" in out and csv.is_file()
+
+
+def test_cli_show_on_a_non_study_is_one_line_error(tmp_path):
+    with pytest.raises(EngineError, match="not a study folder"):
+        A.main(["show", str(tmp_path)])
+
+
+def test_foreground_run_records_failures(tmp_path, monkeypatch):
+    """--foreground runs each job as `python -m engine ...`; a failing command is recorded with its error line."""
+    study = A.get_study("feature-based", seeds=1, evaluations=(A.WNUT,))
+    study = replace(study, variants=study.variants[:1], model=str(tmp_path / "no-such-model"))
+    d = A.launch(study, runs_root=tmp_path, foreground=True, log=lambda *a: None)
+    data = A.read_study(d)
+    assert d.parent == tmp_path / "studies" and len(data["jobs"]) == 1
+    job = data["jobs"][0]
+    assert job["status"] == "failed" and job["rc"] == 2 and job["error"].startswith("error:")
+    states = A.job_states(d)
+    assert states[0]["state"] == "failed"
+    # a second launch of the same study gets its own folder
+    assert A.new_study_dir(study, tmp_path).name == d.name + "-2"
+
+
+def test_launch_queues_jobs(tmp_path, monkeypatch):
+    """Queued mode hands every job to studio.jobs.submit with its run folder, in order, and keeps the ids."""
+    import studio.jobs as Q
+    calls = []
+
+    def fake_submit(argv, name=None, run_dir=None, root=None):
+        calls.append((argv, name, run_dir, root))
+        return {"id": f"id{len(calls)}"}
+    monkeypatch.setattr(Q, "submit", fake_submit)
+    monkeypatch.setattr(Q, "list_jobs", lambda root=None: [
+        {"id": "id1", "status": "running", "run_dir": calls[0][2], "error": None},
+        {"id": "id2", "status": "failed", "run_dir": calls[1][2], "error": "error: boom"}])
+    study = A.get_study("pretraining-tasks", classroom_scale=True)
+    d = A.launch(study, runs_root=tmp_path, log=lambda *a: None)
+    assert len(calls) == 11 and all(c[3] == tmp_path.absolute() for c in calls)
+    assert [c[0][0] for c in calls[:3]] == ["pretrain", "finetune", "finetune"]
+    assert all(c[2] == flag(c[0], "--out") for c in calls)
+    data = A.read_study(d)
+    assert [j["job_id"] for j in data["jobs"]] == [f"id{i}" for i in range(1, 12)]
+    states = A.job_states(d)
+    assert states[0]["state"] == "running" and states[1]["state"] == "failed" and states[1]["error"] == "error: boom"
+    assert states[2]["state"] == "queued"
+    assert A.list_studies(tmp_path)[0]["name"] == d.name

@@ -1,0 +1,125 @@
+"""The Ablations page (AppTest): the dashboard of a finished fake study shows the paper's table with mean ± std,
+the finding with its checks, the charts and a CSV download; the New-study tab shows the study and queues it."""
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from streamlit.testing.v1 import AppTest  # noqa: E402
+
+from engine import ablations as A  # noqa: E402
+from test_ablations import fill_table5  # noqa: E402  (tests/ is on sys.path under pytest)
+
+PAGE = str(REPO / "pages" / "7_Ablations.py")
+
+
+@pytest.fixture
+def study_root(tmp_path, monkeypatch):
+    root = tmp_path / "runs"
+    monkeypatch.setenv("BERT_STUDIO_RUNS", str(root))
+    study = A.get_study("pretraining-tasks", seeds=2, evaluations=(A.BBC, A.WNUT))
+    d = root / "studies" / "t5"
+    d.mkdir(parents=True)
+    jobs = A.plan(study, d)
+    A.write_study(d, study, jobs, mode="foreground")
+    fill_table5(d, jobs)
+    return root
+
+
+def frame_with(at, column):
+    return next(d.value for d in at.dataframe if column in getattr(d.value, "columns", []))
+
+
+def app(root) -> AppTest:
+    at = AppTest.from_file(PAGE, default_timeout=60)
+    at.session_state["runs_root"] = str(root)
+    return at
+
+
+def test_dashboard_shows_table_findings_and_charts(study_root):
+    at = app(study_root).run()
+    assert not at.exception, at.exception
+    table = at.dataframe[0].value
+    assert list(table.index) == ["BERT (MLM + NSP)", "No NSP", "LTR & No NSP", "+ BiLSTM"]
+    assert table.loc["BERT (MLM + NSP)", A.BBC.name] == "90.5 ± 0.7 (n=2)"
+    assert table.loc["LTR & No NSP", A.WNUT.name] == "10.5 ± 0.7 (n=2)"
+    md = " ".join(m.value for m in at.markdown)
+    assert "✅ yes" in md and "MLM beats left-to-right" in md and "❌" not in md
+    assert any("Removing NSP hurts" in i.value for i in at.info)
+    # bar chart + pre-training curve chart
+    charts = at.get("plotly_chart")
+    assert len(charts) == 2
+    bars = json.loads(charts[0].proto.spec)
+    assert [t["name"] for t in bars["data"]] == ["BERT (MLM + NSP)", "No NSP", "LTR & No NSP", "+ BiLSTM"]
+    assert bars["data"][0]["y"] == pytest.approx([90.5, 30.5])
+    curve = json.loads(charts[1].proto.spec)
+    assert {t["name"].rsplit(" (seed", 1)[0] for t in curve["data"]} == {"BERT (MLM + NSP)", "No NSP", "LTR & No NSP"}
+    assert "16/16" not in at.get("progress")[0].proto.text and "27/27" not in at.get("progress")[0].proto.text
+    assert at.get("progress")[0].proto.text.startswith("22/22 jobs finished")
+    # the CSV download is there
+    assert at.get("download_button")
+
+
+def test_dashboard_curve_selector_switches_metric(study_root):
+    at = app(study_root).run()
+    box = at.selectbox(key="abl_curve")
+    held = next(o for o in box.options if o.startswith("mlm_loss (held-out"))
+    box.set_value(held).run()
+    assert not at.exception
+    spec = json.loads(at.get("plotly_chart")[1].proto.spec)
+    assert "held-out mlm_loss" in spec["layout"]["title"]["text"]
+    assert sorted(y for t in spec["data"] for y in t["y"]) == [4.0, 4.0, 5.0, 5.0]
+
+
+def test_new_study_tab_shows_study_and_launches(study_root, monkeypatch):
+    import studio.jobs as Q
+    submitted = []
+    monkeypatch.setattr(Q, "submit", lambda argv, name=None, run_dir=None, root=None: submitted.append(argv) or {"id": f"j{len(submitted)}"})
+    at = app(study_root).run()
+    assert not at.exception
+    assert at.selectbox(key="abl_study").value == "pretraining-tasks"
+    variants = frame_with(at, "override of the base")
+    assert list(variants["variant"]) == ["BERT (MLM + NSP)", "No NSP", "LTR & No NSP", "+ BiLSTM"]
+    assert any("11 jobs" in m.value for m in at.markdown)
+    at.selectbox(key="abl_study").set_value("masking").run()
+    variants = frame_with(at, "override of the base")
+    assert len(variants) == 6 and "mask_ratios = (0.8, 0.2, 0.0)" in variants["override of the base"][2]
+    at.selectbox(key="abl_study").set_value("pretraining-tasks").run()
+    at.button(key="abl_launch").click().run()
+    assert not at.exception, at.exception
+    assert len(submitted) == 11 and submitted[0][0] == "pretrain"
+    assert any("Queued 11 jobs" in s.value for s in at.success)
+    assert (study_root / "studies" / "pretraining-tasks-classroom" / "study.json").is_file()
+
+
+def test_no_studies_says_so(tmp_path):
+    at = app(tmp_path / "empty").run()
+    assert not at.exception
+    assert any("No studies yet" in i.value for i in at.info)
+
+
+def test_figure5_study_draws_score_against_steps(tmp_path):
+    from test_ablations import fake_eval, fake_pretrain
+    root = tmp_path / "runs"
+    study = A.get_study("training-steps", classroom_scale=True)
+    d = root / "studies" / "fig5"
+    d.mkdir(parents=True)
+    jobs = A.plan(study, d)
+    A.write_study(d, study, jobs, mode="foreground")
+    for j in jobs:
+        if j.kind == "pretrain":
+            fake_pretrain(d / j.out, 5.0, "ltr" if j.variant == "LTR" else "mlm+nsp")
+        else:
+            fake_eval(d / j.out, "accuracy", (0.6 if j.variant == "LTR" else 0.7) + j.step / 10000)
+    at = app(root).run()
+    assert not at.exception, at.exception
+    spec = json.loads(at.get("plotly_chart")[0].proto.spec)
+    assert spec["layout"]["xaxis"]["title"]["text"] == "pre-training steps"
+    mlm = next(t for t in spec["data"] if t["name"] == "MLM (BERT)")
+    assert mlm["x"] == list(study.checkpoint_steps)
+    assert mlm["y"] == pytest.approx([100 * (0.7 + k / 10000) for k in study.checkpoint_steps])
+    assert list(at.dataframe[0].value.columns) == [f"{A.BBC.name} @ {k}" for k in study.checkpoint_steps]

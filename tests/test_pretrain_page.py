@@ -1,0 +1,111 @@
+"""The Pre-train page (AppTest): runs table, live curves and numbers of a real tiny run, a failed run's error
+line, and the launch form (validated, handed to the job launcher)."""
+import random
+from pathlib import Path
+
+import pytest
+from streamlit.testing.v1 import AppTest
+
+import engine
+from engine import runs
+from engine.pretrain import PretrainConfig, pretrain
+
+PAGE = str(Path(__file__).resolve().parents[1] / "pages" / "2_Pretrain.py")
+
+
+def _corpus(path: Path) -> Path:
+    rng = random.Random(0)
+    words = [[f"w{t}x{i}" for i in range(6)] for t in range(3)]
+    docs = [" ".join(" ".join(rng.choice(words[d % 3]) for _ in range(6)).capitalize() + "." for _ in range(12)) for d in range(24)]
+    path.write_text("\n\n".join(docs) + "\n", encoding="utf-8")
+    return path
+
+
+@pytest.fixture(scope="module")
+def runs_root(tmp_path_factory):
+    base = tmp_path_factory.mktemp("page")
+    root = base / "runs"
+    corpus = _corpus(base / "corpus.txt")
+    tok = engine.train_tokenizer(engine.load_corpus(str(corpus)), vocab_size=120)
+    pretrain(PretrainConfig(corpus=str(corpus), tokenizer=str(tok.save(base / "tok")), cache_dir=str(base / "cache"),
+                            hidden=32, heads=2, layers=1, max_positions=64, seq_len=32, batch_size=4, steps=4,
+                            log_every=1, eval_every=2, save_every=2, quiet=True, num_threads=1, out=str(root / "tiny-done")))
+    runs.write_run_json(root / "broken", kind="pretrain", status="failed", total_steps=10, created="2000-01-01T00:00:00+00:00",
+                        error="could not write checkpoints/step-5: No space left on device; free disk space and retry",
+                        config={"objective": "mlm", "preset": "tiny", "corpus": "bbc", "seq_len": 128, "batch_size": 32})
+    return root
+
+
+def _app(root) -> AppTest:
+    at = AppTest.from_file(PAGE, default_timeout=60)
+    at.session_state["runs_root"] = str(root)
+    return at.run()
+
+
+def test_runs_table_curves_and_numbers(runs_root):
+    at = _app(runs_root)
+    assert not at.exception, at.exception
+    table = at.dataframe[0].value
+    assert set(table["run"]) == {"tiny-done", "broken"}
+    row = table[table["run"] == "tiny-done"].iloc[0]
+    assert "finished" in row["status"] and row["step"] == "4 / 4" and row["checkpoint"] == 4
+    assert "failed" in table[table["run"] == "broken"].iloc[0]["status"]
+    at.selectbox(key="pretrain_run").set_value("tiny-done").run()
+    assert not at.exception and not at.error
+    charts = at.get("plotly_chart")
+    assert len(charts) == 4  # MLM loss/acc, NSP loss/acc, learning rate, throughput
+    recs = runs.read_metrics(runs_root / "tiny-done")
+    last_eval = [r for r in recs if r["split"] == "eval"][-1]
+    metrics = {m.label: m.value for m in at.metric}
+    assert metrics["Step"] == "4 / 4"
+    assert metrics["Held-out MLM accuracy"] == f"{last_eval['eval_mlm_acc']:.3f}"
+    assert metrics["Held-out NSP accuracy"] == f"{last_eval['eval_nsp_acc']:.3f}"
+    assert metrics["Held-out perplexity"] == f"{last_eval['eval_mlm_ppl']:.1f}"
+    import json
+    fig = json.loads(charts[0].proto.spec)
+    train_loss = [t for t in fig["data"] if t["name"] == "train loss"][0]
+    assert list(train_loss["x"]) == [1, 2, 3, 4] and train_loss["y"][-1] == pytest.approx(recs[-2]["mlm_loss"])
+    assert not [b for b in at.button if b.label in ("Cancel", "Resume")]  # a finished run has neither
+
+
+def test_failed_run_shows_its_error_line_and_offers_resume(runs_root, monkeypatch):
+    from studio import jobs
+    calls = []
+    monkeypatch.setattr(jobs, "submit", lambda argv, name=None, run_dir=None, root=None: calls.append(argv) or {"id": "j2", "status": "queued"})
+    at = _app(runs_root)
+    at.selectbox(key="pretrain_run").set_value("broken").run()
+    assert not at.exception
+    assert any("No space left on device" in e.value for e in at.error)
+    assert len(at.get("plotly_chart")) == 0
+    [b for b in at.button if b.label == "Resume"][0].click().run()
+    assert not at.exception and calls == [["pretrain", "--out", str(runs_root / "broken"), "--resume", "--quiet"]]
+
+
+def test_launch_form_validates_and_submits_a_job(runs_root, monkeypatch):
+    from studio import jobs
+    calls = []
+    monkeypatch.setattr(jobs, "submit", lambda argv, name=None, run_dir=None, root=None: calls.append((argv, name, run_dir, root)) or {"id": "j1", "status": "queued"})
+    at = _app(runs_root)
+    name = [t for t in at.text_input if t.label == "Run name"][0]
+    launch = [b for b in at.button if b.label == "Launch"][0]
+    # an unsafe name: one line, nothing submitted
+    name.input("../escape")
+    launch.click().run()
+    assert not at.exception and any("'..'" in e.value or "separator" in e.value for e in at.error)
+    assert calls == []
+    # bad masking ratios: caught before launching
+    [t for t in at.text_input if t.label == "Run name"][0].input("my-run")
+    [n for n in at.number_input if n.label == "→ random token"][0].set_value(0.3)
+    [b for b in at.button if b.label == "Launch"][0].click().run()
+    assert any("sum to" in e.value for e in at.error) and calls == []
+    [n for n in at.number_input if n.label == "→ random token"][0].set_value(0.1)
+    [n for n in at.number_input if n.label == "Steps"][0].set_value(50)
+    [b for b in at.button if b.label == "Launch"][0].click().run()
+    assert not at.exception and not at.error, [e.value for e in at.error]
+    assert len(calls) == 1
+    argv, jname, run_dir, root = calls[0]
+    assert argv[0] == "pretrain" and jname == "my-run" and Path(run_dir) == Path(runs_root).resolve() / "my-run"
+    flags = dict(zip(argv[1::2], argv[2::2]))
+    assert flags["--corpus"] == "bbc" and flags["--steps"] == "50" and flags["--mask-ratios"] == "0.8,0.1,0.1"
+    assert flags["--objective"] == "mlm+nsp" and flags["--out"] == run_dir and root == str(runs_root)
+    assert any("Launched" in s.value for s in at.success)
