@@ -81,7 +81,7 @@ from engine.fileio import atomic_save_with
 from engine.model import BertForPreTraining
 from engine.pretraining_data import (IGNORE_INDEX, OBJECTIVES, _check_masking_args, build_pretraining_data,
                                      fixed_eval_masking, mask_batch)
-from engine.tokenizer import Tokenizer, train_tokenizer
+from engine.tokenizer import Tokenizer, train_tokenizer_cached
 
 EVAL_MASK_SEED = 12345  # the held-out set is masked once with this seed (same positions in every run)
 EVAL_SPLIT_SEED = 0  # which documents are held out
@@ -534,7 +534,10 @@ def _prepare(cfg: PretrainConfig, docs, run_dir: Path, dist: Dist, resuming: boo
             tok = Tokenizer.from_file(cfg.tokenizer)
         else:
             _log(f"training a {cfg.vocab_size}-token WordPiece vocabulary on {len(docs)} documents ...", cfg, dist)
-            tok = train_tokenizer(docs, vocab_size=cfg.vocab_size, lowercase=not cfg.cased)
+            # cached by corpus and settings: WordPiece training is not reproducible across processes
+            # (tokenizers issue 1794), and runs with the same settings should share one vocabulary
+            tok_cache = Path(cfg.cache_dir).expanduser() / "tokenizers" if cfg.cache_dir else None
+            tok = train_tokenizer_cached(docs, vocab_size=cfg.vocab_size, lowercase=not cfg.cased, cache_dir=tok_cache)
         if tok_dir.exists():
             shutil.rmtree(tok_dir)  # left by a start that died before run.json (see _run_entries)
         tok.save(tok_dir)

@@ -418,7 +418,10 @@ class Jobs:
     # -- cancelling ---------------------------------------------------------------------------------------
     def cancel(self, job_id: str, timeout: float | None = None) -> dict:
         """Cancel a job: a queued one is just marked; a running one gets SIGTERM to its process group,
-        then SIGKILL after `timeout` (default `cancel_timeout`) seconds. Returns the job record."""
+        then SIGKILL after `timeout` (default `cancel_timeout`; at least 60 s for a pre-training job, which
+        finishes its step and saves a checkpoint on SIGTERM) seconds. Returns the job record. It returns as soon
+        as the process is gone."""
+        explicit = timeout is not None
         timeout = self.cancel_timeout if timeout is None else timeout
         with self._transaction() as q:
             job = self._find_or_fail(q, job_id)
@@ -428,6 +431,8 @@ class Jobs:
             if job["status"] != "running":
                 return dict(job)
             job["cancel_requested"] = True
+            if not explicit and job.get("cmd") is None and (job.get("argv") or [None])[0] == "pretrain":
+                timeout = max(timeout, 60.0)
             pgid = job["pgid"]
             snapshot = dict(job)
         _killpg(pgid, signal.SIGTERM)
