@@ -80,7 +80,7 @@ def _weights(run_dir):
 
 # --------------------------------------------------------------------------- SIGKILL and resume
 def test_sigkill_at_random_moments_then_resume_to_completion(tmp_path, small_corpus, small_tokenizer, env):
-    steps = 24
+    steps = 36
     straight = tmp_path / "straight"
     r = subprocess.run([sys.executable, "-m", "engine", *map(str, _pretrain_args(small_corpus, straight, steps, small_tokenizer))],
                        env=env, cwd=REPO, capture_output=True, text=True, timeout=600)
@@ -88,6 +88,9 @@ def test_sigkill_at_random_moments_then_resume_to_completion(tmp_path, small_cor
 
     killed = tmp_path / "killed"
     rng = random.Random(2024)
+    # kill points are defined by training progress, not by wall time, so a fast machine cannot finish the run
+    # before the kill: once the metrics show the target step, wait a random few milliseconds and SIGKILL
+    targets = [rng.randint(4, 8), rng.randint(13, 17), rng.randint(22, 26)]
     kills, attempts = 0, 0
     args = _pretrain_args(small_corpus, killed, steps, small_tokenizer)
     while True:
@@ -95,21 +98,21 @@ def test_sigkill_at_random_moments_then_resume_to_completion(tmp_path, small_cor
         assert attempts < 12, "the run never finished"
         cmd = [sys.executable, "-m", "engine", *map(str, args + (["--resume"] if attempts > 1 else []))]
         p = subprocess.Popen(cmd, env=env, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-        if kills < 3:
-            # wait until training is under way (a checkpoint beyond the last one we saw), then kill at a random moment
-            seen = runs.checkpoint_step(runs.latest_checkpoint(killed)) if runs.latest_checkpoint(killed) else 0
+        if kills < len(targets):
             deadline = time.time() + 300
             while time.time() < deadline and p.poll() is None:
-                ck = runs.latest_checkpoint(killed)
-                if ck is not None and runs.checkpoint_step(ck) > seen:
+                last = [m["step"] for m in runs.read_metrics(killed) if m.get("split", "train") == "train"]
+                if last and last[-1] >= targets[kills]:
                     break
-                time.sleep(0.05)
-            time.sleep(rng.uniform(0.0, 0.8))
+                time.sleep(0.005)
+            time.sleep(rng.uniform(0.0, 0.03))
             if p.poll() is None:
                 p.send_signal(signal.SIGKILL)
                 p.wait()
-                kills += 1
                 info = runs.read_run_json(killed)
+                if info["status"] == "finished":  # the kill landed while the process was exiting: nothing to resume
+                    break
+                kills += 1
                 assert info["status"] == "running"  # it had no chance to say otherwise
                 assert runs.effective_status(killed, info) == "dead"  # ...and the studio sees it died
                 continue
