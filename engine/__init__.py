@@ -14,3 +14,8 @@ from engine.pretraining_data import (
     open_pretraining_data,
 )
 from engine.probes import attention, compare_attention, fill_mask, next_sentence, probe_set_accuracy
+from engine.features import extract_features
+# the run entry points; as attributes of `engine` these names are the functions (the modules stay importable as
+# `engine.pretrain` / `engine.finetune` through `from engine.pretrain import ...`)
+from engine.pretrain import PretrainConfig, pretrain
+from engine.finetune import FinetuneConfig, finetune

@@ -4,6 +4,7 @@ Hermetic: a synthetic corpus written to tmp (topics of made-up words in a fixed 
 are predictable from their neighbours and NotNext segments usually come from another topic), its own
 tokenizer, and a private pre-training data cache.
 """
+import importlib
 import json
 import os
 import random
@@ -268,7 +269,7 @@ def test_resume_of_a_run_killed_before_its_first_checkpoint_starts_again(env):
 
 
 def test_failed_checkpoint_write_marks_the_run_failed_and_keeps_the_previous_one(env, monkeypatch):
-    import engine.pretrain as P
+    P = importlib.import_module("engine.pretrain")  # the module (`engine.pretrain` as an attribute is the function)
     calls = {"n": 0}
     real = P.atomic_save_with
 
