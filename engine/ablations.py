@@ -67,6 +67,8 @@ class PretrainArgs:
     warmup: int = None
     save_every: int = None  # Figure 5 needs a checkpoint at every step it evaluates
     eval_every: int = None
+    phase2_seq_len: int = None  # a second phase at this length for the last phase2_fraction of the steps
+    phase2_fraction: float = None
 
     def argv(self, out: str, seed: int) -> list:
         a = ["pretrain", "--corpus", self.corpus, "--preset", self.preset]
@@ -77,7 +79,8 @@ class PretrainArgs:
               "--seq-len", str(self.seq_len), "--mask-rate", _num(self.mask_rate),
               "--mask-ratios", ",".join(_num(r) for r in self.mask_ratios)]
         for flag, v in (("--vocab-size", self.vocab_size), ("--lr", self.lr), ("--warmup", self.warmup),
-                        ("--save-every", self.save_every), ("--eval-every", self.eval_every)):
+                        ("--save-every", self.save_every), ("--eval-every", self.eval_every),
+                        ("--phase2-seq-len", self.phase2_seq_len), ("--phase2-fraction", self.phase2_fraction)):
             if v is not None:
                 a += [flag, _num(v)]
         return a + ["--seed", str(seed), "--out", str(out)]
@@ -335,11 +338,14 @@ STUDIES = {
     "training-steps": training_steps_study,
 }
 
-# Classroom scale: every pre-training run is short and the fine-tunes are capped, so the classroom Table 5
-# (3 pre-training runs + 8 fine-tunes, 1 seed) finishes within an hour on a 2-core CPU.
-CLASSROOM_PRETRAIN = dict(preset="tiny", steps=600, batch_size=32, seq_len=128, eval_every=100)
-# a tiny model trained for minutes wants a larger fine-tuning rate than BERT-BASE's 5e-5 (Google's small BERTs: up to 5e-4)
-CLASSROOM_FINETUNE = FinetuneArgs(lr=(3e-4,), batch_size=(32,), epochs=(3,), restarts=1, max_train=2000, max_seq_len=128)
+# Classroom scale: each pre-training run is `python -m engine pretrain`'s classroom default (tiny, batch 16 x 128,
+# 2,000 steps; the same values as engine.pretrain.PretrainConfig's defaults, kept here without importing torch),
+# one seed and one fine-tuning grid point, so the classroom Table 5 (3 pre-training runs + 8 fine-tunes) finishes
+# within an hour on a 2-core CPU (measured: BENCHMARKS.md).
+CLASSROOM_PRETRAIN = dict(preset="tiny", steps=2000, batch_size=16, seq_len=128, eval_every=200)
+# A tiny model trained for minutes wants a far larger fine-tuning rate than BERT-BASE's 5e-5 (Google's small
+# BERTs go up to 5e-4; at 3e-4 three epochs left the tiny models under-fitted in our trials, 1e-3 for five did not).
+CLASSROOM_FINETUNE = FinetuneArgs(lr=(1e-3,), batch_size=(32,), epochs=(5,), restarts=1, max_train=None, max_seq_len=128)
 
 
 def classroom(study: Study) -> Study:
