@@ -141,7 +141,10 @@ def layer_stack(bundle, texts, layer_idx: list, pooling: str = "cls", batch_size
             mask[b, :n] = 1
         o = bert(ids.to(device), types.to(device), mask.to(device), output_hidden_states=True)
         hs = torch.stack([o.hidden_states[j] for j in layer_idx], dim=2).float()  # (B, T, K, H)
-        if pooling == "cls":
+        if pooling == "cls" and bundle.config.causal:  # a left-to-right model: [CLS] saw only itself (heads.py)
+            last = mask.sum(1).to(device) - 1  # (B,)
+            rows = hs[torch.arange(len(idx), device=device), last].cpu().numpy()  # (B, K, H)
+        elif pooling == "cls":
             rows = hs[:, 0].cpu().numpy()  # (B, K, H)
         elif pooling == "mean":
             m = mask.to(device)[:, :, None, None].float()  # (B, T, 1, 1)
@@ -175,7 +178,8 @@ def extract_features(bundle, texts, layers=(-1, -2, -3, -4), combine: str = "con
     """Frozen features of `texts` from a loaded bundle (engine.load): numpy (N, D) for pooling "cls"/"mean",
     or a list of (n_words, D) arrays for "first-subtoken" (texts then are word lists or whitespace-split
     strings). `layers` index hidden_states (0 = embeddings, -1 = last layer) and matter for concat, sum, mean
-    and weighted; `weights` (one per layer) for weighted / all-weighted, uniform when None."""
+    and weighted; `weights` (one per layer) for weighted / all-weighted, uniform when None. For a left-to-right
+    (causal) model "cls" takes the last real token instead of [CLS], which under causal attention sees only itself."""
     idx = combination_layers(combine, layers, bundle.config.num_layers)
     stack = layer_stack(bundle, texts, idx, pooling, batch_size, max_seq_len, progress, device)
     if pooling == "first-subtoken":

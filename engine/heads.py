@@ -16,7 +16,11 @@ Only an output layer is new (paper 3.2); everything else is the pre-trained `Ber
   the sentence (its forward state at the last real token joined with its backward state at [CLS]) instead of the
   pre-trained pooler's C: the pooler of an LTR model saw only [CLS].
 A model pre-trained with `ltr` keeps `config.causal=True` (left-context-only attention) when fine-tuned: the
-encoder here is the loaded one, unchanged.
+encoder here is the loaded one, unchanged. Under causal attention [CLS] (position 0) sees only itself, so its
+vector says nothing about the input; a causal encoder's sequence vector is therefore its final hidden state at
+the last real token (the closing [SEP], the one position that has seen the whole input), as OpenAI GPT
+classifies from its last token. The paper does not say how its LTR model was fed to sequence-level tasks; this
+is our choice, and with it the LTR row of Table 5 is a left-to-right model rather than a constant.
 
 Every new parameter (head, BiLSTM) is initialised from the `torch.Generator` passed in, so random restarts
 differ in their head initialisation while sharing the checkpoint. Departures from the paper: the BiLSTM (one
@@ -67,6 +71,13 @@ class BiLSTM(nn.Module):
         return y, torch.cat([fwd_last, bwd_first], dim=-1)
 
 
+def last_real_index(h, attention_mask=None) -> torch.Tensor:
+    """(B,) the position of each row's last real token (h (B, T, ...); attention_mask (B, T) or None)."""
+    if attention_mask is None:
+        return torch.full((h.shape[0],), h.shape[1] - 1, dtype=torch.long, device=h.device)
+    return (attention_mask.sum(1) - 1).clamp(min=0).to(device=h.device, dtype=torch.long)
+
+
 class TaskModel(nn.Module):
     """The encoder plus one task head. `forward` returns the logits of the task:
     classification (B, K), regression (B,), tagging (B, T, K), span (B, T, 2) as start/end in the last dim,
@@ -96,6 +107,8 @@ class TaskModel(nn.Module):
         h, c = out.last_hidden_state, out.pooled_output
         if self.bilstm is not None:
             h, c = self.bilstm(h, attention_mask)
+        elif self.bert.config.causal:
+            c = h[torch.arange(h.shape[0], device=h.device), last_real_index(h, attention_mask)]  # (B, H)
         return h, c
 
     def forward(self, input_ids, token_type_ids=None, attention_mask=None):

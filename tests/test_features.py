@@ -165,3 +165,14 @@ def test_bilstm_tagger_on_token_features(bundle, tmp_path):
     assert x.shape[1] == 128 and x.shape[0] == sum(r["n"] for r in idx) and idx[-1]["start"] + idx[-1]["n"] == x.shape[0]
     with pytest.raises(EngineError, match="tagging tasks use --classifier bilstm"):
         run_features(FeaturesConfig(**{**cfg.__dict__, "classifier": "logreg", "out": str(tmp_path / "o2")}))
+
+
+def test_cls_pooling_of_a_causal_model_takes_the_last_real_token(bundle, tmp_path):
+    """Under causal attention [CLS] sees only itself; "cls" pooling then uses the last real token."""
+    engine.save(engine.BertForPreTraining(bundle.config.replace(causal=True)), tmp_path / "ltr", tokenizer=bundle.tokenizer)
+    ltr = engine.load(tmp_path / "ltr")
+    texts = [TEXTS[0], TEXTS[1] + " " + TEXTS[2]]  # different lengths: padding in the batch
+    got = engine.extract_features(ltr, texts, layers=(-1,), combine="last", pooling="cls")
+    for row, text in zip(got, texts):
+        hs, enc = _raw(ltr, text)
+        np.testing.assert_allclose(row, hs[-1][len(enc.ids) - 1], atol=1e-5)

@@ -300,3 +300,23 @@ def test_ltr_plus_bilstm_finetunes_and_reloads(synth, tmp_path):
     ids = torch.tensor([tok.encode("which city is it ?", "the city is paris .").ids])
     with torch.no_grad():
         assert model(ids, None, torch.ones_like(ids)).shape == (1, ids.shape[1], 2)
+
+
+def test_causal_sequence_vector_is_the_last_real_token(synth):
+    """A left-to-right model classifies from its last real token: [CLS] under causal attention sees only itself."""
+    bert = engine.load(synth["ck_ltr"]).model.bert
+    m = TaskModel(bert, "classification", 3, generator=torch.Generator().manual_seed(0)).eval()
+    ids = torch.randint(5, bert.config.vocab_size, (2, 7))
+    mask = torch.ones_like(ids)
+    mask[1, 5:] = 0  # row 1: 5 real tokens
+    with torch.no_grad():
+        h, c = m.encode(ids, None, mask)
+        assert torch.equal(c[0], h[0, 6]) and torch.equal(c[1], h[1, 4])
+        other = ids.clone()
+        other[:, 3] = 5 if int(ids[0, 3]) != 5 else 6  # a change in the middle reaches the last token, not [CLS]
+        assert not torch.allclose(m(ids, None, mask), m(other, None, mask))
+        assert torch.allclose(m.bert(ids, None, mask).last_hidden_state[:, 0], m.bert(other, None, mask).last_hidden_state[:, 0])
+    bi = TaskModel(engine.load(synth["ck"]).model.bert, "classification", 3).eval()
+    with torch.no_grad():
+        h, c = bi.encode(ids, None, mask)
+        assert torch.allclose(c, bi.bert(ids, None, mask).pooled_output)  # a bidirectional model keeps the pooled C
