@@ -139,7 +139,7 @@ def layer_stack(bundle, texts, layer_idx: list, pooling: str = "cls", batch_size
             ids[b, :n] = torch.tensor(encs[i].ids)
             types[b, :n] = torch.tensor(encs[i].type_ids)
             mask[b, :n] = 1
-        o = bert(ids.to(device), types.to(device), mask.to(device), output_hidden_states=True)
+        o = bert(ids.to(device), types.to(device), mask.to(device), output_hidden_states=True, unpad=True)  # 0 at padding
         hs = torch.stack([o.hidden_states[j] for j in layer_idx], dim=2).float()  # (B, T, K, H)
         if pooling == "cls" and bundle.config.causal:  # a left-to-right model: [CLS] saw only itself (heads.py)
             last = mask.sum(1).to(device) - 1  # (B,)

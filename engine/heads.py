@@ -103,7 +103,9 @@ class TaskModel(nn.Module):
 
     def encode(self, input_ids, token_type_ids=None, attention_mask=None):
         """Final hidden states (B, T, H) and the sequence vector (B, H): C, or the BiLSTM summary."""
-        out = self.bert(input_ids, token_type_ids, attention_mask)
+        # unpad: the linear layers see only the real tokens when the batch has padding (0 at padded positions,
+        # which no head reads: tagging and span losses skip them, C and the last-token vector are real tokens)
+        out = self.bert(input_ids, token_type_ids, attention_mask, unpad=attention_mask is not None)
         h, c = out.last_hidden_state, out.pooled_output
         if self.bilstm is not None:
             h, c = self.bilstm(h, attention_mask)

@@ -320,3 +320,23 @@ def test_causal_sequence_vector_is_the_last_real_token(synth):
     with torch.no_grad():
         h, c = bi.encode(ids, None, mask)
         assert torch.allclose(c, bi.bert(ids, None, mask).pooled_output)  # a bidirectional model keeps the pooled C
+
+
+@pytest.mark.parametrize("ck", ["ck", "ck_ltr"])
+def test_padded_batches_give_each_row_its_own_result(synth, ck):
+    """Fine-tuning runs the encoder unpadded; a padded row's logits equal the row run alone (no padding)."""
+    bert = engine.load(synth[ck]).model.bert
+    g = torch.Generator().manual_seed(0)
+    ids = torch.randint(5, bert.config.vocab_size, (3, 12), generator=g)
+    mask = torch.ones_like(ids)
+    mask[1, 5:] = 0
+    mask[2, 9:] = 0  # about 30% padding: the unpadded path is taken
+    for kind in ("classification", "tagging", "span"):
+        m = TaskModel(bert, kind, 3, generator=torch.Generator().manual_seed(1)).eval()
+        with torch.no_grad():
+            batch = m(ids, None, mask)
+            for r in range(3):
+                n = int(mask[r].sum())
+                alone = m(ids[r:r + 1, :n], None, mask[r:r + 1, :n])
+                got = batch[r] if kind == "classification" else batch[r, :n]
+                torch.testing.assert_close(got, alone[0], atol=1e-5, rtol=1e-4)
