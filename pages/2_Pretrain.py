@@ -88,10 +88,12 @@ def launch_form(root: Path) -> None:
         seq_len = c3.selectbox("Sequence length", [64, 128, 256, 512], index=1)
         lr = c4.number_input("Learning rate", 1e-6, 1e-1, 1e-3, format="%.5f")
         seed = c5.number_input("Seed", 0, 2**31 - 1, 0)
-        c1, c2, c3 = st.columns(3)
+        c1, c2, c3, c4 = st.columns(4)
         vocab = c1.number_input("Vocabulary size", 200, 100_000, 8000, step=1000)
         save_every = c2.number_input("Checkpoint every (steps)", 0, 10_000_000, 400)
         eval_every = c3.number_input("Evaluate every (steps)", 0, 10_000_000, 200)
+        precision = c4.selectbox("Precision", ["auto", "fp32", "bf16"],
+                                 help="auto: bf16 autocast on a GPU and on CPUs with native bf16 units (faster there), else fp32")
         submitted = st.form_submit_button("Launch", type="primary")
     if not submitted:
         return
@@ -118,14 +120,14 @@ def launch_form(root: Path) -> None:
                 "--batch-size", str(int(batch)), "--seq-len", str(int(seq_len)), "--mask-rate", f"{mask_rate:g}",
                 "--mask-ratios", f"{r_mask:g},{r_rand:g},{r_same:g}", "--lr", f"{lr:g}", "--seed", str(int(seed)),
                 "--vocab-size", str(int(vocab)), "--save-every", str(int(save_every)), "--eval-every", str(int(eval_every)),
-                "--preset", preset if size_mode == "preset" else "tiny", "--out", str(run_dir), "--quiet"]
+                "--preset", preset if size_mode == "preset" else "tiny", "--precision", precision, "--out", str(run_dir), "--quiet"]
         if size_mode != "preset":
             argv += ["--layers", str(int(layers)), "--hidden", str(int(hidden)), "--heads", str(int(heads))]
         if whole_word:
             argv.append("--whole-word-mask")
         cfg = PretrainConfig(corpus=corpus, objective=objective, steps=int(steps), batch_size=int(batch), seq_len=int(seq_len),
                              mask_rate=float(mask_rate), mask_ratios=(r_mask, r_rand, r_same), lr=float(lr), seed=int(seed),
-                             vocab_size=int(vocab), preset=preset, out=str(run_dir),
+                             vocab_size=int(vocab), preset=preset, precision=precision, out=str(run_dir),
                              **({"layers": int(layers), "hidden": int(hidden), "heads": int(heads)} if size_mode != "preset" else {}))
         validate(cfg)  # the form's mistakes show here, not in a failed job
         how = _launch(argv, run_name, run_dir, root)

@@ -6,6 +6,7 @@ tokenizer, and a private pre-training data cache.
 """
 import importlib
 import json
+import math
 import os
 import random
 import signal
@@ -23,7 +24,7 @@ import torch
 import engine
 from engine import runs
 from engine.errors import EngineError
-from engine.pretrain import PretrainConfig, _pretrain, ltr_labels, lr_at, model_config, param_groups, pretrain
+from engine.pretrain import PretrainConfig, _pretrain, ltr_labels, lr_at, model_config, param_groups, pretrain, validate
 
 REPO = Path(__file__).resolve().parents[1]
 TOPICS = 6
@@ -430,3 +431,23 @@ def test_torchrun_two_processes_train_and_checkpoint(env, tmp_path):
     assert recs[1]["tokens"] > 0 and recs[-1]["eval_instances"] > 0
     b = engine.load(out)
     assert b.info["training_state"]["step"] == 4
+
+
+def test_precision_auto_follows_the_machine_and_bf16_trains_on_cpu(env, monkeypatch):
+    from engine.pretrain import resolve_precision
+    cpu = torch.device("cpu")
+    assert resolve_precision("fp32", cpu) == "fp32" and resolve_precision("bf16", cpu) == "bf16"
+    assert resolve_precision("auto", cpu) == engine.model.default_precision(cpu)
+    monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: False, raising=False)
+    monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: False, raising=False)
+    assert resolve_precision("auto", cpu) == "fp32"  # no native bf16: emulated bf16 would be slower
+    with pytest.raises(EngineError, match="--precision"):
+        validate(replace(PretrainConfig(out="x"), precision="fp16"))
+    cfg = replace(env["base"], out=str(env["root"] / "bf16"), steps=6, precision="bf16", eval_every=3, save_every=6)
+    res = _pretrain(cfg)
+    info = runs.read_run_json(cfg.out)
+    assert res["status"] == "finished" and info["bf16"] is True and info["config"]["precision"] == "bf16"
+    train = [m for m in runs.read_metrics(cfg.out) if m.get("split", "train") == "train"]
+    assert all(math.isfinite(m["loss"]) for m in train)
+    engine.load(cfg.out)  # the checkpoint is fp32 weights whatever the autocast
+    assert all(v.dtype == torch.float32 for v in _weights(Path(runs.latest_checkpoint(cfg.out))).values())

@@ -108,4 +108,5 @@ def test_launch_form_validates_and_submits_a_job(runs_root, monkeypatch):
     flags = dict(zip(argv[1::2], argv[2::2]))
     assert flags["--corpus"] == "bbc" and flags["--steps"] == "50" and flags["--mask-ratios"] == "0.8,0.1,0.1"
     assert flags["--objective"] == "mlm+nsp" and flags["--out"] == run_dir and root == str(runs_root)
+    assert flags["--precision"] == "auto"  # bf16 where the machine has native bf16, else fp32
     assert any("Launched" in s.value for s in at.success)
