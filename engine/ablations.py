@@ -150,6 +150,17 @@ class Variant:
     def key(self) -> str:
         return _slug(self.name)
 
+    def change(self) -> str:
+        """What the row changes relative to the study's base, in words ("" for the base itself)."""
+        what = ", ".join(f"{k} = {x}" for k, x in self.pretrain.items())
+        if self.finetune:
+            what = (what + "; " if what else "") + "fine-tune " + ", ".join(f"{k} = {x}" for k, x in self.finetune.items())
+        if self.features:
+            what = f"features: --combine {self.features.combine} --layers {self.features.layers}"
+        if self.reuse:
+            what += f" (reuses the {self.reuse} model)"
+        return what
+
 
 @dataclass(frozen=True)
 class Study:
@@ -1107,14 +1118,7 @@ def describe(study: Study) -> str:
         lines.append(f"  base: preset {b.preset}" + (f" L={b.layers} H={b.hidden} A={b.heads}" if b.layers else "")
                      + f", objective {b.objective}, {b.steps} steps × batch {b.batch_size} × {b.seq_len} tokens")
     for v in study.variants:
-        what = ", ".join(f"{k}={x}" for k, x in v.pretrain.items())
-        if v.finetune:
-            what = (what + "; " if what else "") + "fine-tune " + ", ".join(f"{k}={x}" for k, x in v.finetune.items())
-        if v.features:
-            what = f"features --combine {v.features.combine} --layers {v.features.layers}"
-        if v.reuse:
-            what += f" (reuses {v.reuse})"
-        lines.append(f"  - {v.name}: {what or 'base'}")
+        lines.append(f"  - {v.name}: {v.change() or 'base'}")
     lines.append("  evaluations: " + ", ".join(e.name for e in study.evaluations)
                  + (f" at steps {', '.join(map(str, study.checkpoint_steps))}" if study.checkpoint_steps else ""))
     lines.append(f"  seeds: {', '.join(map(str, study.seeds))}")

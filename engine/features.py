@@ -40,6 +40,7 @@ import torch.nn.functional as F
 
 from engine.errors import EngineError
 from engine.fileio import atomic_save_with, atomic_write_json, atomic_write_text
+from engine.heads import last_real_index
 
 COMBINES = ("concat", "sum", "mean", "weighted", "all-weighted", "last", "second-to-last", "embeddings")
 TABLE7 = ("embeddings", "second-to-last", "last", "weighted", "concat", "all-weighted")  # the paper's rows
@@ -142,8 +143,7 @@ def layer_stack(bundle, texts, layer_idx: list, pooling: str = "cls", batch_size
         o = bert(ids.to(device), types.to(device), mask.to(device), output_hidden_states=True, unpad=True)  # 0 at padding
         hs = torch.stack([o.hidden_states[j] for j in layer_idx], dim=2).float()  # (B, T, K, H)
         if pooling == "cls" and bundle.config.causal:  # a left-to-right model: [CLS] saw only itself (heads.py)
-            last = mask.sum(1).to(device) - 1  # (B,)
-            rows = hs[torch.arange(len(idx), device=device), last].cpu().numpy()  # (B, K, H)
+            rows = hs[torch.arange(len(idx), device=device), last_real_index(hs, mask)].cpu().numpy()  # (B, K, H)
         elif pooling == "cls":
             rows = hs[:, 0].cpu().numpy()  # (B, K, H)
         elif pooling == "mean":

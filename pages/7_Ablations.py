@@ -19,17 +19,8 @@ tab_results, tab_new = st.tabs(["Results", "New study"])
 
 
 def variants_frame(study: A.Study) -> pd.DataFrame:
-    rows = []
-    for v in study.variants:
-        change = ", ".join(f"{k} = {x}" for k, x in v.pretrain.items())
-        if v.finetune:
-            change = (change + "; " if change else "") + "fine-tune " + ", ".join(f"{k} = {x}" for k, x in v.finetune.items())
-        if v.features:
-            change = f"features: --combine {v.features.combine} --layers {v.features.layers}"
-        if v.reuse:
-            change += f" (reuses the {v.reuse} model)"
-        rows.append({"variant": v.name, "override of the base": change or "(the base)", "note": v.note})
-    return pd.DataFrame(rows)
+    return pd.DataFrame([{"variant": v.name, "override of the base": v.change() or "(the base)", "note": v.note}
+                         for v in study.variants])
 
 
 def base_frame(study: A.Study) -> pd.DataFrame:
