@@ -41,6 +41,7 @@ import torch.nn as nn
 from engine.errors import EngineError
 from engine.fileio import atomic_save_with, atomic_write_json
 from engine.heads import TaskModel
+from engine.model import PRECISIONS, resolve_precision
 
 TASKS = ("bbc-topic", "wnut16", "glue", "tagging", "squad", "swag")
 
@@ -66,6 +67,7 @@ class FinetuneConfig:
     max_answer_len: int = 30  # SQuAD: longest answer span in pieces
     seed: int = 0
     device: str = "auto"  # auto | cpu | cuda
+    precision: str = "auto"  # auto: bf16 autocast on CUDA and on CPUs with native bf16 (measured faster), else fp32
     out: str = "runs/finetune"
     bilstm: bool = False  # a randomly initialised BiLSTM between encoder and head (Table 5, LTR + BiLSTM)
     warmup: float = 0.1  # fraction of the steps with a linear warmup
@@ -103,6 +105,8 @@ class FinetuneConfig:
             raise EngineError(f"--max-dev {self.max_dev} must be at least 1")
         if self.device not in ("auto", "cpu", "cuda") and not str(self.device).startswith("cuda:"):
             raise EngineError(f"--device {self.device} is not known; use auto, cpu or cuda")
+        if self.precision not in PRECISIONS:
+            raise EngineError(f"unknown --precision '{self.precision}'; choose one of {', '.join(PRECISIONS)}")
         if not 0 <= self.warmup < 1:
             raise EngineError(f"warmup {self.warmup} must be a fraction in [0, 1)")
         if self.doc_stride < 1:
@@ -300,14 +304,14 @@ def prepare(task, tok, cfg: FinetuneConfig, max_len: int) -> Prepared:
 def predict(model: TaskModel, items: list, lengths: list, collate: Callable, batch_size: int, device,
             per_batch: Callable = None) -> list:
     """Run the model over `items` in length order, batched; returns one output per item in the items' order:
-    the logits row by default, or what `per_batch(batch, logits)` returns per item (a list of B)."""
+    the logits row by default, or what `per_batch(batch, logits)` returns per item (a list of B). Runs in the
+    caller's precision: wrap the call in `amp(device, "bf16")` for bf16 autocast."""
     model.eval()
     out = [None] * len(items)
     for idx in length_batches(lengths, batch_size):
         chunk = [items[i] for i in idx]
         batch = collate(chunk)
-        with _autocast(device):
-            logits = model(batch["input_ids"].to(device), batch["token_type_ids"].to(device), batch["attention_mask"].to(device))
+        logits = model(batch["input_ids"].to(device), batch["token_type_ids"].to(device), batch["attention_mask"].to(device))
         logits = logits.float().cpu()
         if per_batch is not None:
             batch["_items"] = chunk
@@ -319,10 +323,10 @@ def predict(model: TaskModel, items: list, lengths: list, collate: Callable, bat
     return out
 
 
-def _autocast(device):
-    if torch.device(device).type == "cuda" and torch.cuda.is_bf16_supported():
-        return torch.autocast("cuda", dtype=torch.bfloat16)
-    return torch.autocast("cpu", enabled=False)
+def amp(device, precision: str):
+    """bf16 autocast on `device` when `precision` is "bf16" (weights, gradients and optimizer stay fp32), else a
+    no-op context."""
+    return torch.autocast(torch.device(device).type, dtype=torch.bfloat16, enabled=precision == "bf16")
 
 
 # ------------------------------------------------------------------ one trial
@@ -386,6 +390,7 @@ def finetune(cfg: FinetuneConfig, progress: Callable = None, progress_bar: bool 
     if cfg.num_threads:
         torch.set_num_threads(int(cfg.num_threads))
     device = resolve_device(cfg.device)
+    precision = resolve_precision(cfg.precision, device)
     out.mkdir(parents=True, exist_ok=True)
     grid = _trial_grid(cfg)
     t_start = time.time()
@@ -408,7 +413,8 @@ def finetune(cfg: FinetuneConfig, progress: Callable = None, progress_bar: bool 
             "kind": "finetune", "status": "running", "model": cfg.model, "model_path": bundle.path, "random_init": cfg.random_init,
             "causal": bool(bundle.config.causal), "task": data.info["task"], "task_source": cfg.task, "task_kind": data.kind,
             "metric": data.metric, "score": None, "dev": None, "best": None, "trials": [], "grid": [],
-            "data": {**data.info, "max_seq_len": max_len}, "device": str(device), "config": cfg.to_dict(),
+            "data": {**data.info, "max_seq_len": max_len}, "device": str(device), "precision": precision,
+            "config": cfg.to_dict(),
         }
         atomic_write_json(out / "eval.json", _eval_json(result))  # a polling page sees the task and the data at once
         bar = None
@@ -433,7 +439,7 @@ def finetune(cfg: FinetuneConfig, progress: Callable = None, progress_bar: bool 
                     losses = []
                     for idx in length_batches(data.train_lengths, trial["batch_size"], g):
                         batch = _to(data.collate([data.train[i] for i in idx]), device)
-                        with _autocast(device):
+                        with amp(device, precision):
                             logits = model(batch["input_ids"], batch["token_type_ids"], batch["attention_mask"])
                         loss = model.loss(logits, batch)
                         opt.zero_grad(set_to_none=True)
@@ -453,7 +459,8 @@ def finetune(cfg: FinetuneConfig, progress: Callable = None, progress_bar: bool 
                         if progress is not None:
                             progress({"step": global_step, "total_steps": total_steps, "trial": ti, "n_trials": len(grid),
                                       "epoch": epoch, "loss": losses[-1]})
-                    dev = data.evaluate(model, device, cfg.eval_batch_size)
+                    with amp(device, precision):
+                        dev = data.evaluate(model, device, cfg.eval_batch_size)
                     score = dev.get(data.metric)
                     rec["epochs_log"].append({"epoch": epoch, "train_loss": float(np.mean(losses)), "score": score, **_scalars(dev)})
                     run.log({"step": global_step, "trial": ti, "epoch": epoch, "train_loss": float(np.mean(losses)),
@@ -579,6 +586,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-answer-len", type=int, default=30, help="SQuAD: longest answer in pieces (default 30)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--device", default="auto", help="auto | cpu | cuda")
+    p.add_argument("--precision", choices=PRECISIONS, default="auto",
+                   help="auto (default): bf16 autocast on CUDA and on CPUs with native bf16, else fp32")
     p.add_argument("--bilstm", action="store_true", help="add a randomly initialised BiLSTM under the head (Table 5)")
     p.add_argument("--save-best", action="store_true", help="save the best trial's model to OUT/best")
     p.add_argument("--random-init", action="store_true", help="re-initialise the encoder: the same model without pre-training (baseline)")
@@ -593,7 +602,7 @@ def config_from_args(a) -> FinetuneConfig:
         task_type=a.task_type, lr=_floats(a.lr, "--lr"), batch_size=_ints(a.batch_size, "--batch-size"),
         epochs=_ints(a.epochs, "--epochs"), restarts=a.restarts, max_train=a.max_train, max_dev=a.max_dev,
         max_seq_len=a.max_seq_len, doc_stride=a.doc_stride, max_answer_len=a.max_answer_len, seed=a.seed,
-        device=a.device, out=a.out, bilstm=a.bilstm, save_best=a.save_best, random_init=a.random_init,
+        device=a.device, precision=a.precision, out=a.out, bilstm=a.bilstm, save_best=a.save_best, random_init=a.random_init,
         num_threads=a.num_threads)
 
 

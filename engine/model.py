@@ -83,6 +83,23 @@ def default_precision(device) -> str:
     return "fp32"
 
 
+PRECISIONS = ("auto", "fp32", "bf16")
+
+
+def resolve_precision(precision: str, device: torch.device) -> str:
+    """"bf16" or "fp32". auto: bf16 autocast (fp32 weights and optimizer) on CUDA with bf16 and on CPUs with
+    native bf16 units (AVX512-BF16 / AMX), where it measured faster (BENCHMARKS.md);
+    fp32 elsewhere, where bf16 would be emulated and slower."""
+    device = torch.device(device)
+    if precision not in PRECISIONS:
+        raise EngineError(f"unknown --precision '{precision}'; choose one of {', '.join(PRECISIONS)}")
+    if precision == "auto":
+        return default_precision(device)
+    if precision == "bf16" and device.type == "cuda" and not torch.cuda.is_bf16_supported():
+        raise EngineError("--precision bf16 was asked for but this GPU has no bf16 support; use --precision fp32")
+    return precision
+
+
 _onednn_state = {}  # "ok": whether torch.ops.mkldnn._linear_pointwise exists and computes a linear layer
 
 

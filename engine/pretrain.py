@@ -82,7 +82,7 @@ from engine.checkpoint import save as save_checkpoint_weights
 from engine.config import PRESETS, BertConfig
 from engine.errors import EngineError
 from engine.fileio import atomic_save_with
-from engine.model import BertForPreTraining, default_precision
+from engine.model import PRECISIONS, BertForPreTraining, resolve_precision
 from engine.pretraining_data import (IGNORE_INDEX, OBJECTIVES, _check_masking_args, build_pretraining_data,
                                      fixed_eval_masking, mask_batch)
 from engine.tokenizer import Tokenizer, train_tokenizer_cached
@@ -288,20 +288,6 @@ def _dist_from_env() -> Dist:
     return Dist()
 
 
-PRECISIONS = ("auto", "fp32", "bf16")
-
-
-def resolve_precision(precision: str, device: torch.device) -> str:
-    """"bf16" or "fp32". auto: bf16 autocast (fp32 weights and optimizer) on CUDA with bf16 and on CPUs with
-    native bf16 units (AVX512-BF16 / AMX), where the tiny classroom step measured 1.31x faster (BENCHMARKS.md);
-    fp32 elsewhere, where bf16 would be emulated and slower."""
-    if precision == "auto":
-        return default_precision(device)
-    if precision == "bf16" and device.type == "cuda" and not torch.cuda.is_bf16_supported():
-        raise EngineError("--precision bf16 was asked for but this GPU has no bf16 support; use --precision fp32")
-    return precision
-
-
 def resolve_device(name: str, dist: Dist) -> torch.device:
     if name == "auto":
         name = "cuda" if torch.cuda.is_available() else "cpu"
@@ -313,13 +299,23 @@ def resolve_device(name: str, dist: Dist) -> torch.device:
 
 
 # ================================================================ one step's loss
+def _to_device(t: torch.Tensor, device) -> torch.Tensor:
+    """Host batch -> device. On CUDA the batch is first copied into pinned (page-locked) memory so the copy is
+    truly asynchronous: from pageable memory the host would wait for the GPU's queued work before every step,
+    and the GPU would then idle while the next batch is masked. The CPU otherwise runs ahead of the GPU (no
+    per-step synchronisation in the loop), so batch preparation overlaps the previous step's kernels."""
+    if torch.device(device).type == "cuda":
+        return t.pin_memory().to(device, non_blocking=True)
+    return t.to(device)
+
+
 def _forward_loss(model, batch: dict, objective: str, device, amp_ctx):
     """(loss, stats) for a micro-batch. stats (9,) float64: loss, mlm_loss_sum, mlm_correct, mlm_n,
     nsp_loss_sum, nsp_correct, nsp_n, real tokens, 1."""
-    input_ids = batch["input_ids"].to(device, non_blocking=True)  # (B, T)
-    token_type = batch["token_type_ids"].to(device, non_blocking=True)
-    attn = batch["attention_mask"].to(device, non_blocking=True)
-    labels = batch["labels"].to(device, non_blocking=True)  # (B, T), -100 where not predicted
+    input_ids = _to_device(batch["input_ids"], device)  # (B, T)
+    token_type = _to_device(batch["token_type_ids"], device)
+    attn = _to_device(batch["attention_mask"], device)
+    labels = _to_device(batch["labels"], device)  # (B, T), -100 where not predicted
     sel = labels != IGNORE_INDEX  # (B, T)
     with amp_ctx:
         out = model(input_ids, token_type, attn, mlm_positions=sel)
@@ -334,7 +330,7 @@ def _forward_loss(model, batch: dict, objective: str, device, amp_ctx):
     stats[3] = n
     if objective == "mlm+nsp":
         nsp_logits = out.nsp_logits.float()  # (B, 2)
-        nsp_target = batch["next_sentence_label"].to(device, non_blocking=True)
+        nsp_target = _to_device(batch["next_sentence_label"], device)
         nsp_loss = F.cross_entropy(nsp_logits, nsp_target)
         loss = loss + nsp_loss
         stats[4] = nsp_loss.detach().double() * len(nsp_target)
@@ -780,10 +776,13 @@ def _train(cfg, dist: Dist, device, run_dir: Path, ckpt, tok: Tokenizer, caches:
 
             # ---- stop requests (signal on any rank, or --stop-after)
             stop_now = stop.signal is not None
-            if dist.enabled:
-                flag = torch.tensor([1.0 if stop_now else 0.0], device=device)
-                torch.distributed.all_reduce(flag, op=torch.distributed.ReduceOp.MAX)
-                stop_now = bool(flag.item())
+            if dist.enabled:  # every rank must agree; the all-reduce syncs the GPU, so only at log steps
+                if step % cfg.log_every == 0 or step == stop_at:
+                    flag = torch.tensor([1.0 if stop_now else 0.0], device=device)
+                    torch.distributed.all_reduce(flag, op=torch.distributed.ReduceOp.MAX)
+                    stop_now = bool(flag.item())
+                else:
+                    stop_now = False
 
             # ---- held-out evaluation (rank 0 on the unwrapped model)
             if (cfg.eval_every and step % cfg.eval_every == 0) or step == cfg.steps:

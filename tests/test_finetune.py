@@ -17,7 +17,7 @@ from engine.heads import TaskModel
 
 REPO = Path(__file__).resolve().parents[1]
 FILL = "the a cat dog sat ran on under house tree big small red blue green walked jumped over near far old new".split()
-QUICK = dict(lr=(3e-3,), batch_size=(8,), epochs=(1,))
+QUICK = dict(lr=(3e-3,), batch_size=(8,), epochs=(1,), precision="fp32")  # fp32: exact re-evaluation on any CPU
 
 
 def _sent(rng, *keys, lo=4, hi=10):
@@ -135,6 +135,21 @@ def test_one_epoch_tiny_finetune_learns(synth, tmp_path, capsys):
     dev = [r for r in recs if "score" in r]
     assert dev and dev[-1]["trial"] == 0 and dev[-1]["epoch"] == 1 and dev[-1]["dev_accuracy"] == line["score"]
     assert recs[-1]["step"] == 80
+
+
+def test_bf16_autocast_finetune_learns_and_says_so(synth, tmp_path, capsys):
+    """--precision bf16 trains under bf16 autocast (fp32 weights) on the CPU too, and still learns."""
+    out = tmp_path / "out"
+    rc = main(["--model", str(synth["ck"]), "--task", "glue", "--train", str(synth["cls_train"]), "--dev", str(synth["cls_dev"]),
+               "--lr", "3e-3", "--batch-size", "8", "--epochs", "1", "--max-seq-len", "64", "--num-threads", "1",
+               "--precision", "bf16", "--out", str(out)])
+    assert rc == 0
+    line = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert line["score"] >= 0.85, line
+    ev = json.loads((out / "eval.json").read_text())
+    assert ev["precision"] == "bf16" and ev["config"]["precision"] == "bf16"
+    with pytest.raises(EngineError, match="unknown --precision 'fp8'"):
+        FinetuneConfig(precision="fp8")
 
 
 @pytest.mark.parametrize("task,files,metric", [

@@ -433,6 +433,46 @@ def test_torchrun_two_processes_train_and_checkpoint(env, tmp_path):
     assert b.info["training_state"]["step"] == 4
 
 
+def test_torchrun_sigterm_stops_every_rank_with_a_checkpoint_then_resumes(env, tmp_path):
+    """SIGTERM to torchrun reaches both ranks; they agree at the next log step, save one checkpoint and stop
+    (status cancelled); --resume then finishes the run."""
+    if not _free_port_possible():
+        pytest.skip("cannot bind a local port for the torchrun rendezvous")
+    out = tmp_path / "ddp"
+    args = _common(env, out, "--steps", "400", "--save-every", "0", "--eval-every", "0", "--log-every", "2", "--objective", "mlm")
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "-m", "engine", "pretrain", *args]
+    e = dict(os.environ, HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1")
+    p = subprocess.Popen(cmd, cwd=REPO, env=e, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.time() + 180
+        while time.time() < deadline and p.poll() is None:
+            if (out / "metrics.jsonl").exists() and len((out / "metrics.jsonl").read_text().splitlines()) >= 3:
+                break
+            time.sleep(0.2)
+        if p.poll() is not None:
+            err = p.stderr.read()
+            if "EADDRINUSE" in err or "address already in use" in err.lower():
+                pytest.skip("torchrun could not bind its rendezvous port")
+            pytest.fail(f"torchrun ended before the signal: {err[-3000:]}")
+        p.send_signal(signal.SIGTERM)
+        p.communicate(timeout=120)
+    finally:
+        if p.poll() is None:
+            p.kill()
+    info = runs.read_run_json(out)
+    assert info["status"] == "cancelled" and "--resume" in info["error"], info
+    cks = runs.list_checkpoints(out)
+    assert len(cks) == 1 and int(cks[0].name.split("-")[1]) % 2 == 0  # saved at a log step, where the ranks agree
+    step = engine.load(out).info["training_state"]["step"]
+    assert 0 < step < 400
+    cmd2 = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "-m", "engine", "pretrain",
+            "--out", str(out), "--resume", "--steps", str(step + 4), "--quiet"]
+    r = subprocess.run(cmd2, cwd=REPO, env=e, capture_output=True, text=True, timeout=240)
+    assert r.returncode == 0, r.stderr[-3000:]
+    info = runs.read_run_json(out)
+    assert info["status"] == "finished" and engine.load(out).info["training_state"]["step"] == step + 4
+
+
 def test_precision_auto_follows_the_machine_and_bf16_trains_on_cpu(env, monkeypatch):
     from engine.pretrain import resolve_precision
     cpu = torch.device("cpu")
