@@ -176,8 +176,8 @@ with tab_new:
     max_len = h2.selectbox("Max sequence length", [64, 128, 256, 384, 512], index=1, key="ft_max_len")
     seed = h3.number_input("Seed", 0, 1_000_000, 0, key="ft_seed")
     precision = h4.selectbox("Precision", ["auto", "fp32", "bf16"], key="ft_precision",
-                             help="auto: bf16 autocast where it measured faster (a GPU; a CPU with native bf16 units "
-                                  "for models of 256 hidden units and more), else fp32")
+                             help="auto: bf16 autocast on a GPU and on CPUs with native bf16 units (faster there; "
+                                  "weights stay fp32), else fp32")
     bilstm = h5.checkbox("BiLSTM on top (Table 5's LTR + BiLSTM)", key="ft_bilstm")
     lrs = []
     with guard("reading the grid"):

@@ -58,6 +58,7 @@ def test_upload_preview_and_launch(tmp_path, fake_submit):
     at.multiselect(key="ft_bs").set_value([32]).run()
     at.multiselect(key="ft_epochs").set_value([3]).run()
     at.number_input(key="ft_restarts").set_value(2).run()
+    at.selectbox(key="ft_precision").set_value("fp32").run()
     assert any("4 trials" in m.value for m in at.markdown)
     at.text_input(key="ft_name").set_value("my-rte").run()
     at.button(key="ft_launch").click().run()
@@ -67,6 +68,7 @@ def test_upload_preview_and_launch(tmp_path, fake_submit):
     assert argv[:5] == ["finetune", "--model", "minilm", "--task", "glue"]
     assert argv[argv.index("--train") + 1].startswith(str(root / "uploads"))
     assert argv[argv.index("--lr") + 1] == "0.0001,5e-05" and argv[argv.index("--restarts") + 1] == "2"
+    assert argv[argv.index("--precision") + 1] == "fp32"
     assert argv[argv.index("--out") + 1] == str((root / "my-rte").resolve()) == fake_submit[0]["run_dir"]
     assert any("Queued job job-1" in s.value for s in at.success)
 
