@@ -49,7 +49,7 @@ import torch.nn.functional as F
 
 from engine.config import PRESETS, BertConfig
 from engine.errors import EngineError
-from engine.model import BertForPreTraining, BertModel, default_precision
+from engine.model import BertForPreTraining, BertModel, amp, default_precision
 
 SCENARIOS = ("pretrain", "infer", "finetune", "varlen")
 UNITS = ("sentence", "pair", "document")
@@ -355,10 +355,6 @@ def make_optimizer(model, lr: float, device) -> torch.optim.Optimizer:
         return torch.optim.AdamW(_param_groups(model), **kw)
 
 
-def _amp(device, precision: str):
-    return torch.autocast(device.type, dtype=torch.bfloat16, enabled=precision == "bf16")
-
-
 def _engine_loss(bc, model, batch):
     if bc.scenario == "pretrain":
         labels = batch["labels"]
@@ -383,7 +379,7 @@ def _train_step_fn(bc, model, loss_fn, opt, precision, device):
     params = [p for p in model.parameters() if p.requires_grad]
 
     def step(batch):
-        with _amp(device, precision):
+        with amp(device, precision):
             loss = loss_fn(bc, model, batch)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(params, 1.0)
@@ -395,7 +391,7 @@ def _train_step_fn(bc, model, loss_fn, opt, precision, device):
 
 def _forward_fn(model, precision, device, engine_side: bool, unpad: bool):
     def fwd(batch):
-        with torch.inference_mode(), _amp(device, precision):
+        with torch.inference_mode(), amp(device, precision):
             if engine_side:
                 return model(batch["input_ids"], batch["token_type_ids"], batch["attention_mask"],
                              output_hidden_states=True, unpad=unpad).last_hidden_state

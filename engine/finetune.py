@@ -44,7 +44,7 @@ import torch.nn as nn
 from engine.errors import EngineError
 from engine.fileio import atomic_save_with, atomic_write_json
 from engine.heads import TaskModel
-from engine.model import PRECISIONS, resolve_precision
+from engine.model import PRECISIONS, amp, check_precision, resolve_precision, to_device
 
 TASKS = ("bbc-topic", "wnut16", "glue", "tagging", "squad", "swag")
 
@@ -108,8 +108,7 @@ class FinetuneConfig:
             raise EngineError(f"--max-dev {self.max_dev} must be at least 1")
         if self.device not in ("auto", "cpu", "cuda") and not str(self.device).startswith("cuda:"):
             raise EngineError(f"--device {self.device} is not known; use auto, cpu or cuda")
-        if self.precision not in PRECISIONS:
-            raise EngineError(f"unknown --precision '{self.precision}'; choose one of {', '.join(PRECISIONS)}")
+        check_precision(self.precision)
         if not 0 <= self.warmup < 1:
             raise EngineError(f"warmup {self.warmup} must be a fraction in [0, 1)")
         if self.doc_stride < 1:
@@ -170,7 +169,7 @@ def length_batches(lengths: list, batch_size: int, generator: torch.Generator = 
 
 
 def _to(batch: dict, device) -> dict:
-    return {k: v.to(device, non_blocking=True) if isinstance(v, torch.Tensor) else v for k, v in batch.items()}
+    return {k: to_device(v, device) if isinstance(v, torch.Tensor) else v for k, v in batch.items()}
 
 
 def _scalars(d: dict, prefix: str = "") -> dict:
@@ -308,7 +307,7 @@ def predict(model: TaskModel, items: list, lengths: list, collate: Callable, bat
             per_batch: Callable = None) -> list:
     """Run the model over `items` in length order, batched; returns one output per item in the items' order:
     the logits row by default, or what `per_batch(batch, logits)` returns per item (a list of B). Runs in the
-    caller's precision: wrap the call in `amp(device, "bf16")` for bf16 autocast."""
+    caller's precision: wrap the call in `engine.model.amp(device, "bf16")` for bf16 autocast."""
     model.eval()
     out = [None] * len(items)
     for idx in length_batches(lengths, batch_size):
@@ -324,12 +323,6 @@ def predict(model: TaskModel, items: list, lengths: list, collate: Callable, bat
         for i, r in zip(idx, rows):
             out[i] = r
     return out
-
-
-def amp(device, precision: str):
-    """bf16 autocast on `device` when `precision` is "bf16" (weights, gradients and optimizer stay fp32), else a
-    no-op context."""
-    return torch.autocast(torch.device(device).type, dtype=torch.bfloat16, enabled=precision == "bf16")
 
 
 # ------------------------------------------------------------------ one trial

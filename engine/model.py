@@ -86,18 +86,38 @@ def default_precision(device) -> str:
 PRECISIONS = ("auto", "fp32", "bf16")
 
 
+def check_precision(precision: str) -> None:
+    if precision not in PRECISIONS:
+        raise EngineError(f"unknown --precision '{precision}'; choose one of {', '.join(PRECISIONS)}")
+
+
 def resolve_precision(precision: str, device: torch.device) -> str:
     """"bf16" or "fp32". auto: bf16 autocast (fp32 weights and optimizer) on CUDA with bf16 and on CPUs with
     native bf16 units (AVX512-BF16 / AMX), where it measured faster (BENCHMARKS.md);
     fp32 elsewhere, where bf16 would be emulated and slower."""
     device = torch.device(device)
-    if precision not in PRECISIONS:
-        raise EngineError(f"unknown --precision '{precision}'; choose one of {', '.join(PRECISIONS)}")
+    check_precision(precision)
     if precision == "auto":
         return default_precision(device)
     if precision == "bf16" and device.type == "cuda" and not torch.cuda.is_bf16_supported():
         raise EngineError("--precision bf16 was asked for but this GPU has no bf16 support; use --precision fp32")
     return precision
+
+
+def amp(device, precision: str):
+    """bf16 autocast on `device` when `precision` (resolved) is "bf16"; weights, gradients and optimizer stay
+    fp32. A disabled context otherwise."""
+    return torch.autocast(torch.device(device).type, dtype=torch.bfloat16, enabled=precision == "bf16")
+
+
+def to_device(t: torch.Tensor, device) -> torch.Tensor:
+    """Host batch tensor -> device. On CUDA through pinned (page-locked) memory, so the copy is truly
+    asynchronous: from pageable memory the host waits for the GPU's queued work before every step and the GPU
+    then idles while the next batch is prepared. The training loops have no per-step synchronisation, so batch
+    preparation overlaps the previous step's kernels."""
+    if torch.device(device).type == "cuda":
+        return t.pin_memory().to(device, non_blocking=True)
+    return t.to(device)
 
 
 _onednn_state = {}  # "ok": whether torch.ops.mkldnn._linear_pointwise exists and computes a linear layer

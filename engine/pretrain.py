@@ -82,7 +82,7 @@ from engine.checkpoint import save as save_checkpoint_weights
 from engine.config import PRESETS, BertConfig
 from engine.errors import EngineError
 from engine.fileio import atomic_save_with
-from engine.model import PRECISIONS, BertForPreTraining, resolve_precision
+from engine.model import PRECISIONS, BertForPreTraining, amp, check_precision, resolve_precision, to_device
 from engine.pretraining_data import (IGNORE_INDEX, OBJECTIVES, _check_masking_args, build_pretraining_data,
                                      fixed_eval_masking, mask_batch)
 from engine.tokenizer import Tokenizer, train_tokenizer_cached
@@ -168,8 +168,7 @@ def validate(cfg: PretrainConfig) -> None:
     if cfg.preset not in PRESETS:
         raise EngineError(f"unknown preset '{cfg.preset}'; choose one of {', '.join(PRESETS)}")
     _check_masking_args(cfg.mask_rate, cfg.mask_ratios)
-    if cfg.precision not in PRECISIONS:
-        raise EngineError(f"unknown --precision '{cfg.precision}'; choose one of {', '.join(PRECISIONS)}")
+    check_precision(cfg.precision)
     for name in ("steps", "batch_size", "grad_accum", "log_every", "max_positions", "eval_max_instances"):
         if int(getattr(cfg, name)) < 1:
             raise EngineError(f"--{name.replace('_', '-')} must be at least 1 (got {getattr(cfg, name)})")
@@ -299,23 +298,13 @@ def resolve_device(name: str, dist: Dist) -> torch.device:
 
 
 # ================================================================ one step's loss
-def _to_device(t: torch.Tensor, device) -> torch.Tensor:
-    """Host batch -> device. On CUDA the batch is first copied into pinned (page-locked) memory so the copy is
-    truly asynchronous: from pageable memory the host would wait for the GPU's queued work before every step,
-    and the GPU would then idle while the next batch is masked. The CPU otherwise runs ahead of the GPU (no
-    per-step synchronisation in the loop), so batch preparation overlaps the previous step's kernels."""
-    if torch.device(device).type == "cuda":
-        return t.pin_memory().to(device, non_blocking=True)
-    return t.to(device)
-
-
 def _forward_loss(model, batch: dict, objective: str, device, amp_ctx):
     """(loss, stats) for a micro-batch. stats (9,) float64: loss, mlm_loss_sum, mlm_correct, mlm_n,
     nsp_loss_sum, nsp_correct, nsp_n, real tokens, 1."""
-    input_ids = _to_device(batch["input_ids"], device)  # (B, T)
-    token_type = _to_device(batch["token_type_ids"], device)
-    attn = _to_device(batch["attention_mask"], device)
-    labels = _to_device(batch["labels"], device)  # (B, T), -100 where not predicted
+    input_ids = to_device(batch["input_ids"], device)  # (B, T)
+    token_type = to_device(batch["token_type_ids"], device)
+    attn = to_device(batch["attention_mask"], device)
+    labels = to_device(batch["labels"], device)  # (B, T), -100 where not predicted
     sel = labels != IGNORE_INDEX  # (B, T)
     with amp_ctx:
         out = model(input_ids, token_type, attn, mlm_positions=sel)
@@ -330,7 +319,7 @@ def _forward_loss(model, batch: dict, objective: str, device, amp_ctx):
     stats[3] = n
     if objective == "mlm+nsp":
         nsp_logits = out.nsp_logits.float()  # (B, 2)
-        nsp_target = _to_device(batch["next_sentence_label"], device)
+        nsp_target = to_device(batch["next_sentence_label"], device)
         nsp_loss = F.cross_entropy(nsp_logits, nsp_target)
         loss = loss + nsp_loss
         stats[4] = nsp_loss.detach().double() * len(nsp_target)
@@ -675,8 +664,9 @@ def _train(cfg, dist: Dist, device, run_dir: Path, ckpt, tok: Tokenizer, caches:
     if dist.enabled:
         from torch.nn.parallel import DistributedDataParallel as DDP
         model = DDP(model, device_ids=[device.index] if device.type == "cuda" else None)
-    use_bf16 = resolve_precision(cfg.precision, device) == "bf16"
-    amp_ctx_fn = (lambda: torch.autocast(device.type, dtype=torch.bfloat16)) if use_bf16 else contextlib.nullcontext
+    precision = resolve_precision(cfg.precision, device)
+    use_bf16 = precision == "bf16"
+    amp_ctx_fn = lambda: amp(device, precision)  # noqa: E731
 
     phase2_steps = int(round(cfg.steps * cfg.phase2_fraction)) if cfg.phase2_seq_len else 0
     phase1_end = cfg.steps - phase2_steps

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import streamlit as st
 
-from studio.common import guard, runs_root
+from studio.common import guard, precision_select, runs_root
 
 REFRESH_SECONDS = 2.0
 OBJECTIVES = {"mlm+nsp": "MLM + NSP (BERT)", "mlm": "MLM only (No NSP)", "ltr": "Left-to-right LM (LTR & No NSP)"}
@@ -92,8 +92,7 @@ def launch_form(root: Path) -> None:
         vocab = c1.number_input("Vocabulary size", 200, 100_000, 8000, step=1000)
         save_every = c2.number_input("Checkpoint every (steps)", 0, 10_000_000, 400)
         eval_every = c3.number_input("Evaluate every (steps)", 0, 10_000_000, 200)
-        precision = c4.selectbox("Precision", ["auto", "fp32", "bf16"],
-                                 help="auto: bf16 autocast on a GPU and on CPUs with native bf16 units (faster there), else fp32")
+        precision = precision_select(c4)
         submitted = st.form_submit_button("Launch", type="primary")
     if not submitted:
         return

@@ -16,7 +16,7 @@ from engine.errors import EngineError
 from engine.fileio import atomic_write_bytes, atomic_write_json
 from studio import ablation_figures as F
 from studio import jobs as Q
-from studio.common import guard, model_picker, runs_root
+from studio.common import guard, model_picker, precision_select, runs_root
 
 MAX_UPLOAD_MB = 50  # also .streamlit/config.toml's server.maxUploadSize
 KINDS = {"glue": "sentence / pair classification or regression (TSV, CSV, JSONL)", "tagging": "BIO / CoNLL tagging",
@@ -175,9 +175,7 @@ with tab_new:
     max_train = h1.number_input("Max train examples (0 = all)", 0, 10_000_000, 0, step=500, key="ft_max_train")
     max_len = h2.selectbox("Max sequence length", [64, 128, 256, 384, 512], index=1, key="ft_max_len")
     seed = h3.number_input("Seed", 0, 1_000_000, 0, key="ft_seed")
-    precision = h4.selectbox("Precision", ["auto", "fp32", "bf16"], key="ft_precision",
-                             help="auto: bf16 autocast on a GPU and on CPUs with native bf16 units (faster there; "
-                                  "weights stay fp32), else fp32")
+    precision = precision_select(h4, key="ft_precision")
     bilstm = h5.checkbox("BiLSTM on top (Table 5's LTR + BiLSTM)", key="ft_bilstm")
     lrs = []
     with guard("reading the grid"):

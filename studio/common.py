@@ -88,3 +88,13 @@ def model_picker(label="Model", key="model", allow_path=True, help=None) -> str:
         if custom.strip():
             return custom.strip()
     return choice
+
+
+PRECISION_CHOICES = ("auto", "fp32", "bf16")  # engine.model.PRECISIONS (tests check they agree; no torch import here)
+
+
+def precision_select(container=st, key=None) -> str:
+    """The `--precision` choice of the Pretrain and Fine-tune pages."""
+    return container.selectbox("Precision", PRECISION_CHOICES, key=key,
+                               help="auto: bf16 autocast (weights stay fp32) on a GPU and on CPUs with native bf16 "
+                                    "units, where it measured faster; else fp32")

@@ -110,3 +110,9 @@ def test_launch_form_validates_and_submits_a_job(runs_root, monkeypatch):
     assert flags["--objective"] == "mlm+nsp" and flags["--out"] == run_dir and root == str(runs_root)
     assert flags["--precision"] == "auto"  # bf16 where the machine has native bf16, else fp32
     assert any("Launched" in s.value for s in at.success)
+
+
+def test_studio_precision_choices_are_the_engines():
+    from engine.model import PRECISIONS
+    from studio.common import PRECISION_CHOICES
+    assert PRECISION_CHOICES == PRECISIONS
