@@ -224,7 +224,8 @@ def run_view(run_dir: Path, root: Path) -> str:
 
     st.markdown(f"**{run_dir.name}** — {STATUS_ICON.get(status, status)} · {OBJECTIVES.get(objective, objective)} · "
                 f"{cfg.get('preset', '?')} on {Path(str(cfg.get('corpus', '?'))).name} · seq {cfg.get('seq_len', '?')} · "
-                f"batch {cfg.get('batch_size', '?')} · {info.get('device', '')}")
+                f"batch {cfg.get('batch_size', '?')} · {info.get('device', '')}"
+                + {True: " · bf16", False: " · fp32"}.get(info.get("bf16"), ""))  # the precision the run really used
     if status == "failed":
         st.error(f"Run failed: {info.get('error') or 'no error line recorded'}")
     elif status == "dead":

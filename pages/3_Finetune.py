@@ -233,14 +233,15 @@ with tab_runs:
             status = R.effective_status(run_dir, info)
             prog = R.run_progress(run_dir, info)
             cfg = info.get("config") or {}
-            st.markdown(f"**{pick}** — status **{status}** · model `{cfg.get('model', '?')}` · task `{cfg.get('task', '?')}`")
+            ev = A._read_json(run_dir / "eval.json") or {}
+            precision = f" · {ev['precision']}" if ev.get("precision") else ""  # as resolved ("auto" -> bf16 / fp32)
+            st.markdown(f"**{pick}** — status **{status}** · model `{cfg.get('model', '?')}` · task `{cfg.get('task', '?')}`{precision}")
             if status == "finished":
                 st.progress(1.0, text="finished")
             elif prog["fraction"] is not None:
                 st.progress(prog["fraction"], text=f"step {prog['step'] or 0} of {prog['total'] or '?'}")
             if info.get("error"):
                 st.error(info["error"])
-            ev = A._read_json(run_dir / "eval.json") or {}
             records = R.read_metrics(run_dir)
             trials = ev.get("trials") or []
             metric = ev.get("metric") or "score"

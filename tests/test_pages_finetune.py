@@ -103,7 +103,7 @@ def write_fake_run(root: Path, name="ft-bbc", squad=False):
         trials.append({"trial": i, "lr": lr, "batch_size": 32, "epochs": 2, "restart": 0, "seed": 0, "best_epoch": 2,
                        "score": score, "dev": dev, "epochs_log": [], "seconds": 3.0})
     ev = {"kind": "finetune", "status": "finished", "metric": metric, "score": 0.95, "dev": dict(trials[1]["dev"], tau=-1.5),
-          "best": {k: v for k, v in trials[1].items() if k != "epochs_log"}, "trials": trials, "grid": []}
+          "best": {k: v for k, v in trials[1].items() if k != "epochs_log"}, "trials": trials, "grid": [], "precision": "bf16"}
     if squad:
         ev["threshold_curve"] = [{"tau": t, "exact": 0.5, "f1": 0.6 + 0.01 * t} for t in (-3.0, -1.5, 0.0, 2.0)]
     (d / "eval.json").write_text(json.dumps(ev))
@@ -123,6 +123,7 @@ def test_results_tab_shows_trials_and_charts(tmp_path):
     metrics = {m.label: m.value for m in at.metric}
     assert metrics["best dev accuracy"] == "95.0" and metrics["trials finished"] == "2"
     assert metrics["best trial"] == "#1: lr 3e-05"
+    assert any("task `bbc-topic` · bf16" in m.value for m in at.markdown)  # the precision the run really used
     trials = next(d.value for d in at.dataframe if "best epoch" in d.value.columns)
     assert list(trials["accuracy"]) == [0.91, 0.95]
     charts = [json.loads(c.proto.spec) for c in at.get("plotly_chart")]

@@ -52,6 +52,8 @@ def test_runs_table_curves_and_numbers(runs_root):
     assert "failed" in table[table["run"] == "broken"].iloc[0]["status"]
     at.selectbox(key="pretrain_run").set_value("tiny-done").run()
     assert not at.exception and not at.error
+    used = "bf16" if runs.read_run_json(runs_root / "tiny-done")["bf16"] else "fp32"  # auto resolves per machine
+    assert any(f"batch 4 · cpu · {used}" in m.value for m in at.markdown), [m.value for m in at.markdown]
     charts = at.get("plotly_chart")
     assert len(charts) == 4  # MLM loss/acc, NSP loss/acc, learning rate, throughput
     recs = runs.read_metrics(runs_root / "tiny-done")
