@@ -226,11 +226,14 @@ with tab_runs:
                             format_func=lambda n: next(f"{r['name']} ({r['effective_status']})" for r in runs if r["name"] == n))
         auto = st.toggle("Auto-refresh every 5 s", value=True, key="ft_auto")
         run_dir = root / pick
+        listed_status = next(r["effective_status"] for r in runs if r["name"] == pick)
 
         @st.fragment(run_every=5 if auto else None)
         def show_run():
             info = R.read_run_json(run_dir)
             status = R.effective_status(run_dir, info)
+            if status != listed_status:  # the picker's label ("… (running)") predates this change: redraw it once
+                st.rerun()
             prog = R.run_progress(run_dir, info)
             cfg = info.get("config") or {}
             ev = A._read_json(run_dir / "eval.json") or {}

@@ -57,6 +57,10 @@ with tab_run:
     pooling = d1.selectbox("Sentence pooling", ["cls", "mean"], key="fx_pooling", help="tagging always uses the first WordPiece of each word")
     max_train = d2.number_input("Max train examples (0 = all)", 0, 1_000_000, 0, step=500, key="fx_max_train")
     seed = d3.number_input("Seed", 0, 1_000_000, 0, key="fx_seed")
+    e1, e2 = st.columns(2)
+    tag_epochs = e1.number_input("BiLSTM epochs (tagging; the best epoch on dev is kept)", 1, 200, 5, key="fx_epochs",
+                                 help="5 suits MiniLM; features of a tiny model need about 20 before the tagger leaves the all-O plateau")
+    tag_lr = e2.number_input("BiLSTM learning rate (tagging)", 1e-5, 1e-1, 1e-3, step=1e-4, format="%g", key="fx_lr")
     if "fx_default_name" not in st.session_state:
         st.session_state["fx_default_name"] = time.strftime("fx-%Y%m%d-%H%M%S")
     name = st.text_input("Run name", value=st.session_state["fx_default_name"], key="fx_name")
@@ -71,7 +75,8 @@ with tab_run:
                 argv = ["features", "--model", model, "--task", ev.task, "--train", ev.train, "--dev", ev.dev]
             else:
                 argv = ["features", "--model", model, "--task", task_key]
-            argv += ["--layers", ",".join(map(str, layers)), "--combine", ",".join(combos), "--pooling", pooling, "--seed", str(int(seed))]
+            argv += ["--layers", ",".join(map(str, layers)), "--combine", ",".join(combos), "--pooling", pooling, "--seed", str(int(seed)),
+                     "--epochs", str(int(tag_epochs)), "--lr", f"{float(tag_lr):g}"]
             if max_train:
                 argv += ["--max-train", str(int(max_train))]
             argv += ["--out", str(run_dir)]
@@ -88,6 +93,15 @@ def _eval(run: dict) -> dict:
 
 def _same(a, b) -> bool:
     return str(a) == str(b) or (Path(str(a)).resolve() == Path(str(b)).resolve() if a and b and a != "minilm" and b != "minilm" else False)
+
+
+def _epoch_chart(run_dir: Path, key: str, records: list = None):
+    """Dev score of the BiLSTM tagger after each epoch, one line per combination (tagging runs log these)."""
+    records = R.read_metrics(run_dir) if records is None else records
+    ep = [{"trial": r["combine"], "epoch": r["epoch"], "value": r["score"]} for r in records
+          if "epoch" in r and r.get("score") is not None and r.get("combine")]
+    if ep:
+        st.plotly_chart(F.epoch_lines(pd.DataFrame(ep), "f1", title="BiLSTM tagger: dev entity F1 per epoch"), key=key)
 
 
 with tab_compare:
@@ -107,8 +121,24 @@ with tab_compare:
         ev = _eval(fx)
         if fx.get("error"):
             st.error(fx["error"])
+        if fx["effective_status"] in ("running", "queued"):
+            @st.fragment(run_every=5)
+            def live(run_dir=Path(fx["path"]), listed=fx["effective_status"]):
+                info = R.read_run_json(run_dir)
+                status = R.effective_status(run_dir, info)
+                if status != listed:  # finished, failed or cancelled: redraw the page with its results
+                    st.rerun()
+                records = R.read_metrics(run_dir)
+                total = int(info.get("n_combinations") or len(info.get("config", {}).get("combine") or []) or 1)
+                done = sum(1 for r in records if r.get("combine") and "epoch" not in r)
+                stage = (f"{done} of {total} classifiers trained" if any(r.get("phase") == "extracted" for r in records)
+                         else "extracting features")
+                st.progress(min(1.0, done / total), text=f"{fx_name}: {status}, {stage} (refreshes every 5 s)")
+                _epoch_chart(run_dir, "fx_live_epochs", records)
+            live()
         if not ev.get("results"):
-            st.info(f"{fx_name} has no results yet (status {fx['effective_status']}).")
+            if fx["effective_status"] not in ("running", "queued"):
+                st.info(f"{fx_name} has no results (status {fx['effective_status']}).")
         else:
             metric = ev.get("metric", "score")
             match = [r for r in ft_runs if _same(_eval(r).get("model"), ev.get("model")) and _eval(r).get("task") == ev.get("task")]
@@ -133,6 +163,7 @@ with tab_compare:
             fig.update_layout(title=f"Feature-based vs fine-tuning: dev {metric} (%)", yaxis_title=f"{metric} (%)",
                               margin=dict(t=50, l=50, r=20, b=80))
             st.plotly_chart(fig, key="fx_compare_fig")
+            _epoch_chart(Path(fx["path"]), "fx_epochs_fig")
 
 
 # ------------------------------------------------------------------ projection

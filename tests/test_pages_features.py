@@ -32,9 +32,12 @@ def test_launch_queues_features_job(tmp_path, monkeypatch):
     at.multiselect(key="fx_combine").set_value(["concat", "last", "embeddings"]).run()
     at.text_input(key="fx_layers").set_value("-1,-2").run()
     at.text_input(key="fx_name").set_value("fx-wnut").run()
+    at.number_input(key="fx_epochs").set_value(20).run()
+    at.number_input(key="fx_lr").set_value(0.003).run()
     at.button(key="fx_launch").click().run()
     assert not at.exception, at.exception
     argv, run_dir = calls[0]
+    assert argv[argv.index("--epochs") + 1] == "20" and argv[argv.index("--lr") + 1] == "0.003"
     assert argv[:5] == ["features", "--model", "minilm", "--task", "wnut16"]
     assert argv[argv.index("--combine") + 1] == "concat,last,embeddings"
     assert argv[argv.index("--layers") + 1] == "-1,-2"
@@ -87,3 +90,30 @@ def test_projection_of_bbc_features(tmp_path, tiny_checkpoint):
     assert sum(len(t["x"]) for t in fig["data"]) == 40
     assert all(len(t["text"]) == len(t["x"]) for t in fig["data"])
     assert fig["data"][0]["text"][0].startswith(f"<b>{names[0]}</b>")
+
+
+def test_running_run_shows_live_progress_then_results(tmp_path):
+    root = tmp_path / "runs"
+    d = root / "fx-live"
+    d.mkdir(parents=True)
+    # no pid in run.json: the page cannot tell the writer is gone, so the run counts as running
+    (d / "run.json").write_text(json.dumps({"kind": "features", "status": "running", "n_combinations": 2, "total_steps": 3,
+                                            "config": {"combine": ["last", "concat"]}}))
+    lines = [{"step": 1, "phase": "extracted", "seconds": 1.0}]
+    lines += [{"step": 2, "combine": "last", "epoch": e, "loss": 0.3, "score": f} for e, f in ((1, 0.0), (2, 0.05), (3, 0.12))]
+    lines += [{"step": 2, "combine": "last", "score": 0.12}, {"step": 3, "combine": "concat", "epoch": 1, "loss": 0.4, "score": 0.02}]
+    (d / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in lines))
+    at = app(root).run()
+    assert not at.exception, at.exception
+    assert any("1 of 2 classifiers trained" in str(p.proto.text) for p in at.get("progress"))
+    fig = json.loads(next(c for c in at.get("plotly_chart") if "dev entity F1 per epoch" in c.proto.spec).proto.spec)
+    assert [t["name"] for t in fig["data"]] == ["last", "concat"]
+    assert fig["data"][0]["y"] == pytest.approx([0.0, 5.0, 12.0])
+    # the run finishes: results, no progress bar, the per-epoch curves stay
+    (d / "run.json").write_text(json.dumps({"kind": "features", "status": "finished", "config": {}}))
+    results = [{"combine": "last", "layers": [2], "dims": 128, "classifier": "bilstm", "metric": "f1", "score": 0.12}]
+    (d / "eval.json").write_text(json.dumps({"kind": "features", "model": "m", "task": "wnut16", "metric": "f1", "results": results}))
+    at.run()
+    assert not at.exception, at.exception
+    assert not at.get("progress")
+    assert any("dev entity F1 per epoch" in c.proto.spec for c in at.get("plotly_chart"))
