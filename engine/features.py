@@ -442,6 +442,10 @@ def run_features(cfg: FeaturesConfig, progress_bar: bool = False) -> dict:
             res = {"combine": combo, "layers": per_combo[combo], "dims": dims,
                    "classifier": classifier, "metric": task.metrics[0], "score": dev_metrics[task.metrics[0]],
                    "dev": dev_metrics, "mix_weights": weights, "seconds": round(time.time() - t0, 2), **extra}
+            if tagging and not res["score"]:
+                res["warning"] = (f"the BiLSTM tagger on '{combo}' features predicted no correct entity in {cfg.epochs} epochs "
+                                  "(still on the all-O plateau); raise --epochs (features of tiny models need about 20) or --lr")
+                print(f"warning: {res['warning']}", file=sys.stderr, flush=True)
             result["results"].append(res)
             run.log({"step": k + 2, "combine": combo, "score": res["score"]})
             if cfg.save_features:

@@ -156,6 +156,9 @@ with tab_compare:
                     st.warning(f"{ft_name} fine-tuned {ft_ev.get('model')} on {ft_ev.get('task')}; this feature run used "
                                f"{ev.get('model')} on {ev.get('task')}: not a like-for-like comparison.")
             st.markdown(f"**{ev.get('task')}** with **{ev.get('model')}** — dev {metric}")
+            for r in ev["results"]:
+                if r.get("warning"):
+                    st.warning(r["warning"])
             table = pd.DataFrame(rows)
             st.dataframe(table, hide_index=True, width="stretch")
             fig = go.Figure(go.Bar(x=list(table["approach"]), y=[None if v is None else 100 * v for v in table[metric]],

@@ -163,8 +163,12 @@ def test_bilstm_tagger_on_token_features(bundle, tmp_path):
     x = np.load(tmp_path / "out" / "features" / "concat" / "dev.npy")
     idx = [json.loads(l) for l in (tmp_path / "out" / "features" / "concat" / "dev.index.jsonl").read_text().splitlines()]
     assert x.shape[1] == 128 and x.shape[0] == sum(r["n"] for r in idx) and idx[-1]["start"] + idx[-1]["n"] == x.shape[0]
+    assert all(("warning" in r) == (r["score"] == 0) for r in ev["results"])
     with pytest.raises(EngineError, match="tagging tasks use --classifier bilstm"):
         run_features(FeaturesConfig(**{**cfg.__dict__, "classifier": "logreg", "out": str(tmp_path / "o2")}))
+    # a tagger that cannot leave the all-O plateau says so and names the fix
+    stuck = run_features(FeaturesConfig(**{**cfg.__dict__, "combine": ("last",), "epochs": 1, "lr": 1e-7, "out": str(tmp_path / "o3")}))
+    assert stuck["results"][0]["score"] == 0 and "raise --epochs" in stuck["results"][0]["warning"]
 
 
 def test_cls_pooling_of_a_causal_model_takes_the_last_real_token(bundle, tmp_path):

@@ -111,9 +111,12 @@ def test_running_run_shows_live_progress_then_results(tmp_path):
     assert fig["data"][0]["y"] == pytest.approx([0.0, 5.0, 12.0])
     # the run finishes: results, no progress bar, the per-epoch curves stay
     (d / "run.json").write_text(json.dumps({"kind": "features", "status": "finished", "config": {}}))
-    results = [{"combine": "last", "layers": [2], "dims": 128, "classifier": "bilstm", "metric": "f1", "score": 0.12}]
+    results = [{"combine": "last", "layers": [2], "dims": 128, "classifier": "bilstm", "metric": "f1", "score": 0.12},
+               {"combine": "concat", "layers": [1, 2], "dims": 256, "classifier": "bilstm", "metric": "f1", "score": 0.0,
+                "warning": "the BiLSTM tagger on 'concat' features predicted no correct entity in 1 epochs; raise --epochs"}]
     (d / "eval.json").write_text(json.dumps({"kind": "features", "model": "m", "task": "wnut16", "metric": "f1", "results": results}))
     at.run()
     assert not at.exception, at.exception
     assert not at.get("progress")
+    assert [w.value for w in at.warning] == [results[1]["warning"]]
     assert any("dev entity F1 per epoch" in c.proto.spec for c in at.get("plotly_chart"))
