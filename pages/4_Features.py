@@ -121,7 +121,8 @@ with tab_compare:
         ev = _eval(fx)
         if fx.get("error"):
             st.error(fx["error"])
-        if fx["effective_status"] in ("running", "queued"):
+        live_run = fx["effective_status"] in ("running", "queued")
+        if live_run:
             @st.fragment(run_every=5)
             def live(run_dir=Path(fx["path"]), listed=fx["effective_status"]):
                 info = R.read_run_json(run_dir)
@@ -129,7 +130,7 @@ with tab_compare:
                 if status != listed:  # finished, failed or cancelled: redraw the page with its results
                     st.rerun()
                 records = R.read_metrics(run_dir)
-                total = int(info.get("n_combinations") or len(info.get("config", {}).get("combine") or []) or 1)
+                total = int(info.get("n_combinations") or 1)  # set before extraction starts
                 done = sum(1 for r in records if r.get("combine") and "epoch" not in r)
                 stage = (f"{done} of {total} classifiers trained" if any(r.get("phase") == "extracted" for r in records)
                          else "extracting features")
@@ -137,7 +138,7 @@ with tab_compare:
                 _epoch_chart(run_dir, "fx_live_epochs", records)
             live()
         if not ev.get("results"):
-            if fx["effective_status"] not in ("running", "queued"):
+            if not live_run:
                 st.info(f"{fx_name} has no results (status {fx['effective_status']}).")
         else:
             metric = ev.get("metric", "score")
@@ -166,7 +167,8 @@ with tab_compare:
             fig.update_layout(title=f"Feature-based vs fine-tuning: dev {metric} (%)", yaxis_title=f"{metric} (%)",
                               margin=dict(t=50, l=50, r=20, b=80))
             st.plotly_chart(fig, key="fx_compare_fig")
-            _epoch_chart(Path(fx["path"]), "fx_epochs_fig")
+            if not live_run:  # a running job's curves are drawn (and refreshed) above
+                _epoch_chart(Path(fx["path"]), "fx_epochs_fig")
 
 
 # ------------------------------------------------------------------ projection

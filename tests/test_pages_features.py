@@ -103,17 +103,19 @@ def test_running_run_shows_live_progress_then_results(tmp_path):
     lines += [{"step": 2, "combine": "last", "epoch": e, "loss": 0.3, "score": f} for e, f in ((1, 0.0), (2, 0.05), (3, 0.12))]
     lines += [{"step": 2, "combine": "last", "score": 0.12}, {"step": 3, "combine": "concat", "epoch": 1, "loss": 0.4, "score": 0.02}]
     (d / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in lines))
+    partial = [{"combine": "last", "layers": [2], "dims": 128, "classifier": "bilstm", "metric": "f1", "score": 0.12}]
+    (d / "eval.json").write_text(json.dumps({"kind": "features", "model": "m", "task": "wnut16", "metric": "f1", "results": partial}))
     at = app(root).run()
     assert not at.exception, at.exception
     assert any("1 of 2 classifiers trained" in str(p.proto.text) for p in at.get("progress"))
+    assert sum("dev entity F1 per epoch" in c.proto.spec for c in at.get("plotly_chart")) == 1  # the live one only
     fig = json.loads(next(c for c in at.get("plotly_chart") if "dev entity F1 per epoch" in c.proto.spec).proto.spec)
     assert [t["name"] for t in fig["data"]] == ["last", "concat"]
     assert fig["data"][0]["y"] == pytest.approx([0.0, 5.0, 12.0])
     # the run finishes: results, no progress bar, the per-epoch curves stay
     (d / "run.json").write_text(json.dumps({"kind": "features", "status": "finished", "config": {}}))
-    results = [{"combine": "last", "layers": [2], "dims": 128, "classifier": "bilstm", "metric": "f1", "score": 0.12},
-               {"combine": "concat", "layers": [1, 2], "dims": 256, "classifier": "bilstm", "metric": "f1", "score": 0.0,
-                "warning": "the BiLSTM tagger on 'concat' features predicted no correct entity in 1 epochs; raise --epochs"}]
+    results = partial + [{"combine": "concat", "layers": [1, 2], "dims": 256, "classifier": "bilstm", "metric": "f1", "score": 0.0,
+                          "warning": "the BiLSTM tagger on 'concat' features predicted no correct entity in 1 epochs; raise --epochs"}]
     (d / "eval.json").write_text(json.dumps({"kind": "features", "model": "m", "task": "wnut16", "metric": "f1", "results": results}))
     at.run()
     assert not at.exception, at.exception
