@@ -16,7 +16,7 @@ from engine.errors import EngineError
 from engine.fileio import atomic_write_bytes, atomic_write_json
 from studio import ablation_figures as F
 from studio import jobs as Q
-from studio.common import guard, model_picker, precision_select, runs_root
+from studio.common import follow_queued_run, guard, model_picker, precision_select, runs_root
 
 MAX_UPLOAD_MB = 50  # also .streamlit/config.toml's server.maxUploadSize
 KINDS = {"glue": "sentence / pair classification or regression (TSV, CSV, JSONL)", "tagging": "BIO / CoNLL tagging",
@@ -208,7 +208,7 @@ with tab_new:
                 argv += ["--bilstm"]
             argv += ["--out", str(run_dir)]
             rec = Q.submit(argv, name=f"finetune {name.strip()}", run_dir=str(run_dir), root=root)
-            st.session_state["ft_show"] = run_dir.name
+            st.session_state["ft_show"], st.session_state["ft_show_job"] = run_dir.name, rec["id"]
             st.session_state.pop("ft_default_name", None)
             st.success(f"Queued job {rec['id']} for run **{run_dir.name}**; see the Results tab or the Jobs page.")
 
@@ -217,12 +217,12 @@ with tab_runs:
     runs = []
     with guard("listing runs"):
         runs = [r for r in R.list_runs(root) if r.get("kind") == "finetune"]
+    follow_queued_run(root, "ft", [r["name"] for r in runs])
     if not runs:
         st.info(f"No fine-tuning runs yet in {root}. Launch one in the first tab.")
     else:
         names = [r["name"] for r in runs]
-        idx = names.index(st.session_state["ft_show"]) if st.session_state.get("ft_show") in names else 0
-        pick = st.selectbox("Run", names, index=idx, key="ft_pick",
+        pick = st.selectbox("Run", names, key="ft_pick",
                             format_func=lambda n: next(f"{r['name']} ({r['effective_status']})" for r in runs if r["name"] == n))
         auto = st.toggle("Auto-refresh every 5 s", value=True, key="ft_auto")
         run_dir = root / pick

@@ -16,7 +16,7 @@ from engine import runs as R
 from engine.errors import EngineError
 from studio import ablation_figures as F
 from studio import jobs as Q
-from studio.common import _mtime_key, guard, load_bundle, model_picker, runs_root
+from studio.common import _mtime_key, follow_queued_run, guard, load_bundle, model_picker, runs_root
 
 COMBINES = {"concat": "concatenate the chosen layers (D = K·H; the paper's best)",
             "weighted": "weighted sum of the chosen layers (weights learned by the BiLSTM tagger)",
@@ -81,7 +81,7 @@ with tab_run:
                 argv += ["--max-train", str(int(max_train))]
             argv += ["--out", str(run_dir)]
             rec = Q.submit(argv, name=f"features {name.strip()}", run_dir=str(run_dir), root=root)
-            st.session_state["fx_show"] = run_dir.name
+            st.session_state["fx_show"], st.session_state["fx_show_job"] = run_dir.name, rec["id"]
             st.session_state.pop("fx_default_name", None)
             st.success(f"Queued job {rec['id']} for run **{run_dir.name}**; compare it in the next tab when it finishes.")
 
@@ -110,12 +110,12 @@ with tab_compare:
         runs = R.list_runs(root)
     fx_runs = [r for r in runs if r.get("kind") == "features"]
     ft_runs = [r for r in runs if r.get("kind") == "finetune"]
+    follow_queued_run(root, "fx", [r["name"] for r in fx_runs])
     if not fx_runs:
         st.info("No feature-based runs yet: launch one in the first tab.")
     else:
         names = [r["name"] for r in fx_runs]
-        idx = names.index(st.session_state["fx_show"]) if st.session_state.get("fx_show") in names else 0
-        fx_name = st.selectbox("Feature-based run", names, index=idx, key="fx_pick",
+        fx_name = st.selectbox("Feature-based run", names, key="fx_pick",
                                format_func=lambda n: next(f"{r['name']} ({r['effective_status']})" for r in fx_runs if r["name"] == n))
         fx = next(r for r in fx_runs if r["name"] == fx_name)
         ev = _eval(fx)

@@ -98,3 +98,35 @@ def precision_select(container=st, key=None) -> str:
     return container.selectbox("Precision", PRECISION_CHOICES, key=key,
                                help="auto: bf16 autocast (weights stay fp32) on a GPU and on CPUs with native bf16 "
                                     "units, where it measured faster; else fp32")
+
+
+def follow_queued_run(root: Path, prefix: str, listed) -> None:
+    """Follow the run this page just queued (its name and job id in session_state[f"{prefix}_show"] and
+    [f"{prefix}_show_job"]) into the run picker (session_state[f"{prefix}_pick"]). The run has no run.json until
+    its job starts, so the lists cannot show it yet: say so, and rerun the page once it exists (a page with no
+    live run never refreshes by itself); once listed it becomes the picker's choice, once. A job that ended
+    without creating its run (a bad argument, cancelled while queued) shows its error instead."""
+    name, job_id = st.session_state.get(f"{prefix}_show"), st.session_state.get(f"{prefix}_show_job")
+    if not name:
+        return
+    if name in listed:
+        st.session_state[f"{prefix}_pick"] = name
+        st.session_state.pop(f"{prefix}_show", None)
+        st.session_state.pop(f"{prefix}_show_job", None)
+        return
+    from studio import jobs as Q
+
+    def job_status():
+        job = Q.get(job_id, root) if job_id else None
+        return (job or {}).get("status", "queued"), (job or {}).get("error")
+    status, error = job_status()
+    if status not in ("queued", "running"):
+        st.error(f"{name}: its job {status} before the run started: {error or 'see the Jobs page for its log'}")
+        return
+    st.info(f"**{name}** is {status}; it appears here when its job starts writing the run (the Jobs page shows the queue).")
+
+    @st.fragment(run_every=3)
+    def poll():
+        if (Path(root) / name / "run.json").is_file() or job_status()[0] not in ("queued", "running"):
+            st.rerun()
+    poll()

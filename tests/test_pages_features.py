@@ -122,3 +122,28 @@ def test_running_run_shows_live_progress_then_results(tmp_path):
     assert not at.get("progress")
     assert [w.value for w in at.warning] == [results[1]["warning"]]
     assert any("dev entity F1 per epoch" in c.proto.spec for c in at.get("plotly_chart"))
+
+
+def test_a_just_queued_run_is_announced_until_it_starts(tmp_path, monkeypatch):
+    import studio.jobs as Q
+    root = tmp_path / "runs"
+    jobs = {"j1": {"status": "queued", "error": None}}
+    monkeypatch.setattr(Q, "get", lambda job_id, root=None: jobs.get(job_id))
+    write_run(root, "fx-old", "features", {"kind": "features", "model": "m", "task": "wnut16", "metric": "f1", "results": []})
+    at = app(root).run()
+    assert at.selectbox(key="fx_pick").value == "fx-old"
+    at.session_state["fx_show"], at.session_state["fx_show_job"] = "fx-new", "j1"  # what Launch leaves behind
+    at.run()
+    assert not at.exception, at.exception
+    assert any("fx-new** is queued" in i.value for i in at.info)
+    # the job starts and writes its run: the page lists it and the picker moves to it (once)
+    write_run(root, "fx-new", "features", {"kind": "features", "model": "m", "task": "wnut16", "metric": "f1", "results": []})
+    at.run()
+    assert at.selectbox(key="fx_pick").value == "fx-new" and not any("is queued" in i.value for i in at.info)
+    at.selectbox(key="fx_pick").set_value("fx-old").run()
+    assert at.selectbox(key="fx_pick").value == "fx-old"
+    # a job that failed before creating its run says why
+    at.session_state["fx_show"], at.session_state["fx_show_job"] = "fx-bad", "j2"
+    jobs["j2"] = {"status": "failed", "error": "error: the checkpoint folder /nope does not exist"}
+    at.run()
+    assert any("fx-bad: its job failed before the run started: error: the checkpoint folder /nope" in e.value for e in at.error)
