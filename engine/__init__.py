@@ -19,3 +19,6 @@ from engine.features import extract_features
 # `engine.pretrain` / `engine.finetune` through `from engine.pretrain import ...`)
 from engine.pretrain import PretrainConfig, pretrain
 from engine.finetune import FinetuneConfig, finetune
+from engine.analysis import (
+    attention_rollout, head_importance, head_statistics, value_weighted_attention, word_level,
+)
