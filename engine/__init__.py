@@ -1,7 +1,8 @@
 """BERT Studio engine: BERT pre-training, fine-tuning, probes and features in plain PyTorch (no UI imports).
 
 The notebook API (see README and ../shared/design.md): BertConfig, load_corpus, train_tokenizer, Tokenizer,
-load, save, mask_tokens, fill_mask, next_sentence, attention, extract_features, pretrain, finetune.
+load, save, mask_tokens, fill_mask, next_sentence, attention, extract_features, pretrain, finetune; the attention
+analyses attention_rollout, head_statistics, head_importance, value_weighted_attention, word_level (engine/analysis.py).
 """
 from engine.errors import EngineError
 from engine.config import BertConfig, PRESETS
