@@ -17,11 +17,11 @@ metrics, the spread per grid point across restarts, the best trial; rewritten at
 with `save_best`, `best/` (the fine-tuned encoder in the Hugging Face layout plus `head.safetensors` and
 `head.json`; `load_finetuned` reads it back).
 
-Speed on CPU: examples are bucketed by length (shuffled, then sorted inside chunks of 50 batches, the batch
-order shuffled again) and padded per batch, the encoder skips the padding (`unpad`), and evaluation runs in
-length order. `precision="auto"` trains and evaluates under bf16 autocast (fp32 weights, optimizer and losses)
-on CUDA and on CPUs with native bf16 units; on the 2-core Zen 4 a training step measured 1.25x (tiny) to 1.55x
-(small) faster than fp32 and MiniLM fine-tuning 1.25x end to end (BENCHMARKS.md). Elsewhere fp32.
+Speed on CPU: training batches are random (as in a plain loop; `length_batches` says why they are not grouped
+by length) and padded per batch, the encoder skips the padding (`unpad`), and evaluation runs in length order.
+`precision="auto"` trains and evaluates under bf16 autocast (fp32 weights, optimizer and losses) on CUDA and on
+CPUs with native bf16 units; on the 2-core Zen 4 a training step measured 1.25x (tiny) to 1.55x (small) faster
+than fp32 and MiniLM fine-tuning 1.25x end to end (BENCHMARKS.md). Elsewhere fp32.
 Departures from the paper: `max_train` subsamples the training set (a fixed sample, the same in every trial);
 the "keep the best epoch" selection evaluates on dev after each epoch of one schedule instead of training a
 separate model per epoch count (the grid still covers the epoch counts, each with its own decay schedule).
@@ -152,20 +152,25 @@ def subsample(items: list, n: Optional[int], seed: int = 0) -> list:
     return [items[i] for i in idx]
 
 
-def length_batches(lengths: list, batch_size: int, generator: torch.Generator = None, bucket: int = 50) -> list:
-    """Batches of indices. With a generator: shuffled, sorted by length inside chunks of `bucket` batches, then
-    the batches shuffled (less padding, still random). Without: every index in ascending length order."""
+def length_batches(lengths: list, batch_size: int, generator: torch.Generator = None) -> list:
+    """Batches of indices. With a generator (training): a random permutation cut into consecutive batches, the
+    batches a plain loop's shuffled DataLoader draws. Without (evaluation): every index in ascending length
+    order, so each batch pads little.
+
+    Training batches are not grouped by length. Sorting by length inside chunks of 50 batches (as this did up to
+    2026-11-24) makes every batch of a small data set one length band of the whole epoch (2,000 examples at batch
+    32 are 63 batches, all in one chunk), and nearly the same examples meet in the same batch every epoch. With
+    it MiniLM on 2,000 sentence pairs scored 0.68-0.69 where a plain transformers loop with the same
+    hyper-parameters scored 0.71-0.72 (issue 18); fed identical batches, the engine's model and optimizer give
+    that loop's losses to 1e-6, so the batches were the one difference left (examples/finetune_parity.py
+    compares the two). Padding costs little without grouping: the encoder's `unpad` runs every linear layer on the real tokens
+    only, so only the attention sees the padded length."""
     n = len(lengths)
     if generator is None:
         order = sorted(range(n), key=lambda i: lengths[i])
         return [order[i:i + batch_size] for i in range(0, n, batch_size)]
     perm = torch.randperm(n, generator=generator).tolist()
-    batches = []
-    for c in range(0, n, batch_size * bucket):
-        chunk = sorted(perm[c:c + batch_size * bucket], key=lambda i: lengths[i])
-        batches += [chunk[i:i + batch_size] for i in range(0, len(chunk), batch_size)]
-    order = torch.randperm(len(batches), generator=generator).tolist()
-    return [batches[i] for i in order]
+    return [perm[i:i + batch_size] for i in range(0, n, batch_size)]
 
 
 def _to(batch: dict, device) -> dict:

@@ -250,15 +250,28 @@ def test_bilstm_head_and_generator_init(synth):
     assert mc(ids[None].expand(3, 2, 7), None, None).shape == (3, 2)
 
 
-def test_length_batches_cover_everything_and_bucket():
+def test_length_batches_cover_everything_and_eval_in_length_order():
     lengths = [random.Random(i).randint(1, 100) for i in range(500)]
     b1 = length_batches(lengths, 16, torch.Generator().manual_seed(0))
     b2 = length_batches(lengths, 16, torch.Generator().manual_seed(1))
     assert sorted(i for b in b1 for i in b) == list(range(500)) and b1 != b2
-    spread = sum(max(lengths[i] for i in b) - min(lengths[i] for i in b) for b in b1) / len(b1)
-    assert spread < 20  # sorted within buckets: little padding
     ev = length_batches(lengths, 16)
     assert [lengths[i] for b in ev for i in b] == sorted(lengths)
+
+
+def test_training_batches_of_a_small_epoch_are_not_length_bands():
+    """Issue 18: with fewer batches than a sorting chunk, the old bucketing made every batch one length band of
+    the epoch, so a label that goes with length was segregated into one-label batches. Training batches now mix
+    lengths and labels like a plain shuffled loop."""
+    lengths = list(range(320))  # 10 batches of 32: fewer than the old chunk of 50 batches
+    labels = [int(n >= 160) for n in lengths]  # the label follows the length
+    for seed in range(3):
+        batches = length_batches(lengths, 32, torch.Generator().manual_seed(seed))
+        assert sorted(i for b in batches for i in b) == lengths
+        spans = [max(lengths[i] for i in b) - min(lengths[i] for i in b) for b in batches]
+        assert min(spans) > 150  # each batch spans the epoch's lengths (a length band spans 31)
+        mixes = [sum(labels[i] for i in b) / len(b) for b in batches]
+        assert all(0 < m < 1 for m in mixes)  # no one-label batch
 
 
 def test_config_and_task_errors(synth, tmp_path):
