@@ -1,12 +1,15 @@
 """Attention page: where each head looks, as plotly heatmaps, a bertviz-style head view and model view drawn
-offline (studio.attention_view), and the per-head difference between two checkpoints."""
+offline (studio.attention_view), the per-head difference between two checkpoints, and the analyses of
+engine.analysis (studio.attention_analysis): rollout, per-head statistics, word level, value-weighted attention,
+head importance."""
 import pandas as pd
 import streamlit as st
 
 from engine import probes
-from studio.attention_view import MAX_TOKENS, hide_special, long_csv, matrix_csv, render_head_view
-from studio.common import guard, list_model_choices, load_bundle, model_picker
-from studio.figures import attention_heatmap, head_diff_figure, model_view_figure, plotly_config
+from studio import attention_analysis as AA
+from studio.attention_view import MAX_TOKENS, head_view_html, hide_special, long_csv, matrix_csv, render_head_view
+from studio.common import chart_config, guard, list_model_choices, load_bundle, model_picker
+from studio.figures import attention_heatmap, head_diff_figure, model_view_figure
 
 HEAD_VIEW_CELLS = 1_500_000  # weights sent to the head view at most (layers x heads x T^2)
 MODEL_VIEW_CELLS = 400_000  # cells drawn by the model-view grid at most
@@ -14,7 +17,8 @@ LONG_CSV_ROWS = 300_000
 
 st.title("Attention")
 st.caption("Each layer has A heads; each head gives every token a probability distribution over the tokens it "
-           "attends to. Download any figure as PNG with the camera icon in its toolbar (top right).")
+           "attends to. Download any figure with the camera icon in its toolbar (top right; PNG or SVG as chosen in the "
+           "sidebar), tables as CSV, the head view as an HTML file that works offline.")
 
 path = model_picker("Model", key="att_model")
 bundle = None
@@ -56,7 +60,9 @@ if not layers or not heads:
     st.info("Select at least one layer and one head.")
     st.stop()
 
-tab_maps, tab_head, tab_model, tab_cmp = st.tabs(["Heatmaps", "Head view", "Model view", "Compare checkpoints"])
+(tab_maps, tab_head, tab_model, tab_cmp, tab_roll, tab_stats, tab_words, tab_vw, tab_imp) = st.tabs(
+    ["Heatmaps", "Head view", "Model view", "Compare checkpoints", "Rollout", "Head statistics", "Word level",
+     "Value-weighted", "Head importance"])
 
 with tab_maps:
     h1, h2 = st.columns(2)
@@ -64,7 +70,7 @@ with tab_maps:
     head = h2.selectbox("Head", heads, format_func=lambda h: f"head {h + 1}", key="att_map_head")
     m = view_att[layer, head]
     st.plotly_chart(attention_heatmap(m, view_tokens, title=f"Layer {layer + 1}, head {head + 1}"),
-                    config=plotly_config(f"attention-L{layer + 1}-H{head + 1}"), key="att_heatmap")
+                    config=chart_config(f"attention-L{layer + 1}-H{head + 1}"), key="att_heatmap")
     d1, d2 = st.columns(2)
     d1.download_button("Download this map as CSV", matrix_csv(m, view_tokens), file_name=f"attention-L{layer + 1}-H{head + 1}.csv",
                        mime="text/csv", on_click="ignore", key="att_csv_one")
@@ -85,6 +91,9 @@ with tab_head:
     st.caption("Lines join each token (left) to the tokens it attends to (right); darker = more weight, one colour per head.")
     with guard("Drawing the head view"):
         render_head_view(view_tokens, view_att, hv_layers, heads, notes=notes)
+        st.download_button("Download the head view as HTML (works offline)",
+                           head_view_html(view_tokens, view_att, hv_layers, heads, notes=notes)[0],
+                           file_name="head-view.html", mime="text/html", on_click="ignore", key="att_hv_html")
 
 with tab_model:
     panels = len(layers) * len(heads)
@@ -93,7 +102,7 @@ with tab_model:
         mv_T = max(8, int((MODEL_VIEW_CELLS / panels) ** 0.5))
         st.warning(f"Model view shows the first {mv_T} of {T} tokens for {panels} panels; select fewer layers/heads to see more.")
     st.plotly_chart(model_view_figure(view_att[:, :, :mv_T, :mv_T], view_tokens[:mv_T], layers, heads),
-                    config=plotly_config("attention-model-view"), key="att_model_view")
+                    config=chart_config("attention-model-view"), key="att_model_view")
 
 with tab_cmp:
     st.caption("The same input through a second model (e.g. BERT vs No NSP, or an early vs a late checkpoint of one run): "
@@ -112,7 +121,7 @@ with tab_cmp:
         with guard("Comparing the two models"):
             other = load_bundle(other_path)
             r = probes.compare_attention(bundle, other, sa, sb or None, metric=metric, top=10)
-            st.plotly_chart(head_diff_figure(r["diff"], metric, r["names"]), config=plotly_config("attention-head-difference"),
+            st.plotly_chart(head_diff_figure(r["diff"], metric, r["names"]), config=chart_config("attention-head-difference"),
                             key="att_diff_fig")
             top = pd.DataFrame([{"layer": l, "head": h, metric: round(v, 5)} for l, h, v in r["top"]])
             st.markdown("**Heads that changed most**")
@@ -125,6 +134,17 @@ with tab_cmp:
                 ctoks, a2 = hide_special(ctoks, a2, r["tokens"].special)
             s1, s2 = st.columns(2)
             s1.plotly_chart(attention_heatmap(a1, ctoks, title=f"{r['names'][0]}: layer {l}, head {h}", zmax=1.0),
-                            config=plotly_config("attention-compare-1"), key="att_cmp_1")
+                            config=chart_config("attention-compare-1"), key="att_cmp_1")
             s2.plotly_chart(attention_heatmap(a2, ctoks, title=f"{r['names'][1]}: layer {l}, head {h}", zmax=1.0),
-                            config=plotly_config("attention-compare-2"), key="att_cmp_2")
+                            config=chart_config("attention-compare-2"), key="att_cmp_2")
+
+with tab_roll:
+    AA.render_rollout(view_tokens, view_att)
+with tab_stats:
+    AA.render_head_statistics(bundle, sa, sb, view_tokens, view_att)
+with tab_words:
+    AA.render_word_level(view_tokens, view_att, layers, heads)
+with tab_vw:
+    AA.render_value_weighted(bundle, sa, sb, layers, heads)
+with tab_imp:
+    AA.render_head_importance(bundle, sa, sb)

@@ -25,6 +25,14 @@ def sidebar_runs_root():
         val = st.text_input("Runs folder", value=st.session_state.get("runs_root", DEFAULT_RUNS), key="runs_root_input",
                             help="Where runs, checkpoints and jobs are kept; every page reads and writes here.")
         st.session_state["runs_root"] = val
+        st.radio("Chart downloads", ("png", "svg"), key="chart_format", horizontal=True, format_func=str.upper,
+                 help="what the camera button in every chart's toolbar saves: PNG, or SVG (vector, for papers)")
+
+
+def chart_config(filename: str) -> dict:
+    """The plotly config of a chart whose toolbar download is named `filename`, in the sidebar's format."""
+    from studio.figures import plotly_config
+    return plotly_config(filename, st.session_state.get("chart_format", "png"))
 
 
 @contextmanager

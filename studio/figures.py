@@ -6,7 +6,8 @@
 - `attention_heatmap`: one layer/head as a heatmap with token labels (query rows, key columns).
 - `model_view_figure`: the bertviz-style "model view": a grid of small heatmaps, selected layers x heads.
 - `head_diff_figure`: per-head difference between two models (L x A).
-`PLOTLY_CONFIG` keeps the mode bar visible with a PNG download button; pages pass it as `config=`.
+`PLOTLY_CONFIG` keeps the mode bar visible with a PNG (or SVG: `plotly_config(name, "svg")`) download button;
+pages pass it as `config=` (studio.common.chart_config picks the format the sidebar chose).
 """
 import numpy as np
 import plotly.graph_objects as go
@@ -19,10 +20,14 @@ PLOTLY_CONFIG = {
 }
 
 
-def plotly_config(filename: str) -> dict:
-    """PLOTLY_CONFIG with the PNG download named `filename`."""
+IMAGE_FORMATS = ("png", "svg")  # what the toolbar's camera button downloads (the sidebar's choice)
+
+
+def plotly_config(filename: str, fmt: str = "png") -> dict:
+    """PLOTLY_CONFIG with the toolbar download named `filename`, as PNG or SVG (`fmt`; SVG for papers)."""
     cfg = dict(PLOTLY_CONFIG)
-    cfg["toImageButtonOptions"] = dict(PLOTLY_CONFIG["toImageButtonOptions"], filename=filename)
+    cfg["toImageButtonOptions"] = dict(PLOTLY_CONFIG["toImageButtonOptions"], filename=filename,
+                                       format=fmt if fmt in IMAGE_FORMATS else "png")
     return cfg
 
 

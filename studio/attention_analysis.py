@@ -1,0 +1,163 @@
+"""The Attention page's analysis tabs (engine.analysis): rollout, per-head statistics over a set of texts (a grid
+that opens the head), the word-level view, value-weighted attention beside the plain weights, and head
+importance. Each `render_*` draws one tab; the page only lays the tabs out."""
+import io
+
+import numpy as np
+import pandas as pd
+import streamlit as st
+
+from engine import analysis
+from studio.analysis_figures import STAT_LABELS, head_grid_figure, importance_figure, sample_texts, side_by_side_figure
+from studio.attention_view import matrix_csv
+from studio.common import chart_config, guard
+from studio.figures import attention_heatmap
+
+TEXT_SOURCES = ("this input", "BBC News (32 sentences)", "Wikipedia (32 sentences)", "my own texts")
+
+
+@st.cache_data(show_spinner="Reading the corpus…", max_entries=4)
+def _corpus_texts(corpus: str) -> list:
+    return sample_texts(corpus)
+
+
+@st.cache_data(show_spinner="Computing per-head statistics…", max_entries=8)
+def _head_statistics(_bundle, bundle_key: tuple, texts: tuple):
+    return analysis.head_statistics(_bundle, list(texts))
+
+
+def text_set(sa: str, sb: str, key: str) -> list:
+    """The texts a statistic is computed over, picked on the page (the input, a built-in corpus, or typed)."""
+    src = st.radio("Texts", TEXT_SOURCES, horizontal=True, key=f"{key}_source")
+    if src == "this input":
+        return [(sa, sb) if sb else sa]
+    if src.startswith("BBC"):
+        return _corpus_texts("bbc")
+    if src.startswith("Wikipedia"):
+        return _corpus_texts("wiki")
+    typed = st.text_area("One text per line", key=f"{key}_typed", value="the cat sat on the mat .\nshares fell sharply on monday .")
+    return [line.strip() for line in typed.splitlines() if line.strip()]
+
+
+def _df_csv(df: pd.DataFrame) -> str:
+    buf = io.StringIO()
+    df.to_csv(buf, index=False)
+    return buf.getvalue()
+
+
+def render_rollout(tokens, att):
+    st.caption("Attention rollout (Abnar & Zuidema 2020): each layer's heads averaged, the residual connection added "
+               "as an identity (0.5 A + 0.5 I), and the layers multiplied. Row i: how much of the last layer's token i "
+               "traces back to each input token. Rows sum to 1.")
+    r = analysis.rollout(att)
+    st.plotly_chart(attention_heatmap(r, tokens, title="Attention rollout through all layers"),
+                    config=chart_config("attention-rollout"), key="att_rollout_fig")
+    st.download_button("Download the rollout as CSV", matrix_csv(r, tokens), file_name="attention-rollout.csv",
+                       mime="text/csv", on_click="ignore", key="att_rollout_csv")
+
+
+def render_head_statistics(bundle, sa, sb, view_tokens, view_att):
+    st.caption("Per-head statistics (Clark et al. 2019, \"What Does BERT Look At?\"): the mean attention each head gives "
+               "to [CLS], [SEP], the token itself, its neighbours and punctuation, and the entropy of its attention, "
+               "over every token of the texts. Click a square (or pick the head below) to open that head on this input.")
+    texts = text_set(sa, sb, "att_stats")
+    stats = None
+    with guard("Computing the per-head statistics"):
+        stats = _head_statistics(bundle, (bundle.path, id(bundle)), tuple(texts))
+    if stats is None:
+        return
+    column = st.selectbox("Statistic", list(STAT_LABELS), format_func=STAT_LABELS.get, key="att_stats_col")
+    L, A = bundle.config.num_layers, bundle.config.num_heads
+    heads = [(l, h) for l in range(1, L + 1) for h in range(1, A + 1)]
+    key = f"att_stats_head_{L}x{A}"  # one picker per model shape
+    if st.session_state.get(key) not in heads:
+        st.session_state[key] = heads[0]
+    event = st.plotly_chart(head_grid_figure(stats, column, selected=st.session_state[key]),
+                            config=chart_config(f"head-statistics-{column}"), key="att_stats_grid",
+                            on_select="rerun", selection_mode="points")
+    selection = getattr(event, "selection", None) or {}
+    points = selection.get("points", []) if hasattr(selection, "get") else []
+    if points:  # a click on the grid opens that head (once per click, so the picker below still works)
+        clicked = (int(points[0]["y"]), int(points[0]["x"]))
+        if clicked in heads and clicked != st.session_state.get("att_stats_clicked"):
+            st.session_state["att_stats_clicked"] = clicked
+            st.session_state[key] = clicked
+            st.rerun()
+    st.caption(f"{len(texts)} text(s). Uniform attention over T tokens would give 1/T to each position and entropy ln T.")
+    l, h = st.selectbox("Open head", heads, key=key, format_func=lambda x: f"layer {x[0]}, head {x[1]}")
+    row = stats[(stats["layer"] == l) & (stats["head"] == h)].iloc[0]
+    cols = st.columns(len(STAT_LABELS))
+    for c, k in zip(cols, STAT_LABELS):
+        c.metric(k, f"{row[k]:.3f}", help=STAT_LABELS[k])
+    st.plotly_chart(attention_heatmap(view_att[l - 1, h - 1], view_tokens, title=f"Layer {l}, head {h} on this input"),
+                    config=chart_config(f"attention-L{l}-H{h}"), key="att_stats_head_fig")
+    st.dataframe(stats.round(4), hide_index=True, width="stretch")
+    st.download_button("Download the statistics as CSV", _df_csv(stats), file_name="head-statistics.csv", mime="text/csv",
+                       on_click="ignore", key="att_stats_csv")
+
+
+def render_word_level(tokens, att, layers, heads):
+    st.caption("WordPieces merged into words (Clark et al. 2019): attention *to* a word is the sum over its pieces, "
+               "attention *from* a word the mean over its pieces, so each row still sums to 1.")
+    words, watt = analysis.word_level(tokens, att)
+    c1, c2 = st.columns(2)
+    l = c1.selectbox("Layer", layers, format_func=lambda x: f"layer {x + 1}", key="att_word_layer")
+    h = c2.selectbox("Head", heads, format_func=lambda x: f"head {x + 1}", key="att_word_head")
+    st.caption(f"{len(tokens)} WordPieces → {len(words)} words")
+    st.plotly_chart(attention_heatmap(watt[l, h], words, title=f"Word level: layer {l + 1}, head {h + 1}"),
+                    config=chart_config(f"attention-words-L{l + 1}-H{h + 1}"), key="att_word_fig")
+    st.download_button("Download this word-level map as CSV", matrix_csv(watt[l, h], words),
+                       file_name=f"attention-words-L{l + 1}-H{h + 1}.csv", mime="text/csv", on_click="ignore", key="att_word_csv")
+
+
+def render_value_weighted(bundle, sa, sb, layers, heads):
+    st.caption("Value-weighted attention (Kobayashi et al. 2020): ||α f(x)||, the weight times the norm of the value "
+               "vector that the head actually passes on (through its slice of the output projection). A large weight "
+               "on a token whose vector is small (often [SEP] or [CLS]) moves little; shown here per row normalised "
+               "to sum to 1, beside the plain weights.")
+    res = None
+    with guard("Computing value-weighted attention"):
+        res = analysis.value_weighted_attention(bundle, sa, sb or None)
+    if res is None:
+        return
+    tokens, vw, att = res
+    c1, c2 = st.columns(2)
+    l = c1.selectbox("Layer", layers, format_func=lambda x: f"layer {x + 1}", key="att_vw_layer")
+    h = c2.selectbox("Head", heads, format_func=lambda x: f"head {x + 1}", key="att_vw_head")
+    m = vw[l, h]
+    s = m.sum(axis=-1, keepdims=True)
+    norm = np.divide(m, s, out=np.zeros_like(m), where=s > 0)
+    st.plotly_chart(side_by_side_figure(att[l, h], norm, list(tokens), (f"weights α, layer {l + 1} head {h + 1}",
+                                                                         "value-weighted ||α f(x)||, rows normalised")),
+                    config=chart_config(f"value-weighted-L{l + 1}-H{h + 1}"), key="att_vw_fig")
+    special = [j for j, t in enumerate(tokens) if t in ("[CLS]", "[SEP]")]
+    if special:
+        a_sp, v_sp = float(att[l, h][:, special].sum(-1).mean()), float(norm[:, special].sum(-1).mean())
+        st.markdown(f"Share on [CLS]/[SEP]: **{a_sp:.2f}** of the weights, **{v_sp:.2f}** of the value-weighted norms.")
+    st.download_button("Download the value-weighted map as CSV", matrix_csv(m, list(tokens)),
+                       file_name=f"value-weighted-L{l + 1}-H{h + 1}.csv", mime="text/csv", on_click="ignore", key="att_vw_csv")
+
+
+def render_head_importance(bundle, sa, sb):
+    st.caption("Head importance (Michel et al. 2019): the held-out masked-LM loss with one head masked minus the loss "
+               "with every head, on 15% of the WordPieces masked (the same positions for every head). Positive: the "
+               "model needs the head; near 0: it can do without. One forward pass per head.")
+    texts = text_set(sa, sb, "att_imp")
+    if st.button(f"Score {bundle.config.num_layers * bundle.config.num_heads} heads on {len(texts)} text(s)", key="att_imp_go"):
+        with guard("Scoring the heads"):
+            with st.spinner("Masking one head at a time…"):
+                imp = analysis.head_importance(bundle, texts)
+            st.session_state["att_imp_result"] = {"model": bundle.path, "n": len(texts), "imp": np.asarray(imp),
+                                                  "base": imp.base_loss, "positions": imp.n_positions}
+    res = st.session_state.get("att_imp_result")
+    if not res or res["model"] != bundle.path:
+        return
+    imp = res["imp"]
+    st.plotly_chart(importance_figure(imp, res["base"]), config=chart_config("head-importance"), key="att_imp_fig")
+    order = np.argsort(-imp, axis=None)
+    df = pd.DataFrame([{"layer": int(i // imp.shape[1]) + 1, "head": int(i % imp.shape[1]) + 1, "delta_loss": float(imp.flat[i])}
+                       for i in order])
+    st.caption(f"{res['positions']} masked WordPieces over {res['n']} text(s); MLM loss with every head {res['base']:.4f}.")
+    st.dataframe(df.round(5), hide_index=True, width="stretch")
+    st.download_button("Download head importance as CSV", _df_csv(df), file_name="head-importance.csv", mime="text/csv",
+                       on_click="ignore", key="att_imp_csv")
