@@ -142,6 +142,7 @@ def test_study_json_round_trip(tmp_path):
         s = A.get_study(name, classroom_scale=True)
         back = A.study_from_dict(json.loads(json.dumps(s.to_dict())))
         assert back == s
+        assert back.finding_check is s.finding_check is not None  # each built-in study carries its own check
         assert [j.argv for j in A.plan(back, tmp_path)] == [j.argv for j in A.plan(s, tmp_path)]
 
 

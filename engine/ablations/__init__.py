@@ -1,0 +1,31 @@
+"""Ablation studies: the paper's Tables 5, 6, 7 and 8 and Figure 5 at classroom scale.
+
+An ablation study is a base configuration plus named variants, each a small override of the base. A study becomes
+a list of jobs, each one `python -m engine ...` command: per seed and variant, a `pretrain` run, then the study's
+downstream evaluations of it. The jobs go to the job queue, which runs them one at a time and survives restarts,
+or run here one after another (`--foreground`). The study's state lives in `<runs_root>/studies/<name>/study.json`,
+its runs in `<runs_root>/studies/<name>/runs/`. `collect_results(study_dir)` reads them back into the paper's
+layout and checks the paper's qualitative finding.
+
+One module per job, read in this order:
+- study.py    what a study is: the dataclasses (PretrainArgs, FinetuneArgs, FeatureArgs, Evaluation, Variant, Study)
+- findings.py the comparisons a finding check is made of (means per variant, "a better than b")
+- paper.py    the built-in studies (`STUDIES`), each with the paper's finding and its check; classroom scale
+- planner.py  study -> jobs (`plan`)
+- folders.py  study folders and study.json
+- runner.py   launching (queue or foreground) and each job's state (`launch`, `run_foreground`, `job_states`)
+- results.py  reading results back: tables, curves, checks (`collect_results`)
+- cli.py      `python -m engine ablate run|show|resume|list`
+"""
+from engine.ablations.cli import main
+from engine.ablations.folders import (STUDY_JSON, list_studies, new_study_dir, read_study, studies_root, update_job,
+                                      write_study)
+from engine.ablations.paper import (BBC, CLASSROOM_FINETUNE, CLASSROOM_PRETRAIN, FEATURE_ROWS, ROBUST_SPREAD,
+                                    SHARED_DATA, SMALL_GRID, STUDIES, TABLE8_ROWS, WNUT, classroom, default_evaluations,
+                                    get_study, mask_ratios_for_row, shared_evaluations, table8_label)
+from engine.ablations.planner import Job, plan
+from engine.ablations.results import (StudyResults, _read_json, best_score, collect_results, combination_score,
+                                      final_pretrain_metrics, fmt_cell, paper_table, pretrain_eval_records, summarise)
+from engine.ablations.runner import REPO_ROOT, job_states, launch, run_foreground
+from engine.ablations.study import (Evaluation, FeatureArgs, FinetuneArgs, PretrainArgs, Study, Variant, describe,
+                                    study_from_dict)

@@ -1,0 +1,108 @@
+"""`python -m engine ablate run|show|resume|list`: plan and launch a study, print its table and the paper's finding."""
+import argparse
+import json
+from dataclasses import replace
+
+from engine.ablations.folders import list_studies, studies_root
+from engine.ablations.paper import BBC, SHARED_DATA, STUDIES, WNUT, get_study, shared_evaluations
+from engine.ablations.planner import plan
+from engine.ablations.results import StudyResults, collect_results, final_pretrain_metrics
+from engine.ablations.runner import launch, run_foreground
+from engine.ablations.study import describe
+from engine.errors import EngineError
+
+
+def _parse_tasks(arg: str) -> tuple:
+    known = {"bbc-topic": BBC, "wnut16": WNUT}
+    for e in shared_evaluations():
+        known[e.name.split()[0].lower()] = e
+    out = []
+    for t in [x.strip() for x in arg.split(",") if x.strip()]:
+        if t not in known:
+            raise EngineError(f"unknown evaluation '{t}' for --tasks; choose from {', '.join(known)}"
+                              + ("" if SHARED_DATA.is_dir() else " (rte and cola need ../shared/data)"))
+        out.append(known[t])
+    if not out:
+        raise EngineError("--tasks is empty; give e.g. bbc-topic,wnut16")
+    return tuple(out)
+
+
+def main(argv: list) -> int:
+    p = argparse.ArgumentParser(prog="python -m engine ablate", description="Run or summarise an ablation study (paper Tables 5-8, Figure 5).")
+    sub = p.add_subparsers(dest="cmd", required=True)
+    r = sub.add_parser("run", help="plan a study and queue its jobs (or run them here with --foreground)")
+    r.add_argument("study", help=", ".join(STUDIES))
+    r.add_argument("--classroom", action="store_true", help="classroom scale: the classroom pre-training default, one seed, one fine-tuning grid point (about 20-30 min on 2 CPU cores)")
+    r.add_argument("--seeds", type=int, default=None, help="number of seeds (0..N-1); default: 3, or 1 at classroom scale")
+    r.add_argument("--tasks", default=None, help="downstream evaluations, e.g. bbc-topic,wnut16,rte,cola (default: the study's)")
+    r.add_argument("--steps", type=int, default=None, help="override the pre-training steps of every variant")
+    r.add_argument("--runs-root", default=None, help="runs folder (default $BERT_STUDIO_RUNS or ./runs)")
+    r.add_argument("--name", default=None, help="study folder name (default: the study's name)")
+    r.add_argument("--foreground", action="store_true", help="run the jobs here one after another instead of queueing them")
+    r.add_argument("--dry-run", action="store_true", help="print the job command lines and stop")
+    s = sub.add_parser("show", help="print a study's results table and the paper's finding")
+    s.add_argument("study_dir")
+    s.add_argument("--csv", default=None, help="also write the results (mean, std, n per variant and task) to this CSV file")
+    c = sub.add_parser("resume", help="run a study's unfinished jobs here (foreground)")
+    c.add_argument("study_dir")
+    sub.add_parser("list", help="list the built-in studies and the studies under the runs folder")
+    a = p.parse_args(argv)
+
+    if a.cmd == "list":
+        for name in STUDIES:
+            print(describe(get_study(name)) + "\n")
+        found = list_studies()
+        if found:
+            print("studies under the runs folder:")
+            for s_ in found:
+                print(f"  {s_['path']}  ({s_['study']}, {s_['jobs']} jobs, created {s_['created']})")
+        return 0
+    if a.cmd == "run":
+        ev = _parse_tasks(a.tasks) if a.tasks else None
+        study = get_study(a.study, classroom_scale=a.classroom, seeds=a.seeds, evaluations=ev)
+        if a.tasks and a.classroom:
+            study = replace(study, evaluations=ev)
+        if a.steps is not None:
+            if a.steps < 1:
+                raise EngineError(f"--steps must be positive (got {a.steps})")
+            study = replace(study, base=replace(study.base, steps=a.steps))
+        print(describe(study))
+        if a.dry_run:
+            for j in plan(study, studies_root(a.runs_root) / (a.name or study.name)):
+                print(" ".join(["python -m engine"] + j.argv))
+            return 0
+        d = launch(study, runs_root=a.runs_root, name=a.name, foreground=a.foreground)
+        if a.foreground:
+            _print_results(collect_results(d))
+        print(f"study folder: {d}")
+        return 0
+    if a.cmd == "resume":
+        counts = run_foreground(a.study_dir)
+        print(json.dumps(counts))
+        _print_results(collect_results(a.study_dir))
+        return 0
+    res = collect_results(a.study_dir)
+    _print_results(res)
+    if a.csv:
+        res.to_csv(a.csv)
+        print(f"wrote {a.csv}")
+    return 0
+
+
+def _print_results(res: StudyResults) -> None:
+    import pandas as pd
+
+    pr = res.progress
+    print(f"\n{res.study.title}: {pr.get('finished', 0)}/{pr['total']} jobs finished"
+          + (f", {pr['failed']} failed" if pr.get("failed") else "")
+          + (f" ({pr['seconds'] / 60:.1f} min of jobs)" if pr.get("seconds") else ""))
+    with pd.option_context("display.max_columns", None, "display.width", 200):
+        print(res.table.to_string())
+    final = final_pretrain_metrics(res.curves)
+    if len(final):
+        print("\nheld-out pre-training metrics at the last step (lm_* = next-token for LTR):")
+        print(final.to_string(index=False))
+    print(f"\npaper: {res.finding}")
+    for c in res.checks:
+        mark = {True: "yes", False: "NO", None: "?"}[c["reproduced"]]
+        print(f"  [{mark}] {c['claim']}: {c['detail']}")

@@ -1,0 +1,322 @@
+"""The paper's ablation studies at classroom scale: Tables 5, 6, 7 and 8 and Figure 5, each with the paper's
+qualitative finding and its check against our results.
+
+- `pretraining-tasks` (Table 5): BERT (mlm+nsp), No NSP (mlm), LTR & No NSP (ltr), LTR & No NSP + BiLSTM
+  (the ltr model fine-tuned with a randomly initialised BiLSTM on top: `finetune --bilstm`).
+- `model-size` (Table 6): a small grid of L/H/A at equal training, plus held-out MLM perplexity.
+- `feature-based` (Table 7): frozen-feature combinations (`engine features`, BiLSTM tagger on WNUT-16 NER)
+  next to fine-tuning the same model.
+- `masking` (Table 8): the six MASK/SAME/RND rows, fine-tuned and feature-based (concat of the last four).
+- `training-steps` (Figure 5): downstream score of the checkpoints after k steps, MLM vs LTR.
+
+Departures from the paper, all of scale: tiny/mini models pre-trained for minutes on the BBC corpus instead of
+BERT-BASE for a million steps on 3.3B words; the downstream tasks are the built-in `bbc-topic` (topic
+classification, standing in for GLUE) and `wnut16` (NER, standing in for CoNLL-2003), plus RTE and CoLA from
+`../shared/data` when that folder is present; a "reproduced?" check is a direction (A ≥ B), never a size.
+Table 8's rows are printed MASK/SAME/RND as in the paper, while `--mask-ratios` takes MASK,RANDOM,SAME:
+`mask_ratios_for_row` maps one to the other.
+"""
+from dataclasses import replace
+from pathlib import Path
+
+from engine.ablations.findings import NOT_YET, claim, compare, means
+from engine.ablations.study import (Evaluation, FeatureArgs, FinetuneArgs, PretrainArgs, Study, Variant, number_arg,
+                                    pretrain_column_name)
+from engine.errors import EngineError
+
+SHARED_DATA = Path(__file__).resolve().parents[3] / "shared" / "data"  # ../shared/data beside the repo
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Table 8's rows: MASK / SAME / RND in the paper, MASK,RANDOM,SAME for --mask-ratios
+
+TABLE8_ROWS = [(80, 10, 10), (100, 0, 0), (80, 0, 20), (80, 20, 0), (0, 20, 80), (0, 0, 100)]  # (MASK, SAME, RND) %
+
+
+def mask_ratios_for_row(mask: int, same: int, rnd: int) -> tuple:
+    """A Table 8 row (MASK %, SAME %, RND %) as the (MASK, RANDOM, SAME) fractions `--mask-ratios` takes."""
+    if mask + same + rnd != 100 or min(mask, same, rnd) < 0:
+        raise EngineError(f"masking row {mask}/{same}/{rnd} must be three non-negative percentages summing to 100")
+    return (mask / 100, rnd / 100, same / 100)
+
+
+def table8_label(mask: int, same: int, rnd: int) -> str:
+    return f"MASK {mask} / SAME {same} / RND {rnd}"
+
+
+# ---------------------------------------------------------------------------------------------------------
+# downstream evaluations
+
+BBC = Evaluation("BBC topic (acc)", "bbc-topic", "accuracy")
+WNUT = Evaluation("WNUT-16 NER (F1)", "wnut16", "f1")
+
+
+def shared_evaluations(data_dir=None) -> list:
+    """RTE (accuracy) and CoLA (Matthews) from ../shared/data when the files are there, else []."""
+    d = Path(data_dir) if data_dir is not None else SHARED_DATA
+    out = []
+    if (d / "rte" / "train.tsv").is_file() and (d / "rte" / "dev.tsv").is_file():
+        out.append(Evaluation("RTE (acc)", "glue", "accuracy", train=str(d / "rte" / "train.tsv"), dev=str(d / "rte" / "dev.tsv")))
+    if (d / "cola" / "train.tsv").is_file() and (d / "cola" / "dev.tsv").is_file():
+        out.append(Evaluation("CoLA (MCC)", "glue", "mcc", train=str(d / "cola" / "train.tsv"), dev=str(d / "cola" / "dev.tsv")))
+    return out
+
+
+def default_evaluations(data_dir=None) -> tuple:
+    return tuple([BBC, WNUT] + shared_evaluations(data_dir))
+
+
+# ---------------------------------------------------------------------------------------------------------
+# the built-in studies
+
+# a tiny model's fine-tuning grid: tiny models from scratch want larger learning rates than BERT-BASE
+SMALL_GRID = FinetuneArgs(lr=(1e-4, 5e-5), batch_size=(32,), epochs=(3,), restarts=1, max_train=None, max_seq_len=128)
+
+
+def pretraining_tasks_study(evaluations=None) -> Study:
+    return Study(
+        name="pretraining-tasks", title="Table 5: pre-training tasks",
+        description="The same tiny model pre-trained with MLM+NSP (BERT), MLM only (No NSP) and a left-to-right LM "
+                    "(LTR & No NSP, causal attention kept at fine-tuning); the last row fine-tunes the LTR model "
+                    "with a randomly initialised BiLSTM on top.",
+        finding="Removing NSP hurts (BERT ≥ No NSP, most on QNLI, MNLI and SQuAD); the left-to-right model is worse "
+                "than the MLM model on every task; a BiLSTM on top helps LTR on SQuAD but stays far below the "
+                "bidirectional model, and hurts GLUE.",
+        base=PretrainArgs(preset="tiny", objective="mlm+nsp", steps=3000, batch_size=32, seq_len=128),
+        finetune=SMALL_GRID,
+        variants=(
+            Variant("BERT (MLM + NSP)", {"objective": "mlm+nsp"}, note="the paper's BERT"),
+            Variant("No NSP", {"objective": "mlm"}, note="masked LM only, single-segment inputs"),
+            Variant("LTR & No NSP", {"objective": "ltr"}, note="left-to-right LM, causal attention also when fine-tuned"),
+            Variant("+ BiLSTM", finetune={"bilstm": True}, reuse="LTR & No NSP",
+                    note="the LTR model fine-tuned with a randomly initialised BiLSTM on top"),
+        ),
+        evaluations=evaluations if evaluations is not None else default_evaluations(),
+        finding_check=check_pretraining_tasks,
+    )
+
+
+def check_pretraining_tasks(study: Study, summary) -> list:
+    m, cols = means(summary), [e.name for e in study.evaluations]
+    bert, nonsp, ltr, bilstm = (v.name for v in study.variants[:4])
+    return [
+        claim(f"{bert} ≥ {nonsp} on average (removing NSP hurts)", compare(m, bert, nonsp, cols, every=False, strict=False)),
+        claim(f"{nonsp} > {ltr} on every task (MLM beats left-to-right)", compare(m, nonsp, ltr, cols, every=True, strict=True)),
+        claim(f"{nonsp} > LTR {bilstm} on every task (the BiLSTM does not close the gap)",
+              compare(m, nonsp, bilstm, cols, every=True, strict=True)),
+    ]
+
+
+def model_size_study(evaluations=None) -> Study:
+    return Study(
+        name="model-size", title="Table 6: model size",
+        description="Layers L, hidden size H and heads A grow at equal pre-training (same steps, batch and data).",
+        finding="Larger models are better on every task, even the small data sets; held-out MLM perplexity falls "
+                "with size.",
+        base=PretrainArgs(preset="tiny", objective="mlm+nsp", steps=3000, batch_size=32, seq_len=128),
+        finetune=SMALL_GRID,
+        variants=(
+            Variant("L=2 H=128 A=2", {"layers": 2, "hidden": 128, "heads": 2}),
+            Variant("L=4 H=128 A=2", {"layers": 4, "hidden": 128, "heads": 2}),
+            Variant("L=4 H=256 A=4", {"layers": 4, "hidden": 256, "heads": 4}),
+        ),
+        evaluations=evaluations if evaluations is not None else default_evaluations(),
+        pretrain_columns=("mlm_ppl",),
+        finding_check=check_model_size,
+    )
+
+
+def check_model_size(study: Study, summary) -> list:
+    m, cols = means(summary), [e.name for e in study.evaluations]
+    small, big = study.variants[0].name, study.variants[-1].name
+    checks = [claim(f"{big} ≥ {small} on every task (bigger is better)", compare(m, big, small, cols, every=True, strict=False))]
+    ppl = [m.get(v.name, {}).get(pretrain_column_name("mlm_ppl")) for v in study.variants]
+    if any(p is None for p in ppl):
+        checks.append(claim("held-out MLM perplexity falls with size", NOT_YET))
+    else:
+        checks.append(claim("held-out MLM perplexity falls with size",
+                            {"reproduced": all(b <= a for a, b in zip(ppl, ppl[1:])), "detail": " → ".join(f"{p:.1f}" for p in ppl)}))
+    return checks
+
+
+FEATURE_ROWS = [
+    ("Embeddings", FeatureArgs(combine="embeddings")),
+    ("Second-to-last hidden", FeatureArgs(combine="second-to-last")),
+    ("Last hidden", FeatureArgs(combine="last")),
+    ("Weighted sum last four hidden", FeatureArgs(layers="-1,-2,-3,-4", combine="weighted")),
+    ("Concat last four hidden", FeatureArgs(layers="-1,-2,-3,-4", combine="concat")),
+    ("Weighted sum all layers", FeatureArgs(layers="-1,-2,-3,-4", combine="all-weighted")),
+]
+
+
+def feature_based_study(evaluations=None) -> Study:
+    return Study(
+        name="feature-based", title="Table 7: feature-based vs fine-tuning (NER)",
+        description="Frozen activations of one model fed to a two-layer BiLSTM tagger, for the paper's combinations of "
+                    "layers, next to fine-tuning the whole model. The model is MiniLM (real pre-trained weights, 6 "
+                    "layers) so that 'the last four' exist.",
+        finding="Concatenating the top four hidden layers is the best feature-based combination, only slightly below "
+                "fine-tuning the whole model; the embeddings alone are far worse.",
+        base=PretrainArgs(),  # unused: the study evaluates a fixed model
+        finetune=FinetuneArgs(lr=(5e-5,), batch_size=(32,), epochs=(3,), restarts=1, max_seq_len=128),
+        variants=(Variant("Fine-tuning", note="all parameters trained"),)
+        + tuple(Variant(name, features=fa, note=f"--combine {fa.combine} --layers {fa.layers}") for name, fa in FEATURE_ROWS),
+        evaluations=evaluations if evaluations is not None else (WNUT,),
+        model="minilm",
+        finding_check=check_feature_based,
+    )
+
+
+def check_feature_based(study: Study, summary) -> list:
+    m, col = means(summary), study.evaluations[0].name
+    ft = m.get("Fine-tuning", {}).get(col)
+    fb = {v.name: m.get(v.name, {}).get(col) for v in study.variants if v.features is not None}
+    fb = {k: x for k, x in fb.items() if x is not None}  # feature-based row -> its score
+    concat = next((v.name for v in study.variants if v.features is not None and v.features.combine == "concat"), None)
+    emb = next((v.name for v in study.variants if v.features is not None and v.features.combine == "embeddings"), None)
+    checks = []
+    best = max(fb, key=fb.get) if fb else None
+    if len(fb) < 2 or concat not in fb:
+        checks.append(claim("concatenating the last four layers is the best feature-based combination", NOT_YET))
+    else:
+        checks.append(claim("concatenating the last four layers is the best feature-based combination",
+                            {"reproduced": fb[concat] >= fb[best] - 1e-12,
+                             "detail": f"best: {best} {100 * fb[best]:.1f}; concat {100 * fb[concat]:.1f}"}))
+    if ft is None or not fb:
+        checks.append(claim("fine-tuning ≥ the best feature-based combination", NOT_YET))
+    else:
+        checks.append(claim("fine-tuning ≥ the best feature-based combination",
+                            {"reproduced": ft >= fb[best], "detail": f"fine-tuning {100 * ft:.1f} vs {best} {100 * fb[best]:.1f}"}))
+    if emb in fb and len(fb) >= 2:
+        checks.append(claim("the embeddings alone are the worst",
+                            {"reproduced": fb[emb] <= min(fb.values()),
+                             "detail": f"embeddings {100 * fb[emb]:.1f}, worst {100 * min(fb.values()):.1f}"}))
+    return checks
+
+
+def masking_study(evaluations=None) -> Study:
+    ner_features = Evaluation("WNUT-16 NER feature-based (F1)", "wnut16", "f1",
+                              features=FeatureArgs(layers="-1,-2,-3,-4", combine="concat"))
+    return Study(
+        name="masking", title="Table 8: masking procedure",
+        description="Of the 15% selected positions: the share replaced by [MASK] (MASK), kept unchanged (SAME) or "
+                    "replaced by a random token (RND). Four layers (L=4 H=128 A=2) so the feature-based column can concatenate the last four.",
+        finding="Fine-tuning is robust to the masking strategy; MASK-only hurts the feature-based NER (a mismatch "
+                "between pre-training and use); RND-only is clearly worse than BERT's 80/10/10.",
+        base=PretrainArgs(preset="tiny", layers=4, hidden=128, heads=2, objective="mlm+nsp", steps=3000, batch_size=32, seq_len=128),
+        finetune=SMALL_GRID,
+        variants=tuple(Variant(table8_label(m, s, r), {"mask_ratios": mask_ratios_for_row(m, s, r)},
+                               note=f"--mask-ratios {','.join(number_arg(x) for x in mask_ratios_for_row(m, s, r))}")
+                       for m, s, r in TABLE8_ROWS),
+        evaluations=evaluations if evaluations is not None else (BBC, WNUT, ner_features),
+        finding_check=check_masking,
+    )
+
+
+ROBUST_SPREAD = 0.03  # "robust": the best and worst of the six rows within 3 points (the paper's MNLI spread is under 1)
+
+
+def check_masking(study: Study, summary) -> list:
+    m, rows = means(summary), [v.name for v in study.variants]
+    bert, mask_only, rnd_only = rows[0], rows[1], rows[-1]
+    ft_cols = [e.name for e in study.evaluations if e.features is None]
+    fb_cols = [e.name for e in study.evaluations if e.features is not None]
+    spreads = {}  # fine-tuned column -> best minus worst row
+    for c in ft_cols:
+        vals = [m[r][c] for r in rows if c in m.get(r, {})]
+        if len(vals) >= 2:
+            spreads[c] = max(vals) - min(vals)
+    robust = "fine-tuning is robust to the masking strategy (spread across rows ≤ 3 points)"
+    if spreads:
+        checks = [claim(robust, {"reproduced": all(s <= ROBUST_SPREAD for s in spreads.values()),
+                                 "detail": "; ".join(f"{c}: spread {100 * s:.1f}" for c, s in spreads.items())})]
+    else:
+        checks = [claim(robust, NOT_YET)]
+    if fb_cols:
+        checks.append(claim(f"feature-based: {bert} ≥ {mask_only} (MASK-only hurts)",
+                            compare(m, bert, mask_only, fb_cols, every=True, strict=False)))
+    checks.append(claim(f"{bert} > {rnd_only} (RND-only is worse)", compare(m, bert, rnd_only, ft_cols + fb_cols, every=False, strict=True)))
+    return checks
+
+
+def training_steps_study(evaluations=None) -> Study:
+    return Study(
+        name="training-steps", title="Figure 5: pre-training steps",
+        description="Checkpoints after k pre-training steps, each fine-tuned downstream; BERT's MLM against a "
+                    "left-to-right LM.",
+        finding="More pre-training steps give better downstream scores; MLM converges slightly slower than LTR in "
+                "pre-training but scores higher downstream almost from the start.",
+        base=PretrainArgs(preset="tiny", objective="mlm+nsp", steps=3000, batch_size=32, seq_len=128, save_every=500),
+        finetune=SMALL_GRID,
+        variants=(Variant("MLM (BERT)", {"objective": "mlm+nsp"}), Variant("LTR", {"objective": "ltr"})),
+        evaluations=evaluations if evaluations is not None else (BBC,),
+        checkpoint_steps=(500, 1000, 2000, 3000),
+        finding_check=check_training_steps,
+    )
+
+
+def check_training_steps(study: Study, summary) -> list:
+    steps_means = {}  # (variant, column) -> {step: mean}
+    for _, r in summary.iterrows() if len(summary) else []:
+        if r["step"] is not None:
+            steps_means.setdefault((r["variant"], r["column"]), {})[int(r["step"])] = float(r["mean"])
+    checks = []
+    for v in study.variants:
+        pairs = [(c, d) for (vv, c), d in steps_means.items() if vv == v.name and len(d) >= 2]
+        if not pairs:
+            checks.append(claim(f"{v.name}: more pre-training steps score higher", NOT_YET))
+            continue
+        checks.append(claim(f"{v.name}: more pre-training steps score higher", {
+            "reproduced": all(d[max(d)] >= d[min(d)] for _, d in pairs),
+            "detail": "; ".join(f"{c}: step {min(d)} {100 * d[min(d)]:.1f} → step {max(d)} {100 * d[max(d)]:.1f}" for c, d in pairs)}))
+    if len(study.variants) >= 2:
+        a, b = study.variants[0].name, study.variants[1].name
+        checks.append(claim(f"{a} > {b} at the last checkpoint",
+                            compare(means(summary), a, b, [e.name for e in study.evaluations], every=True, strict=True)))
+    return checks
+
+
+# a plain dict of the built-in studies (name -> builder)
+STUDIES = {
+    "pretraining-tasks": pretraining_tasks_study,
+    "model-size": model_size_study,
+    "feature-based": feature_based_study,
+    "masking": masking_study,
+    "training-steps": training_steps_study,
+}
+
+# Classroom scale: each pre-training run is `python -m engine pretrain`'s classroom default (tiny, batch 16 x 128,
+# 2,000 steps; the same values as engine.pretrain.PretrainConfig's defaults, kept here without importing torch),
+# one seed and one fine-tuning grid point, so the classroom Table 5 (3 pre-training runs + 8 fine-tunes) finishes
+# within an hour on a 2-core CPU (measured: BENCHMARKS.md).
+CLASSROOM_PRETRAIN = dict(preset="tiny", steps=2000, batch_size=16, seq_len=128, eval_every=200)
+# A tiny model trained for minutes wants a far larger fine-tuning rate than BERT-BASE's 5e-5 (Google's small
+# BERTs go up to 5e-4; at 3e-4 three epochs left the tiny models under-fitted in our trials, 1e-3 for five did not).
+CLASSROOM_FINETUNE = FinetuneArgs(lr=(1e-3,), batch_size=(32,), epochs=(5,), restarts=1, max_train=None, max_seq_len=128)
+
+
+def classroom(study: Study) -> Study:
+    """The study at classroom scale: tiny pre-training, one seed, one fine-tuning grid point (lr 1e-3, 5 epochs)."""
+    base = replace(study.base, **CLASSROOM_PRETRAIN)
+    ev = tuple(e for e in study.evaluations if e.task in ("bbc-topic", "wnut16"))
+    steps = study.checkpoint_steps
+    if steps:
+        k = base.steps
+        steps = tuple(sorted({max(1, k // 4), k // 2, k}))
+        base = replace(base, save_every=max(1, k // 4))
+    fin = replace(CLASSROOM_FINETUNE, lr=(5e-5,)) if study.model else CLASSROOM_FINETUNE
+    return replace(study, base=base, finetune=fin, evaluations=ev or study.evaluations[:1], seeds=(0,),
+                   checkpoint_steps=steps, classroom=True, title=study.title + " (classroom scale)")
+
+
+def get_study(name: str, classroom_scale: bool = False, seeds: int = None, evaluations=None) -> Study:
+    if name not in STUDIES:
+        raise EngineError(f"unknown study '{name}'; choose one of {', '.join(STUDIES)}")
+    study = STUDIES[name](evaluations)
+    if classroom_scale:
+        study = classroom(study)
+    if seeds is not None:
+        if seeds < 1:
+            raise EngineError(f"--seeds must be at least 1 (got {seeds})")
+        study = replace(study, seeds=tuple(range(seeds)))
+    return study

@@ -1,0 +1,88 @@
+"""A study becomes jobs: per seed and variant, a `pretrain` run, then the study's downstream evaluations of it
+(`finetune`, or `features` for the feature-based rows), each one `python -m engine ...` command line.
+
+A study's jobs run one at a time, in `plan`'s order, through the job queue or in the foreground
+(`engine.ablations.runner`); each writes its own run folder under `<study folder>/runs/`.
+"""
+from dataclasses import dataclass
+from pathlib import Path
+
+from engine.ablations.study import Evaluation, FeatureArgs, Study, Variant
+
+
+@dataclass
+class Job:
+    key: str  # unique in the study: "pretrain/<variant>/s0", "eval/<variant>/s0/<evaluation>[/step-k]"
+    kind: str  # pretrain | finetune | features
+    argv: list  # the engine command line, without `python -m engine`
+    out: str  # its run folder, relative to the study folder
+    variant: str  # the row it belongs to (a grouped features job: its first row)
+    seed: int
+    evaluation: str = None  # the Evaluation name (None for pre-training)
+    step: int = None  # Figure 5: the checkpoint's step
+    combines: dict = None  # features jobs: {variant: --combine value} of every row whose score it produces
+
+
+def _eval_argv(study: Study, variant: Variant, ev: Evaluation, model: str, seed: int, out: str, feats: FeatureArgs = None):
+    """(kind, argv) of one downstream evaluation of `model`: `engine features` when `feats`, else `engine finetune`."""
+    files = []
+    if ev.train:
+        files += ["--train", ev.train]
+    if ev.dev:
+        files += ["--dev", ev.dev]
+    fa = study.finetune_args(variant)
+    if feats is not None:
+        a = ["features", "--model", model, "--task", ev.task] + files + feats.argv()
+        if fa.max_train is not None:
+            a += ["--max-train", str(fa.max_train)]
+        return "features", a + ["--seed", str(seed), "--out", out]
+    a = ["finetune", "--model", model, "--task", ev.task] + files + fa.argv()
+    return "finetune", a + ["--seed", str(seed), "--out", out]
+
+
+def plan(study: Study, study_dir) -> list:
+    """The study's jobs in the order they should run: seed by seed, each variant's pre-training then its evaluations.
+
+    Feature-based rows of a fixed model (Table 7) share one `engine features --combine a,b,...` job per seed and
+    evaluation: the features are extracted once and each combination's classifier is trained on them."""
+    study_dir = Path(study_dir).absolute()
+    jobs = []
+    for seed in study.seeds:
+        grouped = {}  # (evaluation, layers, classifier) -> the shared features job of a fixed model
+        for v in study.variants:
+            if study.model is not None:
+                models = [(study.model, None)]
+            else:
+                src = study.variant(v.reuse) if v.reuse else v
+                run_rel = f"runs/{src.key()}-s{seed}"
+                if not v.reuse:
+                    jobs.append(Job(f"pretrain/{v.key()}/s{seed}", "pretrain",
+                                    study.pretrain_args(v).argv(str(study_dir / run_rel), seed), run_rel, v.name, seed))
+                if study.checkpoint_steps:
+                    models = [(str(study_dir / run_rel / "checkpoints" / f"step-{k}"), k) for k in study.checkpoint_steps]
+                else:
+                    models = [(str(study_dir / run_rel), None)]
+            for ev in study.evaluations:
+                feats = v.features or ev.features
+                if study.model is not None and v.features is not None:
+                    gkey = (ev.name, v.features.layers, v.features.classifier)
+                    if gkey in grouped:
+                        grouped[gkey].combines[v.name] = v.features.combine
+                        continue
+                    rel = f"runs/features-s{seed}-{ev.key()}" + (f"-{len(grouped)}" if grouped else "")
+                    kind, argv = _eval_argv(study, v, ev, study.model, seed, str(study_dir / rel), feats)
+                    job = Job(f"eval/features/s{seed}/{ev.key()}" + (f"/{len(grouped)}" if grouped else ""), kind, argv, rel,
+                              v.name, seed, ev.name, None, {v.name: v.features.combine})
+                    grouped[gkey] = job
+                    jobs.append(job)
+                    continue
+                for model, step in models:
+                    suffix = f"-step{step}" if step is not None else ""
+                    rel = f"runs/{v.key()}-s{seed}-{ev.key()}{suffix}"
+                    kind, argv = _eval_argv(study, v, ev, model, seed, str(study_dir / rel), feats)
+                    key = f"eval/{v.key()}/s{seed}/{ev.key()}" + (f"/step-{step}" if step is not None else "")
+                    jobs.append(Job(key, kind, argv, rel, v.name, seed, ev.name, step,
+                                    {v.name: feats.combine} if feats is not None else None))
+        for job in grouped.values():  # one extraction, every combination of the group
+            job.argv[job.argv.index("--combine") + 1] = ",".join(dict.fromkeys(job.combines.values()))
+    return jobs

@@ -1,0 +1,239 @@
+"""What an ablation study is: a base configuration, named variants (each a small override of the base,
+`dataclasses.replace`, design convention 8) and the downstream evaluations that fill its table's columns.
+
+The built-in studies (the paper's Tables 5-8 and Figure 5) are in `engine.ablations.paper`; a study is saved in its
+folder's study.json as `Study.to_dict()` and read back with `study_from_dict`.
+"""
+from dataclasses import asdict, dataclass, field, fields, replace
+from typing import Callable
+
+from engine.errors import EngineError
+
+# ---------------------------------------------------------------------------------------------------------
+# configurations: what a variant can override
+
+@dataclass(frozen=True)
+class PretrainArgs:
+    """The flags of `python -m engine pretrain` that a study sets (None = the command's default)."""
+    corpus: str = "bbc"
+    preset: str = "tiny"
+    layers: int = None  # custom L/H/A on top of the preset
+    hidden: int = None
+    heads: int = None
+    objective: str = "mlm+nsp"  # mlm+nsp (BERT) | mlm (No NSP) | ltr (LTR & No NSP)
+    steps: int = 2000
+    batch_size: int = 32
+    seq_len: int = 128
+    mask_rate: float = 0.15
+    mask_ratios: tuple = (0.8, 0.1, 0.1)  # MASK, RANDOM, SAME: the order of --mask-ratios (not Table 8's order)
+    vocab_size: int = None
+    lr: float = None
+    warmup: int = None
+    save_every: int = None  # Figure 5 needs a checkpoint at every step it evaluates
+    eval_every: int = None
+    phase2_seq_len: int = None  # a second phase at this length for the last phase2_fraction of the steps
+    phase2_fraction: float = None
+
+    def argv(self, out: str, seed: int) -> list:
+        a = ["pretrain", "--corpus", self.corpus, "--preset", self.preset]
+        for flag, v in (("--layers", self.layers), ("--hidden", self.hidden), ("--heads", self.heads)):
+            if v is not None:
+                a += [flag, str(v)]
+        a += ["--objective", self.objective, "--steps", str(self.steps), "--batch-size", str(self.batch_size),
+              "--seq-len", str(self.seq_len), "--mask-rate", number_arg(self.mask_rate),
+              "--mask-ratios", ",".join(number_arg(r) for r in self.mask_ratios)]
+        for flag, v in (("--vocab-size", self.vocab_size), ("--lr", self.lr), ("--warmup", self.warmup),
+                        ("--save-every", self.save_every), ("--eval-every", self.eval_every),
+                        ("--phase2-seq-len", self.phase2_seq_len), ("--phase2-fraction", self.phase2_fraction)):
+            if v is not None:
+                a += [flag, number_arg(v)]
+        return a + ["--seed", str(seed), "--out", str(out)]
+
+
+@dataclass(frozen=True)
+class FinetuneArgs:
+    """The grid of `python -m engine finetune` (the paper: lr 5e-5,3e-5,2e-5, batch 16,32, epochs 2,3,4)."""
+    lr: tuple = (5e-5, 3e-5, 2e-5)
+    batch_size: tuple = (16, 32)
+    epochs: tuple = (2, 3, 4)
+    restarts: int = 1
+    max_train: int = None  # cap on training examples (classroom scale)
+    max_seq_len: int = 128
+    bilstm: bool = False  # Table 5's "+ BiLSTM" row: a randomly initialised BiLSTM on top, for fine-tuning
+
+    def argv(self) -> list:
+        a = ["--lr", ",".join(number_arg(x) for x in self.lr), "--batch-size", ",".join(str(x) for x in self.batch_size),
+             "--epochs", ",".join(str(x) for x in self.epochs), "--restarts", str(self.restarts)]
+        if self.max_train is not None:
+            a += ["--max-train", str(self.max_train)]
+        if self.max_seq_len is not None:
+            a += ["--max-seq-len", str(self.max_seq_len)]
+        if self.bilstm:
+            a += ["--bilstm"]
+        return a
+
+
+@dataclass(frozen=True)
+class FeatureArgs:
+    """The flags of `python -m engine features` (paper Table 7)."""
+    layers: str = "-1,-2,-3,-4"  # the hidden states that concat/sum/mean/weighted combine (0 = embeddings, -1 = last)
+    combine: str = "concat"  # concat | sum | mean | weighted | all-weighted | last | second-to-last | embeddings
+    classifier: str = None  # None: the command's choice (BiLSTM for tagging, logistic regression for sentences)
+
+    def argv(self) -> list:
+        a = ["--layers", self.layers, "--combine", self.combine]
+        if self.classifier:
+            a += ["--classifier", self.classifier]
+        return a
+
+
+@dataclass(frozen=True)
+class Evaluation:
+    """One downstream column of a study's table."""
+    name: str  # the column header
+    task: str  # finetune/features --task: bbc-topic | wnut16 | glue | tagging | squad | swag
+    metric: str  # the eval.json metric shown: accuracy | f1 | mcc | ...
+    train: str = None  # files for the generic formats
+    dev: str = None
+    features: FeatureArgs = None  # set: evaluate frozen features instead of fine-tuning (Table 8's last column)
+
+    def key(self) -> str:
+        return _slug(self.name)
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One row of a study: a named override of the study's base configuration."""
+    name: str  # the row label, as in the paper
+    pretrain: dict = field(default_factory=dict)  # overrides of the study's PretrainArgs
+    finetune: dict = field(default_factory=dict)  # overrides of the study's FinetuneArgs (e.g. bilstm=True)
+    features: FeatureArgs = None  # a feature-based row (Table 7): evaluate with `engine features`
+    reuse: str = None  # evaluate the pre-trained model of this other variant (LTR + BiLSTM reuses LTR)
+    note: str = ""  # what the row means, for the page
+
+    def key(self) -> str:
+        return _slug(self.name)
+
+    def change(self) -> str:
+        """What the row changes relative to the study's base, in words ("" for the base itself)."""
+        what = ", ".join(f"{k} = {x}" for k, x in self.pretrain.items())
+        if self.finetune:
+            what = (what + "; " if what else "") + "fine-tune " + ", ".join(f"{k} = {x}" for k, x in self.finetune.items())
+        if self.features:
+            what = f"features: --combine {self.features.combine} --layers {self.features.layers}"
+        if self.reuse:
+            what += f" (reuses the {self.reuse} model)"
+        return what
+
+
+@dataclass(frozen=True)
+class Study:
+    name: str  # the built-in name (`pretraining-tasks`, ...)
+    title: str  # "Table 5: pre-training tasks"
+    description: str
+    finding: str  # the paper's qualitative finding, shown beside the table
+    base: PretrainArgs
+    finetune: FinetuneArgs
+    variants: tuple  # of Variant
+    evaluations: tuple  # of Evaluation
+    seeds: tuple = (0, 1, 2)
+    model: str = None  # evaluate this fixed model instead of pre-training (e.g. "minilm"); None = pre-train
+    checkpoint_steps: tuple = ()  # Figure 5: evaluate the checkpoints after these steps
+    pretrain_columns: tuple = ()  # held-out pre-training metrics shown as extra columns (Table 6: perplexity)
+    classroom: bool = False
+    # the paper's finding checked against results: (study, summary) -> [{claim, reproduced, detail}]; not saved in
+    # study.json (`study_from_dict` takes it back from the built-in study of the same name)
+    finding_check: Callable = field(default=None, compare=False, repr=False)
+
+    def variant(self, name: str) -> Variant:
+        for v in self.variants:
+            if v.name == name:
+                return v
+        raise EngineError(f"study {self.name} has no variant '{name}'; it has {', '.join(v.name for v in self.variants)}")
+
+    def pretrain_args(self, variant: Variant) -> PretrainArgs:
+        return replace(self.base, **variant.pretrain)
+
+    def finetune_args(self, variant: Variant) -> FinetuneArgs:
+        return replace(self.finetune, **variant.finetune)
+
+    def check_finding(self, summary) -> list:
+        """[{claim, reproduced (True/False/None), detail}] for the paper's finding, given `summary` (results.summarise)."""
+        return self.finding_check(self, summary) if self.finding_check is not None else []
+
+    def to_dict(self) -> dict:
+        d = asdict(replace(self, finding_check=None))
+        del d["finding_check"]
+        return d
+
+
+def study_from_dict(d: dict) -> Study:
+    """Rebuild a Study from its study.json form (asdict)."""
+    def mk(cls, x):
+        if x is None:
+            return None
+        known = {f.name for f in fields(cls)}
+        kw = {k: v for k, v in x.items() if k in known}
+        for k in ("mask_ratios", "lr", "batch_size", "epochs"):
+            if isinstance(kw.get(k), list):
+                kw[k] = tuple(kw[k])
+        return cls(**kw)
+
+    def variant(x):
+        pre = dict(x.get("pretrain") or {})
+        if isinstance(pre.get("mask_ratios"), list):
+            pre["mask_ratios"] = tuple(pre["mask_ratios"])
+        return Variant(name=x["name"], pretrain=pre, finetune=dict(x.get("finetune") or {}),
+                       features=mk(FeatureArgs, x.get("features")), reuse=x.get("reuse"), note=x.get("note", ""))
+
+    def evaluation(x):
+        return Evaluation(name=x["name"], task=x["task"], metric=x["metric"], train=x.get("train"), dev=x.get("dev"),
+                          features=mk(FeatureArgs, x.get("features")))
+
+    from engine.ablations.paper import STUDIES  # the built-in studies, defined on top of this module
+    check = STUDIES[d["name"]]().finding_check if d["name"] in STUDIES else None
+    return Study(name=d["name"], title=d.get("title", d["name"]), description=d.get("description", ""),
+                 finding=d.get("finding", ""), base=mk(PretrainArgs, d["base"]), finetune=mk(FinetuneArgs, d["finetune"]),
+                 variants=tuple(variant(v) for v in d["variants"]), evaluations=tuple(evaluation(e) for e in d["evaluations"]),
+                 seeds=tuple(d.get("seeds") or (0,)), model=d.get("model"),
+                 checkpoint_steps=tuple(d.get("checkpoint_steps") or ()), pretrain_columns=tuple(d.get("pretrain_columns") or ()),
+                 classroom=bool(d.get("classroom")), finding_check=check)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# describing a study
+
+def number_arg(x) -> str:
+    """A number for a command line: 0.8 -> '0.8', 1.0 -> '1', 5e-05 -> '5e-05'."""
+    if isinstance(x, float) and x.is_integer():
+        return str(int(x))
+    return str(x)
+
+
+def _slug(name: str) -> str:
+    out = "".join(c.lower() if c.isalnum() else "-" for c in name)
+    while "--" in out:
+        out = out.replace("--", "-")
+    return out.strip("-") or "x"
+
+
+def describe(study: Study) -> str:
+    """A few lines about a study: title, base, variants, evaluations, seeds and job count."""
+    lines = [f"{study.name}: {study.title}", f"  {study.description}", f"  finding: {study.finding}"]
+    if study.model:
+        lines.append(f"  model: {study.model} (no pre-training)")
+    else:
+        b = study.base
+        lines.append(f"  base: preset {b.preset}" + (f" L={b.layers} H={b.hidden} A={b.heads}" if b.layers else "")
+                     + f", objective {b.objective}, {b.steps} steps × batch {b.batch_size} × {b.seq_len} tokens")
+    for v in study.variants:
+        lines.append(f"  - {v.name}: {v.change() or 'base'}")
+    lines.append("  evaluations: " + ", ".join(e.name for e in study.evaluations)
+                 + (f" at steps {', '.join(map(str, study.checkpoint_steps))}" if study.checkpoint_steps else ""))
+    lines.append(f"  seeds: {', '.join(map(str, study.seeds))}")
+    return "\n".join(lines)
+
+
+def pretrain_column_name(col: str) -> str:
+    """The table header of a held-out pre-training metric in `Study.pretrain_columns`."""
+    return {"mlm_ppl": "held-out MLM ppl", "mlm_acc": "held-out MLM acc", "nsp_acc": "held-out NSP acc"}.get(col, col)
