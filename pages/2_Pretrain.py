@@ -56,14 +56,19 @@ def _launch(argv: list, name: str, run_dir: Path, root: Path) -> str:
 
 
 def launch_form(root: Path) -> None:
+    from engine.corpora import builtin_corpora
+
     with st.form("pretrain_launch"):
         st.subheader("New pre-training run")
         st.caption("The defaults are the classroom run: a tiny BERT (2 layers, hidden 128) on BBC News, MLM + NSP, "
                    "2,000 steps of 16 x 128 tokens, a few minutes on 2 CPU cores.")
         c1, c2, c3 = st.columns(3)
         name = c1.text_input("Run name", value="", placeholder="bert-tiny-bbc", help="Letters, digits and - _ . + =; the folder under the runs folder")
-        corpus_kind = c2.selectbox("Corpus", ["bbc", "wiki", "a path on this machine", "an uploaded file"],
-                                   help="BBC News (2,225 articles), a Wikipedia extract, or your own text: a .txt with blank lines between documents, a folder of .txt files, or a .jsonl with a \"text\" field")
+        corpus_kind = c2.selectbox("Corpus", builtin_corpora() + ["a path on this machine", "an uploaded file"],
+                                   help="BBC News (2,225 articles), a Wikipedia extract, the State of the Union addresses "
+                                        "1790-2026, all three (all), the Wikipedia vital articles (wikivital, when its "
+                                        "optional package is installed), or your own text: a .txt with blank lines "
+                                        "between documents, a folder of .txt files, or a .jsonl with a \"text\" field")
         corpus_path = c3.text_input("Corpus path", value="", help="used when Corpus is 'a path on this machine'")
         upload = st.file_uploader("Corpus file (.txt or .jsonl)", type=["txt", "jsonl"], help="used when Corpus is 'an uploaded file'")
 
@@ -107,7 +112,7 @@ def launch_form(root: Path) -> None:
             raise EngineError(f"a run named '{run_name}' already exists; pick another name, or select it below and Resume it")
         if corpus_kind == "a path on this machine":
             if not corpus_path.strip():
-                raise EngineError("give the corpus path, or pick bbc or wiki")
+                raise EngineError("give the corpus path, or pick a built-in corpus (bbc, wiki, sotu, all)")
             corpus = corpus_path.strip()
         elif corpus_kind == "an uploaded file":
             if upload is None:

