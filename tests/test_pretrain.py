@@ -270,7 +270,7 @@ def test_resume_of_a_run_killed_before_its_first_checkpoint_starts_again(env):
 
 
 def test_failed_checkpoint_write_marks_the_run_failed_and_keeps_the_previous_one(env, monkeypatch):
-    P = importlib.import_module("engine.pretrain")  # the module (`engine.pretrain` as an attribute is the function)
+    P = importlib.import_module("engine.pretrain_run")  # where checkpoints are written
     calls = {"n": 0}
     real = P.atomic_save_with
 

@@ -1,0 +1,82 @@
+"""Data-parallel pre-training under `torchrun`: which process this is, its device, and the process group.
+
+Under `torchrun` (env RANK, WORLD_SIZE, LOCAL_RANK) every rank trains on its own slice of each global batch with
+DistributedDataParallel (gloo on CPU, NCCL on GPU); gradients are all-reduced once per optimizer step. Rank 0
+writes run.json, metrics and checkpoints. Without torchrun this is one process (`Dist()`), and every helper here
+does nothing.
+"""
+import os
+from dataclasses import dataclass
+
+import torch
+
+from engine.errors import EngineError
+
+
+@dataclass
+class Dist:
+    rank: int = 0
+    world_size: int = 1
+    local_rank: int = 0
+    local_world_size: int = 1
+
+    @property
+    def enabled(self) -> bool:
+        return self.world_size > 1
+
+    @property
+    def main(self) -> bool:
+        return self.rank == 0
+
+    def barrier(self):
+        if self.enabled:
+            torch.distributed.barrier()
+
+
+def dist_from_env() -> Dist:
+    if "RANK" in os.environ and "WORLD_SIZE" in os.environ and int(os.environ["WORLD_SIZE"]) > 1:
+        return Dist(int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"]), int(os.environ.get("LOCAL_RANK", 0)),
+                    int(os.environ.get("LOCAL_WORLD_SIZE", os.environ["WORLD_SIZE"])))
+    return Dist()
+
+
+def resolve_device(name: str, dist: Dist) -> torch.device:
+    """`auto` is CUDA when present, else CPU; under torchrun each rank takes the GPU of its local rank."""
+    if name == "auto":
+        name = "cuda" if torch.cuda.is_available() else "cpu"
+    if name.startswith("cuda"):
+        if not torch.cuda.is_available():
+            raise EngineError("--device cuda was asked for but no CUDA GPU is available; use --device cpu or auto")
+        return torch.device("cuda", dist.local_rank if dist.enabled else (torch.device(name).index or 0))
+    return torch.device("cpu")
+
+
+def setup(dist: Dist, device: torch.device, num_threads) -> None:
+    """Start the process group (once), pin the GPU, and share the CPU threads among the local ranks."""
+    if dist.enabled and not torch.distributed.is_initialized():
+        torch.distributed.init_process_group("nccl" if device.type == "cuda" else "gloo")
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+    if num_threads:
+        torch.set_num_threads(int(num_threads))
+    elif device.type == "cpu" and dist.local_world_size > 1:
+        torch.set_num_threads(max(1, (os.cpu_count() or 1) // dist.local_world_size))
+
+
+def broadcast(dist: Dist, values: list) -> list:
+    """Rank 0's `values` (picklable) on every rank."""
+    if dist.enabled:
+        torch.distributed.broadcast_object_list(values, src=0)
+    return values
+
+
+def all_reduce_(dist: Dist, t: torch.Tensor, op=None) -> torch.Tensor:
+    """Sum (or `op`) `t` over the ranks in place; nothing on one process."""
+    if dist.enabled:
+        torch.distributed.all_reduce(t, **({"op": op} if op is not None else {}))
+    return t
+
+
+def teardown(dist: Dist) -> None:
+    if dist.enabled and torch.distributed.is_initialized():
+        torch.distributed.destroy_process_group()

@@ -1,0 +1,388 @@
+"""The pre-training loop: the model and optimizer (fresh or restored from a checkpoint), then the steps.
+
+Per optimizer step: `grad_accum` micro-batches (masked here at batch time, with a generator seeded from
+(seed, step, micro-batch, rank), so masking needs no saved state), the loss of the objective, gradient clipping,
+AdamW. Every `log_every` steps a training record (means over the window since the last one), every
+`eval_every` steps a held-out record, every `save_every` steps a checkpoint; SIGTERM / Ctrl-C / `stop_after`
+checkpoint and stop at the end of the step.
+"""
+import contextlib
+import math
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from engine import runs
+from engine.checkpoint import load as load_checkpoint
+from engine.distributed import Dist, all_reduce_
+from engine.errors import EngineError
+from engine.model import BertForPreTraining, amp, resolve_precision, to_device
+from engine.optim import adamw, lr_at
+from engine.pretrain_config import PretrainConfig, config_dict, model_config
+from engine.pretrain_run import StopFlag, checkpoint, last_eval, load_training_state, remove_partial_checkpoints, set_rng_state
+from engine.pretraining_data import IGNORE_INDEX, fixed_eval_masking, mask_batch
+from engine.tokenizer import Tokenizer
+
+EVAL_MASK_SEED = 12345  # the held-out set is masked once with this seed (same positions in every run)
+
+
+def log(msg: str, cfg: PretrainConfig, dist: Dist) -> None:
+    if dist.main and not cfg.quiet:
+        print(msg, file=sys.stderr, flush=True)
+
+
+def mix_seed(*parts) -> int:
+    """A 63-bit seed from integers (seed, step, rank, ...): one independent generator per place."""
+    h = 0x9E3779B97F4A7C15
+    for p in parts:
+        h = (h ^ (int(p) + 0x9E3779B97F4A7C15 + (h << 6) + (h >> 2))) & 0x7FFFFFFFFFFFFFFF
+    return h
+
+
+# ================================================================ one micro-batch's loss
+def ltr_labels(input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+    """Next-token targets: labels[:, t] = input_ids[:, t+1] where position t+1 is real, else -100. (B, T)"""
+    labels = torch.full_like(input_ids, IGNORE_INDEX)
+    nxt_real = attention_mask[:, 1:].bool() & attention_mask[:, :-1].bool()
+    labels[:, :-1] = torch.where(nxt_real, input_ids[:, 1:], torch.full_like(input_ids[:, 1:], IGNORE_INDEX))
+    return labels
+
+
+def forward_loss(model, batch: dict, objective: str, device, amp_ctx):
+    """(loss, stats) for a micro-batch. stats (9,) float64: loss, mlm_loss_sum, mlm_correct, mlm_n,
+    nsp_loss_sum, nsp_correct, nsp_n, real tokens, 1."""
+    input_ids = to_device(batch["input_ids"], device)  # (B, T)
+    token_type = to_device(batch["token_type_ids"], device)
+    attn = to_device(batch["attention_mask"], device)
+    labels = to_device(batch["labels"], device)  # (B, T), -100 where not predicted
+    sel = labels != IGNORE_INDEX  # (B, T)
+    with amp_ctx:
+        out = model(input_ids, token_type, attn, mlm_positions=sel)
+    logits = out.mlm_logits.float()  # (N, V)
+    target = labels[sel]  # (N,)
+    mlm_sum = F.cross_entropy(logits, target, reduction="sum")
+    n = target.numel()
+    loss = mlm_sum / max(n, 1)
+    stats = torch.zeros(9, dtype=torch.float64, device=device)
+    stats[1] = mlm_sum.detach().double()
+    stats[2] = (logits.detach().argmax(-1) == target).sum().double()
+    stats[3] = n
+    if objective == "mlm+nsp":
+        nsp_logits = out.nsp_logits.float()  # (B, 2)
+        nsp_target = to_device(batch["next_sentence_label"], device)
+        nsp_loss = F.cross_entropy(nsp_logits, nsp_target)
+        loss = loss + nsp_loss
+        stats[4] = nsp_loss.detach().double() * len(nsp_target)
+        stats[5] = (nsp_logits.detach().argmax(-1) == nsp_target).sum().double()
+        stats[6] = len(nsp_target)
+    stats[0] = loss.detach().double()
+    stats[7] = attn.sum().double()
+    stats[8] = 1.0
+    return loss, stats
+
+
+def window_record(acc: torch.Tensor, objective: str) -> dict:
+    a = acc.tolist()
+    tok = "lm" if objective == "ltr" else "mlm"
+    rec = {"loss": a[0] / max(a[8], 1), f"{tok}_loss": a[1] / max(a[3], 1), f"{tok}_acc": a[2] / max(a[3], 1)}
+    if objective == "mlm+nsp":
+        rec["nsp_loss"] = a[4] / max(a[6], 1)
+        rec["nsp_acc"] = a[5] / max(a[6], 1)
+    return rec
+
+
+# ================================================================ held-out evaluation
+def eval_batches(cache, cfg: PretrainConfig, batch_size: int) -> list:
+    """The fixed held-out batches (a list, reused at every evaluation); [] when there is no held-out data."""
+    if cache.eval is None or cache.eval.num_instances == 0:
+        return []
+    n = min(cache.eval.num_instances, cfg.eval_max_instances)
+    if cfg.objective == "ltr":
+        out = []
+        for s in range(0, n, batch_size):
+            b = cache.eval.collate(np.arange(s, min(s + batch_size, n)))
+            b["labels"] = ltr_labels(b["input_ids"], b["attention_mask"])
+            out.append(b)
+        return out
+    masked = fixed_eval_masking(cache.eval, cache.vocab_size, cache.mask_id, cache.special_ids,
+                                rate=0.15, ratios=(0.8, 0.1, 0.1), seed=EVAL_MASK_SEED)
+    out, seen = [], 0
+    for b in masked.batches(batch_size):
+        if seen >= n:
+            break
+        take = min(len(b["input_ids"]), n - seen)
+        out.append({k: v[:take] for k, v in b.items()})
+        seen += take
+    return out
+
+
+@torch.no_grad()
+def evaluate(model, batches: list, objective: str, device, amp_ctx_fn=contextlib.nullcontext) -> dict:
+    """Held-out metrics (eval_* keys) of `model` on fixed batches."""
+    was_training = model.training
+    model.eval()
+    acc = torch.zeros(9, dtype=torch.float64, device=device)
+    n_inst = 0
+    for b in batches:
+        _, stats = forward_loss(model, b, objective, device, amp_ctx_fn())
+        acc += stats
+        n_inst += len(b["input_ids"])
+    model.train(was_training)
+    rec = {f"eval_{k}": v for k, v in window_record(acc, objective).items()}
+    tok = "lm" if objective == "ltr" else "mlm"
+    rec[f"eval_{tok}_ppl"] = math.exp(min(rec[f"eval_{tok}_loss"], 50.0))
+    rec["eval_loss"] = rec[f"eval_{tok}_loss"] + rec.get("eval_nsp_loss", 0.0)
+    rec["eval_instances"] = n_inst
+    return rec
+
+
+# ================================================================ model and optimizer
+def build_model(cfg: PretrainConfig, tok: Tokenizer, ckpt, device):
+    """(model on `device`, its BertConfig, training state, saved training blob or None): fresh from the seed,
+    or the weights and training state of checkpoint `ckpt`."""
+    mcfg = model_config(cfg, tok.vocab_size)
+    torch.manual_seed(cfg.seed)
+    model = BertForPreTraining(mcfg)
+    state = {"step": 0, "phase": 1, "position": None, "tokens": 0, "elapsed": 0.0}
+    blob = None
+    if ckpt is not None:
+        bundle = load_checkpoint(ckpt, tokenizer=tok)
+        if bundle.config.to_dict() != mcfg.to_dict():
+            raise EngineError(f"checkpoint {ckpt} holds a different model than the run's settings; resume with the run's own settings")
+        model.load_state_dict(bundle.model.state_dict())
+        blob = load_training_state(ckpt)
+        state.update(blob["state"])
+    if not mcfg.has_nsp_head:  # without NSP nothing trains the pooler: freeze it (DDP then sees no unused parameter)
+        for p in model.bert.pooler.parameters():
+            p.requires_grad_(False)
+    model.to(device).train()
+    return model, mcfg, state, blob
+
+
+def wrap_model(model, cfg: PretrainConfig, dist: Dist, device):
+    """The model the steps call: compiled (--compile) and/or wrapped in DistributedDataParallel."""
+    if cfg.compile:
+        model = torch.compile(model)
+    if dist.enabled:
+        from torch.nn.parallel import DistributedDataParallel as DDP
+        model = DDP(model, device_ids=[device.index] if device.type == "cuda" else None)
+    return model
+
+
+# ================================================================ the steps
+class Loop:
+    """What one process carries from step to step: model, optimizer, data iterator, training state (step,
+    phase, data position, tokens, elapsed: saved in checkpoints) and the open metrics window."""
+
+    def __init__(self, cfg: PretrainConfig, dist: Dist, device, run_dir: Path, tok, caches: list, micro: int,
+                 raw_model, model, optimizer, state: dict, window: torch.Tensor, precision: str):
+        self.cfg, self.dist, self.device, self.run_dir, self.tok = cfg, dist, device, run_dir, tok
+        self.caches, self.micro = caches, micro
+        self.raw_model, self.model, self.optimizer = raw_model, model, optimizer
+        self.state, self.window, self.precision = state, window, precision
+        self.step = int(state["step"])
+        self.phase2_steps = int(round(cfg.steps * cfg.phase2_fraction)) if cfg.phase2_seq_len else 0
+        self.phase1_end = cfg.steps - self.phase2_steps
+        self.stop_at = min(cfg.steps, cfg.stop_after) if cfg.stop_after else cfg.steps
+        self.eval_batches = eval_batches(caches[0], cfg, micro) if dist.main else []
+        self.last_train, self.last_eval = {}, {}
+        self.window_time, self.tokens_window_start = 0.0, state["tokens"]  # training time only (no eval / saving)
+        self.pbar = None
+
+    def amp_ctx(self):
+        return amp(self.device, self.precision)
+
+    def _open_data(self, phase: int, position) -> None:
+        self.cache = self.caches[0] if phase == 1 else self.caches[-1]
+        self.it = self.cache.train.batches(self.micro, start_position=position, rank=self.dist.rank,
+                                           world_size=self.dist.world_size)
+
+    def _phase2_due(self) -> bool:
+        return self.state["phase"] == 1 and self.step >= self.phase1_end and bool(self.phase2_steps)
+
+    def run(self, stop: StopFlag) -> str:
+        """Train until `stop_at` or a stop request; returns why it stopped: '' (reached stop_at) or the
+        error that run.json records for a cancelled run."""
+        cfg = self.cfg
+        if self._phase2_due():
+            self.state["phase"], self.state["position"] = 2, None
+        self._open_data(self.state["phase"], self.state["position"])
+        if self.dist.main and not cfg.quiet and sys.stderr.isatty():
+            from tqdm import tqdm
+            self.pbar = tqdm(total=cfg.steps, initial=self.step, file=sys.stderr, desc="pretrain", dynamic_ncols=True)
+        try:
+            while self.step < self.stop_at:
+                if self._one_step(stop):
+                    return f"cancelled by {stop.name()} at step {self.step}; continue with --resume"
+            return ""
+        finally:
+            if self.pbar is not None:
+                self.pbar.close()
+
+    def _one_step(self, stop: StopFlag) -> bool:
+        """One optimizer step and what follows it (metrics, evaluation, checkpoint); True when asked to stop."""
+        cfg = self.cfg
+        t_step = time.time()
+        if self._phase2_due():
+            self.state["phase"], self.state["position"] = 2, None
+            self._open_data(2, None)
+            log(f"step {self.step}: phase 2 at sequence length {cfg.phase2_seq_len}", cfg, self.dist)
+        lr, grad_norm = self._optimizer_step()
+        at_log = self.step % cfg.log_every == 0 or self.step == self.stop_at
+        if self.device.type == "cuda" and at_log:
+            torch.cuda.synchronize()
+        dt = time.time() - t_step
+        self.state["elapsed"] = float(self.state["elapsed"]) + dt
+        self.window_time += dt
+        if at_log:  # all ranks reduce at the same steps
+            self._log_window(lr, grad_norm)
+        if self.pbar is not None:
+            self.pbar.update(1)
+        stop_now = self._stop_requested(stop, at_log)
+        if (cfg.eval_every and self.step % cfg.eval_every == 0) or self.step == cfg.steps:
+            self._evaluate()
+        if (cfg.save_every and self.step % cfg.save_every == 0) or self.step == self.stop_at or stop_now:
+            checkpoint(self.run_dir, self.raw_model, self.tok, self.optimizer, self.state, self.window, cfg, self.dist)
+        return stop_now
+
+    def _optimizer_step(self):
+        """grad_accum micro-batches, clipping, AdamW; returns (lr, grad norm before clipping)."""
+        cfg, dist = self.cfg, self.dist
+        lr = lr_at(self.step, cfg)
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
+        torch.manual_seed(mix_seed(cfg.seed, self.step, dist.rank, 1))  # dropout: reproducible on resume
+        for m in range(cfg.grad_accum):
+            sync = self.model.no_sync() if dist.enabled and m < cfg.grad_accum - 1 else contextlib.nullcontext()
+            with sync:  # gradients are all-reduced on the last micro-batch only
+                loss, stats = forward_loss(self.model, self._micro_batch(m), cfg.objective, self.device, self.amp_ctx())
+                (loss / cfg.grad_accum).backward()
+            self.window += stats
+        if cfg.max_grad_norm > 0:
+            grad_norm = torch.nn.utils.clip_grad_norm_(self.raw_model.parameters(), cfg.max_grad_norm)
+        else:
+            grad_norm = torch.zeros(())
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        self.step += 1
+        self.state["step"] = self.step
+        return lr, grad_norm
+
+    def _micro_batch(self, m: int) -> dict:
+        """The next micro-batch with its labels: next tokens (ltr) or a fresh masking (mlm, mlm+nsp)."""
+        cfg, cache = self.cfg, self.cache
+        batch = next(self.it)
+        self.state["position"] = batch["position"]
+        if cfg.objective == "ltr":
+            batch["labels"] = ltr_labels(batch["input_ids"], batch["attention_mask"])
+            return batch
+        g = torch.Generator().manual_seed(mix_seed(cfg.seed, self.step, m, self.dist.rank, 2))
+        return mask_batch(batch, cache.vocab_size, cache.mask_id, cache.special_ids, rate=cfg.mask_rate,
+                          ratios=cfg.mask_ratios, generator=g, whole_word=cfg.whole_word_mask)
+
+    def _log_window(self, lr: float, grad_norm) -> None:
+        """Append the training record of the window since the last one (means over its steps) and reset it."""
+        cfg, state = self.cfg, self.state
+        all_reduce_(self.dist, self.window)
+        state["tokens"] = int(state["tokens"]) + int(self.window[7].item())
+        rec = {"step": self.step, "split": "train", "tokens": state["tokens"], **window_record(self.window, cfg.objective),
+               "lr": lr, "grad_norm": float(grad_norm), "phase": state["phase"],
+               "tokens_per_s": (state["tokens"] - self.tokens_window_start) / max(self.window_time, 1e-9),
+               "elapsed": round(state["elapsed"], 3)}
+        self.window.zero_()
+        self.window_time, self.tokens_window_start = 0.0, state["tokens"]
+        self.last_train = rec
+        if self.dist.main:
+            runs.append_metrics(self.run_dir, rec)
+            if self.pbar is not None:
+                key = "lm_loss" if cfg.objective == "ltr" else "mlm_loss"
+                self.pbar.set_postfix(loss=f"{rec['loss']:.3f}", **{key: f"{rec[key]:.3f}"})
+
+    def _stop_requested(self, stop: StopFlag, at_log: bool) -> bool:
+        """A signal on any rank (every rank must agree; the all-reduce syncs the GPU, so only at log steps)."""
+        stop_now = stop.signal is not None
+        if not self.dist.enabled:
+            return stop_now
+        if not at_log:
+            return False
+        flag = torch.tensor([1.0 if stop_now else 0.0], device=self.device)
+        all_reduce_(self.dist, flag, op=torch.distributed.ReduceOp.MAX)
+        return bool(flag.item())
+
+    def _evaluate(self) -> None:
+        """Held-out evaluation on rank 0, on the unwrapped model."""
+        if self.dist.main and self.eval_batches:
+            self.last_eval = {"step": self.step, "split": "eval",
+                              **evaluate(self.raw_model, self.eval_batches, self.cfg.objective, self.device, self.amp_ctx),
+                              "tokens": self.state["tokens"]}
+            runs.append_metrics(self.run_dir, self.last_eval)
+        self.dist.barrier()
+
+
+# ================================================================ one process's training
+def summary(run_dir, status, step, cfg, last_train, last_ev) -> dict:
+    return {"run_dir": run_dir, "status": status, "step": step, "steps": cfg.steps,
+            "train": {k: v for k, v in last_train.items() if k not in ("split",)},
+            "eval": {k: v for k, v in last_ev.items() if k not in ("split",)}}
+
+
+def failure(e: BaseException) -> tuple:
+    """(status, error) that run.json records for an exception that ends the training."""
+    if isinstance(e, KeyboardInterrupt):
+        return "cancelled", "cancelled by the user (interrupted while saving?); continue with --resume"
+    if isinstance(e, EngineError):
+        return "failed", str(e)
+    return "failed", f"{type(e).__name__}: {str(e).splitlines()[0][:300] if str(e) else ''}"
+
+
+def train(cfg: PretrainConfig, dist: Dist, device, run_dir: Path, ckpt, tok: Tokenizer, caches: list, micro: int,
+          restart: bool = False) -> dict:
+    """Build (or restore) the model and optimizer, record the start in run.json, run the steps, record the end."""
+    raw_model, mcfg, state, blob = build_model(cfg, tok, ckpt, device)
+    optimizer = adamw(raw_model, cfg, device)
+    window = torch.zeros(9, dtype=torch.float64, device=device)  # the open metrics window
+    if blob is not None:
+        optimizer.load_state_dict(blob["optimizer"])
+        set_rng_state(blob["rng"])
+        if dist.main:
+            window += blob["metrics_window"].to(device)
+    model = wrap_model(raw_model, cfg, dist, device)
+    precision = resolve_precision(cfg.precision, device)
+    loop = Loop(cfg, dist, device, run_dir, tok, caches, micro, raw_model, model, optimizer, state, window, precision)
+    if dist.main:
+        runs.start_run(run_dir, "pretrain", config=config_dict(cfg), total_steps=int(cfg.steps),
+                       tokenizer=str(run_dir / "tokenizer"), objective=cfg.objective, world_size=dist.world_size,
+                       device=str(device), bf16=precision == "bf16", model=mcfg.to_dict(), parameters=raw_model.num_parameters(),
+                       resumed_from=str(ckpt) if ckpt else None)
+    status, error = "running", None
+    stop = StopFlag().install()
+    try:
+        if dist.main and (ckpt is not None or restart):
+            runs.truncate_metrics(run_dir, loop.step)  # drop what was logged after the checkpoint (restart: all)
+            remove_partial_checkpoints(run_dir)
+        if dist.main and loop.step >= cfg.steps:
+            status = "finished"
+            log(f"run {run_dir} already finished at step {loop.step}; pass a larger --steps to train on", cfg, dist)
+            return summary(run_dir, "finished", loop.step, cfg, {}, last_eval(run_dir))
+        error = loop.run(stop) or None
+        if error:
+            status = "cancelled"
+        elif loop.step >= cfg.steps:
+            status = "finished"
+        else:
+            status, error = "cancelled", f"stopped after step {loop.step} as asked (--stop-after); continue with --resume"
+    except (KeyboardInterrupt, Exception) as e:
+        status, error = failure(e)
+        raise
+    finally:
+        stop.restore()
+        if dist.main and status != "running":
+            try:
+                runs.set_status(run_dir, status, error=error)
+            except Exception:
+                pass  # the disk may be full; the lock release below still tells the studio the process is gone
+    return summary(run_dir, status, loop.step, cfg, loop.last_train, loop.last_eval)

@@ -1,0 +1,203 @@
+"""The run folder of a pre-training: checks before starting, checkpoints with their training state, RNG state,
+and stop signals.
+
+- `preflight` refuses, before any work, what would overwrite or collide (a live run, a finished folder without
+  `--resume`, a resume with other settings).
+- `save_checkpoint` writes `checkpoints/step-N/`: Hugging Face layout (config.json, model.safetensors,
+  vocab.txt) + training_state.json (step, phase, data position, tokens, elapsed) + training_state.pt
+  (optimizer, scheduler, RNG states, the open metrics window), into a temporary folder published with a
+  COMPLETE marker. `load_training_state` reads it back with `torch.load(weights_only=True)`.
+- `StopFlag`: SIGTERM / Ctrl-C ask the loop to checkpoint at the end of the step and stop.
+"""
+import json
+import random
+import shutil
+import signal
+import threading
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from engine import runs
+from engine.checkpoint import save as save_checkpoint_weights
+from engine.distributed import Dist, all_reduce_
+from engine.errors import EngineError
+from engine.fileio import atomic_save_with
+from engine.optim import warmup_steps
+from engine.pretrain_config import RUNTIME_FIELDS, PretrainConfig, config_dict
+from engine.tokenizer import Tokenizer
+
+STATE_FORMAT = 1
+
+
+# ================================================================ run folder checks
+_IGNORED_ENTRIES = {runs.LOCK_FILE, ".run.json.lock", "job.log"}  # the launcher writes job.log before we start
+
+
+def run_entries(run_dir: Path) -> list:
+    """What in `run_dir` a new run would collide with: anything but lock files and the launcher's job.log
+    (and a tokenizer/ left by a start that died before it wrote run.json)."""
+    try:
+        names = [p.name for p in run_dir.iterdir() if p.name not in _IGNORED_ENTRIES]
+    except FileNotFoundError:
+        return []
+    except NotADirectoryError:
+        raise EngineError(f"--out {run_dir} is a file; give a folder for the run")
+    if runs.RUN_JSON not in names:
+        names = [n for n in names if n != "tokenizer"]
+    return names
+
+
+def resolve_out(cfg: PretrainConfig) -> Path:
+    if cfg.out:
+        return runs.run_dir_for(cfg.out)
+    if cfg.name:
+        return runs.resolve_run_dir(runs.runs_root(), cfg.name)
+    raise EngineError("no run folder given; pass --out DIR (or --name NAME for runs/NAME)")
+
+
+def preflight(cfg: PretrainConfig, run_dir: Path):
+    """Refuse what would overwrite or collide, before any work. Returns (checkpoint to resume from or None,
+    restart): restart is True for `--resume` of a run that died before its first checkpoint (it starts again
+    from step 0 with its own settings; nothing resumable is lost)."""
+    holder = runs.lock_holder(run_dir) if run_dir.is_dir() else None
+    if holder is not None:
+        raise EngineError(f"run {run_dir} is in use by process {holder.get('pid', '?')} (started {holder.get('started', '?')}); wait for it or cancel it, or choose another --out")
+    if not cfg.resume:
+        if run_entries(run_dir):
+            raise EngineError(f"run folder {run_dir} already holds a run; continue it with --resume, or choose another --out")
+        return None, False
+    info = runs.read_run_json(run_dir) if run_dir.is_dir() else {}
+    ck = runs.latest_checkpoint(run_dir)
+    if ck is None and not info:
+        where = "does not exist" if not run_dir.exists() else "holds no run (no run.json, no checkpoint)"
+        raise EngineError(f"cannot resume: {run_dir} {where}; start a new run without --resume (into an empty or new --out)")
+    if info.get("kind") not in (None, "pretrain"):
+        raise EngineError(f"{run_dir} is a {info.get('kind')} run, not a pre-training run; choose another --out")
+    saved = info.get("config") or {}
+    mine = config_dict(cfg)
+    for k, v in saved.items():
+        if k in RUNTIME_FIELDS or k not in mine:
+            continue
+        if mine[k] != v:
+            raise EngineError(f"the run was started with {k}={v!r} but this resume asks for {mine[k]!r}; --resume continues with the run's own settings, drop that flag or use another --out")
+    return ck, ck is None
+
+
+def remove_partial_checkpoints(run_dir: Path) -> None:
+    """Delete the temporary folders a killed save left in checkpoints/ (all dot-named; we hold the run lock)."""
+    ckdir = run_dir / runs.CHECKPOINTS
+    if ckdir.is_dir():
+        for p in ckdir.iterdir():
+            if p.name.startswith(".") and p.is_dir():
+                shutil.rmtree(p, ignore_errors=True)
+
+
+def last_eval(run_dir) -> dict:
+    """The last held-out record in the run's metrics.jsonl ({} when none)."""
+    recs = [r for r in runs.read_metrics(run_dir) if r.get("split") == "eval"]
+    return recs[-1] if recs else {}
+
+
+# ================================================================ RNG state
+def rng_state() -> dict:
+    """The global torch / Python / NumPy (and CUDA) generator states, as tensors and plain values."""
+    np_state = np.random.get_state()
+    py = random.getstate()
+    st = {"torch": torch.get_rng_state(), "python": list(py[1]), "python_version": py[0], "python_gauss": py[2],
+          "numpy": torch.from_numpy(np.asarray(np_state[1], dtype=np.int64)), "numpy_pos": int(np_state[2]),
+          "numpy_gauss": [int(np_state[3]), float(np_state[4])]}
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        st["cuda"] = torch.cuda.get_rng_state()
+    return st
+
+
+def set_rng_state(st: dict) -> None:
+    torch.set_rng_state(st["torch"])
+    random.setstate((st["python_version"], tuple(int(x) for x in st["python"]), st.get("python_gauss")))
+    np.random.set_state(("MT19937", st["numpy"].numpy().astype(np.uint32), st["numpy_pos"],
+                         st["numpy_gauss"][0], st["numpy_gauss"][1]))
+    if "cuda" in st and torch.cuda.is_available():
+        torch.cuda.set_rng_state(st["cuda"])
+
+
+# ================================================================ checkpoints
+def save_checkpoint(run_dir: Path, model, tokenizer: Tokenizer, optimizer, state: dict, window: torch.Tensor,
+                    cfg: PretrainConfig) -> Path:
+    """Write checkpoints/step-N (HF layout + training state) atomically; returns its path."""
+    step = int(state["step"])
+    tmp = runs.new_checkpoint_dir(run_dir, step)
+    try:
+        save_checkpoint_weights(model, tmp, tokenizer=tokenizer, extra_files={"training_state.json": state})
+        blob = {"format": STATE_FORMAT, "step": step, "optimizer": optimizer.state_dict(),
+                "scheduler": {"kind": "linear_warmup_linear_decay", "warmup_steps": warmup_steps(cfg.warmup, cfg.steps),
+                              "total_steps": int(cfg.steps), "peak_lr": float(cfg.lr), "last_step": step},
+                "rng": rng_state(), "metrics_window": window.detach().cpu().clone(),
+                "state_json": json.dumps(state)}
+        atomic_save_with(tmp / "training_state.pt", lambda p: torch.save(blob, p))
+        final = runs.publish_checkpoint(tmp)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    if cfg.keep:
+        runs.prune_checkpoints(run_dir, cfg.keep)
+    return final
+
+
+def checkpoint(run_dir, raw_model, tok, optimizer, state, window, cfg, dist: Dist) -> None:
+    """Every rank calls this at the same step; rank 0 saves (unless that step is already saved)."""
+    if dist.enabled:  # the open metrics window, summed over ranks, travels in rank 0's checkpoint
+        all_reduce_(dist, window)
+        if not dist.main:
+            window.zero_()
+    dist.barrier()
+    if dist.main:
+        existing = run_dir / runs.CHECKPOINTS / f"step-{int(state['step'])}"
+        if not (existing / runs.COMPLETE).is_file():
+            save_checkpoint(run_dir, raw_model, tok, optimizer, dict(state), window, cfg)
+    dist.barrier()
+
+
+def load_training_state(ckpt: Path) -> dict:
+    path = Path(ckpt) / "training_state.pt"
+    if not path.is_file():
+        raise EngineError(f"{ckpt} has no training_state.pt, so the run cannot continue exactly from it; resume from another checkpoint or start a new run")
+    try:
+        blob = torch.load(str(path), map_location="cpu", weights_only=True)
+    except Exception as e:
+        raise EngineError(f"{path} could not be read ({type(e).__name__}); the checkpoint is damaged, delete it to resume from the one before") from e
+    if not isinstance(blob, dict) or blob.get("format") != STATE_FORMAT:
+        raise EngineError(f"{path} is not a training state this version can read; start a new run")
+    blob["state"] = json.loads(blob["state_json"])
+    return blob
+
+
+# ================================================================ signals
+class StopFlag:
+    """SIGTERM / Ctrl-C set a flag; the loop checkpoints at the end of the current step and stops.
+    A second signal while stopping raises KeyboardInterrupt at once."""
+
+    def __init__(self):
+        self.signal = None
+        self.old = {}
+
+    def install(self):
+        if threading.current_thread() is not threading.main_thread():
+            return self
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            self.old[sig] = signal.signal(sig, self._on)
+        return self
+
+    def _on(self, signum, frame):
+        if self.signal is not None:
+            raise KeyboardInterrupt(f"second {signal.Signals(signum).name}")
+        self.signal = signum
+
+    def restore(self):
+        for sig, h in self.old.items():
+            signal.signal(sig, h)
+        self.old = {}
+
+    def name(self) -> str:
+        return signal.Signals(self.signal).name if self.signal else "another rank"
