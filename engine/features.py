@@ -41,6 +41,7 @@ import torch.nn.functional as F
 from engine.errors import EngineError
 from engine.fileio import atomic_save_with, atomic_write_json, atomic_write_text
 from engine.heads import last_real_index
+from engine.tasks.registry import feature_task_names
 
 COMBINES = ("concat", "sum", "mean", "weighted", "all-weighted", "last", "second-to-last", "embeddings")
 TABLE7 = ("embeddings", "second-to-last", "last", "weighted", "concat", "all-weighted")  # the paper's rows
@@ -295,7 +296,7 @@ def bilstm_tagger_eval(train_feats: list, train_tags: list, dev_feats: list, lab
 @dataclass
 class FeaturesConfig:
     model: str = "minilm"
-    task: str = "bbc-topic"  # bbc-topic | wnut16 | glue | tagging (sentence classification/regression or tagging)
+    task: str = "bbc-topic"  # engine.tasks.registry.feature_task_names(): sentence classification/regression or tagging
     train: Optional[str] = None
     dev: Optional[str] = None
     text_cols: Optional[str] = None
@@ -333,8 +334,9 @@ class FeaturesConfig:
             raise EngineError(f"--pooling {self.pooling} is not known; use cls or mean (tagging uses first-subtoken)")
         if self.classifier not in (None, "logreg", "bilstm"):
             raise EngineError(f"--classifier {self.classifier} is not known; use logreg (sentence tasks) or bilstm (tagging)")
-        if self.task not in ("bbc-topic", "wnut16", "glue", "tagging"):
-            raise EngineError(f"feature-based use supports sentence tasks (bbc-topic, glue) and tagging (wnut16, tagging), not {self.task}")
+        if self.task not in feature_task_names():
+            raise EngineError(f"feature-based use supports sentence classification/regression and tagging "
+                              f"({', '.join(feature_task_names())}), not {self.task}")
 
 
 def _split_data(task, max_train, max_dev):
@@ -365,7 +367,8 @@ def run_features(cfg: FeaturesConfig, progress_bar: bool = False) -> dict:
     from dataclasses import asdict
 
     from engine.checkpoint import load
-    from engine.finetune import FinetuneConfig, load_task, resolve_device
+    from engine.finetune import resolve_device
+    from engine.tasks.registry import load_task_files
     from engine.runs import Run, truncate_metrics
 
     out = Path(cfg.out)
@@ -379,8 +382,7 @@ def run_features(cfg: FeaturesConfig, progress_bar: bool = False) -> dict:
         if (out / "metrics.jsonl").exists():
             truncate_metrics(out, after_step=-1)
         bundle = load(cfg.model, device=device)
-        task = load_task(FinetuneConfig(model=cfg.model, task=cfg.task, train=cfg.train, dev=cfg.dev, text_cols=cfg.text_cols,
-                                        label_col=cfg.label_col, task_type=cfg.task_type, out=str(out)))
+        task = load_task_files(cfg.task, cfg.train, cfg.dev, cfg.text_cols, cfg.label_col, cfg.task_type)
         train, dev = _split_data(task, cfg.max_train, cfg.max_dev)
         if not train or not dev:
             raise EngineError(f"task {task.name} needs train and dev examples for the feature-based classifier")
@@ -481,7 +483,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m engine features",
                                 description="Frozen BERT features (paper Table 7) and a classifier on them; prints the dev metric as one JSON line.")
     p.add_argument("--model", required=True, help="RUN_DIR | CHECKPOINT_DIR | HF_DIR | minilm")
-    p.add_argument("--task", required=True, help="bbc-topic | wnut16 | glue | tagging")
+    p.add_argument("--task", required=True, help=" | ".join(feature_task_names()))
     p.add_argument("--train", help="train file (glue: TSV/CSV/JSONL, tagging: BIO)")
     p.add_argument("--dev", help="dev file")
     p.add_argument("--text-cols", help="text column(s): A or A,B")

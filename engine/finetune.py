@@ -33,7 +33,7 @@ import math
 import random
 import sys
 import time
-from dataclasses import asdict, dataclass, field, fields, replace
+from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 from typing import Callable, Optional
 
@@ -45,14 +45,14 @@ from engine.errors import EngineError
 from engine.fileio import atomic_save_with, atomic_write_json
 from engine.heads import TaskModel
 from engine.model import PRECISIONS, amp, check_precision, resolve_precision, to_device
-
-TASKS = ("bbc-topic", "wnut16", "glue", "tagging", "squad", "swag")
+from engine.tasks.batching import Prepared, length_batches
+from engine.tasks.registry import task_names
 
 
 @dataclass
 class FinetuneConfig:
     model: str = "minilm"  # run folder, checkpoint folder, Hugging Face BERT folder, or "minilm"
-    task: str = "bbc-topic"  # bbc-topic | wnut16 | glue | tagging | squad | swag
+    task: str = "bbc-topic"  # a built-in task or a file format (engine.tasks.registry.task_names())
     train: Optional[str] = None  # train file (glue/tagging/squad/swag)
     dev: Optional[str] = None  # dev file: the selection set
     text_cols: Optional[str] = None  # "A" or "A,B": column names or 0-based indexes (glue; swag: the context)
@@ -90,8 +90,8 @@ class FinetuneConfig:
                 setattr(self, name, (v,))
             else:
                 setattr(self, name, tuple(v))
-        if self.task not in TASKS:
-            raise EngineError(f"unknown task '{self.task}'; choose one of {', '.join(TASKS)}")
+        if self.task not in task_names():
+            raise EngineError(f"unknown task '{self.task}'; choose one of {', '.join(task_names())}")
         if not self.lr or any(not (0 < x < 1) for x in self.lr):
             raise EngineError(f"learning rates {self.lr} must be between 0 and 1, e.g. --lr 5e-5,3e-5,2e-5")
         if not self.batch_size or any(int(b) != b or b < 1 for b in self.batch_size):
@@ -152,27 +152,6 @@ def subsample(items: list, n: Optional[int], seed: int = 0) -> list:
     return [items[i] for i in idx]
 
 
-def length_batches(lengths: list, batch_size: int, generator: torch.Generator = None) -> list:
-    """Batches of indices. With a generator (training): a random permutation cut into consecutive batches, the
-    batches a plain loop's shuffled DataLoader draws. Without (evaluation): every index in ascending length
-    order, so each batch pads little.
-
-    Training batches are not grouped by length. Sorting by length inside chunks of 50 batches (as this did up to
-    2026-11-24) makes every batch of a small data set one length band of the whole epoch (2,000 examples at batch
-    32 are 63 batches, all in one chunk), and nearly the same examples meet in the same batch every epoch. With
-    it MiniLM on 2,000 sentence pairs scored 0.68-0.69 where a plain transformers loop with the same
-    hyper-parameters scored 0.71-0.72 (issue 18); fed identical batches, the engine's model and optimizer give
-    that loop's losses to 1e-6, so the batches were the one difference left (examples/finetune_parity.py
-    compares the two). Padding costs little without grouping: the encoder's `unpad` runs every linear layer on the real tokens
-    only, so only the attention sees the padded length."""
-    n = len(lengths)
-    if generator is None:
-        order = sorted(range(n), key=lambda i: lengths[i])
-        return [order[i:i + batch_size] for i in range(0, n, batch_size)]
-    perm = torch.randperm(n, generator=generator).tolist()
-    return [perm[i:i + batch_size] for i in range(0, n, batch_size)]
-
-
 def _to(batch: dict, device) -> dict:
     return {k: to_device(v, device) if isinstance(v, torch.Tensor) else v for k, v in batch.items()}
 
@@ -183,151 +162,24 @@ def _scalars(d: dict, prefix: str = "") -> dict:
 
 
 # ------------------------------------------------------------------ tasks -> training data
-@dataclass
-class Prepared:
-    """A task made ready for the loop: items, their lengths, a collate function and a dev evaluator."""
-    task: object
-    kind: str  # head kind: classification | regression | tagging | span | multiple_choice
-    num_labels: int
-    metric: str  # the selection metric (a key of evaluate()'s dict)
-    train: list
-    train_lengths: list
-    dev: list
-    dev_lengths: list
-    collate: Callable  # list of items -> dict of tensors
-    evaluate: Callable = None  # (model, device, batch_size) -> metrics dict
-    info: dict = field(default_factory=dict)
-
-
 def load_task(cfg: FinetuneConfig):
-    """The task object of engine.tasks for a FinetuneConfig (built-in name or generic format + files)."""
-    from engine import tasks
-    cols = {}
-    if cfg.text_cols:
-        parts = [p.strip() for p in str(cfg.text_cols).split(",")]
-        if len(parts) > 2 or not all(parts):
-            raise EngineError(f"--text-cols {cfg.text_cols!r} must be one column or two separated by a comma (A or A,B)")
-        cols["text_a"] = parts[0]
-        if len(parts) == 2:
-            cols["text_b"] = parts[1]
-    if cfg.label_col:
-        cols["label"] = cfg.label_col
-    if cfg.task in ("glue", "tagging", "squad", "swag") and not cfg.train:
-        raise EngineError(f"--task {cfg.task} needs --train FILE and --dev FILE (or use a built-in task: bbc-topic, wnut16)")
-    if cfg.task in ("glue", "tagging", "squad", "swag") and not cfg.dev:
-        raise EngineError(f"--task {cfg.task} needs --dev FILE: the dev set selects the best trial")
-    if cfg.task_type is not None:
-        if cfg.task != "glue":
-            raise EngineError(f"--task-type applies to --task glue only, not {cfg.task}")
-        cols["task_type"] = cfg.task_type
-    if cfg.task == "swag":  # the text column is the context, a second one the start phrase
-        cols = {{"text_a": "context", "text_b": "start"}.get(k, k): v for k, v in cols.items()}
-    if cfg.task in ("bbc-topic", "wnut16"):
-        return tasks.load_task(cfg.task, **cols)
-    return tasks.load_task(cfg.task, train=cfg.train, dev=cfg.dev, **cols)
+    """The task object of engine.tasks for a FinetuneConfig (built-in name or file format + files)."""
+    from engine.tasks.registry import load_task_files
+    return load_task_files(cfg.task, cfg.train, cfg.dev, cfg.text_cols, cfg.label_col, cfg.task_type)
 
 
 def prepare(task, tok, cfg: FinetuneConfig, max_len: int) -> Prepared:
-    """Turn an engine.tasks task into items + collate + evaluator for the loop."""
-    kind = getattr(task, "kind", None)
+    """The task's items, lengths, collate function and dev evaluator for the loop, on the max_train / max_dev
+    samples (the task object's own `prepare` does the work for its kind)."""
     train = subsample(task.train, cfg.max_train)
     dev = subsample(task.dev, cfg.max_dev)
     if not train:
         raise EngineError(f"task {task.name} has no training examples; check --train")
     if not dev:
         raise EngineError(f"task {task.name} has no dev examples; give --dev FILE (the dev set selects the best trial)")
-    task = replace(task, train=train, dev=dev)
-    info = {"task": task.name, "train_examples": len(train), "dev_examples": len(dev)}
-
-    if kind in ("classification", "regression"):
-        def text_len(exs):
-            items = [e.text_a if e.text_b is None else (e.text_a, e.text_b) for e in exs]
-            return [len(e.ids) for e in tok.encode_batch(items, max_length=max_len)]
-        tr_len, dv_len = text_len(train), text_len(dev)
-        info["truncated_train"] = sum(n >= max_len for n in tr_len)
-        info["labels"] = list(task.labels)
-        collate = task.collate(tok, max_len)
-
-        def evaluate(model, device, bs):
-            outs = predict(model, dev, dv_len, collate, bs, device)
-            preds = [int(o.argmax()) for o in outs] if kind == "classification" else [float(o) for o in outs]
-            return task.compute_metrics(preds)
-        return Prepared(task, kind, task.num_labels, task.metrics[0], train, tr_len, dev, dv_len, collate, evaluate, info)
-
-    if kind == "tagging":
-        from engine.tasks.tagging import count_truncated, logits_to_word_tags
-        collate = task.collate(tok, max_len)
-        tr_len = [len(s.words) for s in train]
-        dv_len = [len(s.words) for s in dev]
-        info["labels"] = list(task.labels)
-        info["truncated_dev"] = count_truncated(tok, dev, max_len)
-
-        def evaluate(model, device, bs):
-            def per_batch(batch, logits):
-                n_words = [len(s.words) for s in batch["_items"]]
-                return logits_to_word_tags(logits, batch["word_index"], n_words, task.labels)
-            tags = predict(model, dev, dv_len, collate, bs, device, per_batch=per_batch)
-            return task.compute_metrics(tags)
-        return Prepared(task, "tagging", task.num_labels, task.metrics[0], train, tr_len, dev, dv_len, collate, evaluate, info)
-
-    if kind == "squad":
-        from engine.tasks.squad import answers, best_threshold, decode_squad
-        tr_feats = task.features(tok, "train", max_len, cfg.doc_stride, cfg.max_query_len)
-        dv_feats = task.features(tok, "dev", max_len, cfg.doc_stride, cfg.max_query_len)
-        collate = task.collate(tok)
-        info.update(version=task.version, train_features=len(tr_feats), dev_features=len(dv_feats))
-
-        def evaluate(model, device, bs):
-            def per_batch(batch, logits):
-                return list(logits.float().cpu().numpy())  # (T, 2) per feature
-            outs = predict(model, dv_feats, [len(f.input_ids) for f in dv_feats], collate, bs, device, per_batch=per_batch)
-            preds = decode_squad(dev, dv_feats, [o[:, 0] for o in outs], [o[:, 1] for o in outs], max_answer_len=cfg.max_answer_len)
-            if task.version.startswith("2"):
-                sweep = best_threshold(dev, preds)
-                at0 = task.compute_metrics(answers(preds, tau=0.0))
-                return {"f1": sweep["f1"], "exact": sweep["exact"], "tau": sweep["tau"], "f1_tau0": at0["f1"],
-                        "exact_tau0": at0["exact"], **{k: v for k, v in at0.items() if k.startswith(("has_", "no_"))},
-                        "threshold_curve": sweep["curve"]}
-            return task.compute_metrics(answers(preds))
-        return Prepared(task, "span", 2, task.metrics[0], tr_feats, [len(f.input_ids) for f in tr_feats],
-                        dv_feats, [len(f.input_ids) for f in dv_feats], collate, evaluate, info)
-
-    if kind == "multiple_choice":
-        collate = task.collate(tok, max_len)
-
-        def mc_len(exs):
-            return [len(e.context.split()) + len(e.start.split()) + max(len(x.split()) for x in e.endings) for e in exs]
-        tr_len, dv_len = mc_len(train), mc_len(dev)
-        info["choices"] = task.n_choices
-
-        def evaluate(model, device, bs):
-            outs = predict(model, dev, dv_len, collate, max(1, bs // task.n_choices), device)
-            return task.compute_metrics([int(o.argmax()) for o in outs])
-        return Prepared(task, "multiple_choice", task.n_choices, task.metrics[0], train, tr_len, dev, dv_len, collate, evaluate, info)
-    raise EngineError(f"task {getattr(task, 'name', task)!r} of kind {kind!r} cannot be fine-tuned")
-
-
-@torch.no_grad()
-def predict(model: TaskModel, items: list, lengths: list, collate: Callable, batch_size: int, device,
-            per_batch: Callable = None) -> list:
-    """Run the model over `items` in length order, batched; returns one output per item in the items' order:
-    the logits row by default, or what `per_batch(batch, logits)` returns per item (a list of B). Runs in the
-    caller's precision: wrap the call in `engine.model.amp(device, "bf16")` for bf16 autocast."""
-    model.eval()
-    out = [None] * len(items)
-    for idx in length_batches(lengths, batch_size):
-        chunk = [items[i] for i in idx]
-        batch = collate(chunk)
-        logits = model(batch["input_ids"].to(device), batch["token_type_ids"].to(device), batch["attention_mask"].to(device))
-        logits = logits.float().cpu()
-        if per_batch is not None:
-            batch["_items"] = chunk
-            rows = per_batch(batch, logits)
-        else:
-            rows = list(logits)
-        for i, r in zip(idx, rows):
-            out[i] = r
-    return out
+    data = replace(task, train=train, dev=dev).prepare(tok, max_len, cfg)
+    info = {"task": task.name, "train_examples": len(train), "dev_examples": len(dev), **data.info}
+    return replace(data, info=info)
 
 
 # ------------------------------------------------------------------ one trial
@@ -570,7 +422,7 @@ def build_parser() -> argparse.ArgumentParser:
                                 description="Fine-tune a BERT checkpoint on a downstream task over a lr/batch/epochs grid with restarts; "
                                             "prints the best dev metrics as one JSON line.")
     p.add_argument("--model", required=True, help="RUN_DIR | CHECKPOINT_DIR | HF_DIR | minilm")
-    p.add_argument("--task", required=True, choices=TASKS)
+    p.add_argument("--task", required=True, choices=task_names())
     p.add_argument("--train", help="train file (glue: TSV/CSV/JSONL, tagging: BIO, squad: JSON, swag: CSV/JSONL)")
     p.add_argument("--dev", help="dev file (selects the best trial)")
     p.add_argument("--text-cols", help="text column(s): A or A,B (names or 0-based indexes)")

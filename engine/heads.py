@@ -34,7 +34,9 @@ from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 from engine.model import BertModel
 
-KINDS = ("classification", "regression", "tagging", "span", "multiple_choice")
+# The head kinds (a task's `prepare` names one) and the output units of each one's new layer, given K labels.
+HEAD_OUTPUTS = {"classification": lambda k: k, "regression": lambda k: 1, "tagging": lambda k: k, "span": lambda k: 2,
+                "multiple_choice": lambda k: 1}
 
 
 def init_linear(layer: nn.Linear, generator: torch.Generator = None, std: float = 0.02) -> nn.Linear:
@@ -86,16 +88,15 @@ class TaskModel(nn.Module):
     def __init__(self, bert: BertModel, kind: str, num_labels: int = 2, bilstm: bool = False,
                  dropout: float = 0.1, generator: torch.Generator = None):
         super().__init__()
-        if kind not in KINDS:
-            raise ValueError(f"unknown head kind {kind!r}; expected one of {KINDS}")
+        if kind not in HEAD_OUTPUTS:
+            raise ValueError(f"unknown head kind {kind!r}; expected one of {', '.join(HEAD_OUTPUTS)}")
         H = bert.config.hidden_size
         self.kind = kind
         self.num_labels = num_labels
         self.bert = bert
         self.bilstm = BiLSTM(H, generator) if bilstm else None
         self.dropout = nn.Dropout(dropout)
-        out = {"classification": num_labels, "regression": 1, "tagging": num_labels, "span": 2, "multiple_choice": 1}[kind]
-        self.head = init_linear(nn.Linear(H, out), generator, bert.config.initializer_range)
+        self.head = init_linear(nn.Linear(H, HEAD_OUTPUTS[kind](num_labels)), generator, bert.config.initializer_range)
 
     @property
     def config(self):

@@ -14,17 +14,12 @@ from engine import ablations as A
 from engine import runs as R
 from engine.errors import EngineError
 from engine.fileio import atomic_write_bytes, atomic_write_json
+from engine.tasks.registry import BUILTINS, FORMATS
 from studio import ablation_figures as F
 from studio import jobs as Q
 from studio.common import follow_queued_run, guard, model_picker, precision_select, runs_root
 
 MAX_UPLOAD_MB = 50  # also .streamlit/config.toml's server.maxUploadSize
-KINDS = {"glue": "sentence / pair classification or regression (TSV, CSV, JSONL)", "tagging": "BIO / CoNLL tagging",
-         "squad": "SQuAD v1.1 / v2.0 JSON", "swag": "multiple choice (CSV, JSONL)"}
-EXTENSIONS = {"glue": ["tsv", "csv", "jsonl", "json", "txt"], "tagging": ["txt", "conll", "bio", "tsv"],
-              "squad": ["json"], "swag": ["csv", "jsonl", "json"]}
-BUILTIN = {"bbc-topic": "BBC News topic classification (5 classes, 1,781 train / 444 dev)",
-           "wnut16": "WNUT-16 Twitter NER (10 entity types, entity F1)"}
 
 st.title("Fine-tune")
 st.caption("All parameters are fine-tuned with a new output layer (paper 3.2); the best trial on dev is kept. "
@@ -41,8 +36,9 @@ def safe_upload_name(name: str, data: bytes, kind: str) -> str:
     if not dot:
         stem, ext = base, ""
     ext = ext.lower()
-    if ext not in EXTENSIONS[kind]:
-        raise EngineError(f"{base!r} is not a {kind} file; use one of .{', .'.join(EXTENSIONS[kind])}")
+    extensions = FORMATS[kind].extensions
+    if ext not in extensions:
+        raise EngineError(f"{base!r} is not a {kind} file; use one of .{', .'.join(extensions)}")
     stem = re.sub(r"[^A-Za-z0-9_-]+", "-", stem).strip("-_")[:60] or "file"
     return f"{stem}-{hashlib.sha256(data).hexdigest()[:10]}.{ext}"
 
@@ -77,25 +73,14 @@ def preview(kind: str, train: str, dev: str, text_cols: str, label_col: str, mti
     """(summary dict, preview DataFrame) of a task, loaded the way `engine finetune` will load it."""
     from engine.finetune import FinetuneConfig, load_task
     task = load_task(FinetuneConfig(task=kind, train=train, dev=dev, text_cols=text_cols or None, label_col=label_col or None))
-    info = {"task": task.name, "kind": getattr(task, "kind", kind), "train examples": len(task.train), "dev examples": len(task.dev)}
+    info = {"task": task.name, "kind": task.kind, "train examples": len(task.train), "dev examples": len(task.dev)}
     labels = getattr(task, "labels", None)
     if labels:
         info["labels"] = ", ".join(map(str, labels[:20])) + (" …" if len(labels) > 20 else "")
-    cols = (getattr(task, "info", {}) or {}).get("columns")
+    cols = task.info.get("columns")
     if cols:
         info["columns detected"] = ", ".join(f"{k} = {v}" for k, v in cols.items()) if isinstance(cols, dict) else str(cols)
-    rows = []
-    for ex in task.train[:10]:
-        if hasattr(ex, "words"):
-            rows.append({"words": " ".join(ex.words), "tags": " ".join(ex.tags)})
-        elif hasattr(ex, "question"):
-            rows.append({"question": ex.question, "answer": ex.answers[0][0] if ex.answers else "(unanswerable)",
-                         "context": ex.context[:200]})
-        elif hasattr(ex, "endings"):
-            rows.append({"context": ex.context, "endings": " | ".join(ex.endings), "label": ex.label})
-        else:
-            rows.append({"text_a": ex.text_a, "text_b": ex.text_b, "label": ex.label})
-    return info, pd.DataFrame(rows)
+    return info, pd.DataFrame(task.preview(10))
 
 
 def _mtimes(*paths) -> tuple:
@@ -125,7 +110,7 @@ with tab_new:
     source = st.radio("Task", sources, horizontal=True, key="ft_source")
     task, train, dev, text_cols, label_col = None, None, None, "", ""
     if source == "Built-in task":
-        task = st.selectbox("Built-in task", list(BUILTIN), key="ft_builtin", format_func=lambda k: f"{k}: {BUILTIN[k]}")
+        task = st.selectbox("Built-in task", list(BUILTINS), key="ft_builtin", format_func=lambda k: f"{k}: {BUILTINS[k].description}")
     elif source == "Shared benchmark files":
         shared = {"RTE (sentence pairs, accuracy)": ("glue", "rte/train.tsv", "rte/dev.tsv"),
                   "CoLA (single sentences, Matthews correlation)": ("glue", "cola/train.tsv", "cola/dev.tsv"),
@@ -138,11 +123,11 @@ with tab_new:
             else:
                 train, dev = str(A.SHARED_DATA / tr), str(A.SHARED_DATA / dv)
     else:
-        task = st.selectbox("File format", list(KINDS), key="ft_kind", format_func=lambda k: f"{k}: {KINDS[k]}")
+        task = st.selectbox("File format", list(FORMATS), key="ft_kind", format_func=lambda k: f"{k}: {FORMATS[k].description}")
         if source == "Upload files":
             c1, c2 = st.columns(2)
-            up_train = c1.file_uploader("Train file", type=EXTENSIONS[task], key="ft_up_train")
-            up_dev = c2.file_uploader("Dev file", type=EXTENSIONS[task], key="ft_up_dev")
+            up_train = c1.file_uploader("Train file", type=list(FORMATS[task].extensions), key="ft_up_train")
+            up_dev = c2.file_uploader("Dev file", type=list(FORMATS[task].extensions), key="ft_up_dev")
             with guard("saving the upload"):
                 if up_train is not None:
                     train = str(save_upload(up_train, task))
@@ -152,16 +137,16 @@ with tab_new:
             c1, c2 = st.columns(2)
             train = c1.text_input("Train file path", key="ft_path_train").strip() or None
             dev = c2.text_input("Dev file path", key="ft_path_dev").strip() or None
-        if task in ("glue", "swag"):
+        if FORMATS[task].columns:
             c1, c2 = st.columns(2)
             text_cols = c1.text_input("Text column(s), A or A,B (blank: detect from the header)", key="ft_text_cols").strip()
             label_col = c2.text_input("Label column (blank: detect)", key="ft_label_col").strip()
-    if task in KINDS and train and dev:
+    if task in FORMATS and train and dev:
         with guard("reading the task files"):
             info, frame = preview(task, train, dev, text_cols, label_col, _mtimes(train, dev))
             st.markdown("**Task preview** — " + " · ".join(f"{k}: **{v}**" for k, v in info.items()))
             st.dataframe(frame, hide_index=True, width="stretch")
-    elif task in KINDS:
+    elif task in FORMATS:
         st.info("Give a train and a dev file: the dev set selects the best trial.")
 
     st.markdown("**Grid** (the paper: lr 5e-5, 3e-5, 2e-5 · batch 16, 32 · epochs 2, 3, 4; a tiny model from scratch "
@@ -187,13 +172,13 @@ with tab_new:
     name = st.text_input("Run name", value=st.session_state["ft_default_name"], key="ft_name")
     if st.button("Launch", type="primary", key="ft_launch", disabled=not (task and n_trials)):
         with guard("launching the fine-tuning run"):
-            if task in KINDS and not (train and dev):
+            if task in FORMATS and not (train and dev):
                 raise EngineError(f"a {task} task needs a train and a dev file")
             run_dir = R.resolve_run_dir(root, name.strip())
             if (run_dir / "run.json").exists():
                 raise EngineError(f"run {name} already exists in {root}; pick another name")
             argv = ["finetune", "--model", model, "--task", task]
-            if task in KINDS:
+            if task in FORMATS:
                 argv += ["--train", train, "--dev", dev]
             if text_cols:
                 argv += ["--text-cols", text_cols]

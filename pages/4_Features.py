@@ -14,6 +14,7 @@ import streamlit as st
 from engine import ablations as A
 from engine import runs as R
 from engine.errors import EngineError
+from engine.tasks.registry import BUILTINS, feature_task_names
 from studio import ablation_figures as F
 from studio import jobs as Q
 from studio.common import _mtime_key, follow_queued_run, guard, load_bundle, model_picker, runs_root
@@ -22,7 +23,8 @@ COMBINES = {"concat": "concatenate the chosen layers (D = K·H; the paper's best
             "weighted": "weighted sum of the chosen layers (weights learned by the BiLSTM tagger)",
             "all-weighted": "weighted sum of all layers", "sum": "sum of the chosen layers", "mean": "mean of the chosen layers",
             "last": "last hidden layer", "second-to-last": "second-to-last hidden layer", "embeddings": "embeddings only"}
-TASKS = {"bbc-topic": "BBC topics (logistic regression on sentence features)", "wnut16": "WNUT-16 NER (BiLSTM tagger on word features)"}
+# sentence tasks get a logistic regression on sentence features, tagging tasks a BiLSTM tagger on word features
+TASKS = {b.name: b.description for b in BUILTINS.values() if b.name in feature_task_names()}
 
 st.title("Feature-based")
 st.caption("BERT as a frozen feature extractor: no weight of the encoder changes; only a small classifier is trained on "

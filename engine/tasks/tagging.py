@@ -20,6 +20,7 @@ from pathlib import Path
 import torch
 
 from engine.errors import EngineError
+from engine.tasks.batching import Prepared, predict
 
 IGNORE = -100  # label of pieces that are not scored (non-first pieces, specials, padding)
 
@@ -57,6 +58,24 @@ class TaggingTask:
         """Entity P/R/F1 and word accuracy of predicted word-level tag lists (default gold: the dev tags)."""
         gold_tags = [s.tags for s in self.dev] if gold_tags is None else gold_tags
         return entity_scores(gold_tags, pred_tags)
+
+    def prepare(self, tok, max_len: int, cfg=None) -> Prepared:
+        """The loop's view: sentences as items (length = words), per-piece logits decoded to word tags."""
+        collate = self.collate(tok, max_len)
+        tr_len, dv_len = [len(s.words) for s in self.train], [len(s.words) for s in self.dev]
+
+        def evaluate(model, device, bs):
+            def per_batch(batch, logits):
+                n_words = [len(s.words) for s in batch["_items"]]
+                return logits_to_word_tags(logits, batch["word_index"], n_words, self.labels)
+            return self.compute_metrics(predict(model, self.dev, dv_len, collate, bs, device, per_batch=per_batch))
+        info = {"labels": list(self.labels), "truncated_dev": count_truncated(tok, self.dev, max_len)}
+        return Prepared(self, "tagging", self.num_labels, self.metrics[0], self.train, tr_len, self.dev, dv_len,
+                        collate, evaluate, info)
+
+    def preview(self, n: int = 10) -> list:
+        """The first n training sentences as table rows (the Fine-tune page's preview)."""
+        return [{"words": " ".join(s.words), "tags": " ".join(s.tags)} for s in self.train[:n]]
 
 
 def _check_tag(tag: str, where: str) -> str:
