@@ -1,18 +1,21 @@
-"""Probe page: what the MLM head predicts at each [MASK], the NSP head's P(IsNext), how both change over a
-run's checkpoints, and the built-in probe set's accuracy per checkpoint (paper section 3.1)."""
+"""Probe page: what the MLM head predicts at each [MASK], mask and watch (click WordPieces to mask them: the
+predictions there and where the masked token looks), the NSP head's P(IsNext), how both change over a run's
+checkpoints, and the built-in probe set's accuracy per checkpoint beside chance and the unigram baseline, with a
+reading of what the scores mean (paper section 3.1)."""
 import zlib
 from pathlib import Path
 
 import pandas as pd
 import streamlit as st
 
-from engine import probes
-from studio.common import guard, load_bundle, model_picker, runs_root
-from studio.figures import fill_mask_figure, over_steps_figure, plotly_config
+from engine import probe_baselines, probes
+from studio import mask_watch
+from studio.common import chart_config, guard, load_bundle, model_picker, runs_root
+from studio.figures import fill_mask_figure, over_steps_figure
 
 st.title("Probe")
 st.caption("Masked LM: BERT predicts a hidden word from both sides of its context. Next sentence prediction: "
-           "does B really follow A? Download any chart as PNG with the camera icon in its toolbar.")
+           "does B really follow A? Download any chart (PNG or SVG, as the sidebar says) with the camera icon in its toolbar.")
 
 path = model_picker("Model", key="probe_model")
 bundle = None
@@ -45,10 +48,45 @@ else:
             st.warning(n)
         for i, m in enumerate(preds):
             st.markdown(f"**[MASK] {i + 1}** → " + " · ".join(f"`{t}` {p:.3f}" for t, p in m))
-        st.plotly_chart(fill_mask_figure(preds), config=plotly_config("fill-mask"), key="probe_fill_fig")
+        st.plotly_chart(fill_mask_figure(preds), config=chart_config("fill-mask"), key="probe_fill_fig")
         st.dataframe(pd.DataFrame([{"mask": i + 1, "rank": r + 1, "token": t, "probability": round(p, 4)}
                                    for i, m in enumerate(preds) for r, (t, p) in enumerate(m)]),
                      hide_index=True, width="stretch")
+
+# ---------------------------------------------------------------------------------------------- mask and watch
+WATCH_DEFAULT = "the prime minister said the government would cut taxes ."
+st.header("Mask and watch")
+st.caption("Click any WordPiece to mask it (click again to unmask): the predictions at the masked positions and where "
+           "the masked token looks, in every layer, update at once.")
+wtext = st.text_input("Sentence", value=WATCH_DEFAULT, key="probe_watch_text")
+with guard("Reading the sentence"):
+    pcs = mask_watch.pieces(bundle, wtext) if wtext.strip() else []
+    picked = st.pills("Click WordPieces to mask them", list(range(len(pcs))), format_func=lambda i: pcs[i],
+                      selection_mode="multi", default=[2] if wtext == WATCH_DEFAULT and len(pcs) > 2 else None,
+                      key=f"probe_watch_pick_{zlib.crc32(wtext.encode())}") or []
+    if pcs and not picked:
+        st.info("Click a WordPiece above to mask it.")
+    elif pcs:
+        wmasked = mask_watch.masked_text(pcs, picked)
+        st.caption(f"The model sees: `{wmasked}`")
+        wtokens, watt = probes.attention(bundle, wmasked)
+        mask_pos = [i for i, t in enumerate(wtokens) if t == "[MASK]"]
+        with guard("Predicting the masked pieces"):
+            wpreds = probes.fill_mask(bundle, wmasked, top_k=top_k)
+            for piece, m in zip(sorted(picked), wpreds):
+                st.markdown(f"`{pcs[piece]}` → " + " · ".join(f"`{t}` {p:.3f}" for t, p in m))
+            st.plotly_chart(fill_mask_figure(wpreds, title="Predictions at the masked pieces"),
+                            config=chart_config("mask-and-watch"), key="probe_watch_fig")
+        if mask_pos:
+            w1, w2 = st.columns(2)
+            watch = w1.selectbox("Watch", mask_pos, format_func=lambda i: f"[MASK] at {i} (was {pcs[i - 1]})",
+                                 key="probe_watch_which") if len(mask_pos) > 1 else mask_pos[0]
+            wl = w2.selectbox("Layer for the per-head view", list(range(bundle.config.num_layers)),
+                              index=bundle.config.num_layers - 1, format_func=lambda l: f"layer {l + 1}", key="probe_watch_layer")
+            st.plotly_chart(mask_watch.token_attention_figure(watt, list(wtokens), watch), config=chart_config("masked-token-attention"),
+                            key="probe_watch_att")
+            st.plotly_chart(mask_watch.token_attention_by_head(watt, list(wtokens), watch, wl),
+                            config=chart_config("masked-token-attention-heads"), key="probe_watch_heads")
 
 # ---------------------------------------------------------------------------------------------- next sentence
 st.header("Next sentence")
@@ -60,7 +98,8 @@ with guard("Scoring the pair"):
     for n in p.notes:
         st.warning(n)
     st.metric("P(IsNext)", f"{float(p):.3f}", help="probability that B is the sentence that follows A (NSP head on [CLS])")
-    st.caption(f"{name} says **{'IsNext' if p > 0.5 else 'NotNext'}**.")
+    st.caption(f"{name} says **{'IsNext' if p > 0.5 else 'NotNext'}**. Chance is 0.50: a model that has not learned "
+               "NSP yet (the 3-minute classroom run has not: held-out 0.52) gives about 0.50 to every pair.")
 
 # ---------------------------------------------------------------------------------------------- over training steps
 st.header("Over training steps")
@@ -118,10 +157,10 @@ else:
             mi = st.selectbox("Mask", list(range(n_masks)), format_func=lambda i: f"[MASK] {i + 1}", key="probe_steps_mask") if n_masks > 1 else 0
             series = probes.mask_probs_over_steps(rows, mask_index=mi)
             st.plotly_chart(over_steps_figure(xs, series, f"[MASK] {mi + 1}: probability of the leading candidates"),
-                            config=plotly_config("mask-over-steps"), key="probe_mask_steps_fig")
+                            config=chart_config("mask-over-steps"), key="probe_mask_steps_fig")
         if any(r["p_isnext"] is not None for r in rows):
             st.plotly_chart(over_steps_figure(xs, {"P(IsNext)": [r["p_isnext"] for r in rows]}, "P(IsNext) over training steps",
-                                              y_range=(0, 1)), config=plotly_config("nsp-over-steps"), key="probe_nsp_steps_fig")
+                                              y_range=(0, 1)), config=chart_config("nsp-over-steps"), key="probe_nsp_steps_fig")
         scored = [r for r in rows if r["probe_set"] is not None]
         if scored:
             st.subheader("Built-in probe set")
@@ -129,10 +168,17 @@ else:
             acc = pd.DataFrame([{"step": r["step"], "cloze top-1": r["probe_set"]["cloze_top1"],
                                  f"cloze top-{k}": r["probe_set"]["cloze_topk"], "next sentence": r["probe_set"]["nsp_acc"]}
                                 for r in scored])
+            base = probe_baselines.probe_set_baselines(load_bundle(scored[-1]["path"]), top_k=k)
+            series = {c: acc[c].tolist() for c in acc.columns if c != "step"}
+            series["unigram baseline (cloze top-1)"] = [base["unigram_top1"]] * len(acc)
+            series[f"unigram baseline (cloze top-{k})"] = [base["unigram_topk"]] * len(acc)
+            series["chance (next sentence)"] = [0.5] * len(acc)
             st.dataframe(acc, hide_index=True, width="stretch")
-            st.plotly_chart(over_steps_figure(acc["step"], {c: acc[c].tolist() for c in acc.columns if c != "step"},
-                                              "Probe-set accuracy per checkpoint", y_title="accuracy", y_range=(0, 1)),
-                            config=plotly_config("probe-set-accuracy"), key="probe_set_fig")
+            st.plotly_chart(over_steps_figure(acc["step"], series, "Probe-set accuracy per checkpoint, with chance and the "
+                                              "unigram baseline", y_title="accuracy", y_range=(0, 1)),
+                            config=chart_config("probe-set-accuracy"), key="probe_set_fig")
+            for line in probe_baselines.reading(scored[-1]["probe_set"], base):
+                st.markdown(line)
             for n in scored[-1]["probe_set"]["notes"]:
                 st.caption(n)
 
@@ -142,11 +188,19 @@ with st.expander("The built-in probe set"):
     if st.button(f"Score {name} on the probe set", key="probe_set_go"):
         with guard("Scoring the probe set"):
             r = probes.probe_set_accuracy(bundle, top_k=top_k)
+            base = probe_baselines.probe_set_baselines(bundle, top_k=r["top_k"])
             c = st.columns(3)
             fmt = lambda x: "n/a" if x is None else f"{x:.0%}"  # noqa: E731
-            c[0].metric("Cloze top-1", fmt(r["cloze_top1"]))
+            c[0].metric("Cloze top-1", fmt(r["cloze_top1"]), help="share of cloze items whose best prediction is right")
             c[1].metric(f"Cloze top-{r['top_k']}", fmt(r["cloze_topk"]))
             c[2].metric("Next sentence", fmt(r["nsp_acc"]))
+            c[0].caption(f"chance {base['chance_top1']:.2%} · unigram baseline {fmt(base['unigram_top1'])}")
+            c[1].caption(f"chance {base['chance_topk']:.2%} · unigram baseline {fmt(base['unigram_topk'])}")
+            c[2].caption(f"chance 50% · always IsNext {fmt(base['nsp_majority'])}")
+            st.caption(f"Unigram baseline: always the {r['top_k']} most frequent words of {base['corpus']} "
+                       f"({', '.join(base['unigram_words'])}), whatever the sentence.")
+            for line in probe_baselines.reading(r, base):
+                st.markdown(line)
             for n in r["notes"]:
                 st.caption(n)
             st.dataframe(pd.DataFrame(r["items"]), hide_index=True, width="stretch")

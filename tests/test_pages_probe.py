@@ -47,7 +47,10 @@ def test_minilm_says_it_has_no_heads(tiny_run):
     errors = [e.value for e in at.error]
     assert any(e.startswith("MiniLM has no MLM head") for e in errors)
     assert any(e.startswith("MiniLM has no NSP head") for e in errors)
-    assert not at.metric and not _charts(at)
+    assert not at.metric
+    # no predictions drawn; mask and watch still shows where the masked token looks (attention needs no head)
+    charts = _charts(at)
+    assert charts and not any(t["type"] == "bar" for c in charts for t in c["data"])
 
 
 def test_fill_mask_and_next_sentence_show_the_engine_numbers(tiny_run, ck):
@@ -115,3 +118,49 @@ def test_score_probe_set_button(tiny_run, ck):
     assert m["Next sentence"] == f"{expect['nsp_acc']:.0%}" and m["Cloze top-1"] == f"{expect['cloze_top1']:.0%}"
     items = at.dataframe[-1].value
     assert len(items) == expect["cloze_n"] + expect["nsp_n"]
+
+
+def test_mask_and_watch_predictions_and_attention_follow_the_clicks(tiny_run, ck):
+    import numpy as np
+    from test_pages_attention import _arr
+    at = _app(tiny_run.parent, probe_model=ck)
+    assert not at.exception and not at.error
+    bundle = engine.load(ck)
+    text = "the prime [MASK] said the government would cut taxes ."  # the default sentence, "minister" clicked
+    preds = probes.fill_mask(bundle, text, top_k=5)
+    line = [m.value for m in at.markdown if m.value.startswith("`minister` →")][0]
+    assert f"`{preds[0][0][0]}` {preds[0][0][1]:.3f}" in line
+    tokens, att = probes.attention(bundle, text)
+    fig = [c for c in _charts(at) if c["layout"]["title"]["text"].startswith("Where 3 [MASK] looks")][0]
+    np.testing.assert_allclose(_arr(fig["data"][0]["z"]), att[:, :, 3, :].mean(axis=1), atol=1e-4)
+    # click "taxes" too: two masks, two prediction lines, the watched one can be switched
+    pills = at.pills[0]
+    assert pills.label == "Click WordPieces to mask them"
+    pills.set_value([2, 8]).run()
+    assert not at.exception and not at.error
+    text2 = "the prime [MASK] said the government would cut [MASK] ."
+    preds2 = probes.fill_mask(bundle, text2, top_k=5)
+    line = [m.value for m in at.markdown if m.value.startswith("`taxes` →")][0]
+    assert f"`{preds2[1][0][0]}` {preds2[1][0][1]:.3f}" in line
+    at.selectbox(key="probe_watch_which").set_value(9).run()
+    _, att2 = probes.attention(bundle, text2)
+    fig = [c for c in _charts(at) if c["layout"]["title"]["text"].startswith("Where 9 [MASK] looks")][0]
+    np.testing.assert_allclose(_arr(fig["data"][0]["z"]), att2[:, :, 9, :].mean(axis=1), atol=1e-4)
+    heads = [c for c in _charts(at) if c["layout"]["title"]["text"].startswith("Layer 2: where 9 [MASK]")][0]
+    np.testing.assert_allclose(_arr(heads["data"][0]["z"]), att2[1, :, 9, :], atol=1e-4)
+
+
+def test_probe_set_scores_come_with_chance_unigram_baseline_and_a_reading(tiny_run, ck):
+    from engine import probe_baselines
+    at = _app(tiny_run.parent, probe_model=ck)
+    at.button(key="probe_set_go").click().run()
+    assert not at.exception and not at.error
+    bundle = engine.load(ck)
+    r = probes.probe_set_accuracy(bundle)
+    base = probe_baselines.probe_set_baselines(bundle)
+    captions = [c.value for c in at.caption]
+    assert f"chance {base['chance_top1']:.2%} · unigram baseline {base['unigram_top1']:.0%}" in captions
+    assert f"chance 50% · always IsNext {base['nsp_majority']:.0%}" in captions
+    reading = probe_baselines.reading(r, base)
+    shown = [m.value for m in at.markdown]
+    assert reading and all(line in shown for line in reading)
