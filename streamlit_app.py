@@ -21,6 +21,7 @@ PAGES = [
     ("pages/6_Attention.py", "Attention", ":material/grid_on:"),
     ("pages/7_Ablations.py", "Ablations", ":material/bar_chart:"),
     ("pages/8_Jobs.py", "Jobs", ":material/list_alt:"),
+    ("pages/9_Compare.py", "Compare", ":material/stacked_line_chart:"),
 ]
 
 pages = [st.Page(str(ROOT / path), title=title, icon=icon) for path, title, icon in PAGES if (ROOT / path).is_file()]
