@@ -1,7 +1,7 @@
 """What a probe-set score should be compared with, and what it means (Probe page, notebooks).
 
 - chance: a uniform guess over the vocabulary for the cloze items (top-1 1/V, top-k k/V) and a coin flip for the
-  next-sentence pairs (0.5; the built-in set is balanced, 10 IsNext / 10 NotNext).
+  next-sentence pairs (0.5; the built-in set is balanced, 15 IsNext / 15 NotNext).
 - the unigram baseline: a model that ignores the sentence and always predicts the k most frequent words of its
   training corpus. Every masked LM passes through this stage first (predicting "the", ",", "."), so a score at
   the unigram baseline means "not using the context yet". For next-sentence pairs the context-free answer is
@@ -17,7 +17,7 @@ from functools import lru_cache
 from pathlib import Path
 
 _WORD = re.compile(r"\w+|[^\w\s]")
-NSP_NOISE = 0.15  # with 20 pairs one standard error of an accuracy near 0.5 is 0.11
+NSP_NOISE = 0.15  # with 30 pairs one standard error of an accuracy near 0.5 is 0.09 (0.11 with 20)
 
 
 @lru_cache(maxsize=4)
@@ -89,14 +89,16 @@ def reading(scores: dict, baselines: dict) -> list:
             out.append(f"Cloze: above the unigram baseline ({top1:.0%} vs {b1:.0%}): the model uses the context, not only "
                        "word frequency. Longer pre-training keeps raising this; a real pre-trained BERT gets most items.")
     nsp = scores.get("nsp_acc")
+    n_pairs = int(scores.get("nsp_n") or 0)
     if nsp is not None:
         if abs(nsp - 0.5) <= NSP_NOISE:
-            out.append(f"Next sentence: {nsp:.0%}, at chance (50%; 20 pairs, so ±11 points is noise). NSP is learned "
+            out.append(f"Next sentence: {nsp:.0%}, at chance (50%; {n_pairs} pairs, so ±{100 * (0.25 / max(n_pairs, 1)) ** 0.5:.0f} "
+                       "points is noise). NSP is learned "
                        "late: the classroom run ends at held-out 0.52, a 15,000-step run (about 40 minutes) reaches 0.83 "
                        "(BENCHMARKS.md). A P(IsNext) near 0.50 for every pair is what a barely trained model shows.")
         elif nsp > 0.5:
             out.append(f"Next sentence: {nsp:.0%}, above chance (50%): the model tells a following sentence from a random one.")
         else:
-            out.append(f"Next sentence: {nsp:.0%}, below chance (50%): more than noise on 20 pairs; the model answers "
+            out.append(f"Next sentence: {nsp:.0%}, below chance (50%): more than noise on {n_pairs} pairs; the model answers "
                        "one way for most pairs or has learned a cue that misleads it here.")
     return out

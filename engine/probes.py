@@ -8,8 +8,9 @@
 - `compare_attention(b1, b2, a, b)`: per-head difference between two models on the same input (L, A), e.g.
   BERT vs No NSP or step 1,000 vs step 10,000, and the heads that changed most.
 - `probe_checkpoints(paths, ...)`: the same probes over several checkpoints of one run (training dynamics).
-- `PROBE_SET` / `probe_set_accuracy(bundle)`: a small built-in set of cloze sentences and true/false
-  next-sentence pairs (generic English plus BBC-news-flavoured ones) scored per checkpoint.
+- `PROBE_SET` / `probe_set_accuracy(bundle)`: the fixed classroom probe set, cloze sentences in three sections
+  (everyday facts, grammar, BBC-news-flavoured) and true/false next-sentence pairs, scored per checkpoint;
+  `compare_probe_set(bundles)` scores several models side by side (one row per model and per item).
 - `tokenize_table`, `output_shapes`: what the Model page shows (WordPieces, ids, segments, output shapes).
 
 For a left-to-right model (`config.causal`, the LTR ablation, trained to predict the next token) the word at a
@@ -283,33 +284,73 @@ def compare_attention(bundle1, bundle2, a: str, b: str = None, metric: str = "js
 # ---------------------------------------------------------------------------------------------------------
 # the built-in probe set
 
-# (sentence with one [MASK], acceptable answers). Generic English and BBC-news-flavoured cloze items.
-CLOZE = [
-    ("the prime [MASK] said the government would cut taxes .", ("minister",)),
-    ("shares in the firm fell sharply on the stock [MASK] .", ("market", "exchange")),
-    ("the company reported a big rise in annual [MASK] .", ("profits", "profit", "sales", "revenue", "earnings")),
-    ("oil [MASK] rose to a record high last week .", ("prices", "price")),
-    ("the bank of [MASK] kept interest rates on hold .", ("england", "japan", "america")),
-    ("the general [MASK] is expected to be held in may .", ("election",)),
-    ("the chancellor will present his [MASK] to parliament .", ("budget", "plans", "report")),
-    ("he scored the winning [MASK] in the second half .", ("goal", "try", "point", "points")),
-    ("the film won the award for best [MASK] .", ("film", "actor", "actress", "director", "picture")),
-    ("the band will release their new [MASK] next month .", ("album", "single", "record", "song")),
-    ("mobile [MASK] users will be able to download music .", ("phone", "phones")),
-    ("the world [MASK] is the biggest event in football .", ("cup",)),
-    ("paris is the capital of [MASK] .", ("france",)),
-    ("there are seven days in a [MASK] .", ("week",)),
-    ("the sun rises in the [MASK] .", ("east", "morning")),
-    ("the children walk to [MASK] every morning .", ("school", "work", "church")),
-    ("she drank a cup of [MASK] .", ("tea", "coffee", "water")),
-    ("he opened the [MASK] and walked into the room .", ("door", "window", "gate")),
-    ("the police arrested a man in [MASK] with the attack .", ("connection",)),
-    ("it is one of the most popular games in the [MASK] .", ("world", "country", "uk", "us")),
-    ("the two countries signed a trade [MASK] .", ("deal", "agreement", "pact", "treaty")),
-    ("the new software will run on personal [MASK] .", ("computers", "computer")),
-]
+# The classroom probe set: fixed, small, lower-case, written for comparing models side by side (a tiny model
+# pre-trained here, MiniLM continued-pre-trained with --init, any checkpoint). Each cloze item is (sentence with
+# one [MASK], acceptable answers); an answer must be one WordPiece of the model's vocabulary to count (items
+# whose answers are all missing from a vocabulary are skipped for that model, and said so). Three sections:
+# everyday facts, English grammar (agreement, tense, prepositions, function words), and BBC-news-flavoured
+# sentences (the domain of the classroom corpus).
+CLOZE_SECTIONS = {
+    "everyday facts": [
+        ("the man went to the [MASK] to buy milk .", ("store", "shop", "supermarket", "market")),
+        ("paris is the capital of [MASK] .", ("france",)),
+        ("rome is the capital of [MASK] .", ("italy",)),
+        ("there are seven days in a [MASK] .", ("week",)),
+        ("there are twelve months in a [MASK] .", ("year",)),
+        ("the sun rises in the [MASK] .", ("east", "morning")),
+        ("she drank a cup of [MASK] .", ("tea", "coffee", "water")),
+        ("he opened the [MASK] and walked into the room .", ("door", "window", "gate")),
+        ("the children walk to [MASK] every morning .", ("school", "work", "church")),
+        ("the opposite of hot is [MASK] .", ("cold",)),
+        ("bees make [MASK] .", ("honey",)),
+        ("two plus two equals [MASK] .", ("four",)),
+        ("the sky is [MASK] on a clear day .", ("blue",)),
+        ("cows give us [MASK] .", ("milk",)),
+        ("an apple a day keeps the [MASK] away .", ("doctor",)),
+        ("you need a key to open the [MASK] .", ("door", "lock", "box", "car")),
+    ],
+    "grammar": [
+        ("the keys to the cabinet [MASK] on the table .", ("are", "were")),
+        ("she [MASK] to school yesterday .", ("went", "walked", "came", "returned")),
+        ("they have [MASK] their homework .", ("done", "finished", "completed")),
+        ("he is taller [MASK] his brother .", ("than",)),
+        ("i have lived here [MASK] ten years .", ("for",)),
+        ("there [MASK] many people at the party last night .", ("were",)),
+        ("the book was written [MASK] a famous author .", ("by",)),
+        ("he [MASK] not like coffee .", ("does", "did")),
+        ("we were tired , [MASK] we kept walking .", ("but", "yet")),
+        ("the children [MASK] playing in the garden .", ("are", "were")),
+        ("this is the house [MASK] i was born .", ("where",)),
+        ("she is interested [MASK] music .", ("in",)),
+        ("if it rains tomorrow , we [MASK] stay at home .", ("will", "would", "can", "should", "shall", "may", "might")),
+        ("my brother and i [MASK] going to the cinema .", ("are", "were")),
+        ("she has two cats and [MASK] dog .", ("a", "one")),
+        ("he has been working here [MASK] 2010 .", ("since",)),
+    ],
+    "news": [
+        ("the prime [MASK] said the government would cut taxes .", ("minister",)),
+        ("shares in the firm fell sharply on the stock [MASK] .", ("market", "exchange")),
+        ("the company reported a big rise in annual [MASK] .", ("profits", "profit", "sales", "revenue", "earnings")),
+        ("oil [MASK] rose to a record high last week .", ("prices", "price")),
+        ("the bank of [MASK] kept interest rates on hold .", ("england", "japan", "america")),
+        ("the general [MASK] is expected to be held in may .", ("election",)),
+        ("the chancellor will present his [MASK] to parliament .", ("budget", "plans", "report")),
+        ("he scored the winning [MASK] in the second half .", ("goal", "try", "point", "points")),
+        ("the film won the award for best [MASK] .", ("film", "actor", "actress", "director", "picture")),
+        ("the band will release their new [MASK] next month .", ("album", "single", "record", "song")),
+        ("mobile [MASK] users will be able to download music .", ("phone", "phones")),
+        ("the world [MASK] is the biggest event in football .", ("cup",)),
+        ("the police arrested a man in [MASK] with the attack .", ("connection",)),
+        ("it is one of the most popular games in the [MASK] .", ("world", "country", "uk", "us")),
+        ("the two countries signed a trade [MASK] .", ("deal", "agreement", "pact", "treaty")),
+        ("the new software will run on personal [MASK] .", ("computers", "computer")),
+    ],
+}
+CLOZE = [item for items in CLOZE_SECTIONS.values() for item in items]
+CLOZE_SECTION_OF = {sentence: section for section, items in CLOZE_SECTIONS.items() for sentence, _ in items}
 
-# (sentence A, sentence B, B really follows A)
+# (sentence A, sentence B, B really follows A): each A appears twice, once with its real continuation and once
+# with a sentence from another topic (the NotNext of the paper's NSP task)
 NSP_PAIRS = [
     ("the government announced plans to cut income tax .", "the chancellor said the change would help families on low incomes .", True),
     ("shares in the airline fell by ten percent on monday .", "the fall came after the firm warned that fuel costs would hit profits .", True),
@@ -321,6 +362,11 @@ NSP_PAIRS = [
     ("it started to rain heavily in the afternoon .", "the match was stopped and the players left the pitch .", True),
     ("the minister resigned after a week of pressure .", "he said he had done nothing wrong but wanted to protect the party .", True),
     ("oil prices rose sharply in new york trading .", "analysts blamed fears about supplies from the middle east .", True),
+    ("she forgot her umbrella at home .", "by the time she reached the office she was soaking wet .", True),
+    ("the baby would not stop crying .", "her father picked her up and sang to her until she fell asleep .", True),
+    ("we ran out of bread this morning .", "so i walked to the bakery on the corner to buy a loaf .", True),
+    ("the old bridge was closed for repairs .", "drivers had to take a long detour through the town .", True),
+    ("tom studied hard for the exam all week .", "he passed with the highest mark in his class .", True),
     ("the government announced plans to cut income tax .", "the singer said the album was her best work so far .", False),
     ("shares in the airline fell by ten percent on monday .", "the goalkeeper saved a penalty in the last minute .", False),
     ("the striker scored twice in the first half .", "the central bank kept interest rates at four percent .", False),
@@ -331,6 +377,11 @@ NSP_PAIRS = [
     ("it started to rain heavily in the afternoon .", "the software giant reported record sales in asia .", False),
     ("the minister resigned after a week of pressure .", "the actor won an oscar for his role in the film .", False),
     ("oil prices rose sharply in new york trading .", "the children sang songs at the school concert .", False),
+    ("she forgot her umbrella at home .", "the treaty was signed by both presidents in geneva .", False),
+    ("the baby would not stop crying .", "the bank raised its profit forecast for the year .", False),
+    ("we ran out of bread this morning .", "the museum owns three paintings by van gogh .", False),
+    ("the old bridge was closed for repairs .", "my sister plays the violin in an orchestra .", False),
+    ("tom studied hard for the exam all week .", "volcanoes can erupt without much warning .", False),
 ]
 
 PROBE_SET = {"cloze": CLOZE, "nsp": NSP_PAIRS}
@@ -340,7 +391,8 @@ def probe_set_accuracy(bundle, probe_set: dict = None, top_k: int = 5) -> dict:
     """Score the built-in probe set: cloze top-1 / top-k accuracy (an item counts when an acceptable answer is
     the best / among the best k predictions; items whose answers are not single WordPieces in this vocabulary
     are skipped) and NSP accuracy (IsNext when P(IsNext) > 0.5). A part is None when the model lacks its head.
-    Returns {"cloze_top1", "cloze_topk", "cloze_n", "nsp_acc", "nsp_n", "top_k", "items", "notes"}."""
+    Returns {"cloze_top1", "cloze_topk", "cloze_n", "nsp_acc", "nsp_n", "top_k", "by_section" ({section: {"n",
+    "top1", "topk"}} for the cloze sections scored), "items" (each with its "section"), "notes"}."""
     ps = probe_set or PROBE_SET
     has_mlm = bundle.config.has_mlm_head and getattr(bundle.model, "mlm", None) is not None and "mlm" not in (bundle.info.get("missing_heads") or [])
     has_nsp = bundle.config.has_nsp_head and getattr(bundle.model, "nsp", None) is not None and "nsp" not in (bundle.info.get("missing_heads") or [])
@@ -349,7 +401,8 @@ def probe_set_accuracy(bundle, probe_set: dict = None, top_k: int = 5) -> dict:
                           "use a checkpoint pre-trained with mlm or mlm+nsp")
     tok = bundle.tokenizer
     items, notes = [], []
-    res = {"cloze_top1": None, "cloze_topk": None, "cloze_n": 0, "nsp_acc": None, "nsp_n": 0, "top_k": top_k}
+    res = {"cloze_top1": None, "cloze_topk": None, "cloze_n": 0, "nsp_acc": None, "nsp_n": 0, "top_k": top_k,
+           "by_section": {}}
     limit = int(bundle.config.max_position_embeddings)
     if has_mlm:
         hit1 = hitk = 0
@@ -379,13 +432,21 @@ def probe_set_accuracy(bundle, probe_set: dict = None, top_k: int = 5) -> dict:
                 words = [tok.id_to_token(int(i)) for i in top_i[r]]
                 h1, hk = words[0] in norm, any(w in norm for w in words)
                 hit1, hitk = hit1 + h1, hitk + hk
-                items.append({"kind": "cloze", "input": sentence, "expected": "/".join(answers), "predicted": words[0],
+                items.append({"kind": "cloze", "section": CLOZE_SECTION_OF.get(sentence, "custom"), "input": sentence,
+                              "expected": "/".join(answers), "predicted": words[0],
                               "prob": float(top_p[r, 0]), "correct": bool(h1), f"in_top{top_k}": bool(hk)})
                 r += 1
         n = sum(1 for it in items if it["kind"] == "cloze")
         if skipped:
             notes.append(f"{skipped} cloze item(s) skipped: their answers are not whole words in this vocabulary")
         res.update(cloze_n=n, cloze_top1=hit1 / n if n else None, cloze_topk=hitk / n if n else None)
+        for it in items:
+            sec = res["by_section"].setdefault(it["section"], {"n": 0, "top1": 0.0, "topk": 0.0})
+            sec["n"] += 1
+            sec["top1"] += float(it["correct"])
+            sec["topk"] += float(it[f"in_top{top_k}"])
+        for sec in res["by_section"].values():
+            sec["top1"], sec["topk"] = sec["top1"] / sec["n"], sec["topk"] / sec["n"]
     else:
         notes.append(f"{model_name(bundle)} has no MLM head: cloze items not scored")
     if has_nsp:
@@ -398,13 +459,65 @@ def probe_set_accuracy(bundle, probe_set: dict = None, top_k: int = 5) -> dict:
             for (a, b, is_next), p in zip(pairs, p_next):
                 ok = (p > 0.5) == bool(is_next)
                 correct += ok
-                items.append({"kind": "nsp", "input": f"{a} ||| {b}", "expected": "IsNext" if is_next else "NotNext",
+                items.append({"kind": "nsp", "section": "next sentence", "input": f"{a} ||| {b}", "expected": "IsNext" if is_next else "NotNext",
                               "predicted": "IsNext" if p > 0.5 else "NotNext", "prob": p, "correct": bool(ok)})
         res.update(nsp_n=len(pairs), nsp_acc=correct / len(pairs) if pairs else None)
     else:
         notes.append(f"{model_name(bundle)} has no NSP head: next-sentence pairs not scored")
     res["items"], res["notes"] = items, notes
     return res
+
+
+def compare_probe_set(bundles, top_k: int = 5, probe_set: dict = None) -> dict:
+    """The probe set scored on several models side by side (the Probe page's comparison).
+
+    `bundles`: a list of loaded models, or of (name, bundle) pairs. Returns {"names", "summary" (one row per
+    model: cloze top-1/top-k and n, each section's top-1, next-sentence accuracy and n; None where the model
+    cannot answer), "cloze" (one row per cloze item: section, sentence, answers, then each model's best word
+    with a check mark when it is acceptable; "-" where the model skipped the item), "nsp" (one row per pair:
+    A, B, the truth, each model's P(IsNext)), "notes" ({name: [notes or the error that model gave]})}.
+    Two models with different vocabularies may skip different cloze items: compare their n as well."""
+    pairs = [b if isinstance(b, (tuple, list)) else (model_name(b), b) for b in bundles]
+    if not pairs:
+        raise EngineError("pick at least one model to score on the probe set")
+    names, seen = [], {}
+    for name, _ in pairs:  # two checkpoints may share a short name
+        seen[name] = seen.get(name, 0) + 1
+        names.append(name if seen[name] == 1 else f"{name} ({seen[name]})")
+    ps = probe_set or PROBE_SET
+    results, notes = {}, {}
+    for name, (_, bundle) in zip(names, pairs):
+        try:
+            results[name] = probe_set_accuracy(bundle, probe_set=ps, top_k=top_k)
+            notes[name] = list(results[name]["notes"])
+        except EngineError as e:
+            results[name], notes[name] = None, [str(e)]
+    sections = list(dict.fromkeys([CLOZE_SECTION_OF.get(s, "custom") for s, _ in ps.get("cloze", [])]))
+    summary = []
+    for name in names:
+        r = results[name] or {}
+        row = {"model": name, "cloze top-1": r.get("cloze_top1"), f"cloze top-{top_k}": r.get("cloze_topk"),
+               "cloze items": r.get("cloze_n", 0)}
+        for sec in sections:
+            row[f"{sec} top-1"] = ((r.get("by_section") or {}).get(sec) or {}).get("top1")
+        row["next sentence"], row["pairs"] = r.get("nsp_acc"), r.get("nsp_n", 0)
+        summary.append(row)
+    by_input = {name: {(it["kind"], it["input"]): it for it in (results[name] or {}).get("items", [])} for name in names}
+    cloze = []
+    for sentence, answers in ps.get("cloze", []):
+        row = {"section": CLOZE_SECTION_OF.get(sentence, "custom"), "sentence": sentence, "answers": " / ".join(answers)}
+        for name in names:
+            it = by_input[name].get(("cloze", _MASK_RE.sub("[MASK]", sentence)))
+            row[name] = "-" if it is None else f"{it['predicted']} {'✓' if it['correct'] else '✗'}"
+        cloze.append(row)
+    nsp = []
+    for a, b, is_next in ps.get("nsp", []):
+        row = {"A": a, "B": b, "truth": "IsNext" if is_next else "NotNext"}
+        for name in names:
+            it = by_input[name].get(("nsp", f"{a} ||| {b}"))
+            row[name] = None if it is None else round(it["prob"], 3)
+        nsp.append(row)
+    return {"names": names, "summary": summary, "cloze": cloze, "nsp": nsp, "notes": notes}
 
 
 # ---------------------------------------------------------------------------------------------------------

@@ -10,8 +10,8 @@ import streamlit as st
 
 from engine import probe_baselines, probes
 from studio import mask_watch
-from studio.common import chart_config, guard, load_bundle, model_picker, runs_root
-from studio.figures import fill_mask_figure, over_steps_figure
+from studio.common import chart_config, guard, list_model_choices, load_bundle, model_picker, runs_root
+from studio.figures import fill_mask_figure, over_steps_figure, probe_set_comparison_figure
 
 st.title("Probe")
 st.caption("Masked LM: BERT predicts a hidden word from both sides of its context. Next sentence prediction: "
@@ -182,8 +182,37 @@ else:
             for n in scored[-1]["probe_set"]["notes"]:
                 st.caption(n)
 
+# ---------------------------------------------------------------------------------------------- models side by side
+st.header("Compare models on the classroom probe set")
+n_sections = ", ".join(f"{len(v)} {k}" for k, v in probes.CLOZE_SECTIONS.items())
+st.caption(f"A fixed set of cloze sentences ({n_sections}) and {len(probes.NSP_PAIRS)} sentence pairs (half really "
+           "consecutive), scored on every model you pick. A cloze item counts when the model's best word is one of "
+           "its answers; items whose answers are not whole words of a model's vocabulary are skipped for that model "
+           "(its 'cloze items' column says how many it answered).")
+choices = list(dict.fromkeys([path] + list_model_choices()))
+picked_models = st.multiselect("Models", choices, default=[path], key="probe_compare_models",
+                               format_func=lambda c: "MiniLM" if c == "minilm" else c)
+if st.button(f"Score {len(picked_models)} model(s) on the probe set", key="probe_compare_go", disabled=not picked_models):
+    with guard("Scoring the models"):
+        with st.spinner("Scoring each model…"):
+            st.session_state["probe_compare_result"] = probes.compare_probe_set(
+                [load_bundle(m) for m in picked_models], top_k=top_k)
+cmp = st.session_state.get("probe_compare_result")
+if cmp:
+    st.dataframe(pd.DataFrame(cmp["summary"]), hide_index=True, width="stretch")
+    st.plotly_chart(probe_set_comparison_figure(cmp["summary"]), config=chart_config("probe-set-comparison"),
+                    key="probe_compare_fig")
+    for model, notes in cmp["notes"].items():
+        for n in notes:
+            st.caption(f"{model}: {n}")
+    st.subheader("Every cloze item")
+    st.dataframe(pd.DataFrame(cmp["cloze"]), hide_index=True, width="stretch")
+    st.subheader("Every sentence pair: P(IsNext)")
+    st.dataframe(pd.DataFrame(cmp["nsp"]), hide_index=True, width="stretch")
+
 with st.expander("The built-in probe set"):
-    st.dataframe(pd.DataFrame([{"sentence": s, "answers": " / ".join(a)} for s, a in probes.CLOZE]), hide_index=True, width="stretch")
+    st.dataframe(pd.DataFrame([{"section": probes.CLOZE_SECTION_OF[s], "sentence": s, "answers": " / ".join(a)}
+                               for s, a in probes.CLOZE]), hide_index=True, width="stretch")
     st.dataframe(pd.DataFrame([{"A": a, "B": b, "IsNext": y} for a, b, y in probes.NSP_PAIRS]), hide_index=True, width="stretch")
     if st.button(f"Score {name} on the probe set", key="probe_set_go"):
         with guard("Scoring the probe set"):

@@ -6,6 +6,7 @@
 - `attention_heatmap`: one layer/head as a heatmap with token labels (query rows, key columns).
 - `model_view_figure`: the bertviz-style "model view": a grid of small heatmaps, selected layers x heads.
 - `head_diff_figure`: per-head difference between two models (L x A).
+- `probe_set_comparison_figure`: the classroom probe set's accuracies, several models side by side.
 `PLOTLY_CONFIG` keeps the mode bar visible with a PNG (or SVG: `plotly_config(name, "svg")`) download button;
 pages pass it as `config=` (studio.common.chart_config picks the format the sidebar chose).
 """
@@ -116,4 +117,16 @@ def head_diff_figure(diff, metric: str = "jsd", names=("model 1", "model 2")) ->
                                hovertemplate="%{y}, %{x}: %{z:.4f}<extra></extra>"))
     fig.update_layout(title=f"{names[0]} vs {names[1]}: {what}", yaxis=dict(autorange="reversed"),
                       height=int(min(900, 140 + 34 * L)), margin=dict(l=10, r=10, t=60, b=10))
+    return fig
+
+
+def probe_set_comparison_figure(summary: list, title: str = "Classroom probe set: models side by side") -> go.Figure:
+    """Grouped bars: one group per measure (cloze top-1 and each section's, next sentence), one bar per model.
+    `summary`: engine.probes.compare_probe_set(...)["summary"]; a measure a model cannot answer is left out."""
+    measures = [k for k in (summary[0] if summary else {}) if k.endswith("top-1") or k == "next sentence"]
+    fig = go.Figure()
+    for row in summary:
+        fig.add_trace(go.Bar(name=row["model"], x=measures, y=[row.get(m) for m in measures]))
+    fig.update_layout(title=title, barmode="group", yaxis=dict(title="accuracy", range=[0, 1]), height=360,
+                      margin=dict(l=10, r=10, t=50, b=10), legend=dict(orientation="h"))
     return fig

@@ -164,3 +164,20 @@ def test_probe_set_scores_come_with_chance_unigram_baseline_and_a_reading(tiny_r
     reading = probe_baselines.reading(r, base)
     shown = [m.value for m in at.markdown]
     assert reading and all(line in shown for line in reading)
+def test_compare_models_on_the_probe_set(tiny_run, ck):
+    at = _app(tiny_run.parent, probe_model=ck)
+    assert at.multiselect(key="probe_compare_models").value == [ck]
+    at.multiselect(key="probe_compare_models").set_value([ck, "minilm"]).run()
+    at.button(key="probe_compare_go").click().run()
+    assert not at.exception
+    expect = probes.compare_probe_set([engine.load(ck), engine.load("minilm")])
+    tables = [d.value for d in at.dataframe]
+    summary = [t for t in tables if "cloze items" in t.columns][0]
+    assert summary["model"].tolist() == expect["names"]
+    assert summary["cloze top-1"].iloc[0] == pytest.approx(expect["summary"][0]["cloze top-1"])
+    assert summary["next sentence"].iloc[0] == pytest.approx(expect["summary"][0]["next sentence"])
+    items = [t for t in tables if "answers" in t.columns and "section" in t.columns and len(t.columns) > 3][0]
+    assert items[expect["names"][0]].tolist() == [r[expect["names"][0]] for r in expect["cloze"]]
+    assert any("MiniLM: MiniLM has no MLM head" in c.value for c in at.caption)
+    fig = [c for c in _charts(at) if c["layout"]["title"]["text"].startswith("Classroom probe set")][0]
+    assert [t["name"] for t in fig["data"]] == expect["names"]

@@ -170,11 +170,47 @@ def test_probe_set_accuracy_scores_what_the_model_predicts(bundle):
     assert nsp["nsp_acc"] == 0.5 and [i["correct"] for i in nsp["items"]] == [True, False]
 
 
+def test_classroom_probe_set_sections_and_answers_fit_a_real_vocabulary(minilm):
+    assert set(probes.CLOZE_SECTIONS) == {"everyday facts", "grammar", "news"}
+    assert all(len(items) >= 12 for items in probes.CLOZE_SECTIONS.values())
+    assert len(probes.CLOZE) == len(probes.CLOZE_SECTION_OF) == sum(len(v) for v in probes.CLOZE_SECTIONS.values())
+    for sentence, answers in probes.CLOZE:
+        assert sentence.count("[MASK]") == 1 and sentence == sentence.lower().replace("[mask]", "[MASK]")
+        assert all(minilm.tokenizer.token_to_id(a) is not None for a in answers), sentence  # Google's uncased vocab
+    truth = [y for _, _, y in probes.NSP_PAIRS]
+    assert len(truth) >= 30 and truth.count(True) == truth.count(False)
+
+
+def test_probe_set_sections_and_models_side_by_side(bundle, minilm):
+    r = probes.probe_set_accuracy(bundle)
+    cloze = [i for i in r["items"] if i["kind"] == "cloze"]
+    assert sum(s["n"] for s in r["by_section"].values()) == r["cloze_n"] == len(cloze)
+    for name, sec in r["by_section"].items():
+        mine = [i for i in cloze if i["section"] == name]
+        assert sec["n"] == len(mine) and sec["top1"] == pytest.approx(sum(i["correct"] for i in mine) / len(mine))
+    cmp = probes.compare_probe_set([bundle, ("MiniLM", minilm), bundle])
+    assert cmp["names"] == [probes.model_name(bundle), "MiniLM", f"{probes.model_name(bundle)} (2)"]
+    mine, none, again = cmp["summary"]
+    assert mine["cloze top-1"] == r["cloze_top1"] and mine["next sentence"] == r["nsp_acc"] and mine["pairs"] == r["nsp_n"]
+    assert mine["grammar top-1"] == r["by_section"]["grammar"]["top1"] and again == dict(mine, model=again["model"])
+    assert none["cloze top-1"] is None and none["cloze items"] == 0 and "no MLM head" in cmp["notes"]["MiniLM"][0]
+    assert len(cmp["cloze"]) == len(probes.CLOZE) and len(cmp["nsp"]) == len(probes.NSP_PAIRS)
+    scored = {i["input"]: i for i in cloze}
+    for row in cmp["cloze"]:
+        it = scored.get(row["sentence"])
+        assert row[cmp["names"][0]] == ("-" if it is None else f"{it['predicted']} {'✓' if it['correct'] else '✗'}")
+        assert row["MiniLM"] == "-"
+    nsp_items = [i for i in r["items"] if i["kind"] == "nsp"]
+    assert [row[cmp["names"][0]] for row in cmp["nsp"]] == [round(i["prob"], 3) for i in nsp_items]
+    with pytest.raises(EngineError, match="at least one model"):
+        probes.compare_probe_set([])
+
+
 def test_probe_checkpoints_over_steps(tiny_run):
     assert [s for s, _ in probes.checkpoint_steps(tiny_run)] == list(STEPS)
     rows = probes.probe_checkpoints(tiny_run, text="the [MASK] rose .", pair=("a man .", "a dog ."), top_k=3, probe_set=True)
     assert [r["step"] for r in rows] == list(STEPS)
-    assert all(0 <= r["p_isnext"] <= 1 and len(r["fill"][0]) == 3 and r["probe_set"]["nsp_n"] == 20 for r in rows)
+    assert all(0 <= r["p_isnext"] <= 1 and len(r["fill"][0]) == 3 and r["probe_set"]["nsp_n"] == len(probes.NSP_PAIRS) for r in rows)
     assert len({round(r["p_isnext"], 6) for r in rows}) > 1  # training changed the model
     series = probes.mask_probs_over_steps(rows)
     assert series and all(len(v) == len(STEPS) for v in series.values())
