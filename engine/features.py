@@ -26,6 +26,7 @@ Departures from the paper: one sentence per input (no document context); the BiL
 schedule (Adam, lr 1e-3, best epoch on dev) are ours; sentence tasks use a linear classifier, not a BiLSTM.
 """
 import argparse
+import dataclasses
 import json
 import sys
 import time
@@ -318,6 +319,7 @@ class FeaturesConfig:
     out: str = "runs/features"
     save_features: bool = True  # write <out>/features/<combine>/<split>.npy + index.jsonl
     num_threads: Optional[int] = None
+    resume: bool = False  # continue the run in `out`: finished combinations are kept, the others run
 
     def __post_init__(self):
         if isinstance(self.combine, str):
@@ -337,6 +339,24 @@ class FeaturesConfig:
         if self.task not in feature_task_names():
             raise EngineError(f"feature-based use supports sentence classification/regression and tagging "
                               f"({', '.join(feature_task_names())}), not {self.task}")
+
+
+# settings that may differ between the first start and a resume without changing the results
+RUNTIME_FIELDS = ("out", "device", "num_threads", "batch_size", "save_features")
+
+
+def _finished_results(out: Path, combine: tuple) -> list:
+    """The finished combinations' results from <out>/eval.json when resuming (in the order of `combine`)."""
+    path = out / "eval.json"
+    if not path.exists():
+        return []
+    try:
+        results = list(json.loads(path.read_text(encoding="utf-8")).get("results") or [])
+    except (OSError, ValueError, AttributeError, TypeError) as e:
+        raise EngineError(f"cannot resume: {path} is unreadable ({e}); move it away to run the combinations again") from e
+    if len(results) > len(combine) or any(not isinstance(r, dict) or r.get("combine") != c for r, c in zip(results, combine)):
+        raise EngineError(f"cannot resume: {path} does not list this run's combinations in order; move it away to run them again")
+    return results
 
 
 def _split_data(task, max_train, max_dev):
@@ -369,18 +389,20 @@ def run_features(cfg: FeaturesConfig, progress_bar: bool = False) -> dict:
     from engine.checkpoint import load
     from engine.finetune import resolve_device
     from engine.tasks.registry import load_task_files
-    from engine.runs import Run, truncate_metrics
+    from engine.runs import Run, check_run_folder, truncate_metrics
 
     out = Path(cfg.out)
+    config = {**asdict(cfg), "layers": list(cfg.layers), "combine": list(cfg.combine)}
+    config.pop("resume")
+    check_run_folder(out, "features", config, cfg.resume, RUNTIME_FIELDS)  # before anything is written
+    done = _finished_results(out, cfg.combine) if cfg.resume else []
     if cfg.num_threads:
         torch.set_num_threads(int(cfg.num_threads))
     device = resolve_device(cfg.device)
     out.mkdir(parents=True, exist_ok=True)
     t_start = time.time()
-    config = {**asdict(cfg), "layers": list(cfg.layers), "combine": list(cfg.combine)}
     with Run(out, kind="features", config=config, task=cfg.task, model=cfg.model) as run:
-        if (out / "metrics.jsonl").exists():
-            truncate_metrics(out, after_step=-1)
+        truncate_metrics(out, after_step=len(done) + 1 if done else -1)  # step 1 extraction, k + 2 combination k
         bundle = load(cfg.model, device=device)
         task = load_task_files(cfg.task, cfg.train, cfg.dev, cfg.text_cols, cfg.label_col, cfg.task_type)
         train, dev = _split_data(task, cfg.max_train, cfg.max_dev)
@@ -409,7 +431,12 @@ def run_features(cfg: FeaturesConfig, progress_bar: bool = False) -> dict:
                   "metric": task.metrics[0], "results": [], "config": config,
                   "data": {"train_examples": len(train), "dev_examples": len(dev), "hidden_size": bundle.config.hidden_size,
                            "num_layers": L}}
+        result["results"] = list(done)
+        if done:
+            print(f"resuming {out}: {len(done)} of {len(cfg.combine)} combinations finished", file=sys.stderr, flush=True)
         for k, combo in enumerate(cfg.combine):
+            if k < len(done):
+                continue
             t0 = time.time()
             pos = [needed.index(i) for i in per_combo[combo]]
             mix = tagging and combo in MIXED
@@ -480,10 +507,12 @@ def _fix_negative_list(argv: list, flags=("--layers",)) -> list:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m engine features",
-                                description="Frozen BERT features (paper Table 7) and a classifier on them; prints the dev metric as one JSON line.")
-    p.add_argument("--model", required=True, help="RUN_DIR | CHECKPOINT_DIR | HF_DIR | minilm")
-    p.add_argument("--task", required=True, help=" | ".join(feature_task_names()))
+    from engine.finetune import _Parser
+    p = _Parser(prog="python -m engine features", argument_default=argparse.SUPPRESS,
+                description="Frozen BERT features (paper Table 7) and a classifier on them; prints the dev metric as one JSON line. "
+                            "--resume continues a run in --out with its own settings (finished combinations kept).")
+    p.add_argument("--model", help="RUN_DIR | CHECKPOINT_DIR | HF_DIR | minilm (required unless --resume)")
+    p.add_argument("--task", help=" | ".join(feature_task_names()) + " (required unless --resume)")
     p.add_argument("--train", help="train file (glue: TSV/CSV/JSONL, tagging: BIO)")
     p.add_argument("--dev", help="dev file")
     p.add_argument("--text-cols", help="text column(s): A or A,B")
@@ -506,20 +535,30 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-save-features", action="store_true", help="do not write the .npy feature files")
     p.add_argument("--num-threads", type=int, help="CPU threads for torch")
     p.add_argument("--out", required=True, help="output folder: run.json, eval.json, features/")
+    p.add_argument("--resume", action="store_true", help="continue the run in --out with its own settings (finished combinations are kept)")
     return p
 
 
 def main(argv) -> int:
-    a = build_parser().parse_args(_fix_negative_list(list(argv)))
-    try:
-        layers = tuple(int(x) for x in a.layers.split(",") if x.strip())
-    except ValueError:
-        raise EngineError(f"--layers {a.layers!r} must be comma-separated integers, e.g. --layers -1,-2,-3,-4")
-    cfg = FeaturesConfig(model=a.model, task=a.task, train=a.train, dev=a.dev, text_cols=a.text_cols, label_col=a.label_col,
-                         task_type=a.task_type, layers=layers, combine=a.combine, pooling=a.pooling, classifier=a.classifier,
-                         max_train=a.max_train, max_dev=a.max_dev, max_seq_len=a.max_seq_len, batch_size=a.batch_size,
-                         hidden=a.hidden, epochs=a.epochs, lr=a.lr, seed=a.seed, device=a.device, out=a.out,
-                         save_features=not a.no_save_features, num_threads=a.num_threads)
+    given = vars(build_parser().parse_args(_fix_negative_list(list(argv))))
+    if "layers" in given:
+        try:
+            given["layers"] = tuple(int(x) for x in given["layers"].split(",") if x.strip())
+        except ValueError:
+            raise EngineError(f"--layers {given['layers']!r} must be comma-separated integers, e.g. --layers -1,-2,-3,-4")
+    if given.pop("no_save_features", False):
+        given["save_features"] = False
+    base = {}
+    if given.get("resume"):
+        from engine.runs import read_run_json
+        out = Path(given["out"])
+        saved = (read_run_json(out).get("config") or {}) if out.is_dir() else {}
+        known = {f.name for f in dataclasses.fields(FeaturesConfig)}
+        base = {k: v for k, v in saved.items() if k in known and k != "out"} if isinstance(saved, dict) else {}
+    for flag in ("model", "task"):
+        if flag not in given and flag not in base:
+            raise EngineError(f"--{flag} is required (or continue a run with --out DIR --resume); see python -m engine features --help")
+    cfg = FeaturesConfig(**{**base, **given})
     result = run_features(cfg, progress_bar=True)
     line = {"task": result["task"], "model": result["model"], "classifier": result["classifier"], "metric": result["metric"],
             "results": {r["combine"]: r["score"] for r in result["results"]}, "combine": result["combine"], "score": result["score"],

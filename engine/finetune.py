@@ -82,6 +82,7 @@ class FinetuneConfig:
     save_best: bool = False  # write the best trial's model to <out>/best
     random_init: bool = False  # re-initialise the encoder (same shape and vocabulary): the "no pre-training" baseline
     num_threads: Optional[int] = None  # torch.set_num_threads on CPU
+    resume: bool = False  # continue the run in `out`: finished trials are kept, the interrupted one starts again
 
     def __post_init__(self):
         for name in ("lr", "batch_size", "epochs"):
@@ -116,6 +117,7 @@ class FinetuneConfig:
 
     def to_dict(self) -> dict:
         d = asdict(self)
+        d.pop("resume")
         for k in ("lr", "batch_size", "epochs"):
             d[k] = list(d[k])
         return d
@@ -124,6 +126,10 @@ class FinetuneConfig:
     def from_dict(cls, d: dict) -> "FinetuneConfig":
         known = {f.name for f in fields(cls)}
         return cls(**{k: v for k, v in d.items() if k in known})
+
+
+# settings that may differ between the first start and a resume without changing what is trained
+RUNTIME_FIELDS = ("out", "device", "precision", "num_threads", "eval_batch_size", "log_every")
 
 
 # ------------------------------------------------------------------ devices and small helpers
@@ -239,17 +245,18 @@ def finetune(cfg: FinetuneConfig, progress: Callable = None, progress_bar: bool 
     from engine.checkpoint import load
     from engine.runs import Run, truncate_metrics
 
+    from engine.runs import check_run_folder
     out = Path(cfg.out)
+    check_run_folder(out, "finetune", cfg.to_dict(), cfg.resume, RUNTIME_FIELDS)  # before anything is written
     if cfg.num_threads:
         torch.set_num_threads(int(cfg.num_threads))
     device = resolve_device(cfg.device)
     precision = resolve_precision(cfg.precision, device)
-    out.mkdir(parents=True, exist_ok=True)
     grid = _trial_grid(cfg)
+    done = _finished_trials(out, len(grid)) if cfg.resume else []
+    out.mkdir(parents=True, exist_ok=True)
     t_start = time.time()
     with Run(out, kind="finetune", config=cfg.to_dict(), task=cfg.task, model=cfg.model) as run:
-        if (out / "metrics.jsonl").exists():
-            truncate_metrics(out, after_step=-1)  # a new fine-tune in an old folder starts a clean log
         bundle = load(cfg.model, device="cpu")
         tok, base = bundle.tokenizer, bundle.model.bert
         if cfg.random_init:  # the same architecture and vocabulary from random weights (BERT's init, seeded)
@@ -262,6 +269,8 @@ def finetune(cfg: FinetuneConfig, progress: Callable = None, progress_bar: bool 
         steps = [math.ceil(len(data.train) / t["batch_size"]) * t["epochs"] for t in grid]
         total_steps = sum(steps)
         run.set(total_steps=total_steps, n_trials=len(grid))
+        global_step = sum(steps[:len(done)])  # resuming: the finished trials' steps
+        truncate_metrics(out, after_step=global_step)  # drop the interrupted trial's records (or an empty log)
         result = {
             "kind": "finetune", "status": "running", "model": cfg.model, "model_path": bundle.path, "random_init": cfg.random_init,
             "causal": bool(bundle.config.causal), "task": data.info["task"], "task_source": cfg.task, "task_kind": data.kind,
@@ -269,15 +278,29 @@ def finetune(cfg: FinetuneConfig, progress: Callable = None, progress_bar: bool 
             "data": {**data.info, "max_seq_len": max_len}, "device": str(device), "precision": precision,
             "config": cfg.to_dict(),
         }
+        for rec in done:  # resuming: the finished trials count as they did
+            result["trials"].append(rec)
+            if better(rec["score"], result["score"]):
+                result.update(score=rec["score"], dev=rec["dev"], best={k: v for k, v in rec.items() if k != "epochs_log"})
+        if done:
+            result["grid"] = grid_summary(result["trials"])
+            prev = json.loads((out / "eval.json").read_text(encoding="utf-8"))
+            if prev.get("saved_trial") is not None:
+                result["saved_trial"], result["best_model"] = prev["saved_trial"], prev.get("best_model")
+            print(f"resuming {out}: {len(done)} of {len(grid)} trials finished, starting at trial {len(done) + 1}",
+                  file=sys.stderr, flush=True)
         atomic_write_json(out / "eval.json", _eval_json(result))  # a polling page sees the task and the data at once
         bar = None
         if progress_bar:
             from tqdm import tqdm
             bar = tqdm(total=total_steps, file=sys.stderr, unit="step", mininterval=1.0, dynamic_ncols=True)
-        global_step = 0
+        if bar is not None:
+            bar.update(global_step)
         best_state = None
         try:
             for ti, trial in enumerate(grid):
+                if ti < len(done):
+                    continue
                 g = torch.Generator().manual_seed(trial["seed"])
                 torch.manual_seed(trial["seed"])  # dropout masks
                 model = TaskModel(copy.deepcopy(base), data.kind, data.num_labels, bilstm=cfg.bilstm,
@@ -332,19 +355,39 @@ def finetune(cfg: FinetuneConfig, progress: Callable = None, progress_bar: bool 
                     result.update(score=rec["score"], dev=rec["dev"], best={k: v for k, v in rec.items() if k != "epochs_log"})
                 result["grid"] = grid_summary(result["trials"])
                 result["seconds"] = round(time.time() - t_start, 2)
+                if cfg.save_best and best_state is not None:  # saved per trial, so a resume keeps it
+                    save_finetuned(out / "best", best_state, bundle, data, cfg)
+                    result["best_model"] = str(out / "best")
+                    best_state = None
                 atomic_write_json(out / "eval.json", _eval_json(result))
                 del model, opt, sched
         finally:
             if bar is not None:
                 bar.close()
-        if cfg.save_best and best_state is not None:
-            save_finetuned(out / "best", best_state, bundle, data, cfg)
-            result["best_model"] = str(out / "best")
         result["status"] = "finished"
         result["seconds"] = round(time.time() - t_start, 2)
         atomic_write_json(out / "eval.json", _eval_json(result))
         run.set(best_score=result["score"], metric=data.metric)
     return result
+
+
+def _finished_trials(out: Path, n_trials: int) -> list:
+    """The finished trials' records from <out>/eval.json when resuming (EngineError when it cannot be read)."""
+    path = out / "eval.json"
+    if not path.exists():
+        return []
+    try:
+        prev = json.loads(path.read_text(encoding="utf-8"))
+        trials = list(prev.get("trials") or [])
+    except (OSError, ValueError, AttributeError, TypeError) as e:
+        raise EngineError(f"cannot resume: {path} is unreadable ({e}); move it away to start the trials again") from e
+    if any(not isinstance(t, dict) or t.get("trial") != i for i, t in enumerate(trials)) or len(trials) > n_trials:
+        raise EngineError(f"cannot resume: {path} does not list the trials of this grid in order; move it away to start the trials again")
+    best = (prev.get("best") or {}).get("trial")
+    if prev.get("threshold_curve") and best is not None and best < len(trials) and trials[best].get("dev"):
+        # SQuAD v2.0: eval.json keeps the threshold curve of the best trial only, at the top level
+        trials[best]["dev"]["threshold_curve"] = [(c["tau"], c["exact"], c["f1"]) for c in prev["threshold_curve"]]
+    return trials
 
 
 def _eval_json(result: dict) -> dict:
@@ -417,12 +460,18 @@ def _ints(s: str, flag: str) -> tuple:
         raise EngineError(f"{flag} {s!r} must be comma-separated integers, e.g. {flag} 16,32")
 
 
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):  # one line through the engine's error path instead of usage + exit 2
+        raise EngineError(f"{message}; see python -m engine {self.prog.split()[-1]} --help")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m engine finetune",
-                                description="Fine-tune a BERT checkpoint on a downstream task over a lr/batch/epochs grid with restarts; "
-                                            "prints the best dev metrics as one JSON line.")
-    p.add_argument("--model", required=True, help="RUN_DIR | CHECKPOINT_DIR | HF_DIR | minilm")
-    p.add_argument("--task", required=True, choices=task_names())
+    p = _Parser(prog="python -m engine finetune", argument_default=argparse.SUPPRESS,
+                description="Fine-tune a BERT checkpoint on a downstream task over a lr/batch/epochs grid with restarts; "
+                            "prints the best dev metrics as one JSON line. --resume continues a run in --out with its "
+                            "own settings (finished trials kept, the interrupted one started again).")
+    p.add_argument("--model", help="RUN_DIR | CHECKPOINT_DIR | HF_DIR | minilm (required unless --resume)")
+    p.add_argument("--task", choices=task_names(), help="required unless --resume")
     p.add_argument("--train", help="train file (glue: TSV/CSV/JSONL, tagging: BIO, squad: JSON, swag: CSV/JSONL)")
     p.add_argument("--dev", help="dev file (selects the best trial)")
     p.add_argument("--text-cols", help="text column(s): A or A,B (names or 0-based indexes)")
@@ -446,17 +495,29 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--random-init", action="store_true", help="re-initialise the encoder: the same model without pre-training (baseline)")
     p.add_argument("--num-threads", type=int, help="CPU threads for torch")
     p.add_argument("--out", required=True, help="output folder: run.json, metrics.jsonl, eval.json")
+    p.add_argument("--resume", action="store_true",
+                   help="continue the run in --out with its own settings: finished trials are kept, the interrupted one starts again")
     return p
 
 
 def config_from_args(a) -> FinetuneConfig:
-    return FinetuneConfig(
-        model=a.model, task=a.task, train=a.train, dev=a.dev, text_cols=a.text_cols, label_col=a.label_col,
-        task_type=a.task_type, lr=_floats(a.lr, "--lr"), batch_size=_ints(a.batch_size, "--batch-size"),
-        epochs=_ints(a.epochs, "--epochs"), restarts=a.restarts, max_train=a.max_train, max_dev=a.max_dev,
-        max_seq_len=a.max_seq_len, doc_stride=a.doc_stride, max_answer_len=a.max_answer_len, seed=a.seed,
-        device=a.device, precision=a.precision, out=a.out, bilstm=a.bilstm, save_best=a.save_best, random_init=a.random_init,
-        num_threads=a.num_threads)
+    """A FinetuneConfig from the flags given (an argparse Namespace holding only those); with --resume, the rest
+    comes from the run's run.json."""
+    given = dict(vars(a))
+    for flag, conv in (("lr", _floats), ("batch_size", _ints), ("epochs", _ints)):
+        if flag in given:
+            given[flag] = conv(given[flag], "--" + flag.replace("_", "-"))
+    base = {}
+    if given.get("resume"):
+        from engine.runs import read_run_json
+        out = Path(given["out"])
+        saved = (read_run_json(out).get("config") or {}) if out.is_dir() else {}
+        known = {f.name for f in fields(FinetuneConfig)}
+        base = {k: v for k, v in saved.items() if k in known and k != "out"} if isinstance(saved, dict) else {}
+    for flag in ("model", "task"):
+        if flag not in given and flag not in base:
+            raise EngineError(f"--{flag} is required (or continue a run with --out DIR --resume); see python -m engine finetune --help")
+    return FinetuneConfig(**{**base, **given})
 
 
 def summary_line(result: dict) -> dict:
@@ -470,8 +531,7 @@ def summary_line(result: dict) -> dict:
 
 
 def main(argv) -> int:
-    a = build_parser().parse_args(argv)
-    cfg = config_from_args(a)
+    cfg = config_from_args(build_parser().parse_args(argv))
     result = finetune(cfg, progress_bar=True)
     print(json.dumps(summary_line(result)), flush=True)
     return 0

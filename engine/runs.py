@@ -364,6 +364,46 @@ def set_status(run_dir, status: str, error=None) -> dict:
     return write_run_json(run_dir, **fields)
 
 
+RUN_ARTIFACTS = (RUN_JSON, METRICS, EVAL_JSON, CHECKPOINTS)  # what makes a folder hold a run
+
+
+def holds_run(run_dir) -> bool:
+    """True if `run_dir` holds (part of) a run: run.json, metrics.jsonl, eval.json or checkpoints/."""
+    run_dir = Path(run_dir)
+    return any((run_dir / name).exists() for name in RUN_ARTIFACTS)
+
+
+def check_run_folder(run_dir, kind: str, config: dict, resume: bool, runtime_fields=()) -> dict:
+    """Refuse, before anything is written, a command that would overwrite a run: without `resume` the folder
+    must hold no run (of any kind); with `resume` it must hold a `kind` run started with the same `config`
+    (keys in `runtime_fields` may differ). Returns the run's run.json ({} for a new run)."""
+    run_dir = Path(run_dir)
+    if run_dir.exists() and not run_dir.is_dir():
+        raise EngineError(f"--out {run_dir} is a file; give a folder for the run")
+    if not resume:
+        if holds_run(run_dir):
+            what = read_run_json(run_dir).get("kind") if (run_dir / RUN_JSON).exists() else None
+            raise EngineError(f"run folder {run_dir} already holds a {what + ' ' if what else ''}run; continue it with --resume "
+                              f"(same command), or choose another --out")
+        return {}
+    info = read_run_json(run_dir) if run_dir.is_dir() else {}
+    if not info:
+        where = "does not exist" if not run_dir.exists() else "holds no run (no run.json)"
+        raise EngineError(f"cannot resume: {run_dir} {where}; start a new run without --resume")
+    if info.get("kind") != kind:
+        raise EngineError(f"cannot resume: {run_dir} is a {info.get('kind') or 'unknown'} run, not a {kind} run; choose another --out")
+    saved = info.get("config")
+    if not isinstance(saved, dict):
+        raise EngineError(f"cannot resume: {run_dir}/{RUN_JSON} does not record the run's settings; start a new run into another --out")
+    for k in sorted(set(saved) | set(config)):
+        if k in runtime_fields:
+            continue
+        if k not in saved or k not in config or saved[k] != config[k]:
+            raise EngineError(f"the run was started with {k}={saved.get(k)!r} but this resume asks for {config.get(k)!r}; "
+                              f"--resume continues with the run's own settings, drop that flag or use another --out")
+    return info
+
+
 class RunCancelled(KeyboardInterrupt):
     """Raised in the writer's main thread when it receives SIGTERM (the studio's Cancel)."""
 

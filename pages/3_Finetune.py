@@ -17,7 +17,7 @@ from engine.fileio import atomic_write_bytes, atomic_write_json
 from engine.tasks.registry import BUILTINS, FORMATS
 from studio import ablation_figures as F
 from studio import jobs as Q
-from studio.common import follow_queued_run, guard, model_picker, precision_select, runs_root
+from studio.common import follow_queued_run, guard, model_picker, precision_select, resume_button, runs_root
 
 MAX_UPLOAD_MB = 50  # also .streamlit/config.toml's server.maxUploadSize
 
@@ -230,6 +230,7 @@ with tab_runs:
                 st.progress(prog["fraction"], text=f"step {prog['step'] or 0} of {prog['total'] or '?'}")
             if info.get("error"):
                 st.error(info["error"])
+            resume_button(root, run_dir, "finetune", status, "trials")
             records = R.read_metrics(run_dir)
             trials = ev.get("trials") or []
             metric = ev.get("metric") or "score"

@@ -17,7 +17,7 @@ from engine.errors import EngineError
 from engine.tasks.registry import BUILTINS, feature_task_names
 from studio import ablation_figures as F
 from studio import jobs as Q
-from studio.common import _mtime_key, follow_queued_run, guard, load_bundle, model_picker, runs_root
+from studio.common import _mtime_key, follow_queued_run, guard, load_bundle, model_picker, resume_button, runs_root
 
 COMBINES = {"concat": "concatenate the chosen layers (D = K·H; the paper's best)",
             "weighted": "weighted sum of the chosen layers (weights learned by the BiLSTM tagger)",
@@ -123,6 +123,7 @@ with tab_compare:
         ev = _eval(fx)
         if fx.get("error"):
             st.error(fx["error"])
+        resume_button(root, Path(fx["path"]), "features", fx["effective_status"], "combinations")
         live_run = fx["effective_status"] in ("running", "queued")
         if live_run:
             @st.fragment(run_every=5)

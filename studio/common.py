@@ -138,3 +138,16 @@ def follow_queued_run(root: Path, prefix: str, listed) -> None:
         if (Path(root) / name / "run.json").is_file() or job_status()[0] not in ("queued", "running"):
             st.rerun()
     poll()
+
+
+def resume_button(root: Path, run_dir: Path, kind: str, status: str, what: str) -> None:
+    """A Resume button for a `kind` (finetune | features) run that stopped before it finished: it queues
+    `python -m engine KIND --out RUN --resume` (the run's own settings; the finished `what` are kept)."""
+    if status not in ("cancelled", "dead", "failed"):
+        return
+    if st.button("Resume", key=f"resume-{kind}-{run_dir.name}", help=f"continue with the run's own settings: the finished {what} are kept"):
+        from studio import jobs as Q
+        with guard("resuming"):
+            rec = Q.submit([kind, "--out", str(run_dir), "--resume"], name=f"{kind} {run_dir.name} (resume)",
+                           run_dir=str(run_dir), root=root)
+            st.toast(f"queued {rec['id']}: {run_dir.name} continues")

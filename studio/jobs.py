@@ -451,12 +451,14 @@ class Jobs:
 
 
 def retry_argv(job: dict) -> list[str]:
-    """The argv a retry runs: the same, plus `--resume` for a pretrain job whose run has a complete checkpoint."""
+    """The argv a retry runs: the same, plus `--resume` when its run folder already holds a run of that command
+    (pre-training continues from its last checkpoint, or starts again when it died before the first one;
+    fine-tune and features keep their finished trials/combinations, and a finished run stays as it is).
+    A retry never starts a command afresh over an existing run's results."""
     argv = list(job["argv"])
-    if job.get("cmd") is None and argv and argv[0] == "pretrain" and job.get("run_dir") \
+    if job.get("cmd") is None and argv and argv[0] in RESUMABLE and job.get("run_dir") \
             and "--resume" not in argv and not any(a.startswith("--resume=") for a in argv):
-        from engine.runs import latest_checkpoint
-        if latest_checkpoint(job["run_dir"]) is not None:
+        if _run_json(job["run_dir"]).get("kind") == argv[0] or (argv[0] == "pretrain" and _has_checkpoint(job["run_dir"])):
             argv.append("--resume")
     return argv
 
@@ -476,6 +478,22 @@ def _flag_value(argv: list[str], flag: str) -> str | None:
         if a.startswith(flag + "="):
             return a[len(flag) + 1:]
     return None
+
+
+RESUMABLE = ("pretrain", "finetune", "features")  # commands whose run folders `--resume` continues
+
+
+def _run_json(run_dir) -> dict:
+    try:
+        info = json.loads((Path(run_dir) / "run.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return info if isinstance(info, dict) else {}
+
+
+def _has_checkpoint(run_dir) -> bool:
+    from engine.runs import latest_checkpoint
+    return latest_checkpoint(run_dir) is not None
 
 
 def _run_json_status(run_dir) -> str | None:

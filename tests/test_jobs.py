@@ -105,6 +105,24 @@ def test_retry_argv_adds_resume_for_pretrain_with_checkpoint(tmp_path):
     assert jobs_mod.retry_argv({**job, "argv": ["finetune", "--out", str(run_dir)]}) == ["finetune", "--out", str(run_dir)]
 
 
+def test_retry_argv_resumes_any_run_of_the_same_command(tmp_path):
+    # a pre-training run killed before its first checkpoint (run.json, no checkpoint) starts again through --resume
+    pre = tmp_path / "pre"
+    runs.write_run_json(pre, kind="pretrain", status="running")
+    job = {"argv": ["pretrain", "--out", str(pre)], "run_dir": str(pre), "cmd": None}
+    assert jobs_mod.retry_argv(job)[-1] == "--resume"
+    # a fine-tune or features run (finished or not) is continued, never started afresh over its results
+    for kind in ("finetune", "features"):
+        d = tmp_path / kind
+        job = {"argv": [kind, "--out", str(d)], "run_dir": str(d), "cmd": None}
+        assert jobs_mod.retry_argv(job) == job["argv"]  # nothing there yet
+        runs.write_run_json(d, kind=kind, status="finished")
+        assert jobs_mod.retry_argv(job) == job["argv"] + ["--resume"]
+    # a folder holding another command's run gets no --resume (the command then refuses the folder)
+    job = {"argv": ["finetune", "--out", str(pre)], "run_dir": str(pre), "cmd": None}
+    assert jobs_mod.retry_argv(job) == job["argv"]
+
+
 def test_cancel_kills_whole_process_group(q, tmp_path):
     pidfile = tmp_path / "grandchild.pid"
     code = ("import subprocess, sys, time\n"

@@ -55,10 +55,10 @@ def run_foreground(study_dir, log=_print) -> dict:
             continue
         out.mkdir(parents=True, exist_ok=True)
         argv = list(j["argv"])
-        if j["kind"] == "pretrain" and "--resume" not in argv:
-            from engine.runs import latest_checkpoint
-            if latest_checkpoint(out) is not None:  # an interrupted run: continue from its last checkpoint
-                argv.append("--resume")
+        if "--resume" not in argv:
+            from engine.runs import RUN_JSON, latest_checkpoint, read_run_json
+            if ((out / RUN_JSON).is_file() and read_run_json(out).get("kind") == j["kind"]) or latest_checkpoint(out) is not None:
+                argv.append("--resume")  # an interrupted run continues (finished checkpoints/trials are kept)
         cmd = [sys.executable, "-m", "engine"] + argv
         log(f"[{time.strftime('%H:%M:%S')}] {j['key']}: {' '.join(j['argv'][:1])} ...")
         t0 = time.time()

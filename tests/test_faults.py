@@ -1,0 +1,220 @@
+"""Fault injection, round two (issue 15): no command destroys a finished result, no signal reaches a stranger,
+no foreign page drives the studio, and bad input or a full disk gives one line instead of a traceback.
+Each test here is a row of RELIABILITY.md."""
+import io
+import json
+import os
+import random
+import subprocess
+import sys
+import time
+from contextlib import redirect_stderr, redirect_stdout
+from pathlib import Path
+
+import pytest
+import torch
+
+import engine
+from engine import runs
+from engine.__main__ import run as cli
+from engine.errors import EngineError
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _cli(args):
+    """`python -m engine ARGS` in-process; returns (code, stdout, stderr)."""
+    out, err = io.StringIO(), io.StringIO()
+    with redirect_stdout(out), redirect_stderr(err):
+        code = cli([str(a) for a in args])
+    return code, out.getvalue(), err.getvalue()
+
+
+def _one_line_error(code, err, pattern):
+    assert code == 2, err
+    lines = [l for l in err.strip().splitlines() if l.strip()]
+    assert lines and lines[-1].startswith("error: "), err
+    assert "Traceback" not in err, err
+    assert pattern.lower() in lines[-1].lower(), lines[-1]
+
+
+def _snapshot(folder: Path) -> dict:
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+@pytest.fixture(scope="module")
+def task_files(tmp_path_factory):
+    d = tmp_path_factory.mktemp("task")
+    rng = random.Random(0)
+    words = "the a market film team shares match song rose fell won lost good bad".split()
+    rows = [(" ".join(rng.choice(words) for _ in range(6)) + (" good" if i % 2 else " bad"), i % 2) for i in range(40)]
+    (d / "train.tsv").write_text("sentence\tlabel\n" + "".join(f"{s}\t{l}\n" for s, l in rows[:32]))
+    (d / "dev.tsv").write_text("sentence\tlabel\n" + "".join(f"{s}\t{l}\n" for s, l in rows[32:]))
+    return d
+
+
+def _ft_args(ck, files, out, lrs="1e-3,5e-4,3e-4"):
+    return ["finetune", "--model", ck, "--task", "glue", "--train", files / "train.tsv", "--dev", files / "dev.tsv",
+            "--lr", lrs, "--batch-size", "8", "--epochs", "1", "--max-seq-len", "32", "--num-threads", "1", "--seed", "1",
+            "--out", out]
+
+
+def _feat_args(ck, files, out, combine="last,mean"):
+    return ["features", "--model", ck, "--task", "glue", "--train", files / "train.tsv", "--dev", files / "dev.tsv",
+            "--combine", combine, "--layers", "-1,-2", "--max-seq-len", "32", "--num-threads", "1", "--no-save-features", "--out", out]
+
+
+# ------------------------------------------------------------------ 1. no command overwrites another run
+def test_finetune_and_features_refuse_a_folder_that_holds_a_run(tmp_path, tiny_checkpoint, task_files):
+    pre = tmp_path / "pre"
+    pre.mkdir()
+    runs.write_run_json(pre, kind="pretrain", status="finished", config={"seq_len": 64, "mask_ratios": [0.8, 0.1, 0.1]})
+    runs.append_metrics(pre, {"step": 1, "loss": 5.0})
+    before = _snapshot(pre)
+    for args in (_ft_args(tiny_checkpoint, task_files, pre, "1e-3"), _feat_args(tiny_checkpoint, task_files, pre, "last"),
+                 _ft_args(tiny_checkpoint, task_files, pre, "1e-3") + ["--resume"]):
+        code, _, err = _cli(args)
+        _one_line_error(code, err, "pretrain")
+        assert _snapshot(pre) == before  # nothing written, not even a lock file
+    # a second fine-tune into a finished fine-tune's folder keeps the first one's results
+    ft = tmp_path / "ft"
+    code, _, err = _cli(_ft_args(tiny_checkpoint, task_files, ft, "1e-3"))
+    assert code == 0, err
+    before = _snapshot(ft)
+    code, _, err = _cli(_ft_args(tiny_checkpoint, task_files, ft, "5e-4"))
+    _one_line_error(code, err, "already holds a finetune run; continue it with --resume")
+    assert _snapshot(ft) == before
+    # resuming it with other settings is refused too
+    code, _, err = _cli(_ft_args(tiny_checkpoint, task_files, ft, "5e-4") + ["--resume"])
+    _one_line_error(code, err, "was started with lr=[0.001]")
+    assert _snapshot(ft) == before
+    code, _, err = _cli(["finetune", "--out", tmp_path / "nothing", "--resume"])
+    _one_line_error(code, err, "--model is required")
+
+
+# ------------------------------------------------------------------ 2, 3. resume at trial granularity; Retry keeps results
+class _Kill(KeyboardInterrupt):
+    pass
+
+
+def test_finetune_resumes_at_trial_granularity_and_retry_never_destroys(tmp_path, tiny_checkpoint, task_files, monkeypatch):
+    from engine.finetune import build_parser, config_from_args, finetune
+    from studio.jobs import retry_argv
+
+    straight = tmp_path / "straight"
+    code, _, err = _cli(_ft_args(tiny_checkpoint, task_files, straight))
+    assert code == 0, err
+    full = json.loads((straight / "eval.json").read_text())
+
+    # kill the run in the middle of its second trial (after the first finished)
+    out = tmp_path / "killed"
+    cfg = config_from_args(build_parser().parse_args([str(a) for a in _ft_args(tiny_checkpoint, task_files, out)[1:]]))
+
+    def progress(info):
+        if info["trial"] == 1 and "dev" not in info and info["step"] % 4 == 2:
+            raise _Kill()
+    with pytest.raises(_Kill):
+        finetune(cfg, progress=progress)
+    assert runs.read_run_json(out)["status"] == "cancelled"
+    first = json.loads((out / "eval.json").read_text())
+    assert [t["trial"] for t in first["trials"]] == [0]
+    # the Jobs page's Retry of this job resumes it (same command + --resume) instead of starting over
+    job = {"argv": [str(a) for a in _ft_args(tiny_checkpoint, task_files, out)], "run_dir": str(out)}
+    argv = retry_argv(job)
+    assert argv[-1] == "--resume"
+    code, _, err = _cli(argv)
+    assert code == 0, err
+    assert "1 of 3 trials finished" in err
+    ev = json.loads((out / "eval.json").read_text())
+    assert ev["status"] == "finished" and len(ev["trials"]) == 3
+    assert ev["trials"][0] == first["trials"][0]  # kept, not re-run
+    for a, b in zip(ev["trials"], full["trials"]):  # the restarted trials equal an uninterrupted run's
+        assert a["score"] == b["score"] and a["epochs_log"][0]["train_loss"] == pytest.approx(b["epochs_log"][0]["train_loss"], rel=1e-5)
+    steps = [r["step"] for r in runs.read_metrics(out) if "loss" in r]
+    assert steps == sorted(set(steps))  # every step logged once
+    # Retry of the finished job changes nothing: eval.json and metrics.jsonl stay
+    before = {k: v for k, v in _snapshot(out).items() if k in ("eval.json", "metrics.jsonl")}
+    code, _, err = _cli(retry_argv(job))
+    assert code == 0, err
+    after = {k: v for k, v in _snapshot(out).items() if k in ("eval.json", "metrics.jsonl")}
+    assert json.loads(after["eval.json"])["trials"] == json.loads(before["eval.json"])["trials"]
+    assert after["metrics.jsonl"] == before["metrics.jsonl"]
+
+
+def test_features_resume_keeps_finished_combinations(tmp_path, tiny_checkpoint, task_files, monkeypatch):
+    from studio.jobs import retry_argv
+    FE = sys.modules["engine.features"]
+
+    out = tmp_path / "feat"
+    real, calls = FE.logreg_eval, []
+
+    def dying(*a, **k):
+        calls.append(1)
+        if len(calls) == 2:
+            raise _Kill()
+        return real(*a, **k)
+    monkeypatch.setattr(FE, "logreg_eval", dying)
+    code, _, err = _cli(_feat_args(tiny_checkpoint, task_files, out))
+    assert code == 130, err
+    first = json.loads((out / "eval.json").read_text())
+    assert [r["combine"] for r in first["results"]] == ["last"]
+    monkeypatch.setattr(FE, "logreg_eval", real)
+    argv = retry_argv({"argv": [str(a) for a in _feat_args(tiny_checkpoint, task_files, out)], "run_dir": str(out)})
+    code, _, err = _cli(argv)
+    assert code == 0, err
+    ev = json.loads((out / "eval.json").read_text())
+    assert [r["combine"] for r in ev["results"]] == ["last", "mean"] and ev["results"][0] == first["results"][0]
+    assert ev["status"] == "finished" and runs.read_run_json(out)["status"] == "finished"
+
+
+@pytest.mark.parametrize("page,kind", [("3_Finetune.py", "finetune"), ("4_Features.py", "features")])
+def test_pages_offer_resume_for_a_stopped_finetune_or_features_run(tmp_path, monkeypatch, page, kind):
+    from streamlit.testing.v1 import AppTest
+
+    import studio.jobs as Q
+    calls = []
+    monkeypatch.setattr(Q, "submit", lambda argv, name=None, run_dir=None, root=None: calls.append(argv) or {"id": "job-1"})
+    root = tmp_path / "runs"
+    d = root / "stopped"
+    runs.write_run_json(d, kind=kind, status="cancelled", error="cancelled by the user", config={"model": "minilm", "task": "bbc-topic"})
+    (d / "eval.json").write_text(json.dumps({"kind": kind, "status": "running", "trials": [], "results": [], "metric": "accuracy"}))
+    at = AppTest.from_file(str(REPO / "pages" / page), default_timeout=60)
+    at.session_state["runs_root"] = str(root)
+    at.run()
+    assert not at.exception, at.exception
+    at.button(key=f"resume-{kind}-stopped").click().run()
+    assert not at.exception, at.exception
+    assert calls == [[kind, "--out", str(d), "--resume"]]
+
+
+# ------------------------------------------------------------------ 7. Retry of a pre-training run that died before its first checkpoint
+@pytest.fixture(scope="module")
+def small_corpus(tmp_path_factory, bbc_docs):
+    p = tmp_path_factory.mktemp("corpus") / "bbc60.txt"
+    p.write_text("\n\n".join(" ".join(d) for d in bbc_docs[::37]), encoding="utf-8")
+    return p
+
+
+def _pretrain_args(corpus, out, steps=6, extra=()):
+    return ["pretrain", "--corpus", corpus, "--preset", "tiny", "--hidden", "32", "--heads", "2", "--vocab-size", "500",
+            "--seq-len", "32", "--batch-size", "4", "--steps", steps, "--save-every", "3", "--log-every", "1",
+            "--eval-every", "6", "--eval-max-instances", "8", "--num-threads", "1", "--seed", "3", "--quiet", *extra, "--out", out]
+
+
+def test_retry_of_a_pretrain_run_killed_before_its_first_checkpoint_starts_it_again(tmp_path, small_corpus, monkeypatch):
+    from studio.jobs import retry_argv
+    P = sys.modules["engine.pretrain"]
+    out = tmp_path / "early"
+    real = P._checkpoint
+
+    def crash(*a, **k):
+        raise RuntimeError("killed before the first checkpoint")
+    monkeypatch.setattr(P, "_checkpoint", crash)
+    args = [str(a) for a in _pretrain_args(small_corpus, out)]
+    with pytest.raises(RuntimeError):
+        _cli(args)
+    assert runs.latest_checkpoint(out) is None and runs.read_run_json(out)["status"] == "failed"
+    monkeypatch.setattr(P, "_checkpoint", real)
+    code, _, err = _cli(retry_argv({"argv": args[:], "run_dir": str(out)}))
+    assert code == 0, err
+    assert runs.read_run_json(out)["status"] == "finished" and runs.checkpoint_step(runs.latest_checkpoint(out)) == 6
