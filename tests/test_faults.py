@@ -203,18 +203,18 @@ def _pretrain_args(corpus, out, steps=6, extra=()):
 
 def test_retry_of_a_pretrain_run_killed_before_its_first_checkpoint_starts_it_again(tmp_path, small_corpus, monkeypatch):
     from studio.jobs import retry_argv
-    P = sys.modules["engine.pretrain"]
+    import engine.pretrain_loop as P
     out = tmp_path / "early"
-    real = P._checkpoint
+    real = P.checkpoint
 
     def crash(*a, **k):
         raise RuntimeError("killed before the first checkpoint")
-    monkeypatch.setattr(P, "_checkpoint", crash)
+    monkeypatch.setattr(P, "checkpoint", crash)
     args = [str(a) for a in _pretrain_args(small_corpus, out)]
     with pytest.raises(RuntimeError):
         _cli(args)
     assert runs.latest_checkpoint(out) is None and runs.read_run_json(out)["status"] == "failed"
-    monkeypatch.setattr(P, "_checkpoint", real)
+    monkeypatch.setattr(P, "checkpoint", real)
     code, _, err = _cli(retry_argv({"argv": args[:], "run_dir": str(out)}))
     assert code == 0, err
     assert runs.read_run_json(out)["status"] == "finished" and runs.checkpoint_step(runs.latest_checkpoint(out)) == 6

@@ -199,7 +199,7 @@ def test_a_registered_builtin_task_finetunes_through_the_same_path(synth, tmp_pa
     assert res["task"] == "toy-polarity" and res["task_kind"] == "classification" and res["metric"] == "accuracy"
     assert res["data"]["train_examples"] == 640 and res["score"] >= 0.85  # chance is 0.5
     with pytest.raises(EngineError, match="takes no files or column options"):
-        finetune(_cfg(synth, tmp_path, "toy-polarity", None, label_col="label"))
+        finetune(_cfg(synth, tmp_path, "toy-polarity", None, label_col="label", out=str(tmp_path / "other")))
     with pytest.raises(EngineError, match="would hide the file format"):
         registry.register_builtin(registry.BuiltinTask("glue", "a clash", polarity_task, "glue"))
 
