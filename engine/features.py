@@ -39,8 +39,9 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from engine import records
 from engine.errors import EngineError
-from engine.fileio import atomic_save_with, atomic_write_json, atomic_write_text
+from engine.fileio import atomic_save_with, atomic_write_text
 from engine.heads import last_real_index
 from engine.tasks.registry import feature_task_names
 
@@ -347,7 +348,7 @@ RUNTIME_FIELDS = ("out", "device", "num_threads", "batch_size", "save_features")
 
 def _finished_results(out: Path, combine: tuple) -> list:
     """The finished combinations' results from <out>/eval.json when resuming (in the order of `combine`)."""
-    path = out / "eval.json"
+    path = out / records.EVAL_JSON
     if not path.exists():
         return []
     try:
@@ -486,9 +487,9 @@ def run_features(cfg: FeaturesConfig, progress_bar: bool = False) -> dict:
                     _save_split(out / "features" / combo, split, f, rows)
             best = max(result["results"], key=lambda r: r["score"])
             result.update(combine=best["combine"], score=best["score"], dev=best["dev"], seconds=round(time.time() - t_start, 2))
-            atomic_write_json(out / "eval.json", result)
+            records.write_eval(out, result)
         result["status"] = "finished"
-        atomic_write_json(out / "eval.json", result)
+        records.write_eval(out, result)
         run.set(best_score=result["score"], metric=result["metric"])
     return result
 

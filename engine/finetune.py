@@ -41,8 +41,9 @@ import numpy as np
 import torch
 import torch.nn as nn
 
+from engine import records
 from engine.errors import EngineError
-from engine.fileio import atomic_save_with, atomic_write_json
+from engine.fileio import atomic_save_with
 from engine.heads import TaskModel
 from engine.model import PRECISIONS, amp, check_precision, resolve_precision, to_device
 from engine.tasks.batching import Prepared, length_batches
@@ -284,12 +285,12 @@ def finetune(cfg: FinetuneConfig, progress: Callable = None, progress_bar: bool 
                 result.update(score=rec["score"], dev=rec["dev"], best={k: v for k, v in rec.items() if k != "epochs_log"})
         if done:
             result["grid"] = grid_summary(result["trials"])
-            prev = json.loads((out / "eval.json").read_text(encoding="utf-8"))
+            prev = records.read_eval(out)
             if prev.get("saved_trial") is not None:
                 result["saved_trial"], result["best_model"] = prev["saved_trial"], prev.get("best_model")
             print(f"resuming {out}: {len(done)} of {len(grid)} trials finished, starting at trial {len(done) + 1}",
                   file=sys.stderr, flush=True)
-        atomic_write_json(out / "eval.json", _eval_json(result))  # a polling page sees the task and the data at once
+        records.write_eval(out, _eval_json(result))  # a polling page sees the task and the data at once
         bar = None
         if progress_bar:
             from tqdm import tqdm
@@ -359,21 +360,21 @@ def finetune(cfg: FinetuneConfig, progress: Callable = None, progress_bar: bool 
                     save_finetuned(out / "best", best_state, bundle, data, cfg)
                     result["best_model"] = str(out / "best")
                     best_state = None
-                atomic_write_json(out / "eval.json", _eval_json(result))
+                records.write_eval(out, _eval_json(result))
                 del model, opt, sched
         finally:
             if bar is not None:
                 bar.close()
         result["status"] = "finished"
         result["seconds"] = round(time.time() - t_start, 2)
-        atomic_write_json(out / "eval.json", _eval_json(result))
+        records.write_eval(out, _eval_json(result))
         run.set(best_score=result["score"], metric=data.metric)
     return result
 
 
 def _finished_trials(out: Path, n_trials: int) -> list:
     """The finished trials' records from <out>/eval.json when resuming (EngineError when it cannot be read)."""
-    path = out / "eval.json"
+    path = out / records.EVAL_JSON
     if not path.exists():
         return []
     try:

@@ -7,7 +7,7 @@ runs/<name>/run.json            kind, config, status (running|finished|failed|ca
 runs/<name>/metrics.jsonl       one JSON object per logged step, appended + fsynced
 runs/<name>/checkpoints/step-N/ complete checkpoints; each holds a COMPLETE marker written last
 runs/<name>/checkpoints/.tmp-step-N/   a checkpoint being written (ignored by readers)
-runs/<name>/eval.json           downstream results
+runs/<name>/eval.json           downstream results (fields: engine.records)
 runs/<name>/run.lock            pid/host/start of the writer; held with fcntl.flock while it lives
 ```
 Only one process writes a run at a time (`RunLock`): the lock is an OS advisory lock on an open file, so the
@@ -32,10 +32,8 @@ from pathlib import Path
 
 from engine.errors import EngineError
 from engine.fileio import atomic_publish_dir, atomic_write_json, atomic_write_text
+from engine.records import EVAL_JSON, METRICS, RUN_JSON  # noqa: F401 (the file names, defined in engine.records)
 
-RUN_JSON = "run.json"
-METRICS = "metrics.jsonl"
-EVAL_JSON = "eval.json"
 LOCK_FILE = "run.lock"
 CHECKPOINTS = "checkpoints"
 COMPLETE = "COMPLETE"  # marker file, written last into a checkpoint folder
@@ -645,17 +643,6 @@ def effective_status(run_dir, info: dict | None = None) -> str:
     return "dead" if again.get("status") == "running" else (again.get("status") or "unknown")
 
 
-def _total_steps(info: dict):
-    if info.get("total_steps"):
-        return info["total_steps"]
-    cfg = info.get("config") or {}
-    if isinstance(cfg, dict):
-        for key in ("total_steps", "max_steps", "num_train_steps", "steps"):
-            if isinstance(cfg.get(key), (int, float)) and cfg[key] > 0:
-                return cfg[key]
-    return None
-
-
 def run_progress(run_dir, info: dict | None = None) -> dict:
     """{step, total, fraction}: the last logged step over run.json's total_steps (fraction None if unknown)."""
     if info is None:
@@ -665,7 +652,7 @@ def run_progress(run_dir, info: dict | None = None) -> dict:
             info = {}
     last = last_metrics(run_dir) or {}
     step = last.get("step")
-    total = _total_steps(info)
+    total = info.get("total_steps") or None
     frac = None
     if isinstance(step, (int, float)) and total:
         frac = max(0.0, min(1.0, step / total))

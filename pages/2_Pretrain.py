@@ -108,7 +108,7 @@ def launch_form(root: Path) -> None:
 
         run_name = runs.safe_run_name(name.strip() or f"bert-{preset if size_mode == 'preset' else f'L{layers}H{hidden}'}-{objective.replace('+', '_')}")
         run_dir = runs.resolve_run_dir(root, run_name)
-        if (run_dir / "run.json").exists():
+        if (run_dir / runs.RUN_JSON).exists():
             raise EngineError(f"a run named '{run_name}' already exists; pick another name, or select it below and Resume it")
         if corpus_kind == "a path on this machine":
             if not corpus_path.strip():

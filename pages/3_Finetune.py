@@ -11,6 +11,7 @@ import pandas as pd
 import streamlit as st
 
 from engine import ablations as A
+from engine.records import read_eval
 from engine import runs as R
 from engine.errors import EngineError
 from engine.fileio import atomic_write_bytes, atomic_write_json
@@ -175,7 +176,7 @@ with tab_new:
             if task in FORMATS and not (train and dev):
                 raise EngineError(f"a {task} task needs a train and a dev file")
             run_dir = R.resolve_run_dir(root, name.strip())
-            if (run_dir / "run.json").exists():
+            if (run_dir / R.RUN_JSON).exists():
                 raise EngineError(f"run {name} already exists in {root}; pick another name")
             argv = ["finetune", "--model", model, "--task", task]
             if task in FORMATS:
@@ -221,7 +222,7 @@ with tab_runs:
                 st.rerun()
             prog = R.run_progress(run_dir, info)
             cfg = info.get("config") or {}
-            ev = A._read_json(run_dir / "eval.json") or {}
+            ev = read_eval(run_dir)
             precision = f" · {ev['precision']}" if ev.get("precision") else ""  # as resolved ("auto" -> bf16 / fp32)
             st.markdown(f"**{pick}** — status **{status}** · model `{cfg.get('model', '?')}` · task `{cfg.get('task', '?')}`{precision}")
             if status == "finished":

@@ -12,6 +12,7 @@ import plotly.graph_objects as go
 import streamlit as st
 
 from engine import ablations as A
+from engine.records import read_eval
 from engine import runs as R
 from engine.errors import EngineError
 from engine.tasks.registry import BUILTINS, feature_task_names
@@ -70,7 +71,7 @@ with tab_run:
         with guard("launching the feature-based run"):
             layers = _layers(layers_text)
             run_dir = R.resolve_run_dir(root, name.strip())
-            if (run_dir / "run.json").exists():
+            if (run_dir / R.RUN_JSON).exists():
                 raise EngineError(f"run {name} already exists in {root}; pick another name")
             if task_key in shared:
                 ev = shared[task_key]
@@ -90,7 +91,7 @@ with tab_run:
 
 # ------------------------------------------------------------------ compare
 def _eval(run: dict) -> dict:
-    return A._read_json(Path(run["path"]) / "eval.json") or {}
+    return read_eval(run["path"])
 
 
 def _same(a, b) -> bool:

@@ -147,7 +147,7 @@ def threshold_curve(curve, tau=None, title="SQuAD v2.0: dev score against the nu
     """F1 and EM against tau from [(tau, exact, f1)], the chosen tau marked."""
     fig = go.Figure()
     if not curve:
-        return _empty(fig, title, "no threshold sweep in eval.json")
+        return _empty(fig, title, "no threshold sweep in this run")
     taus = [float(c[0]) for c in curve]
     fig.add_scatter(x=taus, y=[100 * float(c[2]) for c in curve], mode="lines", name="F1")
     fig.add_scatter(x=taus, y=[100 * float(c[1]) for c in curve], mode="lines", name="EM")

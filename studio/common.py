@@ -11,6 +11,7 @@ from pathlib import Path
 import streamlit as st
 
 from engine.errors import EngineError
+from engine.records import RUN_JSON
 
 DEFAULT_RUNS = os.environ.get("BERT_STUDIO_RUNS", "runs")
 
@@ -135,7 +136,7 @@ def follow_queued_run(root: Path, prefix: str, listed) -> None:
 
     @st.fragment(run_every=3)
     def poll():
-        if (Path(root) / name / "run.json").is_file() or job_status()[0] not in ("queued", "running"):
+        if (Path(root) / name / RUN_JSON).is_file() or job_status()[0] not in ("queued", "running"):
             st.rerun()
     poll()
 

@@ -344,13 +344,15 @@ def test_feature_based_and_masking_checks(tmp_path):
     assert checks["MASK 80 / SAME 10 / RND 10 > MASK 0 / SAME 0 / RND 100"] is True
 
 
-def test_best_score_reads_finetune_and_features_shapes():
-    assert A.best_score({"best": {"score": 0.5, "dev": {"f1": 0.5, "accuracy": 0.9}}}, "f1") == 0.5
+def test_best_score_reads_the_eval_json_fields_the_engine_writes():
+    """engine.records defines eval.json: "dev" holds the best trial's (or combination's) dev metrics."""
+    assert A.best_score({"score": 0.5, "metric": "f1", "dev": {"f1": 0.5, "accuracy": 0.9}}, "accuracy") == 0.9
     assert A.best_score({"dev": {"mcc": 0.2}}, "mcc") == 0.2
-    assert A.best_score({"trials": [{"dev": {"accuracy": 0.3}}, {"dev": {"accuracy": 0.6}}]}, "accuracy") == 0.6
-    assert A.best_score({"f1": 0.7}, "f1") == 0.7
-    assert A.best_score({"best": {"dev": {"exact": 0.4, "f1": 0.5}}}, "exact_match") == 0.4
+    assert A.best_score({"status": "running", "dev": None, "trials": []}, "f1") is None  # no trial finished yet
+    assert A.best_score({"dev": {"f1": 0.5}}, "accuracy") is None  # a metric the task does not report
     assert A.best_score({}, "f1") is None
+    features = {"results": [{"combine": "concat", "dev": {"f1": 0.4}}, {"combine": "sum", "dev": {"f1": 0.3}}]}
+    assert A.combination_score(features, "sum", "f1") == 0.3 and A.combination_score(features, "last", "f1") is None
 
 
 # ------------------------------------------------------------------ CLI

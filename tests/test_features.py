@@ -137,7 +137,10 @@ def test_logreg_on_sentence_features_writes_eval_and_npy(bundle, tmp_path, capsy
     x = np.load(out / "features" / "concat" / "dev.npy")
     idx = [json.loads(l) for l in (out / "features" / "concat" / "dev.index.jsonl").read_text().splitlines()]
     assert x.shape == (60, 64) and len(idx) == 60 and idx[0]["label"] in ("0", "1") and idx[0]["guid"] == "dev.tsv:2"
-    assert json.loads((out / "run.json").read_text())["kind"] == "features"
+    run = json.loads((out / "run.json").read_text())
+    assert run["kind"] == "features"
+    from engine import records  # the fields written are the fields engine.records defines
+    assert set(ev) == set(records.FEATURES_EVAL_FIELDS) and set(run) == set(records.RUN_FIELDS + records.FEATURES_RUN_FIELDS)
 
 
 def test_bilstm_tagger_on_token_features(bundle, tmp_path):

@@ -130,6 +130,9 @@ def test_one_epoch_tiny_finetune_learns(synth, tmp_path, capsys):
     assert ev["dev"]["accuracy"] == line["score"] and len(ev["trials"]) == 1
     run = json.loads((out / "run.json").read_text())
     assert run["kind"] == "finetune" and run["status"] == "finished" and run["total_steps"] == 80
+    from engine import records  # the fields written are the fields engine.records defines (no --save-best, no SQuAD v2)
+    assert set(ev) == set(records.FINETUNE_EVAL_FIELDS) - {"saved_trial", "best_model", "threshold_curve"}
+    assert set(run) == set(records.RUN_FIELDS + records.FINETUNE_RUN_FIELDS)
     recs = [json.loads(l) for l in (out / "metrics.jsonl").read_text().splitlines()]
     assert any("loss" in r for r in recs)
     dev = [r for r in recs if "score" in r]
@@ -160,6 +163,7 @@ def test_every_task_kind_runs_end_to_end(synth, tmp_path, task, files, metric):
     res = finetune(_cfg(synth, tmp_path, task, files, **extra))
     ev = json.loads((tmp_path / "out" / "eval.json").read_text())
     assert ev["status"] == "finished" and ev["metric"] == metric and ev["score"] == res["score"]
+    assert set(ev) <= set(engine.records.FINETUNE_EVAL_FIELDS)
     assert isinstance(ev["score"], float) and -1.0 <= ev["score"] <= 1.0
     kind = {"pair": "classification", "reg": "regression", "bio": "tagging", "squad1": "span", "squad2": "span", "swag": "multiple_choice"}[files]
     assert ev["task_kind"] == kind

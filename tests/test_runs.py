@@ -255,7 +255,7 @@ def test_list_runs_marks_dead_and_sorts(tmp_path):
     b = runs.create_run_dir(root, "crashed")
     runs.write_run_json(b, kind="pretrain", status="running", pid=_dead_pid(),
                         host=__import__("socket").gethostname(), created="2024-06-01T00:00:00+00:00",
-                        config={"max_steps": 8})
+                        total_steps=8)
     runs.append_metrics(b, {"step": 2})
     _write_ckpt(b, 2)
     c = runs.create_run_dir(root, "live")

@@ -1,132 +1,30 @@
 """Reading a study back: every run's eval.json and metrics.jsonl into the paper's layout (rows variants, columns
 tasks, mean ± std over seeds and n), the pre-training curves of all variants, and the study's finding checked.
 """
-import json
-import math
 from dataclasses import dataclass
 from pathlib import Path
 
+from engine import records, runs
 from engine.ablations.folders import read_study
 from engine.ablations.runner import job_states
 from engine.ablations.study import Study, pretrain_column_name, study_from_dict
 from engine.fileio import atomic_write_text
 
 
-_METRIC_ALIASES = {
-    "accuracy": ("accuracy", "acc", "dev_accuracy", "eval_accuracy"),
-    "f1": ("f1", "entity_f1", "micro_f1", "dev_f1", "eval_f1"),
-    "mcc": ("mcc", "matthews", "matthews_corrcoef", "matthews_correlation"),
-    "exact_match": ("exact_match", "em", "exact"),
-    "pearson": ("pearson",),
-    "spearman": ("spearman",),
-}
-
-
-def _pick_metric(d, metric: str):
-    if not isinstance(d, dict):
-        return None
-    for name in _METRIC_ALIASES.get(metric, (metric,)):
-        v = d.get(name)
-        if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v):
-            return float(v)
-    for sub in ("metrics", "dev", "dev_metrics", "best_metrics", "scores"):
-        if isinstance(d.get(sub), dict):
-            v = _pick_metric(d[sub], metric)
-            if v is not None:
-                return v
-    return None
-
-
 def best_score(eval_data: dict, metric: str):
     """The best dev score of `metric` in an eval.json written by `finetune` or `features` (None when absent)."""
-    if not isinstance(eval_data, dict):
-        return None
-    for key in ("best", "best_dev", "result", "dev"):
-        v = _pick_metric(eval_data.get(key), metric)
-        if v is not None:
-            return v
-    v = _pick_metric(eval_data, metric)
-    if v is not None:
-        return v
-    trials = eval_data.get("trials") or eval_data.get("results") or []
-    vals = [x for x in (_trial_score(t, metric) for t in trials) if x is not None]
-    return max(vals) if vals else None
+    return records.best_dev_score(eval_data, metric)
 
 
 def combination_score(eval_data: dict, combine: str, metric: str):
     """The dev `metric` of one combination in an eval.json written by `engine features` (its "results" list)."""
-    for r in (eval_data or {}).get("results") or []:
-        if isinstance(r, dict) and r.get("combine") == combine:
-            v = _pick_metric(r.get("dev"), metric)
-            if v is None and r.get("metric") == metric and isinstance(r.get("score"), (int, float)):
-                v = float(r["score"])
-            return v
-    return None
+    return records.combination_score(eval_data, combine, metric)
 
 
-def _trial_score(t, metric: str):
-    if not isinstance(t, dict):
-        return None
-    v = _pick_metric(t.get("best") or t.get("dev") or t, metric)
-    if v is not None:
-        return v
-    epochs = t.get("epochs") or t.get("history") or []
-    vals = [x for x in (_pick_metric(e, metric) for e in epochs if isinstance(e, dict)) if x is not None]
-    return max(vals) if vals else None
-
-
-def _read_json(path: Path):
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-
-
-def _read_jsonl(path: Path) -> list:
-    out = []
-    try:
-        text = path.read_text(encoding="utf-8", errors="replace")
-    except OSError:
-        return out
-    for line in text.splitlines():
-        try:
-            r = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(r, dict):
-            out.append(r)
-    return out
-
-
-def pretrain_eval_records(records: list) -> list:
+def pretrain_eval_records(recs: list) -> list:
     """The held-out records of a pre-training metrics.jsonl without their `eval_` prefix: {step, mlm_loss, mlm_acc,
     mlm_ppl, nsp_loss, nsp_acc, ...} (an `ltr` run has lm_loss, lm_acc, lm_ppl: next-token, not masked-token)."""
-    out = []
-    for r in records:
-        step = r.get("step")
-        if not isinstance(step, (int, float)):
-            continue
-        ev = {}
-        if r.get("split") == "eval":  # engine.pretrain: {"step", "split": "eval", "eval_mlm_loss", ...}
-            ev = {(k[len("eval_"):] if k.startswith("eval_") else k): v for k, v in r.items()}
-        elif isinstance(r.get("eval"), dict):
-            ev = dict(r["eval"])
-        else:
-            for k, v in r.items():
-                for p in ("eval_", "heldout_", "held_out_", "val_"):
-                    if k.startswith(p) and isinstance(v, (int, float)) and not isinstance(v, bool):
-                        ev[k[len(p):]] = v
-        if not ev:
-            continue
-        ev = {k: float(v) for k, v in ev.items() if isinstance(v, (int, float)) and not isinstance(v, bool) and k != "step"}
-        for a, b in (("mlm_ppl", "mlm_perplexity"), ("mlm_ppl", "perplexity"), ("mlm_ppl", "ppl"), ("mlm_acc", "mlm_accuracy"), ("nsp_acc", "nsp_accuracy")):
-            if a not in ev and b in ev:
-                ev[a] = ev[b]
-        if "mlm_ppl" not in ev and isinstance(ev.get("mlm_loss"), float) and ev["mlm_loss"] < 50:
-            ev["mlm_ppl"] = math.exp(ev["mlm_loss"])
-        ev["step"] = int(step)
-        out.append(ev)
-    return out
+    return [ev for ev in map(records.eval_record, recs) if ev is not None]
 
 
 @dataclass
@@ -161,7 +59,7 @@ def collect_results(study_dir) -> StudyResults:
     for j in jobs:
         out = study_dir / j["out"]
         if j["kind"] == "pretrain":
-            recs = _read_jsonl(out / "metrics.jsonl")
+            recs = runs.read_metrics(out)
             for r in recs:
                 if isinstance(r.get("step"), (int, float)) and r.get("split") != "eval":
                     for m in ("loss", "mlm_loss", "mlm_acc", "lm_loss", "lm_acc", "nsp_loss", "nsp_acc", "lr", "tokens_per_s"):
@@ -180,8 +78,8 @@ def collect_results(study_dir) -> StudyResults:
                         score_rows.append({"variant": j["variant"], "column": pretrain_column_name(col), "step": None,
                                            "seed": j["seed"], "value": evals[-1][col]})
             continue
-        ev_data = _read_json(out / "eval.json")
-        if ev_data is None:
+        ev_data = records.read_eval(out)
+        if not ev_data:
             continue
         try:
             ev = next(e for e in study.evaluations if e.name == j["evaluation"])

@@ -12,6 +12,7 @@ from engine.ablations.folders import STUDY_JSON, new_study_dir, read_study, stud
 from engine.ablations.planner import plan
 from engine.ablations.study import Study
 from engine.fileio import atomic_write_json
+from engine.records import EVAL_JSON, RUN_JSON
 
 REPO_ROOT = Path(__file__).resolve().parents[2]  # `python -m engine` runs from here
 
@@ -78,8 +79,8 @@ def run_foreground(study_dir, log=_print) -> dict:
 
 def _job_output_ok(job: dict, out: Path) -> bool:
     if job["kind"] == "pretrain":
-        return (out / "run.json").is_file()
-    return (out / "eval.json").is_file()
+        return (out / RUN_JSON).is_file()
+    return (out / EVAL_JSON).is_file()
 
 
 def _last_error_line(log_path: Path) -> str:
@@ -127,9 +128,9 @@ def job_states(study_dir) -> list:
 def _state_from_run(job: dict, out: Path) -> str:
     info = {}
     try:
-        info = json.loads((out / "run.json").read_text())
+        info = json.loads((out / RUN_JSON).read_text())
     except (OSError, ValueError):
         pass
-    if job["kind"] != "pretrain" and (out / "eval.json").is_file() and info.get("status") in (None, "finished"):
+    if job["kind"] != "pretrain" and (out / EVAL_JSON).is_file() and info.get("status") in (None, "finished"):
         return "finished"
     return info.get("status") or "queued"

@@ -1,0 +1,111 @@
+"""The records of a run folder, each defined once: its file name, its fields, and how to read it.
+
+Writers (engine.runs for run.json and metrics.jsonl, engine.finetune and engine.features for eval.json) write
+these fields; readers (the pages, studio/, engine.ablations) read exactly these keys. Runs written before this
+module existed hold the same fields.
+
+run.json, merge-updated by engine.runs (`write_run_json`, `start_run`, `set_status`; `Run.set`):
+    RUN_FIELDS for every kind, plus PRETRAIN_RUN_FIELDS (engine.pretrain_loop) or FINETUNE_RUN_FIELDS /
+    FEATURES_RUN_FIELDS (engine.finetune, engine.features).
+metrics.jsonl, one JSON object per line, appended (engine.runs.append_metrics); every record has "step":
+    pre-training: {"step", "split": "train", loss, lr, tokens, ... per objective} every log_every steps and
+    {"step", "split": "eval", "eval_<name>": ...} per held-out evaluation (`eval_record` strips the prefix);
+    fine-tuning: {"step", "trial", "epoch", "loss", "lr"} every log_every steps and {"step", "trial", "epoch",
+    "train_loss", "score", "dev_<metric>": ...} after each epoch's dev evaluation;
+    features: {"step": 1, "phase": "extracted", "seconds"} once, then per combination {"step", "combine",
+    "score"} (a tagging task also per BiLSTM epoch {"step", "combine", "epoch", "loss", "score", "dev_<metric>"}).
+eval.json, rewritten atomically after each trial / combination (`write_eval`): FINETUNE_EVAL_FIELDS or
+    FEATURES_EVAL_FIELDS; "dev" holds the best dev metrics so far ({metric name: value}), None before the
+    first trial ends. `best_dev_score(ev, metric)` is the one way to read a run's score of a metric.
+"""
+import json
+import math
+from pathlib import Path
+
+from engine.fileio import atomic_write_json
+
+RUN_JSON = "run.json"
+METRICS = "metrics.jsonl"
+EVAL_JSON = "eval.json"
+
+RUN_FIELDS = (
+    "kind",  # "pretrain" | "finetune" | "features"
+    "status",  # running | finished | failed | cancelled (engine.runs.STATUSES)
+    "config",  # the command's configuration as a dict
+    "pid", "proc_start", "host",  # the writer process (engine.runs.effective_status checks it is alive)
+    "created", "started", "ended", "updated",  # ISO times with UTC offset
+    "error",  # one line when failed or cancelled, else None
+    "versions",  # {python, torch, tokenizers, transformers}
+    "starts",  # how many times a process started the run (resume counts)
+    "total_steps",  # the number the last metrics record's "step" runs up to (progress)
+)
+PRETRAIN_RUN_FIELDS = ("tokenizer", "objective", "world_size", "device", "bf16", "model", "parameters", "resumed_from")
+FINETUNE_RUN_FIELDS = ("task", "model", "n_trials", "best_score", "metric")
+FEATURES_RUN_FIELDS = ("task", "model", "n_combinations", "best_score", "metric")
+
+FINETUNE_EVAL_FIELDS = (
+    "kind", "status", "model", "model_path", "random_init", "causal",
+    "task",  # the task's name (a file format's task is named after its folder or file)
+    "task_source",  # the --task value
+    "task_kind",  # the head kind (engine.heads.HEAD_OUTPUTS)
+    "metric",  # the selection metric, a key of "dev"
+    "score",  # dev[metric] of the best trial
+    "dev",  # the best trial's dev metrics
+    "best",  # the best trial: {trial, lr, batch_size, epochs, restart, seed, best_epoch, score, dev, seconds}
+    "trials",  # every finished trial, as "best" plus "epochs_log" (per epoch: epoch, train_loss, score, metrics)
+    "grid",  # per grid point across restarts: {lr, batch_size, epochs, n, mean, std, min, max}
+    "data",  # the task's sizes and details (train_examples, dev_examples, labels, max_seq_len, ...)
+    "device", "precision", "config", "seconds",
+    "saved_trial", "best_model",  # with --save-best: the trial saved and its folder
+    "threshold_curve",  # SQuAD v2.0: [{tau, exact, f1}] of the best trial
+)
+FEATURES_EVAL_FIELDS = (
+    "kind", "status", "model", "model_path", "task", "task_source", "task_kind", "classifier", "pooling", "layers",
+    "metric", "config", "data", "seconds",
+    "results",  # per combination: {combine, layers, dims, classifier, metric, score, dev, mix_weights, seconds}, a
+    #   tagging task adds best_epoch and, when no entity was found, a warning line
+    "combine", "score", "dev",  # the best combination so far
+)
+
+
+def read_eval(run_dir) -> dict:
+    """eval.json of a run as a dict; {} when the run has none (yet) or it cannot be read."""
+    try:
+        data = json.loads((Path(run_dir) / EVAL_JSON).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def write_eval(run_dir, data: dict) -> None:
+    """Write eval.json atomically (a polling reader sees the old or the new file, never half)."""
+    atomic_write_json(Path(run_dir) / EVAL_JSON, data)
+
+
+def _number(v):
+    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) else None
+
+
+def best_dev_score(ev: dict, metric: str):
+    """The dev `metric` of the best trial (fine-tuning) or combination (features) of an eval.json; None while
+    none has finished or when the task does not report that metric."""
+    return _number((ev.get("dev") or {}).get(metric))
+
+
+def combination_score(ev: dict, combine: str, metric: str):
+    """The dev `metric` of one combination of a features eval.json (None until that combination is done)."""
+    for r in ev.get("results") or []:
+        if r.get("combine") == combine:
+            return _number((r.get("dev") or {}).get(metric))
+    return None
+
+
+def eval_record(record: dict):
+    """A pre-training held-out record of metrics.jsonl as numbers without the "eval_" prefixes ({step, mlm_loss,
+    mlm_acc, mlm_ppl, ..., instances, tokens}); None for any other record."""
+    if record.get("split") != "eval" or not isinstance(record.get("step"), (int, float)):
+        return None
+    out = {(k[len("eval_"):] if k.startswith("eval_") else k): float(v) for k, v in record.items()
+           if k != "step" and _number(v) is not None}
+    out["step"] = int(record["step"])
+    return out
