@@ -34,11 +34,13 @@ def corpus_unigrams(corpus: str) -> Counter:
 def training_corpus(bundle) -> str:
     """The corpus the model was pre-trained on, from its run's run.json; "bbc" when unknown (MiniLM, HF folders)."""
     import json
+
+    from engine.records import RUN_JSON
     if bundle.path:
         p = Path(bundle.path)
         for run in (p, p.parent.parent):
             try:
-                corpus = json.loads((run / "run.json").read_text()).get("config", {}).get("corpus")
+                corpus = json.loads((run / RUN_JSON).read_text()).get("config", {}).get("corpus")
             except (OSError, ValueError):
                 continue
             if corpus:

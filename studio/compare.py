@@ -25,6 +25,8 @@ import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
+from engine.records import RUN_JSON
+
 X_AXES = {"step": "steps", "tokens": "tokens seen", "elapsed": "wall time (s)"}
 COLOURS = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf"]
 NOT_METRICS = {"step", "tokens", "elapsed", "trial", "epoch", "phase", "seed"}  # x axes and bookkeeping
@@ -50,7 +52,7 @@ def _read_json(p: Path) -> dict:
 
 
 def _entry(path: Path, label: str, group: str = None, seed=None, kind=None) -> RunEntry:
-    info = _read_json(path / "run.json")
+    info = _read_json(path / RUN_JSON)
     m = _SEED_SUFFIX.search(path.name)
     if group is None:
         group = _SEED_SUFFIX.sub("", path.name) if m else path.name
@@ -67,7 +69,7 @@ def find_runs(root) -> list:
     if not root.is_dir():
         return out
     for d in sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith(".")):
-        if (d / "run.json").is_file():
+        if (d / RUN_JSON).is_file():
             out.append(_entry(d, d.name))
     studies = root / "studies"
     if studies.is_dir():
@@ -75,7 +77,7 @@ def find_runs(root) -> list:
             data = _read_json(s / "study.json")
             for job in data.get("jobs", []):
                 run = s / job.get("out", "")
-                if not job.get("out") or not (run / "run.json").is_file():
+                if not job.get("out") or not (run / RUN_JSON).is_file():
                     continue
                 what = job.get("variant", "?") + (f" · {job['evaluation']}" if job.get("evaluation") else "")
                 if job.get("step") is not None:
