@@ -13,6 +13,7 @@ ROOT = Path(__file__).resolve().parent
 st.set_page_config(page_title="BERT Studio", page_icon=":material/science:", layout="wide")
 
 PAGES = [
+    ("pages/0_Start.py", "Start", ":material/school:"),
     ("pages/1_Model.py", "Model", ":material/memory:"),
     ("pages/2_Pretrain.py", "Pre-train", ":material/model_training:"),
     ("pages/3_Finetune.py", "Fine-tune", ":material/tune:"),
@@ -24,7 +25,8 @@ PAGES = [
     ("pages/9_Compare.py", "Compare", ":material/stacked_line_chart:"),
 ]
 
-pages = [st.Page(str(ROOT / path), title=title, icon=icon) for path, title, icon in PAGES if (ROOT / path).is_file()]
+pages = [st.Page(str(ROOT / path), title=title, icon=icon, default=path == PAGES[0][0])  # Start is the landing page
+         for path, title, icon in PAGES if (ROOT / path).is_file()]
 nav = st.navigation(pages)
 sidebar_runs_root()
 nav.run()

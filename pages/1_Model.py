@@ -11,6 +11,7 @@ st.caption("A BERT is a stack of Transformer encoder layers over WordPiece embed
            "Pick one and look inside.")
 
 path = model_picker("Model", key="model_page_model")
+st.session_state["class_visited_model"] = True  # step 1 of the Start page's guided class
 
 bundle = None
 with guard("Loading the model"):
@@ -56,3 +57,14 @@ with guard("Tokenizing"):
     st.dataframe(pd.DataFrame(shapes, columns=["output", "shape"]), hide_index=True, width="stretch")
     st.caption("hidden_states: the embeddings then one (batch, tokens, H) tensor per layer; attentions: one "
                "(batch, heads, tokens, tokens) map per layer.")
+
+st.subheader("Where next")
+NEXT = [("pages/2_Pretrain.py", "Pre-train a tiny BERT", "a 2-layer BERT on BBC News in a few minutes"),
+        ("pages/5_Probe.py", "Probe a model", "what the MLM head predicts at a [MASK], and P(IsNext) for a pair"),
+        ("pages/6_Attention.py", "Look at its attention", "every head's map, rollout, per-head statistics, head importance"),
+        ("pages/0_Start.py", "Back to the guided class", "the four steps of a first class, with the paper's numbers")]
+cols = st.columns(len(NEXT))
+for c, (page, label, what) in zip(cols, NEXT):
+    c.caption(what)
+    if c.button(label, key=f"model_next_{page}"):
+        st.switch_page(page)

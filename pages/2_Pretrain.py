@@ -63,7 +63,8 @@ def launch_form(root: Path) -> None:
         st.caption("The defaults are the classroom run: a tiny BERT (2 layers, hidden 128) on BBC News, MLM + NSP, "
                    "2,000 steps of 16 x 128 tokens, a few minutes on 2 CPU cores.")
         c1, c2, c3 = st.columns(3)
-        name = c1.text_input("Run name", value="", placeholder="bert-tiny-bbc", help="Letters, digits and - _ . + =; the folder under the runs folder")
+        name = c1.text_input("Run name", placeholder="bert-tiny-bbc", key="pretrain_name",  # the Start page may fill it in
+                             help="Letters, digits and - _ . + =; the folder under the runs folder")
         corpus_kind = c2.selectbox("Corpus", builtin_corpora() + ["a path on this machine", "an uploaded file"],
                                    help="BBC News (2,225 articles), a Wikipedia extract, the State of the Union addresses "
                                         "1790-2026, all three (all), the Wikipedia vital articles (wikivital, when its "

@@ -44,6 +44,7 @@ if "[mask]" not in masked.lower():
 else:
     with guard("Predicting the masked words"):
         preds = probes.fill_mask(bundle, masked, top_k=top_k)
+        st.session_state["class_probed"] = True  # step 3 of the Start page's guided class
         for n in preds.notes:
             st.warning(n)
         for i, m in enumerate(preds):

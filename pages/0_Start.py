@@ -1,0 +1,52 @@
+"""Start: what BERT Studio is, the guided first class (studio.start: four steps, each with its time on this
+machine, a button that opens the page with its fields filled in, a check mark once done) and the paper's own
+numbers for Tables 5-8 (engine.paper_tables), visible before anything has run."""
+import streamlit as st
+
+from engine import paper_tables
+from studio import start
+from studio.common import guard, runs_root
+
+st.title("BERT Studio")
+st.markdown("BERT Studio lets you see BERT work end to end on your own machine, offline: pre-train it, fine-tune it, "
+            "probe it and look inside it. It also reproduces the paper's ablations (Devlin et al. 2019) at a scale a "
+            "laptop can afford, next to the paper's own numbers.")
+
+root = runs_root()
+st.header("Your first class")
+st.caption(f"Four steps; a check mark appears once the runs folder (`{root}`) shows a step done. "
+           "Each button opens the page with its fields filled in.")
+
+
+@st.cache_resource(show_spinner=False)
+def _precision():
+    return start.machine_precision()
+
+
+steps = []
+with guard("Reading the runs folder"):
+    precision, device = _precision()
+    steps = start.guided_steps(root, {"model": st.session_state.get("class_visited_model", False),
+                                      "probed": st.session_state.get("class_probed", False)}, precision, device)
+for s in steps:
+    with st.container(border=True):
+        c1, c2, c3 = st.columns([0.5, 6, 2])
+        c1.markdown(f"### {'✅' if s.done else s.number}")
+        c2.markdown(f"**{s.number}. {s.title}** · {s.time}")
+        c2.caption(s.what)
+        if s.status:
+            c2.markdown(f"_{s.status}_")
+        if c3.button(s.button, key=f"start_step_{s.number}", type="primary" if not s.done else "secondary"):
+            for k, v in s.prefill.items():
+                st.session_state[k] = v
+            st.switch_page(s.page)
+
+st.header("What the paper found")
+st.caption("The paper's numbers for its four ablation tables (BERT-BASE pre-trained for 1M steps on 3.3B words). The "
+           "Ablations page runs the same studies at classroom scale and says which findings reproduce.")
+tabs = st.tabs([t.title.split(":")[0] for t in paper_tables.PAPER_TABLES.values()])
+for tab, (name, t) in zip(tabs, paper_tables.PAPER_TABLES.items()):
+    with tab:
+        st.markdown(f"**{t.title}**")
+        st.dataframe(paper_tables.frame(name), hide_index=True, width="stretch")
+        st.caption(t.note)

@@ -1,0 +1,164 @@
+"""The Start page's guided first class (no streamlit import, tested directly): its four steps, how long each takes
+on this machine, where each button goes with which fields filled in, and whether the runs folder shows it done.
+
+1. Look inside a real model: the Model page on MiniLM (done once the Model page was opened in this session).
+2. Pre-train a tiny BERT: the Pre-train page, whose defaults are the classroom run, with a run name filled in
+   (done once a pre-training run in the runs folder has finished).
+3. Probe it and the probe-ready model: the Probe page on that run's latest checkpoint (done once a run's model
+   was probed in this session); the probe-ready model is a pre-training run continued from MiniLM
+   (`python -m engine pretrain --init minilm ...`, its run.json config has init "minilm"); without one the step
+   says how to make it.
+4. Run the paper's Table 5 at classroom scale: the Ablations page, New study tab, with the pre-training-tasks
+   study at classroom scale selected (done once such a study has every job finished).
+Times are BENCHMARKS.md's measurements on the 2-core CPU this was built on: the classroom pre-training 2.7 min
+with bf16 autocast (CPUs with native bf16) and 5.4 min in fp32; the classroom Table 5 study 20.3 min (bf16) and
+28.2 min (fp32). A GPU is faster; that is not measured for these steps.
+"""
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+PROBE_READY_CMD = "python -m engine pretrain --init minilm --corpus all --out runs/probe-ready"
+TABLE5 = "pretraining-tasks"
+MINUTES = {  # BENCHMARKS.md, idle 2-core CPU: (bf16, fp32)
+    "pretrain": (2.7, 5.4),
+    "table5": (20.3, 28.2),
+}
+
+
+@dataclass
+class Step:
+    number: int
+    title: str
+    what: str
+    time: str  # "about 3 minutes on this machine (...)"
+    page: str  # the page file the button opens
+    button: str
+    prefill: dict = field(default_factory=dict)  # session_state keys the target page reads
+    done: bool = False
+    status: str = ""  # a line about progress ("running: step 400 / 2,000") or what is missing
+
+
+def machine_precision() -> tuple:
+    """(precision the engine picks here, "cpu" | "cuda")."""
+    import torch
+
+    from engine.model import default_precision
+    dev = "cuda" if torch.cuda.is_available() else "cpu"
+    return default_precision(dev), dev
+
+
+def _minutes(key: str, precision: str, device: str) -> str:
+    bf16, fp32 = MINUTES[key]
+    m = bf16 if precision == "bf16" else fp32
+    where = "bf16 on this CPU" if precision == "bf16" else "fp32: this CPU has no native bf16"
+    if device == "cuda":
+        return f"under {m:.0f} minutes (measured {m:.1f} min on a 2-core CPU; this GPU is faster)"
+    return f"about {m:.0f} minutes on this machine ({where}; BENCHMARKS.md)"
+
+
+def _read_json(p: Path) -> dict:
+    try:
+        return json.loads(p.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+
+
+def pretrain_runs(root) -> tuple:
+    """(classroom-style runs, probe-ready runs): top-level pre-training runs, newest first, as list_runs rows
+    with their config; a probe-ready run is one continued from MiniLM (config init "minilm")."""
+    from engine.runs import list_runs
+    own, ready = [], []
+    for r in list_runs(root):
+        if r.get("kind") != "pretrain":
+            continue
+        cfg = _read_json(Path(r["path"]) / "run.json").get("config") or {}
+        (ready if str(cfg.get("init", "")) == "minilm" else own).append(r)
+    return own, ready
+
+
+def table5_studies(root) -> list:
+    """[(study folder, jobs finished, jobs)] of the pre-training-tasks studies under root/studies, newest first."""
+    out = []
+    studies = Path(root) / "studies"
+    if not studies.is_dir():
+        return out
+    for d in sorted(studies.iterdir(), key=lambda p: p.stat().st_mtime, reverse=True):
+        data = _read_json(d / "study.json")
+        if (data.get("study") or {}).get("name") != TABLE5:
+            continue
+        jobs = data.get("jobs", [])
+        done = sum(_read_json(d / j.get("out", "") / "run.json").get("status") == "finished" for j in jobs if j.get("out"))
+        out.append((d, done, len(jobs)))
+    return out
+
+
+def _free_name(root, base: str) -> str:
+    name, k = base, 2
+    while (Path(root) / name).exists():
+        name, k = f"{base}-{k}", k + 1
+    return name
+
+
+def checkpoint_choice(root, run_path) -> str:
+    """The Probe page's picker value for a run's latest checkpoint (the same string list_model_choices gives)."""
+    from engine.runs import latest_checkpoint
+    ck = latest_checkpoint(Path(run_path))
+    if ck is None:
+        return None
+    return str(Path(root) / Path(run_path).name / "checkpoints" / ck.name)
+
+
+def guided_steps(root, visited: dict, precision: str = "fp32", device: str = "cpu") -> list:
+    """The four steps with their state; `visited`: session flags {"model": bool, "probed": bool}."""
+    root = Path(root)
+    own, ready = pretrain_runs(root)
+    finished = [r for r in own if r["effective_status"] == "finished"]
+    running = [r for r in own if r["effective_status"] == "running"]
+    steps = [Step(1, "Look inside a real model",
+                  "MiniLM's real pre-trained weights: its configuration, a sentence as WordPieces and segment ids, "
+                  "the shape of every output.", "under a minute", "pages/1_Model.py", "Open the Model page",
+                  {"model_page_model": "minilm"}, done=bool(visited.get("model")))]
+
+    s2 = Step(2, "Pre-train a tiny BERT",
+              "2 layers, hidden 128, masked LM + next sentence prediction on BBC News, 2,000 steps (the classroom run). "
+              "Press Launch; the run goes on even if you close the tab.",
+              _minutes("pretrain", precision, device), "pages/2_Pretrain.py", "Set up the classroom run",
+              {"pretrain_name": _free_name(root, "first-bert")}, done=bool(finished))
+    if finished:
+        s2.status = f"finished: {finished[0]['name']}"
+    elif running:
+        r = running[0]
+        s2.status = f"running: {r['name']}, step {r['step'] or 0} / {r['total_steps'] or '?'}"
+    steps.append(s2)
+
+    target = finished[0] if finished else (running[0] if running else None)
+    s3 = Step(3, "Probe it and the probe-ready model",
+              "Fill in masked words, click a word to mask it and watch where it looks, score next-sentence pairs, and "
+              "compare with a model that knows English.", "about a minute", "pages/5_Probe.py", "Probe your model",
+              {}, done=bool(visited.get("probed")))
+    if target is not None:
+        ck = checkpoint_choice(root, target["path"])
+        if ck:
+            s3.prefill = {"probe_model": ck}
+    else:
+        s3.status = "pre-train a model first (step 2)"
+    if ready:
+        s3.what += f" The probe-ready model: {ready[0]['name']} (MiniLM continued on our corpora, with MLM and NSP heads)."
+    else:
+        s3.what += (" The probe-ready model (MiniLM continued with MLM and NSP heads) is not in the runs folder yet; "
+                    f"make it with `{PROBE_READY_CMD}`.")
+    steps.append(s3)
+
+    studies = table5_studies(root)
+    s4 = Step(4, "Run the paper's Table 5 at classroom scale",
+              "BERT vs No NSP vs left-to-right, each pre-trained for minutes and fine-tuned on BBC topics and WNUT-16 "
+              "tweets (`python -m engine ablate run pretraining-tasks --classroom`). Improved classroom tasks are coming.",
+              _minutes("table5", precision, device), "pages/7_Ablations.py", "Set up the Table 5 study",
+              {"abl_study": TABLE5, "abl_classroom": True})
+    if studies:
+        d, n_done, n = studies[0]
+        s4.done = n > 0 and n_done == n
+        s4.status = f"{d.name}: {n_done} of {n} jobs finished"
+    steps.append(s4)
+    return steps

@@ -1,0 +1,89 @@
+"""The Start page and studio.start: the guided first class's steps, times, check marks from the runs folder, the
+fields each button fills in, and the paper's Tables 5-8 shown before anything has run."""
+import json
+from pathlib import Path
+
+import pytest
+from streamlit.testing.v1 import AppTest
+
+from engine import paper_tables
+from engine.runs import mark_complete, write_run_json
+from studio import start
+
+PAGE = str(Path(__file__).resolve().parents[1] / "pages" / "0_Start.py")
+
+
+def _app(root, **state):
+    at = AppTest.from_file(PAGE, default_timeout=60)
+    at.session_state["runs_root"] = str(root)
+    for k, v in state.items():
+        at.session_state[k] = v
+    return at.run()
+
+
+def _pretrain(root: Path, name: str, status: str, config=None, step=2000):
+    run = root / name
+    write_run_json(run, kind="pretrain", status=status, total_steps=2000, config=config or {"objective": "mlm+nsp"})
+    ck = run / "checkpoints" / f"step-{step}"
+    ck.mkdir(parents=True)
+    mark_complete(ck, step=step)
+    (run / "metrics.jsonl").write_text(json.dumps({"step": step, "split": "train", "loss": 7.0}) + "\n")
+    return run
+
+
+def test_empty_runs_folder_shows_four_open_steps_times_and_the_paper_tables(tmp_path):
+    at = _app(tmp_path / "runs")
+    assert not at.exception and not at.error
+    steps = [m.value for m in at.markdown if m.value.startswith("**") and ". " in m.value[:6]]
+    assert [s.split("**")[1] for s in steps] == ["1. Look inside a real model", "2. Pre-train a tiny BERT",
+                                                "3. Probe it and the probe-ready model",
+                                                "4. Run the paper's Table 5 at classroom scale"]
+    precision, device = start.machine_precision()
+    minutes = start.MINUTES["pretrain"][0 if precision == "bf16" else 1]
+    assert f"{minutes:.0f} minutes" in steps[1] and "BENCHMARKS.md" in steps[1] or device == "cuda"
+    assert not any("✅" in m.value for m in at.markdown)  # nothing done yet
+    assert any(start.PROBE_READY_CMD in c.value for c in at.caption)  # how to make the probe-ready model
+    # the paper's numbers, before anything has run
+    t5 = at.dataframe[0].value
+    assert list(t5.columns) == ["Tasks", "MNLI-m", "QNLI", "MRPC", "SST-2", "SQuAD"]
+    assert t5.iloc[0].tolist() == ["BERT-BASE", 84.4, 88.4, 86.7, 92.7, 88.5]
+    assert len(at.dataframe) == 4 and at.dataframe[3].value.iloc[0]["MNLI fine-tune"] == 84.2
+
+
+def test_steps_check_off_from_the_runs_folder_and_session(tmp_path):
+    root = tmp_path / "runs"
+    _pretrain(root, "first-bert", "finished")
+    _pretrain(root, "probe-ready", "finished", config={"objective": "mlm+nsp", "init": "minilm"})
+    study = root / "studies" / "pretraining-tasks-classroom"
+    write_run_json(study / "runs" / "bert-s0", kind="pretrain", status="finished")
+    write_run_json(study / "runs" / "bert-s0-bbc", kind="finetune", status="running")
+    (study / "study.json").write_text(json.dumps({"study": {"name": "pretraining-tasks"}, "jobs": [
+        {"out": "runs/bert-s0"}, {"out": "runs/bert-s0-bbc"}]}))
+    at = _app(root, class_visited_model=True)
+    assert not at.exception and not at.error
+    marks = [m.value for m in at.markdown if m.value.startswith("### ")]
+    assert marks == ["### ✅", "### ✅", "### 3", "### 4"]  # model seen, run finished; not probed; study half done
+    assert any(m.value == "_finished: first-bert_" for m in at.markdown)
+    assert any(m.value == "_pretraining-tasks-classroom: 1 of 2 jobs finished_" for m in at.markdown)
+    assert any("The probe-ready model: probe-ready" in c.value for c in at.caption)
+    steps = start.guided_steps(root, {"model": True})
+    assert steps[2].prefill == {"probe_model": str(root / "first-bert" / "checkpoints" / "step-2000")}
+    assert steps[1].prefill == {"pretrain_name": "first-bert-2"}  # a free name
+    assert steps[3].prefill == {"abl_study": "pretraining-tasks", "abl_classroom": True}
+    assert steps[0].prefill == {"model_page_model": "minilm"}
+
+
+def test_running_pretraining_shows_progress(tmp_path):
+    root = tmp_path / "runs"
+    run = _pretrain(root, "first-bert", "running", step=400)
+    import os
+    write_run_json(run, pid=os.getpid())  # alive: this process
+    steps = start.guided_steps(root, {})
+    assert not steps[1].done and steps[1].status.startswith("running: first-bert")
+
+
+def test_paper_tables_have_every_row_of_the_paper():
+    assert [len(t.rows) for t in paper_tables.PAPER_TABLES.values()] == [4, 6, 11, 6]
+    for t in paper_tables.PAPER_TABLES.values():
+        assert all(len(r) == len(t.columns) for r in t.rows)
+    assert paper_tables.frame("model-size").iloc[-1].tolist() == [24, 1024, 16, 3.23, 86.6, 87.8, 93.7]
