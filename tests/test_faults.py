@@ -218,3 +218,45 @@ def test_retry_of_a_pretrain_run_killed_before_its_first_checkpoint_starts_it_ag
     code, _, err = _cli(retry_argv({"argv": args[:], "run_dir": str(out)}))
     assert code == 0, err
     assert runs.read_run_json(out)["status"] == "finished" and runs.checkpoint_step(runs.latest_checkpoint(out)) == 6
+
+
+# ------------------------------------------------------------------ 9. DNS rebinding: a foreign Host header cannot open the websocket
+def _ws_handshake(port: int, host: str) -> int:
+    """The HTTP status of a websocket upgrade to the studio's stream with this Host header."""
+    import base64
+    import socket
+    key = base64.b64encode(os.urandom(16)).decode()
+    req = (f"GET /_stcore/stream HTTP/1.1\r\nHost: {host}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+           f"Sec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Protocol: streamlit\r\n\r\n")
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+        s.sendall(req.encode())
+        status_line = s.recv(4096).split(b"\r\n", 1)[0].decode()
+    return int(status_line.split()[1])
+
+
+@pytest.mark.slow
+def test_studio_refuses_a_foreign_host_header(tmp_path):
+    import socket
+    import urllib.request
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = dict(os.environ, BERT_STUDIO_RUNS=str(tmp_path / "runs"))
+    proc = subprocess.Popen([sys.executable, "-m", "streamlit", "run", "streamlit_app.py", "--server.port", str(port)],
+                            cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        for _ in range(300):  # up to about a minute for a cold start
+            assert proc.poll() is None, "the studio exited"
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/_stcore/health", timeout=2) as r:
+                    if r.status == 200:
+                        break
+            except OSError:
+                time.sleep(0.2)
+        assert _ws_handshake(port, f"127.0.0.1:{port}") == 101
+        assert _ws_handshake(port, f"localhost:{port}") == 101
+        assert _ws_handshake(port, f"evil.example:{port}") == 403
+        assert _ws_handshake(port, "127.0.0.1.evil.example") == 403
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
