@@ -629,11 +629,7 @@ def effective_status(run_dir, info: dict | None = None) -> str:
     host = info.get("host")
     if host and host != socket.gethostname():
         return "running"  # another machine's process: we cannot look at it
-    pid = info.get("pid")
-    alive = pid_alive(pid, info.get("proc_start")) if pid else True
-    if alive and (Path(run_dir) / LOCK_FILE).exists() and lock_holder(run_dir) is None:
-        alive = False
-    if alive:
+    if alive_writer(run_dir, info):
         return "running"
     # the writer may have just finished: trust a status written after our first read
     try:
@@ -641,6 +637,28 @@ def effective_status(run_dir, info: dict | None = None) -> str:
     except EngineError:
         return "dead"
     return "dead" if again.get("status") == "running" else (again.get("status") or "unknown")
+
+
+def alive_writer(run_dir, info: dict) -> bool:
+    """True only when a live writer is proved: the run's flock is held (the kernel drops it when its holder dies),
+    or, for a run without a lock file, run.json's pid is alive with the same kernel start time. A bare pid (no
+    start time) proves nothing: it may have been reused by any process."""
+    if (Path(run_dir) / LOCK_FILE).exists():
+        return lock_holder(run_dir) is not None
+    pid, start = info.get("pid"), info.get("proc_start")
+    return bool(pid) and start is not None and pid_alive(pid, start)
+
+
+def run_writer_pid(run_dir) -> int | None:
+    """The pid of the process provably writing the run (it holds the run's lock and its recorded start time
+    matches the live process), else None. Only this pid may be signalled: never a bare pid read from a file."""
+    holder = lock_holder(run_dir)
+    if not holder:
+        return None
+    pid, start = holder.get("pid"), holder.get("proc_start")
+    if not isinstance(pid, int) or pid <= 1 or start is None or not pid_alive(pid, start):
+        return None
+    return pid
 
 
 def run_progress(run_dir, info: dict | None = None) -> dict:

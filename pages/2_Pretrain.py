@@ -208,11 +208,11 @@ def _cancel(run_dir: Path, info: dict, root: Path) -> str:
                 return "cancelled (the run saved a checkpoint)"
     except ImportError:
         pass
-    pid = info.get("pid")
-    if pid and runs.pid_alive(pid, info.get("proc_start")):
-        os.kill(int(pid), signal.SIGTERM)  # the run checkpoints and stops at the end of its current step
+    pid = runs.run_writer_pid(run_dir)  # only a process proved to be the run's writer (lock + start time)
+    if pid is not None:
+        os.kill(pid, signal.SIGTERM)  # the run checkpoints and stops at the end of its current step
         return "asked the run to stop; it saves a checkpoint first"
-    return "the run's process is not alive"
+    return "no live process is provably this run's (none holds its lock), so nothing was signalled"
 
 
 def run_view(run_dir: Path, root: Path) -> str:

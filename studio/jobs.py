@@ -4,7 +4,8 @@ A job is an engine command as an argv list, e.g. `["pretrain", "--corpus", "bbc"
 `[sys.executable, "-m", "engine", *argv]` (never through a shell). Jobs are kept in
 `<runs root>/.jobs/queue.json` (atomic writes, every read-modify-write under an flock on `.jobs/queue.lock`,
 so several studio sessions can share one queue). Job record fields:
-id, name, argv, status (queued|running|finished|failed|cancelled), pid, pgid, created, started, ended,
+id, name, argv, status (queued|running|finished|failed|cancelled), pid, pgid, proc_start, child_pid, child_start,
+created, started, ended,
 returncode, error (the last `error: ...` line of the log, else its last non-empty line), log, run_dir.
 
 Design (chosen over a long-lived worker): every job is started as a detached *runner*,
@@ -15,7 +16,11 @@ The runner runs the engine command as its child in the same process group, waits
 the next queued job itself. So a page reload, a closed tab or a studio restart loses nothing, and the queue
 keeps draining with no studio open. `refresh()`, which pages call on every poll, is the safety net: it reaps
 jobs whose runner died (pid gone, or a zombie, or a reused pid: start times are compared) and starts queued
-jobs while fewer than `max_concurrent` (default 1: one job at a time on a CPU box) are running.
+jobs while fewer than `max_concurrent` (default 1: one job at a time on a CPU box) are running. Beside each
+runner a *watcher* (`python -m studio.jobs watch`, its own session, stdlib only) polls the job twice a second
+and does the same when the job's whole process group is killed, so the queue advances with no studio open.
+Only processes proved to be the job's (pid plus kernel start time, recorded for the runner and its engine
+child) are ever signalled: a pid or process group read from the queue file alone may have been reused.
 `cancel()` sends SIGTERM to the job's whole process group, then SIGKILL after `cancel_timeout` seconds.
 
 This module imports only the standard library at module level (engine is imported lazily where needed) so
@@ -106,33 +111,25 @@ def _pid_alive(pid, start_time=None) -> bool:
     return st[0] not in ("Z", "X") and (start_time is None or st[2] == start_time)
 
 
-def _group_alive(pgid) -> bool:
-    try:
-        pgid = int(pgid)
-    except (TypeError, ValueError):
+def _proven(pid, start_time, pgid=None) -> bool:
+    """True if `pid` is alive and provably the process we started: its kernel start time equals the recorded one
+    (and, given `pgid`, it is still in that process group). Without /proc (no start times) kill(0) is all there is."""
+    if not pid:
         return False
-    if pgid <= 1:
+    if not os.path.isdir("/proc/self"):
+        return _pid_alive(pid)
+    if start_time is None or not _pid_alive(pid, start_time):
         return False
-    if os.path.isdir("/proc/self"):
-        for entry in os.listdir("/proc"):
-            if entry.isdigit():
-                st = _proc_stat(int(entry))
-                if st and st[1] == pgid and st[0] not in ("Z", "X"):
-                    return True
-        return False
-    try:
-        os.killpg(pgid, 0)
-        return True
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
+    st = _proc_stat(pid)
+    return st is not None and (pgid is None or st[1] == int(pgid))
 
 
 def _job_alive(job: dict) -> bool:
-    if job.get("pid") and _pid_alive(job["pid"], job.get("proc_start")):
+    """The job's runner, or its engine child (the runner killed, the child living on), provably alive. A pid or
+    process group read from the queue file alone proves nothing (it may have been reused): it is never signalled."""
+    if _proven(job.get("pid"), job.get("proc_start")):
         return True
-    return bool(job.get("pgid")) and _group_alive(job["pgid"])  # the runner died but its engine child lives on
+    return bool(job.get("pgid")) and _proven(job.get("child_pid"), job.get("child_start"), job["pgid"])
 
 
 def _poll_launched() -> None:
@@ -317,7 +314,7 @@ class Jobs:
         else:
             log = str(self.dir / "logs" / f"{job_id}.log")
         job = {"id": job_id, "name": name or (Path(run_dir).name if run_dir else argv[0]), "argv": argv,
-               "status": "queued", "pid": None, "pgid": None, "proc_start": None, "child_pid": None,
+               "status": "queued", "pid": None, "pgid": None, "proc_start": None, "child_pid": None, "child_start": None,
                "created": _now(), "started": None, "ended": None, "returncode": None, "error": None,
                "log": log, "log_offset": None, "run_dir": run_dir, "cancel_requested": False}
         if cmd is not None:
@@ -414,6 +411,14 @@ class Jobs:
         _LAUNCHED[p.pid] = p
         st = _proc_stat(p.pid)
         job.update(status="running", pid=p.pid, pgid=p.pid, proc_start=st[2] if st else None, started=_now())
+        try:  # the watcher, outside the job's process group, notices when the whole group is killed
+            w = subprocess.Popen([sys.executable, "-m", "studio.jobs", "watch", "--root", str(self.root),
+                                  "--max-concurrent", str(self.max_concurrent), job["id"]],
+                                 cwd=self.repo_root, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                 stderr=subprocess.DEVNULL, start_new_session=True, close_fds=True)
+            _LAUNCHED[w.pid] = w
+        except OSError:
+            pass  # refresh() from a page is then the only safety net
 
     # -- cancelling ---------------------------------------------------------------------------------------
     def cancel(self, job_id: str, timeout: float | None = None) -> dict:
@@ -435,6 +440,9 @@ class Jobs:
                 timeout = max(timeout, 60.0)
             pgid = job["pgid"]
             snapshot = dict(job)
+        if not _job_alive(snapshot):  # nothing provably ours is left to signal (the group id may be reused)
+            self.refresh()
+            return self.get(job_id)
         _killpg(pgid, signal.SIGTERM)
         deadline = time.monotonic() + timeout
         while _job_alive(snapshot) and time.monotonic() < deadline:
@@ -547,7 +555,8 @@ def _run_job(root: str, job_id: str, max_concurrent: int) -> int:
             with jobs._transaction() as q:
                 rec = jobs._find(q, job_id)
                 if rec is not None:
-                    rec["child_pid"] = child.pid
+                    st = _proc_stat(child.pid)
+                    rec["child_pid"], rec["child_start"] = child.pid, st[2] if st else None
             if stop["sig"] is not None:  # cancelled while we were starting it
                 child.terminate()
             rc = child.wait()
@@ -583,6 +592,22 @@ def _run_job(root: str, job_id: str, max_concurrent: int) -> int:
     return 0
 
 
+def _watch_job(root: str, job_id: str, max_concurrent: int, interval: float = 0.5) -> int:
+    """Wait until job `job_id` ends. If its runner recorded the end, it also started the next job: nothing to do.
+    If the job's processes are gone with the job still `running` (its whole process group was killed), reap it
+    and start the next queued job, so the queue advances with no studio open."""
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    jobs = Jobs(root, max_concurrent=max_concurrent)
+    while True:
+        job = jobs.get(job_id)
+        if job is None or job["status"] in TERMINAL:
+            return 0
+        if job["status"] == "running" and not _job_alive(job):  # ("queued": the launch is not saved yet)
+            jobs.refresh()
+            return 0
+        time.sleep(interval)
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m studio.jobs", description="BERT Studio job runner (internal)")
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -590,11 +615,17 @@ def main(argv=None) -> int:
     r.add_argument("--root", required=True, help="runs root holding .jobs/queue.json")
     r.add_argument("--max-concurrent", type=int, default=1)
     r.add_argument("job_id")
+    w = sub.add_parser("watch", help="advance the queue if this job's processes are killed (started by the studio)")
+    w.add_argument("--root", required=True)
+    w.add_argument("--max-concurrent", type=int, default=1)
+    w.add_argument("job_id")
     ls = sub.add_parser("list", help="print the queue")
     ls.add_argument("--root", default=None)
     args = ap.parse_args(argv)
     if args.cmd == "run":
         return _run_job(args.root, args.job_id, args.max_concurrent)
+    if args.cmd == "watch":
+        return _watch_job(args.root, args.job_id, args.max_concurrent)
     jobs = Jobs(args.root)
     for j in jobs.refresh():
         print(f"{j['id']}  {j['status']:<9}  {j['name']}  {j.get('error') or ''}")

@@ -260,3 +260,77 @@ def test_studio_refuses_a_foreign_host_header(tmp_path):
     finally:
         proc.terminate()
         proc.wait(timeout=30)
+
+
+# ------------------------------------------------------------------ 8, 17. signal only provable processes; the queue advances alone
+def _stranger():
+    """An unrelated process in its own process group (as a reused pid / pgid would be)."""
+    return subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"], start_new_session=True)
+
+
+def test_a_run_whose_writer_cannot_be_proved_is_dead_and_never_signalled(tmp_path):
+    from streamlit.testing.v1 import AppTest
+    stranger = _stranger()
+    try:
+        root = tmp_path / "runs"
+        d = root / "orphan"
+        # run.json names a live pid but no start time, and no lock is held: nothing proves it is the run's
+        runs.write_run_json(d, kind="pretrain", status="running", pid=stranger.pid, host=__import__("socket").gethostname(),
+                            config={"objective": "mlm"})
+        assert runs.effective_status(d) == "dead" and runs.run_writer_pid(d) is None
+        at = AppTest.from_file(str(REPO / "pages" / "2_Pretrain.py"), default_timeout=60)
+        at.session_state["runs_root"] = str(root)
+        at.run()
+        assert not at.exception, at.exception
+        assert not [b for b in at.button if b.label == "Cancel"]  # no Cancel for a run not provably alive
+        assert stranger.poll() is None
+        # a real writer (holding the run's lock) is found, with its own pid
+        with runs.Run(tmp_path / "live", kind="pretrain"):
+            assert runs.run_writer_pid(tmp_path / "live") == os.getpid()
+            assert runs.effective_status(tmp_path / "live") == "running"
+    finally:
+        stranger.kill()
+        stranger.wait()
+
+
+@pytest.mark.slow
+def test_job_cancel_never_signals_a_reused_process_group(tmp_path):
+    from studio.jobs import Jobs
+    stranger = _stranger()
+    try:
+        q = Jobs(tmp_path / "runs", cancel_timeout=1.0)
+        job = q._submit_cmd([sys.executable, "-c", "import time; time.sleep(60)"], name="a")
+        # as if the runner had died long ago and its pid/pgid now belonged to another process group
+        os.killpg(job["pgid"], 9)
+        with q._transaction() as queue:
+            rec = q._find(queue, job["id"])
+            rec.update(pid=stranger.pid, pgid=stranger.pid, proc_start=12345, child_pid=None, child_start=None)
+        q.cancel(job["id"], timeout=0.5)
+        time.sleep(0.3)
+        assert stranger.poll() is None  # still alive: it was never signalled
+        assert q.get(job["id"])["status"] == "cancelled"
+    finally:
+        stranger.kill()
+        stranger.wait()
+
+
+@pytest.mark.slow
+def test_queue_advances_without_a_browser_when_a_jobs_process_group_is_killed(tmp_path):
+    from studio.jobs import Jobs
+    root = tmp_path / "runs"
+    q = Jobs(root)
+    a = q._submit_cmd([sys.executable, "-c", "import time; time.sleep(60)"], name="a")
+    b = q._submit_cmd([sys.executable, "-c", "print('b done')"], name="b")
+    for _ in range(200):  # the runner has started its engine child
+        if (q.get(a["id"]) or {}).get("child_pid"):
+            break
+        time.sleep(0.05)
+    os.killpg(a["pgid"], 9)  # the whole group: runner and child, so no runner records the end
+    del q  # no studio: nobody calls refresh()
+    reader = Jobs(root)
+    for _ in range(400):
+        if reader.get(b["id"])["status"] == "finished":  # lock-free reads only, no refresh
+            break
+        time.sleep(0.05)
+    assert reader.get(b["id"])["status"] == "finished"
+    assert reader.get(a["id"])["status"] == "failed"
