@@ -302,7 +302,9 @@ class FeaturesConfig:
     train: Optional[str] = None
     dev: Optional[str] = None
     text_cols: Optional[str] = None
-    label_col: Optional[str] = None
+    label_col: Optional[str] = None  # tagging: the tag column (default: the last)
+    token_col: Optional[str] = None  # tagging: the word column (default: the first)
+    header: str = "auto"  # glue: yes | no | auto
     task_type: Optional[str] = None
     layers: tuple = (-1, -2, -3, -4)
     combine: tuple = ("concat",)  # one or more combinations; "table7" = the paper's six rows
@@ -405,7 +407,8 @@ def run_features(cfg: FeaturesConfig, progress_bar: bool = False) -> dict:
     with Run(out, kind="features", config=config, task=cfg.task, model=cfg.model) as run:
         truncate_metrics(out, after_step=len(done) + 1 if done else -1)  # step 1 extraction, k + 2 combination k
         bundle = load(cfg.model, device=device)
-        task = load_task_files(cfg.task, cfg.train, cfg.dev, cfg.text_cols, cfg.label_col, cfg.task_type)
+        task = load_task_files(cfg.task, cfg.train, cfg.dev, cfg.text_cols, cfg.label_col, cfg.task_type,
+                                token_col=cfg.token_col, header={"yes": True, "no": False}.get(cfg.header))
         train, dev = _split_data(task, cfg.max_train, cfg.max_dev)
         if not train or not dev:
             raise EngineError(f"task {task.name} needs train and dev examples for the feature-based classifier")
@@ -517,7 +520,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--train", help="train file (glue: TSV/CSV/JSONL, tagging: BIO)")
     p.add_argument("--dev", help="dev file")
     p.add_argument("--text-cols", help="text column(s): A or A,B")
-    p.add_argument("--label-col", help="label column")
+    p.add_argument("--label-col", help="label column; tagging: the tag column (default: the last)")
+    p.add_argument("--token-col", help="tagging: the word column (default: the first)")
+    p.add_argument("--header", choices=("yes", "no", "auto"), default="auto", help="glue: does the first row name the columns? (default: detect)")
     p.add_argument("--task-type", choices=("classification", "regression"))
     p.add_argument("--layers", default="-1,-2,-3,-4", help="hidden states to combine (0 = embeddings, -1 = last; default -1,-2,-3,-4)")
     p.add_argument("--combine", default="concat",

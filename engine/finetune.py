@@ -7,9 +7,11 @@ biases and LayerNorm), linear warmup over the first 10% of the steps then linear
 gradient clipping at 1.0. The dev set is evaluated after every epoch and the trial keeps its best epoch; the
 trial with the best dev score wins. Restarts differ in the data shuffle and the head initialisation (a
 `torch.Generator` seeded with `seed + restart`) and share the checkpoint, as the paper did for small data sets.
-Selection metric (the task's first metric): accuracy, Matthews correlation for CoLA, Pearson for regression,
-entity F1 for tagging, F1 for SQuAD (v2.0: F1 at the threshold tau swept on dev, the curve kept), accuracy
-for multiple choice.
+Selection metric: `metric` (the CLI's --metric, one the task computes), else the task's first: accuracy,
+Matthews correlation for CoLA's layout, F1 for MRPC/QQP, Pearson for regression, entity F1 for tagging, F1 for
+SQuAD (v2.0: F1 at the threshold tau swept on dev, the curve kept), accuracy for multiple choice. Before
+training, what the task files were read as (`engine.tasks.describe`) goes to eval.json's data.parsed (the CLI
+prints it), with its warnings.
 
 Output folder (`cfg.out`): `run.json` (kind "finetune", status), `metrics.jsonl` (training loss every few
 steps and dev metrics every epoch, tagged with the trial, so a page can poll), `eval.json` (every trial's dev
@@ -47,7 +49,10 @@ from engine.fileio import atomic_save_with
 from engine.heads import TaskModel
 from engine.model import PRECISIONS, amp, check_precision, resolve_precision, to_device
 from engine.tasks.batching import Prepared, length_batches
+from engine.tasks.describe import describe, describe_lines
 from engine.tasks.registry import task_names
+
+HEADER_CHOICES = {"auto": None, "yes": True, "no": False}  # --header -> load_glue(header=...)
 
 
 @dataclass
@@ -57,8 +62,11 @@ class FinetuneConfig:
     train: Optional[str] = None  # train file (glue/tagging/squad/swag)
     dev: Optional[str] = None  # dev file: the selection set
     text_cols: Optional[str] = None  # "A" or "A,B": column names or 0-based indexes (glue; swag: the context)
-    label_col: Optional[str] = None
+    label_col: Optional[str] = None  # glue: the label column; tagging: the tag column (default: the last)
+    token_col: Optional[str] = None  # tagging: the word column (default: the first)
+    header: str = "auto"  # glue: does the first row name the columns? yes | no | auto (detect)
     task_type: Optional[str] = None  # glue: "classification" | "regression" | None = detect
+    metric: Optional[str] = None  # the selection metric (one the task computes); None = the task's default
     lr: tuple = (5e-5, 3e-5, 2e-5)  # the paper's grid (A.3)
     batch_size: tuple = (16, 32)
     epochs: tuple = (2, 3, 4)
@@ -94,6 +102,8 @@ class FinetuneConfig:
                 setattr(self, name, tuple(v))
         if self.task not in task_names():
             raise EngineError(f"unknown task '{self.task}'; choose one of {', '.join(task_names())}")
+        if self.header not in HEADER_CHOICES:
+            raise EngineError(f"--header {self.header} is not known; use yes, no or auto")
         if not self.lr or any(not (0 < x < 1) for x in self.lr):
             raise EngineError(f"learning rates {self.lr} must be between 0 and 1, e.g. --lr 5e-5,3e-5,2e-5")
         if not self.batch_size or any(int(b) != b or b < 1 for b in self.batch_size):
@@ -172,7 +182,8 @@ def _scalars(d: dict, prefix: str = "") -> dict:
 def load_task(cfg: FinetuneConfig):
     """The task object of engine.tasks for a FinetuneConfig (built-in name or file format + files)."""
     from engine.tasks.registry import load_task_files
-    return load_task_files(cfg.task, cfg.train, cfg.dev, cfg.text_cols, cfg.label_col, cfg.task_type)
+    return load_task_files(cfg.task, cfg.train, cfg.dev, cfg.text_cols, cfg.label_col, cfg.task_type,
+                           token_col=cfg.token_col, header=HEADER_CHOICES[cfg.header], metric=cfg.metric)
 
 
 def prepare(task, tok, cfg: FinetuneConfig, max_len: int) -> Prepared:
@@ -184,9 +195,13 @@ def prepare(task, tok, cfg: FinetuneConfig, max_len: int) -> Prepared:
         raise EngineError(f"task {task.name} has no training examples; check --train")
     if not dev:
         raise EngineError(f"task {task.name} has no dev examples; give --dev FILE (the dev set selects the best trial)")
+    metric = cfg.metric or task.metrics[0]
+    if metric not in task.metrics:
+        raise EngineError(f"--metric {metric} does not apply to task {task.name}; it computes {', '.join(task.metrics)}")
     data = replace(task, train=train, dev=dev).prepare(tok, max_len, cfg)
-    info = {"task": task.name, "train_examples": len(train), "dev_examples": len(dev), **data.info}
-    return replace(data, info=info)
+    info = {"task": task.name, "train_examples": len(train), "dev_examples": len(dev), **data.info,
+            "parsed": describe(task, train, dev)}  # what the files were read as: printed, shown, kept in eval.json
+    return replace(data, metric=metric, info=info)
 
 
 # ------------------------------------------------------------------ one trial
@@ -267,6 +282,8 @@ def finetune(cfg: FinetuneConfig, progress: Callable = None, progress_bar: bool 
         max_len = min(cfg.max_seq_len, bundle.config.max_position_embeddings)
         task = load_task(cfg)
         data = prepare(task, tok, cfg, max_len)
+        if progress_bar:  # the CLI: say what the files were read as before any training
+            print("\n".join(describe_lines(data.info["parsed"])), file=sys.stderr, flush=True)
         steps = [math.ceil(len(data.train) / t["batch_size"]) * t["epochs"] for t in grid]
         total_steps = sum(steps)
         run.set(total_steps=total_steps, n_trials=len(grid))
@@ -365,6 +382,9 @@ def finetune(cfg: FinetuneConfig, progress: Callable = None, progress_bar: bool 
         finally:
             if bar is not None:
                 bar.close()
+        result["warnings"] = list(data.info["parsed"]["warnings"])
+        if (result.get("dev") or {}).get("collapse"):
+            result["warnings"].append(f"best trial: {result['dev']['collapse']}")
         result["status"] = "finished"
         result["seconds"] = round(time.time() - t_start, 2)
         records.write_eval(out, _eval_json(result))
@@ -476,8 +496,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--train", help="train file (glue: TSV/CSV/JSONL, tagging: BIO, squad: JSON, swag: CSV/JSONL)")
     p.add_argument("--dev", help="dev file (selects the best trial)")
     p.add_argument("--text-cols", help="text column(s): A or A,B (names or 0-based indexes)")
-    p.add_argument("--label-col", help="label column (name or 0-based index)")
+    p.add_argument("--label-col", help="label column (name or 0-based index); tagging: the tag column (default: the last)")
+    p.add_argument("--token-col", help="tagging: the word column (name or 0-based index; default: the first)")
+    p.add_argument("--header", choices=tuple(HEADER_CHOICES), default="auto",
+                   help="glue: does the first row name the columns? yes | no | auto (default: detect by names and content)")
     p.add_argument("--task-type", choices=("classification", "regression"), help="glue: force classification or regression")
+    p.add_argument("--metric", help="the selection metric: accuracy | f1 | f1_macro | mcc (classification), pearson | spearman "
+                                    "(regression), f1 | precision | recall (tagging), f1 | exact (squad); default: the task's")
     p.add_argument("--lr", default="5e-5,3e-5,2e-5", help="learning rates (default: the paper's 5e-5,3e-5,2e-5)")
     p.add_argument("--batch-size", default="16,32", help="batch sizes (default 16,32)")
     p.add_argument("--epochs", default="2,3,4", help="epoch counts (default 2,3,4)")
@@ -534,5 +559,7 @@ def summary_line(result: dict) -> dict:
 def main(argv) -> int:
     cfg = config_from_args(build_parser().parse_args(argv))
     result = finetune(cfg, progress_bar=True)
+    for w in result.get("warnings", [])[len(result["data"]["parsed"]["warnings"]):]:  # the data's were printed first
+        print(f"warning: {w}", file=sys.stderr, flush=True)
     print(json.dumps(summary_line(result)), flush=True)
     return 0

@@ -70,18 +70,24 @@ def squad_split_files(n_first: int = 38) -> tuple:
 
 
 @st.cache_data(show_spinner="Reading the task files…", max_entries=8)
-def preview(kind: str, train: str, dev: str, text_cols: str, label_col: str, mtimes: tuple):
-    """(summary dict, preview DataFrame) of a task, loaded the way `engine finetune` will load it."""
+def preview(kind: str, train: str, dev: str, text_cols: str, label_col: str, mtimes: tuple, token_col: str = "",
+            header: str = "auto", metric: str = ""):
+    """(summary dict, warnings, preview DataFrame) of a task, loaded the way `engine finetune` will load it."""
     from engine.finetune import FinetuneConfig, load_task
-    task = load_task(FinetuneConfig(task=kind, train=train, dev=dev, text_cols=text_cols or None, label_col=label_col or None))
-    info = {"task": task.name, "kind": task.kind, "train examples": len(task.train), "dev examples": len(task.dev)}
-    labels = getattr(task, "labels", None)
-    if labels:
-        info["labels"] = ", ".join(map(str, labels[:20])) + (" …" if len(labels) > 20 else "")
-    cols = task.info.get("columns")
+    from engine.tasks.describe import describe
+    task = load_task(FinetuneConfig(task=kind, train=train, dev=dev, text_cols=text_cols or None, label_col=label_col or None,
+                                    token_col=token_col or None, header=header, metric=metric or None))
+    d = describe(task)
+    info = {"task": task.name, "type": d["type"], "train examples": len(task.train), "dev examples": len(task.dev)}
+    if d["labels"]:
+        shown = ", ".join(f"{l} ({n})" for l, n in list(d["labels"].items())[:20])
+        info["labels (train count)" if kind != "tagging" else "tags (train count)"] = shown + (" …" if d["n_labels"] > 20 else "")
+    cols = d["columns"]
     if cols:
-        info["columns detected"] = ", ".join(f"{k} = {v}" for k, v in cols.items()) if isinstance(cols, dict) else str(cols)
-    return info, pd.DataFrame(task.preview(10))
+        info["columns detected"] = ", ".join(f"{k} = {v}" for k, v in cols.items() if v is not None) if isinstance(cols, dict) else str(cols)
+    if getattr(task, "metrics", None):
+        info["selection metric"] = metric or task.metrics[0]
+    return info, d["warnings"], pd.DataFrame(task.preview(10))
 
 
 def _mtimes(*paths) -> tuple:
@@ -109,7 +115,7 @@ with tab_new:
     model = model_picker("Model", key="ft_model")
     sources = ["Built-in task"] + (["Shared benchmark files"] if A.SHARED_DATA.is_dir() else []) + ["Upload files", "Files on the server"]
     source = st.radio("Task", sources, horizontal=True, key="ft_source")
-    task, train, dev, text_cols, label_col = None, None, None, "", ""
+    task, train, dev, text_cols, label_col, token_col, header, metric = None, None, None, "", "", "", "auto", ""
     if source == "Built-in task":
         task = st.selectbox("Built-in task", list(BUILTINS), key="ft_builtin", format_func=lambda k: f"{k}: {BUILTINS[k].description}")
     elif source == "Shared benchmark files":
@@ -142,10 +148,22 @@ with tab_new:
             c1, c2 = st.columns(2)
             text_cols = c1.text_input("Text column(s), A or A,B (blank: detect from the header)", key="ft_text_cols").strip()
             label_col = c2.text_input("Label column (blank: detect)", key="ft_label_col").strip()
+        if task == "glue":
+            c1, c2 = st.columns(2)
+            header = c1.selectbox("First row is a header", ["auto", "yes", "no"], key="ft_header",
+                                  help="auto: detected by known column names and by the content")
+            metric = c2.selectbox("Selection metric", ["", "accuracy", "f1", "f1_macro", "mcc", "pearson", "spearman"],
+                                  key="ft_metric", format_func=lambda m: m or "the task's default")
+        if task == "tagging":
+            c1, c2 = st.columns(2)
+            token_col = c1.text_input("Word column (blank: the first)", key="ft_token_col").strip()
+            label_col = c2.text_input("Tag column (blank: the last)", key="ft_tag_col").strip()
     if task in FORMATS and train and dev:
         with guard("reading the task files"):
-            info, frame = preview(task, train, dev, text_cols, label_col, _mtimes(train, dev))
+            info, warnings, frame = preview(task, train, dev, text_cols, label_col, _mtimes(train, dev), token_col, header, metric)
             st.markdown("**Task preview** — " + " · ".join(f"{k}: **{v}**" for k, v in info.items()))
+            for w in warnings:
+                st.warning(w)
             st.dataframe(frame, hide_index=True, width="stretch")
     elif task in FORMATS:
         st.info("Give a train and a dev file: the dev set selects the best trial.")
@@ -185,6 +203,12 @@ with tab_new:
                 argv += ["--text-cols", text_cols]
             if label_col:
                 argv += ["--label-col", label_col]
+            if token_col:
+                argv += ["--token-col", token_col]
+            if header != "auto":
+                argv += ["--header", header]
+            if metric:
+                argv += ["--metric", metric]
             argv += ["--lr", ",".join(f"{x:g}" for x in lrs), "--batch-size", ",".join(map(str, sorted(batch))),
                      "--epochs", ",".join(map(str, sorted(epochs))), "--restarts", str(int(restarts)),
                      "--max-seq-len", str(max_len), "--seed", str(int(seed)), "--precision", precision]
@@ -232,6 +256,12 @@ with tab_runs:
             if info.get("error"):
                 st.error(info["error"])
             resume_button(root, run_dir, "finetune", status, "trials")
+            parsed = (ev.get("data") or {}).get("parsed") or {}
+            if parsed:
+                from engine.tasks.describe import describe_lines
+                st.caption(" · ".join(l for l in describe_lines(parsed) if not l.startswith("warning: ")))
+            for w in ev.get("warnings", parsed.get("warnings") or []):
+                st.warning(w)
             records = R.read_metrics(run_dir)
             trials = ev.get("trials") or []
             metric = ev.get("metric") or "score"

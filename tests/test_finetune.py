@@ -122,12 +122,18 @@ def test_one_epoch_tiny_finetune_learns(synth, tmp_path, capsys):
     rc = main(["--model", str(synth["ck"]), "--task", "glue", "--train", str(synth["cls_train"]), "--dev", str(synth["cls_dev"]),
                "--lr", "3e-3", "--batch-size", "8", "--epochs", "1", "--max-seq-len", "64", "--num-threads", "1", "--out", str(out)])
     assert rc == 0
-    line = json.loads(capsys.readouterr().out.strip().splitlines()[-1])  # one JSON line on stdout
+    captured = capsys.readouterr()
+    line = json.loads(captured.out.strip().splitlines()[-1])  # one JSON line on stdout
     assert line["metric"] == "accuracy" and line["score"] >= 0.85, line  # chance is 0.5
+    # what the files were read as, printed before training (issue 18) and kept in eval.json
+    assert "task glue (classification): 640 train / 160 dev examples" in captured.err
+    assert "columns: text_a = sentence, label = label" in captured.err and "labels in train: 0 (320), 1 (320)" in captured.err
     assert line["lr"] == 3e-3 and line["batch_size"] == 8 and line["epochs"] == 1
     ev = json.loads((out / "eval.json").read_text())
     assert ev["kind"] == "finetune" and ev["status"] == "finished" and ev["score"] == line["score"]
     assert ev["dev"]["accuracy"] == line["score"] and len(ev["trials"]) == 1
+    assert ev["data"]["parsed"]["labels"] == {"0": 320, "1": 320} and ev["data"]["parsed"]["columns"]["label"] == "label"
+    assert set(ev["dev"]) >= {"accuracy", "f1", "f1_macro", "mcc"}  # every applicable metric kept
     run = json.loads((out / "run.json").read_text())
     assert run["kind"] == "finetune" and run["status"] == "finished" and run["total_steps"] == 80
     from engine import records  # the fields written are the fields engine.records defines (no --save-best, no SQuAD v2)

@@ -50,7 +50,8 @@ def test_upload_preview_and_launch(tmp_path, fake_submit):
     assert any(n.startswith("My-Train-") for n in saved) and not any(".." in n or "/" in n or " " in n for n in saved)
     preview = " ".join(m.value for m in at.markdown if "Task preview" in m.value)
     assert "train examples: **10**" in preview and "dev examples: **2**" in preview
-    assert "entailment, not_entailment" in preview and "sentence1" in preview  # the labels and the columns detected
+    assert "entailment (5), not_entailment (5)" in preview and "sentence1" in preview  # labels with counts, columns
+    assert "type: **classification**" in preview and "selection metric: **accuracy**" in preview
     frame = next(d.value for d in at.dataframe if "text_a" in d.value.columns)
     assert frame.iloc[0]["text_a"] == "the cat sat" and frame.iloc[0]["label"] == "entailment"
     # the grid: 2 lr x 1 batch x 1 epoch x 2 restarts

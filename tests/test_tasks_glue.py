@@ -58,17 +58,17 @@ def test_single_sentence_csv_quoted_and_jsonl(tmp_path):
 
 
 def test_headerless_needs_indexes_then_works(tmp_path):
-    tr = write(tmp_path / "train.tsv", "s1\t1\t\tGood one.\ns1\t0\t*\tBad one.\n")
-    with pytest.raises(EngineError, match="no header row.*text_a=0 label=1"):
+    tr = write(tmp_path / "train.tsv", "s1\t1\tx\tGood one.\ns1\t0\ty\tBad one.\n")
+    with pytest.raises(EngineError, match="no header row.*--text-cols 1 --label-col 0.*add --header yes"):
         load_glue(tr)
     t = load_glue(tr, text_a=3, label="1", header=False)  # a digit string is an index (CLI)
     assert [(e.text_a, e.label) for e in t.train] == [("Good one.", "1"), ("Bad one.", "0")]
-    with pytest.raises(EngineError, match="no header row, so text_a column 'sentence'"):
+    with pytest.raises(EngineError, match=r"no header row, so text \(--text-cols\) column 'sentence'"):
         load_glue(tr, text_a="sentence", label=1)
 
 
-def test_cola_layout_by_name(tmp_path):
-    d = tmp_path / "cola"
+def test_cola_layout_by_content_not_folder(tmp_path):
+    d = tmp_path / "my-upload"  # issue 18: the layout and MCC used to need a folder named cola
     d.mkdir()
     tr = write(d / "train.tsv", "gj04\t1\t\tThe sailors rode the breeze.\ngj04\t0\t*\tThe car honked down the road.\n")
     t = load_glue(tr, write(d / "dev.tsv", "gj04\t0\t*\tBill broke.\n"))
@@ -77,7 +77,7 @@ def test_cola_layout_by_name(tmp_path):
 
 def test_wrong_column_names_file_and_columns(tmp_path):
     tr = write(tmp_path / "t.tsv", "foo\tsentence\tlabel\na\tb\tc\nd\te\tf\n")
-    with pytest.raises(EngineError, match=r"t\.tsv has no label column 'lbl' \(columns: foo, sentence, label\)"):
+    with pytest.raises(EngineError, match=r"t\.tsv has no label \(--label-col\) column 'lbl' \(columns: foo, sentence, label\)"):
         load_glue(tr, label="lbl")
     tr2 = write(tmp_path / "u.tsv", "foo\tbar\tlabel\na\tb\tc\n")
     with pytest.raises(EngineError, match=r"u\.tsv: found no text column \(columns: foo, bar, label\); expected"):

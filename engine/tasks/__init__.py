@@ -9,6 +9,7 @@ max_len, cfg) -> what the fine-tuning loop needs (batching.Prepared) and .previe
 - MultipleChoiceTask (multiple_choice.py): SWAG-style N endings, (B, N, T) batches.
 The formats and the built-in tasks are listed once, in registry.py; `load_task(name_or_kind, train, dev,
 **columns)` returns the right object for any of them. Metric values are fractions in [0, 1].
+`describe.describe(task)`: what the files were read as (columns, counts, labels) and sanity warnings.
 """
 from engine.tasks.batching import Prepared, length_batches, predict
 from engine.tasks.builtin import bbc_topic_task, wnut16_task

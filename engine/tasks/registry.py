@@ -46,13 +46,19 @@ class BuiltinTask:
 
 FORMATS = {f.name: f for f in (
     TaskFormat("glue", "sentence / pair classification or regression (TSV, CSV, JSONL)", ("tsv", "csv", "jsonl", "json", "txt"),
-               load_glue, ("name", "text_a", "text_b", "label", "header", "task_type", "metrics"),
+               load_glue, ("name", "text_a", "text_b", "label", "header", "task_type", "metrics", "metric"),
                columns=("text_a", "text_b", "label"), task_type=True, features=True),
-    TaskFormat("tagging", "BIO / CoNLL tagging", ("txt", "conll", "bio", "tsv"), load_tagging, ("name",), features=True),
+    TaskFormat("tagging", "BIO / CoNLL tagging", ("txt", "conll", "bio", "tsv"), load_tagging, ("name", "token", "label"),
+               features=True),
     TaskFormat("squad", "SQuAD v1.1 / v2.0 JSON", ("json",), load_squad_task, ("name",)),
     TaskFormat("swag", "multiple choice (CSV, JSONL)", ("csv", "jsonl", "json"), load_multiple_choice,
                ("name", "context", "start", "endings", "label"), columns=("context", "start", "label")),
 )}
+
+# the CLI flag of each loader option, for messages (a notebook passes the option itself)
+FLAGS = {"text_a": "--text-cols", "text_b": "--text-cols", "context": "--text-cols", "start": "--text-cols",
+         "label": "--label-col", "token": "--token-col", "header": "--header", "task_type": "--task-type",
+         "metric": "--metric"}
 
 BUILTINS = {b.name: b for b in (
     BuiltinTask("bbc-topic", "BBC News topic classification (5 classes, 1,781 train / 444 dev)", bbc_topic_task, "glue"),
@@ -88,14 +94,15 @@ def load_task(name_or_kind: str, train=None, dev=None, **kw):
     """The task object for a built-in name (no files) or a file format with its files:
     - "bbc-topic" -> TextTask; "wnut16" -> TaggingTask;
     - "glue" (TSV/CSV/JSONL classification or regression) -> TextTask, kw: name, text_a, text_b, label,
-      header, task_type, metrics (see load_glue);
-    - "tagging" (BIO files) -> TaggingTask, kw: name;
+      header, task_type, metrics, metric (see load_glue);
+    - "tagging" (BIO files) -> TaggingTask, kw: name, token, label (see load_tagging);
     - "squad" (SQuAD v1.1/v2.0 JSON, or dicts from split_squad_articles) -> SquadTask, kw: name;
     - "swag" (multiple choice CSV/JSONL) -> MultipleChoiceTask, kw: name, context, start, endings, label."""
     key = str(name_or_kind).lower()
     if key in BUILTINS:
         if train is not None or dev is not None or kw:
-            raise EngineError(f"{key} is a built-in task and takes no files or column options")
+            raise EngineError(f"{key} is a built-in task and takes no files or column options (--train, --dev, "
+                              f"--text-cols, --label-col, --token-col, --header)")
         return BUILTINS[key].load()
     if key not in FORMATS:
         raise EngineError(f"unknown task {name_or_kind!r}; use a built-in task ({', '.join(BUILTINS)}) "
@@ -105,13 +112,19 @@ def load_task(name_or_kind: str, train=None, dev=None, **kw):
     fmt = FORMATS[key]
     unknown = sorted(set(kw) - set(fmt.options))
     if unknown:
-        raise EngineError(f"option {', '.join(unknown)} does not apply to a {key} task; it takes {', '.join(sorted(fmt.options))}")
+        flag = lambda k: f"{k} ({FLAGS[k]})" if k in FLAGS else k
+        raise EngineError(f"option {', '.join(map(flag, unknown))} does not apply to a {key} task; it takes "
+                          f"{', '.join(map(flag, sorted(fmt.options)))}")
     return fmt.load(train, dev, **kw)
 
 
-def load_task_files(task: str, train=None, dev=None, text_cols: str = None, label_col: str = None, task_type: str = None):
+def load_task_files(task: str, train=None, dev=None, text_cols: str = None, label_col: str = None, task_type: str = None,
+                    token_col: str = None, header: bool = None, metric: str = None):
     """The task object for the command line's options (--task, --train, --dev, --text-cols, --label-col,
-    --task-type): the column options become the format's own keywords (swag: the context and start phrase)."""
+    --task-type, --token-col, --header yes|no as True/False, --metric): the column options become the format's
+    own keywords (swag: the context and start phrase; tagging: --token-col and --label-col are token= and
+    label=). --metric is checked against what the task computes by the fine-tuning loop; glue also orders it
+    first."""
     if task in FORMATS and not train:
         raise EngineError(f"--task {task} needs --train FILE and --dev FILE (or use a built-in task: {', '.join(BUILTINS)})")
     if task in FORMATS and not dev:
@@ -132,6 +145,21 @@ def load_task_files(task: str, train=None, dev=None, text_cols: str = None, labe
             kw = {k: v for k, v in kw.items() if v is not None}
         else:
             kw = {names[i]: cols[k] for i, k in enumerate(("first", "second", "label")) if k in cols}
+    tagging = task in FORMATS and "token" in FORMATS[task].options
+    if tagging and cols.get("first"):
+        raise EngineError(f"--text-cols does not apply to --task {task}; its word column is --token-col (default: the first)")
+    if tagging and "label" in cols:
+        kw["label"] = cols["label"]
+    if token_col is not None:
+        if not tagging:
+            raise EngineError(f"--token-col applies to --task tagging only, not {task}; sentence tasks take --text-cols")
+        kw["token"] = token_col
+    if header is not None:
+        if not (task in FORMATS and "header" in FORMATS[task].options):
+            raise EngineError(f"--header applies to --task glue (TSV/CSV files), not {task}")
+        kw["header"] = header
+    if metric is not None and task in FORMATS and "metric" in FORMATS[task].options:
+        kw["metric"] = metric
     if task_type is not None:
         if not (task in FORMATS and FORMATS[task].task_type):
             raise EngineError(f"--task-type applies to --task {', '.join(n for n, f in FORMATS.items() if f.task_type)} "

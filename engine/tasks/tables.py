@@ -5,11 +5,19 @@ Shared by `glue.py` and `multiple_choice.py`. Formats, chosen by the file extens
   contain unbalanced quotes);
 - `.csv`: the `csv` module's default dialect (quoted fields may span lines);
 - `.jsonl`: one JSON object per line; `.json`: a list of objects (or {"data": [...]}).
-A header row is detected when one of its cells is a known column name (or a name the caller asked for);
-`header=True/False` forces it. Every problem is an EngineError naming the file and line.
+Any of them may be compressed as `.gz` or `.bz2` (`train.tsv.gz`); the extension before it picks the format.
+A header row is detected (`looks_like_header`) when one of its cells is a known column name (or a name the
+caller asked for), or from the content: in some column every other value is a number and the first is not
+(`label` over 0/1 labels), or every other value repeats (a label column) and the first one is a word that occurs
+nowhere else in it. `header=True/False` forces it (the CLI's `--header yes|no`). Every problem is an
+EngineError naming the file and line.
 """
+import bz2
 import csv
+import gzip
 import json
+import math
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -27,13 +35,71 @@ class Table:
         return f"{self.path}:{line}" if self.path.suffix.lower() != ".json" else f"{self.path} record {line}"
 
 
-def _read_text(path: Path) -> str:
+COMPRESSED = {".gz": gzip.decompress, ".bz2": bz2.decompress}
+
+
+def file_format(path) -> str:
+    """The format extension of a task file, looking through a .gz/.bz2 suffix: "train.tsv.gz" -> ".tsv"."""
+    path = Path(path)
+    suffixes = [x.lower() for x in path.suffixes]
+    if suffixes and suffixes[-1] in COMPRESSED:
+        suffixes = suffixes[:-1]
+    return suffixes[-1] if suffixes else ""
+
+
+def read_text(path, what: str = "task file") -> str:
+    """The text of a UTF-8 file (a BOM dropped); .gz and .bz2 files are decompressed first. A compressed file
+    without that extension, or a file that is not UTF-8, is one clear EngineError."""
+    path = Path(path)
     if not path.is_file():
-        raise EngineError(f"task file {path} does not exist; check the path")
+        raise EngineError(f"{what} {path} does not exist; check the path")
+    data = path.read_bytes()
+    ext = path.suffix.lower()
+    if ext in COMPRESSED:
+        try:
+            data = COMPRESSED[ext](data)
+        except (OSError, EOFError, ValueError) as e:
+            raise EngineError(f"{path} is not a valid {ext[1:]} file ({e}); decompress it yourself and pass the plain file")
+    elif data[:2] == b"\x1f\x8b" or data[:3] == b"BZh":
+        kind = "gzip" if data[:2] == b"\x1f\x8b" else "bzip2"
+        raise EngineError(f"{path} is {kind}-compressed; name it {path.name}{'.gz' if kind == 'gzip' else '.bz2'} "
+                          f"(it is then read as it is) or decompress it")
     try:
-        return path.read_text(encoding="utf-8-sig")
+        return data.decode("utf-8-sig")
     except UnicodeDecodeError as e:
         raise EngineError(f"{path} is not UTF-8 text (byte {e.start}); re-save it as UTF-8")
+
+
+def _is_number(s: str) -> bool:
+    try:
+        return math.isfinite(float(s))
+    except (TypeError, ValueError):
+        return False
+
+
+_NAME = re.compile(r"[A-Za-z_#][\w #.\-]{0,40}")  # what a column name looks like
+
+
+def looks_like_header(first: list, rest: list, known_names=()) -> bool:
+    """Whether `first` (the cells of the first row) is a header, judged by names and by content (module
+    docstring); `rest` holds the cells of the following rows (the first 1,000 are read)."""
+    names = {n.lower() for n in known_names}
+    if any(c.strip().lower() in names for c in first):
+        return True
+    sample = [r for r in rest[:1000] if len(r) == len(first)]
+    for j, head in enumerate(first):
+        h = head.strip()
+        vals = [r[j].strip() for r in sample if r[j].strip()]
+        if not h or not vals or _is_number(h):
+            continue
+        if all(_is_number(v) for v in vals):
+            return True  # "label" over numbers
+        counts = {}
+        for v in vals:
+            counts[v] = counts.get(v, 0) + 1
+        if len(vals) >= 8 and min(counts.values()) >= 2 and h not in counts and _NAME.fullmatch(h):
+            return True  # a word over a column of repeated values (a label column)
+    return False
 
 
 def _json_table(path: Path, records: list) -> Table:
@@ -50,8 +116,8 @@ def read_table(path, header=None, known_names=()) -> Table:
     """Rows of a TSV/CSV/JSONL/JSON file. `header`: None = detect (a cell of the first row is one of
     `known_names`, compared case-insensitively), True/False = force."""
     path = Path(path)
-    ext = path.suffix.lower()
-    text = _read_text(path)
+    ext = file_format(path)
+    text = read_text(path)
     if ext in (".jsonl", ".json"):
         records = []
         if ext == ".json":
@@ -92,14 +158,15 @@ def read_table(path, header=None, known_names=()) -> Table:
         except csv.Error as e:
             raise EngineError(f"{path}:{reader.line_num} is not valid CSV ({e}); check its quotes")
     else:
-        raise EngineError(f"{path}: unsupported file type {ext or '(none)'}; use .tsv, .csv, .jsonl or .json")
+        raise EngineError(f"{path}: unsupported file type {ext or '(none)'}; use .tsv, .csv, .jsonl or .json "
+                          f"(optionally compressed: .tsv.gz, .csv.bz2, ...)")
     raw = [(ln, cells) for ln, cells in raw if any(c.strip() for c in cells)]  # blank lines
     if not raw:
         raise EngineError(f"{path} has no rows")
     first = raw[0][1]
+    _check_separator(path, ext, raw)
     if header is None:
-        names = {n.lower() for n in known_names}
-        header = any(c.strip().lower() in names for c in first)
+        header = looks_like_header(first, [cells for _, cells in raw[1:]], known_names)
     columns = [c.strip() for c in first] if header else None
     rows = raw[1:] if header else raw
     n_cols = len(first)
@@ -110,6 +177,20 @@ def read_table(path, header=None, known_names=()) -> Table:
     if not rows:
         raise EngineError(f"{path} has a header but no examples")
     return Table(path, columns, rows, n_cols)
+
+
+def _check_separator(path: Path, ext: str, raw: list) -> None:
+    """Rows of one cell that all hold another separator (semicolons, or commas in a .tsv, TABs in a .csv) come
+    from a file written with another separator than its extension says: say so instead of reading one column."""
+    head = [cells[0] for _, cells in raw[:20] if len(cells) == 1]
+    if len(head) < min(len(raw), 20):
+        return
+    others = {".csv": ((";", "semicolons"), ("\t", "TABs"), ("|", "'|'"))}.get(ext, ((";", "semicolons"), (",", "commas"), ("|", "'|'")))
+    for sep, name in others:
+        if all(sep in c for c in head):
+            fix = {",": "rename it to .csv", "\t": "rename it to .tsv"}.get(sep, "save it as .tsv with TABs or as .csv with commas")
+            raise EngineError(f"{path} looks separated by {name} (line {raw[0][0]}: {head[0][:60]!r}), but a {ext} file "
+                              f"is read as {'comma' if ext == '.csv' else 'TAB'}-separated; {fix}")
 
 
 def find_column(table: Table, spec, candidates=(), what="text") -> int:

@@ -1,10 +1,13 @@
 """Token tagging (NER) in the CoNLL/BIO format (paper 5.3: the first sub-token of each word is classified,
 no CRF).
 
-File format: one word per line, `word<TAB>tag` or `word tag` (whitespace separated; with more columns, as
-in CoNLL-2003 `word POS chunk NER`, the word is the first field and the tag the last); sentences are
-separated by a blank or whitespace-only line (the WNUT-16 file uses a line holding just a TAB);
-`-DOCSTART-` lines are skipped. Tags are `O`, `B-TYPE` or `I-TYPE`.
+File format: one word per line, `word<TAB>tag` or `word tag` (whitespace separated); sentences are separated
+by a blank or whitespace-only line (the WNUT-16 file uses a line holding just a TAB); `-DOCSTART-` lines are
+skipped; `.gz`/`.bz2` files are decompressed. Tags are `O`, `B-TYPE` or `I-TYPE`. Columns: by default the
+word is the first field and the tag the LAST (CoNLL-2003 `word POS chunk NER` gives NER); `token=` / `label=`
+(the CLI's `--token-col` / `--label-col`) pick others by 0-based index (negative counts from the end) or by
+name when the file's first line is a header (`token pos ner`: its tag cell is not a BIO tag). The columns
+used and the tag counts go to the task's `info`.
 
 Alignment: each word is split into WordPieces (`Tokenizer.encode_words`); its label goes on the first
 piece, -100 on the other pieces and on [CLS]/[SEP]/[PAD]. Sentences longer than `max_len` pieces are
@@ -84,41 +87,86 @@ def _check_tag(tag: str, where: str) -> str:
     raise EngineError(f"{where}: tag {tag!r} is not BIO; tags must be O, B-TYPE or I-TYPE")
 
 
-def parse_bio(text: str, source: str = "<text>") -> list:
-    """TaggedSentences from the text of a BIO file (format in the module docstring)."""
+def _split(line: str) -> list:
+    return [p.strip() for p in (line.split("\t") if "\t" in line else line.split())]
+
+
+def _is_tag(cells: list, k) -> bool:
+    """Whether cell `k` (an index, possibly a digit string) of a split line is a BIO tag."""
+    try:
+        t = cells[int(k)]
+    except (IndexError, ValueError):
+        return False
+    return t == "O" or (len(t) > 2 and t[:2] in ("B-", "I-"))
+
+
+def _column(spec, header, n: int, what: str, source: str) -> int:
+    """0-based index of a column given as an index (a digit string works, negative from the end) or a name."""
+    if isinstance(spec, str) and spec.strip().lstrip("-").isdigit():
+        spec = int(spec)
+    if isinstance(spec, int):
+        if not -n <= spec < n:
+            raise EngineError(f"{what} {spec} is out of range for {source} ({n} columns); use 0..{n - 1} (or -1 for the last)")
+        return spec % n
+    lower = [c.lower() for c in header or ()]
+    if str(spec).lower() not in lower:
+        raise EngineError(f"{source} has no column named {spec!r} for {what} "
+                          f"({'its header: ' + ', '.join(header) if header else 'it has no header line'}); give a 0-based index")
+    return lower.index(str(spec).lower())
+
+
+def parse_bio(text: str, source: str = "<text>", token=None, label=None, columns: dict = None) -> list:
+    """TaggedSentences from the text of a BIO file (format in the module docstring). `token`, `label`: the
+    word and tag columns (index or header name; default first and last). `columns`, when given, receives
+    {"token": index, "label": index, "n_columns": n, "header": names or None}."""
     sents, words, tags, first = [], [], [], None
-    for ln, line in enumerate(text.splitlines(), 1):
+    lines = text.splitlines()
+    head = next(((i, _split(l)) for i, l in enumerate(lines) if l.strip() and not l.strip().startswith("-DOCSTART-")), None)
+    header = None
+    ti, li, skip = 0, -1, None
+    if head is not None:
+        n = len(head[1])
+        # a header line: asked for by name, or its tag cell is not a tag while the next line's is
+        by_name = any(isinstance(x, str) and not x.strip().lstrip("-").isdigit() for x in (token, label))
+        probe = label if label is not None and not by_name else -1
+        nxt = next((_split(l) for l in lines[head[0] + 1:] if l.strip()), None)
+        if by_name or (not _is_tag(head[1], probe) and nxt is not None and len(nxt) == n and _is_tag(nxt, probe)):
+            header, skip = head[1], head[0]
+        ti = _column(token if token is not None else 0, header, n, "--token-col", source)
+        li = _column(label if label is not None else -1, header, n, "--label-col", source)
+        if ti == li:
+            raise EngineError(f"--token-col and --label-col both name column {ti} of {source}; the words and tags are two columns")
+        if columns is not None:
+            columns.update(token=ti, label=li, n_columns=n, header=header)
+    for ln, line in enumerate(lines, 1):
+        if ln - 1 == skip:
+            continue
         if not line.strip():
             if words:
                 sents.append(TaggedSentence(words, tags, f"{source}:{first}"))
             words, tags = [], []
             continue
-        parts = line.split("\t") if "\t" in line else line.split()
-        parts = [p.strip() for p in parts]
+        parts = _split(line)
         if parts[0].startswith("-DOCSTART-"):
             continue
-        if len(parts) < 2 or not parts[0] or not parts[-1]:
-            raise EngineError(f"{source}:{ln}: expected `word<TAB>tag`, found {line.strip()[:40]!r}; "
-                              f"put one word and its tag per line, a blank line between sentences")
+        if len(parts) < 2 or len(parts) <= max(ti, li) or not parts[ti] or not parts[li]:
+            raise EngineError(f"{source}:{ln}: expected `word<TAB>tag`{' with a column ' + str(max(ti, li)) if max(ti, li) > 1 else ''}, "
+                              f"found {line.strip()[:40]!r}; put one word and its tag per line, a blank line between sentences")
         if not words:
             first = ln
-        words.append(parts[0])
-        tags.append(_check_tag(parts[-1], f"{source}:{ln}"))
+        words.append(parts[ti])
+        tags.append(_check_tag(parts[li], f"{source}:{ln}"))
     if words:
         sents.append(TaggedSentence(words, tags, f"{source}:{first}"))
     return sents
 
 
-def read_bio(path) -> list:
-    """TaggedSentences of a BIO file."""
+def read_bio(path, token=None, label=None, columns: dict = None) -> list:
+    """TaggedSentences of a BIO file (plain, .gz or .bz2); `token`, `label`, `columns` as in `parse_bio`."""
+    from engine.tasks.tables import read_text
     path = Path(path)
-    if not path.is_file():
-        raise EngineError(f"tagging file {path} does not exist; check the path")
-    try:
-        text = path.read_text(encoding="utf-8-sig")
-    except UnicodeDecodeError as e:
-        raise EngineError(f"{path} is not UTF-8 text (byte {e.start}); re-save it as UTF-8")
-    sents = parse_bio(text, str(path))
+    text = read_text(path, "tagging file")
+    sents = parse_bio(text, str(path), token, label, columns)
     if not sents:
         raise EngineError(f"{path} has no tagged words; expected `word<TAB>tag` lines")
     return sents
@@ -130,19 +178,38 @@ def tag_set(*splits) -> list:
     return ["O"] + [f"{p}-{x}" for x in types for p in ("B", "I")]
 
 
+def tag_counts(sents) -> dict:
+    """{tag: how many words carry it}, most frequent first."""
+    counts = {}
+    for s in sents:
+        for t in s.tags:
+            counts[t] = counts.get(t, 0) + 1
+    return dict(sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
+
+
 def make_tagging_task(name: str, train: list, dev: list, info: dict = None) -> TaggingTask:
     info = dict(info or {})
     info.update(train_sentences=len(train), dev_sentences=len(dev),
-                train_words=sum(len(s.words) for s in train), dev_words=sum(len(s.words) for s in dev))
+                train_words=sum(len(s.words) for s in train), dev_words=sum(len(s.words) for s in dev),
+                train_tags=tag_counts(train))
     return TaggingTask(name, tag_set(train, dev), train, dev, info=info)
 
 
-def load_tagging(train, dev=None, name: str = None) -> TaggingTask:
+def load_tagging(train, dev=None, name: str = None, token=None, label=None) -> TaggingTask:
     """A tagging task from BIO files. The label set is the union of the train and dev entity types (a type
-    seen only in dev is still scored, and counts as missed)."""
-    tr = read_bio(train)
-    dv = read_bio(dev) if dev is not None else []
-    return make_tagging_task(name or Path(train).stem, tr, dv, {"train_file": str(train), "dev_file": str(dev) if dev else None})
+    seen only in dev is still scored, and counts as missed). `token`, `label`: the word and tag columns
+    (module docstring); info["columns"] says which were used."""
+    cols = {}
+    tr = read_bio(train, token, label, cols)
+    dv = read_bio(dev, token, label) if dev is not None else []
+    n = cols.get("n_columns", 2)
+    names = cols.get("header")
+    used = {k: (names[cols[k]] if names else cols[k]) for k in ("token", "label")}
+    info = {"train_file": str(train), "dev_file": str(dev) if dev else None, "columns": used, "n_columns": n}
+    if n > 2 and label is None:
+        info["warnings"] = [f"{Path(train).name} has {n} columns; the tags are read from the last one (column {n - 1}): "
+                            f"choose another with --label-col"]
+    return make_tagging_task(name or Path(train).name.split(".")[0], tr, dv, info)
 
 
 def encode_tagging(tok, sentences, max_len: int = 128, label_to_id: dict = None) -> dict:
