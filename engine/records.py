@@ -45,7 +45,7 @@ FEATURES_RUN_FIELDS = ("task", "model", "n_combinations", "best_score", "metric"
 
 FINETUNE_EVAL_FIELDS = (
     "kind", "status", "model", "model_path", "random_init", "causal",
-    "task",  # the task's name (a file format's task is named after its folder or file)
+    "task",  # the task's name (a recognised GLUE layout's, e.g. rte, cola; else the format: glue; tagging: the file's)
     "task_source",  # the --task value
     "task_kind",  # the head kind (engine.heads.HEAD_OUTPUTS)
     "metric",  # the selection metric, a key of "dev"
@@ -54,7 +54,9 @@ FINETUNE_EVAL_FIELDS = (
     "best",  # the best trial: {trial, lr, batch_size, epochs, restart, seed, best_epoch, score, dev, seconds}
     "trials",  # every finished trial, as "best" plus "epochs_log" (per epoch: epoch, train_loss, score, metrics)
     "grid",  # per grid point across restarts: {lr, batch_size, epochs, n, mean, std, min, max}
-    "data",  # the task's sizes and details (train_examples, dev_examples, labels, max_seq_len, ...)
+    "data",  # the task's sizes and details (train_examples, dev_examples, labels, max_seq_len, ...); "parsed": what
+    #   the files were read as (engine.tasks.describe: type, columns, counts, labels with train counts, warnings)
+    "warnings",  # when finished: the data's warnings, plus a classifier's one-class collapse on dev
     "device", "precision", "config", "seconds",
     "saved_trial", "best_model",  # with --save-best: the trial saved and its folder
     "threshold_curve",  # SQuAD v2.0: [{tau, exact, f1}] of the best trial
