@@ -1,6 +1,12 @@
-"""Shared fixtures: offline settings, the ../shared/data folder, and a tiny checkpoint with MLM+NSP heads."""
+"""Shared fixtures: offline settings, the ../shared/data folder, a tiny checkpoint with MLM+NSP heads, a tiny
+pre-training run with three checkpoints (`tiny_run`), and writers of fake run records for the study tests
+(`fake_runs`). The repository root is on sys.path through pytest.ini's `pythonpath = .`."""
+import json
+import math
 import os
+import random
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -9,6 +15,7 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 import torch  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
 
 torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))
 
@@ -46,3 +53,152 @@ def tiny_checkpoint(tmp_path_factory, bbc_docs, bbc_tokenizer) -> Path:
     out = tmp_path_factory.mktemp("tiny") / "checkpoint"
     engine.save(model, out, tokenizer=bbc_tokenizer)
     return out
+
+
+# --------------------------------------------------------------------------- a tiny pre-training run
+# A run folder with three complete checkpoints (steps 3, 6, 12) of a tiny BERT (2 layers, hidden 64, 2 heads,
+# 64 positions) trained for a few MLM+NSP steps on BBC sentences, so checkpoints differ and predictions are not
+# uniform. Built once per pytest session, for the probe / page / browser / example tests.
+TINY_RUN_STEPS = (3, 6, 12)
+TINY_RUN_MAX_POS = 64
+
+
+def _batches(docs, tok, rng: random.Random, batch_size=8, max_len=TINY_RUN_MAX_POS):
+    docs = [d for d in docs if len(d) >= 2]
+    while True:
+        pairs, labels = [], []
+        for _ in range(batch_size):
+            d = rng.choice(docs)
+            i = rng.randrange(len(d) - 1)
+            if rng.random() < 0.5:
+                pairs.append((d[i], d[i + 1]))
+                labels.append(0)  # IsNext
+            else:
+                pairs.append((d[i], rng.choice(rng.choice(docs))))
+                labels.append(1)  # NotNext
+        encs = tok.encode_batch(pairs, max_length=max_len)
+        T = max(len(e.ids) for e in encs)
+        ids = torch.full((len(encs), T), tok.pad_id, dtype=torch.long)
+        tt = torch.zeros((len(encs), T), dtype=torch.long)
+        am = torch.zeros((len(encs), T), dtype=torch.long)
+        special = torch.ones((len(encs), T), dtype=torch.bool)
+        for r, e in enumerate(encs):
+            n = len(e.ids)
+            ids[r, :n] = torch.tensor(e.ids)
+            tt[r, :n] = torch.tensor(e.type_ids)
+            am[r, :n] = 1
+            special[r, :n] = torch.tensor(e.special_tokens_mask, dtype=torch.bool)
+        yield ids, tt, am, special, torch.tensor(labels)
+
+
+def _make_tiny_run(root, docs, tok, name="tiny-run", steps=TINY_RUN_STEPS, seed=0) -> Path:
+    import engine
+    from engine.runs import list_checkpoints, mark_complete, write_run_json
+
+    run = Path(root) / name
+    if len(list_checkpoints(run)) == len(steps):
+        return run
+    torch.manual_seed(seed)
+    cfg = engine.BertConfig.preset("tiny", vocab_size=tok.vocab_size, hidden_size=64, num_heads=2,
+                                   max_position_embeddings=TINY_RUN_MAX_POS)
+    model = engine.BertForPreTraining(cfg)
+    opt = torch.optim.AdamW(model.parameters(), lr=2e-3)
+    g = torch.Generator().manual_seed(seed)
+    data = _batches(list(docs), tok, random.Random(seed))
+    write_run_json(run, kind="pretrain", status="running", config={"objective": "mlm+nsp", "preset": "tiny"})
+    model.train()
+    for step in range(1, max(steps) + 1):
+        ids, tt, am, special, nsp_labels = next(data)
+        sel = (torch.rand(ids.shape, generator=g) < 0.15) & ~special & (am == 1)  # (B, T)
+        sel[0, 1] = True  # at least one position
+        inputs = ids.masked_fill(sel, tok.mask_id)
+        out = model(inputs, token_type_ids=tt, attention_mask=am, mlm_positions=sel)
+        loss = F.cross_entropy(out.mlm_logits, ids[sel]) + F.cross_entropy(out.nsp_logits, nsp_labels)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        if step in steps:
+            model.eval()
+            ck = engine.save(model, run / "checkpoints" / f"step-{step}", tokenizer=tok)
+            mark_complete(ck, step=step)
+            model.train()
+    write_run_json(run, status="finished")
+    return run
+
+
+@pytest.fixture(scope="session")
+def tiny_run(tmp_path_factory, bbc_docs, bbc_tokenizer) -> Path:
+    return _make_tiny_run(tmp_path_factory.getbasetemp() / "probe-runs", bbc_docs, bbc_tokenizer)
+
+
+@pytest.fixture(scope="session")
+def tiny_run_steps() -> tuple:
+    """The steps of tiny_run's checkpoints."""
+    return TINY_RUN_STEPS
+
+
+@pytest.fixture(scope="session")
+def tiny_run_max_pos() -> int:
+    """tiny_run's max_position_embeddings."""
+    return TINY_RUN_MAX_POS
+
+
+# --------------------------------------------------------------------------- fake run records for study tests
+# Records shaped as engine.finetune / engine.features / engine.pretrain write them, so the study tests read
+# results back without training anything.
+def fake_eval(out: Path, metric: str, value: float, task_kind="classification"):
+    """An eval.json shaped as engine.finetune writes it."""
+    out.mkdir(parents=True, exist_ok=True)
+    dev = {metric: value, "accuracy" if metric != "accuracy" else "f1": 0.123}
+    trial = {"trial": 0, "lr": 1e-4, "batch_size": 32, "epochs": 2, "restart": 0, "seed": 0, "best_epoch": 2,
+             "score": value, "dev": dev, "epochs_log": [{"epoch": 1, "score": value / 2, **dev}], "seconds": 1.0}
+    data = {"kind": "finetune", "status": "finished", "task_kind": task_kind, "metric": metric, "score": value,
+            "dev": dev, "best": {k: v for k, v in trial.items() if k != "epochs_log"}, "trials": [trial], "grid": []}
+    (out / "eval.json").write_text(json.dumps(data))
+    (out / "run.json").write_text(json.dumps({"kind": "finetune", "status": "finished"}))
+
+
+def fake_features(out: Path, metric: str, scores: dict):
+    """An eval.json shaped as engine.features writes it: one result per combination."""
+    out.mkdir(parents=True, exist_ok=True)
+    results = [{"combine": c, "metric": metric, "score": v, "dev": {metric: v, "precision": 0.5}} for c, v in scores.items()]
+    best = max(results, key=lambda r: r["score"])
+    (out / "eval.json").write_text(json.dumps({"kind": "features", "status": "finished", "metric": metric, "results": results,
+                                               "combine": best["combine"], "score": best["score"], "dev": best["dev"]}))
+    (out / "run.json").write_text(json.dumps({"kind": "features", "status": "finished"}))
+
+
+def fake_pretrain(out: Path, final_loss: float, objective="mlm+nsp"):
+    out.mkdir(parents=True, exist_ok=True)
+    tok = "lm" if objective == "ltr" else "mlm"
+    lines = []
+    for step in (10, 20):
+        lines.append({"step": step, "split": "train", "loss": final_loss + 1 + (20 - step) / 10, f"{tok}_loss": final_loss + 0.5, f"{tok}_acc": 0.1})
+    lines.append({"step": 20, "split": "eval", f"eval_{tok}_loss": final_loss, f"eval_{tok}_acc": 0.2,
+                  f"eval_{tok}_ppl": math.exp(final_loss), "eval_instances": 512})
+    (out / "metrics.jsonl").write_text("".join(json.dumps(l) + "\n" for l in lines))
+    (out / "run.json").write_text(json.dumps({"kind": "pretrain", "status": "finished"}))
+
+
+TABLE5 = {  # variant -> (bbc acc, wnut f1): BERT >= No NSP > LTR, BiLSTM below No NSP
+    "BERT (MLM + NSP)": (0.90, 0.30), "No NSP": (0.88, 0.28), "LTR & No NSP": (0.70, 0.10), "+ BiLSTM": (0.72, 0.15)}
+
+
+def fill_table5(d, jobs, table=TABLE5, noise=0.01):
+    """Finished fake runs for every job of a pretraining-tasks study, scored by `table`, plus `noise` x seed."""
+    from engine.ablations import BBC
+    bbc = BBC.name
+    for j in jobs:
+        if j.kind == "pretrain":
+            fake_pretrain(d / j.out, 5.0 - j.seed, "ltr" if "LTR" in j.variant else "mlm+nsp")
+        else:
+            on_bbc = j.evaluation == bbc
+            val = table[j.variant][0 if on_bbc else 1] + noise * j.seed
+            fake_eval(d / j.out, "accuracy" if on_bbc else "f1", val, "classification" if on_bbc else "tagging")
+
+
+@pytest.fixture(scope="session")
+def fake_runs():
+    """fake_runs.eval / .features / .pretrain write one fake run; .fill_table5 fills a pretraining-tasks study."""
+    return SimpleNamespace(eval=fake_eval, features=fake_features, pretrain=fake_pretrain, fill_table5=fill_table5,
+                           TABLE5=TABLE5)

@@ -147,40 +147,6 @@ def test_study_json_round_trip(tmp_path):
 
 
 # ------------------------------------------------------------------ results
-def fake_eval(out: Path, metric: str, value: float, task_kind="classification"):
-    """An eval.json shaped as engine.finetune writes it."""
-    out.mkdir(parents=True, exist_ok=True)
-    dev = {metric: value, "accuracy" if metric != "accuracy" else "f1": 0.123}
-    trial = {"trial": 0, "lr": 1e-4, "batch_size": 32, "epochs": 2, "restart": 0, "seed": 0, "best_epoch": 2,
-             "score": value, "dev": dev, "epochs_log": [{"epoch": 1, "score": value / 2, **dev}], "seconds": 1.0}
-    data = {"kind": "finetune", "status": "finished", "task_kind": task_kind, "metric": metric, "score": value,
-            "dev": dev, "best": {k: v for k, v in trial.items() if k != "epochs_log"}, "trials": [trial], "grid": []}
-    (out / "eval.json").write_text(json.dumps(data))
-    (out / "run.json").write_text(json.dumps({"kind": "finetune", "status": "finished"}))
-
-
-def fake_features(out: Path, metric: str, scores: dict):
-    """An eval.json shaped as engine.features writes it: one result per combination."""
-    out.mkdir(parents=True, exist_ok=True)
-    results = [{"combine": c, "metric": metric, "score": v, "dev": {metric: v, "precision": 0.5}} for c, v in scores.items()]
-    best = max(results, key=lambda r: r["score"])
-    (out / "eval.json").write_text(json.dumps({"kind": "features", "status": "finished", "metric": metric, "results": results,
-                                               "combine": best["combine"], "score": best["score"], "dev": best["dev"]}))
-    (out / "run.json").write_text(json.dumps({"kind": "features", "status": "finished"}))
-
-
-def fake_pretrain(out: Path, final_loss: float, objective="mlm+nsp"):
-    out.mkdir(parents=True, exist_ok=True)
-    tok = "lm" if objective == "ltr" else "mlm"
-    lines = []
-    for step in (10, 20):
-        lines.append({"step": step, "split": "train", "loss": final_loss + 1 + (20 - step) / 10, f"{tok}_loss": final_loss + 0.5, f"{tok}_acc": 0.1})
-    lines.append({"step": 20, "split": "eval", f"eval_{tok}_loss": final_loss, f"eval_{tok}_acc": 0.2,
-                  f"eval_{tok}_ppl": math.exp(final_loss), "eval_instances": 512})
-    (out / "metrics.jsonl").write_text("".join(json.dumps(l) + "\n" for l in lines))
-    (out / "run.json").write_text(json.dumps({"kind": "pretrain", "status": "finished"}))
-
-
 def make_study(tmp_path, name="pretraining-tasks", seeds=2, evaluations=(A.BBC, A.WNUT)):
     study = A.get_study(name, seeds=seeds, evaluations=evaluations)
     d = tmp_path / "studies" / name
@@ -190,23 +156,9 @@ def make_study(tmp_path, name="pretraining-tasks", seeds=2, evaluations=(A.BBC, 
     return study, d, jobs
 
 
-TABLE5 = {  # variant -> (bbc acc, wnut f1): BERT >= No NSP > LTR, BiLSTM below No NSP
-    "BERT (MLM + NSP)": (0.90, 0.30), "No NSP": (0.88, 0.28), "LTR & No NSP": (0.70, 0.10), "+ BiLSTM": (0.72, 0.15)}
-
-
-def fill_table5(d, jobs, table=TABLE5, noise=0.01):
-    for j in jobs:
-        if j.kind == "pretrain":
-            fake_pretrain(d / j.out, 5.0 - j.seed, "ltr" if "LTR" in j.variant else "mlm+nsp")
-        else:
-            bbc, wnut = table[j.variant]
-            val = (bbc if j.evaluation == A.BBC.name else wnut) + noise * j.seed
-            fake_eval(d / j.out, "accuracy" if j.evaluation == A.BBC.name else "f1", val, "classification" if j.evaluation == A.BBC.name else "tagging")
-
-
-def test_collect_results_paper_layout(tmp_path):
+def test_collect_results_paper_layout(tmp_path, fake_runs):
     study, d, jobs = make_study(tmp_path)
-    fill_table5(d, jobs)
+    fake_runs.fill_table5(d, jobs)
     res = A.collect_results(d)
     assert list(res.table.index) == [v.name for v in study.variants]
     assert list(res.table.columns) == [A.BBC.name, A.WNUT.name]
@@ -227,32 +179,32 @@ def test_collect_results_paper_layout(tmp_path):
     assert ltr["step"] == 20 and ltr["lm_ppl"] == pytest.approx(math.exp(4.0), rel=1e-3)
 
 
-def test_findings_reproduced_and_not(tmp_path):
+def test_findings_reproduced_and_not(tmp_path, fake_runs):
     study, d, jobs = make_study(tmp_path, seeds=1)
-    fill_table5(d, jobs)
+    fake_runs.fill_table5(d, jobs)
     checks = A.collect_results(d).checks
     assert len(checks) == 3 and all(c["reproduced"] is True for c in checks), checks
     # now LTR beats No NSP on WNUT: "MLM > LTR on every task" must fail, the others still hold
-    bad = dict(TABLE5, **{"LTR & No NSP": (0.70, 0.40)})
+    bad = dict(fake_runs.TABLE5, **{"LTR & No NSP": (0.70, 0.40)})
     study, d2, jobs = make_study(tmp_path / "b", seeds=1)
-    fill_table5(d2, jobs, bad)
+    fake_runs.fill_table5(d2, jobs, bad)
     checks = {c["claim"]: c["reproduced"] for c in A.collect_results(d2).checks}
     assert checks["No NSP > LTR & No NSP on every task (MLM beats left-to-right)"] is False
     assert checks["BERT (MLM + NSP) ≥ No NSP on average (removing NSP hurts)"] is True
 
 
-def test_a_task_where_both_score_zero_is_ignored(tmp_path):
-    table = {k: (bbc, 0.0) for k, (bbc, _) in TABLE5.items()}  # nobody finds an entity
+def test_a_task_where_both_score_zero_is_ignored(tmp_path, fake_runs):
+    table = {k: (bbc, 0.0) for k, (bbc, _) in fake_runs.TABLE5.items()}  # nobody finds an entity
     study, d, jobs = make_study(tmp_path, seeds=1)
-    fill_table5(d, jobs, table, noise=0.0)
+    fake_runs.fill_table5(d, jobs, table, noise=0.0)
     checks = A.collect_results(d).checks
     assert all(c["reproduced"] is True for c in checks), checks
     assert all("ignored (both 0): WNUT-16 NER (F1)" in c["detail"] for c in checks)
 
 
-def test_partial_results_say_not_enough(tmp_path):
+def test_partial_results_say_not_enough(tmp_path, fake_runs):
     study, d, jobs = make_study(tmp_path, seeds=1)
-    fake_eval(d / jobs[1].out, "accuracy", 0.9)  # one finished evaluation only
+    fake_runs.eval(d / jobs[1].out, "accuracy", 0.9)  # one finished evaluation only
     res = A.collect_results(d)
     assert res.table.loc["No NSP", A.BBC.name] == "–"
     assert res.table.loc["BERT (MLM + NSP)", A.BBC.name] == "90.0 ± 0.0 (n=1)"
@@ -260,9 +212,9 @@ def test_partial_results_say_not_enough(tmp_path):
     assert res.progress["finished"] == 1 and res.progress["queued"] == len(jobs) - 1
 
 
-def test_csv_export(tmp_path):
+def test_csv_export(tmp_path, fake_runs):
     study, d, jobs = make_study(tmp_path)
-    fill_table5(d, jobs)
+    fake_runs.fill_table5(d, jobs)
     res = A.collect_results(d)
     path = tmp_path / "out.csv"
     res.to_csv(path)
@@ -273,15 +225,15 @@ def test_csv_export(tmp_path):
     assert r["mean"] == pytest.approx(0.705) and r["n"] == 2
 
 
-def test_model_size_perplexity_column_and_check(tmp_path):
+def test_model_size_perplexity_column_and_check(tmp_path, fake_runs):
     study, d, jobs = make_study(tmp_path, "model-size", seeds=1)
     ppl_loss = {"L=2 H=128 A=2": 6.0, "L=4 H=128 A=2": 5.5, "L=4 H=256 A=4": 5.0}
     score = {"L=2 H=128 A=2": 0.80, "L=4 H=128 A=2": 0.82, "L=4 H=256 A=4": 0.85}
     for j in jobs:
         if j.kind == "pretrain":
-            fake_pretrain(d / j.out, ppl_loss[j.variant])
+            fake_runs.pretrain(d / j.out, ppl_loss[j.variant])
         else:
-            fake_eval(d / j.out, "accuracy" if j.evaluation == A.BBC.name else "f1", score[j.variant])
+            fake_runs.eval(d / j.out, "accuracy" if j.evaluation == A.BBC.name else "f1", score[j.variant])
     res = A.collect_results(d)
     assert "held-out MLM ppl" in res.table.columns
     assert res.table.loc["L=4 H=256 A=4", "held-out MLM ppl"] == f"{math.exp(5.0):.2f} ± 0.00 (n=1)"
@@ -290,7 +242,7 @@ def test_model_size_perplexity_column_and_check(tmp_path):
     assert checks["L=4 H=256 A=4 ≥ L=2 H=128 A=2 on every task (bigger is better)"] is True
 
 
-def test_training_steps_table_and_checks(tmp_path):
+def test_training_steps_table_and_checks(tmp_path, fake_runs):
     study = A.get_study("training-steps", classroom_scale=True)
     d = tmp_path / "studies" / "fig5"
     d.mkdir(parents=True)
@@ -298,10 +250,10 @@ def test_training_steps_table_and_checks(tmp_path):
     A.write_study(d, study, jobs, mode="foreground")
     for j in jobs:
         if j.kind == "pretrain":
-            fake_pretrain(d / j.out, 5.0)
+            fake_runs.pretrain(d / j.out, 5.0)
         else:
             base = 0.6 if j.variant == "LTR" else 0.7
-            fake_eval(d / j.out, "accuracy", base + j.step / 10000)
+            fake_runs.eval(d / j.out, "accuracy", base + j.step / 10000)
     res = A.collect_results(d)
     steps = study.checkpoint_steps
     assert list(res.table.columns) == [f"{A.BBC.name} @ {k}" for k in steps]
@@ -311,15 +263,15 @@ def test_training_steps_table_and_checks(tmp_path):
     assert checks["MLM (BERT) > LTR at the last checkpoint"] is True
 
 
-def test_feature_based_and_masking_checks(tmp_path):
+def test_feature_based_and_masking_checks(tmp_path, fake_runs):
     study, d, jobs = make_study(tmp_path, "feature-based", seeds=1, evaluations=(A.WNUT,))
     vals = {"Fine-tuning": 0.40, "Embeddings": 0.10, "Second-to-last hidden": 0.30, "Last hidden": 0.28,
             "Weighted sum last four hidden": 0.33, "Concat last four hidden": 0.35, "Weighted sum all layers": 0.32}
     for j in jobs:
         if j.kind == "features":
-            fake_features(d / j.out, "f1", {c: vals[v] for v, c in j.combines.items()})
+            fake_runs.features(d / j.out, "f1", {c: vals[v] for v, c in j.combines.items()})
         else:
-            fake_eval(d / j.out, "f1", vals[j.variant], "tagging")
+            fake_runs.eval(d / j.out, "f1", vals[j.variant], "tagging")
     res = A.collect_results(d)
     assert res.table.loc["Concat last four hidden", A.WNUT.name] == "35.0 ± 0.0 (n=1)"
     assert res.table.loc["Embeddings", A.WNUT.name] == "10.0 ± 0.0 (n=1)"
@@ -330,11 +282,11 @@ def test_feature_based_and_masking_checks(tmp_path):
     rows = [v.name for v in study.variants]
     for j in jobs:
         if j.kind == "pretrain":
-            fake_pretrain(d / j.out, 5.0)
+            fake_runs.pretrain(d / j.out, 5.0)
         elif j.kind == "features":  # the feature-based NER column: concat of the last four, MASK-only hurts
-            fake_features(d / j.out, "f1", {"concat": 0.5 if j.variant == rows[1] else 0.6})
+            fake_runs.features(d / j.out, "f1", {"concat": 0.5 if j.variant == rows[1] else 0.6})
         else:
-            fake_eval(d / j.out, "accuracy" if j.evaluation == A.BBC.name else "f1", ft[rows.index(j.variant)])
+            fake_runs.eval(d / j.out, "accuracy" if j.evaluation == A.BBC.name else "f1", ft[rows.index(j.variant)])
     res = A.collect_results(d)
     fb = "WNUT-16 NER feature-based (F1)"
     assert res.table.loc[rows[1], fb] == "50.0 ± 0.0 (n=1)" and res.table.loc[rows[0], fb] == "60.0 ± 0.0 (n=1)"
@@ -356,7 +308,7 @@ def test_best_score_reads_the_eval_json_fields_the_engine_writes():
 
 
 # ------------------------------------------------------------------ CLI
-def test_cli_dry_run_and_show(tmp_path, capsys):
+def test_cli_dry_run_and_show(tmp_path, capsys, fake_runs):
     assert A.main(["run", "pretraining-tasks", "--classroom", "--dry-run", "--runs-root", str(tmp_path)]) == 0
     out = capsys.readouterr().out
     lines = [l for l in out.splitlines() if l.startswith("python -m engine ")]
@@ -364,7 +316,7 @@ def test_cli_dry_run_and_show(tmp_path, capsys):
     assert not (tmp_path / "studies").exists()  # a dry run writes nothing
 
     study, d, jobs = make_study(tmp_path)
-    fill_table5(d, jobs)
+    fake_runs.fill_table5(d, jobs)
     csv = tmp_path / "t5.csv"
     assert A.main(["show", str(d), "--csv", str(csv)]) == 0
     out = capsys.readouterr().out

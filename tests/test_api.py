@@ -1,6 +1,8 @@
 """The notebook API the design card fixes: every name is reachable as `engine.<name>` and is the real thing."""
 import importlib
 
+import pytest
+
 import engine
 
 
@@ -32,4 +34,7 @@ def test_api_pretrain_then_finetune_from_python(tmp_path, bbc_docs, monkeypatch)
     res = engine.finetune(engine.FinetuneConfig(model=str(run_dir), task="bbc-topic", lr=(1e-3,), batch_size=(8,),
                                                 epochs=(1,), max_train=16, max_dev=16, max_seq_len=32, num_threads=1,
                                                 out=str(tmp_path / "ft")))
-    assert res["metric"] == "accuracy" and 0.0 <= res["score"] <= 1.0 and len(res["trials"]) == 1
+    assert res["metric"] == "accuracy" and len(res["trials"]) == 1
+    n_dev = res["data"]["dev_examples"]
+    assert n_dev == 16 and res["score"] == res["dev"]["accuracy"]
+    assert res["score"] * n_dev == pytest.approx(round(res["score"] * n_dev))  # k correct of 16 dev articles

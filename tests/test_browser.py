@@ -14,22 +14,13 @@ from urllib.parse import urlparse
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-
-from test_probes_support import STEPS, make_tiny_run  # noqa: E402
 
 CHROMIUM = "/usr/bin/chromium"
 ARTIFACTS = REPO / "test-artifacts" / "browser"
 LOCAL = {"127.0.0.1", "localhost", "::1", "[::1]"}
 ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
         "--disable-sync", "--no-first-run"]
-
-
-@pytest.fixture(scope="session")
-def tiny_run(tmp_path_factory, bbc_docs, bbc_tokenizer):
-    return make_tiny_run(tmp_path_factory.getbasetemp() / "probe-runs", bbc_docs, bbc_tokenizer)
 
 
 def _free_port() -> int:
@@ -53,14 +44,14 @@ def _wait_healthy(url: str, proc, timeout: float = 45.0) -> None:
     raise TimeoutError(f"streamlit did not answer at {url} within {timeout:.0f}s")
 
 
-def test_probe_and_attention_pages_in_chromium(tiny_run, tmp_path):
+def test_probe_and_attention_pages_in_chromium(tiny_run, tmp_path, tiny_run_steps):
     if not (os.path.isfile(CHROMIUM) and os.access(CHROMIUM, os.X_OK)):
         pytest.skip(f"Chromium is not installed at {CHROMIUM}; install it with `apt-get install -y chromium` (.ci/run does)")
     sync_playwright = pytest.importorskip("playwright.sync_api", reason="the playwright package is not installed").sync_playwright
     import engine
     from engine import probes
 
-    ck = tiny_run / "checkpoints" / f"step-{STEPS[-1]}"
+    ck = tiny_run / "checkpoints" / f"step-{tiny_run_steps[-1]}"
     text = "the [MASK] said the government would cut [MASK] ."
     expected = probes.fill_mask(engine.load(ck), text, top_k=5)
 

@@ -1,6 +1,5 @@
 """Parity of the engine's BERT with transformers on copied weights, checkpoints in both directions, causal mode."""
 import json
-import shutil
 
 import pytest
 import torch

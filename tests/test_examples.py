@@ -7,18 +7,9 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-
-from test_probes_support import STEPS, make_tiny_run  # noqa: E402
 
 SCRIPT = REPO / "examples" / "notebook_tour.py"
-
-
-@pytest.fixture(scope="session")
-def tiny_run(tmp_path_factory, bbc_docs, bbc_tokenizer):
-    return make_tiny_run(tmp_path_factory.getbasetemp() / "probe-runs", bbc_docs, bbc_tokenizer)
 
 
 def _load_script():
@@ -39,11 +30,11 @@ def test_script_runs_as_a_program(tmp_path):
     assert r.returncode == 0 and "--compare" in r.stdout
 
 
-def test_tour_on_two_checkpoints(tiny_run, tmp_path, capsys):
+def test_tour_on_two_checkpoints(tiny_run, tmp_path, capsys, tiny_run_steps):
     import engine
     from engine import probes
 
-    late, early = tiny_run / "checkpoints" / f"step-{STEPS[-1]}", tiny_run / "checkpoints" / f"step-{STEPS[0]}"
+    late, early = tiny_run / "checkpoints" / f"step-{tiny_run_steps[-1]}", tiny_run / "checkpoints" / f"step-{tiny_run_steps[0]}"
     out = _tour(capsys, "--model", str(tiny_run), "--compare", str(early), "--out", str(tmp_path))
     bundle = engine.load(late)
     best = probes.fill_mask(bundle, "the government said it would cut [MASK] next year .", top_k=5)[0][0]
@@ -55,7 +46,7 @@ def test_tour_on_two_checkpoints(tiny_run, tmp_path, capsys):
     html = (tmp_path / "head_view.html").read_text()
     assert "bertviz" in html and "[CLS]" in html  # bertviz's own page (needs internet to view)
     acc = probes.probe_set_accuracy(bundle)
-    row = [l for l in out.splitlines() if l.startswith(f"tiny-run/step-{STEPS[-1]} ")][0]
+    row = [l for l in out.splitlines() if l.startswith(f"tiny-run/step-{tiny_run_steps[-1]} ")][0]
     assert row.split()[-1] == f"{100 * acc['nsp_acc']:.1f}%"
     assert "heads that changed most" in out and re.search(r"L\dH\d \d\.\d{4}", out)
 

@@ -162,7 +162,9 @@ def test_bilstm_tagger_on_token_features(bundle, tmp_path):
     assert ev["classifier"] == "bilstm" and ev["pooling"] == "first-subtoken" and ev["metric"] == "f1"
     w = next(r for r in ev["results"] if r["combine"] == "weighted")
     assert len(w["mix_weights"]) == 4 and sum(w["mix_weights"]) == pytest.approx(1.0)  # learned scalar mix
-    assert w["dims"] == 32 and 1 <= w["best_epoch"] <= 2 and 0.0 <= w["score"] <= 1.0
+    assert w["dims"] == 32 and 1 <= w["best_epoch"] <= 2 and w["score"] == w["dev"]["f1"]
+    p, r = w["dev"]["precision"], w["dev"]["recall"]
+    assert w["score"] == pytest.approx(2 * p * r / (p + r) if p + r else 0.0)  # F1 is the harmonic mean
     x = np.load(tmp_path / "out" / "features" / "concat" / "dev.npy")
     idx = [json.loads(l) for l in (tmp_path / "out" / "features" / "concat" / "dev.index.jsonl").read_text().splitlines()]
     assert x.shape[1] == 128 and x.shape[0] == sum(r["n"] for r in idx) and idx[-1]["start"] + idx[-1]["n"] == x.shape[0]

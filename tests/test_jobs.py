@@ -4,7 +4,6 @@ Engine-free: jobs run tiny `python -c` programs through the internal `_submit_cm
 that checks the public `submit` runs `python -m engine ...` without a shell.
 """
 import json
-import os
 import signal
 import sys
 import time

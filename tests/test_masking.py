@@ -65,7 +65,8 @@ def test_rate_and_80_10_10_split_over_many_draws():
     assert abs(n_same / n_sel - 0.1) < 0.012
 
 
-# (MASK, RANDOM, SAME): the paper's Table 8 rows, and the tuples of the issue read in this order
+# (MASK, RANDOM, SAME) shares, the order mask_tokens' `ratios` reads: the paper's six Table 8 rows, then two more
+# (SAME 80 / RANDOM 20 and SAME 100)
 TABLE8 = [(0.8, 0.1, 0.1), (1.0, 0.0, 0.0), (0.8, 0.2, 0.0), (0.8, 0.0, 0.2), (0.0, 0.8, 0.2), (0.0, 1.0, 0.0),
           (0.0, 0.2, 0.8), (0.0, 0.0, 1.0)]
 

@@ -1,24 +1,20 @@
 """The Ablations page (AppTest): the dashboard of a finished fake study shows the paper's table with mean ± std,
 the finding with its checks, the charts and a CSV download; the New-study tab shows the study and queues it."""
 import json
-import sys
 from pathlib import Path
 
 import pytest
+from streamlit.testing.v1 import AppTest
+
+from engine import ablations as A
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-
-from streamlit.testing.v1 import AppTest  # noqa: E402
-
-from engine import ablations as A  # noqa: E402
-from test_ablations import fill_table5  # noqa: E402  (tests/ is on sys.path under pytest)
 
 PAGE = str(REPO / "pages" / "7_Ablations.py")
 
 
 @pytest.fixture
-def study_root(tmp_path, monkeypatch):
+def study_root(tmp_path, monkeypatch, fake_runs):
     root = tmp_path / "runs"
     monkeypatch.setenv("BERT_STUDIO_RUNS", str(root))
     study = A.get_study("pretraining-tasks", seeds=2, evaluations=(A.BBC, A.WNUT))
@@ -26,7 +22,7 @@ def study_root(tmp_path, monkeypatch):
     d.mkdir(parents=True)
     jobs = A.plan(study, d)
     A.write_study(d, study, jobs, mode="foreground")
-    fill_table5(d, jobs)
+    fake_runs.fill_table5(d, jobs)
     return root
 
 
@@ -102,8 +98,7 @@ def test_no_studies_says_so(tmp_path):
     assert any("No studies yet" in i.value for i in at.info)
 
 
-def test_figure5_study_draws_score_against_steps(tmp_path):
-    from test_ablations import fake_eval, fake_pretrain
+def test_figure5_study_draws_score_against_steps(tmp_path, fake_runs):
     root = tmp_path / "runs"
     study = A.get_study("training-steps", classroom_scale=True)
     d = root / "studies" / "fig5"
@@ -112,9 +107,9 @@ def test_figure5_study_draws_score_against_steps(tmp_path):
     A.write_study(d, study, jobs, mode="foreground")
     for j in jobs:
         if j.kind == "pretrain":
-            fake_pretrain(d / j.out, 5.0, "ltr" if j.variant == "LTR" else "mlm+nsp")
+            fake_runs.pretrain(d / j.out, 5.0, "ltr" if j.variant == "LTR" else "mlm+nsp")
         else:
-            fake_eval(d / j.out, "accuracy", (0.6 if j.variant == "LTR" else 0.7) + j.step / 10000)
+            fake_runs.eval(d / j.out, "accuracy", (0.6 if j.variant == "LTR" else 0.7) + j.step / 10000)
     at = app(root).run()
     assert not at.exception, at.exception
     spec = json.loads(at.get("plotly_chart")[0].proto.spec)

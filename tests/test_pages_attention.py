@@ -2,34 +2,24 @@
 view grid, hiding [CLS]/[SEP], comparing two checkpoints, CSV export, and MiniLM's real weights."""
 import base64
 import json
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
+from streamlit.testing.v1 import AppTest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+import engine
+from engine import probes
+
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-
-from streamlit.testing.v1 import AppTest  # noqa: E402
-
-import engine  # noqa: E402
-from engine import probes  # noqa: E402
-from test_probes_support import STEPS, make_tiny_run  # noqa: E402
 
 PAGE = str(REPO / "pages" / "6_Attention.py")
 A, B = "the cat sat on the mat .", "it was very happy ."
 
 
 @pytest.fixture(scope="session")
-def tiny_run(tmp_path_factory, bbc_docs, bbc_tokenizer):
-    return make_tiny_run(tmp_path_factory.getbasetemp() / "probe-runs", bbc_docs, bbc_tokenizer)
-
-
-@pytest.fixture(scope="session")
-def ck(tiny_run):
-    return str(tiny_run / "checkpoints" / f"step-{STEPS[-1]}")
+def ck(tiny_run, tiny_run_steps):
+    return str(tiny_run / "checkpoints" / f"step-{tiny_run_steps[-1]}")
 
 
 def _app(root, **state):
@@ -114,7 +104,7 @@ def test_hide_special_and_select_layers_heads(tiny_run, ck):
     assert payload["layers"] == [2] and payload["heads"] == [1] and "[CLS]" not in payload["tokens"]
 
 
-def test_minilm_real_weights(tiny_run):
+def test_minilm_real_weights(tiny_run, tiny_run_steps):
     at = _app(tiny_run.parent)  # MiniLM is the default model
     assert not at.exception and not at.error
     bundle = engine.load("minilm")
@@ -127,7 +117,7 @@ def test_minilm_real_weights(tiny_run):
     assert 'id="bs-head-view"' in html and "http" not in html
     assert any("Pick a different model" in i.value for i in at.info)
     # comparing MiniLM with a checkpoint of another vocabulary: one clear message
-    at.selectbox(key="att_cmp_model_minilm").set_value(str(tiny_run / "checkpoints" / f"step-{STEPS[-1]}")).run()
+    at.selectbox(key="att_cmp_model_minilm").set_value(str(tiny_run / "checkpoints" / f"step-{tiny_run_steps[-1]}")).run()
     assert not at.exception and len(at.error) == 1 and "different vocabularies" in at.error[0].value
 
 

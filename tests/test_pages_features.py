@@ -2,15 +2,12 @@
 comparison tab puts a (fake) feature-based run next to fine-tuning of the same model; the projection tab draws
 a real PCA of tiny-checkpoint features of BBC articles, coloured by topic with hover text."""
 import json
-import sys
 from pathlib import Path
 
 import pytest
+from streamlit.testing.v1 import AppTest
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-
-from streamlit.testing.v1 import AppTest  # noqa: E402
 
 PAGE = str(REPO / "pages" / "4_Features.py")
 

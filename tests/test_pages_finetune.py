@@ -2,15 +2,12 @@
 the columns detected; Launch queues the right `engine finetune` command; the Results tab shows a (fake) run's
 trials table, best score, charts and the SQuAD v2.0 threshold curve. No real fine-tuning runs here."""
 import json
-import sys
 from pathlib import Path
 
 import pytest
+from streamlit.testing.v1 import AppTest
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-
-from streamlit.testing.v1 import AppTest  # noqa: E402
 
 PAGE = str(REPO / "pages" / "3_Finetune.py")
 TRAIN = "sentence1\tsentence2\tlabel\n" + "the cat sat\ta cat sat\tentailment\nit rains\tthe sun shines\tnot_entailment\n" * 5

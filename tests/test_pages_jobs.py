@@ -8,13 +8,11 @@ import time
 from pathlib import Path
 
 import pytest
+from streamlit.testing.v1 import AppTest
+
+from studio.jobs import TERMINAL, Jobs
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-
-from streamlit.testing.v1 import AppTest  # noqa: E402
-
-from studio.jobs import TERMINAL, Jobs  # noqa: E402
 
 PAGE = str(REPO / "pages" / "8_Jobs.py")
 

@@ -1,25 +1,15 @@
 """pages/1_Model.py through Streamlit's AppTest: configuration, parameter count, WordPieces, shapes, errors."""
 import shutil
-import sys
 from pathlib import Path
 
 import pytest
+from streamlit.testing.v1 import AppTest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+import engine
+
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-
-from streamlit.testing.v1 import AppTest  # noqa: E402
-
-import engine  # noqa: E402
-from test_probes_support import make_tiny_run  # noqa: E402
 
 PAGE = str(REPO / "pages" / "1_Model.py")
-
-
-@pytest.fixture(scope="session")
-def tiny_run(tmp_path_factory, bbc_docs, bbc_tokenizer):
-    return make_tiny_run(tmp_path_factory.getbasetemp() / "probe-runs", bbc_docs, bbc_tokenizer)
 
 
 def _app(root, **state):

@@ -1,32 +1,22 @@
 """pages/5_Probe.py through AppTest: fill-mask bars and numbers, P(IsNext), picked words, checkpoints over steps,
 the probe set's accuracy per checkpoint, and the no-head message for MiniLM."""
 import json
-import sys
 from pathlib import Path
 
 import pytest
+from streamlit.testing.v1 import AppTest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+import engine
+from engine import probes
+
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-
-from streamlit.testing.v1 import AppTest  # noqa: E402
-
-import engine  # noqa: E402
-from engine import probes  # noqa: E402
-from test_probes_support import STEPS, make_tiny_run  # noqa: E402
 
 PAGE = str(REPO / "pages" / "5_Probe.py")
 
 
 @pytest.fixture(scope="session")
-def tiny_run(tmp_path_factory, bbc_docs, bbc_tokenizer):
-    return make_tiny_run(tmp_path_factory.getbasetemp() / "probe-runs", bbc_docs, bbc_tokenizer)
-
-
-@pytest.fixture(scope="session")
-def ck(tiny_run):
-    return str(tiny_run / "checkpoints" / f"step-{STEPS[-1]}")
+def ck(tiny_run, tiny_run_steps):
+    return str(tiny_run / "checkpoints" / f"step-{tiny_run_steps[-1]}")
 
 
 def _app(root, **state):
@@ -85,28 +75,30 @@ def test_picking_words_masks_them(tiny_run, ck):
     assert len([m for m in at.markdown if m.value.startswith("**[MASK]")]) == 2
 
 
-def test_checkpoints_over_steps_and_probe_set(tiny_run, ck):
+def test_checkpoints_over_steps_and_probe_set(tiny_run, ck, tiny_run_steps):
     at = _app(tiny_run.parent, probe_model=ck)
     assert at.selectbox(key="probe_run").value == tiny_run.name
-    assert at.multiselect(key=f"probe_steps_{tiny_run.name}").value == list(STEPS)
+    assert at.multiselect(key=f"probe_steps_{tiny_run.name}").value == list(tiny_run_steps)
     n_before = len(_charts(at))
     at.button(key="probe_steps_go").click().run()
     assert not at.exception and not at.error
     steps_table = at.dataframe[1].value
-    assert steps_table["step"].tolist() == list(STEPS)
+    assert steps_table["step"].tolist() == list(tiny_run_steps)
     rows = probes.probe_checkpoints(tiny_run, text="the prime [MASK] said the government would cut taxes .",
                                     pair=("the man went to the store .", "he bought a gallon of milk ."), top_k=5)
     assert steps_table["P(IsNext)"].tolist() == pytest.approx([round(r["p_isnext"], 4) for r in rows], abs=1e-4)
     charts = _charts(at)
     assert len(charts) == n_before + 3
     nsp = [c for c in charts if c["layout"]["title"]["text"] == "P(IsNext) over training steps"][0]
-    assert nsp["data"][0]["x"] == list(STEPS) and nsp["data"][0]["y"] == pytest.approx([r["p_isnext"] for r in rows], abs=1e-5)
+    assert nsp["data"][0]["x"] == list(tiny_run_steps) and nsp["data"][0]["y"] == pytest.approx([r["p_isnext"] for r in rows], abs=1e-5)
     acc = at.dataframe[2].value
-    assert acc["step"].tolist() == list(STEPS)
+    assert acc["step"].tolist() == list(tiny_run_steps)
     expect = probes.probe_set_accuracy(engine.load(ck))
     last = acc.iloc[-1]
     assert last["next sentence"] == pytest.approx(expect["nsp_acc"]) and last["cloze top-1"] == pytest.approx(expect["cloze_top1"])
-    assert ((acc.drop(columns="step") >= 0) & (acc.drop(columns="step") <= 1)).all().all()
+    first = acc.iloc[0]  # each row is its own checkpoint's score
+    expect = probes.probe_set_accuracy(engine.load(tiny_run / "checkpoints" / f"step-{tiny_run_steps[0]}"))
+    assert first["next sentence"] == pytest.approx(expect["nsp_acc"]) and first["cloze top-1"] == pytest.approx(expect["cloze_top1"])
 
 
 def test_score_probe_set_button(tiny_run, ck):

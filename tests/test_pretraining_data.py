@@ -1,6 +1,5 @@
 """Pre-training instances (NSP sampling, No-NSP windows), the on-disk cache, batches, resume, DDP slices."""
 import json
-import time
 
 import numpy as np
 import pytest
@@ -107,9 +106,7 @@ def test_cache_reused_and_keyed(bbc, nsp, tmp_path):
     real_tokenize = tok.tokenize_ids
     tok.tokenize_ids = lambda *a, **k: pytest.fail("a cache hit must not tokenize the corpus again")
     try:
-        t = time.perf_counter()
         again = build_pretraining_data(docs, tok, seed=1, **kw)
-        assert time.perf_counter() - t < 2.0
     finally:
         tok.tokenize_ids = real_tokenize
     assert again.from_cache and not nsp.from_cache and again.path == nsp.path and again.key == nsp.key

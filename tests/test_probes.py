@@ -1,26 +1,15 @@
 """engine.probes: fill-mask, NSP, attention, comparison, probe set, checkpoints over steps, CLI."""
 import json
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-import engine  # noqa: E402
-from engine import probes  # noqa: E402
-from engine.errors import EngineError  # noqa: E402
-from test_probes_support import MAX_POS, STEPS, make_tiny_run  # noqa: E402
+import engine
+from engine import probes
+from engine.errors import EngineError
 
 LONG = " ".join(["the market rose again"] * 40)
-
-
-@pytest.fixture(scope="session")
-def tiny_run(tmp_path_factory, bbc_docs, bbc_tokenizer):
-    return make_tiny_run(tmp_path_factory.getbasetemp() / "probe-runs", bbc_docs, bbc_tokenizer)
 
 
 @pytest.fixture(scope="session")
@@ -29,8 +18,8 @@ def bundle(tiny_run):
 
 
 @pytest.fixture(scope="session")
-def early(tiny_run):
-    return engine.load(tiny_run / "checkpoints" / f"step-{STEPS[0]}")
+def early(tiny_run, tiny_run_steps):
+    return engine.load(tiny_run / "checkpoints" / f"step-{tiny_run_steps[0]}")
 
 
 @pytest.fixture(scope="session")
@@ -76,7 +65,7 @@ def test_fill_mask_in_pair_and_errors(bundle):
 def test_next_sentence_probability_matches_nsp_head(bundle):
     a, b = "the man went to the store .", "he bought a gallon of milk ."
     p = probes.next_sentence(bundle, a, b)
-    assert 0.0 <= float(p) <= 1.0 and not p.truncated
+    assert not p.truncated
     _, out = _manual(bundle, a, b)
     assert float(p) == pytest.approx(out.nsp_logits[0].softmax(-1)[0].item(), abs=1e-6)
     with pytest.raises(EngineError, match="sentence B is empty"):
@@ -108,15 +97,15 @@ def test_minilm_has_no_heads_but_gives_attention(minilm):
     np.testing.assert_allclose(att.sum(-1), 1.0, atol=1e-5)
 
 
-def test_long_input_is_truncated_and_says_so(bundle):
+def test_long_input_is_truncated_and_says_so(bundle, tiny_run_max_pos):
     preds = probes.fill_mask(bundle, "the [MASK] " + LONG)
-    assert preds.truncated and len(preds.tokens) == MAX_POS and "truncated" in preds.notes[0]
+    assert preds.truncated and len(preds.tokens) == tiny_run_max_pos and "truncated" in preds.notes[0]
     tokens, att = probes.attention(bundle, LONG, "and then it fell .")
-    assert tokens.truncated and att.shape[-1] == MAX_POS and tokens[-1] == "[SEP]"
+    assert tokens.truncated and att.shape[-1] == tiny_run_max_pos and tokens[-1] == "[SEP]"
     tokens, att = probes.attention(bundle, LONG, max_length=20)
     assert tokens.truncated and att.shape[-1] == 20
     p = probes.next_sentence(bundle, LONG, LONG)
-    assert p.truncated and len(p.tokens) == MAX_POS
+    assert p.truncated and len(p.tokens) == tiny_run_max_pos
     with pytest.raises(EngineError, match="cut off by truncation"):
         probes.fill_mask(bundle, LONG + " [MASK]")
     short = probes.fill_mask(bundle, "the [MASK] rose .")
@@ -150,9 +139,16 @@ def test_compare_attention(bundle, early, minilm):
 
 def test_probe_set_accuracy_scores_what_the_model_predicts(bundle):
     r = probes.probe_set_accuracy(bundle)
-    assert r["nsp_n"] == len(probes.NSP_PAIRS) >= 20 and 0 <= r["nsp_acc"] <= 1
+    assert r["nsp_n"] == len(probes.NSP_PAIRS) >= 20
     assert 0 < r["cloze_n"] <= len(probes.CLOZE) and len(probes.CLOZE) >= 20
-    assert 0 <= r["cloze_top1"] <= r["cloze_topk"] <= 1
+    # the accuracies are the shares of items scored correct (top-1 inside top-k)
+    cloze = [i for i in r["items"] if i["kind"] == "cloze"]
+    nsp_items = [i for i in r["items"] if i["kind"] == "nsp"]
+    assert len(cloze) == r["cloze_n"] and len(nsp_items) == r["nsp_n"]
+    assert r["nsp_acc"] == pytest.approx(sum(i["correct"] for i in nsp_items) / len(nsp_items))
+    assert r["cloze_top1"] == pytest.approx(sum(i["correct"] for i in cloze) / len(cloze))
+    assert r["cloze_topk"] == pytest.approx(sum(i[f"in_top{r['top_k']}"] for i in cloze) / len(cloze))
+    assert all(i[f"in_top{r['top_k']}"] for i in cloze if i["correct"])
     for it in [i for i in r["items"] if i["kind"] == "cloze"][:4]:  # batched scoring = one-by-one probes
         best = probes.fill_mask(bundle, it["input"], top_k=1)[0][0]
         assert it["predicted"] == best[0] and it["prob"] == pytest.approx(best[1], rel=1e-4)
@@ -206,14 +202,16 @@ def test_probe_set_sections_and_models_side_by_side(bundle, minilm):
         probes.compare_probe_set([])
 
 
-def test_probe_checkpoints_over_steps(tiny_run):
-    assert [s for s, _ in probes.checkpoint_steps(tiny_run)] == list(STEPS)
+def test_probe_checkpoints_over_steps(tiny_run, tiny_run_steps):
+    assert [s for s, _ in probes.checkpoint_steps(tiny_run)] == list(tiny_run_steps)
     rows = probes.probe_checkpoints(tiny_run, text="the [MASK] rose .", pair=("a man .", "a dog ."), top_k=3, probe_set=True)
-    assert [r["step"] for r in rows] == list(STEPS)
-    assert all(0 <= r["p_isnext"] <= 1 and len(r["fill"][0]) == 3 and r["probe_set"]["nsp_n"] == len(probes.NSP_PAIRS) for r in rows)
+    assert [r["step"] for r in rows] == list(tiny_run_steps)
+    assert all(len(r["fill"][0]) == 3 and r["probe_set"]["nsp_n"] == len(probes.NSP_PAIRS) for r in rows)
+    first = engine.load(tiny_run / "checkpoints" / f"step-{tiny_run_steps[0]}")  # each row is that checkpoint's probe
+    assert rows[0]["p_isnext"] == pytest.approx(float(probes.next_sentence(first, "a man .", "a dog .")), abs=1e-6)
     assert len({round(r["p_isnext"], 6) for r in rows}) > 1  # training changed the model
     series = probes.mask_probs_over_steps(rows)
-    assert series and all(len(v) == len(STEPS) for v in series.values())
+    assert series and all(len(v) == len(tiny_run_steps) for v in series.values())
     best_last = rows[-1]["fill"][0][0]
     assert list(series)[0] == best_last[0] and series[best_last[0]][-1] == pytest.approx(best_last[1], rel=1e-5)
     with pytest.raises(EngineError, match="does not exist"):
@@ -235,7 +233,7 @@ def test_tokenize_table_and_output_shapes(bundle, minilm):
     assert s["name"] == "MiniLM" and s["parameters"] == minilm.model.num_parameters() and s["missing_heads"] == ["mlm", "nsp"]
 
 
-def test_cli(tiny_run, capsys):
+def test_cli(tiny_run, capsys, tiny_run_steps):
     from engine.__main__ import run
     assert run(["probe", "--model", str(tiny_run), "--fill", "the [MASK] rose [MASK] .", "--top-k", "4", "--json"]) == 0
     obj = json.loads(capsys.readouterr().out)
@@ -245,7 +243,7 @@ def test_cli(tiny_run, capsys):
     assert run(["probe", "--model", str(tiny_run), "--attention", "the cat sat .", "--json"]) == 0
     obj = json.loads(capsys.readouterr().out)
     assert obj["shape"] == [2, 2, len(obj["tokens"]), len(obj["tokens"])]
-    early = tiny_run / "checkpoints" / f"step-{STEPS[0]}"
+    early = tiny_run / "checkpoints" / f"step-{tiny_run_steps[0]}"
     assert run(["probe", "--model", str(tiny_run), "--attention", "the cat sat .", "--compare", str(early)]) == 0
     assert "layer 1 head" in capsys.readouterr().out
     assert run(["probe", "--model", str(tiny_run), "--probe-set"]) == 0

@@ -1,4 +1,4 @@
-"""Fault injection (issue 7): killed runs, failed writes, corrupt files, locks, traversal, bad input via the CLI.
+"""Fault injection: killed runs, failed writes, corrupt files, locks, traversal, bad input via the CLI.
 
 Each case does the fault for real and checks the outcome: the message, the exit code, and that nothing that
 existed before was lost or overwritten.
@@ -190,9 +190,9 @@ def test_truncated_checkpoint_in_a_run_is_reported(tmp_path, tiny_checkpoint):
 def test_run_directory_locked_by_a_live_process_and_by_a_dead_one(tmp_path, small_corpus):
     d = tmp_path / "locked"
     holder = subprocess.Popen([sys.executable, "-c",
-                               "import sys, time; sys.path.insert(0, sys.argv[2]); from engine.runs import RunLock; "
-                               "l = RunLock(sys.argv[1]).acquire(); print('held', flush=True); time.sleep(60)", str(d), str(REPO)],
-                              stdout=subprocess.PIPE, text=True)
+                               "import sys, time; from engine.runs import RunLock; "
+                               "l = RunLock(sys.argv[1]).acquire(); print('held', flush=True); time.sleep(60)", str(d)],
+                              cwd=REPO, stdout=subprocess.PIPE, text=True)  # `python -c` imports from its cwd
     try:
         assert holder.stdout.readline().strip() == "held"
         code, _, err = _cli(_pretrain_args(small_corpus, d))
