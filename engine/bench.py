@@ -49,7 +49,8 @@ import torch.nn.functional as F
 
 from engine.config import PRESETS, BertConfig
 from engine.errors import EngineError
-from engine.model import BertForPreTraining, BertModel, amp, default_precision
+from engine.device import amp, default_precision
+from engine.model import BertForPreTraining, BertModel
 
 SCENARIOS = ("pretrain", "infer", "finetune", "varlen")
 UNITS = ("sentence", "pair", "document")

@@ -44,10 +44,10 @@ import torch
 import torch.nn as nn
 
 from engine import records
+from engine.device import PRECISIONS, amp, check_precision, resolve_precision, to_device
 from engine.errors import EngineError
 from engine.fileio import atomic_save_with
 from engine.heads import TaskModel
-from engine.model import PRECISIONS, amp, check_precision, resolve_precision, to_device
 from engine.tasks.batching import Prepared, length_batches
 from engine.tasks.describe import describe, describe_lines
 from engine.tasks.registry import task_names

@@ -4,17 +4,18 @@ B = batch size, T = sequence length, H = hidden size, A = attention heads, D = H
 N = number of positions the MLM head is evaluated at, R = number of real (non-padding) tokens in a batch.
 
 - `BertEmbeddings`: token + segment + learned position embeddings, then LayerNorm and dropout.
-- `BertLayer`: post-LN Transformer block as in the paper: x = LN(x + Attn(x)); x = LN(x + FFN(x)), GELU.
-  Query, key and value come from one fused (H, 3H) projection (one matrix multiply instead of three; the
-  checkpoint code splits it into Hugging Face's query/key/value on save and joins them on load).
-  Attention runs through `scaled_dot_product_attention` (flash / memory-efficient kernels on CUDA); when the
-  caller asks for attention maps an explicit softmax path computes the same thing and returns the probabilities.
-  `config.causal` masks every position's right context (the paper's LTR ablation, 5.1).
+- `BertSelfAttention`, `BertLayer`: post-LN Transformer block as in the paper: x = LN(x + Attn(x));
+  x = LN(x + FFN(x)), GELU. Query, key and value come from one fused (H, 3H) projection (one matrix multiply
+  instead of three; the checkpoint code splits it into Hugging Face's query/key/value on save and joins them on
+  load). Attention runs through `scaled_dot_product_attention` (flash / memory-efficient kernels on CUDA); when
+  the caller asks for attention maps an explicit softmax path computes the same thing and returns the
+  probabilities. `config.causal` masks every position's right context (the paper's LTR ablation, 5.1).
 - `BertPooler`: dense + tanh on the [CLS] vector, giving C.
-- `BertPreTrainingHeads`: the MLM head (dense + GELU + LayerNorm, then the word-embedding matrix, tied, plus a
-  bias) and the NSP classifier on C. The MLM head can be evaluated only at selected positions
-  (`mlm_positions`), which is how pre-training uses it: the vocabulary projection over all T positions would
-  dominate the cost of a small model and only ~15% of positions carry a label.
+- `BertModel`: embeddings, L layers, pooler.
+- `BertLMHead` and `BertForPreTraining`: the MLM head (dense + GELU + LayerNorm, then the word-embedding
+  matrix, tied, plus a bias) and the NSP classifier on C. The MLM head can be evaluated only at selected
+  positions (`mlm_positions`), which is how pre-training uses it: the vocabulary projection over all T positions
+  would dominate the cost of a small model and only ~15% of positions carry a label.
 Departures from the paper: none in the architecture. Dropout sits where Hugging Face's BertModel puts it
 (embeddings, attention probabilities, after each sub-layer), so weights and outputs match `transformers` exactly.
 
@@ -24,19 +25,13 @@ Fast paths (each checked against the plain path in tests/test_model_fastpaths.py
   attention sees the padded (B, T, .) layout (one index_copy in, one index_select out per layer). Outputs at
   real positions equal the padded path's; at padded positions they are 0 (the padded path leaves values
   there that nothing should read). Falls back to the padded path when padding is under 10% of the batch.
-- CPU matrix multiplies in fp32 go through oneDNN (`torch.ops.mkldnn._linear_pointwise`, the kernel
-  `torch.compile` uses on CPU) instead of MKL's sgemm when the product is large enough (ONEDNN_MIN_MACS): on
-  the AMD EPYC (Zen 4) this was built on, MKL_VERBOSE reports MKL's generic code path while oneDNN uses
-  AVX-512, and oneDNN's linear was 1.2-1.45x faster in the forward and up to 1.25x for the input gradient;
-  the weight gradient stays on MKL (as fast or faster).
-  In inference the FFN's exact GELU is fused into the same call. `_OneDNNLinear` is the autograd wrapper.
-  Falls back to `F.linear` when oneDNN is missing, under autocast (bf16 already runs on oneDNN), under
-  `torch.compile`, for small products (oneDNN's call overhead is ~20 us), and when `FAST_CPU_LINEAR` is False.
+- Every matrix multiply goes through `engine.fast_linear.linear`: oneDNN instead of MKL for large fp32 CPU
+  products, with GELU fused in inference (see that module).
 - Per layer there are no module calls besides the layer itself (functional linear / layer_norm / dropout),
   no dropout calls in eval mode, no (B, T) position or segment id tensors, and the attention-mask check runs
   once per forward; together these matter for batch-1 latency, where Python overhead is most of the time.
-bf16 autocast, fused AdamW and torch.compile are the caller's switches (engine/pretrain.py, engine/bench.py);
-`default_precision(device)` says which precision the engine picks by default.
+bf16 autocast, fused AdamW and torch.compile are the caller's switches (engine/device.py, engine/pretrain.py,
+engine/bench.py).
 """
 import math
 from dataclasses import dataclass
@@ -48,15 +43,15 @@ import torch.nn.functional as F
 
 from engine.config import BertConfig
 from engine.errors import EngineError
+from engine.fast_linear import linear
 
-FAST_CPU_LINEAR = True  # route large fp32 CPU matrix multiplies through oneDNN (set False to compare)
-ONEDNN_MIN_MACS = 1 << 25  # below ~32M multiply-adds F.linear (MKL) has less call overhead than oneDNN
-ONEDNN_MIN_MACS_GELU = 1 << 20  # with GELU fused into the call (inference) oneDNN wins from ~1M
 UNPAD_MIN_PADDING = 0.10  # unpad only when at least this fraction of the (cut) batch is padding
 
 
 @dataclass
 class BertOutput:
+    """What a forward returns; a field is None when the model has no such head or the caller did not ask."""
+
     last_hidden_state: torch.Tensor  # (B, T, H)
     pooled_output: Optional[torch.Tensor] = None  # (B, H), C in the paper
     mlm_logits: Optional[torch.Tensor] = None  # (B, T, V), or (N, V) at mlm_positions; None without an MLM head
@@ -65,142 +60,9 @@ class BertOutput:
     attentions: Optional[Tuple[torch.Tensor, ...]] = None  # L of (B, A, T, T)
 
 
-# ------------------------------------------------------------------ precision and the CPU linear fast path
-def default_precision(device) -> str:
-    """"bf16" where bf16 autocast is the engine's default (CUDA with bf16 support; CPUs with native bf16
-    matrix units, AVX512-BF16 or AMX, where it measured faster), else "fp32"."""
-    device = torch.device(device)
-    if device.type == "cuda":
-        return "bf16" if torch.cuda.is_available() and torch.cuda.is_bf16_supported() else "fp32"
-    if device.type == "cpu":
-        cpu = getattr(torch, "cpu", None)
-        for probe in ("_is_amx_tile_supported", "_is_avx512_bf16_supported"):
-            try:
-                if getattr(cpu, probe)():
-                    return "bf16"
-            except Exception:
-                pass
-    return "fp32"
-
-
-PRECISIONS = ("auto", "fp32", "bf16")
-
-
-def check_precision(precision: str) -> None:
-    if precision not in PRECISIONS:
-        raise EngineError(f"unknown --precision '{precision}'; choose one of {', '.join(PRECISIONS)}")
-
-
-def resolve_precision(precision: str, device: torch.device) -> str:
-    """"bf16" or "fp32". auto: bf16 autocast (fp32 weights and optimizer) on CUDA with bf16 and on CPUs with
-    native bf16 units (AVX512-BF16 / AMX), where it measured faster (BENCHMARKS.md);
-    fp32 elsewhere, where bf16 would be emulated and slower."""
-    device = torch.device(device)
-    check_precision(precision)
-    if precision == "auto":
-        return default_precision(device)
-    if precision == "bf16" and device.type == "cuda" and not torch.cuda.is_bf16_supported():
-        raise EngineError("--precision bf16 was asked for but this GPU has no bf16 support; use --precision fp32")
-    return precision
-
-
-def amp(device, precision: str):
-    """bf16 autocast on `device` when `precision` (resolved) is "bf16"; weights, gradients and optimizer stay
-    fp32. A disabled context otherwise."""
-    return torch.autocast(torch.device(device).type, dtype=torch.bfloat16, enabled=precision == "bf16")
-
-
-def to_device(t: torch.Tensor, device) -> torch.Tensor:
-    """Host batch tensor -> device. On CUDA through pinned (page-locked) memory, so the copy is truly
-    asynchronous: from pageable memory the host waits for the GPU's queued work before every step and the GPU
-    then idles while the next batch is prepared. The training loops have no per-step synchronisation, so batch
-    preparation overlaps the previous step's kernels."""
-    if torch.device(device).type == "cuda":
-        return t.pin_memory().to(device, non_blocking=True)
-    return t.to(device)
-
-
-_onednn_state = {}  # "ok": whether torch.ops.mkldnn._linear_pointwise exists and computes a linear layer
-
-
-def _onednn_available() -> bool:
-    ok = _onednn_state.get("ok")
-    if ok is None:
-        ok = False
-        try:
-            if torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_linear_pointwise"):
-                g = torch.Generator().manual_seed(0)
-                x, w, b = (torch.randn(s, generator=g) for s in ((8, 16), (4, 16), (4,)))
-                y = torch.ops.mkldnn._linear_pointwise(x, w, b, "none", [], "")
-                ok = bool(torch.allclose(y, F.linear(x, w, b), atol=1e-5, rtol=1e-5))
-        except Exception:
-            ok = False
-        _onednn_state["ok"] = ok
-    return ok
-
-
-def _onednn_linear(x2, w, b, act="none"):  # (M, K), (N, K), (N,) or None -> (M, N)
-    return torch.ops.mkldnn._linear_pointwise(x2, w, b, act, [], "none" if act == "gelu" else "")
-
-
-class _OneDNNLinear(torch.autograd.Function):
-    """y = x W^T + b with oneDNN forward and backward (x (M, K), W (N, K))."""
-
-    @staticmethod
-    def forward(ctx, x2, w, b):
-        ctx.save_for_backward(x2, w)
-        ctx.has_bias = b is not None
-        return _onednn_linear(x2, w, b)  # (M, N)
-
-    @staticmethod
-    def backward(ctx, g):  # g (M, N)
-        x2, w = ctx.saved_tensors
-        g = g.contiguous()
-        gx = gw = gb = None
-        if ctx.needs_input_grad[0]:
-            gx = _onednn_linear(g, w.t(), None)  # (M, N) @ (N, K) -> (M, K)
-        if ctx.needs_input_grad[1]:
-            gw = g.t() @ x2  # (N, M) @ (M, K) -> (N, K)
-        if ctx.has_bias and ctx.needs_input_grad[2]:
-            gb = g.sum(0)  # (N,)
-        return gx, gw, gb
-
-
-def _use_onednn(x, w, min_macs: int) -> bool:
-    if not FAST_CPU_LINEAR or x.device.type != "cpu" or x.dtype != torch.float32 or w.dtype != torch.float32:
-        return False
-    if x.numel() * w.shape[0] < min_macs:  # M*K*N multiply-adds
-        return False
-    if torch.is_autocast_enabled("cpu") or torch.compiler.is_compiling():
-        return False
-    return _onednn_available()
-
-
-def linear(x, w, b=None, gelu: bool = False):
-    """x W^T + b over the last dim of x (..., K) -> (..., N), then exact GELU when `gelu`.
-    Same result as F.linear (+ F.gelu) within fp32 rounding; see the module docstring for the CPU fast path."""
-    grad = torch.is_grad_enabled() and (x.requires_grad or w.requires_grad or (b is not None and b.requires_grad))
-    fused = gelu and not grad
-    if not _use_onednn(x, w, ONEDNN_MIN_MACS_GELU if fused else ONEDNN_MIN_MACS):
-        y = F.linear(x, w, b)
-        return F.gelu(y) if gelu else y
-    lead = x.shape[:-1]
-    x2 = x.reshape(-1, x.shape[-1])  # (M, K)
-    if grad:
-        y = _OneDNNLinear.apply(x2, w, b)
-        if gelu:
-            y = F.gelu(y)
-    else:
-        y = _onednn_linear(x2, w, b, "gelu" if gelu else "none")
-    return y.view(*lead, w.shape[0])
-
-
-def _dropout(x, p: float, training: bool):
-    return F.dropout(x, p, True) if training and p > 0 else x
-
-
-# ------------------------------------------------------------------ modules
 class BertEmbeddings(nn.Module):
+    """Token + segment + learned position embeddings, then LayerNorm and dropout (paper Figure 2)."""
+
     def __init__(self, config: BertConfig):
         super().__init__()
         self.word = nn.Embedding(config.vocab_size, config.hidden_size, padding_idx=config.pad_token_id)
@@ -225,13 +87,14 @@ class BertEmbeddings(nn.Module):
 
 
 class BertSelfAttention(nn.Module):
+    """Multi-head self-attention from one fused (H, 3H) query/key/value projection, then the output projection."""
+
     def __init__(self, config: BertConfig):
         super().__init__()
         self.A, self.D = config.num_heads, config.head_size
         self.qkv = nn.Linear(config.hidden_size, 3 * config.hidden_size)
         self.out = nn.Linear(config.hidden_size, config.hidden_size)
         self.dropout_p = config.attention_dropout
-        self.attn_dropout = nn.Dropout(config.attention_dropout)
 
     def forward(self, x, mask, need_weights: bool, packed=None):
         # x (B, T, H), or (R, H) real tokens when packed = (index (R,) into the B*T grid, B, T)
@@ -260,6 +123,8 @@ class BertSelfAttention(nn.Module):
 
 
 class BertLayer(nn.Module):
+    """One post-LN Transformer block: x = LN(x + Attn(x)); x = LN(x + FFN(x)), GELU in the FFN."""
+
     def __init__(self, config: BertConfig):
         super().__init__()
         self.attention = BertSelfAttention(config)
@@ -282,25 +147,14 @@ class BertLayer(nn.Module):
 
 
 class BertPooler(nn.Module):
+    """Dense + tanh on the [CLS] vector: C, the sentence representation NSP and classifiers read."""
+
     def __init__(self, config: BertConfig):
         super().__init__()
         self.dense = nn.Linear(config.hidden_size, config.hidden_size)
 
     def forward(self, x):  # (B, T, H) -> (B, H)
         return torch.tanh(linear(x[:, 0], self.dense.weight, self.dense.bias))
-
-
-def attention_mask_4d(attention_mask, T: int, causal: bool, device):
-    """Boolean (B|1, 1, 1|T, T) mask, True = may attend; None when every key is visible to every query."""
-    mask = None
-    # an all-real mask is dropped (SDPA's fastest kernels take no mask); under torch.compile the check would
-    # break the graph, so the mask is kept there
-    if attention_mask is not None and (torch.compiler.is_compiling() or not bool(attention_mask.all())):
-        mask = attention_mask.bool()[:, None, None, :]  # (B, 1, 1, T)
-    if causal:
-        tri = torch.ones(T, T, dtype=torch.bool, device=device).tril()[None, None]  # (1, 1, T, T)
-        mask = tri if mask is None else (mask & tri)
-    return mask
 
 
 class BertModel(nn.Module):
@@ -434,3 +288,21 @@ class BertForPreTraining(nn.Module):
     @property
     def device(self):
         return next(self.parameters()).device
+
+
+# ------------------------------------------------------------------ helpers
+def attention_mask_4d(attention_mask, T: int, causal: bool, device):
+    """Boolean (B|1, 1, 1|T, T) mask, True = may attend; None when every key is visible to every query."""
+    mask = None
+    # an all-real mask is dropped (SDPA's fastest kernels take no mask); under torch.compile the check would
+    # break the graph, so the mask is kept there
+    if attention_mask is not None and (torch.compiler.is_compiling() or not bool(attention_mask.all())):
+        mask = attention_mask.bool()[:, None, None, :]  # (B, 1, 1, T)
+    if causal:
+        tri = torch.ones(T, T, dtype=torch.bool, device=device).tril()[None, None]  # (1, 1, T, T)
+        mask = tri if mask is None else (mask & tri)
+    return mask
+
+
+def _dropout(x, p: float, training: bool):
+    return F.dropout(x, p, True) if training and p > 0 else x

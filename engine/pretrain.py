@@ -70,9 +70,9 @@ from dataclasses import fields
 from pathlib import Path
 
 from engine import runs
+from engine.device import PRECISIONS, resolve_precision  # noqa: F401  (resolve_precision: part of this module's API)
 from engine.distributed import Dist, dist_from_env, resolve_device, setup, teardown, broadcast
 from engine.errors import EngineError
-from engine.model import PRECISIONS, resolve_precision  # noqa: F401  (resolve_precision: part of this module's API)
 from engine.optim import lr_at, param_groups  # noqa: F401  (re-exported: the schedule and groups of this loop)
 from engine.pretrain_config import PretrainConfig, model_config, validate  # noqa: F401
 from engine.pretrain_loop import ltr_labels, log, train  # noqa: F401

@@ -6,8 +6,8 @@ from dataclasses import asdict, dataclass
 from typing import Optional
 
 from engine.config import PRESETS, BertConfig
+from engine.device import check_precision
 from engine.errors import EngineError
-from engine.model import check_precision
 from engine.pretraining_data import OBJECTIVES, _check_masking_args
 
 

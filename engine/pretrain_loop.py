@@ -18,9 +18,10 @@ import torch.nn.functional as F
 
 from engine import runs
 from engine.checkpoint import load as load_checkpoint
+from engine.device import amp, resolve_precision, to_device
 from engine.distributed import Dist, all_reduce_
 from engine.errors import EngineError
-from engine.model import BertForPreTraining, amp, resolve_precision, to_device
+from engine.model import BertForPreTraining
 from engine.optim import adamw, lr_at
 from engine.pretrain_config import PretrainConfig, config_dict, model_config
 from engine.pretrain_run import StopFlag, checkpoint, last_eval, load_training_state, remove_partial_checkpoints, set_rng_state

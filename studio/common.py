@@ -99,7 +99,7 @@ def model_picker(label="Model", key="model", allow_path=True, help=None) -> str:
     return choice
 
 
-PRECISION_CHOICES = ("auto", "fp32", "bf16")  # engine.model.PRECISIONS (tests check they agree; no torch import here)
+PRECISION_CHOICES = ("auto", "fp32", "bf16")  # engine.device.PRECISIONS (tests check they agree; no torch import here)
 
 
 def precision_select(container=st, key=None) -> str:

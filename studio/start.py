@@ -43,7 +43,7 @@ def machine_precision() -> tuple:
     """(precision the engine picks here, "cpu" | "cuda")."""
     import torch
 
-    from engine.model import default_precision
+    from engine.device import default_precision
     dev = "cuda" if torch.cuda.is_available() else "cpu"
     return default_precision(dev), dev
 

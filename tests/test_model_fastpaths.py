@@ -1,10 +1,12 @@
-"""Each fast path of engine/model.py (and the bench's training step) against the reference path it replaces."""
+"""Each fast path of engine/model.py and engine/fast_linear.py (and the bench's training step) against the reference path it replaces."""
 import pytest
 import torch
 import torch.nn.functional as F
 
 import engine
+import engine.fast_linear as fl
 import engine.model as em
+from engine.device import default_precision
 from engine.bench import make_optimizer
 from engine.config import BertConfig
 from engine.model import BertForPreTraining
@@ -51,15 +53,15 @@ def _assert_grads_close(a, b, tol=1e-5):
 
 
 # ------------------------------------------------------------------ oneDNN linear on CPU
-needs_onednn = pytest.mark.skipif(not em._onednn_available(), reason="this torch build has no oneDNN linear")
+needs_onednn = pytest.mark.skipif(not fl.onednn_available(), reason="this torch build has no oneDNN linear")
 
 
 @pytest.fixture
 def force_onednn(monkeypatch):
     """Route every linear layer through oneDNN, however small."""
-    monkeypatch.setattr(em, "FAST_CPU_LINEAR", True)
-    monkeypatch.setattr(em, "ONEDNN_MIN_MACS", 0)
-    monkeypatch.setattr(em, "ONEDNN_MIN_MACS_GELU", 0)
+    monkeypatch.setattr(fl, "FAST_CPU_LINEAR", True)
+    monkeypatch.setattr(fl, "ONEDNN_MIN_MACS", 0)
+    monkeypatch.setattr(fl, "ONEDNN_MIN_MACS_GELU", 0)
 
 
 @needs_onednn
@@ -77,7 +79,7 @@ def test_onednn_linear_matches_f_linear_forward_and_backward(force_onednn, shape
     for gelu in (False, True):
         ref = F.linear(x, w, b)
         ref = F.gelu(ref) if gelu else ref
-        y = em.linear(x, w, b, gelu=gelu)
+        y = fl.linear(x, w, b, gelu=gelu)
         torch.testing.assert_close(y, ref, atol=1e-5, rtol=1e-5)
         gy = torch.randn(ref.shape, generator=g)
         ref_grads = torch.autograd.grad(ref, [t for t in (x, w, b) if t is not None], gy)
@@ -86,7 +88,7 @@ def test_onednn_linear_matches_f_linear_forward_and_backward(force_onednn, shape
             torch.testing.assert_close(a, r, atol=1e-4, rtol=1e-5)
         assert "_OneDNNLinearBackward" in _graph_nodes(y)  # the fast path really ran
         with torch.no_grad():  # the inference path, GELU fused into the oneDNN call
-            torch.testing.assert_close(em.linear(x, w, b, gelu=gelu), ref, atol=1e-5, rtol=1e-5)
+            torch.testing.assert_close(fl.linear(x, w, b, gelu=gelu), ref, atol=1e-5, rtol=1e-5)
 
 
 def _graph_nodes(t) -> set:
@@ -107,15 +109,15 @@ def test_onednn_model_equals_reference_model(force_onednn, monkeypatch):
     m.eval()
     with torch.no_grad():
         fast = m(ids, tt, am, output_hidden_states=True)
-        monkeypatch.setattr(em, "FAST_CPU_LINEAR", False)
+        monkeypatch.setattr(fl, "FAST_CPU_LINEAR", False)
         ref = m(ids, tt, am, output_hidden_states=True)
     for a, r in zip(fast.hidden_states, ref.hidden_states):
         torch.testing.assert_close(a[real], r[real], atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(fast.mlm_logits[real], ref.mlm_logits[real], atol=1e-5, rtol=1e-5)
     m.train()  # dropout 0: training mode is deterministic
-    monkeypatch.setattr(em, "FAST_CPU_LINEAR", True)
+    monkeypatch.setattr(fl, "FAST_CPU_LINEAR", True)
     lf, gf = _grads(m, ids, tt, am)
-    monkeypatch.setattr(em, "FAST_CPU_LINEAR", False)
+    monkeypatch.setattr(fl, "FAST_CPU_LINEAR", False)
     lr, gr = _grads(m, ids, tt, am)
     torch.testing.assert_close(lf, lr, atol=1e-5, rtol=1e-5)
     _assert_grads_close(gf, gr, tol=1e-4)
@@ -123,18 +125,18 @@ def test_onednn_model_equals_reference_model(force_onednn, monkeypatch):
 
 def test_linear_keeps_f_linear_under_autocast_and_for_small_products(monkeypatch):
     calls = []
-    monkeypatch.setattr(em, "_onednn_linear", lambda *a, **k: calls.append(1) or F.linear(a[0], a[1], a[2]))
-    monkeypatch.setattr(em, "ONEDNN_MIN_MACS", 0)
+    monkeypatch.setattr(fl, "_onednn_linear", lambda *a, **k: calls.append(1) or F.linear(a[0], a[1], a[2]))
+    monkeypatch.setattr(fl, "ONEDNN_MIN_MACS", 0)
     x, w = torch.randn(4, 8), torch.randn(6, 8)
     with torch.autocast("cpu", dtype=torch.bfloat16):
-        y = em.linear(x, w)
+        y = fl.linear(x, w)
     assert y.dtype == torch.bfloat16 and not calls  # autocast's own bf16 kernel, not the fp32 oneDNN call
-    monkeypatch.setattr(em, "ONEDNN_MIN_MACS", 10 ** 9)
-    em.linear(x, w)
+    monkeypatch.setattr(fl, "ONEDNN_MIN_MACS", 10 ** 9)
+    fl.linear(x, w)
     assert not calls
-    if em._onednn_available():
-        monkeypatch.setattr(em, "ONEDNN_MIN_MACS", 0)
-        em.linear(x, w)
+    if fl.onednn_available():
+        monkeypatch.setattr(fl, "ONEDNN_MIN_MACS", 0)
+        fl.linear(x, w)
         assert calls
 
 
@@ -227,7 +229,7 @@ def test_unpad_without_token_types_and_with_dropout_trains():
 
 
 # ------------------------------------------------------------------ precision and optimizer
-def test_bf16_autocast_is_close_to_fp32_and_default_precision_is_valid():
+def test_bf16_autocast_is_close_to_fp32():
     m = _model().eval()
     ids, tt, am = _batch()
     real = am.bool()
@@ -238,9 +240,15 @@ def test_bf16_autocast_is_close_to_fp32_and_default_precision_is_valid():
     assert low.dtype == torch.float32 or low.dtype == torch.bfloat16
     err = (low.float()[real] - ref[real]).abs().max()
     assert 0 < err < 0.1  # bf16 rounding is visible but small after the LayerNorms
-    assert em.default_precision("cpu") in ("fp32", "bf16")
+
+
+def test_default_precision_is_bf16_only_with_native_bf16_units(monkeypatch):
+    for amx, avx512_bf16, expected in ((False, False, "fp32"), (True, False, "bf16"), (False, True, "bf16")):
+        monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: amx, raising=False)
+        monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: avx512_bf16, raising=False)
+        assert default_precision("cpu") == expected
     if not torch.cuda.is_available():
-        assert em.default_precision("cuda") == "fp32"
+        assert default_precision("cuda") == "fp32"
 
 
 def test_fused_adamw_step_equals_foreach_step():

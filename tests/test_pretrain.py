@@ -474,10 +474,10 @@ def test_torchrun_sigterm_stops_every_rank_with_a_checkpoint_then_resumes(env, t
 
 
 def test_precision_auto_follows_the_machine_and_bf16_trains_on_cpu(env, monkeypatch):
-    from engine.pretrain import resolve_precision
+    from engine.device import default_precision, resolve_precision
     cpu = torch.device("cpu")
     assert resolve_precision("fp32", cpu) == "fp32" and resolve_precision("bf16", cpu) == "bf16"
-    assert resolve_precision("auto", cpu) == engine.model.default_precision(cpu)
+    assert resolve_precision("auto", cpu) == default_precision(cpu)
     monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: False, raising=False)
     monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: False, raising=False)
     assert resolve_precision("auto", cpu) == "fp32"  # no native bf16: emulated bf16 would be slower

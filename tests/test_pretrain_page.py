@@ -115,6 +115,6 @@ def test_launch_form_validates_and_submits_a_job(runs_root, monkeypatch):
 
 
 def test_studio_precision_choices_are_the_engines():
-    from engine.model import PRECISIONS
+    from engine.device import PRECISIONS
     from studio.common import PRECISION_CHOICES
     assert PRECISION_CHOICES == PRECISIONS

@@ -52,7 +52,7 @@ def predict(model, items: list, lengths: list, collate: Callable, batch_size: in
             per_batch: Callable = None) -> list:
     """Run the model over `items` in length order, batched; returns one output per item in the items' order:
     the logits row by default, or what `per_batch(batch, logits)` returns per item (a list of B). Runs in the
-    caller's precision: wrap the call in `engine.model.amp(device, "bf16")` for bf16 autocast."""
+    caller's precision: wrap the call in `engine.device.amp(device, "bf16")` for bf16 autocast."""
     model.eval()
     out = [None] * len(items)
     for idx in length_batches(lengths, batch_size):

@@ -1,0 +1,60 @@
+"""Numeric precision and host-to-device copies, shared by pre-training, fine-tuning and the benchmark.
+
+The engine trains in fp32 or under bf16 autocast (fp32 weights, gradients and optimizer state, bf16 matrix
+multiplies). `--precision auto` picks bf16 where the hardware has native bf16 units (CUDA with bf16; CPUs with
+AVX512-BF16 or AMX), where it measured faster (BENCHMARKS.md), and fp32 elsewhere, where bf16 would be emulated.
+"""
+import torch
+
+from engine.errors import EngineError
+
+PRECISIONS = ("auto", "fp32", "bf16")  # the --precision choices
+
+
+def check_precision(precision: str) -> None:
+    if precision not in PRECISIONS:
+        raise EngineError(f"unknown --precision '{precision}'; choose one of {', '.join(PRECISIONS)}")
+
+
+def default_precision(device) -> str:
+    """"bf16" where bf16 autocast is the engine's default (CUDA with bf16 support; CPUs with native bf16
+    matrix units, AVX512-BF16 or AMX, where it measured faster), else "fp32"."""
+    device = torch.device(device)
+    if device.type == "cuda":
+        return "bf16" if torch.cuda.is_available() and torch.cuda.is_bf16_supported() else "fp32"
+    if device.type == "cpu":
+        cpu = getattr(torch, "cpu", None)
+        for probe in ("_is_amx_tile_supported", "_is_avx512_bf16_supported"):
+            try:
+                if getattr(cpu, probe)():
+                    return "bf16"
+            except Exception:
+                pass
+    return "fp32"
+
+
+def resolve_precision(precision: str, device: torch.device) -> str:
+    """"bf16" or "fp32": `auto` becomes `default_precision(device)`; bf16 on a GPU without bf16 is an error."""
+    device = torch.device(device)
+    check_precision(precision)
+    if precision == "auto":
+        return default_precision(device)
+    if precision == "bf16" and device.type == "cuda" and not torch.cuda.is_bf16_supported():
+        raise EngineError("--precision bf16 was asked for but this GPU has no bf16 support; use --precision fp32")
+    return precision
+
+
+def amp(device, precision: str):
+    """bf16 autocast on `device` when `precision` (resolved) is "bf16"; weights, gradients and optimizer stay
+    fp32. A disabled context otherwise."""
+    return torch.autocast(torch.device(device).type, dtype=torch.bfloat16, enabled=precision == "bf16")
+
+
+def to_device(t: torch.Tensor, device) -> torch.Tensor:
+    """Host batch tensor -> device. On CUDA through pinned (page-locked) memory, so the copy is truly
+    asynchronous: from pageable memory the host waits for the GPU's queued work before every step and the GPU
+    then idles while the next batch is prepared. The training loops have no per-step synchronisation, so batch
+    preparation overlaps the previous step's kernels."""
+    if torch.device(device).type == "cuda":
+        return t.pin_memory().to(device, non_blocking=True)
+    return t.to(device)
