@@ -1,6 +1,8 @@
 """Shared fixtures: offline settings, the ../shared/data folder, a tiny checkpoint with MLM+NSP heads, a tiny
-pre-training run with three checkpoints (`tiny_run`), and writers of fake run records for the study tests
-(`fake_runs`). The repository root is on sys.path through pytest.ini's `pythonpath = .`."""
+pre-training run with three checkpoints (`tiny_run`), writers of fake run records for the study tests
+(`fake_runs`) and readers of the plotly figures a page drew (`plotly`). The repository root is on sys.path
+through pytest.ini's `pythonpath = .`."""
+import base64
 import json
 import math
 import os
@@ -8,6 +10,7 @@ import random
 from pathlib import Path
 from types import SimpleNamespace
 
+import numpy as np
 import pytest
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -202,3 +205,30 @@ def fake_runs():
     """fake_runs.eval / .features / .pretrain write one fake run; .fill_table5 fills a pretraining-tasks study."""
     return SimpleNamespace(eval=fake_eval, features=fake_features, pretrain=fake_pretrain, fill_table5=fill_table5,
                            TABLE5=TABLE5)
+
+
+# --------------------------------------------------------------------------- plotly figures drawn by a page
+def _plotly_array(x):
+    """A plotly JSON array: a list, or a typed array {"dtype", "bdata", "shape"} (plotly 6+)."""
+    if isinstance(x, dict) and "bdata" in x:
+        a = np.frombuffer(base64.b64decode(x["bdata"]), dtype=np.dtype(x["dtype"]))
+        shape = x.get("shape")
+        if isinstance(shape, str):
+            shape = [int(s) for s in shape.split(",")]
+        return a.reshape(shape) if shape else a
+    return np.array(x, dtype=float)
+
+
+def _plotly_charts(at) -> dict:
+    return {c.proto.id: json.loads(c.proto.spec) for c in at.get("plotly_chart")}
+
+
+def _plotly_titled(at, prefix) -> list:
+    return [c for c in _plotly_charts(at).values() if c["layout"].get("title", {}).get("text", "").startswith(prefix)]
+
+
+@pytest.fixture(scope="session")
+def plotly():
+    """plotly.charts(at): {id: figure JSON} of an AppTest run; plotly.titled(at, prefix): the figures whose title
+    starts with prefix; plotly.array(x): a plotly JSON array as numpy."""
+    return SimpleNamespace(charts=_plotly_charts, titled=_plotly_titled, array=_plotly_array)

@@ -1,6 +1,5 @@
 """pages/6_Attention.py through AppTest: heatmaps equal the engine's maps, the offline head view, the model
 view grid, hiding [CLS]/[SEP], comparing two checkpoints, CSV export, and MiniLM's real weights."""
-import base64
 import json
 from pathlib import Path
 
@@ -30,34 +29,15 @@ def _app(root, **state):
     return at.run()
 
 
-def _arr(x):
-    """A plotly JSON array: a list, or a typed array {"dtype", "bdata", "shape"} (plotly 6+)."""
-    if isinstance(x, dict) and "bdata" in x:
-        a = np.frombuffer(base64.b64decode(x["bdata"]), dtype=np.dtype(x["dtype"]))
-        shape = x.get("shape")
-        if isinstance(shape, str):
-            shape = [int(s) for s in shape.split(",")]
-        return a.reshape(shape) if shape else a
-    return np.array(x, dtype=float)
-
-
-def _charts(at):
-    return {c.proto.id: json.loads(c.proto.spec) for c in at.get("plotly_chart")}
-
-
-def _by_title(at, prefix):
-    return [c for c in _charts(at).values() if c["layout"].get("title", {}).get("text", "").startswith(prefix)]
-
-
-def test_tiny_checkpoint_heatmaps_head_view_model_view_and_compare(tiny_run, ck):
+def test_tiny_checkpoint_heatmaps_head_view_model_view_and_compare(tiny_run, ck, plotly):
     at = _app(tiny_run.parent, att_model=ck)
     assert not at.exception and not at.error
     bundle = engine.load(ck)
     tokens, att = probes.attention(bundle, A, B)
     T = len(tokens)
     # the heatmap of layer 1 head 1 holds the engine's map
-    heat = _by_title(at, "Layer 1, head 1")[0]
-    assert np.allclose(_arr(heat["data"][0]["z"]), att[0, 0], atol=1e-4)
+    heat = plotly.titled(at, "Layer 1, head 1")[0]
+    assert np.allclose(plotly.array(heat["data"][0]["z"]), att[0, 0], atol=1e-4)
     assert heat["data"][0]["x"][0] == "0 [CLS]" and len(heat["data"][0]["y"]) == T
     # every figure keeps the modebar and a PNG download button
     for c in at.get("plotly_chart"):
@@ -71,14 +51,14 @@ def test_tiny_checkpoint_heatmaps_head_view_model_view_and_compare(tiny_run, ck)
     assert payload["tokens"] == list(tokens) and payload["layers"] == [1, 2] and payload["heads"] == [1, 2]
     assert payload["w"][1][0] == np.rint(att[1, 0] * 1000).astype(int).ravel().tolist()
     # model view: layers x heads panels
-    mv = _by_title(at, "Model view")[0]
+    mv = plotly.titled(at, "Model view")[0]
     assert len(mv["data"]) == 4 and all(d["type"] == "heatmap" for d in mv["data"])
     # compare tab: defaults to another checkpoint of the same run
     assert at.selectbox(key=f"att_cmp_model_{ck}").value != ck
     other = engine.load(at.selectbox(key=f"att_cmp_model_{ck}").value)
     r = probes.compare_attention(bundle, other, A, B)
-    diff = _by_title(at, "tiny-run/step-")[0]
-    assert np.allclose(_arr(diff["data"][0]["z"]), r["diff"], atol=1e-5)
+    diff = plotly.titled(at, "tiny-run/step-")[0]
+    assert np.allclose(plotly.array(diff["data"][0]["z"]), r["diff"], atol=1e-5)
     top = at.dataframe[0].value
     assert list(zip(top["layer"], top["head"])) == [(l, h) for l, h, _ in r["top"]]
     # CSV downloads are offered
@@ -86,32 +66,32 @@ def test_tiny_checkpoint_heatmaps_head_view_model_view_and_compare(tiny_run, ck)
     assert "Download this map as CSV" in labels and "Download selected layers/heads as CSV" in labels
 
 
-def test_hide_special_and_select_layers_heads(tiny_run, ck):
+def test_hide_special_and_select_layers_heads(tiny_run, ck, plotly):
     at = _app(tiny_run.parent, att_model=ck)
     at.checkbox(key="att_hide").check().run()
     at.multiselect(key="att_layers_2").set_value([1]).run()
     at.multiselect(key="att_heads_2").set_value([0]).run()
     assert not at.exception and not at.error
     tokens, _ = probes.attention(engine.load(ck), A, B)
-    heat = _by_title(at, "Layer 2, head 1")[0]
-    z = _arr(heat["data"][0]["z"])
+    heat = plotly.titled(at, "Layer 2, head 1")[0]
+    z = plotly.array(heat["data"][0]["z"])
     assert z.shape == (len(tokens) - 3, len(tokens) - 3)  # [CLS] and two [SEP] dropped
     assert np.allclose(z.sum(-1), 1.0, atol=1e-3) and not any("[SEP]" in x for x in heat["data"][0]["x"])
-    mv = _by_title(at, "Model view")[0]
+    mv = plotly.titled(at, "Model view")[0]
     assert len(mv["data"]) == 1
     html = at.get("iframe")[0].proto.srcdoc
     payload = json.loads(html.split("const D = ", 1)[1].split(";\n", 1)[0].replace("<\\/", "</"))
     assert payload["layers"] == [2] and payload["heads"] == [1] and "[CLS]" not in payload["tokens"]
 
 
-def test_minilm_real_weights(tiny_run, tiny_run_steps):
+def test_minilm_real_weights(tiny_run, tiny_run_steps, plotly):
     at = _app(tiny_run.parent)  # MiniLM is the default model
     assert not at.exception and not at.error
     bundle = engine.load("minilm")
     tokens, att = probes.attention(bundle, A, B)
-    heat = _by_title(at, "Layer 6, head 1")[0]  # default: the last layer, all 12 heads
-    assert np.allclose(_arr(heat["data"][0]["z"]), att[5, 0], atol=1e-4)
-    mv = _by_title(at, "Model view")[0]
+    heat = plotly.titled(at, "Layer 6, head 1")[0]  # default: the last layer, all 12 heads
+    assert np.allclose(plotly.array(heat["data"][0]["z"]), att[5, 0], atol=1e-4)
+    mv = plotly.titled(at, "Model view")[0]
     assert len(mv["data"]) == 12
     html = at.get("iframe")[0].proto.srcdoc
     assert 'id="bs-head-view"' in html and "http" not in html

@@ -112,9 +112,8 @@ def test_score_probe_set_button(tiny_run, ck):
     assert len(items) == expect["cloze_n"] + expect["nsp_n"]
 
 
-def test_mask_and_watch_predictions_and_attention_follow_the_clicks(tiny_run, ck):
+def test_mask_and_watch_predictions_and_attention_follow_the_clicks(tiny_run, ck, plotly):
     import numpy as np
-    from test_pages_attention import _arr
     at = _app(tiny_run.parent, probe_model=ck)
     assert not at.exception and not at.error
     bundle = engine.load(ck)
@@ -124,7 +123,7 @@ def test_mask_and_watch_predictions_and_attention_follow_the_clicks(tiny_run, ck
     assert f"`{preds[0][0][0]}` {preds[0][0][1]:.3f}" in line
     tokens, att = probes.attention(bundle, text)
     fig = [c for c in _charts(at) if c["layout"]["title"]["text"].startswith("Where 3 [MASK] looks")][0]
-    np.testing.assert_allclose(_arr(fig["data"][0]["z"]), att[:, :, 3, :].mean(axis=1), atol=1e-4)
+    np.testing.assert_allclose(plotly.array(fig["data"][0]["z"]), att[:, :, 3, :].mean(axis=1), atol=1e-4)
     # click "taxes" too: two masks, two prediction lines, the watched one can be switched
     pills = at.pills[0]
     assert pills.label == "Click WordPieces to mask them"
@@ -137,9 +136,9 @@ def test_mask_and_watch_predictions_and_attention_follow_the_clicks(tiny_run, ck
     at.selectbox(key="probe_watch_which").set_value(9).run()
     _, att2 = probes.attention(bundle, text2)
     fig = [c for c in _charts(at) if c["layout"]["title"]["text"].startswith("Where 9 [MASK] looks")][0]
-    np.testing.assert_allclose(_arr(fig["data"][0]["z"]), att2[:, :, 9, :].mean(axis=1), atol=1e-4)
+    np.testing.assert_allclose(plotly.array(fig["data"][0]["z"]), att2[:, :, 9, :].mean(axis=1), atol=1e-4)
     heads = [c for c in _charts(at) if c["layout"]["title"]["text"].startswith("Layer 2: where 9 [MASK]")][0]
-    np.testing.assert_allclose(_arr(heads["data"][0]["z"]), att2[1, :, 9, :], atol=1e-4)
+    np.testing.assert_allclose(plotly.array(heads["data"][0]["z"]), att2[1, :, 9, :], atol=1e-4)
 
 
 def test_probe_set_scores_come_with_chance_unigram_baseline_and_a_reading(tiny_run, ck):
