@@ -1,7 +1,6 @@
 """studio.compare: finding runs (top level and a study's), debiased EMA, the seed band, the settings that differ,
 and the page through AppTest (the chart's numbers, the table, the CSV)."""
 import json
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -9,9 +8,6 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from studio import compare as C
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from test_pages_attention import _arr  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -73,7 +69,7 @@ def test_differing_settings_keeps_only_what_differs(root):
     assert df["objective"].tolist() == ["mlm+nsp", "mlm+nsp", "mlm"]
 
 
-def test_compare_page_draws_smoothed_curves_group_bands_settings_and_csv(root):
+def test_compare_page_draws_smoothed_curves_group_bands_settings_and_csv(root, plotly):
     at = AppTest.from_file(str(REPO / "pages" / "9_Compare.py"), default_timeout=60)
     at.session_state["runs_root"] = str(root)
     at.session_state["compare_runs"] = ["bert-s0", "bert-s1", "nonsp"]
@@ -84,22 +80,22 @@ def test_compare_page_draws_smoothed_curves_group_bands_settings_and_csv(root):
     at.slider(key="compare_smooth").set_value(0.5).run()
     fig = json.loads(at.get("plotly_chart")[0].proto.spec)
     traces = {t["name"]: t for t in fig["data"]}
-    np.testing.assert_allclose(_arr(traces["bert-s1"]["y"]), C.ema([18.0, 16.0, 14.0, 12.0], 0.5))
-    np.testing.assert_allclose(_arr(traces["bert-s1 (raw)"]["y"]), [18.0, 16.0, 14.0, 12.0])
-    assert traces["bert-s1 (raw)"]["opacity"] == 0.25 and list(_arr(traces["nonsp"]["x"])) == [2, 4, 6]
+    np.testing.assert_allclose(plotly.array(traces["bert-s1"]["y"]), C.ema([18.0, 16.0, 14.0, 12.0], 0.5))
+    np.testing.assert_allclose(plotly.array(traces["bert-s1 (raw)"]["y"]), [18.0, 16.0, 14.0, 12.0])
+    assert traces["bert-s1 (raw)"]["opacity"] == 0.25 and list(plotly.array(traces["nonsp"]["x"])) == [2, 4, 6]
     # tokens seen on the x axis
     at.radio(key="compare_x").set_value("tokens").run()
     fig = json.loads(at.get("plotly_chart")[0].proto.spec)
-    assert list(_arr({t["name"]: t for t in fig["data"]}["nonsp"]["x"])) == [200, 400, 600]
+    assert list(plotly.array({t["name"]: t for t in fig["data"]}["nonsp"]["x"])) == [200, 400, 600]
     assert fig["layout"]["xaxis"]["title"]["text"] == "tokens seen"
     # grouped, no smoothing: the mean of the two seeds and the band between them
     at.checkbox(key="compare_group").check().run()
     at.slider(key="compare_smooth").set_value(0.0).run()
     fig = json.loads(at.get("plotly_chart")[0].proto.spec)
     mean = {t["name"]: t for t in fig["data"]}["bert (mean of 2)"]
-    np.testing.assert_allclose(_arr(mean["y"]), [13.5, 12.0, 10.5, 9.0])  # (9 + 18) / 2, ...
+    np.testing.assert_allclose(plotly.array(mean["y"]), [13.5, 12.0, 10.5, 9.0])  # (9 + 18) / 2, ...
     band = {t["name"]: t for t in fig["data"]}["bert (seed band)"]
-    np.testing.assert_allclose(_arr(band["y"]), [18, 16, 14, 12, 6, 7, 8, 9])
+    np.testing.assert_allclose(plotly.array(band["y"]), [18, 16, 14, 12, 6, 7, 8, 9])
     # only the differing settings, and one CSV of every selected run
     table = at.dataframe[0].value
     assert list(table.columns) == ["run", "kind", "objective", "seed"]
