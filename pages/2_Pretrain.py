@@ -13,7 +13,7 @@ from pathlib import Path
 
 import streamlit as st
 
-from studio.common import guard, precision_select, runs_root
+from studio.common import chart_config, follow_queued_run, guard, precision_select, runs_root
 
 REFRESH_SECONDS = 2.0
 OBJECTIVES = {"mlm+nsp": "MLM + NSP (BERT)", "mlm": "MLM only (No NSP)", "ltr": "Left-to-right LM (LTR & No NSP)"}
@@ -38,21 +38,21 @@ def _save_upload(upload, root: Path) -> Path:
     return path
 
 
-def _launch(argv: list, name: str, run_dir: Path, root: Path) -> str:
-    """Start the run through the job queue; without studio.jobs, as a detached process."""
+def _launch(argv: list, name: str, run_dir: Path, root: Path) -> tuple:
+    """Start the run through the job queue; without studio.jobs, as a detached process. Returns (how, job id)."""
     try:
         from studio import jobs
     except ImportError:
         jobs = None
     if jobs is not None:
         job = jobs.submit(argv, name=name, run_dir=str(run_dir), root=str(root))
-        return f"job {job['id']} {job['status']}"
+        return f"job {job['id']} {job['status']}", job["id"]
     run_dir.mkdir(parents=True, exist_ok=True)
     with open(run_dir / "job.log", "ab") as log:
         subprocess.Popen([sys.executable, "-m", "engine", *argv], stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                          start_new_session=True, cwd=Path(__file__).resolve().parents[1],
                          env=dict(os.environ, BERT_STUDIO_RUNS=str(root)))
-    return "started as a detached process"
+    return "started as a detached process", None
 
 
 def launch_form(root: Path) -> None:
@@ -135,18 +135,20 @@ def launch_form(root: Path) -> None:
                              vocab_size=int(vocab), preset=preset, precision=precision, out=str(run_dir),
                              **({"layers": int(layers), "hidden": int(hidden), "heads": int(heads)} if size_mode != "preset" else {}))
         validate(cfg)  # the form's mistakes show here, not in a failed job
-        how = _launch(argv, run_name, run_dir, root)
-        st.session_state["pretrain_selected"] = run_name
+        how, job_id = _launch(argv, run_name, run_dir, root)
+        # follow it below at once: "queued" until its job writes the run, then the picker moves to it
+        st.session_state["pretrain_show"], st.session_state["pretrain_show_job"] = run_name, job_id
         st.success(f"Launched **{run_name}** ({how}); follow it below.")
 
 
 # ------------------------------------------------------------------------------------------------- runs
-def runs_table(root: Path) -> list:
+def runs_table(root: Path, pending: bool = False) -> list:
     from engine import runs
 
     rows = [r for r in runs.list_runs(root) if r.get("kind") == "pretrain"]
     if not rows:
-        st.info(f"No pre-training runs in {root} yet; launch one above.")
+        if not pending:  # a run just launched is shown as queued below instead
+            st.info(f"No pre-training runs in {root} yet; launch one above.")
         return rows
     import pandas as pd
 
@@ -162,15 +164,39 @@ def runs_table(root: Path) -> list:
     return rows
 
 
-def _series(recs: list, key: str):
-    pts = [(r["step"], r[key]) for r in recs if isinstance(r.get(key), (int, float))]
+X_AXES = {"step": "step", "tokens": "tokens seen", "elapsed": "training time (s)"}  # fields of the train records
+
+
+def _series(recs: list, key: str, x: str = "step", x_at_step: dict = None):
+    """(xs, ys) of `key`; x from the record, or from `x_at_step` (held-out records carry no training time)."""
+    pts = []
+    for r in recs:
+        xv = r.get(x) if r.get(x) is not None else (x_at_step or {}).get(r.get("step"))
+        if isinstance(r.get(key), (int, float)) and xv is not None:
+            pts.append((xv, r[key]))
     return [p[0] for p in pts], [p[1] for p in pts]
 
 
-def curves(train: list, evals: list, objective: str) -> list:
-    """(title, plotly figure) for the token objective, NSP (mlm+nsp), learning rate and throughput."""
+def curves(train: list, evals: list, objective: str, x: str = "step", smoothing: float = 0.0) -> list:
+    """(title, plotly figure) for the token objective, NSP (mlm+nsp), learning rate and throughput, against
+    `x` (step, tokens or elapsed). With `smoothing` > 0 each training curve is drawn faint with its debiased
+    EMA (studio.compare.ema, as TensorBoard) on top; held-out points are few and stay raw."""
     import plotly.graph_objects as go
     from plotly.subplots import make_subplots
+
+    from studio.compare import ema
+
+    at_step = {r["step"]: r.get(x) for r in train if r.get(x) is not None}
+    x_title = X_AXES.get(x, x)
+
+    def train_traces(fig, key, name, colour, **where):
+        xs, ys = _series(train, key, x, at_step)
+        faint = smoothing > 0
+        fig.add_trace(go.Scatter(x=xs, y=ys, mode="lines", name=name, line=dict(color=colour, width=1),
+                                 opacity=0.3 if faint else 1.0), **where)
+        if faint and ys:
+            fig.add_trace(go.Scatter(x=xs, y=ema(ys, smoothing).tolist(), mode="lines", name=f"{name} (smoothed)",
+                                     line=dict(color=colour, width=2)), **where)
 
     tok = "lm" if objective == "ltr" else "mlm"
     tok_name = "next-token" if objective == "ltr" else "MLM"
@@ -179,20 +205,19 @@ def curves(train: list, evals: list, objective: str) -> list:
     for key, label in groups:
         fig = make_subplots(rows=1, cols=2, subplot_titles=(f"{label} loss", f"{label} accuracy"))
         for col, what in ((1, "loss"), (2, "acc")):
-            x, y = _series(train, f"{key}_{what}")
-            fig.add_trace(go.Scatter(x=x, y=y, mode="lines", name=f"train {what}", line=dict(color="#1f77b4")), row=1, col=col)
-            x, y = _series(evals, f"eval_{key}_{what}")
-            fig.add_trace(go.Scatter(x=x, y=y, mode="lines+markers", name=f"held-out {what}", line=dict(color="#d62728")), row=1, col=col)
-        fig.update_xaxes(title_text="step")
+            train_traces(fig, f"{key}_{what}", f"train {what}", "#1f77b4", row=1, col=col)
+            xs, ys = _series(evals, f"eval_{key}_{what}", x, at_step)
+            fig.add_trace(go.Scatter(x=xs, y=ys, mode="lines+markers", name=f"held-out {what}", line=dict(color="#d62728")), row=1, col=col)
+        fig.update_xaxes(title_text=x_title)
         fig.update_layout(height=300, margin=dict(l=10, r=10, t=40, b=10), showlegend=True)
         figs.append((f"{label}", fig))
-    x, y = _series(train, "lr")
-    fig = go.Figure(go.Scatter(x=x, y=y, mode="lines", name="learning rate"))
-    fig.update_layout(title="Learning rate", height=260, margin=dict(l=10, r=10, t=40, b=10), xaxis_title="step")
+    xs, ys = _series(train, "lr", x, at_step)
+    fig = go.Figure(go.Scatter(x=xs, y=ys, mode="lines", name="learning rate"))
+    fig.update_layout(title="Learning rate", height=260, margin=dict(l=10, r=10, t=40, b=10), xaxis_title=x_title)
     figs.append(("Learning rate", fig))
-    x, y = _series(train, "tokens_per_s")
-    fig = go.Figure(go.Scatter(x=x, y=y, mode="lines", name="tokens/s"))
-    fig.update_layout(title="Throughput (tokens/s)", height=260, margin=dict(l=10, r=10, t=40, b=10), xaxis_title="step")
+    fig = go.Figure()
+    train_traces(fig, "tokens_per_s", "tokens/s", "#1f77b4")
+    fig.update_layout(title="Throughput (tokens/s)", height=260, margin=dict(l=10, r=10, t=40, b=10), xaxis_title=x_title)
     figs.append(("Throughput", fig))
     return figs
 
@@ -258,14 +283,18 @@ def run_view(run_dir: Path, root: Path) -> str:
     if status in ("cancelled", "dead", "failed") and b2.button("Resume", key=f"resume-{run_dir.name}",
                                                                help=f"Continue from {where} with the run's own settings"):
         with guard("resuming"):
-            how = _launch(["pretrain", "--out", str(run_dir), "--resume", "--quiet"], run_dir.name, run_dir, root)
+            how, _ = _launch(["pretrain", "--out", str(run_dir), "--resume", "--quiet"], run_dir.name, run_dir, root)
             st.toast(f"Resuming {run_dir.name} from {where} ({how})")
 
     if not train and not evals:
         st.caption("No metrics yet (the corpus, tokenizer and data are being prepared).")
         return status
-    for title, fig in curves(train, evals, objective):
-        st.plotly_chart(fig, width="stretch", key=f"chart-{title}")
+    c1, c2 = st.columns(2)
+    x = c1.radio("x axis", list(X_AXES), format_func=X_AXES.get, horizontal=True, key="pretrain_x")
+    smoothing = c2.slider("Smoothing", 0.0, 0.99, 0.6, 0.01, key="pretrain_smooth",
+                          help="debiased exponential moving average of the training curves (as TensorBoard); 0 = raw")
+    for title, fig in curves(train, evals, objective, x, smoothing):
+        st.plotly_chart(fig, width="stretch", key=f"chart-{title}", config=chart_config(f"pretrain-{title.lower().replace(' ', '-')}"))
     return status
 
 
@@ -280,11 +309,16 @@ with guard("the launch form"):
 st.subheader("Runs")
 rows = []
 with guard("listing runs"):
-    rows = runs_table(root)
+    rows = runs_table(root, pending=bool(st.session_state.get("pretrain_show")))
+follow_queued_run(root, "pretrain", [r["name"] for r in rows])  # a run just launched: queued, then picked once listed
 if rows:
     names = [r["name"] for r in rows]
-    wanted = st.session_state.get("pretrain_selected")
-    choice = st.selectbox("Run", names, index=names.index(wanted) if wanted in names else 0, key="pretrain_run")
+    picked = st.session_state.pop("pretrain_pick", None)
+    if picked in names:
+        st.session_state["pretrain_run"] = picked
+    elif st.session_state.get("pretrain_run") not in names:
+        st.session_state.pop("pretrain_run", None)
+    choice = st.selectbox("Run", names, key="pretrain_run")
     sel = next(r for r in rows if r["name"] == choice)
     alive = sel["effective_status"] == "running"
 
