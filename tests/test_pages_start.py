@@ -76,10 +76,10 @@ def test_steps_check_off_from_the_runs_folder_and_session(tmp_path):
 def test_running_pretraining_shows_progress(tmp_path):
     root = tmp_path / "runs"
     run = _pretrain(root, "first-bert", "running", step=400)
-    import os
-    write_run_json(run, pid=os.getpid())  # alive: this process
-    steps = start.guided_steps(root, {})
-    assert not steps[1].done and steps[1].status.startswith("running: first-bert")
+    from engine.runs import RunLock
+    with RunLock(run):  # alive: this process writes it
+        steps = start.guided_steps(root, {})
+    assert not steps[1].done and steps[1].status == "running: first-bert, step 400 / 2000"
 
 
 def test_paper_tables_have_every_row_of_the_paper():
