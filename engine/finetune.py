@@ -283,7 +283,8 @@ def finetune(cfg: FinetuneConfig, progress: Callable = None, progress_bar: bool 
         task = load_task(cfg)
         data = prepare(task, tok, cfg, max_len)
         if progress_bar:  # the CLI: say what the files were read as before any training
-            print("\n".join(describe_lines(data.info["parsed"])), file=sys.stderr, flush=True)
+            notes = [f"note: {data.info['tau']}"] if data.info.get("tau") else []  # SQuAD v2.0: where tau comes from
+            print("\n".join(describe_lines(data.info["parsed"]) + notes), file=sys.stderr, flush=True)
         steps = [math.ceil(len(data.train) / t["batch_size"]) * t["epochs"] for t in grid]
         total_steps = sum(steps)
         run.set(total_steps=total_steps, n_trials=len(grid))

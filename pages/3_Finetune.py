@@ -296,6 +296,10 @@ with tab_runs:
             if ev.get("threshold_curve"):
                 curve = [(c["tau"], c["exact"], c["f1"]) for c in ev["threshold_curve"]]
                 st.plotly_chart(F.threshold_curve(curve, (ev.get("dev") or {}).get("tau")), key="ft_tau_fig")
+                dev = ev.get("dev") or {}
+                if "has_ans_f1" in dev:
+                    st.caption(f"At the chosen tau: answerable F1 {100 * dev['has_ans_f1']:.1f}, unanswerable F1 "
+                               f"{100 * dev.get('no_ans_f1', 0):.1f}. " + ((ev.get("data") or {}).get("tau") or ""))
             if not trials and not records:
                 st.caption("No metrics yet: the run is queued or loading.")
 

@@ -185,6 +185,8 @@ def test_every_task_kind_runs_end_to_end(synth, tmp_path, task, files, metric):
         assert len(curve) >= 2 and ev["dev"]["f1"] == pytest.approx(max(c["f1"] for c in curve))
         assert "tau" in ev["dev"] and "f1_tau0" in ev["dev"]
         assert ev["dev"]["f1"] >= ev["dev"]["f1_tau0"] - 1e-9  # the swept tau is at least as good as tau = 0
+        assert "has_ans_f1" in ev["dev"] and "no_ans_f1_tau0" in ev["dev"]  # the breakdown at the chosen tau and at 0
+        assert "chosen on the dev set" in ev["data"]["tau"]
 
 
 def test_a_registered_builtin_task_finetunes_through_the_same_path(synth, tmp_path, monkeypatch):

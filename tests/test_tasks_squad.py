@@ -175,6 +175,19 @@ def test_best_threshold_hand_made():
     assert answers(preds) == {"q1": "cat", "q2": "dog", "q3": "fish"}  # v1.1: no threshold
 
 
+def test_v2_breakdown_is_at_the_chosen_tau_and_says_where_tau_came_from():
+    """Issue 18: the answerable / unanswerable breakdown was at tau 0 next to F1 at the swept tau."""
+    from engine.tasks.squad import TAU_NOTE, threshold_report
+    ex = [SquadExample("q1", "", "", [("cat", 0)]), SquadExample("q2", "", "", [], True), SquadExample("q3", "", "", [], True)]
+    preds = [SquadPrediction("q1", "cat", 5.0, 1.0), SquadPrediction("q2", "dog", 3.0, 1.0), SquadPrediction("q3", "owl", 2.0, 1.0)]
+    r = threshold_report(ex, preds)  # diffs 4, 2, 1: the best tau (2) keeps "cat" and answers "" to both others
+    assert r["tau"] == 2.0 and r["f1"] == pytest.approx(1.0)
+    assert (r["has_ans_f1"], r["no_ans_f1"], r["has_ans_total"], r["no_ans_total"]) == (1.0, 1.0, 1, 2)
+    assert r["f1"] == pytest.approx((r["has_ans_f1"] * r["has_ans_total"] + r["no_ans_f1"] * r["no_ans_total"]) / 3)
+    assert (r["f1_tau0"], r["no_ans_f1_tau0"], r["has_ans_f1_tau0"]) == (pytest.approx(1 / 3), 0.0, 1.0)
+    assert "chosen on the dev set the scores are reported on" in TAU_NOTE
+
+
 # ---------------------------------------------------------------- the shared SQuAD v1.1 dev file
 @pytest.mark.skipif(not (DATA / "squad_v1.1" / "dev-v1.1.json").is_file(), reason="../shared/data/squad_v1.1 is absent")
 def test_shared_squad_parses_and_oracle_decodes(tok):
