@@ -3,23 +3,60 @@
 The notebook API (see README and ../shared/design.md): BertConfig, load_corpus, train_tokenizer, Tokenizer,
 load, save, mask_tokens, fill_mask, next_sentence, attention, extract_features, pretrain, finetune; the attention
 analyses attention_rollout, head_statistics, head_importance, value_weighted_attention, word_level (engine/analysis.py).
+
+`import engine` is cheap: each name below is imported from its module on first use (PEP 562), so the torch-free
+modules (engine.jobs, engine.runs, engine.procs, engine.fileio, engine.errors) load without torch; the job
+queue's runner starts in milliseconds because of it.
 """
-from engine.errors import EngineError
-from engine.config import BertConfig, PRESETS
-from engine.tokenizer import Tokenizer, train_tokenizer
-from engine.corpora import Corpus, load_corpus, load_bbc_labeled
-from engine.model import BertForPreTraining, BertModel, BertOutput
-from engine.checkpoint import Bundle, load, save
-from engine.pretraining_data import (
-    OBJECTIVES, PretrainingCache, PretrainingData, build_pretraining_data, fixed_eval_masking, mask_batch, mask_tokens,
-    open_pretraining_data,
-)
-from engine.probes import attention, compare_attention, fill_mask, next_sentence, probe_set_accuracy
-from engine.features import extract_features
-# the run entry points; as attributes of `engine` these names are the functions (the modules stay importable as
-# `engine.pretrain` / `engine.finetune` through `from engine.pretrain import ...`)
-from engine.pretrain import PretrainConfig, pretrain
-from engine.finetune import FinetuneConfig, finetune
-from engine.analysis import (
-    attention_rollout, head_importance, head_statistics, value_weighted_attention, word_level,
-)
+import importlib
+import sys
+import types
+
+_NAMES = {  # public name -> the module that defines it
+    "EngineError": "engine.errors",
+    "BertConfig": "engine.config", "PRESETS": "engine.config",
+    "Tokenizer": "engine.tokenizer", "train_tokenizer": "engine.tokenizer",
+    "Corpus": "engine.corpora", "load_corpus": "engine.corpora", "load_bbc_labeled": "engine.corpora",
+    "BertForPreTraining": "engine.model", "BertModel": "engine.model", "BertOutput": "engine.model",
+    "Bundle": "engine.checkpoint", "load": "engine.checkpoint", "save": "engine.checkpoint",
+    "OBJECTIVES": "engine.pretraining_data", "PretrainingCache": "engine.pretraining_data",
+    "PretrainingData": "engine.pretraining_data", "build_pretraining_data": "engine.pretraining_data",
+    "fixed_eval_masking": "engine.pretraining_data", "mask_batch": "engine.pretraining_data",
+    "mask_tokens": "engine.pretraining_data", "open_pretraining_data": "engine.pretraining_data",
+    "attention": "engine.probes", "compare_attention": "engine.probes", "fill_mask": "engine.probes",
+    "next_sentence": "engine.probes", "probe_set_accuracy": "engine.probes",
+    "extract_features": "engine.features",
+    "PretrainConfig": "engine.pretrain", "pretrain": "engine.pretrain",
+    "FinetuneConfig": "engine.finetune", "finetune": "engine.finetune",
+    "attention_rollout": "engine.analysis", "head_importance": "engine.analysis", "head_statistics": "engine.analysis",
+    "value_weighted_attention": "engine.analysis", "word_level": "engine.analysis",
+}
+__all__ = list(_NAMES)
+
+
+def __getattr__(name):
+    if name not in _NAMES:
+        raise AttributeError(f"module 'engine' has no attribute '{name}'")
+    value = getattr(importlib.import_module(_NAMES[name]), name)
+    globals()[name] = value  # later lookups find it directly
+    return value
+
+
+def __dir__():
+    return sorted(set(globals()) | set(__all__))
+
+
+class _Engine(types.ModuleType):
+    """`engine.pretrain` and `engine.finetune` are the run entry points (functions), not their modules.
+
+    Importing a submodule sets it as an attribute of its package (`engine.pretrain = <module>`); for these two
+    names the package keeps the function of that module instead. The modules stay importable by name
+    (`from engine.pretrain import main`, `importlib.import_module("engine.pretrain")`)."""
+
+    def __setattr__(self, name, value):
+        if name in ("pretrain", "finetune") and isinstance(value, types.ModuleType):
+            value = getattr(value, name)
+        super().__setattr__(name, value)
+
+
+sys.modules[__name__].__class__ = _Engine

@@ -32,6 +32,7 @@ from pathlib import Path
 
 from engine.errors import EngineError
 from engine.fileio import atomic_publish_dir, atomic_write_json, atomic_write_text
+from engine.procs import pid_alive, proc_start_time
 from engine.records import EVAL_JSON, METRICS, RUN_JSON  # noqa: F401 (the file names, defined in engine.records)
 
 LOCK_FILE = "run.lock"
@@ -114,79 +115,6 @@ def create_run_dir(root, name) -> Path:
     except OSError as e:
         raise EngineError(f"could not create run folder {path}: {e.strerror or e}; check the runs folder and its permissions") from e
     return path
-
-
-# ---------------------------------------------------------------------------------------------------------
-# processes
-
-def _proc_stat(pid: int):
-    """(state, pgrp, starttime) from /proc/<pid>/stat, or None when there is no such process or no /proc."""
-    try:
-        with open(f"/proc/{int(pid)}/stat", "rb") as f:
-            data = f.read().decode("ascii", "replace")
-    except OSError:
-        return None
-    rest = data[data.rfind(")") + 2:].split()  # fields after "pid (comm)": state ppid pgrp ...
-    try:
-        return rest[0], int(rest[2]), int(rest[19])
-    except (IndexError, ValueError):
-        return None
-
-
-def proc_start_time(pid) -> int | None:
-    """The kernel's start time of `pid` (clock ticks since boot); with the pid it identifies a process uniquely."""
-    st = _proc_stat(pid)
-    return st[2] if st else None
-
-
-def pid_alive(pid, start_time=None) -> bool:
-    """True if process `pid` exists and is not a zombie (and, given `start_time`, is that same process)."""
-    try:
-        pid = int(pid)
-    except (TypeError, ValueError):
-        return False
-    if pid <= 0:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        pass  # exists, owned by someone else
-    except OSError:
-        return False
-    st = _proc_stat(pid)
-    if st is None:
-        return not os.path.isdir("/proc/self")  # no /proc: trust kill(0); /proc but no entry: just exited
-    if st[0] in ("Z", "X"):
-        return False
-    if start_time is not None and st[2] != start_time:
-        return False  # the pid was reused
-    return True
-
-
-def group_alive(pgid) -> bool:
-    """True if any live (non-zombie) process is in process group `pgid`."""
-    try:
-        pgid = int(pgid)
-    except (TypeError, ValueError):
-        return False
-    if pgid <= 1:
-        return False
-    if os.path.isdir("/proc/self"):
-        for entry in os.listdir("/proc"):
-            if entry.isdigit():
-                st = _proc_stat(int(entry))
-                if st and st[1] == pgid and st[0] not in ("Z", "X"):
-                    return True
-        return False
-    try:
-        os.killpg(pgid, 0)
-        return True
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
 
 
 # ---------------------------------------------------------------------------------------------------------

@@ -1,7 +1,7 @@
 """Pre-train: launch a pre-training run as its own process, follow its curves live, cancel or resume it.
 
 Thin: the form builds the `python -m engine pretrain ...` flags and hands them to the job launcher
-(studio.jobs), so a page reload or a closed tab loses nothing; the run list and the curves are read from the
+(engine.jobs), so a page reload or a closed tab loses nothing; the run list and the curves are read from the
 run folders (engine.runs) and refreshed with `st.fragment(run_every=...)` while a run is alive.
 """
 import os
@@ -39,9 +39,9 @@ def _save_upload(upload, root: Path) -> Path:
 
 
 def _launch(argv: list, name: str, run_dir: Path, root: Path) -> tuple:
-    """Start the run through the job queue; without studio.jobs, as a detached process. Returns (how, job id)."""
+    """Start the run through the job queue; without engine.jobs, as a detached process. Returns (how, job id)."""
     try:
-        from studio import jobs
+        from engine import jobs
     except ImportError:
         jobs = None
     if jobs is not None:
@@ -226,7 +226,7 @@ def _cancel(run_dir: Path, info: dict, root: Path) -> str:
     from engine import runs
 
     try:
-        from studio import jobs
+        from engine import jobs
         for job in jobs.refresh(root=str(root)):
             if job.get("status") == "running" and job.get("run_dir") and Path(job["run_dir"]).resolve() == run_dir.resolve():
                 jobs.cancel(job["id"], root=str(root))

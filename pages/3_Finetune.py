@@ -17,7 +17,7 @@ from engine.errors import EngineError
 from engine.fileio import atomic_write_bytes, atomic_write_json
 from engine.tasks.registry import BUILTINS, FORMATS
 from studio import ablation_figures as F
-from studio import jobs as Q
+from engine import jobs as Q
 from studio.common import follow_queued_run, guard, model_picker, precision_select, resume_button, runs_root
 
 MAX_UPLOAD_MB = 50  # also .streamlit/config.toml's server.maxUploadSize

@@ -17,7 +17,7 @@ from engine import runs as R
 from engine.errors import EngineError
 from engine.tasks.registry import BUILTINS, feature_task_names
 from studio import ablation_figures as F
-from studio import jobs as Q
+from engine import jobs as Q
 from studio.common import _mtime_key, follow_queued_run, guard, load_bundle, model_picker, resume_button, runs_root
 
 COMBINES = {"concat": "concatenate the chosen layers (D = K·H; the paper's best)",

@@ -5,7 +5,7 @@ import shlex
 import pandas as pd
 import streamlit as st
 
-from studio import jobs as Q
+from engine import jobs as Q
 from studio.common import guard, runs_root
 
 STATUS_ICON = {"queued": "⏳", "running": "🏃", "finished": "✅", "failed": "❌", "cancelled": "🚫"}

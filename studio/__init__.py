@@ -1,5 +1,4 @@
-"""BERT Studio UI helpers (cached loaders, figures, the job launcher).
+"""BERT Studio UI helpers (cached loaders, figures, the attention view); the job queue itself is engine.jobs.
 
-Kept free of imports so that `python -m studio.jobs run ...` (the detached job runner) starts fast: modules
-that need streamlit import it themselves.
+Kept free of imports: modules that need streamlit import it themselves.
 """

@@ -123,7 +123,7 @@ def follow_queued_run(root: Path, prefix: str, listed) -> None:
         st.session_state.pop(f"{prefix}_show", None)
         st.session_state.pop(f"{prefix}_show_job", None)
         return
-    from studio import jobs as Q
+    from engine import jobs as Q
 
     def job_status():
         job = Q.get(job_id, root) if job_id else None

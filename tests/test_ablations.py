@@ -344,8 +344,8 @@ def test_foreground_run_records_failures(tmp_path, monkeypatch):
 
 
 def test_launch_queues_jobs(tmp_path, monkeypatch):
-    """Queued mode hands every job to studio.jobs.submit with its run folder, in order, and keeps the ids."""
-    import studio.jobs as Q
+    """Queued mode hands every job to engine.jobs.submit with its run folder, in order, and keeps the ids."""
+    import engine.jobs as Q
     calls = []
 
     def fake_submit(argv, name=None, run_dir=None, root=None):

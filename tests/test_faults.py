@@ -99,7 +99,7 @@ class _Kill(KeyboardInterrupt):
 
 def test_finetune_resumes_at_trial_granularity_and_retry_never_destroys(tmp_path, tiny_checkpoint, task_files, monkeypatch):
     from engine.finetune import build_parser, config_from_args, finetune
-    from studio.jobs import retry_argv
+    from engine.jobs import retry_argv
 
     straight = tmp_path / "straight"
     code, _, err = _cli(_ft_args(tiny_checkpoint, task_files, straight))
@@ -142,7 +142,7 @@ def test_finetune_resumes_at_trial_granularity_and_retry_never_destroys(tmp_path
 
 
 def test_features_resume_keeps_finished_combinations(tmp_path, tiny_checkpoint, task_files, monkeypatch):
-    from studio.jobs import retry_argv
+    from engine.jobs import retry_argv
     FE = sys.modules["engine.features"]
 
     out = tmp_path / "feat"
@@ -171,7 +171,7 @@ def test_features_resume_keeps_finished_combinations(tmp_path, tiny_checkpoint, 
 def test_pages_offer_resume_for_a_stopped_finetune_or_features_run(tmp_path, monkeypatch, page, kind):
     from streamlit.testing.v1 import AppTest
 
-    import studio.jobs as Q
+    import engine.jobs as Q
     calls = []
     monkeypatch.setattr(Q, "submit", lambda argv, name=None, run_dir=None, root=None: calls.append(argv) or {"id": "job-1"})
     root = tmp_path / "runs"
@@ -202,7 +202,7 @@ def _pretrain_args(corpus, out, steps=6, extra=()):
 
 
 def test_retry_of_a_pretrain_run_killed_before_its_first_checkpoint_starts_it_again(tmp_path, small_corpus, monkeypatch):
-    from studio.jobs import retry_argv
+    from engine.jobs import retry_argv
     import engine.pretrain_loop as P
     out = tmp_path / "early"
     real = P.checkpoint
@@ -295,7 +295,7 @@ def test_a_run_whose_writer_cannot_be_proved_is_dead_and_never_signalled(tmp_pat
 
 @pytest.mark.slow
 def test_job_cancel_never_signals_a_reused_process_group(tmp_path):
-    from studio.jobs import Jobs
+    from engine.jobs import Jobs
     stranger = _stranger()
     try:
         q = Jobs(tmp_path / "runs", cancel_timeout=1.0)
@@ -316,7 +316,7 @@ def test_job_cancel_never_signals_a_reused_process_group(tmp_path):
 
 @pytest.mark.slow
 def test_queue_advances_without_a_browser_when_a_jobs_process_group_is_killed(tmp_path):
-    from studio.jobs import Jobs
+    from engine.jobs import Jobs
     root = tmp_path / "runs"
     q = Jobs(root)
     a = q._submit_cmd([sys.executable, "-c", "import time; time.sleep(60)"], name="a")

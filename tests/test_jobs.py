@@ -1,4 +1,4 @@
-"""The studio's job queue: detached runners, one job at a time, cancel, retry, restart survival.
+"""The job queue (engine.jobs): detached runners, one job at a time, cancel, retry, restart survival.
 
 Engine-free: jobs run tiny `python -c` programs through the internal `_submit_cmd` hook, except one test
 that checks the public `submit` runs `python -m engine ...` without a shell.
@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from engine import runs
+from engine import jobs as jobs_mod
+from engine import procs, runs
 from engine.errors import EngineError
-from studio import jobs as jobs_mod
-from studio.jobs import TERMINAL, Jobs
+from engine.jobs import TERMINAL, Jobs
 
 
 def py(code: str) -> list[str]:
@@ -132,12 +132,12 @@ def test_cancel_kills_whole_process_group(q, tmp_path):
     wait_for(lambda: pidfile.exists() and pidfile.read_text())
     grandchild = int(pidfile.read_text())
     running = q.get(j["id"])
-    assert running["status"] == "running" and runs.pid_alive(running["child_pid"]) and runs.pid_alive(grandchild)
+    assert running["status"] == "running" and procs.pid_alive(running["child_pid"]) and procs.pid_alive(grandchild)
     done = q.cancel(j["id"], timeout=15)
     assert done["status"] == "cancelled" and done["error"] == "cancelled by the user"
     assert done["returncode"] == -signal.SIGTERM  # SIGTERM was enough: the runner lived to record it
-    wait_for(lambda: not runs.pid_alive(grandchild) and not runs.pid_alive(running["child_pid"]), timeout=5)
-    assert not runs.pid_alive(running["pid"])
+    wait_for(lambda: not procs.pid_alive(grandchild) and not procs.pid_alive(running["child_pid"]), timeout=5)
+    assert not procs.pid_alive(running["pid"])
 
 
 def test_cancel_escalates_to_sigkill_and_starts_next(q, tmp_path):
@@ -151,7 +151,7 @@ def test_cancel_escalates_to_sigkill_and_starts_next(q, tmp_path):
     wait_for(ready.exists)
     child = q.get(stubborn["id"])["child_pid"]
     done = q.cancel(stubborn["id"], timeout=0.5)
-    assert done["status"] == "cancelled" and not runs.pid_alive(child)
+    assert done["status"] == "cancelled" and not procs.pid_alive(child)
     assert wait_done(q, nxt["id"], refresh=True)["status"] == "finished"
 
 

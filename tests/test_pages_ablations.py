@@ -72,7 +72,7 @@ def test_dashboard_curve_selector_switches_metric(study_root):
 
 
 def test_new_study_tab_shows_study_and_launches(study_root, monkeypatch):
-    import studio.jobs as Q
+    import engine.jobs as Q
     submitted = []
     monkeypatch.setattr(Q, "submit", lambda argv, name=None, run_dir=None, root=None: submitted.append(argv) or {"id": f"j{len(submitted)}"})
     at = app(study_root).run()

@@ -19,7 +19,7 @@ def app(root) -> AppTest:
 
 
 def test_launch_queues_features_job(tmp_path, monkeypatch):
-    import studio.jobs as Q
+    import engine.jobs as Q
     calls = []
     monkeypatch.setattr(Q, "submit", lambda argv, name=None, run_dir=None, root=None: calls.append((argv, run_dir)) or {"id": "j9"})
     root = tmp_path / "runs"
@@ -122,7 +122,7 @@ def test_running_run_shows_live_progress_then_results(tmp_path):
 
 
 def test_a_just_queued_run_is_announced_until_it_starts(tmp_path, monkeypatch):
-    import studio.jobs as Q
+    import engine.jobs as Q
     root = tmp_path / "runs"
     jobs = {"j1": {"status": "queued", "error": None}}
     monkeypatch.setattr(Q, "get", lambda job_id, root=None: jobs.get(job_id))

@@ -22,7 +22,7 @@ def app(root) -> AppTest:
 
 @pytest.fixture
 def fake_submit(monkeypatch):
-    import studio.jobs as Q
+    import engine.jobs as Q
     calls = []
 
     def submit(argv, name=None, run_dir=None, root=None):

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from studio.jobs import TERMINAL, Jobs
+from engine.jobs import TERMINAL, Jobs
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -71,7 +71,7 @@ def test_runs_table_curves_and_numbers(runs_root):
 
 
 def test_failed_run_shows_its_error_line_and_offers_resume(runs_root, monkeypatch):
-    from studio import jobs
+    from engine import jobs
     calls = []
     monkeypatch.setattr(jobs, "submit", lambda argv, name=None, run_dir=None, root=None: calls.append(argv) or {"id": "j2", "status": "queued"})
     at = _app(runs_root)
@@ -84,7 +84,7 @@ def test_failed_run_shows_its_error_line_and_offers_resume(runs_root, monkeypatc
 
 
 def test_launch_form_validates_and_submits_a_job(runs_root, monkeypatch):
-    from studio import jobs
+    from engine import jobs
     calls = []
     monkeypatch.setattr(jobs, "submit", lambda argv, name=None, run_dir=None, root=None: calls.append((argv, name, run_dir, root)) or {"id": "j1", "status": "queued"})
     at = _app(runs_root)

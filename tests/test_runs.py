@@ -12,7 +12,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from engine import runs
+from engine import procs, runs
 from engine.errors import EngineError
 
 
@@ -112,19 +112,28 @@ def test_lock_held_by_live_process_is_refused_and_freed_by_sigkill(tmp_path):
 
 
 def test_pid_alive():
-    assert runs.pid_alive(os.getpid())
-    assert runs.pid_alive(os.getpid(), runs.proc_start_time(os.getpid()))
-    assert not runs.pid_alive(os.getpid(), -5)  # a reused pid is another process
+    assert procs.pid_alive(os.getpid())
+    assert procs.pid_alive(os.getpid(), procs.proc_start_time(os.getpid()))
+    assert not procs.pid_alive(os.getpid(), -5)  # a reused pid is another process
     p = subprocess.Popen([sys.executable, "-c", "pass"])
     p.wait()
-    assert not runs.pid_alive(p.pid)
-    assert not runs.pid_alive(None) and not runs.pid_alive(0) and not runs.pid_alive("x")
+    assert not procs.pid_alive(p.pid)
+    assert not procs.pid_alive(None) and not procs.pid_alive(0) and not procs.pid_alive("x")
     z = subprocess.Popen([sys.executable, "-c", "pass"])
     deadline = time.time() + 10
-    while runs._proc_stat(z.pid) and runs._proc_stat(z.pid)[0] != "Z" and time.time() < deadline:
+    while procs.proc_stat(z.pid) and procs.proc_stat(z.pid)[0] != "Z" and time.time() < deadline:
         time.sleep(0.02)
-    assert not runs.pid_alive(z.pid)  # a zombie (exited, not yet reaped) is dead
+    assert not procs.pid_alive(z.pid)  # a zombie (exited, not yet reaped) is dead
     z.wait()
+
+
+def test_proven_alive():
+    me = os.getpid()
+    assert procs.proven_alive(me, procs.proc_start_time(me))
+    assert procs.proven_alive(me, procs.proc_start_time(me), os.getpgid(0))  # in its recorded process group
+    assert not procs.proven_alive(me, procs.proc_start_time(me), os.getpgid(0) + 1)  # moved to another group
+    assert not procs.proven_alive(me, None)  # a bare pid proves nothing (it may have been reused)
+    assert not procs.proven_alive(me, -5) and not procs.proven_alive(None, 1)
 
 
 # ------------------------------------------------------------------------------------------------- run.json

@@ -10,6 +10,7 @@ from pathlib import Path
 from engine.ablations.study import Study
 from engine.errors import EngineError
 from engine.fileio import atomic_write_json
+from engine.runs import safe_run_name
 
 STUDY_JSON = "study.json"
 
@@ -22,7 +23,6 @@ def studies_root(runs_root=None) -> Path:
 
 def new_study_dir(study: Study, runs_root=None, name: str = None) -> Path:
     """A fresh folder <runs_root>/studies/<name>; an existing name gets -2, -3, ..."""
-    from engine.runs import safe_run_name
     root = studies_root(runs_root)
     base = safe_run_name(name or (study.name + ("-classroom" if study.classroom else "")))
     path, i = root / base, 2

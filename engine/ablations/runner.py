@@ -8,11 +8,13 @@ import sys
 import time
 from pathlib import Path
 
+from engine import jobs as queue
 from engine.ablations.folders import STUDY_JSON, new_study_dir, read_study, studies_root, update_job, write_study
 from engine.ablations.planner import plan
 from engine.ablations.study import Study
 from engine.fileio import atomic_write_json
 from engine.records import EVAL_JSON, RUN_JSON
+from engine.runs import latest_checkpoint, read_run_json
 
 REPO_ROOT = Path(__file__).resolve().parents[2]  # `python -m engine` runs from here
 
@@ -22,7 +24,7 @@ def _print(*a) -> None:
 
 
 def launch(study: Study, runs_root=None, name: str = None, foreground: bool = False, log=_print) -> Path:
-    """Write the study folder and queue its jobs (studio.jobs), or run them here one by one (`foreground`)."""
+    """Write the study folder and queue its jobs (engine.jobs), or run them here one by one (`foreground`)."""
     root = studies_root(runs_root).parent
     study_dir = new_study_dir(study, root, name)
     jobs = plan(study, study_dir)
@@ -30,7 +32,6 @@ def launch(study: Study, runs_root=None, name: str = None, foreground: bool = Fa
     if foreground:
         run_foreground(study_dir, log=log)
         return study_dir
-    from studio import jobs as queue  # the studio's persistent job queue (stdlib only, no streamlit)
     ids = {}
     for j in jobs:
         rec = queue.submit(j.argv, name=f"{study_dir.name}: {j.key}", run_dir=str(study_dir / j.out), root=root)
@@ -57,7 +58,6 @@ def run_foreground(study_dir, log=_print) -> dict:
         out.mkdir(parents=True, exist_ok=True)
         argv = list(j["argv"])
         if "--resume" not in argv:
-            from engine.runs import RUN_JSON, latest_checkpoint, read_run_json
             if ((out / RUN_JSON).is_file() and read_run_json(out).get("kind") == j["kind"]) or latest_checkpoint(out) is not None:
                 argv.append("--resume")  # an interrupted run continues (finished checkpoints/trials are kept)
         cmd = [sys.executable, "-m", "engine"] + argv
@@ -104,7 +104,6 @@ def job_states(study_dir) -> list:
     by_dir = {}
     if data.get("mode") == "queue":
         try:
-            from studio import jobs as queue
             for rec in reversed(queue.list_jobs(root=data.get("runs_root"))):  # oldest first: newest wins
                 if rec.get("run_dir"):
                     by_dir[str(Path(rec["run_dir"]))] = rec

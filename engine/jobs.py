@@ -1,4 +1,4 @@
-"""The studio's job launcher and persistent queue: engine CLI commands run as detached processes.
+"""The job queue: engine CLI commands run as detached processes, one at a time, surviving studio restarts.
 
 A job is an engine command as an argv list, e.g. `["pretrain", "--corpus", "bbc", "--out", "runs/x"]`, run as
 `[sys.executable, "-m", "engine", *argv]` (never through a shell). Jobs are kept in
@@ -9,7 +9,7 @@ created, started, ended,
 returncode, error (the last `error: ...` line of the log, else its last non-empty line), log, run_dir.
 
 Design (chosen over a long-lived worker): every job is started as a detached *runner*,
-`[sys.executable, "-m", "studio.jobs", "run", "--root", ROOT, JOB_ID]`, with `start_new_session=True`
+`[sys.executable, "-m", "engine.jobs", "run", "--root", ROOT, JOB_ID]`, with `start_new_session=True`
 (its own session and process group, stdout/stderr appended to `runs/<job>/job.log`, cwd the repo root).
 The runner runs the engine command as its child in the same process group, waits, records the exit
 (returncode, status, error line; fixes run.json if the engine died without finalizing it), and then starts
@@ -17,16 +17,16 @@ the next queued job itself. So a page reload, a closed tab or a studio restart l
 keeps draining with no studio open. `refresh()`, which pages call on every poll, is the safety net: it reaps
 jobs whose runner died (pid gone, or a zombie, or a reused pid: start times are compared) and starts queued
 jobs while fewer than `max_concurrent` (default 1: one job at a time on a CPU box) are running. Beside each
-runner a *watcher* (`python -m studio.jobs watch`, its own session, stdlib only) polls the job twice a second
+runner a *watcher* (`python -m engine.jobs watch`, its own session, stdlib only) polls the job twice a second
 and does the same when the job's whole process group is killed, so the queue advances with no studio open.
 Only processes proved to be the job's (pid plus kernel start time, recorded for the runner and its engine
 child) are ever signalled: a pid or process group read from the queue file alone may have been reused.
 `cancel()` sends SIGTERM to the job's whole process group, then SIGKILL after `cancel_timeout` seconds.
 
-This module imports only the standard library at module level (engine is imported lazily where needed) so
-the runner starts in tens of milliseconds instead of importing torch through `engine/__init__`; that is why
-it has its own small atomic-write and /proc helpers rather than using engine.fileio / engine.runs.
-Linux/POSIX only (fcntl, process groups, /proc).
+This module and what it imports (engine.runs, engine.procs, engine.fileio, engine.errors) use the standard library
+only, and `engine/__init__` imports lazily, so the runner starts in tens of milliseconds without torch
+(tests/test_layering.py checks it). The studio's pages and the ablation studies (`engine.ablations`) queue their
+jobs here. Linux/POSIX only (fcntl, process groups, /proc).
 """
 import argparse
 import fcntl
@@ -38,11 +38,14 @@ import shlex
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 from contextlib import contextmanager
-from datetime import datetime
 from pathlib import Path
+
+from engine.errors import EngineError
+from engine.fileio import atomic_write_json
+from engine.procs import killpg, proc_stat, proven_alive
+from engine.runs import latest_checkpoint, now_iso, run_progress, runs_root, set_status
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 STATUSES = ("queued", "running", "finished", "failed", "cancelled")
@@ -51,85 +54,15 @@ _COMMAND_RE = re.compile(r"[a-z][a-z0-9_-]*")
 _LAUNCHED: dict[int, subprocess.Popen] = {}  # runners started by this process, polled so none stays a zombie
 
 
-def _err(msg: str) -> Exception:
-    from engine.errors import EngineError  # lazy: keeps the runner free of torch
-    return EngineError(msg)
-
-
-def _now() -> str:
-    return datetime.now().astimezone().isoformat(timespec="seconds")
-
-
-def _default_root() -> Path:
-    # same rule as engine.runs.runs_root(), without importing engine
-    return Path(os.environ.get("BERT_STUDIO_RUNS") or "runs").absolute()
-
-
-def _atomic_write_json(path: Path, obj) -> None:
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            json.dump(obj, f, indent=1)
-            f.write("\n")
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 # ---------------------------------------------------------------------------------------------------------
-# processes (see engine.runs for the same helpers; duplicated to keep this module stdlib-only)
-
-def _proc_stat(pid: int):
-    try:
-        with open(f"/proc/{int(pid)}/stat", "rb") as f:
-            data = f.read().decode("ascii", "replace")
-    except OSError:
-        return None
-    rest = data[data.rfind(")") + 2:].split()  # state ppid pgrp ... starttime is the 20th after state
-    try:
-        return rest[0], int(rest[2]), int(rest[19])
-    except (IndexError, ValueError):
-        return None
-
-
-def _pid_alive(pid, start_time=None) -> bool:
-    try:
-        pid = int(pid)
-        os.kill(pid, 0)
-    except (TypeError, ValueError, ProcessLookupError):
-        return False
-    except PermissionError:
-        pass
-    except OSError:
-        return False
-    st = _proc_stat(pid)
-    if st is None:
-        return not os.path.isdir("/proc/self")
-    return st[0] not in ("Z", "X") and (start_time is None or st[2] == start_time)
-
-
-def _proven(pid, start_time, pgid=None) -> bool:
-    """True if `pid` is alive and provably the process we started: its kernel start time equals the recorded one
-    (and, given `pgid`, it is still in that process group). Without /proc (no start times) kill(0) is all there is."""
-    if not pid:
-        return False
-    if not os.path.isdir("/proc/self"):
-        return _pid_alive(pid)
-    if start_time is None or not _pid_alive(pid, start_time):
-        return False
-    st = _proc_stat(pid)
-    return st is not None and (pgid is None or st[1] == int(pgid))
-
+# processes (liveness itself is engine.procs)
 
 def _job_alive(job: dict) -> bool:
     """The job's runner, or its engine child (the runner killed, the child living on), provably alive. A pid or
     process group read from the queue file alone proves nothing (it may have been reused): it is never signalled."""
-    if _proven(job.get("pid"), job.get("proc_start")):
+    if proven_alive(job.get("pid"), job.get("proc_start")):
         return True
-    return bool(job.get("pgid")) and _proven(job.get("child_pid"), job.get("child_start"), job["pgid"])
+    return bool(job.get("pgid")) and proven_alive(job.get("child_pid"), job.get("child_start"), job["pgid"])
 
 
 def _poll_launched() -> None:
@@ -179,7 +112,7 @@ class Jobs:
 
     def __init__(self, root=None, max_concurrent: int = 1, repo_root=None, cancel_timeout: float = 10.0,
                  lock_timeout: float = 30.0):
-        self.root = Path(root).absolute() if root is not None else _default_root()
+        self.root = Path(root).absolute() if root is not None else runs_root()
         self.dir = self.root / ".jobs"
         self.queue_path = self.dir / "queue.json"
         self.max_concurrent = max(1, int(max_concurrent))
@@ -211,7 +144,7 @@ class Jobs:
             self.dir.mkdir(parents=True, exist_ok=True)
             fd = os.open(self.dir / "queue.lock", os.O_RDWR | os.O_CREAT, 0o644)
         except OSError as e:
-            raise _err(f"could not open the job queue in {self.dir}: {e.strerror or e}; check the runs folder's permissions")
+            raise EngineError(f"could not open the job queue in {self.dir}: {e.strerror or e}; check the runs folder's permissions")
         try:
             deadline = time.monotonic() + self.lock_timeout
             while True:
@@ -220,13 +153,13 @@ class Jobs:
                     break
                 except BlockingIOError:
                     if time.monotonic() > deadline:
-                        raise _err(f"the job queue {self.queue_path} stayed locked for {self.lock_timeout:.0f} s; retry, or restart the studio")
+                        raise EngineError(f"the job queue {self.queue_path} stayed locked for {self.lock_timeout:.0f} s; retry, or restart the studio")
                     time.sleep(0.02)
             q = self._load()
             before = json.dumps(q, sort_keys=True)
             yield q
             if json.dumps(q, sort_keys=True) != before:
-                _atomic_write_json(self.queue_path, q)
+                atomic_write_json(self.queue_path, q)
         finally:
             os.close(fd)  # releases the flock
 
@@ -240,7 +173,7 @@ class Jobs:
     def _find_or_fail(self, q: dict, job_id: str) -> dict:
         job = self._find(q, job_id)
         if job is None:
-            raise _err(f"there is no job {job_id!r} in {self.queue_path}; refresh the job list")
+            raise EngineError(f"there is no job {job_id!r} in {self.queue_path}; refresh the job list")
         return job
 
     # -- reading ------------------------------------------------------------------------------------------
@@ -265,7 +198,7 @@ class Jobs:
         """The last `n` lines of the job's log (its own part only)."""
         job = self.get(job_id)
         if job is None:
-            raise _err(f"there is no job {job_id!r} in {self.queue_path}; refresh the job list")
+            raise EngineError(f"there is no job {job_id!r} in {self.queue_path}; refresh the job list")
         lines = _log_lines(_read_log_tail(job))
         while lines and not lines[-1].strip():
             lines.pop()
@@ -279,7 +212,6 @@ class Jobs:
             return 0.0
         if not job.get("run_dir"):
             return None
-        from engine.runs import run_progress
         return run_progress(job["run_dir"])["fraction"]
 
     # -- submitting ---------------------------------------------------------------------------------------
@@ -289,14 +221,14 @@ class Jobs:
         `run_dir` (default: the value of `--out` in argv; a relative path is taken from the repo root, the
         engine's working directory) is where job.log goes and progress is read from. One active job per run dir."""
         if isinstance(argv, (str, bytes)) or not isinstance(argv, (list, tuple)) or not argv:
-            raise _err("a job is an engine command as a list of arguments, e.g. ['pretrain', '--corpus', 'bbc']")
+            raise EngineError("a job is an engine command as a list of arguments, e.g. ['pretrain', '--corpus', 'bbc']")
         argv = list(argv)
         if not all(isinstance(a, str) for a in argv):
-            raise _err("every job argument must be a string; convert numbers with str()")
+            raise EngineError("every job argument must be a string; convert numbers with str()")
         if any("\x00" in a for a in argv):
-            raise _err("a job argument contains a NUL character; remove it")
+            raise EngineError("a job argument contains a NUL character; remove it")
         if not _COMMAND_RE.fullmatch(argv[0]):
-            raise _err(f"{argv[0]!r} is not an engine command; start the list with one such as 'pretrain' or 'finetune'")
+            raise EngineError(f"{argv[0]!r} is not an engine command; start the list with one such as 'pretrain' or 'finetune'")
         if run_dir is None:
             run_dir = _flag_value(argv, "--out")
         return self._add(argv=argv, cmd=None, name=name, run_dir=run_dir)
@@ -315,14 +247,14 @@ class Jobs:
             log = str(self.dir / "logs" / f"{job_id}.log")
         job = {"id": job_id, "name": name or (Path(run_dir).name if run_dir else argv[0]), "argv": argv,
                "status": "queued", "pid": None, "pgid": None, "proc_start": None, "child_pid": None, "child_start": None,
-               "created": _now(), "started": None, "ended": None, "returncode": None, "error": None,
+               "created": now_iso(), "started": None, "ended": None, "returncode": None, "error": None,
                "log": log, "log_offset": None, "run_dir": run_dir, "cancel_requested": False}
         if cmd is not None:
             job["cmd"] = cmd
         with self._transaction() as q:
             for other in q["jobs"]:
                 if run_dir is not None and other.get("run_dir") == run_dir and other["status"] in ("queued", "running"):
-                    raise _err(f"run folder {run_dir} already has job {other['id']} {other['status']}; "
+                    raise EngineError(f"run folder {run_dir} already has job {other['id']} {other['status']}; "
                                f"wait for it or cancel it, or pick another output folder")
             q["jobs"].append(job)
             self._reap(q)
@@ -333,9 +265,9 @@ class Jobs:
         """A new job with the same command; a pretrain job whose run has a checkpoint gets `--resume`."""
         job = self.get(job_id)
         if job is None:
-            raise _err(f"there is no job {job_id!r} in {self.queue_path}; refresh the job list")
+            raise EngineError(f"there is no job {job_id!r} in {self.queue_path}; refresh the job list")
         if job["status"] not in TERMINAL:
-            raise _err(f"job {job_id} is still {job['status']}; cancel it first, then retry")
+            raise EngineError(f"job {job_id} is still {job['status']}; cancel it first, then retry")
         return self._add(argv=retry_argv(job), cmd=job.get("cmd"), name=job.get("name"), run_dir=job.get("run_dir"))
 
     def remove(self, job_id: str) -> None:
@@ -343,7 +275,7 @@ class Jobs:
         with self._transaction() as q:
             job = self._find_or_fail(q, job_id)
             if job["status"] not in TERMINAL:
-                raise _err(f"job {job_id} is still {job['status']}; cancel it before removing it")
+                raise EngineError(f"job {job_id} is still {job['status']}; cancel it before removing it")
             q["jobs"].remove(job)
 
     # -- scheduling ---------------------------------------------------------------------------------------
@@ -368,7 +300,7 @@ class Jobs:
                 status = "finished"
             else:
                 status = "failed"
-            job.update(status=status, ended=_now())
+            job.update(status=status, ended=now_iso())
             if status != "finished":
                 job["error"] = _error_line(job) if status == "failed" else "cancelled by the user"
                 job["error"] = job["error"] or "the job's process ended unexpectedly (killed?)"
@@ -391,28 +323,28 @@ class Jobs:
             with open(log, "ab") as f:
                 job["log_offset"] = f.seek(0, os.SEEK_END)
                 shown = job["cmd"] if job.get("cmd") else ["python", "-m", "engine", *job["argv"]]
-                f.write(f"[job {job['id']}] {_now()} $ {shlex.join(shown)}\n".encode())
+                f.write(f"[job {job['id']}] {now_iso()} $ {shlex.join(shown)}\n".encode())
             logf = open(log, "ab")
         except OSError as e:
-            job.update(status="failed", ended=_now(), error=f"could not open the job log {log}: {e.strerror or e}")
+            job.update(status="failed", ended=now_iso(), error=f"could not open the job log {log}: {e.strerror or e}")
             return
         try:
             env = dict(os.environ, PYTHONUNBUFFERED="1")
             p = subprocess.Popen(
-                [sys.executable, "-m", "studio.jobs", "run", "--root", str(self.root),
+                [sys.executable, "-m", "engine.jobs", "run", "--root", str(self.root),
                  "--max-concurrent", str(self.max_concurrent), job["id"]],
                 cwd=self.repo_root, stdin=subprocess.DEVNULL, stdout=logf, stderr=subprocess.STDOUT,
                 start_new_session=True, close_fds=True, env=env)
         except OSError as e:
-            job.update(status="failed", ended=_now(), error=f"could not start the job: {e.strerror or e}")
+            job.update(status="failed", ended=now_iso(), error=f"could not start the job: {e.strerror or e}")
             return
         finally:
             logf.close()
         _LAUNCHED[p.pid] = p
-        st = _proc_stat(p.pid)
-        job.update(status="running", pid=p.pid, pgid=p.pid, proc_start=st[2] if st else None, started=_now())
+        st = proc_stat(p.pid)
+        job.update(status="running", pid=p.pid, pgid=p.pid, proc_start=st[2] if st else None, started=now_iso())
         try:  # the watcher, outside the job's process group, notices when the whole group is killed
-            w = subprocess.Popen([sys.executable, "-m", "studio.jobs", "watch", "--root", str(self.root),
+            w = subprocess.Popen([sys.executable, "-m", "engine.jobs", "watch", "--root", str(self.root),
                                   "--max-concurrent", str(self.max_concurrent), job["id"]],
                                  cwd=self.repo_root, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                                  stderr=subprocess.DEVNULL, start_new_session=True, close_fds=True)
@@ -431,7 +363,7 @@ class Jobs:
         with self._transaction() as q:
             job = self._find_or_fail(q, job_id)
             if job["status"] == "queued":
-                job.update(status="cancelled", ended=_now(), error="cancelled before it started")
+                job.update(status="cancelled", ended=now_iso(), error="cancelled before it started")
                 return dict(job)
             if job["status"] != "running":
                 return dict(job)
@@ -443,13 +375,13 @@ class Jobs:
         if not _job_alive(snapshot):  # nothing provably ours is left to signal (the group id may be reused)
             self.refresh()
             return self.get(job_id)
-        _killpg(pgid, signal.SIGTERM)
+        killpg(pgid, signal.SIGTERM)
         deadline = time.monotonic() + timeout
         while _job_alive(snapshot) and time.monotonic() < deadline:
             _poll_launched()
             time.sleep(0.05)
         if _job_alive(snapshot):
-            _killpg(pgid, signal.SIGKILL)
+            killpg(pgid, signal.SIGKILL)
             deadline = time.monotonic() + 5.0
             while _job_alive(snapshot) and time.monotonic() < deadline:
                 _poll_launched()
@@ -466,17 +398,10 @@ def retry_argv(job: dict) -> list[str]:
     argv = list(job["argv"])
     if job.get("cmd") is None and argv and argv[0] in RESUMABLE and job.get("run_dir") \
             and "--resume" not in argv and not any(a.startswith("--resume=") for a in argv):
-        if _run_json(job["run_dir"]).get("kind") == argv[0] or (argv[0] == "pretrain" and _has_checkpoint(job["run_dir"])):
+        run_dir = job["run_dir"]
+        if _run_json(run_dir).get("kind") == argv[0] or (argv[0] == "pretrain" and latest_checkpoint(run_dir) is not None):
             argv.append("--resume")
     return argv
-
-
-def _killpg(pgid, sig) -> None:
-    try:
-        if pgid and int(pgid) > 1:
-            os.killpg(int(pgid), sig)
-    except (ProcessLookupError, PermissionError):
-        pass
 
 
 def _flag_value(argv: list[str], flag: str) -> str | None:
@@ -499,25 +424,14 @@ def _run_json(run_dir) -> dict:
     return info if isinstance(info, dict) else {}
 
 
-def _has_checkpoint(run_dir) -> bool:
-    from engine.runs import latest_checkpoint
-    return latest_checkpoint(run_dir) is not None
-
-
 def _run_json_status(run_dir) -> str | None:
-    if not run_dir:
-        return None
-    try:
-        return json.loads((Path(run_dir) / "run.json").read_text(encoding="utf-8")).get("status")
-    except (OSError, ValueError, AttributeError):
-        return None
+    return _run_json(run_dir).get("status") if run_dir else None
 
 
 def _finalize_run_json(run_dir, status: str, error: str | None) -> None:
     """If the engine died leaving run.json at `running`, record how it ended."""
     if _run_json_status(run_dir) != "running":
         return
-    from engine.runs import set_status  # lazy (imports torch through engine/__init__); rare path
     try:
         set_status(run_dir, status, error=error)
     except Exception:
@@ -525,7 +439,7 @@ def _finalize_run_json(run_dir, status: str, error: str | None) -> None:
 
 
 # ---------------------------------------------------------------------------------------------------------
-# the runner: python -m studio.jobs run --root ROOT JOB_ID
+# the runner: python -m engine.jobs run --root ROOT JOB_ID
 
 def _run_job(root: str, job_id: str, max_concurrent: int) -> int:
     stop = {"sig": None}
@@ -555,7 +469,7 @@ def _run_job(root: str, job_id: str, max_concurrent: int) -> int:
             with jobs._transaction() as q:
                 rec = jobs._find(q, job_id)
                 if rec is not None:
-                    st = _proc_stat(child.pid)
+                    st = proc_stat(child.pid)
                     rec["child_pid"], rec["child_start"] = child.pid, st[2] if st else None
             if stop["sig"] is not None:  # cancelled while we were starting it
                 child.terminate()
@@ -580,13 +494,13 @@ def _run_job(root: str, job_id: str, max_concurrent: int) -> int:
                 error = f"killed by signal {-rc}"
         else:
             error = last or f"exited with code {rc}"
-    print(f"[job {job_id}] {_now()} {status} (exit code {rc})", flush=True)
+    print(f"[job {job_id}] {now_iso()} {status} (exit code {rc})", flush=True)
     if job is not None:
         _finalize_run_json(job.get("run_dir"), status, error)
     with jobs._transaction() as q:
         job = jobs._find(q, job_id)
         if job is not None:
-            job.update(status=status, returncode=rc, ended=_now(), error=error)
+            job.update(status=status, returncode=rc, ended=now_iso(), error=error)
         jobs._reap(q)
         jobs._schedule(q)  # chain: start the next queued job, detached from us
     return 0
@@ -609,7 +523,7 @@ def _watch_job(root: str, job_id: str, max_concurrent: int, interval: float = 0.
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m studio.jobs", description="BERT Studio job runner (internal)")
+    ap = argparse.ArgumentParser(prog="python -m engine.jobs", description="BERT Studio job runner (internal)")
     sub = ap.add_subparsers(dest="cmd", required=True)
     r = sub.add_parser("run", help="run one queued job (started by the studio; not for direct use)")
     r.add_argument("--root", required=True, help="runs root holding .jobs/queue.json")
