@@ -147,7 +147,7 @@ def resume_button(root: Path, run_dir: Path, kind: str, status: str, what: str) 
     if status not in ("cancelled", "dead", "failed"):
         return
     if st.button("Resume", key=f"resume-{kind}-{run_dir.name}", help=f"continue with the run's own settings: the finished {what} are kept"):
-        from studio import jobs as Q
+        from engine import jobs as Q
         with guard("resuming"):
             rec = Q.submit([kind, "--out", str(run_dir), "--resume"], name=f"{kind} {run_dir.name} (resume)",
                            run_dir=str(run_dir), root=root)

@@ -15,7 +15,7 @@ from studio.compare import ema  # noqa: E402
 
 
 def test_launched_run_shows_queued_at_once_then_is_picked(tmp_path, monkeypatch):
-    from studio import jobs
+    from engine import jobs
     monkeypatch.setattr(jobs, "submit", lambda argv, name=None, run_dir=None, root=None: {"id": "j9", "status": "queued"})
     monkeypatch.setattr(jobs, "get", lambda job_id, root=None: {"id": job_id, "status": "queued"})
     root = tmp_path / "runs"
