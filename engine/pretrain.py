@@ -274,7 +274,11 @@ def config_from_args(given: dict) -> PretrainConfig:
         base = {k: v for k, v in saved.items() if k in known and k not in ("out", "name", "resume", "stop_after")}
         if "mask_ratios" in base:
             base["mask_ratios"] = tuple(base["mask_ratios"])
-    return PretrainConfig(**{**base, **given})
+    cfg = PretrainConfig(**{**base, **given})
+    if given.get("eval_every") and cfg.eval_fraction == 0:
+        raise EngineError(f"--eval-every {given['eval_every']} asks for held-out evaluation, but --eval-fraction 0 holds out "
+                          f"no documents, so evaluation is off; drop --eval-every or hold some out (e.g. --eval-fraction 0.05)")
+    return cfg
 
 
 def main(argv) -> int:

@@ -553,7 +553,7 @@ def build_pretraining_data(docs, tokenizer, seq_len: int = 128, objective: str =
     if not isinstance(dupe_factor, (int, np.integer)) or dupe_factor < 1:
         raise EngineError(f"dupe factor {dupe_factor} must be a whole number >= 1")
     if not 0.0 <= eval_fraction < 1.0:
-        raise EngineError(f"eval fraction {eval_fraction} must be in [0, 1); e.g. 0.05 holds out 5% of the documents")
+        raise EngineError(f"--eval-fraction {eval_fraction} must be in [0, 1); e.g. 0.05 holds out 5% of the documents")
     if docs is None or len(docs) == 0:
         raise EngineError("the corpus is empty; give at least one document with text")
     name = corpus_name or (getattr(docs, "info", None) or {}).get("name") or "custom"
@@ -603,7 +603,7 @@ def build_pretraining_data(docs, tokenizer, seq_len: int = 128, objective: str =
     if eval_fraction > 0:
         n_eval = max(need, int(round(eval_fraction * len(tokenized))))
         if len(tokenized) - n_eval < need:
-            raise EngineError(f"the corpus has {len(tokenized)} usable documents, too few to hold out {n_eval} for evaluation and keep {need} for training; add documents or set eval_fraction 0")
+            raise EngineError(f"the corpus has {len(tokenized)} usable documents, too few to hold out {n_eval} for evaluation and keep {need} for training; add documents or hold out none (--eval-fraction 0)")
     order = list(range(len(tokenized)))
     random.Random(eval_seed).shuffle(order)
     eval_docs = [tokenized[j] for j in sorted(order[:n_eval])]
@@ -684,7 +684,7 @@ def fixed_eval_masking(data: PretrainingData, vocab_size: int, mask_id: int, spe
                        ratios=(0.8, 0.1, 0.1), seed: int = 12345, whole_word: bool = False) -> MaskedEvalSet:
     """Mask a (held-out) split once, deterministically from `seed`, independent of the batch size."""
     if data is None or data.num_instances == 0:
-        raise EngineError("there is no held-out data to evaluate on; build the data with eval_fraction > 0")
+        raise EngineError("there is no held-out data to evaluate on; hold some documents out (--eval-fraction 0.05)")
     full = data.collate(np.arange(data.num_instances))
     g = torch.Generator().manual_seed(int(seed))
     return MaskedEvalSet(data, mask_batch(full, vocab_size, mask_id, special_ids, rate, ratios, g, whole_word))
