@@ -5,7 +5,6 @@ Thin: the form builds the `python -m engine pretrain ...` flags and hands them t
 run folders (engine.runs) and refreshed with `st.fragment(run_every=...)` while a run is alive.
 """
 import os
-import re
 import signal
 import subprocess
 import sys
@@ -14,6 +13,7 @@ from pathlib import Path
 import streamlit as st
 
 from studio.common import chart_config, follow_queued_run, guard, precision_select, runs_root
+from studio.uploads import save_upload
 
 REFRESH_SECONDS = 2.0
 OBJECTIVES = {"mlm+nsp": "MLM + NSP (BERT)", "mlm": "MLM only (No NSP)", "ltr": "Left-to-right LM (LTR & No NSP)"}
@@ -23,21 +23,6 @@ STATUS_ICON = {"running": "🟢 running", "finished": "✅ finished", "failed": 
 
 
 # ------------------------------------------------------------------------------------------------- launching
-def _save_upload(upload, root: Path) -> Path:
-    """Store an uploaded corpus under <runs root>/.uploads with a safe file name."""
-    from engine.errors import EngineError
-    from engine.fileio import atomic_write_bytes
-
-    base = Path(upload.name).name
-    stem, suffix = Path(base).stem, Path(base).suffix.lower()
-    if suffix not in (".txt", ".jsonl"):
-        raise EngineError(f"upload '{base}' is not a .txt or .jsonl file; upload plain text (blank lines between documents) or JSON lines")
-    stem = re.sub(r"[^A-Za-z0-9_.+=-]", "_", stem).lstrip(".")[:80] or "corpus"
-    path = root / ".uploads" / f"{stem}{suffix}"
-    atomic_write_bytes(path, upload.getvalue())
-    return path
-
-
 def _launch(argv: list, name: str, run_dir: Path, root: Path) -> tuple:
     """Start the run through the job queue; without engine.jobs, as a detached process. Returns (how, job id)."""
     try:
@@ -118,7 +103,7 @@ def launch_form(root: Path) -> None:
         elif corpus_kind == "an uploaded file":
             if upload is None:
                 raise EngineError("upload a .txt or .jsonl corpus file, or pick another corpus")
-            corpus = str(_save_upload(upload, root))
+            corpus = str(save_upload(root, upload.name, upload.getvalue(), ("txt", "jsonl"), "corpus file (plain text or JSON lines)"))
         else:
             corpus = corpus_kind
         argv = ["pretrain", "--corpus", corpus, "--objective", objective, "--steps", str(int(steps)),

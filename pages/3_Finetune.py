@@ -2,25 +2,21 @@
 the columns detected) and the paper's grid (learning rates x batch sizes x epochs, with restarts); the run goes
 to the job queue. The Results tab follows a run live: progress, every trial's dev score, the per-epoch curves,
 the training loss, and for SQuAD v2.0 the null-threshold curve."""
-import hashlib
-import re
 import time
 from pathlib import Path
 
 import pandas as pd
 import streamlit as st
 
-from engine import ablations as A
 from engine.records import read_eval
 from engine import runs as R
 from engine.errors import EngineError
-from engine.fileio import atomic_write_bytes, atomic_write_json
 from engine.tasks.registry import BUILTINS, FORMATS
+from engine.tasks.shared_files import shared_task_files, shared_tasks
 from studio import ablation_figures as F
 from engine import jobs as Q
 from studio.common import follow_queued_run, guard, model_picker, precision_select, resume_button, runs_root
-
-MAX_UPLOAD_MB = 50  # also .streamlit/config.toml's server.maxUploadSize
+from studio.uploads import save_upload
 
 st.title("Fine-tune")
 st.caption("All parameters are fine-tuned with a new output layer (paper 3.2); the best trial on dev is kept. "
@@ -29,46 +25,6 @@ root = runs_root()
 
 
 # ------------------------------------------------------------------ task files
-def safe_upload_name(name: str, data: bytes, kind: str) -> str:
-    """A plain file name for an upload: letters, digits, - _ . only, no folders, an allowed extension, and a
-    short content hash so two different files never overwrite each other."""
-    base = Path(str(name).replace("\\", "/")).name
-    stem, dot, ext = base.rpartition(".")
-    if not dot:
-        stem, ext = base, ""
-    ext = ext.lower()
-    extensions = FORMATS[kind].extensions
-    if ext not in extensions:
-        raise EngineError(f"{base!r} is not a {kind} file; use one of .{', .'.join(extensions)}")
-    stem = re.sub(r"[^A-Za-z0-9_-]+", "-", stem).strip("-_")[:60] or "file"
-    return f"{stem}-{hashlib.sha256(data).hexdigest()[:10]}.{ext}"
-
-
-def save_upload(upload, kind: str) -> Path:
-    data = upload.getvalue()
-    if len(data) > MAX_UPLOAD_MB * 1024 * 1024:
-        raise EngineError(f"{upload.name} is {len(data) / 2**20:.0f} MB; upload at most {MAX_UPLOAD_MB} MB (or give its path on the server)")
-    if not data.strip():
-        raise EngineError(f"{upload.name} is empty; upload a file with examples")
-    folder = root / "uploads"
-    path = folder / safe_upload_name(upload.name, data, kind)
-    if not (path.is_file() and path.read_bytes() == data):
-        atomic_write_bytes(path, data)
-    return path
-
-
-def squad_split_files(n_first: int = 38) -> tuple:
-    """The shared SQuAD v1.1 dev file split by article (first 38 -> train, the rest -> dev), written once."""
-    from engine.tasks import split_squad_articles
-    src = A.SHARED_DATA / "squad_v1.1" / "dev-v1.1.json"
-    train, dev = root / "uploads" / f"squad-v1.1-first{n_first}.json", root / "uploads" / f"squad-v1.1-after{n_first}.json"
-    if not (train.is_file() and dev.is_file()):
-        a, b = split_squad_articles(src, n_first)
-        atomic_write_json(train, a)
-        atomic_write_json(dev, b)
-    return train, dev
-
-
 @st.cache_data(show_spinner="Reading the task files…", max_entries=8)
 def preview(kind: str, train: str, dev: str, text_cols: str, label_col: str, mtimes: tuple, token_col: str = "",
             header: str = "auto", metric: str = ""):
@@ -113,22 +69,17 @@ tab_new, tab_runs = st.tabs(["New fine-tuning run", "Results"])
 # ------------------------------------------------------------------ new run
 with tab_new:
     model = model_picker("Model", key="ft_model")
-    sources = ["Built-in task"] + (["Shared benchmark files"] if A.SHARED_DATA.is_dir() else []) + ["Upload files", "Files on the server"]
+    shared = {f"{t.name} ({t.description})": t for t in shared_tasks()}
+    sources = ["Built-in task"] + (["Shared benchmark files"] if shared else []) + ["Upload files", "Files on the server"]
     source = st.radio("Task", sources, horizontal=True, key="ft_source")
     task, train, dev, text_cols, label_col, token_col, header, metric = None, None, None, "", "", "", "auto", ""
     if source == "Built-in task":
         task = st.selectbox("Built-in task", list(BUILTINS), key="ft_builtin", format_func=lambda k: f"{k}: {BUILTINS[k].description}")
     elif source == "Shared benchmark files":
-        shared = {"RTE (sentence pairs, accuracy)": ("glue", "rte/train.tsv", "rte/dev.tsv"),
-                  "CoLA (single sentences, Matthews correlation)": ("glue", "cola/train.tsv", "cola/dev.tsv"),
-                  "SQuAD v1.1 (first 38 articles train, last 10 dev)": ("squad", None, None)}
-        pick = st.selectbox("Shared file", list(shared), key="ft_shared")
-        task, tr, dv = shared[pick]
-        with guard("preparing the SQuAD split"):
-            if task == "squad":
-                train, dev = (str(p) for p in squad_split_files())
-            else:
-                train, dev = str(A.SHARED_DATA / tr), str(A.SHARED_DATA / dv)
+        pick = shared[st.selectbox("Shared file", list(shared), key="ft_shared")]
+        task = pick.kind
+        with guard("preparing the shared files"):
+            train, dev = (str(p) for p in shared_task_files(pick, root / "uploads"))
     else:
         task = st.selectbox("File format", list(FORMATS), key="ft_kind", format_func=lambda k: f"{k}: {FORMATS[k].description}")
         if source == "Upload files":
@@ -137,9 +88,9 @@ with tab_new:
             up_dev = c2.file_uploader("Dev file", type=list(FORMATS[task].extensions), key="ft_up_dev")
             with guard("saving the upload"):
                 if up_train is not None:
-                    train = str(save_upload(up_train, task))
+                    train = str(save_upload(root, up_train.name, up_train.getvalue(), FORMATS[task].extensions, f"{task} file"))
                 if up_dev is not None:
-                    dev = str(save_upload(up_dev, task))
+                    dev = str(save_upload(root, up_dev.name, up_dev.getvalue(), FORMATS[task].extensions, f"{task} file"))
         else:
             c1, c2 = st.columns(2)
             train = c1.text_input("Train file path", key="ft_path_train").strip() or None

@@ -3,12 +3,10 @@ layers (embeddings, last, second-to-last, sum / weighted sum / concatenation of 
 all layers), feed a classifier (logistic regression for sentences, a BiLSTM tagger for NER) as a queued job;
 its result sits next to fine-tuning the same model. Plus a 2-D projection (PCA or t-SNE) of sentence features
 of BBC articles, coloured by topic, computed here on a small sample."""
-import random
 import time
 from pathlib import Path
 
 import pandas as pd
-import plotly.graph_objects as go
 import streamlit as st
 
 from engine import ablations as A
@@ -18,7 +16,8 @@ from engine.errors import EngineError
 from engine.tasks.registry import BUILTINS, feature_task_names
 from studio import ablation_figures as F
 from engine import jobs as Q
-from studio.common import _mtime_key, follow_queued_run, guard, load_bundle, model_picker, resume_button, runs_root
+from studio.common import follow_queued_run, guard, load_bundle, model_picker, mtime_key, resume_button, runs_root
+from studio.projection import PROJECTIONS, bbc_projection
 
 COMBINES = {"concat": "concatenate the chosen layers (D = K·H; the paper's best)",
             "weighted": "weighted sum of the chosen layers (weights learned by the BiLSTM tagger)",
@@ -166,11 +165,7 @@ with tab_compare:
                     st.warning(r["warning"])
             table = pd.DataFrame(rows)
             st.dataframe(table, hide_index=True, width="stretch")
-            fig = go.Figure(go.Bar(x=list(table["approach"]), y=[None if v is None else 100 * v for v in table[metric]],
-                                   marker_color=["#d62728" if a.startswith("fine") else "#1f77b4" for a in table["approach"]]))
-            fig.update_layout(title=f"Feature-based vs fine-tuning: dev {metric} (%)", yaxis_title=f"{metric} (%)",
-                              margin=dict(t=50, l=50, r=20, b=80))
-            st.plotly_chart(fig, key="fx_compare_fig")
+            st.plotly_chart(F.approach_bars(table, metric), key="fx_compare_fig")
             if not live_run:  # a running job's curves are drawn (and refreshed) above
                 _epoch_chart(Path(fx["path"]), "fx_epochs_fig")
 
@@ -178,25 +173,8 @@ with tab_compare:
 # ------------------------------------------------------------------ projection
 @st.cache_data(show_spinner="Extracting features…", max_entries=8)
 def projection(model_path: str, mtime: float, n: int, combine: str, layers: tuple, pooling: str, method: str, seed: int = 0):
-    """(xy (N, 2), topics, hover texts) for a fixed sample of n BBC articles."""
-    import numpy as np
-
-    from engine.corpora import load_bbc_labeled
-    from engine.features import extract_features
-    rows = load_bbc_labeled()
-    sample = random.Random(seed).sample(rows, min(n, len(rows)))
-    texts = [t for t, _, _ in sample]
-    bundle = load_bundle(model_path)
-    X = extract_features(bundle, texts, layers=layers, combine=combine, pooling=pooling, max_seq_len=128)
-    X = np.asarray(X, dtype=np.float32)
-    if method == "t-SNE":
-        from sklearn.manifold import TSNE
-        xy = TSNE(n_components=2, perplexity=max(2.0, min(30.0, (len(X) - 1) / 3)), init="pca", random_state=seed).fit_transform(X)
-    else:
-        from sklearn.decomposition import PCA
-        xy = PCA(n_components=2, random_state=seed).fit_transform(X)
-    hover = [f"<b>{topic}</b> · {fid}<br>{' '.join(text.split())[:90]}…" for text, topic, fid in sample]
-    return xy, [topic for _, topic, _ in sample], hover
+    """studio.projection.bbc_projection, cached per model (path and newest file mtime) and settings."""
+    return bbc_projection(load_bundle(model_path), n, combine, layers, pooling, method, seed)
 
 
 with tab_proj:
@@ -206,11 +184,11 @@ with tab_proj:
     n = p1.slider("Articles", 30, 600, 300, step=10, key="fx_proj_n")
     pcombine = p2.selectbox("Combination", ["last", "second-to-last", "concat", "mean", "embeddings", "all-weighted"], key="fx_proj_combine")
     ppool = p3.selectbox("Pooling", ["mean", "cls"], key="fx_proj_pool")
-    method = p4.radio("Projection", ["PCA", "t-SNE"], key="fx_proj_method", horizontal=True)
+    method = p4.radio("Projection", list(PROJECTIONS), key="fx_proj_method", horizontal=True)
     play = st.text_input("Layers (for concat / mean)", "-1,-2,-3,-4", key="fx_proj_layers")
     if st.button("Compute projection", key="fx_proj_go"):
         with guard("computing the projection"):
-            xy, topics, hover = projection(model, _mtime_key(model), int(n), pcombine, tuple(_layers(play)), ppool, method)
+            xy, topics, hover = projection(model, mtime_key(model), int(n), pcombine, tuple(_layers(play)), ppool, method)
             st.session_state["fx_proj"] = (model, pcombine, method, xy, topics, hover)
     if st.session_state.get("fx_proj"):
         m, c, meth, xy, topics, hover = st.session_state["fx_proj"]

@@ -5,6 +5,7 @@
 - `curves_figure(curves, metric, split)`: the pre-training curves of all variants on one chart.
 - `trials_bars(trials, metric)`, `epoch_lines(records, metric)`, `loss_curve(steps, losses)`: a fine-tuning run.
 - `threshold_curve(curve)`: SQuAD v2.0 F1 / EM against the null threshold tau.
+- `approach_bars(table, metric)`: feature-based combinations next to fine-tuning (the Features page).
 - `projection_scatter(xy, labels, hover)`: a 2-D projection of sentence features coloured by label.
 Scores in [0, 1] are shown in percent, as in the paper's tables.
 """
@@ -155,6 +156,16 @@ def threshold_curve(curve, tau=None, title="SQuAD v2.0: dev score against the nu
         fig.add_vline(x=float(tau), line_dash="dash", annotation_text=f"τ = {float(tau):.2f}")
     fig.update_layout(title=title, xaxis_title="τ (predict a span when s_span > s_null + τ)", yaxis_title="dev score (%)",
                       margin=dict(t=50, l=50, r=20, b=40))
+    return fig
+
+
+def approach_bars(table, metric: str, title=None) -> go.Figure:
+    """One bar per approach (rows of `table` with columns "approach" and `metric`, a fraction) in percent;
+    fine-tuning in red, the feature-based combinations in blue."""
+    fig = go.Figure(go.Bar(x=list(table["approach"]), y=[None if v is None else 100 * v for v in table[metric]],
+                           marker_color=["#d62728" if a.startswith("fine") else "#1f77b4" for a in table["approach"]]))
+    fig.update_layout(title=title or f"Feature-based vs fine-tuning: dev {metric} (%)", yaxis_title=f"{metric} (%)",
+                      margin=dict(t=50, l=50, r=20, b=80))
     return fig
 
 

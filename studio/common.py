@@ -49,7 +49,8 @@ def guard(what: str = "that"):
         st.error(f"{what} failed: {type(e).__name__}: {first}")
 
 
-def _mtime_key(path: str) -> float:
+def mtime_key(path: str) -> float:
+    """The newest file mtime under a model folder (0 for MiniLM): a cache key that changes when it is re-saved."""
     if path == "minilm":
         return 0.0
     p = Path(path)
@@ -67,7 +68,7 @@ def _load_cached(path: str, mtime: float):
 
 def load_bundle(path: str):
     """engine.load, cached per (path, newest file mtime) so a re-saved checkpoint is reloaded."""
-    return _load_cached(str(path), _mtime_key(str(path)))
+    return _load_cached(str(path), mtime_key(str(path)))
 
 
 def list_model_choices(root: Path = None) -> list:

@@ -23,8 +23,8 @@ from engine.ablations.findings import NOT_YET, claim, compare, means
 from engine.ablations.study import (Evaluation, FeatureArgs, FinetuneArgs, PretrainArgs, Study, Variant, number_arg,
                                     pretrain_column_name)
 from engine.errors import EngineError
+from engine.tasks.shared_files import SHARED_DATA, shared_tasks
 
-SHARED_DATA = Path(__file__).resolve().parents[3] / "shared" / "data"  # ../shared/data beside the repo
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -54,12 +54,9 @@ WNUT = Evaluation("WNUT-16 NER (F1)", "wnut16", "f1")
 def shared_evaluations(data_dir=None) -> list:
     """RTE (accuracy) and CoLA (Matthews) from ../shared/data when the files are there, else []."""
     d = Path(data_dir) if data_dir is not None else SHARED_DATA
-    out = []
-    if (d / "rte" / "train.tsv").is_file() and (d / "rte" / "dev.tsv").is_file():
-        out.append(Evaluation("RTE (acc)", "glue", "accuracy", train=str(d / "rte" / "train.tsv"), dev=str(d / "rte" / "dev.tsv")))
-    if (d / "cola" / "train.tsv").is_file() and (d / "cola" / "dev.tsv").is_file():
-        out.append(Evaluation("CoLA (MCC)", "glue", "mcc", train=str(d / "cola" / "train.tsv"), dev=str(d / "cola" / "dev.tsv")))
-    return out
+    names = {"RTE": "RTE (acc)", "CoLA": "CoLA (MCC)"}  # the study column of each shared GLUE task
+    return [Evaluation(names[t.name], t.kind, t.metric, train=str(d / t.train), dev=str(d / t.dev))
+            for t in shared_tasks(d) if names.get(t.name)]
 
 
 def default_evaluations(data_dir=None) -> tuple:
