@@ -56,6 +56,13 @@ def run(args: list) -> int:
     except KeyboardInterrupt:
         print("error: interrupted", file=sys.stderr)
         return 130
+    except Exception as e:  # out of memory, a full disk: one line naming the fix, like an EngineError
+        from engine.errors import as_engine_error
+        known = as_engine_error(e)
+        if known is None or debug:
+            raise
+        print(f"error: {known}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

@@ -13,3 +13,31 @@ class EngineError(Exception):
     def __init__(self, message: str):
         message = " ".join(str(message).split())  # always one line
         super().__init__(message)
+
+
+def _first_line(e: BaseException) -> str:
+    return (str(e).strip().splitlines() or [""])[0][:300]
+
+
+def says_no_space(e: BaseException) -> bool:
+    """The exception's text reports ENOSPC (libraries that wrap the OS error in their own type)."""
+    return "No space left on device" in str(e) or "os error 28" in str(e)
+
+
+def as_engine_error(e: BaseException):
+    """The one-line EngineError for an environment failure that is the user's to fix, else None:
+    out of memory (CUDA's OutOfMemoryError, the CPU allocator's "can't allocate memory") names the flags that
+    shrink the batch; a full disk (ENOSPC: `OSError [Errno 28]`, or safetensors' "os error 28") says to free space.
+    (torch.save words a full disk "iostream error" or "unexpected pos": engine.fileio checks the free space then.)"""
+    import errno
+    if isinstance(e, EngineError):
+        return e
+    text = str(e)
+    if type(e).__name__ == "OutOfMemoryError" or "out of memory" in text.lower() or "can't allocate memory" in text:
+        return EngineError(f"out of memory ({_first_line(e)}); lower --batch-size (pre-training: raise --grad-accum to keep "
+                           f"the effective batch), or --max-seq-len / --seq-len, or use a smaller model")
+    if (isinstance(e, OSError) and e.errno == errno.ENOSPC) or says_no_space(e):
+        where = f" while writing {e.filename}" if isinstance(e, OSError) and e.filename else ""
+        return EngineError(f"No space left on device{where}; free disk space or choose another --out, then continue the run "
+                           f"with --resume")
+    return None

@@ -9,7 +9,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from engine.errors import EngineError
+from engine.errors import EngineError, says_no_space
 
 
 def _tmp_path(path: Path) -> Path:
@@ -54,10 +54,24 @@ def atomic_save_with(path, save_fn) -> None:
         with open(tmp, "rb+") as f:
             os.fsync(f.fileno())
         os.replace(tmp, path)
-    except OSError as e:
+    except BaseException as e:
+        # the writing library words a full disk its own way (safetensors: "os error 28", torch: "iostream error"
+        # or "unexpected pos"): a disk with no room left, measured before the partial file goes, says it
+        full = isinstance(e, Exception) and not isinstance(e, EngineError) and (says_no_space(e) or _disk_full(path.parent))
         if tmp is not None and tmp.exists():
             tmp.unlink(missing_ok=True)
-        raise EngineError(f"could not write {path}: {e.strerror or e}; free disk space or fix permissions and retry") from e
+        if isinstance(e, OSError) or full:
+            reason = e.strerror if isinstance(e, OSError) and e.strerror else "No space left on device"
+            raise EngineError(f"could not write {path}: {reason}; free disk space or fix permissions and retry") from e
+        raise
+
+
+def _disk_full(folder, margin: int = 1 << 20) -> bool:
+    """True if the file system holding `folder` has less than `margin` bytes free."""
+    try:
+        return shutil.disk_usage(folder).free < margin
+    except OSError:
+        return False
 
 
 def atomic_publish_dir(tmp_dir, final_dir) -> None:

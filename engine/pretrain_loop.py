@@ -20,7 +20,7 @@ from engine import runs
 from engine.checkpoint import load as load_checkpoint
 from engine.device import amp, resolve_precision, to_device
 from engine.distributed import Dist, all_reduce_
-from engine.errors import EngineError
+from engine.errors import EngineError, as_engine_error
 from engine.model import BertForPreTraining
 from engine.optim import adamw, lr_at
 from engine.pretrain_config import PretrainConfig, config_dict, model_config
@@ -335,8 +335,8 @@ def failure(e: BaseException) -> tuple:
     """(status, error) that run.json records for an exception that ends the training."""
     if isinstance(e, KeyboardInterrupt):
         return "cancelled", "cancelled by the user (interrupted while saving?); continue with --resume"
-    if isinstance(e, EngineError):
-        return "failed", str(e)
+    if as_engine_error(e) is not None:  # a user error, out of memory, a full disk: its one line
+        return "failed", str(as_engine_error(e))
     return "failed", f"{type(e).__name__}: {str(e).splitlines()[0][:300] if str(e) else ''}"
 
 

@@ -30,7 +30,7 @@ import time
 from datetime import datetime
 from pathlib import Path
 
-from engine.errors import EngineError
+from engine.errors import EngineError, as_engine_error
 from engine.fileio import atomic_publish_dir, atomic_write_json, atomic_write_text
 from engine.procs import pid_alive, proc_start_time
 from engine.records import EVAL_JSON, METRICS, RUN_JSON  # noqa: F401 (the file names, defined in engine.records)
@@ -173,9 +173,14 @@ class RunLock:
                 raise EngineError(f"could not lock {self.path}: {e.strerror or e}; the run folder must be on a local disk") from e
         info = {"pid": os.getpid(), "host": socket.gethostname(), "started": now_iso(),
                 "proc_start": proc_start_time(os.getpid())}
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, (json.dumps(info) + "\n").encode(), 0)
-        os.fsync(fd)
+        try:
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, (json.dumps(info) + "\n").encode(), 0)
+            os.fsync(fd)
+        except OSError as e:  # a full disk: give the lock back rather than hold it with no holder info
+            os.ftruncate(fd, 0)
+            os.close(fd)
+            raise EngineError(f"could not write {self.path}: {e.strerror or e}; free disk space or fix permissions and retry") from e
         self.fd = fd
         return self
 
@@ -379,8 +384,8 @@ class Run:
                 set_status(self.dir, "finished")
             elif issubclass(exc_type, KeyboardInterrupt):
                 set_status(self.dir, "cancelled", error="cancelled by the user")
-            elif issubclass(exc_type, EngineError):
-                set_status(self.dir, "failed", error=str(exc))
+            elif as_engine_error(exc) is not None:  # a user error, out of memory, a full disk: its one line
+                set_status(self.dir, "failed", error=str(as_engine_error(exc)))
             else:
                 set_status(self.dir, "failed", error=f"{exc_type.__name__}: {exc}")
         finally:

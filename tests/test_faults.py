@@ -334,3 +334,87 @@ def test_queue_advances_without_a_browser_when_a_jobs_process_group_is_killed(tm
         time.sleep(0.05)
     assert reader.get(b["id"])["status"] == "finished"
     assert reader.get(a["id"])["status"] == "failed"
+
+
+# ------------------------------------------------------------------ 13. a real full disk, and the fakes
+@pytest.fixture
+def tiny_fs(tmp_path):
+    """A 3 MB tmpfs (root only; skipped where mounting is not allowed), unmounted afterwards."""
+    mnt = tmp_path / "full"
+    mnt.mkdir()
+    if os.geteuid() != 0:
+        pytest.skip("mounting a tmpfs needs root")
+    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=3m", "tmpfs", str(mnt)], capture_output=True, text=True)
+    if r.returncode != 0:
+        pytest.skip(f"could not mount a tmpfs: {r.stderr.strip()}")
+    yield mnt
+    subprocess.run(["umount", "-l", str(mnt)], capture_output=True)
+
+
+def test_a_real_full_disk_gives_one_line_and_keeps_what_was_saved(tiny_fs, small_corpus, monkeypatch):
+    monkeypatch.setenv("BERT_STUDIO_CACHE", str(tiny_fs / "cache"))  # the pre-training cache fills the disk too
+    out = tiny_fs / "run"
+    args = _pretrain_args(small_corpus, out, steps=30, extra=["--hidden", "64", "--vocab-size", "1000"])
+    code, _, err = _cli(args)
+    _one_line_error(code, err, "No space left on device")
+    info = runs.read_run_json(out)
+    assert info["status"] == "failed" and "No space left on device" in info["error"]
+    assert runs.lock_holder(out) is None  # the lock was given back
+    assert not list((out / "checkpoints").glob(".tmp*"))  # no half-written checkpoint left
+    for ck in runs.list_checkpoints(out):  # what was saved before still loads
+        engine.load(ck)
+    # a completely full disk: the lock, run.json and the fine-tune's folder give the same line
+    with open(tiny_fs / "filler", "wb") as f:
+        try:
+            while True:
+                f.write(b"\0" * 65536)
+        except OSError:
+            pass
+    for args in (["finetune", "--model", "minilm", "--task", "bbc-topic", "--out", tiny_fs / "ft"],
+                 _pretrain_args(small_corpus, tiny_fs / "run2")):
+        code, _, err = _cli(args)
+        _one_line_error(code, err, "No space left on device")
+
+
+def test_faked_full_disk_in_every_writer_gives_one_line(tmp_path, small_corpus, monkeypatch):
+    """Where no tmpfs can be mounted: the libraries' own wordings of ENOSPC, raised where they write."""
+    import safetensors.torch
+    # safetensors wraps the OS error in its own exception type
+    class SafetensorError(Exception):
+        pass
+
+    def no_room(*a, **k):
+        raise SafetensorError("Error while serializing: IoError(Os { code: 28, kind: StorageFull, message: \"No space left on device\" })")
+    monkeypatch.setattr(safetensors.torch, "save_file", no_room)
+    code, _, err = _cli(_pretrain_args(small_corpus, tmp_path / "a"))
+    _one_line_error(code, err, "No space left on device")
+    assert "No space left on device" in runs.read_run_json(tmp_path / "a")["error"]
+    monkeypatch.undo()
+    # torch.save of the optimizer state (written after the weights)
+    real = torch.save
+
+    def torch_no_room(obj, f, *a, **k):
+        if "training_state" in str(f):
+            raise RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos 987456 vs 987344: No space left on device")
+        return real(obj, f, *a, **k)
+    monkeypatch.setattr(torch, "save", torch_no_room)
+    code, _, err = _cli(_pretrain_args(small_corpus, tmp_path / "b"))
+    _one_line_error(code, err, "No space left on device")
+    assert not list((tmp_path / "b" / "checkpoints").glob(".tmp*"))
+
+
+# ------------------------------------------------------------------ 18. out of memory: one line naming the fix
+def test_out_of_memory_is_one_line_naming_the_fix(tmp_path, tiny_checkpoint, task_files, monkeypatch):
+    from engine.heads import TaskModel
+    real = TaskModel.forward
+
+    def greedy(self, *a, **k):  # a batch that wants a petabyte: the real allocator's failure
+        torch.empty(1 << 50, dtype=torch.uint8)
+        return real(self, *a, **k)
+    monkeypatch.setattr(TaskModel, "forward", greedy)
+    out = tmp_path / "oom"
+    code, _, err = _cli(_ft_args(tiny_checkpoint, task_files, out, "1e-3"))
+    _one_line_error(code, err, "out of memory")
+    assert "--batch-size" in err and "--grad-accum" in err
+    info = runs.read_run_json(out)
+    assert info["status"] == "failed" and info["error"].startswith("out of memory") and "\n" not in info["error"]
