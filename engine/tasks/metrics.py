@@ -2,14 +2,13 @@
 Pearson/Spearman for STS-B).
 
 Every function takes two sequences (predictions first, gold second: lists, numpy arrays or CPU tensors)
-and returns a plain Python float in [0, 1] (correlations in [-1, 1]). Degenerate inputs give 0.0, never
+and returns a plain Python float in [0, 1] (correlations in [-1, 1]); scikit-learn and scipy compute them. Degenerate inputs give 0.0, never
 NaN: an empty input, a constant prediction (MCC, Pearson, Spearman), no positive class (F1).
 Entity-level F1 lives in `tagging.py`, SQuAD EM/F1 in `squad.py`.
 """
-import math
-
 import numpy as np
 from scipy import stats
+from sklearn import metrics as skm
 
 
 def _arrays(preds, golds):
@@ -22,53 +21,27 @@ def _arrays(preds, golds):
 
 def accuracy(preds, golds) -> float:
     p, g = _arrays(preds, golds)
-    return float((p == g).mean()) if len(p) else 0.0
-
-
-def _f1(tp: int, fp: int, fn: int) -> float:
-    denom = 2 * tp + fp + fn
-    return 2.0 * tp / denom if denom else 0.0
+    return float(skm.accuracy_score(g, p)) if len(p) else 0.0
 
 
 def f1_binary(preds, golds, positive=1) -> float:
-    """F1 of the `positive` class (MRPC, QQP)."""
+    """F1 of the `positive` class (MRPC, QQP); 0.0 when it is neither predicted nor gold."""
     p, g = _arrays(preds, golds)
-    tp = int(((p == positive) & (g == positive)).sum())
-    fp = int(((p == positive) & (g != positive)).sum())
-    fn = int(((p != positive) & (g == positive)).sum())
-    return _f1(tp, fp, fn)
+    return float(skm.f1_score(g, p, labels=[positive], average="macro", zero_division=0)) if len(p) else 0.0
 
 
 def f1_macro(preds, golds) -> float:
     """Unweighted mean of per-class F1 over the classes that appear in gold or predictions."""
     p, g = _arrays(preds, golds)
-    classes = sorted(set(p.tolist()) | set(g.tolist()))
-    if not classes:
-        return 0.0
-    return float(np.mean([f1_binary(p, g, positive=c) for c in classes]))
+    return float(skm.f1_score(g, p, average="macro", zero_division=0)) if len(p) else 0.0
 
 
 def matthews_corr(preds, golds) -> float:
     """Matthews correlation coefficient (CoLA), multi-class form (Gorodkin 2004); 0.0 when either side is constant."""
     p, g = _arrays(preds, golds)
-    if not len(p):
+    if not len(p) or len(set(p.tolist())) < 2 or len(set(g.tolist())) < 2:
         return 0.0
-    classes = sorted(set(p.tolist()) | set(g.tolist()))
-    idx = {c: i for i, c in enumerate(classes)}
-    k = len(classes)
-    cm = np.zeros((k, k), dtype=np.float64)  # (gold, pred)
-    for a, b in zip(g.tolist(), p.tolist()):
-        cm[idx[a], idx[b]] += 1
-    t = cm.sum(axis=1)  # times each class truly occurred
-    q = cm.sum(axis=0)  # times each class was predicted
-    c = np.trace(cm)
-    s = cm.sum()
-    cov_pg = c * s - t @ q
-    cov_pp = s * s - q @ q
-    cov_gg = s * s - t @ t
-    if cov_pp == 0 or cov_gg == 0:
-        return 0.0
-    return float(cov_pg / math.sqrt(cov_pp * cov_gg))
+    return float(skm.matthews_corrcoef(g, p))
 
 
 def pearson(preds, golds) -> float:
