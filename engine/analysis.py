@@ -210,7 +210,7 @@ def value_weighted_attention(bundle, text_a: str, text_b: str = None):
 def _masked_batch(bundle, texts, seed: int):
     """(ids, type_ids, attention_mask, positions (B, T) bool, labels (N,)): MASK_RATE of each text's non-special
     pieces chosen by a seeded generator; replaced by [MASK] except for a left-to-right model."""
-    from engine.probes import _pad
+    from engine.tasks.batching import pad_batch
     tok = bundle.tokenizer
     limit = int(bundle.config.max_position_embeddings)
     pairs = [(t, None) if isinstance(t, str) else (t[0], t[1]) for t in texts]
@@ -218,7 +218,7 @@ def _masked_batch(bundle, texts, seed: int):
     if not pairs:
         raise EngineError("no texts to score head importance on; give at least one non-empty sentence")
     encs = tok.encode_batch([a if b is None else (a, b) for a, b in pairs], max_length=limit)
-    ids, tt, am = _pad(encs, tok.pad_id)  # (B, T) each
+    ids, tt, am = pad_batch([(e.ids, e.type_ids) for e in encs], tok.pad_id)  # (B, T) each
     g = torch.Generator().manual_seed(seed)
     pos = torch.zeros_like(ids, dtype=torch.bool)
     causal = bool(bundle.config.causal)

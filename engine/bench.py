@@ -49,8 +49,10 @@ import torch.nn.functional as F
 
 from engine.config import PRESETS, BertConfig
 from engine.errors import EngineError
-from engine.device import amp, default_precision
+from engine.device import amp, default_precision, resolve_device
 from engine.model import BertForPreTraining, BertModel
+from engine.optim import param_groups
+from engine.tasks.batching import pad_batch
 
 SCENARIOS = ("pretrain", "infer", "finetune", "varlen")
 UNITS = ("sentence", "pair", "document")
@@ -83,16 +85,6 @@ class BenchConfig:
 
 
 # ------------------------------------------------------------------ environment
-def resolve_device(name: str) -> torch.device:
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if name == "cuda" and not torch.cuda.is_available():
-        raise EngineError("--device cuda was asked for but no CUDA GPU is available; use --device cpu or auto")
-    if name not in ("cpu", "cuda"):
-        raise EngineError(f"unknown device '{name}'; choose auto, cpu or cuda")
-    return torch.device(name)
-
-
 def _cpu_name() -> str:
     try:
         with open("/proc/cpuinfo") as f:
@@ -274,13 +266,7 @@ def _varlen_batches(cfg: BenchConfig, device):
     for i in range(N_BATCHES):
         part = rows[i * cfg.batch_size:(i + 1) * cfg.batch_size]
         T = cfg.seq_len if cfg.padding == "max_length" else max(len(r[0]) for r in part)
-        ids = torch.full((len(part), T), PAD_ID, dtype=torch.long)
-        tt = torch.zeros_like(ids)
-        am = torch.zeros_like(ids)
-        for b, (r, t) in enumerate(part):
-            ids[b, :len(r)] = torch.tensor(r) % cfg.vocab_size
-            tt[b, :len(r)] = torch.tensor(t)
-            am[b, :len(r)] = 1
+        ids, tt, am = pad_batch([([x % cfg.vocab_size for x in r], t) for r, t in part], PAD_ID, length=T)  # (B, T)
         out.append({"input_ids": ids, "token_type_ids": tt, "attention_mask": am,
                     "labels": torch.randint(0, cfg.num_labels, (len(part),), generator=g)})
     return [{k: v.to(device) for k, v in b.items()} for b in out]
@@ -339,21 +325,13 @@ def build_models(bc: BenchConfig, mcfg: BertConfig, device):
     return eng.to(device), hf.to(device)
 
 
-def _param_groups(model, weight_decay=0.01):
-    decay, no_decay = [], []
-    for _, p in model.named_parameters():
-        if p.requires_grad:
-            (decay if p.dim() >= 2 else no_decay).append(p)
-    return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
-
-
 def make_optimizer(model, lr: float, device) -> torch.optim.Optimizer:
     """AdamW as both sides use it: fused where this torch supports it on the device (Trainer's default)."""
     kw = dict(lr=lr, betas=(0.9, 0.999), eps=1e-6)
     try:
-        return torch.optim.AdamW(_param_groups(model), fused=True, **kw)
+        return torch.optim.AdamW(param_groups(model, 0.01), fused=True, **kw)
     except (RuntimeError, TypeError, ValueError):
-        return torch.optim.AdamW(_param_groups(model), **kw)
+        return torch.optim.AdamW(param_groups(model, 0.01), **kw)
 
 
 def _engine_loss(bc, model, batch):

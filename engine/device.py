@@ -1,14 +1,36 @@
-"""Numeric precision and host-to-device copies, shared by pre-training, fine-tuning and the benchmark.
+"""Devices, numeric precision and host-to-device copies, shared by pre-training, fine-tuning, features and the
+benchmark.
 
 The engine trains in fp32 or under bf16 autocast (fp32 weights, gradients and optimizer state, bf16 matrix
 multiplies). `--precision auto` picks bf16 where the hardware has native bf16 units (CUDA with bf16; CPUs with
 AVX512-BF16 or AMX), where it measured faster (BENCHMARKS.md), and fp32 elsewhere, where bf16 would be emulated.
 """
+import re
+
 import torch
 
 from engine.errors import EngineError
 
 PRECISIONS = ("auto", "fp32", "bf16")  # the --precision choices
+
+
+def check_device(name: str) -> None:
+    """The --device values every command takes: auto, cpu, cuda or cuda:N (EngineError otherwise)."""
+    if name not in ("auto", "cpu", "cuda") and not re.fullmatch(r"cuda:\d+", str(name)):
+        raise EngineError(f"unknown device '{name}'; choose auto, cpu or cuda")
+
+
+def resolve_device(name: str, local_rank: int = None) -> torch.device:
+    """The device of every command: `auto` is CUDA when present, else CPU; `cuda` is GPU 0, `cuda:N` GPU N, and a
+    torchrun rank (`local_rank` given) takes the GPU of its local rank."""
+    check_device(name)
+    if name == "auto":
+        name = "cuda" if torch.cuda.is_available() else "cpu"
+    if name.startswith("cuda"):
+        if not torch.cuda.is_available():
+            raise EngineError(f"--device {name} was asked for but no CUDA GPU is available; use --device cpu or auto")
+        return torch.device("cuda", local_rank if local_rank is not None else (torch.device(name).index or 0))
+    return torch.device("cpu")
 
 
 def check_precision(precision: str) -> None:

@@ -1,4 +1,5 @@
-"""Data-parallel pre-training under `torchrun`: which process this is, its device, and the process group.
+"""Data-parallel pre-training under `torchrun`: which process this is, and the process group (its device:
+engine.device.resolve_device with the local rank).
 
 Under `torchrun` (env RANK, WORLD_SIZE, LOCAL_RANK) every rank trains on its own slice of each global batch with
 DistributedDataParallel (gloo on CPU, NCCL on GPU); gradients are all-reduced once per optimizer step. Rank 0
@@ -9,8 +10,6 @@ import os
 from dataclasses import dataclass
 
 import torch
-
-from engine.errors import EngineError
 
 
 @dataclass
@@ -38,17 +37,6 @@ def dist_from_env() -> Dist:
         return Dist(int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"]), int(os.environ.get("LOCAL_RANK", 0)),
                     int(os.environ.get("LOCAL_WORLD_SIZE", os.environ["WORLD_SIZE"])))
     return Dist()
-
-
-def resolve_device(name: str, dist: Dist) -> torch.device:
-    """`auto` is CUDA when present, else CPU; under torchrun each rank takes the GPU of its local rank."""
-    if name == "auto":
-        name = "cuda" if torch.cuda.is_available() else "cpu"
-    if name.startswith("cuda"):
-        if not torch.cuda.is_available():
-            raise EngineError("--device cuda was asked for but no CUDA GPU is available; use --device cpu or auto")
-        return torch.device("cuda", dist.local_rank if dist.enabled else (torch.device(name).index or 0))
-    return torch.device("cpu")
 
 
 def setup(dist: Dist, device: torch.device, num_threads) -> None:

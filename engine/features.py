@@ -43,6 +43,7 @@ from engine import records
 from engine.errors import EngineError
 from engine.fileio import atomic_save_with, atomic_write_text
 from engine.heads import last_real_index
+from engine.tasks.batching import pad_batch
 from engine.tasks.registry import feature_task_names
 
 COMBINES = ("concat", "sum", "mean", "weighted", "all-weighted", "last", "second-to-last", "embeddings")
@@ -134,15 +135,7 @@ def layer_stack(bundle, texts, layer_idx: list, pooling: str = "cls", batch_size
         bar = tqdm(total=len(encs), file=sys.stderr, unit="text", mininterval=1.0, desc="features")
     for s in range(0, len(order), batch_size):
         idx = order[s:s + batch_size]
-        T = max(len(encs[i].ids) for i in idx)
-        ids = torch.full((len(idx), T), tok.pad_id, dtype=torch.long)  # (B, T)
-        types = torch.zeros((len(idx), T), dtype=torch.long)  # (B, T)
-        mask = torch.zeros((len(idx), T), dtype=torch.long)  # (B, T)
-        for b, i in enumerate(idx):
-            n = len(encs[i].ids)
-            ids[b, :n] = torch.tensor(encs[i].ids)
-            types[b, :n] = torch.tensor(encs[i].type_ids)
-            mask[b, :n] = 1
+        ids, types, mask = pad_batch([(encs[i].ids, encs[i].type_ids) for i in idx], tok.pad_id)  # (B, T) each
         o = bert(ids.to(device), types.to(device), mask.to(device), output_hidden_states=True, unpad=True)  # 0 at padding
         hs = torch.stack([o.hidden_states[j] for j in layer_idx], dim=2).float()  # (B, T, K, H)
         if pooling == "cls" and bundle.config.causal:  # a left-to-right model: [CLS] saw only itself (heads.py)
@@ -390,7 +383,7 @@ def run_features(cfg: FeaturesConfig, progress_bar: bool = False) -> dict:
     from dataclasses import asdict
 
     from engine.checkpoint import load
-    from engine.finetune import resolve_device
+    from engine.device import resolve_device
     from engine.tasks.registry import load_task_files
     from engine.runs import Run, check_run_folder, truncate_metrics
 

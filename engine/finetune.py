@@ -44,10 +44,11 @@ import torch
 import torch.nn as nn
 
 from engine import records
-from engine.device import PRECISIONS, amp, check_precision, resolve_precision, to_device
+from engine.device import PRECISIONS, amp, check_device, check_precision, resolve_device, resolve_precision, to_device
 from engine.errors import EngineError
 from engine.fileio import atomic_save_with
 from engine.heads import TaskModel
+from engine.optim import linear_schedule, param_groups
 from engine.tasks.batching import Prepared, length_batches
 from engine.tasks.describe import describe, describe_lines
 from engine.tasks.registry import task_names
@@ -118,8 +119,7 @@ class FinetuneConfig:
             raise EngineError(f"--max-train {self.max_train} must be at least 1")
         if self.max_dev is not None and self.max_dev < 1:
             raise EngineError(f"--max-dev {self.max_dev} must be at least 1")
-        if self.device not in ("auto", "cpu", "cuda") and not str(self.device).startswith("cuda:"):
-            raise EngineError(f"--device {self.device} is not known; use auto, cpu or cuda")
+        check_device(self.device)
         check_precision(self.precision)
         if not 0 <= self.warmup < 1:
             raise EngineError(f"warmup {self.warmup} must be a fraction in [0, 1)")
@@ -143,15 +143,7 @@ class FinetuneConfig:
 RUNTIME_FIELDS = ("out", "device", "precision", "num_threads", "eval_batch_size", "log_every")
 
 
-# ------------------------------------------------------------------ devices and small helpers
-def resolve_device(name: str) -> torch.device:
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if str(name).startswith("cuda") and not torch.cuda.is_available():
-        raise EngineError(f"--device {name} was asked for but no CUDA GPU is available; use --device cpu or auto")
-    return torch.device(name)
-
-
+# ------------------------------------------------------------------ small helpers
 def set_dropout(module: nn.Module, p: float) -> None:
     """Set every dropout rate of a module (nn.Dropout layers and the SDPA attention dropout)."""
     for m in module.modules():
@@ -206,21 +198,11 @@ def prepare(task, tok, cfg: FinetuneConfig, max_len: int) -> Prepared:
 
 # ------------------------------------------------------------------ one trial
 def make_optimizer(model: nn.Module, lr: float, weight_decay: float, total_steps: int, warmup: float):
-    """AdamW (no decay on biases and LayerNorm weights) and a warmup + linear decay schedule."""
-    decay, no_decay = [], []
-    for name, p in model.named_parameters():
-        if not p.requires_grad:
-            continue
-        (no_decay if p.ndim < 2 or "norm" in name.lower() else decay).append(p)
-    opt = torch.optim.AdamW([{"params": decay, "weight_decay": weight_decay},
-                             {"params": no_decay, "weight_decay": 0.0}], lr=lr, betas=(0.9, 0.999), eps=1e-6)
+    """AdamW (no decay on biases and LayerNorm weights) and a warmup + linear decay schedule (engine.optim);
+    warmup is a fraction of the steps, floored."""
+    opt = torch.optim.AdamW(param_groups(model, weight_decay), lr=lr, betas=(0.9, 0.999), eps=1e-6)
     warm = int(warmup * total_steps)
-
-    def schedule(step):
-        if step < warm:
-            return (step + 1) / warm
-        return max(0.0, (total_steps - step) / max(1, total_steps - warm))
-    return opt, torch.optim.lr_scheduler.LambdaLR(opt, schedule)
+    return opt, torch.optim.lr_scheduler.LambdaLR(opt, lambda step: linear_schedule(step, total_steps, warm))
 
 
 def better(a: float, b: Optional[float]) -> bool:

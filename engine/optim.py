@@ -1,8 +1,10 @@
-"""The optimizer and learning-rate schedule of pre-training (paper A.2, google-research/bert's optimization.py).
+"""The optimizer and learning-rate schedule of pre-training and fine-tuning (paper A.2 and A.3, google-research/
+bert's optimization.py); engine.bench uses the same parameter groups.
 
-AdamW (beta 0.9/0.999, eps 1e-6, weight decay 0.01 except LayerNorm weights and biases; fused on CUDA), and a
-linear warmup then a linear decay to 0 at the last step. Warmup is given in steps (>= 1) or as a fraction of
-the steps (< 1).
+AdamW (beta 0.9/0.999, eps 1e-6, weight decay 0.01 except LayerNorm weights and biases; fused on CUDA for
+pre-training), and a linear warmup then a linear decay to 0 at the last step (`linear_schedule`). Pre-training
+gives warmup in steps (>= 1) or as a fraction of the steps (< 1, rounded); fine-tuning as a fraction (floored,
+`engine.finetune.make_optimizer`).
 """
 import torch
 
@@ -12,12 +14,17 @@ def warmup_steps(warmup: float, steps: int) -> int:
     return int(round(warmup * steps)) if warmup < 1 else int(warmup)
 
 
+def linear_schedule(step: int, steps: int, warmup: int) -> float:
+    """The learning-rate factor of optimizer step `step` (0-based) of `steps`: a linear warmup over the first
+    `warmup` steps, then a linear decay to 0 at the last step."""
+    if step < warmup:
+        return (step + 1) / warmup
+    return max(0.0, (steps - step) / max(1, steps - warmup))
+
+
 def lr_at(step: int, cfg) -> float:
-    """Learning rate of optimizer step `step` (0-based): linear warmup, then linear decay to 0 at cfg.steps."""
-    w = warmup_steps(cfg.warmup, cfg.steps)
-    if step < w:
-        return cfg.lr * (step + 1) / w
-    return cfg.lr * max(0.0, (cfg.steps - step) / max(1, cfg.steps - w))
+    """Learning rate of pre-training optimizer step `step` (0-based): cfg.lr times `linear_schedule`."""
+    return cfg.lr * linear_schedule(step, cfg.steps, warmup_steps(cfg.warmup, cfg.steps))
 
 
 def param_groups(model: torch.nn.Module, weight_decay: float) -> list:

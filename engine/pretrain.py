@@ -71,7 +71,8 @@ from pathlib import Path
 
 from engine import runs
 from engine.device import PRECISIONS, resolve_precision  # noqa: F401  (resolve_precision: part of this module's API)
-from engine.distributed import Dist, dist_from_env, resolve_device, setup, teardown, broadcast
+from engine.device import resolve_device
+from engine.distributed import Dist, dist_from_env, setup, teardown, broadcast
 from engine.errors import EngineError
 from engine.optim import lr_at, param_groups  # noqa: F401  (re-exported: the schedule and groups of this loop)
 from engine.pretrain_config import PretrainConfig, model_config, validate  # noqa: F401
@@ -149,7 +150,7 @@ def _pretrain(cfg: PretrainConfig) -> dict:
     try:
         if dist.main and fresh and run_entries(run_dir):  # another start slipped in before our lock
             raise EngineError(f"run folder {run_dir} already holds a run; continue it with --resume, or choose another --out")
-        device = resolve_device(cfg.device, dist)
+        device = resolve_device(cfg.device, dist.local_rank if dist.enabled else None)  # a rank takes its local GPU
         setup(dist, device, cfg.num_threads)
         obj = broadcast(dist, [str(ckpt) if ckpt else None, restart])  # every rank learns whether rank 0 resumes
         ckpt, restart = (Path(obj[0]) if obj[0] else None), bool(obj[1])

@@ -6,7 +6,7 @@ from dataclasses import asdict, dataclass
 from typing import Optional
 
 from engine.config import PRESETS, BertConfig
-from engine.device import check_precision
+from engine.device import check_device, check_precision
 from engine.errors import EngineError
 from engine.pretraining_data import OBJECTIVES, _check_masking_args
 
@@ -118,8 +118,7 @@ def validate(cfg: PretrainConfig) -> None:
         raise EngineError("--weight-decay and --max-grad-norm must be >= 0")
     if cfg.tokenizer is None and cfg.vocab_size < 100:
         raise EngineError(f"--vocab-size {cfg.vocab_size} is too small; use at least a few hundred (the classroom uses 8000)")
-    if cfg.device not in ("auto", "cpu", "cuda") and not str(cfg.device).startswith("cuda:"):
-        raise EngineError(f"unknown device '{cfg.device}'; choose auto, cpu or cuda")
+    check_device(cfg.device)
     if cfg.stop_after is not None and cfg.stop_after < 1:
         raise EngineError(f"--stop-after {cfg.stop_after} must be at least 1")
     model_config(cfg, vocab_size=1000)  # L/H/A consistency

@@ -30,6 +30,7 @@ import numpy as np
 import torch
 
 from engine.errors import EngineError
+from engine.tasks.batching import pad_batch
 
 _MASK_RE = re.compile(r"\[mask\]", re.IGNORECASE)
 
@@ -139,20 +140,6 @@ def _forward(bundle, enc, output_attentions=False, output_hidden_states=False):
         return model(ids, token_type_ids=tt, output_attentions=output_attentions, output_hidden_states=output_hidden_states)
     finally:
         model.train(was_training)
-
-
-def _pad(encs, pad_id: int):
-    """Right-pad encodings into (B, T) ids, segment ids and attention mask tensors."""
-    T = max(len(e.ids) for e in encs)
-    ids = torch.full((len(encs), T), pad_id, dtype=torch.long)
-    tt = torch.zeros((len(encs), T), dtype=torch.long)
-    am = torch.zeros((len(encs), T), dtype=torch.long)
-    for r, e in enumerate(encs):
-        n = len(e.ids)
-        ids[r, :n] = torch.tensor(e.ids)
-        tt[r, :n] = torch.tensor(e.type_ids)
-        am[r, :n] = 1
-    return ids, tt, am
 
 
 @torch.no_grad()
@@ -415,7 +402,7 @@ def probe_set_accuracy(bundle, probe_set: dict = None, top_k: int = 5) -> dict:
                 skipped += 1
         if kept:
             encs = tok.encode_batch([s for s, _, _ in kept], max_length=limit)
-            ids, tt, am = _pad(encs, tok.pad_id)  # (B, T) each
+            ids, tt, am = pad_batch([(e.ids, e.type_ids) for e in encs], tok.pad_id)  # (B, T) each
             is_mask = ids == tok.mask_id  # (B, T)
             first = is_mask & (is_mask.cumsum(dim=1) == 1)  # the first [MASK] of each row
             keep_rows = first.any(dim=1)
@@ -454,7 +441,7 @@ def probe_set_accuracy(bundle, probe_set: dict = None, top_k: int = 5) -> dict:
         correct = 0
         if pairs:
             encs = tok.encode_batch([(a, b) for a, b, _ in pairs], max_length=limit)
-            ids, tt, am = _pad(encs, tok.pad_id)
+            ids, tt, am = pad_batch([(e.ids, e.type_ids) for e in encs], tok.pad_id)  # (B, T) each
             p_next = _forward_ids(bundle, ids, tt, am).nsp_logits.float().softmax(dim=-1)[:, 0].tolist()  # (B,) P(IsNext)
             for (a, b, is_next), p in zip(pairs, p_next):
                 ok = (p > 0.5) == bool(is_next)

@@ -1,5 +1,6 @@
-"""What every task kind hands the fine-tuning loop (`Prepared`), and the batching both share: index batches and
-prediction in length order.
+"""What every task kind hands the fine-tuning loop (`Prepared`), and the batching both share: index batches,
+prediction in length order, and `pad_batch`, the one helper that pads token rows into a batch (tasks, features,
+probes and the benchmark use it).
 
 Training batches are a random permutation (padded per batch; the encoder's `unpad` keeps padding off the linear
 layers); evaluation runs in length order, so each evaluation batch pads little.
@@ -8,6 +9,23 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 import torch
+
+
+def pad_batch(rows, pad_id: int, length: int = None) -> tuple:
+    """Right-pad token rows into (B, T) long tensors: input_ids (pad_id after each row), token_type_ids (0 after
+    each row) and attention_mask (1 on real tokens). `rows`: (ids, type_ids) pairs; T is the longest row, or
+    `length` when given."""
+    B = len(rows)
+    T = length or max(len(ids) for ids, _ in rows)
+    input_ids = torch.full((B, T), pad_id, dtype=torch.long)  # (B, T)
+    token_type_ids = torch.zeros((B, T), dtype=torch.long)  # (B, T)
+    attention_mask = torch.zeros((B, T), dtype=torch.long)  # (B, T)
+    for b, (ids, types) in enumerate(rows):
+        n = len(ids)
+        input_ids[b, :n] = torch.tensor(ids)
+        token_type_ids[b, :n] = torch.tensor(types)
+        attention_mask[b, :n] = 1
+    return input_ids, token_type_ids, attention_mask
 
 
 @dataclass

@@ -31,8 +31,8 @@ import torch
 
 from engine.errors import EngineError
 from engine.tasks import metrics as M
+from engine.tasks.batching import Prepared, pad_batch, predict
 from engine.tasks.describe import collapse_warning
-from engine.tasks.batching import Prepared, predict
 from engine.tasks.tables import find_column, read_table
 
 PAIR_COLUMNS = [("sentence1", "sentence2"), ("question1", "question2"), ("question", "sentence"),
@@ -290,16 +290,7 @@ def encode_classification(tok, examples, max_len: int = 128, label_to_id: dict =
         raise ValueError("encode_classification needs at least one example")
     items = [e.text_a if e.text_b is None else (e.text_a, e.text_b) for e in examples]
     encs = tok.encode_batch(items, max_length=max_len)
-    T = max(len(e.ids) for e in encs)
-    B = len(encs)
-    input_ids = torch.full((B, T), tok.pad_id, dtype=torch.long)  # (B, T)
-    token_type_ids = torch.zeros((B, T), dtype=torch.long)  # (B, T)
-    attention_mask = torch.zeros((B, T), dtype=torch.long)  # (B, T)
-    for i, e in enumerate(encs):
-        n = len(e.ids)
-        input_ids[i, :n] = torch.tensor(e.ids)
-        token_type_ids[i, :n] = torch.tensor(e.type_ids)
-        attention_mask[i, :n] = 1
+    input_ids, token_type_ids, attention_mask = pad_batch([(e.ids, e.type_ids) for e in encs], tok.pad_id)  # (B, T)
     out = {"input_ids": input_ids, "token_type_ids": token_type_ids, "attention_mask": attention_mask}
     if all(e.label is not None for e in examples):
         if label_to_id is None:

@@ -17,7 +17,7 @@ from pathlib import Path
 import torch
 
 from engine.errors import EngineError
-from engine.tasks.batching import Prepared, predict
+from engine.tasks.batching import Prepared, pad_batch, predict
 from engine.tasks.tables import find_column, read_table
 
 CONTEXT_COLUMNS = ["sent1", "context", "ctx_a", "ctx", "question"]
@@ -159,15 +159,8 @@ def encode_multiple_choice(tok, examples, max_len: int = 128) -> dict:
         raise ValueError("all examples in a batch need the same number of endings")
     pairs = [(e.context, f"{e.start} {end}".strip()) for e in examples for end in e.endings]
     encs = tok.encode_batch(pairs, max_length=max_len)
-    T = max(len(x.ids) for x in encs)
-    input_ids = torch.full((B * N, T), tok.pad_id, dtype=torch.long)  # (B*N, T)
-    token_type_ids = torch.zeros((B * N, T), dtype=torch.long)
-    attention_mask = torch.zeros((B * N, T), dtype=torch.long)
-    for r, x in enumerate(encs):
-        n = len(x.ids)
-        input_ids[r, :n] = torch.tensor(x.ids)
-        token_type_ids[r, :n] = torch.tensor(x.type_ids)
-        attention_mask[r, :n] = 1
+    input_ids, token_type_ids, attention_mask = pad_batch([(x.ids, x.type_ids) for x in encs], tok.pad_id)  # (B*N, T)
+    T = input_ids.shape[1]
     out = {"input_ids": input_ids.view(B, N, T), "token_type_ids": token_type_ids.view(B, N, T),
            "attention_mask": attention_mask.view(B, N, T)}  # (B, N, T)
     if all(e.label is not None for e in examples):

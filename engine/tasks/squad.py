@@ -34,7 +34,7 @@ import numpy as np
 import torch
 
 from engine.errors import EngineError
-from engine.tasks.batching import Prepared, predict
+from engine.tasks.batching import Prepared, pad_batch, predict
 
 
 @dataclass
@@ -258,15 +258,7 @@ def collate_squad(features, pad_id: int = 0) -> dict:
     """Pad SquadFeatures to the batch's longest: input_ids, token_type_ids, attention_mask (B, T) long and
     start_positions, end_positions (B,) long. Usable as a DataLoader collate_fn (pad_id: tok.pad_id, 0 in
     BERT vocabularies)."""
-    B, T = len(features), max(len(f.input_ids) for f in features)
-    input_ids = torch.full((B, T), pad_id, dtype=torch.long)  # (B, T)
-    token_type_ids = torch.zeros((B, T), dtype=torch.long)  # (B, T)
-    attention_mask = torch.zeros((B, T), dtype=torch.long)  # (B, T)
-    for b, f in enumerate(features):
-        n = len(f.input_ids)
-        input_ids[b, :n] = torch.tensor(f.input_ids)
-        token_type_ids[b, :n] = torch.tensor(f.token_type_ids)
-        attention_mask[b, :n] = 1
+    input_ids, token_type_ids, attention_mask = pad_batch([(f.input_ids, f.token_type_ids) for f in features], pad_id)  # (B, T)
     return {"input_ids": input_ids, "token_type_ids": token_type_ids, "attention_mask": attention_mask,
             "start_positions": torch.tensor([f.start_position for f in features], dtype=torch.long),
             "end_positions": torch.tensor([f.end_position for f in features], dtype=torch.long)}

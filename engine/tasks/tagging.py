@@ -23,7 +23,7 @@ from pathlib import Path
 import torch
 
 from engine.errors import EngineError
-from engine.tasks.batching import Prepared, predict
+from engine.tasks.batching import Prepared, pad_batch, predict
 
 IGNORE = -100  # label of pieces that are not scored (non-first pieces, specials, padding)
 
@@ -218,18 +218,12 @@ def encode_tagging(tok, sentences, max_len: int = 128, label_to_id: dict = None)
     `truncated` (B,) bool; `labels` (B, T) long (tag id on first pieces, -100 elsewhere) when
     `label_to_id` is given."""
     encs = [tok.encode_words(s.words, max_length=max_len) for s in sentences]
-    B, T = len(encs), max(len(e.ids) for e in encs)
-    input_ids = torch.full((B, T), tok.pad_id, dtype=torch.long)  # (B, T)
-    token_type_ids = torch.zeros((B, T), dtype=torch.long)  # (B, T)
-    attention_mask = torch.zeros((B, T), dtype=torch.long)  # (B, T)
+    input_ids, token_type_ids, attention_mask = pad_batch([(e.ids, e.type_ids) for e in encs], tok.pad_id)  # (B, T)
+    B, T = input_ids.shape
     word_index = torch.full((B, T), -1, dtype=torch.long)  # (B, T)
     labels = torch.full((B, T), IGNORE, dtype=torch.long)  # (B, T)
     truncated = torch.zeros(B, dtype=torch.bool)  # (B,)
     for b, (s, e) in enumerate(zip(sentences, encs)):
-        n = len(e.ids)
-        input_ids[b, :n] = torch.tensor(e.ids)
-        token_type_ids[b, :n] = torch.tensor(e.type_ids)
-        attention_mask[b, :n] = 1
         prev = None
         for t, w in enumerate(e.word_ids):
             if w is not None and w != prev:
