@@ -17,7 +17,13 @@ shuffled sentence-level corpus").
   articles", one document each. Its JSON file is read by path (found with importlib's spec, without importing
   the package, whose import needs a dependency it does not declare).
 A path: a .txt file with blank lines between documents, a folder of .txt files (each file one document),
-or a .jsonl file with a "text" field per line.
+or a .jsonl file with a "text" field per line. A .txt file with Wikipedia-style headings (`= Title =` lines, as
+in WikiText dumps) is read by its headings instead: each top-level heading starts an article (one document,
+blank lines inside it or not), and heading lines of any level (`= = Section = =`) are dropped from the
+sentences, so no document is a lone heading (a shortcut for NSP: a heading in A or B means NotNext). Heading
+lines are also dropped from the files of a folder and from .jsonl texts. When more than a fifth of the
+documents have a single sentence, `info["warnings"]` says so (NSP then mostly pairs across documents); the
+pre-training command prints it.
 """
 import ast
 import bz2
@@ -124,9 +130,56 @@ def _decode(data: bytes, name: str, info: dict) -> str:
         return data.decode("utf-8", errors="replace")
 
 
+# a Wikipedia-style heading line: "= Title =", "= = Section = =", "== Section ==" (the same number of = each side)
+_HEADING = re.compile(r"^\s*((?:=\s*)+)(?!=)(\S.*?)\s*((?:=\s*)+)$")
+SINGLE_SENTENCE_WARN = 0.2  # warn when more than this share of the documents have one sentence
+
+
+def heading_level(line: str) -> int:
+    """The level of a heading line ("= Title =" 1, "= = Section = =" 2), 0 for any other line."""
+    m = _HEADING.match(line)
+    if not m:
+        return 0
+    left, right = m.group(1).count("="), m.group(3).count("=")
+    return left if left == right else 0
+
+
 def _text_to_document(text: str) -> list:
-    paragraphs = [p for p in re.split(r"\n\s*\n|\n", text) if p.strip()]
+    paragraphs = [p for p in re.split(r"\n\s*\n|\n", text) if p.strip() and not heading_level(p)]
     return paragraphs_to_sentences(paragraphs)
+
+
+def _articles_by_heading(text: str, info: dict) -> list:
+    """Documents of a text with top-level `= Title =` headings: one per article, heading lines dropped."""
+    docs, lines = [], []
+    n_headings = 0
+
+    def flush():
+        doc = paragraphs_to_sentences(lines)
+        if doc:
+            docs.append(doc)
+        lines.clear()
+    for line in text.split("\n"):
+        level = heading_level(line)
+        if level:
+            n_headings += 1
+            if level == 1:
+                flush()
+        elif line.strip():
+            lines.append(line)
+    flush()
+    info["read_by_headings"] = True
+    info["heading_lines_dropped"] = n_headings
+    return docs
+
+
+def _single_sentence_warning(docs: list, info: dict) -> None:
+    single = sum(len(d) == 1 for d in docs)
+    if len(docs) >= 5 and single > SINGLE_SENTENCE_WARN * len(docs):
+        info.setdefault("warnings", []).append(
+            f"{single} of {len(docs)} documents ({single / len(docs):.0%}) have a single sentence: next-sentence pairs "
+            f"from them are all NotNext, an easy shortcut; put blank lines only between documents (or `= Title =` "
+            f"headings before each article), or pre-train with --objective mlm")
 
 
 def bbc_root():
@@ -340,11 +393,15 @@ def _load_path(path: Path) -> Corpus:
             if doc:
                 docs.append(doc)
     else:
-        text = _decode(path.read_bytes(), path, info)
-        for block in re.split(r"\n[ \t]*\n", text.replace("\r\n", "\n")):
-            doc = paragraphs_to_sentences([line for line in block.split("\n") if line.strip()])
-            if doc:
-                docs.append(doc)
+        text = _decode(path.read_bytes(), path, info).replace("\r\n", "\n")
+        if any(heading_level(line) == 1 for line in text.split("\n")):
+            docs = _articles_by_heading(text, info)
+        else:
+            for block in re.split(r"\n[ \t]*\n", text):
+                doc = paragraphs_to_sentences([line for line in block.split("\n") if line.strip()])
+                if doc:
+                    docs.append(doc)
+    _single_sentence_warning(docs, info)
     return Corpus(docs, info)
 
 

@@ -31,7 +31,8 @@ The run folder (see engine/runs.py):
   only), lr, grad_norm, tokens_per_s, elapsed (seconds of training, summed over restarts); every window's
   numbers are means over the steps since the previous record. Held-out records every `eval_every` steps and at
   the end, `"split": "eval"` with keys prefixed `eval_`: eval_mlm_loss, eval_mlm_acc, eval_mlm_ppl,
-  eval_nsp_loss, eval_nsp_acc (ltr: eval_lm_loss, eval_lm_acc, eval_lm_ppl), eval_loss, eval_instances.
+  eval_nsp_loss, eval_nsp_acc, eval_nsp_baseline (the best no-model rule on the same pairs,
+  `pretrain_loop.nsp_baseline`) (ltr: eval_lm_loss, eval_lm_acc, eval_lm_ppl), eval_loss, eval_instances.
   The held-out documents are chosen by a fixed seed and masked once with a fixed seed using the standard
   BERT masking (15%, 80/10/10) whatever the run's own masking, so every run is scored on the same positions.
 - `tokenizer/`: the WordPiece vocabulary (trained on the corpus unless `--tokenizer` is given), reused on resume.
@@ -141,6 +142,8 @@ def _pretrain(cfg: PretrainConfig) -> dict:
     if dist.main:
         ckpt, restart = preflight(cfg, run_dir)  # read-only checks: collisions, resume
     docs = load_corpus(cfg.corpus)  # EngineError when missing or empty
+    for w in docs.info.get("warnings", []):
+        log(f"warning: {w}", cfg, dist)
     if cfg.objective == "mlm+nsp" and len(docs) < 2:
         raise EngineError(f"corpus '{cfg.corpus}' has a single document; mlm+nsp needs at least 2 (NotNext takes B from another document): add documents (blank lines separate them in a .txt) or use --objective mlm")
     created_dir = not run_dir.exists()

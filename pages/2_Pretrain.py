@@ -257,7 +257,12 @@ def run_view(run_dir: Path, root: Path) -> str:
     cols[1].metric(f"Held-out {'next-token' if tok == 'lm' else 'MLM'} accuracy",
                    f"{last_eval[f'eval_{tok}_acc']:.3f}" if f"eval_{tok}_acc" in last_eval else "–")
     cols[2].metric("Held-out perplexity", f"{last_eval[f'eval_{tok}_ppl']:.1f}" if f"eval_{tok}_ppl" in last_eval else "–")
-    cols[3].metric("Held-out NSP accuracy", f"{last_eval['eval_nsp_acc']:.3f}" if "eval_nsp_acc" in last_eval else "–")
+    base = last_eval.get("eval_nsp_baseline")
+    cols[3].metric("Held-out NSP accuracy", f"{last_eval['eval_nsp_acc']:.3f}" if "eval_nsp_acc" in last_eval else "–",
+                   delta=f"{last_eval['eval_nsp_acc'] - base:+.3f} vs a no-model rule ({base:.3f})"
+                   if "eval_nsp_acc" in last_eval and base is not None else None,
+                   help="The baseline is the best trivial rule (one class, or a threshold on a segment's length) fitted "
+                        "on the held-out pairs: the model has learned NSP only where it beats it.")
     cols[4].metric("Tokens / s", f"{last_train['tokens_per_s']:,.0f}" if "tokens_per_s" in last_train else "–")
 
     b1, b2, _ = st.columns([1, 1, 4])
