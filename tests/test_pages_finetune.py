@@ -141,3 +141,26 @@ def test_squad_v2_threshold_curve(tmp_path):
     tau = next(c for c in charts if "null threshold" in c["layout"]["title"]["text"])
     assert tau["data"][0]["x"] == [-3.0, -1.5, 0.0, 2.0] and tau["data"][0]["name"] == "F1"
     assert any("τ = -1.50" in a["text"] for a in tau["layout"]["annotations"])
+
+
+def test_preview_warns_about_the_data_and_passes_header_and_metric(tmp_path, fake_submit):
+    """Issue 18: what was parsed (labels with counts) and its warnings before training; --header/--metric queued."""
+    root = tmp_path / "runs"
+    at = app(root).run()
+    at.radio(key="ft_source").set_value("Upload files").run()
+    at.selectbox(key="ft_kind").set_value("glue").run()
+    train = "id\tsentence\tlabel\n" + "".join(f"{i}\ttext {i}\t{i % 2}\n" for i in range(30))
+    at.file_uploader(key="ft_up_train").upload("train.tsv", train.encode(), "text/plain")
+    at.file_uploader(key="ft_up_dev").upload("dev.tsv", train.encode(), "text/plain")
+    at.text_input(key="ft_text_cols").set_value("sentence").run()
+    at.text_input(key="ft_label_col").set_value("id").run()  # an id column taken as the label
+    assert not at.exception, at.exception
+    assert any("30 distinct values in 30 training rows" in w.value for w in at.warning), [w.value for w in at.warning]
+    at.text_input(key="ft_label_col").set_value("label").run()
+    at.selectbox(key="ft_header").set_value("yes").run()
+    at.selectbox(key="ft_metric").set_value("mcc").run()
+    preview = " ".join(m.value for m in at.markdown if "Task preview" in m.value)
+    assert "0 (15), 1 (15)" in preview and "selection metric: **mcc**" in preview and not at.warning
+    at.button(key="ft_launch").click().run()
+    argv = fake_submit[0]["argv"]
+    assert argv[argv.index("--header") + 1] == "yes" and argv[argv.index("--metric") + 1] == "mcc"
