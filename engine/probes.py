@@ -33,6 +33,14 @@ from engine.errors import EngineError
 from engine.tasks.batching import pad_batch
 
 _MASK_RE = re.compile(r"\[mask\]", re.IGNORECASE)
+# the tokenizer matches its special tokens in raw text; typed [CLS], [SEP], [PAD], [UNK] are text ("[", "sep", "]"),
+# only the [MASK] marker is special: spaces inside the brackets give the pieces the text has without them
+_TYPED_SPECIAL_RE = re.compile(r"\[(CLS|SEP|PAD|UNK)\]")
+
+
+def _as_text(s: str) -> str:
+    """User text with [MASK] (any case) as the mask token and every other special token as plain text."""
+    return _MASK_RE.sub("[MASK]", _TYPED_SPECIAL_RE.sub(r"[ \1 ]", s))
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -111,8 +119,8 @@ def _encode(bundle, a: str, b=None, max_length=None):
         raise EngineError("the text is empty; type a sentence")
     if b is not None and (not isinstance(b, str) or not b.strip()):
         b = None
-    a = _MASK_RE.sub("[MASK]", a)
-    b = _MASK_RE.sub("[MASK]", b) if b is not None else None
+    a = _as_text(a)
+    b = _as_text(b) if b is not None else None
     limit = int(bundle.config.max_position_embeddings)
     if max_length is not None:
         if int(max_length) < 3:

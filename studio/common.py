@@ -49,15 +49,39 @@ def guard(what: str = "that"):
         st.error(f"{what} failed: {type(e).__name__}: {first}")
 
 
+MAX_SCAN = 500  # folder entries looked at per rerun: a typed path such as /usr costs no more than a run folder
+
+
+def _entries(folder: Path, limit: int = MAX_SCAN) -> list:
+    """At most `limit` entries of `folder` (os.scandir order; [] when it cannot be read)."""
+    import itertools
+    try:
+        with os.scandir(folder) as it:
+            return list(itertools.islice(it, limit))
+    except OSError:
+        return []
+
+
 def mtime_key(path: str) -> float:
-    """The newest file mtime under a model folder (0 for MiniLM): a cache key that changes when it is re-saved."""
+    """A cache key for a model folder (0 for MiniLM) that changes when it is re-saved: the newest mtime of the
+    folder, its top-level files and its checkpoints/ folder (a checkpoint is published by a rename, which changes
+    the folder's mtime). Bounded work: never a walk of the tree under a typed path."""
     if path == "minilm":
         return 0.0
     p = Path(path)
-    try:
-        return max((f.stat().st_mtime for f in p.rglob("*") if f.is_file()), default=p.stat().st_mtime)
-    except OSError:
-        return 0.0
+    times = []
+    for d in (p, p / "checkpoints"):
+        try:
+            times.append(d.stat().st_mtime)
+        except OSError:
+            pass
+    for e in _entries(p):
+        try:
+            if e.is_file():
+                times.append(e.stat().st_mtime)
+        except OSError:
+            pass
+    return max(times, default=0.0)
 
 
 @st.cache_resource(show_spinner="Loading model…", max_entries=4)
@@ -80,7 +104,8 @@ def list_model_choices(root: Path = None) -> list:
     except ImportError:  # pragma: no cover
         list_checkpoints = None
     if root.is_dir():
-        for run in sorted((p for p in root.iterdir() if p.is_dir() and not p.name.startswith(".")), key=lambda p: p.stat().st_mtime, reverse=True):
+        folders = [Path(e.path) for e in _entries(root) if not e.name.startswith(".") and e.is_dir()]
+        for run in sorted(folders, key=lambda p: p.stat().st_mtime, reverse=True):
             cks = list_checkpoints(run) if list_checkpoints else []
             for ck in reversed(cks):
                 choices.append(str(ck))

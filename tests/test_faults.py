@@ -418,3 +418,45 @@ def test_out_of_memory_is_one_line_naming_the_fix(tmp_path, tiny_checkpoint, tas
     assert "--batch-size" in err and "--grad-accum" in err
     info = runs.read_run_json(out)
     assert info["status"] == "failed" and info["error"].startswith("out of memory") and "\n" not in info["error"]
+
+
+# ------------------------------------------------------------------ 11. typed special tokens are text
+def test_typed_special_tokens_in_probe_text_are_text(tiny_checkpoint):
+    from engine.probes import attention, fill_mask, next_sentence
+    bundle = engine.load(tiny_checkpoint)
+    res = fill_mask(bundle, "shares [SEP] rose [MASK] [CLS] [PAD] [UNK] .")
+    assert res.tokens.count("[SEP]") == 1 and res.tokens[-1] == "[SEP]"  # only the one the encoder adds
+    assert res.tokens.count("[CLS]") == 1 and res.tokens[0] == "[CLS]"
+    assert "[PAD]" not in res.tokens and "[UNK]" not in res.tokens and res.tokens.count("[MASK]") == 1
+    assert res.tokens[1:3] == ["shares", "["]  # "[SEP]" as words: "[", the pieces of "sep", "]"
+    assert res.tokens[:res.tokens.index("rose")] == bundle.tokenizer.encode("shares [ SEP ]").tokens[:-1]
+    nsp = next_sentence(bundle, "markets fell [SEP] investors sold", "prices [CLS] rose")
+    assert nsp.tokens.count("[SEP]") == 2 and nsp.tokens.count("[CLS]") == 1
+    tokens, _ = attention(bundle, "a [SEP] b")
+    assert tokens.count("[SEP]") == 1
+
+
+# ------------------------------------------------------------------ 12. the run-folder box does bounded work
+def test_model_cache_key_never_walks_a_typed_folder(tmp_path, tiny_checkpoint):
+    import shutil
+
+    from studio.common import list_model_choices, mtime_key
+    big = tmp_path / "usr"
+    for i in range(30):
+        (big / f"d{i}" / "sub").mkdir(parents=True)
+        for j in range(20):
+            (big / f"d{i}" / "sub" / f"f{j}").write_text("x")
+    future = time.time() + 10_000
+    os.utime(big / "d7" / "sub" / "f3", (future, future))
+    assert mtime_key(str(big)) < future  # the deep file was never looked at
+    # a re-saved checkpoint still changes the key
+    ck = tmp_path / "ck"
+    shutil.copytree(tiny_checkpoint, ck)
+    before = mtime_key(str(ck))
+    os.utime(ck / "model.safetensors", (future, future))
+    assert mtime_key(str(ck)) == future > before
+    # the model list of a typed runs folder looks at a bounded number of entries
+    many = tmp_path / "many"
+    for i in range(700):
+        (many / f"r{i:03d}").mkdir(parents=True)
+    assert list_model_choices(many) == ["minilm"]
