@@ -10,7 +10,8 @@ import streamlit as st
 from studio.common import sidebar_runs_root
 
 ROOT = Path(__file__).resolve().parent
-st.set_page_config(page_title="BERT Studio", page_icon=":material/science:", layout="wide")
+# a local icon: a ":material/..." page icon makes the browser fetch the favicon from fonts.gstatic.com
+st.set_page_config(page_title="BERT Studio", page_icon=str(ROOT / "studio" / "favicon.png"), layout="wide")
 
 PAGES = [
     ("pages/0_Start.py", "Start", ":material/school:"),

@@ -15,7 +15,7 @@ from engine.tasks.registry import BUILTINS, FORMATS
 from engine.tasks.shared_files import shared_task_files, shared_tasks
 from studio import ablation_figures as F
 from engine import jobs as Q
-from studio.common import follow_queued_run, guard, model_picker, precision_select, resume_button, runs_root
+from studio.common import chart_config, follow_queued_run, guard, model_picker, precision_select, resume_button, runs_root
 from studio.uploads import save_upload
 
 st.title("Fine-tune")
@@ -231,7 +231,7 @@ with tab_runs:
                 st.dataframe(pd.DataFrame(rows), hide_index=True, width="stretch")
                 best_trial = (ev.get("best") or {}).get("trial")
                 tf = pd.DataFrame([{"trial": trial_label(t), "value": t.get("score"), "best": t["trial"] == best_trial} for t in trials])
-                st.plotly_chart(F.trials_bars(tf, metric), key="ft_trials_fig")
+                st.plotly_chart(F.trials_bars(tf, metric), key="ft_trials_fig", config=chart_config("finetune-trials"))
                 if ev.get("grid") and any(g.get("n", 1) > 1 for g in ev["grid"]):
                     st.markdown("**Spread across restarts** (per grid point)")
                     st.dataframe(pd.DataFrame(ev["grid"]), hide_index=True, width="stretch")
@@ -240,13 +240,14 @@ with tab_runs:
                    "epoch": r["epoch"], "value": r["score"]}
                   for r in records if r.get("score") is not None and "epoch" in r and isinstance(r.get("trial"), int)]
             if ep:
-                st.plotly_chart(F.epoch_lines(pd.DataFrame(ep), metric), key="ft_epochs_fig")
+                st.plotly_chart(F.epoch_lines(pd.DataFrame(ep), metric), key="ft_epochs_fig", config=chart_config("finetune-epochs"))
             loss = [(r["step"], r["loss"]) for r in records if "loss" in r and "step" in r]
             if loss:
-                st.plotly_chart(F.loss_curve([s for s, _ in loss], [l for _, l in loss]), key="ft_loss_fig")
+                st.plotly_chart(F.loss_curve([s for s, _ in loss], [l for _, l in loss]), key="ft_loss_fig", config=chart_config("finetune-loss"))
             if ev.get("threshold_curve"):
                 curve = [(c["tau"], c["exact"], c["f1"]) for c in ev["threshold_curve"]]
-                st.plotly_chart(F.threshold_curve(curve, (ev.get("dev") or {}).get("tau")), key="ft_tau_fig")
+                st.plotly_chart(F.threshold_curve(curve, (ev.get("dev") or {}).get("tau")), key="ft_tau_fig",
+                                config=chart_config("squad-threshold"))
                 dev = ev.get("dev") or {}
                 if "has_ans_f1" in dev:
                     st.caption(f"At the chosen tau: answerable F1 {100 * dev['has_ans_f1']:.1f}, unanswerable F1 "

@@ -16,7 +16,7 @@ from engine.errors import EngineError
 from engine.tasks.registry import BUILTINS, feature_task_names
 from studio import ablation_figures as F
 from engine import jobs as Q
-from studio.common import follow_queued_run, guard, load_bundle, model_picker, mtime_key, resume_button, runs_root
+from studio.common import chart_config, follow_queued_run, guard, load_bundle, model_picker, mtime_key, resume_button, runs_root
 from studio.projection import PROJECTIONS, bbc_projection
 
 COMBINES = {"concat": "concatenate the chosen layers (D = K·H; the paper's best)",
@@ -103,7 +103,7 @@ def _epoch_chart(run_dir: Path, key: str, records: list = None):
     ep = [{"trial": r["combine"], "epoch": r["epoch"], "value": r["score"]} for r in records
           if "epoch" in r and r.get("score") is not None and r.get("combine")]
     if ep:
-        st.plotly_chart(F.epoch_lines(pd.DataFrame(ep), "f1", title="BiLSTM tagger: dev entity F1 per epoch"), key=key)
+        st.plotly_chart(F.epoch_lines(pd.DataFrame(ep), "f1", title="BiLSTM tagger: dev entity F1 per epoch"), key=key, config=chart_config("features-epochs"))
 
 
 with tab_compare:
@@ -165,7 +165,7 @@ with tab_compare:
                     st.warning(r["warning"])
             table = pd.DataFrame(rows)
             st.dataframe(table, hide_index=True, width="stretch")
-            st.plotly_chart(F.approach_bars(table, metric), key="fx_compare_fig")
+            st.plotly_chart(F.approach_bars(table, metric), key="fx_compare_fig", config=chart_config("features-vs-finetuning"))
             if not live_run:  # a running job's curves are drawn (and refreshed) above
                 _epoch_chart(Path(fx["path"]), "fx_epochs_fig")
 
@@ -193,4 +193,4 @@ with tab_proj:
     if st.session_state.get("fx_proj"):
         m, c, meth, xy, topics, hover = st.session_state["fx_proj"]
         st.plotly_chart(F.projection_scatter(xy, topics, hover, title=f"{meth} of {c} features of {len(topics)} BBC articles ({Path(m).name})"),
-                        key="fx_proj_fig")
+                        key="fx_proj_fig", config=chart_config("features-projection"))

@@ -62,7 +62,7 @@ st.caption("Click any WordPiece to mask it (click again to unmask): the predicti
 wtext = st.text_input("Sentence", value=WATCH_DEFAULT, key="probe_watch_text")
 with guard("Reading the sentence"):
     pcs = mask_watch.pieces(bundle, wtext) if wtext.strip() else []
-    picked = st.pills("Click WordPieces to mask them", list(range(len(pcs))), format_func=lambda i: pcs[i],
+    picked = st.pills("Click WordPieces to mask them", list(range(len(pcs))), format_func=lambda i: mask_watch.pill_label(pcs, i),
                       selection_mode="multi", default=[2] if wtext == WATCH_DEFAULT and len(pcs) > 2 else None,
                       key=f"probe_watch_pick_{zlib.crc32(wtext.encode())}") or []
     if pcs and not picked:

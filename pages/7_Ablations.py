@@ -8,7 +8,7 @@ import streamlit as st
 
 from engine import ablations as A
 from studio import ablation_figures as F
-from studio.common import guard, runs_root
+from studio.common import chart_config, guard, runs_root
 
 st.title("Ablation studies")
 st.caption("An ablation study is a base configuration plus named variants. Each variant is pre-trained and evaluated "
@@ -129,16 +129,16 @@ with tab_results:
                     st.markdown(f"{mark} — {c['claim']}  \n<small>{c['detail']}</small>", unsafe_allow_html=True)
             variants = [v.name for v in res.study.variants]
             if res.study.checkpoint_steps:
-                st.plotly_chart(F.steps_lines(res.summary, variants), key="abl_steps_fig")
+                st.plotly_chart(F.steps_lines(res.summary, variants), key="abl_steps_fig", config=chart_config("ablation-steps"))
             else:
-                st.plotly_chart(F.results_bars(res.summary, variants), key="abl_bars_fig")
+                st.plotly_chart(F.results_bars(res.summary, variants), key="abl_bars_fig", config=chart_config("ablation-results"))
             pairs = F.available_curve_metrics(res.curves)
             if pairs:
                 opts = [f"{m} ({'held-out' if s == 'eval' else 'train'})" for s, m in pairs]
                 default_i = next((i for i, (s, m) in enumerate(pairs) if s == "train" and m == "loss"), 0)
                 k = st.selectbox("Pre-training curve", opts, index=default_i, key="abl_curve")
                 s, m = pairs[opts.index(k)]
-                st.plotly_chart(F.curves_figure(res.curves, m, s), key="abl_curve_fig")
+                st.plotly_chart(F.curves_figure(res.curves, m, s), key="abl_curve_fig", config=chart_config("ablation-curves"))
                 final = A.final_pretrain_metrics(res.curves)
                 if len(final):
                     st.markdown("**Held-out pre-training metrics at the last evaluation** (lm_* = next-token prediction of the LTR model)")

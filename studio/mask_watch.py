@@ -4,7 +4,8 @@ predicts there and where the masked token looks, layer by layer. No streamlit im
 - `pieces(bundle, text)`: the sentence's WordPieces without [CLS]/[SEP].
 - `masked_text(pieces, masked)`: the text to feed back with the chosen pieces replaced by [MASK]; a "##" piece
   joins its word without a space, so the tokenizer gives back the same positions ("play ##ing" with "##ing"
-  masked -> "play [MASK]", two pieces as before).
+  masked -> "play [MASK]", two pieces as before). Text cannot say that a piece right after a [MASK] continues a
+  word, so such a piece is fed as a word of its own ("##ing" after a masked "play" -> "[MASK] ing").
 - `token_attention_figure(att, tokens, position)`: where one query token attends in every layer (mean over the
   heads), layer 1 at the top, and `token_attention_by_head(att, tokens, position, layer)` for one layer's heads.
 """
@@ -17,6 +18,13 @@ from studio.figures import _label_tokens
 def pieces(bundle, text: str) -> list:
     enc = bundle.tokenizer.encode(text)
     return [t for t, s in zip(enc.tokens, enc.special_tokens_mask) if not s]
+
+
+def pill_label(pieces_: list, i: int) -> str:
+    """The clickable label of piece i: the piece, with its position when the same piece occurs twice (the pills
+    must be told apart: "the (1)" and "the (6)")."""
+    p = pieces_[i]
+    return f"{p} ({i + 1})" if pieces_.count(p) > 1 else p
 
 
 def masked_text(pieces_: list, masked) -> str:

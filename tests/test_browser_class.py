@@ -1,0 +1,179 @@
+"""The guided first class in a real browser, as a person would walk it: the studio started the way the README
+starts it on a fresh runs folder, Playwright in headless system Chromium, every request outside localhost blocked,
+only clicks and typing (no page URLs after the first). Start page -> step 1 (Model page) -> step 2 (Pre-train page
+with the run name filled in; the steps, batch, vocabulary and corpus set small through the form's own fields so
+the run takes seconds; Launch; the queued run is shown at once and followed to "finished") -> step 3 (Probe page on
+that run's checkpoint; a click masks a WordPiece) -> step 4 (Ablations page, New study tab, Table 5 at classroom
+scale selected; not launched: the study itself takes 20-30 minutes). The Start page's check marks are read after
+each step. A screenshot per step goes to the pytest tmp folder."""
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+from urllib.parse import urlparse
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+CHROMIUM = "/usr/bin/chromium"
+LOCAL = {"127.0.0.1", "localhost", "::1", "[::1]"}
+ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
+        "--disable-sync", "--no-first-run"]
+
+pytestmark = pytest.mark.slow
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _wait_healthy(url: str, proc, timeout: float = 60.0) -> None:
+    t0 = time.time()
+    while time.time() - t0 < timeout:
+        if proc.poll() is not None:
+            raise RuntimeError(f"streamlit exited with code {proc.returncode}")
+        try:
+            with urllib.request.urlopen(url + "/_stcore/health", timeout=2) as r:
+                if r.status == 200:
+                    return
+        except OSError:
+            pass
+        time.sleep(0.3)
+    raise TimeoutError(f"streamlit did not answer at {url} within {timeout:.0f}s")
+
+
+def _small_corpus(path: Path, bbc_docs, n_docs: int = 60) -> Path:
+    """The first BBC articles as a plain-text corpus (blank lines between documents): a run on it takes seconds."""
+    path.write_text("\n\n".join("\n".join(d) for d in list(bbc_docs)[:n_docs]) + "\n", encoding="utf-8")
+    return path
+
+
+def test_guided_first_class_by_clicks(tmp_path, bbc_docs):
+    if not (os.path.isfile(CHROMIUM) and os.access(CHROMIUM, os.X_OK)):
+        pytest.skip(f"Chromium is not installed at {CHROMIUM}; install it with `apt-get install -y chromium` (.ci/run does)")
+    sync_playwright = pytest.importorskip("playwright.sync_api", reason="the playwright package is not installed").sync_playwright
+    root = tmp_path / "runs"
+    root.mkdir()
+    corpus = _small_corpus(tmp_path / "corpus.txt", bbc_docs)
+    shots = tmp_path / "screens"
+    shots.mkdir()
+    port = _free_port()
+    url = f"http://127.0.0.1:{port}"
+    env = dict(os.environ, BERT_STUDIO_RUNS=str(root), HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
+    log = open(tmp_path / "streamlit.log", "w")
+    proc = subprocess.Popen([sys.executable, "-m", "streamlit", "run", "streamlit_app.py", "--server.port", str(port),
+                             "--server.headless", "true"], cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT,
+                            start_new_session=True)
+    blocked = []
+    try:
+        _wait_healthy(url, proc)
+        with sync_playwright() as pw:
+            browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=ARGS)
+            try:
+                page = browser.new_page(viewport={"width": 1400, "height": 1000})
+
+                def route(r):
+                    host = urlparse(r.request.url).hostname or ""
+                    if r.request.url.startswith(("data:", "blob:", "about:")) or host in LOCAL:
+                        r.continue_()
+                    else:
+                        blocked.append(r.request.url)
+                        r.abort()
+
+                page.route("**/*", route)
+                page.set_default_timeout(60_000)
+
+                def start_page():
+                    page.get_by_role("link", name="Start").first.click()
+                    page.get_by_text("Your first class").wait_for()
+
+                def marks():
+                    page.get_by_text("What the paper found").wait_for()
+                    return [h.inner_text().strip() for h in page.locator("h3").all() if h.inner_text().strip() in ("1", "2", "3", "4", "✅")]
+
+                # the landing page: the guided class and the paper's Table 5 before anything has run
+                page.goto(url)
+                page.get_by_text("Your first class").wait_for()
+                page.get_by_text("BERT-BASE").first.wait_for()
+                assert marks() == ["1", "2", "3", "4"]
+                page.screenshot(path=str(shots / "0-start.png"), full_page=True)
+
+                # step 1: look inside a real model
+                page.get_by_role("button", name="Open the Model page").click()
+                page.get_by_text("Where next").wait_for()
+                page.get_by_text("Parameters").first.wait_for()
+                page.screenshot(path=str(shots / "1-model.png"), full_page=True)
+                start_page()
+                assert marks()[0] == "✅"
+
+                # step 2: pre-train a tiny BERT, kept tiny through the form's own fields
+                page.get_by_role("button", name="Set up the classroom run").click()
+                name = page.get_by_role("textbox", name="Run name")
+                name.wait_for()
+                assert name.input_value() == "first-bert"
+                page.get_by_role("combobox", name="Corpus").first.click()
+                page.get_by_role("option", name="a path on this machine").click()
+                page.get_by_role("textbox", name="Corpus path").fill(str(corpus))
+                for label, value in (("Steps", "30"), ("Batch size", "4"), ("Vocabulary size", "1000"),
+                                     ("Checkpoint every (steps)", "30"), ("Evaluate every (steps)", "15")):
+                    box = page.get_by_role("spinbutton", name=label, exact=True)
+                    box.fill(value)
+                    box.press("Tab")
+                page.get_by_role("button", name="Launch").click()
+                page.get_by_text("Launched").first.wait_for()
+                page.get_by_text("first-bert").first.wait_for()  # queued at once, then the run itself
+                page.screenshot(path=str(shots / "2-pretrain-launched.png"), full_page=True)
+                page.get_by_text("✅ finished").first.wait_for(timeout=300_000)
+                page.locator(".js-plotly-plot").first.wait_for()
+                page.screenshot(path=str(shots / "2-pretrain-finished.png"), full_page=True)
+                start_page()
+                assert marks()[:2] == ["✅", "✅"]
+
+                # step 3: probe it; a click masks a WordPiece
+                page.get_by_role("button", name="Probe your model").click()
+                page.get_by_text("Mask and watch").first.wait_for()
+                page.get_by_text("The model sees:").first.wait_for()
+                assert "first-bert" in page.get_by_text("first-bert").first.inner_text()
+                before = page.get_by_text("The model sees:").first.inner_text()
+                assert before.count("[MASK]") == 1
+                page.locator("[data-testid='stButtonGroup'] button").first.click()
+                page.wait_for_function("[...document.querySelectorAll('p')].some(p => p.innerText.startsWith('The model sees:') "
+                                       "&& p.innerText.split('[MASK]').length === 3)")
+                page.get_by_text("Predictions at the masked pieces").first.wait_for()
+                page.screenshot(path=str(shots / "3-probe.png"), full_page=True)
+                start_page()
+                assert marks()[:3] == ["✅", "✅", "✅"]
+
+                # step 4: Table 5 at classroom scale, set up on the Ablations page
+                page.get_by_role("button", name="Set up the Table 5 study").click()
+                page.get_by_role("tab", name="New study").click()
+                page.get_by_text("Table 5").first.wait_for()
+                assert page.get_by_label("Classroom scale", exact=False).is_checked()
+                page.get_by_text("The paper's finding").first.wait_for()
+                page.screenshot(path=str(shots / "4-table5.png"), full_page=True)
+            finally:
+                browser.close()
+    finally:
+        from engine import jobs
+        for job in jobs.refresh(root=str(root)):  # a run left going by a failed step is stopped
+            if job.get("status") in ("queued", "running"):
+                jobs.cancel(job["id"], root=str(root))
+        try:
+            os.killpg(proc.pid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=5)
+        log.close()
+    assert sorted(p.name for p in shots.iterdir()) == ["0-start.png", "1-model.png", "2-pretrain-finished.png",
+                                                        "2-pretrain-launched.png", "3-probe.png", "4-table5.png"]
+    assert blocked == [], f"the studio tried to reach the network: {blocked[:5]}"
