@@ -45,6 +45,7 @@ from pathlib import Path
 from engine.errors import EngineError
 from engine.fileio import atomic_write_json
 from engine.procs import killpg, proc_stat, proven_alive
+from engine.records import RUN_JSON
 from engine.runs import latest_checkpoint, now_iso, run_progress, runs_root, set_status
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -418,7 +419,7 @@ RESUMABLE = ("pretrain", "finetune", "features")  # commands whose run folders `
 
 def _run_json(run_dir) -> dict:
     try:
-        info = json.loads((Path(run_dir) / "run.json").read_text(encoding="utf-8"))
+        info = json.loads((Path(run_dir) / RUN_JSON).read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return {}
     return info if isinstance(info, dict) else {}

@@ -18,6 +18,8 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from engine.records import RUN_JSON
+
 PROBE_READY_CMD = "python -m engine pretrain --init minilm --corpus all --out runs/probe-ready"
 TABLE5 = "pretraining-tasks"
 MINUTES = {  # BENCHMARKS.md, idle 2-core CPU: (bf16, fp32)
@@ -72,7 +74,7 @@ def pretrain_runs(root) -> tuple:
     for r in list_runs(root):
         if r.get("kind") != "pretrain":
             continue
-        cfg = _read_json(Path(r["path"]) / "run.json").get("config") or {}
+        cfg = _read_json(Path(r["path"]) / RUN_JSON).get("config") or {}
         (ready if str(cfg.get("init", "")) == "minilm" else own).append(r)
     return own, ready
 
@@ -88,7 +90,7 @@ def table5_studies(root) -> list:
         if (data.get("study") or {}).get("name") != TABLE5:
             continue
         jobs = data.get("jobs", [])
-        done = sum(_read_json(d / j.get("out", "") / "run.json").get("status") == "finished" for j in jobs if j.get("out"))
+        done = sum(_read_json(d / j.get("out", "") / RUN_JSON).get("status") == "finished" for j in jobs if j.get("out"))
         out.append((d, done, len(jobs)))
     return out
 

@@ -10,16 +10,45 @@ max_len, cfg) -> what the fine-tuning loop needs (batching.Prepared) and .previe
 The formats and the built-in tasks are listed once, in registry.py; `load_task(name_or_kind, train, dev,
 **columns)` returns the right object for any of them. Metric values are fractions in [0, 1].
 `describe.describe(task)`: what the files were read as (columns, counts, labels) and sanity warnings.
+Each name below is imported from its module on first use (PEP 562), so the torch-free `shared_files` (read by
+engine.ablations) loads without torch.
 """
-from engine.tasks.batching import Prepared, length_batches, predict
-from engine.tasks.builtin import bbc_topic_task, wnut16_task
-from engine.tasks.glue import Example, TextTask, encode_classification, load_glue
-from engine.tasks.metrics import accuracy, f1_binary, f1_macro, matthews_corr, pearson, spearman
-from engine.tasks.multiple_choice import ChoiceExample, MultipleChoiceTask, encode_multiple_choice, load_multiple_choice
-from engine.tasks.squad import (SquadExample, SquadFeature, SquadPrediction, SquadTask, answers, best_threshold,
-                                collate_squad, decode_squad, load_squad, load_squad_task, make_features,
-                                split_squad_articles, squad_evaluate)
-from engine.tasks.tagging import (TaggedSentence, TaggingTask, encode_tagging, entity_scores, get_entities,
-                                  load_tagging, logits_to_word_tags, read_bio)
-from engine.tasks.registry import (BUILTINS, FORMATS, BuiltinTask, TaskFormat, feature_task_names, format_of, load_task,
-                                   load_task_files, register_builtin, task_names)
+import importlib
+
+_NAMES = {  # public name -> the module that defines it
+    "Prepared": "engine.tasks.batching", "length_batches": "engine.tasks.batching",
+    "predict": "engine.tasks.batching", "bbc_topic_task": "engine.tasks.builtin",
+    "wnut16_task": "engine.tasks.builtin", "Example": "engine.tasks.glue", "TextTask": "engine.tasks.glue",
+    "encode_classification": "engine.tasks.glue", "load_glue": "engine.tasks.glue",
+    "accuracy": "engine.tasks.metrics", "f1_binary": "engine.tasks.metrics", "f1_macro": "engine.tasks.metrics",
+    "matthews_corr": "engine.tasks.metrics", "pearson": "engine.tasks.metrics", "spearman": "engine.tasks.metrics",
+    "ChoiceExample": "engine.tasks.multiple_choice", "MultipleChoiceTask": "engine.tasks.multiple_choice",
+    "encode_multiple_choice": "engine.tasks.multiple_choice", "load_multiple_choice": "engine.tasks.multiple_choice",
+    "SquadExample": "engine.tasks.squad", "SquadFeature": "engine.tasks.squad",
+    "SquadPrediction": "engine.tasks.squad", "SquadTask": "engine.tasks.squad", "answers": "engine.tasks.squad",
+    "best_threshold": "engine.tasks.squad", "collate_squad": "engine.tasks.squad",
+    "decode_squad": "engine.tasks.squad", "load_squad": "engine.tasks.squad",
+    "load_squad_task": "engine.tasks.squad", "make_features": "engine.tasks.squad",
+    "split_squad_articles": "engine.tasks.squad", "squad_evaluate": "engine.tasks.squad",
+    "TaggedSentence": "engine.tasks.tagging", "TaggingTask": "engine.tasks.tagging",
+    "encode_tagging": "engine.tasks.tagging", "entity_scores": "engine.tasks.tagging",
+    "get_entities": "engine.tasks.tagging", "load_tagging": "engine.tasks.tagging",
+    "logits_to_word_tags": "engine.tasks.tagging", "read_bio": "engine.tasks.tagging",
+    "BUILTINS": "engine.tasks.registry", "FORMATS": "engine.tasks.registry", "BuiltinTask": "engine.tasks.registry",
+    "TaskFormat": "engine.tasks.registry", "feature_task_names": "engine.tasks.registry",
+    "format_of": "engine.tasks.registry", "load_task": "engine.tasks.registry", "load_task_files": "engine.tasks.registry",
+    "register_builtin": "engine.tasks.registry", "task_names": "engine.tasks.registry",
+}
+__all__ = list(_NAMES)
+
+
+def __getattr__(name):
+    if name not in _NAMES:
+        raise AttributeError(f"module 'engine.tasks' has no attribute '{name}'")
+    value = getattr(importlib.import_module(_NAMES[name]), name)
+    globals()[name] = value  # later lookups find it directly
+    return value
+
+
+def __dir__():
+    return sorted(set(globals()) | set(__all__))
