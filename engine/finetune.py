@@ -331,7 +331,8 @@ def finetune(cfg: FinetuneConfig, progress: Callable = None, progress_bar: bool 
                             bar.update(1)
                             bar.set_postfix(trial=f"{ti + 1}/{len(grid)}", epoch=epoch, loss=f"{losses[-1]:.3f}", refresh=False)
                         if global_step % cfg.log_every == 0:
-                            run.log({"step": global_step, "trial": ti, "epoch": epoch, "loss": float(np.mean(losses[-cfg.log_every:])),
+                            run.log({"step": global_step, "trial": ti, "epoch": epoch, "elapsed": round(time.time() - t_start, 3),
+                                     "loss": float(np.mean(losses[-cfg.log_every:])),
                                      "lr": sched.get_last_lr()[0]})
                         if progress is not None:
                             progress({"step": global_step, "total_steps": total_steps, "trial": ti, "n_trials": len(grid),
@@ -340,7 +341,8 @@ def finetune(cfg: FinetuneConfig, progress: Callable = None, progress_bar: bool 
                         dev = data.evaluate(model, device, cfg.eval_batch_size)
                     score = dev.get(data.metric)
                     rec["epochs_log"].append({"epoch": epoch, "train_loss": float(np.mean(losses)), "score": score, **_scalars(dev)})
-                    run.log({"step": global_step, "trial": ti, "epoch": epoch, "train_loss": float(np.mean(losses)),
+                    run.log({"step": global_step, "trial": ti, "epoch": epoch, "elapsed": round(time.time() - t_start, 3),
+                             "train_loss": float(np.mean(losses)),
                              "score": score, **_scalars(dev, "dev_")})
                     if progress is not None:
                         progress({"step": global_step, "total_steps": total_steps, "trial": ti, "n_trials": len(grid),

@@ -10,8 +10,9 @@ run.json, merge-updated by engine.runs (`write_run_json`, `start_run`, `set_stat
 metrics.jsonl, one JSON object per line, appended (engine.runs.append_metrics); every record has "step":
     pre-training: {"step", "split": "train", loss, lr, tokens, ... per objective} every log_every steps and
     {"step", "split": "eval", "eval_<name>": ...} per held-out evaluation (`eval_record` strips the prefix);
-    fine-tuning: {"step", "trial", "epoch", "loss", "lr"} every log_every steps and {"step", "trial", "epoch",
-    "train_loss", "score", "dev_<metric>": ...} after each epoch's dev evaluation;
+    fine-tuning: {"step", "trial", "epoch", "elapsed", "loss", "lr"} every log_every steps and {"step", "trial",
+    "epoch", "elapsed", "train_loss", "score", "dev_<metric>": ...} after each epoch's dev evaluation ("elapsed":
+    seconds since the fine-tune began, the Compare page's wall-time axis);
     features: {"step": 1, "phase": "extracted", "seconds"} once, then per combination {"step", "combine",
     "score"} (a tagging task also per BiLSTM epoch {"step", "combine", "epoch", "loss", "score", "dev_<metric>"}).
 eval.json, rewritten atomically after each trial / combination (`write_eval`): FINETUNE_EVAL_FIELDS or

@@ -6,8 +6,8 @@
   ("bert-s0", "bert-seed1" -> "bert"), so a user's repeated runs group too.
 - `metrics_frame(entries)`: all their metrics.jsonl records in one long DataFrame (run, group, seed, kind, then
   the record's fields); `numeric_metrics` lists what can be plotted.
-- `X_AXES`: steps, tokens seen, wall time; each a field of the records (pre-training writes all three;
-  fine-tuning writes steps only, so its runs are left out of the other two, and the page says so).
+- `X_AXES`: steps, tokens seen, wall time; each a field of the records (pre-training writes all three,
+  fine-tuning steps and elapsed time; a run without the chosen field is left out and the page says so).
 - `ema(values, weight)`: TensorBoard's debiased exponential moving average: s_t = w s_{t-1} + (1 - w) y_t from
   s_0 = 0, divided by 1 - w^t so the first points are not pulled towards 0. weight 0 = the raw curve.
 - `group_band(curves)`: per group, every run interpolated onto the union of their x values (only inside each

@@ -144,6 +144,8 @@ def test_one_epoch_tiny_finetune_learns(synth, tmp_path, capsys):
     dev = [r for r in recs if "score" in r]
     assert dev and dev[-1]["trial"] == 0 and dev[-1]["epoch"] == 1 and dev[-1]["dev_accuracy"] == line["score"]
     assert recs[-1]["step"] == 80
+    elapsed = [r["elapsed"] for r in recs]  # every record: seconds since the fine-tune began (Compare's wall time)
+    assert all(e >= 0 for e in elapsed) and elapsed == sorted(elapsed)
 
 
 def test_bf16_autocast_finetune_learns_and_says_so(synth, tmp_path, capsys):
