@@ -328,6 +328,7 @@ def test_cli_show_on_a_non_study_is_one_line_error(tmp_path):
         A.main(["show", str(tmp_path)])
 
 
+@pytest.mark.slow
 def test_foreground_run_records_failures(tmp_path, monkeypatch):
     """--foreground runs each job as `python -m engine ...`; a failing command is recorded with its error line."""
     study = A.get_study("feature-based", seeds=1, evaluations=(A.WNUT,))

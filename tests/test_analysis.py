@@ -159,6 +159,7 @@ def test_value_weighted_matches_per_token_vectors(tiny):
 
 
 # ------------------------------------------------------------------ head importance
+@pytest.mark.slow
 def test_masking_a_head_the_output_ignores_changes_nothing(tiny):
     cfg = tiny.config
     model = engine.BertForPreTraining(cfg).eval()

@@ -22,6 +22,7 @@ def test_design_api_names_are_the_functions_and_classes():
     assert callable(pretrain_main) and callable(finetune_main)
 
 
+@pytest.mark.slow
 def test_api_pretrain_then_finetune_from_python(tmp_path, bbc_docs, monkeypatch):
     monkeypatch.setenv("BERT_STUDIO_CACHE", str(tmp_path / "cache"))
     corpus = tmp_path / "c.txt"

@@ -35,6 +35,7 @@ def _check_sides(block):
     assert block["ratio"] == pytest.approx(block["engine"]["sequences_per_s"] / block["transformers"]["sequences_per_s"])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("scenario", ["pretrain", "infer", "finetune", "varlen"])
 def test_each_scenario_reports_ratio_and_same_start(capsys, scenario):
     rc, r = _run(capsys, "--scenario", scenario)
@@ -74,6 +75,7 @@ def test_a_different_start_is_reported_and_fails(capsys, monkeypatch):
     assert rc == 1 and r["same_start_loss"] is False
 
 
+@pytest.mark.slow
 def test_table_is_printed_without_json(capsys):
     rc = bench.main(["--scenario", "finetune", "--preset", "tiny", "--seq-len", "16", "--batch-size", "2", "--steps", "1",
                      "--warmup", "0", "--no-memory", "--engine-precision", "bf16", "--vocab-size", "500"])
@@ -108,6 +110,7 @@ def test_peak_step_memory_sees_an_allocation():
     assert bench.peak_step_memory_mb(lambda: None, torch.device("cpu")) < 16
 
 
+@pytest.mark.slow
 def test_bad_flags_are_one_line_errors():
     with pytest.raises(EngineError, match="seq-len"):
         bench.run_bench(bench.BenchConfig(seq_len=4))

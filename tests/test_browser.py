@@ -14,6 +14,8 @@ from urllib.parse import urlparse
 
 import pytest
 
+pytestmark = pytest.mark.slow  # starts the studio and a headless browser
+
 REPO = Path(__file__).resolve().parents[1]
 
 CHROMIUM = "/usr/bin/chromium"

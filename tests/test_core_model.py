@@ -37,6 +37,7 @@ def _batch(vocab, B=3, T=24, seed=0):
     return ids, tt, am
 
 
+@pytest.mark.slow
 def test_parity_with_transformers_pretraining_model(tmp_path, bbc_tokenizer):
     hf, d = _hf_tiny(tmp_path, bbc_tokenizer.vocab_size)
     bbc_tokenizer.save(d)
@@ -93,6 +94,7 @@ def test_engine_save_loads_in_transformers(tmp_path, bbc_tokenizer):
     assert json.loads((out_dir / "config.json").read_text())["num_hidden_layers"] == 2
 
 
+@pytest.mark.slow
 def test_minilm_real_weights_match_transformers():
     b = engine.load("minilm")
     assert (b.config.num_layers, b.config.hidden_size, b.config.num_heads) == (6, 384, 12)
@@ -125,6 +127,7 @@ def test_hf_folder_without_heads_reports_missing(tmp_path, bbc_tokenizer):
     assert b.model(torch.tensor([[2, 10, 3]])).mlm_logits is None
 
 
+@pytest.mark.slow
 def test_causal_mode_has_no_right_context_leak_and_survives_save(tmp_path, bbc_tokenizer):
     cfg = engine.BertConfig.preset("tiny", vocab_size=bbc_tokenizer.vocab_size, causal=True, max_position_embeddings=64)
     torch.manual_seed(0)

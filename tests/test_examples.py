@@ -7,6 +7,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.slow  # runs the example script as a program and the whole tour
+
 REPO = Path(__file__).resolve().parents[1]
 
 SCRIPT = REPO / "examples" / "notebook_tour.py"

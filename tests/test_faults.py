@@ -19,6 +19,8 @@ from engine import runs
 from engine.__main__ import run as cli
 from engine.errors import EngineError
 
+pytestmark = pytest.mark.slow  # fault injection with real processes, training and pages
+
 REPO = Path(__file__).resolve().parents[1]
 
 
@@ -234,7 +236,6 @@ def _ws_handshake(port: int, host: str) -> int:
     return int(status_line.split()[1])
 
 
-@pytest.mark.slow
 def test_studio_refuses_a_foreign_host_header(tmp_path):
     import socket
     import urllib.request
@@ -293,7 +294,6 @@ def test_a_run_whose_writer_cannot_be_proved_is_dead_and_never_signalled(tmp_pat
         stranger.wait()
 
 
-@pytest.mark.slow
 def test_job_cancel_never_signals_a_reused_process_group(tmp_path):
     from engine.jobs import Jobs
     stranger = _stranger()
@@ -314,7 +314,6 @@ def test_job_cancel_never_signals_a_reused_process_group(tmp_path):
         stranger.wait()
 
 
-@pytest.mark.slow
 def test_queue_advances_without_a_browser_when_a_jobs_process_group_is_killed(tmp_path):
     from engine.jobs import Jobs
     root = tmp_path / "runs"

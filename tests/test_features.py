@@ -115,6 +115,7 @@ def test_bad_layers_and_names(bundle):
     assert FeaturesConfig(combine="table7").combine == ("embeddings", "second-to-last", "last", "weighted", "concat", "all-weighted")
 
 
+@pytest.mark.slow
 def test_logreg_on_sentence_features_writes_eval_and_npy(bundle, tmp_path, capsys):
     rng = random.Random(0)
     rows = [(_sent(rng, "good" if i % 2 else "bad"), i % 2) for i in range(240)]
@@ -143,6 +144,7 @@ def test_logreg_on_sentence_features_writes_eval_and_npy(bundle, tmp_path, capsy
     assert set(ev) == set(records.FEATURES_EVAL_FIELDS) and set(run) == set(records.RUN_FIELDS + records.FEATURES_RUN_FIELDS)
 
 
+@pytest.mark.slow
 def test_bilstm_tagger_on_token_features(bundle, tmp_path):
     rng = random.Random(1)
     sents = []

@@ -117,6 +117,7 @@ def _cfg(synth, tmp_path, task, files, **kw):
     return FinetuneConfig(**args)
 
 
+@pytest.mark.slow
 def test_one_epoch_tiny_finetune_learns(synth, tmp_path, capsys):
     out = tmp_path / "out"
     rc = main(["--model", str(synth["ck"]), "--task", "glue", "--train", str(synth["cls_train"]), "--dev", str(synth["cls_dev"]),
@@ -148,6 +149,7 @@ def test_one_epoch_tiny_finetune_learns(synth, tmp_path, capsys):
     assert all(e >= 0 for e in elapsed) and elapsed == sorted(elapsed)
 
 
+@pytest.mark.slow
 def test_bf16_autocast_finetune_learns_and_says_so(synth, tmp_path, capsys):
     """--precision bf16 trains under bf16 autocast (fp32 weights) on the CPU too, and still learns."""
     out = tmp_path / "out"
@@ -219,6 +221,7 @@ def test_a_registered_builtin_task_finetunes_through_the_same_path(synth, tmp_pa
         registry.register_builtin(registry.BuiltinTask("glue", "a clash", polarity_task, "glue"))
 
 
+@pytest.mark.slow
 def test_restarts_differ_best_kept_and_grid_summary(synth, tmp_path):
     res = finetune(_cfg(synth, tmp_path, "glue", "pair", lr=(1e-3, 3e-3), restarts=2, epochs=(1, 2)))
     trials = res["trials"]
@@ -334,6 +337,7 @@ def _cli(*args):
     return subprocess.run([sys.executable, "-m", "engine", "finetune", *args], cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
 
 
+@pytest.mark.slow
 def test_cli_bad_inputs_give_one_line_errors(synth, tmp_path):
     bad_dev = tmp_path / "dev.tsv"
     bad_dev.write_text("sentence\tlabel\nthe cat sat\tmaybe\n")

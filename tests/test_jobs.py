@@ -16,6 +16,8 @@ from engine import procs, runs
 from engine.errors import EngineError
 from engine.jobs import TERMINAL, Jobs
 
+pytestmark = pytest.mark.slow  # every test starts detached runner processes
+
 
 def py(code: str) -> list[str]:
     return [sys.executable, "-c", code]

@@ -46,6 +46,7 @@ def check_invariants(ids, special, attn, masked, labels, rate, word_starts=None)
         assert ((k >= 1) == (n >= 1)).all()
 
 
+@pytest.mark.slow
 def test_rate_and_80_10_10_split_over_many_draws():
     ids, special, attn = make_batch(B=128, T=128)
     g = torch.Generator().manual_seed(1)

@@ -101,6 +101,7 @@ def _graph_nodes(t) -> set:
     return seen
 
 
+@pytest.mark.slow
 @needs_onednn
 def test_onednn_model_equals_reference_model(force_onednn, monkeypatch):
     m = _model()
@@ -141,6 +142,7 @@ def test_linear_keeps_f_linear_under_autocast_and_for_small_products(monkeypatch
 
 
 # ------------------------------------------------------------------ attention, MLM positions
+@pytest.mark.slow
 def test_sdpa_path_equals_explicit_softmax_path_with_padding_and_causal():
     for causal in (False, True):
         m = _model(causal=causal).eval()
@@ -159,6 +161,7 @@ def test_sdpa_path_equals_explicit_softmax_path_with_padding_and_causal():
             assert float(probs[0].triu(1).abs().max()) == 0.0
 
 
+@pytest.mark.slow
 def test_mlm_head_at_selected_positions_equals_full_projection():
     m = _model().eval()
     ids, tt, am = _batch()
@@ -189,6 +192,7 @@ def test_unpad_equals_padded_at_real_positions_and_is_zero_at_padding(causal):
     torch.testing.assert_close(out.mlm_logits[real], ref.mlm_logits[real], atol=1e-5, rtol=1e-5)
 
 
+@pytest.mark.slow
 def test_unpad_gradients_equal_padded_gradients():
     m = _model().train()  # dropout 0
     ids, tt, am = _batch()
@@ -198,6 +202,7 @@ def test_unpad_gradients_equal_padded_gradients():
     _assert_grads_close(gu, gp)
 
 
+@pytest.mark.slow
 def test_unpad_with_little_padding_falls_back_and_still_zeroes_padding():
     m = _model().eval()
     ids, tt, am = _batch(T=24, lengths=(24, 24, 23, 24, 24))  # 1/120 padding: under UNPAD_MIN_PADDING
@@ -219,6 +224,7 @@ def test_unpad_with_little_padding_falls_back_and_still_zeroes_padding():
     assert c.attentions is not None
 
 
+@pytest.mark.slow
 def test_unpad_without_token_types_and_with_dropout_trains():
     m = _model(dropout=0.1).train()
     ids, tt, am = _batch()
@@ -251,6 +257,7 @@ def test_default_precision_is_bf16_only_with_native_bf16_units(monkeypatch):
         assert default_precision("cuda") == "fp32"
 
 
+@pytest.mark.slow
 def test_fused_adamw_step_equals_foreach_step():
     m1, m2 = _model(seed=3), _model(seed=3)
     o1 = make_optimizer(m1, 1e-3, torch.device("cpu"))

@@ -8,6 +8,8 @@ from streamlit.testing.v1 import AppTest
 
 from engine import ablations as A
 
+pytestmark = pytest.mark.slow  # AppTest runs whole pages
+
 REPO = Path(__file__).resolve().parents[1]
 
 PAGE = str(REPO / "pages" / "7_Ablations.py")

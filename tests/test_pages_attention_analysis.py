@@ -11,6 +11,8 @@ from streamlit.testing.v1 import AppTest
 import engine
 from engine import analysis
 
+pytestmark = pytest.mark.slow  # AppTest runs whole pages
+
 REPO = Path(__file__).resolve().parents[1]
 PAGE = str(REPO / "pages" / "6_Attention.py")
 A, B = "the cat sat on the mat .", "it was very happy ."  # the page's default sentences

@@ -7,6 +7,8 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
+pytestmark = pytest.mark.slow  # AppTest runs whole pages
+
 REPO = Path(__file__).resolve().parents[1]
 
 PAGE = str(REPO / "pages" / "4_Features.py")

@@ -12,6 +12,8 @@ from streamlit.testing.v1 import AppTest
 
 from engine.jobs import TERMINAL, Jobs
 
+pytestmark = pytest.mark.slow  # AppTest runs whole pages
+
 REPO = Path(__file__).resolve().parents[1]
 
 PAGE = str(REPO / "pages" / "8_Jobs.py")

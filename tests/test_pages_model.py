@@ -7,6 +7,8 @@ from streamlit.testing.v1 import AppTest
 
 import engine
 
+pytestmark = pytest.mark.slow  # AppTest runs whole pages
+
 REPO = Path(__file__).resolve().parents[1]
 
 PAGE = str(REPO / "pages" / "1_Model.py")

@@ -9,6 +9,8 @@ from streamlit.testing.v1 import AppTest
 import engine
 from engine import probes
 
+pytestmark = pytest.mark.slow  # AppTest runs whole pages
+
 REPO = Path(__file__).resolve().parents[1]
 
 PAGE = str(REPO / "pages" / "5_Probe.py")

@@ -10,6 +10,8 @@ from engine import paper_tables
 from engine.runs import mark_complete, write_run_json
 from studio import start
 
+pytestmark = pytest.mark.slow  # AppTest runs whole pages
+
 PAGE = str(Path(__file__).resolve().parents[1] / "pages" / "0_Start.py")
 
 

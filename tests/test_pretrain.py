@@ -87,6 +87,7 @@ def test_schedule_and_param_groups():
     assert len(decay["params"]) + len(no_decay["params"]) == len(list(model.parameters()))
 
 
+@pytest.mark.slow
 def test_objective_shapes_the_model():
     assert model_config(PretrainConfig(objective="mlm+nsp"), 100).has_nsp_head
     m = model_config(PretrainConfig(objective="mlm"), 100)
@@ -103,6 +104,7 @@ def test_ltr_labels_shift_left_on_real_tokens():
     assert lab[1].tolist() == [5, 6, 4, 7, 8, 3, -100]
 
 
+@pytest.mark.slow
 def test_ltr_model_never_sees_the_right_context():
     """Changing tokens after position t never changes any output at positions <= t."""
     cfg = model_config(PretrainConfig(objective="ltr", hidden=32, heads=2, layers=2, max_positions=32), 50)
@@ -130,6 +132,7 @@ def test_ltr_model_never_sees_the_right_context():
         assert not torch.allclose(bi(ids).last_hidden_state[:, :5], bi(changed).last_hidden_state[:, :5])
 
 
+@pytest.mark.slow
 def test_validation_errors_are_one_line():
     for bad in (dict(objective="nsp"), dict(preset="huge"), dict(mask_ratios=(0.5, 0.1, 0.1)), dict(seq_len=600),
                 dict(steps=0), dict(hidden=100, heads=3), dict(phase2_seq_len=1024)):
@@ -140,6 +143,7 @@ def test_validation_errors_are_one_line():
 
 
 # ------------------------------------------------------------------------------------------------ learning
+@pytest.mark.slow
 def test_tiny_run_learns(env):
     """MLM loss falls well below its start, MLM accuracy beats the most-frequent-token baseline, NSP > 0.5."""
     cfg = replace(env["base"], out=str(env["root"] / "learn"), steps=260, batch_size=16, lr=3e-3, warmup=0.05,
@@ -171,6 +175,7 @@ def test_tiny_run_learns(env):
     assert (Path(cfg.out) / "tokenizer" / "vocab.txt").is_file()
 
 
+@pytest.mark.slow
 def test_mlm_and_ltr_objectives_run_and_record_their_metrics(env):
     for objective, key in (("mlm", "mlm"), ("ltr", "lm")):
         cfg = replace(env["base"], out=str(env["root"] / f"obj-{objective}"), objective=objective, steps=4,
@@ -202,6 +207,7 @@ def resumed_pair(env):
     return Path(straight.out), Path(split.out)
 
 
+@pytest.mark.slow
 def test_resume_gives_the_same_weights_and_metrics(resumed_pair):
     a, b = resumed_pair
     wa, wb = _weights(a / "checkpoints" / "step-8"), _weights(b / "checkpoints" / "step-8")
@@ -226,6 +232,7 @@ def test_resume_gives_the_same_weights_and_metrics(resumed_pair):
     assert blob["optimizer"]["state"] and blob["scheduler"]["total_steps"] == 8
 
 
+@pytest.mark.slow
 def test_checkpoint_loads_in_transformers_with_the_same_logits(resumed_pair):
     from transformers import BertForPreTraining as HFBert
     ckpt = resumed_pair[0] / "checkpoints" / "step-8"
@@ -257,6 +264,7 @@ def test_new_run_into_a_used_folder_is_refused_and_resume_needs_a_checkpoint(res
     assert (a / "metrics.jsonl").read_bytes() == before
 
 
+@pytest.mark.slow
 def test_resume_of_a_run_killed_before_its_first_checkpoint_starts_again(env):
     import shutil
     cfg = replace(env["base"], out=str(env["root"] / "early-death"), steps=4, save_every=0, eval_every=0, log_every=1)
@@ -269,6 +277,7 @@ def test_resume_of_a_run_killed_before_its_first_checkpoint_starts_again(env):
     assert sorted(p.name for p in (Path(cfg.out) / "checkpoints").iterdir()) == ["step-4"]
 
 
+@pytest.mark.slow
 def test_failed_checkpoint_write_marks_the_run_failed_and_keeps_the_previous_one(env, monkeypatch):
     P = importlib.import_module("engine.pretrain_run")  # where checkpoints are written
     calls = {"n": 0}
@@ -314,6 +323,7 @@ def _cli_inprocess(args, capsys):
     return code, out, [ln for ln in err.splitlines() if ln.strip()]
 
 
+@pytest.mark.slow
 def test_cli_bad_input_is_one_line_and_touches_nothing(env, tmp_path, capsys):
     one_doc = tmp_path / "one.txt"
     one_doc.write_text(" ".join(_synthetic_docs(1)[0]) + "\n", encoding="utf-8")
@@ -346,6 +356,7 @@ def test_cli_bad_input_is_one_line_and_touches_nothing(env, tmp_path, capsys):
     assert not (tmp_path / "single-sub").exists()
 
 
+@pytest.mark.slow
 def test_cli_second_run_into_a_live_folder_is_refused_then_sigterm_checkpoints(env, tmp_path, capsys):
     out = tmp_path / "live"
     first = _cli(*_common(env, out, "--steps", "100000", "--save-every", "0", "--eval-every", "0", "--log-every", "1"))
@@ -377,6 +388,7 @@ def test_cli_second_run_into_a_live_folder_is_refused_then_sigterm_checkpoints(e
     assert runs.lock_holder(out) is None
 
 
+@pytest.mark.slow
 def test_cli_resume_with_only_out_continues_across_the_phase_boundary(env, tmp_path, capsys):
     """`--out X --resume` alone restores the run's settings; a stop inside phase 2 resumes on the phase-2 data."""
     flags = ["--steps", "6", "--seq-len", "32", "--phase2-seq-len", "64", "--phase2-fraction", "0.5",
@@ -408,6 +420,7 @@ def _free_port_possible() -> bool:
         return False
 
 
+@pytest.mark.slow
 def test_torchrun_two_processes_train_and_checkpoint(env, tmp_path):
     if not _free_port_possible():
         pytest.skip("cannot bind a local port for the torchrun rendezvous")
@@ -433,6 +446,7 @@ def test_torchrun_two_processes_train_and_checkpoint(env, tmp_path):
     assert b.info["training_state"]["step"] == 4
 
 
+@pytest.mark.slow
 def test_torchrun_sigterm_stops_every_rank_with_a_checkpoint_then_resumes(env, tmp_path):
     """SIGTERM to torchrun reaches both ranks; they agree at the next log step, save one checkpoint and stop
     (status cancelled); --resume then finishes the run."""
@@ -473,6 +487,7 @@ def test_torchrun_sigterm_stops_every_rank_with_a_checkpoint_then_resumes(env, t
     assert info["status"] == "finished" and engine.load(out).info["training_state"]["step"] == step + 4
 
 
+@pytest.mark.slow
 def test_precision_auto_follows_the_machine_and_bf16_trains_on_cpu(env, monkeypatch):
     from engine.device import default_precision, resolve_precision
     cpu = torch.device("cpu")

@@ -10,6 +10,8 @@ import engine
 from engine import runs
 from engine.pretrain import PretrainConfig, pretrain
 
+pytestmark = pytest.mark.slow  # AppTest runs whole pages
+
 PAGE = str(Path(__file__).resolve().parents[1] / "pages" / "2_Pretrain.py")
 
 

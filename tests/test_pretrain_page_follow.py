@@ -13,6 +13,8 @@ from test_pretrain_page import PAGE, _app, runs_root  # noqa: E402,F401  (runs_r
 from engine import runs  # noqa: E402
 from studio.compare import ema  # noqa: E402
 
+pytestmark = pytest.mark.slow  # AppTest runs whole pages
+
 
 def test_launched_run_shows_queued_at_once_then_is_picked(tmp_path, monkeypatch):
     from engine import jobs

@@ -100,6 +100,7 @@ def test_no_nsp_windows_cover_each_document_in_order(bbc, tmp_path):
         assert "next_sentence_label" not in b and (b["token_type_ids"] == 0).all()
 
 
+@pytest.mark.slow
 def test_cache_reused_and_keyed(bbc, nsp, tmp_path):
     docs, tok = bbc
     kw = dict(seq_len=64, objective="mlm+nsp", cache_dir=nsp.path.parent, eval_fraction=0.1)
@@ -126,6 +127,7 @@ def test_cache_reused_and_keyed(bbc, nsp, tmp_path):
     assert open_pretraining_data(nsp.path).key == nsp.key
 
 
+@pytest.mark.slow
 def test_half_written_cache_is_never_picked_up(bbc, tmp_path):
     docs, tok = bbc
     first = build_pretraining_data(docs[:30], tok, seq_len=32, objective="mlm", seed=0, cache_dir=tmp_path, eval_fraction=0)
@@ -137,6 +139,7 @@ def test_half_written_cache_is_never_picked_up(bbc, tmp_path):
     assert (again.path / "config.json").is_file()
 
 
+@pytest.mark.slow
 def test_eval_split_fixed_by_eval_seed(bbc, nsp):
     docs, tok = bbc
     other = build_pretraining_data(docs, tok, seq_len=64, objective="mlm+nsp", seed=5, cache_dir=nsp.path.parent,
@@ -261,6 +264,7 @@ def test_bad_inputs(bbc, tmp_path):
         fixed_eval_masking(data.eval, tok.vocab_size, tok.mask_id)
 
 
+@pytest.mark.slow
 def test_dupe_factor_and_short_seq_prob(bbc, tmp_path):
     docs, tok = bbc
     one = build_pretraining_data(docs[:40], tok, 64, "mlm+nsp", seed=0, cache_dir=tmp_path, eval_fraction=0, short_seq_prob=0)

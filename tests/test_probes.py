@@ -118,6 +118,7 @@ def test_jensen_shannon_bounds():
     np.testing.assert_allclose(probes.jensen_shannon(p, q), [0.0, 1.0], atol=1e-9)
 
 
+@pytest.mark.slow
 def test_compare_attention(bundle, early, minilm):
     a = "the cat sat on the mat ."
     same = probes.compare_attention(bundle, bundle, a)
@@ -137,6 +138,7 @@ def test_compare_attention(bundle, early, minilm):
         probes.compare_attention(bundle, early, a, metric="cosine")
 
 
+@pytest.mark.slow
 def test_probe_set_accuracy_scores_what_the_model_predicts(bundle):
     r = probes.probe_set_accuracy(bundle)
     assert r["nsp_n"] == len(probes.NSP_PAIRS) >= 20
@@ -202,6 +204,7 @@ def test_probe_set_sections_and_models_side_by_side(bundle, minilm):
         probes.compare_probe_set([])
 
 
+@pytest.mark.slow
 def test_probe_checkpoints_over_steps(tiny_run, tiny_run_steps):
     assert [s for s, _ in probes.checkpoint_steps(tiny_run)] == list(tiny_run_steps)
     rows = probes.probe_checkpoints(tiny_run, text="the [MASK] rose .", pair=("a man .", "a dog ."), top_k=3, probe_set=True)
@@ -233,6 +236,7 @@ def test_tokenize_table_and_output_shapes(bundle, minilm):
     assert s["name"] == "MiniLM" and s["parameters"] == minilm.model.num_parameters() and s["missing_heads"] == ["mlm", "nsp"]
 
 
+@pytest.mark.slow
 def test_cli(tiny_run, capsys, tiny_run_steps):
     from engine.__main__ import run
     assert run(["probe", "--model", str(tiny_run), "--fill", "the [MASK] rose [MASK] .", "--top-k", "4", "--json"]) == 0

@@ -79,6 +79,7 @@ def _weights(run_dir):
 
 
 # --------------------------------------------------------------------------- SIGKILL and resume
+@pytest.mark.slow
 def test_sigkill_at_random_moments_then_resume_to_completion(tmp_path, small_corpus, small_tokenizer, env):
     steps = 36
     straight = tmp_path / "straight"
@@ -142,6 +143,7 @@ def test_sigkill_at_random_moments_then_resume_to_completion(tmp_path, small_cor
 
 
 # --------------------------------------------------------------------------- failed writes
+@pytest.mark.slow
 def test_disk_full_during_a_checkpoint_marks_the_run_failed_and_keeps_the_previous_one(tmp_path, small_corpus, monkeypatch):
     import safetensors.torch as st
 
@@ -173,6 +175,7 @@ def test_disk_full_during_a_checkpoint_marks_the_run_failed_and_keeps_the_previo
     assert not list((out / "checkpoints").glob(".tmp*")), "a half-written checkpoint was left behind"
 
 
+@pytest.mark.slow
 def test_truncated_checkpoint_in_a_run_is_reported(tmp_path, tiny_checkpoint):
     import shutil
 
@@ -187,6 +190,7 @@ def test_truncated_checkpoint_in_a_run_is_reported(tmp_path, tiny_checkpoint):
 
 
 # --------------------------------------------------------------------------- locks and names
+@pytest.mark.slow
 def test_run_directory_locked_by_a_live_process_and_by_a_dead_one(tmp_path, small_corpus):
     d = tmp_path / "locked"
     holder = subprocess.Popen([sys.executable, "-c",
@@ -207,6 +211,7 @@ def test_run_directory_locked_by_a_live_process_and_by_a_dead_one(tmp_path, smal
         pass
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["../escape", "/etc/passwd", "a/../../b", "..", ".hidden", "x\0y"])
 def test_path_traversal_run_names_are_refused(tmp_path, name, monkeypatch, small_corpus):
     monkeypatch.setenv("BERT_STUDIO_RUNS", str(tmp_path / "runs"))
@@ -227,6 +232,7 @@ def test_symlink_run_dir_cannot_escape(tmp_path):
 
 
 # --------------------------------------------------------------------------- bad input through the CLI
+@pytest.mark.slow
 def test_bad_pretrain_inputs_are_one_line_errors_and_overwrite_nothing(tmp_path, small_corpus):
     existing = tmp_path / "existing"
     existing.mkdir()
@@ -260,6 +266,7 @@ def test_bad_pretrain_inputs_are_one_line_errors_and_overwrite_nothing(tmp_path,
         assert not (tmp_path / letter / "run.json").exists()
 
 
+@pytest.mark.slow
 def test_bad_probe_and_finetune_inputs(tmp_path, tiny_checkpoint):
     import shutil
 
@@ -293,6 +300,7 @@ def test_bad_probe_and_finetune_inputs(tmp_path, tiny_checkpoint):
     _one_line_error(code, err, "maybe")
 
 
+@pytest.mark.slow
 def test_cli_shows_traceback_only_with_debug(tmp_path):
     r = subprocess.run([sys.executable, "-m", "engine", "tokenizer", "--corpus", tmp_path / "missing", "--out", tmp_path / "t"],
                        cwd=REPO, capture_output=True, text=True, timeout=120)

@@ -83,6 +83,7 @@ def _hold_lock(run_dir, ready):
     time.sleep(60)
 
 
+@pytest.mark.slow
 def test_lock_held_by_live_process_is_refused_and_freed_by_sigkill(tmp_path):
     run_dir = tmp_path / "r1"
     ctx = multiprocessing.get_context("fork")
@@ -111,6 +112,7 @@ def test_lock_held_by_live_process_is_refused_and_freed_by_sigkill(tmp_path):
             p.join()
 
 
+@pytest.mark.slow
 def test_pid_alive():
     assert procs.pid_alive(os.getpid())
     assert procs.pid_alive(os.getpid(), procs.proc_start_time(os.getpid()))
@@ -256,6 +258,7 @@ def _dead_pid():
     return p.pid
 
 
+@pytest.mark.slow
 def test_list_runs_marks_dead_and_sorts(tmp_path):
     root = tmp_path / "runs"
     a = runs.create_run_dir(root, "old-finished")

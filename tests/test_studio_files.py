@@ -49,12 +49,20 @@ def test_shared_tasks_are_those_present_and_squad_is_split_by_article(tmp_path):
     assert {t.kind for t in SHARED_TASKS} == {"glue", "squad"}
 
 
-def test_projection_pca_separates_two_clusters_and_unknown_method_is_refused():
+def test_pca_projection_separates_two_clusters_and_unknown_method_is_refused():
     g = np.random.default_rng(0)
     X = np.concatenate([g.normal(0, 0.1, (20, 8)), g.normal(5, 0.1, (20, 8))])
     xy = project(X, "PCA")
     assert xy.shape == (40, 2)
     assert abs(xy[:20, 0].mean() - xy[20:, 0].mean()) > 10 * (xy[:20, 0].std() + xy[20:, 0].std())  # the first axis splits them
-    assert project(X[:12], "t-SNE").shape == (12, 2)
     with pytest.raises(ValueError, match="unknown projection"):
         project(X, "UMAP")
+
+
+@pytest.mark.slow
+def test_tsne_projection_keeps_two_clusters_apart():
+    g = np.random.default_rng(0)
+    X = np.concatenate([g.normal(0, 0.1, (10, 8)), g.normal(5, 0.1, (10, 8))])
+    xy = project(X, "t-SNE")
+    inside = max(np.linalg.norm(xy[:10] - xy[:10].mean(0), axis=1).max(), np.linalg.norm(xy[10:] - xy[10:].mean(0), axis=1).max())
+    assert xy.shape == (20, 2) and np.linalg.norm(xy[:10].mean(0) - xy[10:].mean(0)) > 2 * inside
