@@ -61,6 +61,7 @@ def test_each_scenario_reports_ratio_and_same_start(capsys, scenario):
         assert abs(r["start"]["engine"] - (torch.log(torch.tensor(2000.0)) + torch.log(torch.tensor(2.0)))) < 0.5
 
 
+@pytest.mark.slow
 def test_a_different_start_is_reported_and_fails(capsys, monkeypatch):
     real_build = bench.build_models
 

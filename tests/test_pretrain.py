@@ -247,6 +247,7 @@ def test_checkpoint_loads_in_transformers_with_the_same_logits(resumed_pair):
     torch.testing.assert_close(a.nsp_logits, b.seq_relationship_logits, atol=1e-4, rtol=1e-4)
 
 
+@pytest.mark.slow
 def test_new_run_into_a_used_folder_is_refused_and_resume_needs_a_checkpoint(resumed_pair, env):
     a = resumed_pair[0]
     before = (a / "metrics.jsonl").read_bytes()

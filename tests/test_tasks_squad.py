@@ -190,6 +190,7 @@ def test_v2_breakdown_is_at_the_chosen_tau_and_says_where_tau_came_from():
 
 # ---------------------------------------------------------------- the shared SQuAD v1.1 dev file
 @pytest.mark.skipif(not (DATA / "squad_v1.1" / "dev-v1.1.json").is_file(), reason="../shared/data/squad_v1.1 is absent")
+@pytest.mark.slow
 def test_shared_squad_parses_and_oracle_decodes(tok):
     path = DATA / "squad_v1.1" / "dev-v1.1.json"
     exs, v = load_squad(path)
