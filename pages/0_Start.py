@@ -45,8 +45,16 @@ st.header("What the paper found")
 st.caption("The paper's numbers for its four ablation tables (BERT-BASE pre-trained for 1M steps on 3.3B words). The "
            "Ablations page runs the same studies at classroom scale and says which findings reproduce.")
 tabs = st.tabs([t.title.split(":")[0] for t in paper_tables.PAPER_TABLES.values()])
+studies = start.table5_studies(root)
 for tab, (name, t) in zip(tabs, paper_tables.PAPER_TABLES.items()):
     with tab:
         st.markdown(f"**{t.title}**")
         st.dataframe(paper_tables.frame(name), hide_index=True, width="stretch")
         st.caption(t.note)
+        if name == start.TABLE5 and studies:  # step 4's study, beside the paper's numbers
+            from engine import ablations
+            d, n_done, n = studies[0]
+            with guard("Reading your Table 5 study"):
+                res = ablations.collect_results(d)
+                st.markdown(f"**Your classroom Table 5** (`{d.name}`, {n_done} of {n} jobs finished; dev scores in %)")
+                st.dataframe(res.table, width="stretch")

@@ -7,6 +7,7 @@ import pandas as pd
 import streamlit as st
 
 from engine import ablations as A
+from engine import paper_tables
 from studio import ablation_figures as F
 from studio.common import chart_config, guard, runs_root
 
@@ -120,6 +121,11 @@ with tab_results:
                 st.markdown("**Results** (dev scores in %, mean ± std over seeds, n = seeds finished)")
                 st.dataframe(res.table, width="stretch")
                 st.download_button("Download CSV", res.to_csv(), file_name=f"{pick}.csv", mime="text/csv", key="abl_csv")
+                if res.study.name in paper_tables.PAPER_TABLES:
+                    t = paper_tables.PAPER_TABLES[res.study.name]
+                    with st.expander(f"The paper's numbers: {t.title}"):
+                        st.dataframe(paper_tables.frame(res.study.name), hide_index=True, width="stretch")
+                        st.caption(t.note)
             with right:
                 st.markdown("**The paper's finding**")
                 st.info(res.finding)

@@ -120,3 +120,12 @@ def test_figure5_study_draws_score_against_steps(tmp_path, fake_runs):
     assert mlm["x"] == list(study.checkpoint_steps)
     assert mlm["y"] == pytest.approx([100 * (0.7 + k / 10000) for k in study.checkpoint_steps])
     assert list(at.dataframe[0].value.columns) == [f"{A.BBC.name} @ {k}" for k in study.checkpoint_steps]
+
+
+def test_dashboard_shows_the_papers_numbers_beside_ours(study_root):
+    from engine import paper_tables
+    at = app(study_root).run()
+    assert not at.exception
+    paper = frame_with(at, "MNLI-m")
+    assert paper.equals(paper_tables.frame("pretraining-tasks"))
+    assert paper.iloc[2].tolist() == ["LTR & No NSP", 82.1, 84.3, 77.5, 92.1, 77.8]

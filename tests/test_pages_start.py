@@ -52,21 +52,22 @@ def test_empty_runs_folder_shows_four_open_steps_times_and_the_paper_tables(tmp_
     assert len(at.dataframe) == 4 and at.dataframe[3].value.iloc[0]["MNLI fine-tune"] == 84.2
 
 
-def test_steps_check_off_from_the_runs_folder_and_session(tmp_path):
+def test_steps_check_off_from_the_runs_folder_and_session(tmp_path, fake_runs):
+    from engine import ablations as A
     root = tmp_path / "runs"
     _pretrain(root, "first-bert", "finished")
     _pretrain(root, "probe-ready", "finished", config={"objective": "mlm+nsp", "init": "minilm"})
     study = root / "studies" / "pretraining-tasks-classroom"
-    write_run_json(study / "runs" / "bert-s0", kind="pretrain", status="finished")
-    write_run_json(study / "runs" / "bert-s0-bbc", kind="finetune", status="running")
-    (study / "study.json").write_text(json.dumps({"study": {"name": "pretraining-tasks"}, "jobs": [
-        {"out": "runs/bert-s0"}, {"out": "runs/bert-s0-bbc"}]}))
+    plan = A.get_study("pretraining-tasks", classroom_scale=True)
+    jobs = A.plan(plan, study)
+    A.write_study(study, plan, jobs, mode="foreground")
+    fake_runs.pretrain(study / jobs[0].out, 5.0)  # one job of the study finished
     at = _app(root, class_visited_model=True)
     assert not at.exception and not at.error
     marks = [m.value for m in at.markdown if m.value.startswith("### ")]
     assert marks == ["### ✅", "### ✅", "### 3", "### 4"]  # model seen, run finished; not probed; study half done
     assert any(m.value == "_finished: first-bert_" for m in at.markdown)
-    assert any(m.value == "_pretraining-tasks-classroom: 1 of 2 jobs finished_" for m in at.markdown)
+    assert any(m.value == f"_pretraining-tasks-classroom: 1 of {len(jobs)} jobs finished_" for m in at.markdown)
     assert any("The probe-ready model: probe-ready" in c.value for c in at.caption)
     steps = start.guided_steps(root, {"model": True})
     assert steps[2].prefill == {"probe_model": str(root / "first-bert" / "checkpoints" / "step-2000")}
@@ -89,3 +90,21 @@ def test_paper_tables_have_every_row_of_the_paper():
     for t in paper_tables.PAPER_TABLES.values():
         assert all(len(r) == len(t.columns) for r in t.rows)
     assert paper_tables.frame("model-size").iloc[-1].tolist() == [24, 1024, 16, 3.23, 86.6, 87.8, 93.7]
+
+
+def test_a_finished_table5_study_is_checked_and_shown_beside_the_paper(tmp_path, fake_runs):
+    from engine import ablations as A
+    root = tmp_path / "runs"
+    study = A.get_study("pretraining-tasks", seeds=1, evaluations=(A.BBC, A.WNUT))
+    d = root / "studies" / "pretraining-tasks"
+    jobs = A.plan(study, d)
+    A.write_study(d, study, jobs, mode="foreground")
+    fake_runs.fill_table5(d, jobs)
+    at = _app(root)
+    assert not at.exception and not at.error
+    marks = [m.value for m in at.markdown if m.value.startswith("### ")]
+    assert marks[3] == "### ✅"
+    assert any(m.value == f"_pretraining-tasks: {len(jobs)} of {len(jobs)} jobs finished_" for m in at.markdown)
+    ours = at.dataframe[1].value  # right after the paper's Table 5
+    expect = A.collect_results(d).table
+    assert list(ours.index) == list(expect.index) and ours.equals(expect)
