@@ -2,6 +2,7 @@
 comparison tab puts a (fake) feature-based run next to fine-tuning of the same model; the projection tab draws
 a real PCA of tiny-checkpoint features of BBC articles, coloured by topic with hover text."""
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -95,8 +96,10 @@ def test_running_run_shows_live_progress_then_results(tmp_path):
     root = tmp_path / "runs"
     d = root / "fx-live"
     d.mkdir(parents=True)
-    # no pid in run.json: the page cannot tell the writer is gone, so the run counts as running
+    # the writer is provably alive: this test's own process (pid and kernel start time), as a real run records it
+    from engine.procs import proc_start_time
     (d / "run.json").write_text(json.dumps({"kind": "features", "status": "running", "n_combinations": 2, "total_steps": 3,
+                                            "pid": os.getpid(), "proc_start": proc_start_time(os.getpid()),
                                             "config": {"combine": ["last", "concat"]}}))
     lines = [{"step": 1, "phase": "extracted", "seconds": 1.0}]
     lines += [{"step": 2, "combine": "last", "epoch": e, "loss": 0.3, "score": f} for e, f in ((1, 0.0), (2, 0.05), (3, 0.12))]
