@@ -1,0 +1,58 @@
+"""Plotly figures of a pre-training run for the Pre-train page (no streamlit import): its loss and accuracy per
+objective (train and held-out), NSP, learning rate and throughput, against steps, tokens seen or training time."""
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+from studio.compare import ema
+
+X_AXES = {"step": "step", "tokens": "tokens seen", "elapsed": "training time (s)"}  # fields of the train records
+
+
+def series(recs: list, key: str, x: str = "step", x_at_step: dict = None):
+    """(xs, ys) of `key`; x from the record, or from `x_at_step` (held-out records carry no training time)."""
+    pts = []
+    for r in recs:
+        xv = r.get(x) if r.get(x) is not None else (x_at_step or {}).get(r.get("step"))
+        if isinstance(r.get(key), (int, float)) and xv is not None:
+            pts.append((xv, r[key]))
+    return [p[0] for p in pts], [p[1] for p in pts]
+
+
+def pretraining_curves(train: list, evals: list, objective: str, x: str = "step", smoothing: float = 0.0) -> list:
+    """(title, plotly figure) for the token objective, NSP (mlm+nsp), learning rate and throughput, against
+    `x` (step, tokens or elapsed). With `smoothing` > 0 each training curve is drawn faint with its debiased
+    EMA (studio.compare.ema, as TensorBoard) on top; held-out points are few and stay raw."""
+    at_step = {r["step"]: r.get(x) for r in train if r.get(x) is not None}
+    x_title = X_AXES.get(x, x)
+
+    def train_traces(fig, key, name, colour, **where):
+        xs, ys = series(train, key, x, at_step)
+        faint = smoothing > 0
+        fig.add_trace(go.Scatter(x=xs, y=ys, mode="lines", name=name, line=dict(color=colour, width=1),
+                                 opacity=0.3 if faint else 1.0), **where)
+        if faint and ys:
+            fig.add_trace(go.Scatter(x=xs, y=ema(ys, smoothing).tolist(), mode="lines", name=f"{name} (smoothed)",
+                                     line=dict(color=colour, width=2)), **where)
+
+    tok = "lm" if objective == "ltr" else "mlm"
+    tok_name = "next-token" if objective == "ltr" else "MLM"
+    figs = []
+    groups = [(tok, tok_name)] + ([("nsp", "NSP")] if objective == "mlm+nsp" else [])
+    for key, label in groups:
+        fig = make_subplots(rows=1, cols=2, subplot_titles=(f"{label} loss", f"{label} accuracy"))
+        for col, what in ((1, "loss"), (2, "acc")):
+            train_traces(fig, f"{key}_{what}", f"train {what}", "#1f77b4", row=1, col=col)
+            xs, ys = series(evals, f"eval_{key}_{what}", x, at_step)
+            fig.add_trace(go.Scatter(x=xs, y=ys, mode="lines+markers", name=f"held-out {what}", line=dict(color="#d62728")), row=1, col=col)
+        fig.update_xaxes(title_text=x_title)
+        fig.update_layout(height=300, margin=dict(l=10, r=10, t=40, b=10), showlegend=True)
+        figs.append((f"{label}", fig))
+    xs, ys = series(train, "lr", x, at_step)
+    fig = go.Figure(go.Scatter(x=xs, y=ys, mode="lines", name="learning rate"))
+    fig.update_layout(title="Learning rate", height=260, margin=dict(l=10, r=10, t=40, b=10), xaxis_title=x_title)
+    figs.append(("Learning rate", fig))
+    fig = go.Figure()
+    train_traces(fig, "tokens_per_s", "tokens/s", "#1f77b4")
+    fig.update_layout(title="Throughput (tokens/s)", height=260, margin=dict(l=10, r=10, t=40, b=10), xaxis_title=x_title)
+    figs.append(("Throughput", fig))
+    return figs
