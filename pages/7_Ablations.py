@@ -50,6 +50,11 @@ with tab_new:
     if study is not None:
         st.markdown(f"**{study.title}.** {study.description}")
         st.info(f"**The paper's finding:** {study.finding}")
+        if study.name in paper_tables.PAPER_TABLES:
+            t = paper_tables.PAPER_TABLES[study.name]
+            with st.expander(f"The paper's numbers: {t.title}"):
+                st.dataframe(paper_tables.frame(study.name), hide_index=True, width="stretch")
+                st.caption(t.note)
         c1, c2 = st.columns([1, 2])
         c1.markdown("**Base configuration**")
         c1.dataframe(base_frame(study), hide_index=True, width="stretch")

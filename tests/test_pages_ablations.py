@@ -129,3 +129,6 @@ def test_dashboard_shows_the_papers_numbers_beside_ours(study_root):
     paper = frame_with(at, "MNLI-m")
     assert paper.equals(paper_tables.frame("pretraining-tasks"))
     assert paper.iloc[2].tolist() == ["LTR & No NSP", 82.1, 84.3, 77.5, 92.1, 77.8]
+    # the New study tab shows the paper's numbers of the study about to be launched
+    at.selectbox(key="abl_study").set_value("masking").run()
+    assert frame_with(at, "NER feature-based").equals(paper_tables.frame("masking"))
