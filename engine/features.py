@@ -45,6 +45,7 @@ from engine.fileio import atomic_save_with, atomic_write_text
 from engine.heads import last_real_index
 from engine.tasks.batching import pad_batch
 from engine.tasks.registry import feature_task_names
+from engine.tasks.describe import describe, describe_lines
 
 COMBINES = ("concat", "sum", "mean", "weighted", "all-weighted", "last", "second-to-last", "embeddings")
 TABLE7 = ("embeddings", "second-to-last", "last", "weighted", "concat", "all-weighted")  # the paper's rows
@@ -405,6 +406,9 @@ def run_features(cfg: FeaturesConfig, progress_bar: bool = False) -> dict:
         train, dev = _split_data(task, cfg.max_train, cfg.max_dev)
         if not train or not dev:
             raise EngineError(f"task {task.name} needs train and dev examples for the feature-based classifier")
+        parsed = describe(task, train, dev)  # what the files were read as (issue 18): printed, kept in eval.json
+        if progress_bar:
+            print("\n".join(describe_lines(parsed)), file=sys.stderr, flush=True)
         tagging = task.kind == "tagging"
         classifier = cfg.classifier or ("bilstm" if tagging else "logreg")
         if tagging and classifier != "bilstm":
@@ -427,7 +431,7 @@ def run_features(cfg: FeaturesConfig, progress_bar: bool = False) -> dict:
                   "task_source": cfg.task, "task_kind": task.kind, "classifier": classifier, "pooling": pooling, "layers": list(cfg.layers),
                   "metric": task.metrics[0], "results": [], "config": config,
                   "data": {"train_examples": len(train), "dev_examples": len(dev), "hidden_size": bundle.config.hidden_size,
-                           "num_layers": L}}
+                           "num_layers": L, "parsed": parsed}}
         result["results"] = list(done)
         if done:
             print(f"resuming {out}: {len(done)} of {len(cfg.combine)} combinations finished", file=sys.stderr, flush=True)

@@ -64,7 +64,8 @@ FINETUNE_EVAL_FIELDS = (
 )
 FEATURES_EVAL_FIELDS = (
     "kind", "status", "model", "model_path", "task", "task_source", "task_kind", "classifier", "pooling", "layers",
-    "metric", "config", "data", "seconds",
+    "metric", "config", "seconds",
+    "data",  # sizes of the data and the model; "parsed": what the files were read as (engine.tasks.describe)
     "results",  # per combination: {combine, layers, dims, classifier, metric, score, dev, mix_weights, seconds}, a
     #   tagging task adds best_epoch and, when no entity was found, a warning line
     "combine", "score", "dev",  # the best combination so far

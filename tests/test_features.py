@@ -142,6 +142,7 @@ def test_logreg_on_sentence_features_writes_eval_and_npy(bundle, tmp_path, capsy
     assert run["kind"] == "features"
     from engine import records  # the fields written are the fields engine.records defines
     assert set(ev) == set(records.FEATURES_EVAL_FIELDS) and set(run) == set(records.RUN_FIELDS + records.FEATURES_RUN_FIELDS)
+    assert ev["data"]["parsed"]["type"] == "classification" and ev["data"]["parsed"]["n_labels"] == 2  # what was read
 
 
 @pytest.mark.slow
