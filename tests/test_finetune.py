@@ -319,6 +319,11 @@ def test_training_batches_of_a_small_epoch_are_not_length_bands():
         assert min(spans) > 150  # each batch spans the epoch's lengths (a length band spans 31)
         mixes = [sum(labels[i] for i in b) / len(b) for b in batches]
         assert all(0 < m < 1 for m in mixes)  # no one-label batch
+    # and the same examples do not meet again epoch after epoch (length bands repeat every pair; random: ~10%)
+    g = torch.Generator().manual_seed(0)
+    pairs = lambda bs: {(a, b) for batch in bs for a in batch for b in batch if a < b}
+    first, second = pairs(length_batches(lengths, 32, g)), pairs(length_batches(lengths, 32, g))
+    assert len(first & second) / len(first) < 0.3
 
 
 def test_config_and_task_errors(synth, tmp_path):
