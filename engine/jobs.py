@@ -46,7 +46,7 @@ from engine.errors import EngineError
 from engine.fileio import atomic_write_json
 from engine.procs import killpg, proc_stat, proven_alive
 from engine.records import RUN_JSON
-from engine.runs import latest_checkpoint, now_iso, run_progress, runs_root, set_status
+from engine.runs import latest_checkpoint, now_iso, run_progress, run_writer_pid, runs_root, set_status
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 STATUSES = ("queued", "running", "finished", "failed", "cancelled")
@@ -580,6 +580,22 @@ def refresh(root=None) -> list[dict]:
 
 def job_progress(job) -> float | None:
     return Jobs().job_progress(job)
+
+
+def stop_run(run_dir, root=None) -> str:
+    """Stop a running run: cancel the queue's job that runs it, or else SIGTERM the process proved to be its writer
+    (run lock + start time). Either way the run saves a checkpoint and stops at the end of its current step.
+    Returns what was done, in words."""
+    run_dir = Path(run_dir).resolve()
+    for job in refresh(root=root):
+        if job.get("status") == "running" and job.get("run_dir") and Path(job["run_dir"]).resolve() == run_dir:
+            cancel(job["id"], root=root)
+            return "cancelled (the run saved a checkpoint)"
+    pid = run_writer_pid(run_dir)
+    if pid is not None:
+        os.kill(pid, signal.SIGTERM)
+        return "asked the run to stop; it saves a checkpoint first"
+    return "no live process is provably this run's (none holds its lock), so nothing was signalled"
 
 
 if __name__ == "__main__":

@@ -4,10 +4,6 @@ Thin: the form builds the `python -m engine pretrain ...` flags and hands them t
 (engine.jobs), so a page reload or a closed tab loses nothing; the run list and the curves are read from the
 run folders (engine.runs) and refreshed with `st.fragment(run_every=...)` while a run is alive.
 """
-import os
-import signal
-import subprocess
-import sys
 from pathlib import Path
 
 import streamlit as st
@@ -25,20 +21,10 @@ STATUS_ICON = {"running": "🟢 running", "finished": "✅ finished", "failed": 
 
 # ------------------------------------------------------------------------------------------------- launching
 def _launch(argv: list, name: str, run_dir: Path, root: Path) -> tuple:
-    """Start the run through the job queue; without engine.jobs, as a detached process. Returns (how, job id)."""
-    try:
-        from engine import jobs
-    except ImportError:
-        jobs = None
-    if jobs is not None:
-        job = jobs.submit(argv, name=name, run_dir=str(run_dir), root=str(root))
-        return f"job {job['id']} {job['status']}", job["id"]
-    run_dir.mkdir(parents=True, exist_ok=True)
-    with open(run_dir / "job.log", "ab") as log:
-        subprocess.Popen([sys.executable, "-m", "engine", *argv], stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                         start_new_session=True, cwd=Path(__file__).resolve().parents[1],
-                         env=dict(os.environ, BERT_STUDIO_RUNS=str(root)))
-    return "started as a detached process", None
+    """Queue the run (engine.jobs). Returns (how, job id)."""
+    from engine import jobs
+    job = jobs.submit(argv, name=name, run_dir=str(run_dir), root=str(root))
+    return f"job {job['id']} {job['status']}", job["id"]
 
 
 def launch_form(root: Path) -> None:
@@ -150,24 +136,6 @@ def runs_table(root: Path, pending: bool = False) -> list:
     return rows
 
 
-def _cancel(run_dir: Path, info: dict, root: Path) -> str:
-    from engine import runs
-
-    try:
-        from engine import jobs
-        for job in jobs.refresh(root=str(root)):
-            if job.get("status") == "running" and job.get("run_dir") and Path(job["run_dir"]).resolve() == run_dir.resolve():
-                jobs.cancel(job["id"], root=str(root))
-                return "cancelled (the run saved a checkpoint)"
-    except ImportError:
-        pass
-    pid = runs.run_writer_pid(run_dir)  # only a process proved to be the run's writer (lock + start time)
-    if pid is not None:
-        os.kill(pid, signal.SIGTERM)  # the run checkpoints and stops at the end of its current step
-        return "asked the run to stop; it saves a checkpoint first"
-    return "no live process is provably this run's (none holds its lock), so nothing was signalled"
-
-
 def run_view(run_dir: Path, root: Path) -> str:
     """Status, numbers, curves and buttons of one run (re-run every few seconds while it is alive); returns its status."""
     from engine import runs
@@ -211,7 +179,8 @@ def run_view(run_dir: Path, root: Path) -> str:
     b1, b2, _ = st.columns([1, 1, 4])
     if status == "running" and b1.button("Cancel", key=f"cancel-{run_dir.name}", help="Stop at the end of the current step, after a checkpoint"):
         with guard("cancelling"):
-            st.toast(_cancel(run_dir, info, root))
+            from engine import jobs
+            st.toast(jobs.stop_run(run_dir, root=str(root)))
     where = f"checkpoint {ck.name}" if ck is not None else "step 0 (it has no checkpoint yet)"
     if status in ("cancelled", "dead", "failed") and b2.button("Resume", key=f"resume-{run_dir.name}",
                                                                help=f"Continue from {where} with the run's own settings"):

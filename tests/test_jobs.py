@@ -234,3 +234,22 @@ def test_progress_and_tail(q, tmp_path):
                                       "sys.stdout.write('bar 10%\\rbar 50%\\rbar 100%\\n')"))["id"])
     tail = q.tail_log(j["id"], n=3).splitlines()
     assert tail[0] == "line 99" and tail[1] == "bar 100%" and tail[2].startswith(f"[job {j['id']}]")
+
+
+def test_stop_run_signals_only_the_proved_writer(tmp_path):
+    """The Pre-train page's Cancel: no queued job runs this run, so the process holding its run lock gets SIGTERM;
+    a run nobody holds is left alone."""
+    import subprocess
+    root, d = tmp_path / "runs", tmp_path / "runs" / "r"
+    assert "nothing was signalled" in jobs_mod.stop_run(d, root=str(root))
+    holder = subprocess.Popen([sys.executable, "-c",
+                               "import sys, time; from engine.runs import RunLock; "
+                               "l = RunLock(sys.argv[1]).acquire(); print('held', flush=True); time.sleep(60)", str(d)],
+                              cwd=Path(__file__).resolve().parents[1], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        assert "asked the run to stop" in jobs_mod.stop_run(d, root=str(root))
+        assert holder.wait(timeout=10) == -signal.SIGTERM
+    finally:
+        if holder.poll() is None:
+            holder.kill()
