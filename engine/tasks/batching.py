@@ -36,7 +36,7 @@ class Prepared:
     num_labels: int
     metric: str  # the selection metric (a key of evaluate()'s dict)
     train: list  # training items (examples; SQuAD: passage windows)
-    train_lengths: list  # one length per item, for bucketing
+    train_lengths: list  # one length per item (evaluation batches in length order; training batches ignore it)
     dev: list
     dev_lengths: list
     collate: Callable  # list of items -> dict of tensors
