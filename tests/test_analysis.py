@@ -185,3 +185,20 @@ def test_head_importance_needs_an_mlm_head(tiny):
     b = engine.Bundle(model=engine.BertForPreTraining(cfg), tokenizer=tiny.tokenizer, config=cfg, path="enc", info={})
     with pytest.raises(EngineError, match="no MLM head"):
         engine.head_importance(b, [SENTENCE])
+
+
+def test_head_importance_restores_the_weights_when_a_masked_pass_fails(tiny, monkeypatch):
+    before = {k: v.clone() for k, v in tiny.model.state_dict().items()}
+    real, calls = analysis._mlm_loss, []
+
+    def failing(*a, **k):
+        calls.append(1)
+        if len(calls) == 3:  # the second head's masked pass
+            raise RuntimeError("out of memory")
+        return real(*a, **k)
+
+    monkeypatch.setattr(analysis, "_mlm_loss", failing)
+    with pytest.raises(RuntimeError, match="out of memory"):
+        engine.head_importance(tiny, [SENTENCE])
+    for k, v in tiny.model.state_dict().items():
+        assert torch.equal(v, before[k]), k  # head 2 of layer 1 was zeroed when it failed, and is back
