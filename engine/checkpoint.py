@@ -121,6 +121,62 @@ def from_hf_state_dict(sd: dict, config: BertConfig, source: str) -> dict:
 
 
 # ------------------------------------------------------------------ reading files
+FLOAT_DTYPES = ("F32", "F16", "BF16", "F64")
+
+
+def _weight_header(d: Path) -> dict:
+    """{name: (shape, dtype)} of model.safetensors from its header alone (nothing is read or allocated); {} for
+    a legacy pytorch_model.bin (checked after torch.load instead)."""
+    st_path = d / "model.safetensors"
+    if not st_path.is_file():
+        return {}
+    from safetensors import SafetensorError, safe_open
+    try:
+        with safe_open(str(st_path), framework="pt") as f:
+            out = {}
+            for k in f.keys():
+                sl = f.get_slice(k)
+                out[k] = (tuple(sl.get_shape()), sl.get_dtype())
+            return out
+    except (SafetensorError, OSError, ValueError, RuntimeError) as e:
+        raise EngineError(f"{st_path} is corrupt or truncated ({str(e).splitlines()[0][:120]}); restore it or load an earlier checkpoint") from e
+
+
+def check_weight_shapes(header: dict, config: BertConfig, source: str) -> None:
+    """The weights' dtypes and shapes (HF names, as in the safetensors header) against config.json, before the
+    model is built: a crafted config cannot make us allocate a model the weights do not describe."""
+    sd = _normalise_hf_keys(header)
+    for k, (shape, dtype) in sd.items():
+        if dtype not in FLOAT_DTYPES and not k.endswith("position_ids"):  # HF keeps an int64 position_ids buffer
+            raise EngineError(f"{source}: tensor {k} is stored as {dtype}, not floating point; the weights are damaged or not BERT's")
+    V, H, I = config.vocab_size, config.hidden_size, config.intermediate_size
+    e = "bert.embeddings."
+    expect = {e + "word_embeddings.weight": (V, H), e + "position_embeddings.weight": (config.max_position_embeddings, H),
+              e + "token_type_embeddings.weight": (config.type_vocab_size, H), e + "LayerNorm.weight": (H,),
+              "bert.encoder.layer.0.attention.self.query.weight": (H, H),
+              "bert.encoder.layer.0.intermediate.dense.weight": (I, H)}
+    for k, want in expect.items():
+        if k in sd and tuple(sd[k][0]) != want:
+            raise EngineError(f"{source}: config.json gives {k} the shape {want} but the weights have {tuple(sd[k][0])}; "
+                              f"config.json does not match the weights (the files do not belong together)")
+    layers = {int(k.split(".")[3]) for k in sd if k.startswith("bert.encoder.layer.") and k.split(".")[3].isdigit()}
+    if layers and layers != set(range(config.num_layers)):
+        raise EngineError(f"{source}: config.json says {config.num_layers} layers but the weights have {len(layers)}, so it is "
+                          f"not a complete BERT checkpoint for that config; the files do not belong together")
+
+
+def check_finite(model, source: str, limit: float = 1e6) -> None:
+    """Every weight finite and of a plausible size (a flipped exponent bit gives NaN, inf or ~1e38)."""
+    for name, t in model.state_dict().items():
+        if t.is_floating_point() and t.numel():
+            if not bool(torch.isfinite(t).all()):
+                raise EngineError(f"{source}: weight {name} holds NaN or inf; the checkpoint is damaged (a diverged run "
+                                  f"or a corrupt file): load an earlier checkpoint")
+            if float(t.abs().max()) > limit:
+                raise EngineError(f"{source}: weight {name} holds a value of {float(t.abs().max()):.3g}, far beyond any "
+                                  f"trained BERT's; the file is damaged: load an earlier checkpoint")
+
+
 def _read_weights(d: Path) -> dict:
     st_path, bin_path = d / "model.safetensors", d / "pytorch_model.bin"
     if st_path.is_file():
@@ -184,7 +240,14 @@ def load(path_or_name, device="cpu", tokenizer=None) -> Bundle:
         config = BertConfig.from_hf_dict(hf_cfg)
     except KeyError as e:
         raise EngineError(f"{d / 'config.json'} lacks '{e.args[0]}'; it is not a BERT config") from e
+    header = _weight_header(d)
+    if header:
+        check_weight_shapes(header, config, str(d))  # before any weight is read or the model allocated
     sd = _normalise_hf_keys(_read_weights(d))
+    if not header:  # pytorch_model.bin: the same checks on the loaded tensors
+        names = {torch.float32: "F32", torch.float16: "F16", torch.bfloat16: "BF16", torch.float64: "F64"}
+        check_weight_shapes({k: (tuple(v.shape), names.get(v.dtype, str(v.dtype))) for k, v in sd.items()
+                             if isinstance(v, torch.Tensor)}, config, str(d))
     emb = sd.get("bert.embeddings.word_embeddings.weight")
     if emb is None:
         raise EngineError(f"{d} has no word embeddings; it is not a BERT checkpoint")
@@ -208,6 +271,7 @@ def load(path_or_name, device="cpu", tokenizer=None) -> Bundle:
         model.load_state_dict(ours, strict=True)
     except RuntimeError as e:
         raise EngineError(f"{d}: the weights do not fit config.json ({str(e).splitlines()[-1].strip()[:160]}); the files do not belong together") from e
+    check_finite(model, str(d))
     model.to(device).eval()
     info = {"source": source, "missing_heads": missing}
     state = d / "training_state.json"

@@ -4,6 +4,7 @@
 small models (Tiny 2/128, Mini 4/256, Small 4/512, Medium 8/512), always with feed-forward size 4H.
 Field names mirror Hugging Face's `BertConfig` in `to_hf_dict` so checkpoints load in `transformers`.
 """
+import math
 from dataclasses import asdict, dataclass, fields, replace
 
 from engine.errors import EngineError
@@ -116,18 +117,30 @@ class BertConfig:
             raise EngineError(f"config.json uses activation '{act}'; only BERT's gelu is supported")
         if d.get("position_embedding_type", "absolute") != "absolute":
             raise EngineError("config.json uses relative position embeddings; only BERT's absolute positions are supported")
+        def num(key, default, integer, lo, hi):
+            """d[key] checked for type and range before anything is built from it."""
+            v = d.get(key, default) if default is not None else d[key]
+            if integer and (isinstance(v, bool) or not isinstance(v, int)):
+                raise EngineError(f"config.json: {key} is {v!r}; it must be a whole number between {lo} and {hi}")
+            if not integer and (isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v)):
+                raise EngineError(f"config.json: {key} is {v!r}; it must be a number between {lo} and {hi}")
+            if not lo <= v <= hi:
+                raise EngineError(f"config.json: {key} is {v!r}; it must be between {lo} and {hi}")
+            return v
+        pad = d.get("pad_token_id", 0)
+        vocab = num("vocab_size", None, True, 6, 10_000_000)
         return cls(
-            vocab_size=d["vocab_size"],
-            num_layers=d["num_hidden_layers"],
-            hidden_size=d["hidden_size"],
-            num_heads=d["num_attention_heads"],
-            intermediate_size=d["intermediate_size"],
-            max_position_embeddings=d.get("max_position_embeddings", 512),
-            type_vocab_size=d.get("type_vocab_size", 2),
-            hidden_dropout=d.get("hidden_dropout_prob", 0.1),
-            attention_dropout=d.get("attention_probs_dropout_prob", 0.1),
-            layer_norm_eps=d.get("layer_norm_eps", 1e-12),
-            initializer_range=d.get("initializer_range", 0.02),
-            pad_token_id=d.get("pad_token_id", 0) or 0,
+            vocab_size=vocab,
+            num_layers=num("num_hidden_layers", None, True, 1, 1000),
+            hidden_size=num("hidden_size", None, True, 1, 1_000_000),
+            num_heads=num("num_attention_heads", None, True, 1, 10_000),
+            intermediate_size=num("intermediate_size", None, True, 1, 10_000_000),
+            max_position_embeddings=num("max_position_embeddings", 512, True, 1, 10_000_000),
+            type_vocab_size=num("type_vocab_size", 2, True, 1, 1000),
+            hidden_dropout=num("hidden_dropout_prob", 0.1, False, 0.0, 0.99),
+            attention_dropout=num("attention_probs_dropout_prob", 0.1, False, 0.0, 0.99),
+            layer_norm_eps=num("layer_norm_eps", 1e-12, False, 1e-30, 1.0),
+            initializer_range=num("initializer_range", 0.02, False, 0.0, 10.0),
+            pad_token_id=0 if pad is None else num("pad_token_id", 0, True, 0, vocab - 1),
             causal=bool(d.get("bert_studio_causal", False)),
         )

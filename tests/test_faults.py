@@ -5,6 +5,7 @@ import io
 import json
 import os
 import random
+import re
 import subprocess
 import sys
 import time
@@ -459,3 +460,60 @@ def test_model_cache_key_never_walks_a_typed_folder(tmp_path, tiny_checkpoint):
     for i in range(700):
         (many / f"r{i:03d}").mkdir(parents=True)
     assert list_model_choices(many) == ["minilm"]
+
+
+# ------------------------------------------------------------------ 10, 15. config.json and the weights checked before use
+def _copy_ck(src, dst, config=None, tensors=None):
+    import shutil
+
+    from safetensors.torch import load_file, save_file
+    shutil.copytree(src, dst)
+    if config is not None:
+        cfg = json.loads((dst / "config.json").read_text())
+        cfg.update(config)
+        (dst / "config.json").write_text(json.dumps(cfg))
+    if tensors is not None:
+        sd = load_file(str(dst / "model.safetensors"))
+        tensors(sd)
+        save_file(sd, str(dst / "model.safetensors"))
+    return dst
+
+
+@pytest.mark.parametrize("change,pattern", [
+    ({"num_hidden_layers": "2"}, "num_hidden_layers is '2'"),
+    ({"hidden_size": [64]}, "hidden_size is [64]"),
+    ({"num_attention_heads": None}, "num_attention_heads is None"),
+    ({"intermediate_size": 2.5}, "intermediate_size is 2.5"),
+    ({"layer_norm_eps": -1e-5}, "layer_norm_eps is -1e-05"),
+    ({"hidden_dropout_prob": float("nan")}, "hidden_dropout_prob is nan"),
+    ({"num_hidden_layers": True}, "num_hidden_layers is True"),
+    # a crafted config: a huge model the weights do not describe is refused before anything is allocated
+    ({"num_hidden_layers": 900, "intermediate_size": 9_000_000}, "does not match the weights"),
+    ({"num_hidden_layers": 1}, "says 1 layers but the weights have 2"),
+    ({"max_position_embeddings": 4096}, "does not match the weights"),
+])
+def test_bad_config_json_is_one_line_before_any_allocation(tmp_path, tiny_checkpoint, monkeypatch, change, pattern):
+    from engine import model as M
+    bad = _copy_ck(tiny_checkpoint, tmp_path / "bad", config=change)
+    built = []
+    monkeypatch.setattr(M.BertForPreTraining, "__init__", lambda self, *a, **k: built.append(1) or (_ for _ in ()).throw(AssertionError("built")))
+    with pytest.raises(EngineError, match=re.escape(pattern)):
+        engine.load(bad)
+    assert not built  # refused before the model was constructed
+    code, _, err = _cli(["probe", "--model", bad, "--fill", "the [MASK] rose"])
+    _one_line_error(code, err, pattern)
+
+
+@pytest.mark.parametrize("damage,pattern", [
+    (lambda sd: sd.__setitem__("bert.encoder.layer.0.output.dense.weight",
+                               sd["bert.encoder.layer.0.output.dense.weight"] * float("nan")), "NaN or inf"),
+    (lambda sd: sd.__setitem__("bert.embeddings.LayerNorm.weight", sd["bert.embeddings.LayerNorm.weight"].to(torch.int64)),
+     "not floating point"),
+    (lambda sd: sd["bert.pooler.dense.weight"].view(-1)[7:8].view(torch.int32).bitwise_or_(1 << 30), "far beyond"),
+])
+def test_damaged_weights_are_refused_at_load(tmp_path, tiny_checkpoint, damage, pattern):
+    bad = _copy_ck(tiny_checkpoint, tmp_path / "bad", tensors=damage)
+    with pytest.raises(EngineError, match=pattern):
+        engine.load(bad)
+    code, _, err = _cli(["probe", "--model", bad, "--fill", "the [MASK] rose"])
+    _one_line_error(code, err, pattern)
