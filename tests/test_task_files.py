@@ -217,3 +217,12 @@ def test_eval_every_with_no_held_out_documents_says_evaluation_is_off():
     tok = engine.train_tokenizer([s for d in docs for s in d], vocab_size=120, lowercase=True, min_frequency=1)
     with pytest.raises(EngineError, match=r"hold out none \(--eval-fraction 0\)"):
         build_pretraining_data(docs, tok, seq_len=16, eval_fraction=0.5)
+
+
+def test_multiple_choice_messages_name_the_cli_flags(tmp_path):
+    headerless = write(tmp_path / "swag.csv", "a man sits,he,stands,runs,0\na dog barks,it,sleeps,eats,1\n")
+    with pytest.raises(EngineError, match=r"no header row; add one naming the columns \(sent1, sent2, ending0"):
+        load_task("swag", headerless)
+    named = write(tmp_path / "named.csv", "sent1,ending0,ending1,label\na,b,c,0\nd,e,f,1\n")
+    with pytest.raises(EngineError, match=r"no context \(--text-cols\) column 'story'"):
+        load_task("swag", named, context="story")

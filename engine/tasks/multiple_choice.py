@@ -54,7 +54,7 @@ class MultipleChoiceTask:
 
     @staticmethod
     def lengths(examples) -> list:
-        """Words of the context, the start phrase and the longest ending (bucketing only needs an order)."""
+        """Words of the context, the start phrase and the longest ending (evaluation batches only need an order)."""
         return [len(e.context.split()) + len(e.start.split()) + max(len(x.split()) for x in e.endings) for e in examples]
 
     def prepare(self, tok, max_len: int, cfg=None) -> Prepared:
@@ -83,10 +83,11 @@ def read_multiple_choice(path, context=None, start=None, endings=None, label=Non
     names = set(CONTEXT_COLUMNS + START_COLUMNS + LABEL_COLUMNS + ["endings", "ending0"]) | {c.lower() for c in explicit}
     table = read_table(path, known_names=names)
     if table.columns is None and (context is None or endings is None):
-        raise EngineError(f"{table.path} has no header row; name the columns: context=<index> endings=[<index>, ...] label=<index>")
-    ci = find_column(table, context, CONTEXT_COLUMNS, "context")
-    si = find_column(table, start, START_COLUMNS, "start") if start is not False else None
-    li = find_column(table, label, LABEL_COLUMNS, "label")
+        raise EngineError(f"{table.path} has no header row; add one naming the columns (sent1, sent2, ending0, ending1, ..., "
+                          f"label), or in Python name them: context=<index> endings=[<index>, ...] label=<index>")
+    ci = find_column(table, context, CONTEXT_COLUMNS, "context (--text-cols)")
+    si = find_column(table, start, START_COLUMNS, "start phrase (--text-cols CONTEXT,START)") if start is not False else None
+    li = find_column(table, label, LABEL_COLUMNS, "label (--label-col)")
     list_col = None
     if isinstance(endings, (list, tuple)):
         ending_cols = [find_column(table, c, what="ending") for c in endings]
