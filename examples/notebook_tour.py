@@ -11,6 +11,8 @@
    the studio's Attention page draws its own head view offline)
 5. an ablation comparison: two checkpoints (e.g. BERT vs No NSP, or an early vs a late step) on the built-in
    probe set, and the attention heads that differ most between them.
+6. attention analysis (engine/analysis.py): rollout, per-head statistics, value-weighted attention, head
+   importance (models with an MLM head), and the studio's own head view saved as an HTML file that works offline.
 The probes are also exported as `engine.fill_mask`, `engine.next_sentence` and `engine.attention`.
 """
 import argparse
@@ -85,6 +87,31 @@ def main(argv=None) -> int:
         diff = compare_attention(bundle, other, "the cat sat on the mat .", "it was very happy .")
         print("heads that changed most (Jensen-Shannon, bits): "
               + ", ".join(f"L{l}H{h} {v:.4f}" for l, h, v in diff["top"][:5]))
+
+    # 6. attention analysis: where information flows, what each head does, which heads matter
+    sa, sb = "the cat sat on the mat .", "it was very happy ."
+    roll = engine.attention_rollout(bundle, sa, sb)  # (T, T), rows sum to 1
+    top = roll[0].argsort()[::-1][:3]
+    print("rollout: [CLS] traces back to " + ", ".join(f"{tokens[j]} {roll[0, j]:.3f}" for j in top))
+    stats = engine.head_statistics(bundle, [(sa, sb), "shares fell sharply on monday ."])
+    best = stats.loc[stats["prev"].idxmax()]
+    print(f"head statistics: layer {best['layer']} head {best['head']} attends most to the previous token "
+          f"({best['prev']:.3f}); mean entropy {stats['entropy'].mean():.3f} nats")
+    _, vw, _ = engine.value_weighted_attention(bundle, sa, sb)
+    special = [j for j, t in enumerate(tokens) if t in ("[CLS]", "[SEP]")]
+    share_w = float(att[..., special].sum(-1).mean())
+    share_v = float((vw[..., special].sum(-1) / vw.sum(-1)).mean())
+    print(f"value-weighted: [CLS]/[SEP] get {share_w:.3f} of the weights but {share_v:.3f} of the value-weighted norms")
+    try:
+        imp = engine.head_importance(bundle, [sa, "shares fell sharply on monday ."])
+        l, h = divmod(int(imp.argmax()), imp.shape[1])
+        print(f"head importance: masking layer {l + 1} head {h + 1} raises the MLM loss most (+{imp.max():.4f} over {imp.base_loss:.4f})")
+    except engine.EngineError as e:
+        print(f"head_importance: {e}")
+    from studio.attention_view import head_view_html  # the studio's head view: inline, no CDN
+    path = out / "head_view_offline.html"
+    atomic_write_text(path, head_view_html(list(tokens), att, range(att.shape[0]), range(att.shape[1]))[0])
+    print(f"offline head view written to {path}")
     return 0
 
 

@@ -51,9 +51,18 @@ def test_tour_on_two_checkpoints(tiny_run, tmp_path, capsys, tiny_run_steps):
     row = [l for l in out.splitlines() if l.startswith(f"tiny-run/step-{tiny_run_steps[-1]} ")][0]
     assert row.split()[-1] == f"{100 * acc['nsp_acc']:.1f}%"
     assert "heads that changed most" in out and re.search(r"L\dH\d \d\.\d{4}", out)
+    # attention analysis: the printed numbers are the engine's
+    sa, sb = "the cat sat on the mat .", "it was very happy ."
+    roll = engine.attention_rollout(bundle, sa, sb)
+    assert f"rollout: [CLS] traces back to " in out and f"{roll[0].max():.3f}" in out
+    imp = engine.head_importance(bundle, [sa, "shares fell sharply on monday ."])
+    assert f"(+{imp.max():.4f} over {imp.base_loss:.4f})" in out
+    offline = (tmp_path / "head_view_offline.html").read_text()
+    assert 'id="bs-head-view"' in offline and "http" not in offline
 
 
 def test_tour_on_minilm_says_it_has_no_heads(tmp_path, capsys):
     out = _tour(capsys, "--model", "minilm", "--out", str(tmp_path))
     assert "fill_mask: MiniLM has no MLM head" in out and "next_sentence: MiniLM has no NSP head" in out
     assert "array shape (6, 12," in out and (tmp_path / "head_view.html").is_file()
+    assert "head_importance: MiniLM has no MLM head" in out and "value-weighted: [CLS]/[SEP] get" in out
