@@ -34,7 +34,7 @@ def test_unknown_header_names_with_index_columns_are_not_an_example(tmp_path):
 
 def test_a_header_row_inside_the_data_is_refused(tmp_path):
     joined = write(tmp_path / "train.tsv", "sentence\tlabel\n" + rows(4) + "sentence\tlabel\n" + rows(4))
-    with pytest.raises(EngineError, match=r"train\.tsv:6: the label 'label' is the label column's name.*two files joined"):
+    with pytest.raises(EngineError, match=r"train\.tsv:6: the label 'label' is a column name of the header.*two files joined"):
         load_glue(joined)
 
 

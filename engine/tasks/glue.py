@@ -8,7 +8,7 @@ index):
   `sentence` (SST-2, CoLA), `text`, `text_a`;
 - label: `label`, `gold_label`, `is_duplicate`, `score`, `labels`, `target`, `class`.
 A header is detected by its names or its content (`tables.looks_like_header`; `header=True/False` forces it);
-a label equal to the label column's name (a header row inside the data: two files concatenated) is refused.
+a label equal to a column name of the header (a header row inside the data: two files concatenated) is refused.
 A file without a header needs column indexes, except CoLA's GLUE layout (`source, label, original label,
 sentence`), recognised by its content (`glue_layout`), never by the folder's name. A headerless dev file
 (RTE's val.tsv) reuses the columns found in the train header when it has the same number of columns.
@@ -193,6 +193,7 @@ def _read(path, cols, header, fallback):
     table = read_table(path, header=header, known_names=names)
     c = _resolve(table, cols.get("text_a"), cols.get("text_b"), cols.get("label"), fallback)
     out = []
+    header_names = {str(n).strip().lower() for n in table.columns or ()}
     for ln, cells in table.rows:
         def cell(i, what):
             v = cells[i]
@@ -204,9 +205,9 @@ def _read(path, cols, header, fallback):
         lab = cell(c["label"], "label").strip()
         if lab == "":
             raise EngineError(f"{table.where(ln)} has an empty label; fill it in or remove the line")
-        if table.columns and lab.lower() == str(table.columns[c["label"]]).strip().lower():
-            raise EngineError(f"{table.where(ln)}: the label {lab!r} is the label column's name: a header row inside "
-                              f"the data (two files joined?); remove that line")
+        if table.columns and lab.lower() in header_names:
+            raise EngineError(f"{table.where(ln)}: the label {lab[:40]!r} is a column name of the header: a header row "
+                              f"inside the data (two files joined?) or the wrong --label-col; remove that line or pick the label")
         out.append(Example(a, b, lab, f"{Path(path).name}:{ln}"))
     used = {k: (table.columns[v] if table.columns and v is not None else v) for k, v in c.items() if k != "n_cols"}
     return out, c, used, table
