@@ -63,15 +63,14 @@ Departures from the paper, on purpose:
 - `batch_size` is the global batch (sequences per optimizer step over all ranks and accumulation steps), so
   the same command means the same training under torchrun; it must divide by world size x grad_accum.
 """
-import argparse
 import json
 import shutil
 import time
 from dataclasses import fields
 from pathlib import Path
 
-from engine import runs
-from engine.device import PRECISIONS, resolve_precision  # noqa: F401  (resolve_precision: part of this module's API)
+from engine import cli, runs
+from engine.device import resolve_precision  # noqa: F401  (resolve_precision: part of this module's API)
 from engine.device import resolve_device
 from engine.distributed import Dist, dist_from_env, setup, teardown, broadcast
 from engine.errors import EngineError
@@ -79,8 +78,7 @@ from engine.optim import lr_at, param_groups  # noqa: F401  (re-exported: the sc
 from engine.pretrain_config import PretrainConfig, model_config, validate  # noqa: F401
 from engine.pretrain_loop import ltr_labels, log, train  # noqa: F401
 from engine.pretrain_run import preflight, resolve_out, run_entries
-from engine.pretraining_data import OBJECTIVES, build_pretraining_data
-from engine.config import PRESETS
+from engine.pretraining_data import build_pretraining_data
 from engine.tokenizer import Tokenizer, train_tokenizer_cached
 
 EVAL_SPLIT_SEED = 0  # which documents are held out
@@ -189,78 +187,14 @@ def _micro_batch_size(cfg: PretrainConfig, dist: Dist) -> int:
 
 
 # ================================================================ CLI
-def _ratios(text: str) -> tuple:
-    try:
-        parts = tuple(float(x) for x in text.replace("/", ",").split(","))
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"'{text}' is not three numbers like 0.8,0.1,0.1")
-    if len(parts) != 3:
-        raise argparse.ArgumentTypeError(f"'{text}' needs exactly three numbers MASK,RANDOM,SAME like 0.8,0.1,0.1")
-    return parts
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message):  # one line through the engine's error path instead of usage + exit 2
-        raise EngineError(f"{message}; see python -m engine pretrain --help")
-
-
-def build_parser() -> argparse.ArgumentParser:
-    d = PretrainConfig()
-    S = argparse.SUPPRESS
-    ap = _Parser(prog="python -m engine pretrain", argument_default=S,
-                 description="Pre-train BERT (MLM+NSP, MLM only, or LTR) into a run folder. Every flag left out takes "
-                             "the classroom default shown here: a tiny BERT on BBC News in under 10 minutes on 2 CPU cores. "
-                             "--resume continues a run with its own saved settings.")
-    g = ap.add_argument_group("data")
-    g.add_argument("--corpus", help=f"bbc, wiki, or a path (.txt with blank lines between documents, a folder of .txt, a .jsonl) (default {d.corpus})")
-    g.add_argument("--objective", choices=OBJECTIVES, help=f"mlm+nsp (BERT), mlm (No NSP), ltr (left-to-right, No NSP) (default {d.objective})")
-    g.add_argument("--seq-len", type=int, help=f"tokens per instance incl. [CLS]/[SEP] (default {d.seq_len})")
-    g.add_argument("--mask-rate", type=float, help=f"share of tokens selected for MLM (default {d.mask_rate})")
-    g.add_argument("--mask-ratios", type=_ratios, help="MASK,RANDOM,SAME shares of the selected tokens (default 0.8,0.1,0.1)")
-    g.add_argument("--whole-word-mask", action="store_true", help="mask whole words")
-    g.add_argument("--short-seq-prob", type=float, help=f"chance of a shorter instance (default {d.short_seq_prob})")
-    g.add_argument("--dupe-factor", type=int, help=f"segmentations per document (default {d.dupe_factor})")
-    g.add_argument("--eval-fraction", type=float, help=f"share of documents held out (default {d.eval_fraction})")
-    g.add_argument("--eval-max-instances", type=int, help=f"held-out instances evaluated (default {d.eval_max_instances})")
-    g.add_argument("--phase2-seq-len", type=int, help="length of the second phase, e.g. 512 (default: no second phase)")
-    g.add_argument("--phase2-fraction", type=float, help=f"share of the steps in the second phase (default {d.phase2_fraction})")
-    g.add_argument("--cache-dir", help="pre-training data cache (default $BERT_STUDIO_CACHE or ~/.cache/bert_studio)")
-    g = ap.add_argument_group("tokenizer")
-    x = g.add_mutually_exclusive_group()
-    x.add_argument("--vocab-size", type=int, help=f"train a WordPiece vocabulary of this size on the corpus (default {d.vocab_size})")
-    x.add_argument("--tokenizer", help="use this tokenizer folder / vocab.txt instead")
-    g.add_argument("--cased", action="store_true", help="keep case when training the tokenizer")
-    g = ap.add_argument_group("model")
-    g.add_argument("--preset", choices=list(PRESETS), help=f"tiny 2/128, mini 4/256, small 4/512, medium 8/512, base 12/768, large 24/1024 (default {d.preset})")
-    g.add_argument("--layers", type=int, help="L (overrides the preset)")
-    g.add_argument("--hidden", type=int, help="H (overrides the preset; heads H/64 unless --heads)")
-    g.add_argument("--heads", type=int, help="A (overrides the preset)")
-    g.add_argument("--max-positions", type=int, help=f"position embeddings (default {d.max_positions})")
-    g.add_argument("--dropout", type=float, help=f"dropout (default {d.dropout})")
-    g = ap.add_argument_group("optimisation")
-    g.add_argument("--steps", type=int, help=f"optimizer steps (default {d.steps})")
-    g.add_argument("--batch-size", type=int, help=f"sequences per step, all processes together (default {d.batch_size})")
-    g.add_argument("--grad-accum", type=int, help=f"micro-batches per step (default {d.grad_accum})")
-    g.add_argument("--lr", type=float, help=f"peak learning rate (default {d.lr}; the paper's 1e-4 is for BERT-BASE over 1M steps)")
-    g.add_argument("--warmup", type=float, help=f"warmup steps, or a fraction of the steps if < 1 (default {d.warmup})")
-    g.add_argument("--weight-decay", type=float, help=f"AdamW weight decay (default {d.weight_decay})")
-    g.add_argument("--max-grad-norm", type=float, help=f"gradient clipping, 0 = off (default {d.max_grad_norm})")
-    g = ap.add_argument_group("run")
-    g.add_argument("--out", help="the run folder (a bare name goes under $BERT_STUDIO_RUNS or ./runs)")
-    g.add_argument("--name", help="run name under the runs folder, when --out is not given")
-    g.add_argument("--resume", action="store_true", help="continue the run in --out from its last complete checkpoint")
-    g.add_argument("--classroom", action="store_true", help="the classroom default for every flag not given (the same values as leaving them out)")
-    g.add_argument("--log-every", type=int, help=f"training metrics every N steps (default {d.log_every})")
-    g.add_argument("--eval-every", type=int, help=f"held-out evaluation every M steps, 0 = at the end only (default {d.eval_every})")
-    g.add_argument("--save-every", type=int, help=f"checkpoint every K steps, 0 = at the end only (default {d.save_every})")
-    g.add_argument("--keep", type=int, help="keep the newest N checkpoints, 0 = all (default 0)")
-    g.add_argument("--stop-after", type=int, help="stop cleanly after this step (checkpoint saved; resume later)")
-    g.add_argument("--seed", type=int, help=f"random seed (default {d.seed})")
-    g.add_argument("--device", help="auto, cpu or cuda (default auto)")
-    g.add_argument("--precision", choices=PRECISIONS, help="auto (default): bf16 autocast on CUDA and on CPUs with native bf16, else fp32")
-    g.add_argument("--num-threads", type=int, help="CPU threads per process")
-    g.add_argument("--compile", action="store_true", help="torch.compile the model")
-    g.add_argument("--quiet", action="store_true", help="no progress bar")
+def build_parser():
+    """The flags of `python -m engine pretrain`: PretrainConfig's settings (engine/cli.py), plus --classroom."""
+    ap = cli.parser(PretrainConfig, "python -m engine pretrain",
+                    "Pre-train BERT (MLM+NSP, MLM only, or LTR) into a run folder. Every flag left out takes the "
+                    "classroom default shown here: a tiny BERT on BBC News in under 10 minutes on 2 CPU cores. "
+                    "--resume continues a run with its own saved settings.")
+    ap.add_argument("--classroom", action="store_true",
+                    help="the classroom default for every flag not given (the same values as leaving them out)")
     return ap
 
 
@@ -279,14 +213,15 @@ def config_from_args(given: dict) -> PretrainConfig:
         if "mask_ratios" in base:
             base["mask_ratios"] = tuple(base["mask_ratios"])
     cfg = PretrainConfig(**{**base, **given})
-    if given.get("eval_every") and cfg.eval_fraction == 0:
+    # (a queued job's command line names every setting: --eval-every at its default is not a request)
+    if given.get("eval_every") and given["eval_every"] != PretrainConfig.eval_every and cfg.eval_fraction == 0:
         raise EngineError(f"--eval-every {given['eval_every']} asks for held-out evaluation, but --eval-fraction 0 holds out "
                           f"no documents, so evaluation is off; drop --eval-every or hold some out (e.g. --eval-fraction 0.05)")
     return cfg
 
 
 def main(argv) -> int:
-    args = vars(build_parser().parse_args(argv))
+    args = cli.given(PretrainConfig, build_parser(), argv)
     cfg = config_from_args(args)
     t0 = time.time()
     result = _pretrain(cfg)

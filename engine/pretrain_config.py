@@ -1,71 +1,97 @@
 """Every setting of a pre-training run (`PretrainConfig`), its checks (`validate`) and the model it trains
 (`model_config`). The training itself is in engine/pretrain.py (entry point) and engine/pretrain_loop.py.
 """
+import argparse
 import math
 from dataclasses import asdict, dataclass
 from typing import Optional
 
 from engine.config import PRESETS, BertConfig
-from engine.device import check_device, check_precision
+from engine.cli import setting
+from engine.device import PRECISIONS, check_device, check_precision
 from engine.errors import EngineError
 from engine.pretraining_data import OBJECTIVES, _check_masking_args
 
 
+def ratios(text: str) -> tuple:
+    """--mask-ratios: 'MASK,RANDOM,SAME' (or with /) -> three floats."""
+    try:
+        parts = tuple(float(x) for x in text.replace("/", ",").split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"'{text}' is not three numbers like 0.8,0.1,0.1")
+    if len(parts) != 3:
+        raise argparse.ArgumentTypeError(f"'{text}' needs exactly three numbers MASK,RANDOM,SAME like 0.8,0.1,0.1")
+    return parts
+
+
 @dataclass
 class PretrainConfig:
-    """All settings of a pre-training run. The defaults are the classroom default: a tiny BERT (2 layers,
-    hidden 128) pre-trained on BBC News with MLM+NSP in under 10 minutes on a 2-core CPU."""
+    """All settings of a pre-training run, each also a flag of `python -m engine pretrain` (engine/cli.py). The
+    defaults are the classroom default: a tiny BERT (2 layers, hidden 128) pre-trained on BBC News with MLM+NSP
+    in under 10 minutes on a 2-core CPU."""
     # --- data
-    corpus: str = "bbc"  # "bbc", "wiki", or a path (.txt with blank lines between documents, folder of .txt, .jsonl)
-    objective: str = "mlm+nsp"  # "mlm+nsp" (BERT), "mlm" (No NSP), "ltr" (LTR & No NSP)
-    seq_len: int = 128  # tokens per instance, [CLS]/[SEP] included (paper: 128, then 512)
-    mask_rate: float = 0.15  # share of the real tokens selected for MLM
-    mask_ratios: tuple = (0.8, 0.1, 0.1)  # selected tokens -> [MASK] / random token / unchanged (paper Table 8)
-    whole_word_mask: bool = False  # select whole words (all their ## pieces) instead of single pieces
-    short_seq_prob: float = 0.1  # chance of a shorter target length (the released code's short_seq_prob)
-    dupe_factor: int = 1  # passes over the documents, each a different segmentation into instances
-    eval_fraction: float = 0.05  # share of documents held out for evaluation (chosen by a fixed seed)
-    eval_max_instances: int = 512  # evaluate on at most this many held-out instances (the first ones)
-    phase2_seq_len: Optional[int] = None  # e.g. 512: the last phase2_fraction of the steps at this length
-    phase2_fraction: float = 0.1  # paper: 10% of the steps at 512
-    cache_dir: Optional[str] = None  # pre-training data cache (default $BERT_STUDIO_CACHE or ~/.cache/bert_studio)
+    corpus: str = setting("bbc", "bbc, wiki, sotu, all (bbc+wiki+sotu), wikivital (if installed), or a path (.txt with "
+                          "blank lines between documents, a folder of .txt, a .jsonl)", group="data")
+    objective: str = setting("mlm+nsp", "mlm+nsp (BERT), mlm (No NSP), ltr (left-to-right, No NSP)", choices=OBJECTIVES,
+                             group="data")
+    seq_len: int = setting(128, "tokens per instance incl. [CLS]/[SEP] (paper: 128, then 512)", group="data")
+    mask_rate: float = setting(0.15, "share of the real tokens selected for MLM", group="data")
+    mask_ratios: tuple = setting((0.8, 0.1, 0.1), "MASK,RANDOM,SAME shares of the selected tokens (paper Table 8)",
+                                 parse=ratios, group="data")
+    whole_word_mask: bool = setting(False, "mask whole words (all their ## pieces) instead of single pieces", group="data")
+    short_seq_prob: float = setting(0.1, "chance of a shorter instance (the released code's short_seq_prob)", group="data")
+    dupe_factor: int = setting(1, "segmentations per document (passes over the documents)", group="data")
+    eval_fraction: float = setting(0.05, "share of documents held out (chosen by a fixed seed)", group="data")
+    eval_max_instances: int = setting(512, "held-out instances evaluated (the first ones)", group="data")
+    phase2_seq_len: Optional[int] = setting(None, "length of a second phase for the last --phase2-fraction of the steps, "
+                                            "e.g. 512 (default: no second phase)", group="data")
+    phase2_fraction: float = setting(0.1, "share of the steps in the second phase (paper: 10%% at 512)", group="data")
+    cache_dir: Optional[str] = setting(None, "pre-training data cache (default $BERT_STUDIO_CACHE or ~/.cache/bert_studio)",
+                                       group="data")
     # --- tokenizer
-    vocab_size: int = 8000  # WordPiece vocabulary trained on the corpus (paper: 30,000)
-    tokenizer: Optional[str] = None  # a tokenizer folder or vocab.txt to use instead of training one
-    cased: bool = False  # keep case when training the tokenizer
+    vocab_size: int = setting(8000, "train a WordPiece vocabulary of this size on the corpus, unless --tokenizer "
+                              "(paper: 30,000)", group="tokenizer")
+    tokenizer: Optional[str] = setting(None, "use this tokenizer folder / vocab.txt instead of training one", group="tokenizer")
+    cased: bool = setting(False, "keep case when training the tokenizer", group="tokenizer")
     # --- model
-    preset: str = "tiny"  # tiny 2/128, mini 4/256, small 4/512, medium 8/512, base 12/768, large 24/1024
-    layers: Optional[int] = None  # override the preset's L
-    hidden: Optional[int] = None  # override H (feed-forward 4H; heads H/64 unless given)
-    heads: Optional[int] = None  # override A
-    max_positions: int = 512  # learned position embeddings; the longest sequence the model accepts
-    dropout: float = 0.1  # hidden and attention dropout
+    preset: str = setting("tiny", "tiny 2/128, mini 4/256, small 4/512, medium 8/512, base 12/768, large 24/1024",
+                          choices=tuple(PRESETS), group="model")
+    layers: Optional[int] = setting(None, "L (overrides the preset)", group="model")
+    hidden: Optional[int] = setting(None, "H (overrides the preset; feed-forward 4H; heads H/64 unless --heads)", group="model")
+    heads: Optional[int] = setting(None, "A (overrides the preset)", group="model")
+    max_positions: int = setting(512, "position embeddings: the longest sequence the model accepts", group="model")
+    dropout: float = setting(0.1, "hidden and attention dropout", group="model")
     # --- optimisation
-    steps: int = 2000  # optimizer steps
-    batch_size: int = 16  # sequences per optimizer step, all ranks and accumulation steps together
-    grad_accum: int = 1  # micro-batches per optimizer step
-    lr: float = 1e-3  # peak learning rate (paper 1e-4 for BERT-BASE over 1M steps; tiny models want more)
-    warmup: float = 0.06  # warmup steps (>= 1) or fraction of the steps (< 1); paper: 10,000 of 1M
-    weight_decay: float = 0.01  # AdamW, not on LayerNorm weights and biases
-    adam_beta1: float = 0.9
-    adam_beta2: float = 0.999
-    adam_eps: float = 1e-6
-    max_grad_norm: float = 1.0  # gradient clipping (0 = off)
-    # --- bookkeeping
-    log_every: int = 10  # training metrics every N steps
-    eval_every: int = 200  # held-out evaluation every M steps (0 = only at the end)
-    save_every: int = 400  # checkpoint every K steps (0 = only at the end / on cancel)
-    keep: int = 0  # keep only the newest N checkpoints (0 = all; the training-steps ablation needs them)
-    seed: int = 0  # model init, data instances and order, masking, dropout
-    device: str = "auto"  # auto (CUDA + bf16 if present, else CPU), cpu, cuda
-    precision: str = "auto"  # auto: bf16 autocast on CUDA and on CPUs with native bf16 (faster there), else fp32
-    num_threads: Optional[int] = None  # CPU threads per process (default: torch's, divided among local ranks)
-    compile: bool = False  # torch.compile the model
-    out: str = ""  # the run folder (a bare name goes under the runs root, $BERT_STUDIO_RUNS or ./runs)
-    name: Optional[str] = None  # run name under the runs root when `out` is not given
-    resume: bool = False  # continue the run in `out` from its last complete checkpoint
-    stop_after: Optional[int] = None  # stop cleanly (checkpoint, status cancelled) after this step; resume later
-    quiet: bool = False  # no progress bar
+    steps: int = setting(2000, "optimizer steps", group="optimisation")
+    batch_size: int = setting(16, "sequences per step, all processes and accumulation steps together", group="optimisation")
+    grad_accum: int = setting(1, "micro-batches per step", group="optimisation")
+    lr: float = setting(1e-3, "peak learning rate (default 0.001; the paper's 1e-4 is for BERT-BASE over 1M steps, tiny "
+                        "models want more)", group="optimisation")
+    warmup: float = setting(0.06, "warmup steps, or a fraction of the steps if < 1 (paper: 10,000 of 1M)", group="optimisation")
+    weight_decay: float = setting(0.01, "AdamW weight decay, not on LayerNorm weights and biases", group="optimisation")
+    adam_beta1: float = setting(0.9, "AdamW beta1", group="optimisation")
+    adam_beta2: float = setting(0.999, "AdamW beta2", group="optimisation")
+    adam_eps: float = setting(1e-6, "AdamW epsilon (google-research/bert's 1e-6)", group="optimisation")
+    max_grad_norm: float = setting(1.0, "gradient clipping, 0 = off", group="optimisation")
+    # --- the run
+    out: str = setting("", "the run folder (a bare name goes under $BERT_STUDIO_RUNS or ./runs)", group="run")
+    name: Optional[str] = setting(None, "run name under the runs folder, when --out is not given", group="run")
+    resume: bool = setting(False, "continue the run in --out from its last complete checkpoint, with its own settings",
+                           group="run")
+    log_every: int = setting(10, "training metrics every N steps", group="run")
+    eval_every: int = setting(200, "held-out evaluation every M steps, 0 = at the end only", group="run")
+    save_every: int = setting(400, "checkpoint every K steps, 0 = at the end (and on cancel) only", group="run")
+    keep: int = setting(0, "keep the newest N checkpoints, 0 = all (the training-steps ablation needs them)", group="run")
+    stop_after: Optional[int] = setting(None, "stop cleanly after this step (checkpoint saved, status cancelled; resume "
+                                        "later)", group="run")
+    seed: int = setting(0, "random seed: model init, data instances and order, masking, dropout", group="run")
+    device: str = setting("auto", "auto (CUDA if present, else CPU), cpu or cuda", group="run")
+    precision: str = setting("auto", "auto (default): bf16 autocast on CUDA and on CPUs with native bf16 (faster there), "
+                             "else fp32", choices=PRECISIONS, group="run")
+    num_threads: Optional[int] = setting(None, "CPU threads per process (default: torch's, divided among local ranks)",
+                                         group="run")
+    compile: bool = setting(False, "torch.compile the model", group="run")
+    quiet: bool = setting(False, "no progress bar", group="run")
 
 
 # settings that may differ between the first start and a resume without changing what is trained
