@@ -2,20 +2,24 @@
 
 A config field declared with `setting(default, help, ...)` is a flag of its command: `--field-name`
 (underscores become dashes) unless `flag=` names it, parsed by its type (int, float, str, Optional[...]) or by
-`parse=`, shown by `text()`; a bool with default False is a switch, one with default True is switched off by
+`parse=`, shown by `text()`, limited to `choices=` (a tuple, or a function that returns one); a bool with default False is a switch, one with default True is switched off by
 its `flag=` (e.g. `--no-save-features`). From that one description:
 
-- `parser(Config, prog, description)` builds the argparse parser (flag, help with the default, choices, groups,
+A config class names its command in a class attribute, `command: ClassVar[str] = "pretrain"`.
+
+- `parser(Config, description)` builds the argparse parser of `python -m engine <command>` (flag, help with the default, choices, groups,
   required flags); a bad flag is one line, `error: <problem>; see <prog> --help` (an `EngineError`);
 - `given(Config, parser, argv)` -> {field: value} of the flags actually given (the others stay out, so a resume
   can tell what was asked for again); `Config(**given(...))` is the config, checked by its own `__post_init__`
   or `validate`;
-- `argv(config)` -> the command line that gives back an equal config: every setting that has a value (not
+- `argv(config)` -> `[command, flags...]`, the `python -m engine` command line (a job queue's argv) that gives
+  back an equal config: every setting that has a value (not
   None, not ""; a switch when it is not its default), so a queued job runs the same settings even if a
   default changes later.
 """
 import argparse
 import dataclasses
+import re
 import typing
 
 from engine.errors import EngineError
@@ -47,7 +51,7 @@ def floats(s: str) -> tuple:
     try:
         return tuple(float(x) for x in str(s).split(",") if x.strip())
     except ValueError:
-        raise argparse.ArgumentTypeError(f"'{s}' must be comma-separated numbers, e.g. 5e-5,3e-5")
+        raise argparse.ArgumentTypeError(f"'{s}' must be comma-separated numbers, e.g. 5e-5,3e-5,2e-5")
 
 
 def ints(s: str) -> tuple:
@@ -86,13 +90,15 @@ def _type(f: dataclasses.Field):
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message):  # one line through the engine's error path instead of usage + exit 2
+        # a value our parse function refused reads as "--lr 'x' must be ...", not "argument --lr: 'x' must be ..."
+        message = re.sub(r"^argument (--[\w-]+): (')", r"\1 \2", message)
         raise EngineError(f"{message}; see {self.prog} --help")
 
 
-def parser(cls, prog: str, description: str) -> argparse.ArgumentParser:
-    """The argparse parser of config class `cls`: one flag per `setting` field; flags left out are absent
-    from the parsed namespace (argparse.SUPPRESS), so `given` returns only what was typed."""
-    ap = _Parser(prog=prog, description=description, argument_default=argparse.SUPPRESS)
+def parser(cls, description: str) -> argparse.ArgumentParser:
+    """The argparse parser of `python -m engine <cls.command>`: one flag per `setting` field; flags left out are
+    absent from the parsed namespace (argparse.SUPPRESS), so `given` returns only what was typed."""
+    ap = _Parser(prog=f"python -m engine {cls.command}", description=description, argument_default=argparse.SUPPRESS)
     groups = {}
     for f, meta, flag in flags(cls):
         target = ap
@@ -101,12 +107,14 @@ def parser(cls, prog: str, description: str) -> argparse.ArgumentParser:
                 groups[meta["group"]] = ap.add_argument_group(meta["group"])
             target = groups[meta["group"]]
         help_text = meta["help"]
-        if not (f.default is None or isinstance(f.default, bool) or f.default == "") and "default" not in help_text:
+        if not (f.default is None or isinstance(f.default, bool) or f.default == "" or meta["required"]) \
+                and "default" not in help_text:
             help_text += f" (default {text(f.default)})"
         if f.type is bool:
             target.add_argument(flag, dest=f.name, action="store_false" if f.default else "store_true", help=help_text)
             continue
-        target.add_argument(flag, dest=f.name, type=meta["parse"] or _type(f), choices=meta["choices"],
+        choices = meta["choices"]() if callable(meta["choices"]) else meta["choices"]  # a function: read when built
+        target.add_argument(flag, dest=f.name, type=meta["parse"] or _type(f), choices=choices,
                             required=meta["required"], help=help_text)
     return ap
 
@@ -131,10 +139,13 @@ def given(cls, ap: argparse.ArgumentParser, argv: list) -> dict:
     return vars(ap.parse_args(_join_negative_values([str(a) for a in argv], value_flags)))
 
 
-def argv(config) -> list:
-    """The flags that rebuild `config` (see the module docstring): parse(argv(c)) == c."""
-    out = []
+def argv(config, only: tuple = None) -> list:
+    """`[command, flags...]` that rebuild `config` (see the module docstring): given(argv(c)[1:]) gives c back.
+    `only`: just the flags of these fields (a resume names its run and takes every other setting from it)."""
+    out = [config.command]
     for f, meta, flag in flags(type(config)):
+        if only is not None and f.name not in only:
+            continue
         value = getattr(config, f.name)
         if f.type is bool:
             if bool(value) != bool(f.default):
@@ -143,7 +154,13 @@ def argv(config) -> list:
             out += [flag, text(value)]
         elif value != f.default:
             raise EngineError(f"{flag} cannot be given as {value!r} on a command line; leave it at {f.default!r}")
-    for f in dataclasses.fields(config):
+    for f in dataclasses.fields(config) if only is None else ():
         if "cli" not in f.metadata and getattr(config, f.name) != f.default:
             raise EngineError(f"{f.name} has no command-line flag; leave it at {f.default!r} for a queued job")
     return out
+
+
+def resume_argv(cls, out, **more) -> list:
+    """`[command, --out OUT, --resume, ...]`: continue the run in `out` with the settings it saved (every flag
+    given again would override them)."""
+    return argv(cls(out=str(out), resume=True, **more), only=("out", "resume", *more))

@@ -25,21 +25,21 @@ checkpoint (model, task, combination, metric, score), so feature-based and fine-
 Departures from the paper: one sentence per input (no document context); the BiLSTM size and its training
 schedule (Adam, lr 1e-3, best epoch on dev) are ours; sentence tasks use a linear classifier, not a BiLSTM.
 """
-import argparse
 import dataclasses
 import json
 import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional
+from typing import ClassVar, Optional
 
 import numpy as np
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from engine import records
+from engine import cli, records
+from engine.cli import setting
 from engine.errors import EngineError
 from engine.fileio import atomic_save_with, atomic_write_text
 from engine.heads import last_real_index
@@ -291,32 +291,38 @@ def bilstm_tagger_eval(train_feats: list, train_tags: list, dev_feats: list, lab
 # ------------------------------------------------------------------ the feature-based experiment
 @dataclass
 class FeaturesConfig:
-    model: str = "minilm"
-    task: str = "bbc-topic"  # engine.tasks.registry.feature_task_names(): sentence classification/regression or tagging
-    train: Optional[str] = None
-    dev: Optional[str] = None
-    text_cols: Optional[str] = None
-    label_col: Optional[str] = None  # tagging: the tag column (default: the last)
-    token_col: Optional[str] = None  # tagging: the word column (default: the first)
-    header: str = "auto"  # glue: yes | no | auto
-    task_type: Optional[str] = None
-    layers: tuple = (-1, -2, -3, -4)
-    combine: tuple = ("concat",)  # one or more combinations; "table7" = the paper's six rows
-    pooling: str = "cls"  # sentence tasks: cls | mean (tagging always uses first-subtoken)
-    classifier: Optional[str] = None  # logreg | bilstm; None = logreg for sentence tasks, bilstm for tagging
-    max_train: Optional[int] = None
-    max_dev: Optional[int] = None
-    max_seq_len: int = 128
-    batch_size: int = 32  # extraction batch
-    hidden: int = 256  # BiLSTM units per direction (the paper: 768 total per layer, for BERT-BASE)
-    epochs: int = 5  # BiLSTM epochs (the best on dev is kept)
-    lr: float = 1e-3  # BiLSTM learning rate (Adam)
-    seed: int = 0
-    device: str = "auto"
-    out: str = "runs/features"
-    save_features: bool = True  # write <out>/features/<combine>/<split>.npy + index.jsonl
-    num_threads: Optional[int] = None
-    resume: bool = False  # continue the run in `out`: finished combinations are kept, the others run
+    """Every setting of a feature-based run, each also a flag of `python -m engine features` (engine/cli.py)."""
+    command: ClassVar[str] = "features"  # python -m engine features
+    model: str = setting("minilm", "RUN_DIR | CHECKPOINT_DIR | HF_DIR | minilm (required unless --resume)")
+    task: str = setting("bbc-topic", "a sentence classification/regression or tagging task "
+                        "(engine.tasks.registry.feature_task_names(); required unless --resume)")
+    train: Optional[str] = setting(None, "train file (glue: TSV/CSV/JSONL, tagging: BIO)")
+    dev: Optional[str] = setting(None, "dev file")
+    text_cols: Optional[str] = setting(None, "text column(s): A or A,B")
+    label_col: Optional[str] = setting(None, "label column; tagging: the tag column (default: the last)")
+    token_col: Optional[str] = setting(None, "tagging: the word column (default: the first)")
+    header: str = setting("auto", "glue: does the first row name the columns? (default: detect)", choices=("yes", "no", "auto"))
+    task_type: Optional[str] = setting(None, "glue: force classification or regression", choices=("classification", "regression"))
+    layers: tuple = setting((-1, -2, -3, -4), "hidden states to combine (0 = embeddings, -1 = last)", parse=cli.ints)
+    combine: tuple = setting(("concat",), "concat|sum|mean|weighted|all-weighted|last|second-to-last|embeddings, a comma "
+                             "list, or table7 (the paper's six)", parse=cli.words)
+    pooling: str = setting("cls", "sentence tasks: [CLS] vector or mean of the tokens (tagging uses the first sub-token)",
+                           choices=("cls", "mean"))
+    classifier: Optional[str] = setting(None, "default: logreg for sentence tasks, bilstm for tagging", choices=("logreg", "bilstm"))
+    max_train: Optional[int] = setting(None, "use a fixed random sample of N training examples")
+    max_dev: Optional[int] = setting(None, "use a fixed random sample of N dev examples")
+    max_seq_len: int = setting(128, "max tokens per input")
+    batch_size: int = setting(32, "extraction batch size")
+    hidden: int = setting(256, "BiLSTM units per direction (the paper: 768 total per layer, for BERT-BASE)")
+    epochs: int = setting(5, "BiLSTM training epochs (the best on dev is kept)")
+    lr: float = setting(1e-3, "BiLSTM learning rate (Adam)")
+    seed: int = setting(0, "random seed")
+    device: str = setting("auto", "auto | cpu | cuda")
+    out: str = setting("runs/features", "output folder: run.json, eval.json, features/", required=True)
+    save_features: bool = setting(True, "do not write the .npy feature files (<out>/features/<combine>/<split>.npy)",
+                                  flag="--no-save-features")
+    num_threads: Optional[int] = setting(None, "CPU threads for torch")
+    resume: bool = setting(False, "continue the run in --out with its own settings (finished combinations are kept)")
 
     def __post_init__(self):
         if isinstance(self.combine, str):
@@ -494,63 +500,15 @@ def run_features(cfg: FeaturesConfig, progress_bar: bool = False) -> dict:
     return result
 
 
-def _fix_negative_list(argv: list, flags=("--layers",)) -> list:
-    """argparse reads `--layers -1,-2` as two flags; glue such values onto their flag (`--layers=-1,-2`)."""
-    out, i = [], 0
-    while i < len(argv):
-        if argv[i] in flags and i + 1 < len(argv) and argv[i + 1].startswith("-") and argv[i + 1][1:2].isdigit():
-            out.append(f"{argv[i]}={argv[i + 1]}")
-            i += 2
-        else:
-            out.append(argv[i])
-            i += 1
-    return out
-
-
-def build_parser() -> argparse.ArgumentParser:
-    from engine.finetune import _Parser
-    p = _Parser(prog="python -m engine features", argument_default=argparse.SUPPRESS,
-                description="Frozen BERT features (paper Table 7) and a classifier on them; prints the dev metric as one JSON line. "
-                            "--resume continues a run in --out with its own settings (finished combinations kept).")
-    p.add_argument("--model", help="RUN_DIR | CHECKPOINT_DIR | HF_DIR | minilm (required unless --resume)")
-    p.add_argument("--task", help=" | ".join(feature_task_names()) + " (required unless --resume)")
-    p.add_argument("--train", help="train file (glue: TSV/CSV/JSONL, tagging: BIO)")
-    p.add_argument("--dev", help="dev file")
-    p.add_argument("--text-cols", help="text column(s): A or A,B")
-    p.add_argument("--label-col", help="label column; tagging: the tag column (default: the last)")
-    p.add_argument("--token-col", help="tagging: the word column (default: the first)")
-    p.add_argument("--header", choices=("yes", "no", "auto"), default="auto", help="glue: does the first row name the columns? (default: detect)")
-    p.add_argument("--task-type", choices=("classification", "regression"))
-    p.add_argument("--layers", default="-1,-2,-3,-4", help="hidden states to combine (0 = embeddings, -1 = last; default -1,-2,-3,-4)")
-    p.add_argument("--combine", default="concat",
-                   help="concat|sum|mean|weighted|all-weighted|last|second-to-last|embeddings, a comma list, or table7 (the paper's six)")
-    p.add_argument("--pooling", default="cls", choices=("cls", "mean"), help="sentence tasks: [CLS] vector or mean of the tokens")
-    p.add_argument("--classifier", choices=("logreg", "bilstm"), help="default: logreg for sentence tasks, bilstm for tagging")
-    p.add_argument("--max-train", type=int, help="use a fixed random sample of N training examples")
-    p.add_argument("--max-dev", type=int, help="use a fixed random sample of N dev examples")
-    p.add_argument("--max-seq-len", type=int, default=128)
-    p.add_argument("--batch-size", type=int, default=32, help="extraction batch size")
-    p.add_argument("--hidden", type=int, default=256, help="BiLSTM units per direction (default 256)")
-    p.add_argument("--epochs", type=int, default=5, help="BiLSTM training epochs (the best on dev is kept)")
-    p.add_argument("--lr", type=float, default=1e-3, help="BiLSTM learning rate")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--device", default="auto", help="auto | cpu | cuda")
-    p.add_argument("--no-save-features", action="store_true", help="do not write the .npy feature files")
-    p.add_argument("--num-threads", type=int, help="CPU threads for torch")
-    p.add_argument("--out", required=True, help="output folder: run.json, eval.json, features/")
-    p.add_argument("--resume", action="store_true", help="continue the run in --out with its own settings (finished combinations are kept)")
-    return p
+def build_parser():
+    """The flags of `python -m engine features`: FeaturesConfig's settings (engine/cli.py)."""
+    return cli.parser(FeaturesConfig,
+                      "Frozen BERT features (paper Table 7) and a classifier on them; prints the dev metric as one JSON line. "
+                      "--resume continues a run in --out with its own settings (finished combinations kept).")
 
 
 def main(argv) -> int:
-    given = vars(build_parser().parse_args(_fix_negative_list(list(argv))))
-    if "layers" in given:
-        try:
-            given["layers"] = tuple(int(x) for x in given["layers"].split(",") if x.strip())
-        except ValueError:
-            raise EngineError(f"--layers {given['layers']!r} must be comma-separated integers, e.g. --layers -1,-2,-3,-4")
-    if given.pop("no_save_features", False):
-        given["save_features"] = False
+    given = cli.given(FeaturesConfig, build_parser(), argv)
     base = {}
     if given.get("resume"):
         from engine.runs import read_run_json

@@ -28,7 +28,6 @@ Departures from the paper: `max_train` subsamples the training set (a fixed samp
 the "keep the best epoch" selection evaluates on dev after each epoch of one schedule instead of training a
 separate model per epoch count (the grid still covers the epoch counts, each with its own decay schedule).
 """
-import argparse
 import copy
 import json
 import math
@@ -37,13 +36,14 @@ import sys
 import time
 from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Callable, ClassVar, Optional
 
 import numpy as np
 import torch
 import torch.nn as nn
 
-from engine import records
+from engine import cli, records
+from engine.cli import setting
 from engine.device import PRECISIONS, amp, check_device, check_precision, resolve_device, resolve_precision, to_device
 from engine.errors import EngineError
 from engine.fileio import atomic_save_with
@@ -58,41 +58,49 @@ HEADER_CHOICES = {"auto": None, "yes": True, "no": False}  # --header -> load_gl
 
 @dataclass
 class FinetuneConfig:
-    model: str = "minilm"  # run folder, checkpoint folder, Hugging Face BERT folder, or "minilm"
-    task: str = "bbc-topic"  # a built-in task or a file format (engine.tasks.registry.task_names())
-    train: Optional[str] = None  # train file (glue/tagging/squad/swag)
-    dev: Optional[str] = None  # dev file: the selection set
-    text_cols: Optional[str] = None  # "A" or "A,B": column names or 0-based indexes (glue; swag: the context)
-    label_col: Optional[str] = None  # glue: the label column; tagging: the tag column (default: the last)
-    token_col: Optional[str] = None  # tagging: the word column (default: the first)
-    header: str = "auto"  # glue: does the first row name the columns? yes | no | auto (detect)
-    task_type: Optional[str] = None  # glue: "classification" | "regression" | None = detect
-    metric: Optional[str] = None  # the selection metric (one the task computes); None = the task's default
-    lr: tuple = (5e-5, 3e-5, 2e-5)  # the paper's grid (A.3)
-    batch_size: tuple = (16, 32)
-    epochs: tuple = (2, 3, 4)
-    restarts: int = 1  # random restarts per grid point: different shuffle and head init, same checkpoint
-    max_train: Optional[int] = None  # use a fixed random sample of this many training examples
-    max_dev: Optional[int] = None  # and of dev examples (faster evaluation; scores then are on the sample)
-    max_seq_len: int = 128  # longer inputs are truncated (SQuAD: the window length)
-    doc_stride: int = 128  # SQuAD: distance between passage windows
-    max_query_len: int = 64  # SQuAD: question pieces kept
-    max_answer_len: int = 30  # SQuAD: longest answer span in pieces
-    seed: int = 0
-    device: str = "auto"  # auto | cpu | cuda
-    precision: str = "auto"  # auto: bf16 autocast on CUDA and on CPUs with native bf16 (measured faster), else fp32
-    out: str = "runs/finetune"
-    bilstm: bool = False  # a randomly initialised BiLSTM between encoder and head (Table 5, LTR + BiLSTM)
-    warmup: float = 0.1  # fraction of the steps with a linear warmup
-    weight_decay: float = 0.01
-    dropout: float = 0.1  # every dropout of the encoder and the head
-    max_grad_norm: float = 1.0
-    eval_batch_size: int = 64
-    log_every: int = 10  # steps between training-loss records in metrics.jsonl
-    save_best: bool = False  # write the best trial's model to <out>/best
-    random_init: bool = False  # re-initialise the encoder (same shape and vocabulary): the "no pre-training" baseline
-    num_threads: Optional[int] = None  # torch.set_num_threads on CPU
-    resume: bool = False  # continue the run in `out`: finished trials are kept, the interrupted one starts again
+    """Every setting of a fine-tuning run, each also a flag of `python -m engine finetune` (engine/cli.py)."""
+    command: ClassVar[str] = "finetune"  # python -m engine finetune
+    model: str = setting("minilm", "RUN_DIR | CHECKPOINT_DIR | HF_DIR | minilm (required unless --resume)")
+    task: str = setting("bbc-topic", "a built-in task or a file format (required unless --resume)", choices=task_names)
+    train: Optional[str] = setting(None, "train file (glue: TSV/CSV/JSONL, tagging: BIO, squad: JSON, swag: CSV/JSONL)")
+    dev: Optional[str] = setting(None, "dev file (selects the best trial)")
+    text_cols: Optional[str] = setting(None, "text column(s): A or A,B (names or 0-based indexes; swag: the context)")
+    label_col: Optional[str] = setting(None, "label column (name or 0-based index); tagging: the tag column (default: the last)")
+    token_col: Optional[str] = setting(None, "tagging: the word column (name or 0-based index; default: the first)")
+    header: str = setting("auto", "glue: does the first row name the columns? yes | no | auto (default: detect by names "
+                          "and content)", choices=tuple(HEADER_CHOICES))
+    task_type: Optional[str] = setting(None, "glue: force classification or regression (default: detect)",
+                                       choices=("classification", "regression"))
+    metric: Optional[str] = setting(None, "the selection metric: accuracy | f1 | f1_macro | mcc (classification), pearson | "
+                                    "spearman (regression), f1 | precision | recall (tagging), f1 | exact (squad); "
+                                    "default: the task's")
+    lr: tuple = setting((5e-5, 3e-5, 2e-5), "learning rates (default: the paper's 5e-5,3e-5,2e-5, A.3)", parse=cli.floats)
+    batch_size: tuple = setting((16, 32), "batch sizes", parse=cli.ints)
+    epochs: tuple = setting((2, 3, 4), "epoch counts", parse=cli.ints)
+    restarts: int = setting(1, "random restarts per grid point: different shuffle and head init, same checkpoint")
+    max_train: Optional[int] = setting(None, "use a fixed random sample of N training examples")
+    max_dev: Optional[int] = setting(None, "evaluate on a fixed random sample of N dev examples (scores are then on the sample)")
+    max_seq_len: int = setting(128, "max tokens per input, longer ones are truncated (SQuAD: the window length)")
+    doc_stride: int = setting(128, "SQuAD: stride between passage windows")
+    max_query_len: int = setting(64, "SQuAD: question pieces kept")
+    max_answer_len: int = setting(30, "SQuAD: longest answer in pieces")
+    seed: int = setting(0, "random seed")
+    device: str = setting("auto", "auto | cpu | cuda")
+    precision: str = setting("auto", "auto (default): bf16 autocast on CUDA and on CPUs with native bf16 (measured faster), "
+                             "else fp32", choices=PRECISIONS)
+    out: str = setting("runs/finetune", "output folder: run.json, metrics.jsonl, eval.json", required=True)
+    bilstm: bool = setting(False, "add a randomly initialised BiLSTM between encoder and head (Table 5, LTR + BiLSTM)")
+    warmup: float = setting(0.1, "fraction of the steps with a linear warmup")
+    weight_decay: float = setting(0.01, "AdamW weight decay")
+    dropout: float = setting(0.1, "every dropout of the encoder and the head")
+    max_grad_norm: float = setting(1.0, "gradient clipping")
+    eval_batch_size: int = setting(64, "dev batch size")
+    log_every: int = setting(10, "steps between training-loss records in metrics.jsonl")
+    save_best: bool = setting(False, "save the best trial's model to OUT/best")
+    random_init: bool = setting(False, "re-initialise the encoder (same shape and vocabulary): the no-pre-training baseline")
+    num_threads: Optional[int] = setting(None, "CPU threads for torch")
+    resume: bool = setting(False, "continue the run in --out with its own settings: finished trials are kept, the "
+                           "interrupted one starts again")
 
     def __post_init__(self):
         for name in ("lr", "batch_size", "epochs"):
@@ -452,72 +460,18 @@ def load_finetuned(path, device="cpu"):
 
 
 # ------------------------------------------------------------------ CLI
-def _floats(s: str, flag: str) -> tuple:
-    try:
-        return tuple(float(x) for x in str(s).split(",") if x.strip())
-    except ValueError:
-        raise EngineError(f"{flag} {s!r} must be comma-separated numbers, e.g. {flag} 5e-5,3e-5,2e-5")
-
-
-def _ints(s: str, flag: str) -> tuple:
-    try:
-        return tuple(int(x) for x in str(s).split(",") if x.strip())
-    except ValueError:
-        raise EngineError(f"{flag} {s!r} must be comma-separated integers, e.g. {flag} 16,32")
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message):  # one line through the engine's error path instead of usage + exit 2
-        raise EngineError(f"{message}; see python -m engine {self.prog.split()[-1]} --help")
-
-
-def build_parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="python -m engine finetune", argument_default=argparse.SUPPRESS,
-                description="Fine-tune a BERT checkpoint on a downstream task over a lr/batch/epochs grid with restarts; "
-                            "prints the best dev metrics as one JSON line. --resume continues a run in --out with its "
-                            "own settings (finished trials kept, the interrupted one started again).")
-    p.add_argument("--model", help="RUN_DIR | CHECKPOINT_DIR | HF_DIR | minilm (required unless --resume)")
-    p.add_argument("--task", choices=task_names(), help="required unless --resume")
-    p.add_argument("--train", help="train file (glue: TSV/CSV/JSONL, tagging: BIO, squad: JSON, swag: CSV/JSONL)")
-    p.add_argument("--dev", help="dev file (selects the best trial)")
-    p.add_argument("--text-cols", help="text column(s): A or A,B (names or 0-based indexes)")
-    p.add_argument("--label-col", help="label column (name or 0-based index); tagging: the tag column (default: the last)")
-    p.add_argument("--token-col", help="tagging: the word column (name or 0-based index; default: the first)")
-    p.add_argument("--header", choices=tuple(HEADER_CHOICES), default="auto",
-                   help="glue: does the first row name the columns? yes | no | auto (default: detect by names and content)")
-    p.add_argument("--task-type", choices=("classification", "regression"), help="glue: force classification or regression")
-    p.add_argument("--metric", help="the selection metric: accuracy | f1 | f1_macro | mcc (classification), pearson | spearman "
-                                    "(regression), f1 | precision | recall (tagging), f1 | exact (squad); default: the task's")
-    p.add_argument("--lr", default="5e-5,3e-5,2e-5", help="learning rates (default: the paper's 5e-5,3e-5,2e-5)")
-    p.add_argument("--batch-size", default="16,32", help="batch sizes (default 16,32)")
-    p.add_argument("--epochs", default="2,3,4", help="epoch counts (default 2,3,4)")
-    p.add_argument("--restarts", type=int, default=1, help="random restarts per grid point (default 1)")
-    p.add_argument("--max-train", type=int, help="use a fixed random sample of N training examples")
-    p.add_argument("--max-dev", type=int, help="evaluate on a fixed random sample of N dev examples")
-    p.add_argument("--max-seq-len", type=int, default=128, help="max tokens per input (SQuAD: window length; default 128)")
-    p.add_argument("--doc-stride", type=int, default=128, help="SQuAD: stride between passage windows (default 128)")
-    p.add_argument("--max-answer-len", type=int, default=30, help="SQuAD: longest answer in pieces (default 30)")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--device", default="auto", help="auto | cpu | cuda")
-    p.add_argument("--precision", choices=PRECISIONS, default="auto",
-                   help="auto (default): bf16 autocast on CUDA and on CPUs with native bf16, else fp32")
-    p.add_argument("--bilstm", action="store_true", help="add a randomly initialised BiLSTM under the head (Table 5)")
-    p.add_argument("--save-best", action="store_true", help="save the best trial's model to OUT/best")
-    p.add_argument("--random-init", action="store_true", help="re-initialise the encoder: the same model without pre-training (baseline)")
-    p.add_argument("--num-threads", type=int, help="CPU threads for torch")
-    p.add_argument("--out", required=True, help="output folder: run.json, metrics.jsonl, eval.json")
-    p.add_argument("--resume", action="store_true",
-                   help="continue the run in --out with its own settings: finished trials are kept, the interrupted one starts again")
-    return p
+def build_parser():
+    """The flags of `python -m engine finetune`: FinetuneConfig's settings (engine/cli.py)."""
+    return cli.parser(FinetuneConfig,
+                      "Fine-tune a BERT checkpoint on a downstream task over a lr/batch/epochs grid with restarts; "
+                      "prints the best dev metrics as one JSON line. --resume continues a run in --out with its "
+                      "own settings (finished trials kept, the interrupted one started again).")
 
 
 def config_from_args(a) -> FinetuneConfig:
-    """A FinetuneConfig from the flags given (an argparse Namespace holding only those); with --resume, the rest
-    comes from the run's run.json."""
-    given = dict(vars(a))
-    for flag, conv in (("lr", _floats), ("batch_size", _ints), ("epochs", _ints)):
-        if flag in given:
-            given[flag] = conv(given[flag], "--" + flag.replace("_", "-"))
+    """A FinetuneConfig from the flags given (an argparse Namespace or dict holding only those); with --resume,
+    the rest comes from the run's run.json."""
+    given = dict(a if isinstance(a, dict) else vars(a))
     base = {}
     if given.get("resume"):
         from engine.runs import read_run_json
@@ -542,7 +496,7 @@ def summary_line(result: dict) -> dict:
 
 
 def main(argv) -> int:
-    cfg = config_from_args(build_parser().parse_args(argv))
+    cfg = config_from_args(cli.given(FinetuneConfig, build_parser(), argv))
     result = finetune(cfg, progress_bar=True)
     for w in result.get("warnings", [])[len(result["data"]["parsed"]["warnings"]):]:  # the data's were printed first
         print(f"warning: {w}", file=sys.stderr, flush=True)

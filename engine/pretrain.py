@@ -189,7 +189,7 @@ def _micro_batch_size(cfg: PretrainConfig, dist: Dist) -> int:
 # ================================================================ CLI
 def build_parser():
     """The flags of `python -m engine pretrain`: PretrainConfig's settings (engine/cli.py), plus --classroom."""
-    ap = cli.parser(PretrainConfig, "python -m engine pretrain",
+    ap = cli.parser(PretrainConfig,
                     "Pre-train BERT (MLM+NSP, MLM only, or LTR) into a run folder. Every flag left out takes the "
                     "classroom default shown here: a tiny BERT on BBC News in under 10 minutes on 2 CPU cores. "
                     "--resume continues a run with its own saved settings.")

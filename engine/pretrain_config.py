@@ -4,7 +4,7 @@
 import argparse
 import math
 from dataclasses import asdict, dataclass
-from typing import Optional
+from typing import ClassVar, Optional
 
 from engine.config import PRESETS, BertConfig
 from engine.cli import setting
@@ -29,6 +29,7 @@ class PretrainConfig:
     """All settings of a pre-training run, each also a flag of `python -m engine pretrain` (engine/cli.py). The
     defaults are the classroom default: a tiny BERT (2 layers, hidden 128) pre-trained on BBC News with MLM+NSP
     in under 10 minutes on a 2-core CPU."""
+    command: ClassVar[str] = "pretrain"  # python -m engine pretrain
     # --- data
     corpus: str = setting("bbc", "bbc, wiki, sotu, all (bbc+wiki+sotu), wikivital (if installed), or a path (.txt with "
                           "blank lines between documents, a folder of .txt, a .jsonl)", group="data")

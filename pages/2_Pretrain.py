@@ -75,7 +75,7 @@ def launch_form(root: Path) -> None:
     if not submitted:
         return
     with guard("launching the run"):
-        from engine import runs
+        from engine import cli, runs
         from engine.errors import EngineError
         from engine.pretrain import PretrainConfig, validate
 
@@ -93,20 +93,15 @@ def launch_form(root: Path) -> None:
             corpus = str(save_upload(root, upload.name, upload.getvalue(), ("txt", "jsonl"), "corpus file (plain text or JSON lines)"))
         else:
             corpus = corpus_kind
-        argv = ["pretrain", "--corpus", corpus, "--objective", objective, "--steps", str(int(steps)),
-                "--batch-size", str(int(batch)), "--seq-len", str(int(seq_len)), "--mask-rate", f"{mask_rate:g}",
-                "--mask-ratios", f"{r_mask:g},{r_rand:g},{r_same:g}", "--lr", f"{lr:g}", "--seed", str(int(seed)),
-                "--vocab-size", str(int(vocab)), "--save-every", str(int(save_every)), "--eval-every", str(int(eval_every)),
-                "--preset", preset if size_mode == "preset" else "tiny", "--precision", precision, "--out", str(run_dir), "--quiet"]
-        if size_mode != "preset":
-            argv += ["--layers", str(int(layers)), "--hidden", str(int(hidden)), "--heads", str(int(heads))]
-        if whole_word:
-            argv.append("--whole-word-mask")
+        custom = {"layers": int(layers), "hidden": int(hidden), "heads": int(heads)} if size_mode != "preset" else {}
         cfg = PretrainConfig(corpus=corpus, objective=objective, steps=int(steps), batch_size=int(batch), seq_len=int(seq_len),
-                             mask_rate=float(mask_rate), mask_ratios=(r_mask, r_rand, r_same), lr=float(lr), seed=int(seed),
-                             vocab_size=int(vocab), preset=preset, precision=precision, out=str(run_dir),
-                             **({"layers": int(layers), "hidden": int(hidden), "heads": int(heads)} if size_mode != "preset" else {}))
+                             mask_rate=float(mask_rate), mask_ratios=(float(r_mask), float(r_rand), float(r_same)),
+                             whole_word_mask=bool(whole_word), lr=float(lr), seed=int(seed), vocab_size=int(vocab),
+                             save_every=int(save_every), eval_every=int(eval_every),
+                             preset=preset if size_mode == "preset" else "tiny", precision=precision, out=str(run_dir),
+                             quiet=True, **custom)
         validate(cfg)  # the form's mistakes show here, not in a failed job
+        argv = cli.argv(cfg)
         how, job_id = _launch(argv, run_name, run_dir, root)
         # follow it below at once: "queued" until its job writes the run, then the picker moves to it
         st.session_state["pretrain_show"], st.session_state["pretrain_show_job"] = run_name, job_id
@@ -138,7 +133,8 @@ def runs_table(root: Path, pending: bool = False) -> list:
 
 def run_view(run_dir: Path, root: Path) -> str:
     """Status, numbers, curves and buttons of one run (re-run every few seconds while it is alive); returns its status."""
-    from engine import runs
+    from engine import cli, runs
+    from engine.pretrain import PretrainConfig
 
     info = runs.read_run_json(run_dir)
     status = runs.effective_status(run_dir, info)
@@ -185,7 +181,7 @@ def run_view(run_dir: Path, root: Path) -> str:
     if status in ("cancelled", "dead", "failed") and b2.button("Resume", key=f"resume-{run_dir.name}",
                                                                help=f"Continue from {where} with the run's own settings"):
         with guard("resuming"):
-            how, _ = _launch(["pretrain", "--out", str(run_dir), "--resume", "--quiet"], run_dir.name, run_dir, root)
+            how, _ = _launch(cli.resume_argv(PretrainConfig, run_dir, quiet=True), run_dir.name, run_dir, root)
             st.toast(f"Resuming {run_dir.name} from {where} ({how})")
 
     if not train and not evals:

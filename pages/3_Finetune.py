@@ -9,8 +9,10 @@ import pandas as pd
 import streamlit as st
 
 from engine.records import read_eval
+from engine import cli
 from engine import runs as R
 from engine.errors import EngineError
+from engine.finetune import FinetuneConfig
 from engine.tasks.registry import BUILTINS, FORMATS
 from engine.tasks.shared_files import shared_task_files, shared_tasks
 from studio import ablation_figures as F
@@ -147,27 +149,13 @@ with tab_new:
             run_dir = R.resolve_run_dir(root, name.strip())
             if (run_dir / R.RUN_JSON).exists():
                 raise EngineError(f"run {name} already exists in {root}; pick another name")
-            argv = ["finetune", "--model", model, "--task", task]
-            if task in FORMATS:
-                argv += ["--train", train, "--dev", dev]
-            if text_cols:
-                argv += ["--text-cols", text_cols]
-            if label_col:
-                argv += ["--label-col", label_col]
-            if token_col:
-                argv += ["--token-col", token_col]
-            if header != "auto":
-                argv += ["--header", header]
-            if metric:
-                argv += ["--metric", metric]
-            argv += ["--lr", ",".join(f"{x:g}" for x in lrs), "--batch-size", ",".join(map(str, sorted(batch))),
-                     "--epochs", ",".join(map(str, sorted(epochs))), "--restarts", str(int(restarts)),
-                     "--max-seq-len", str(max_len), "--seed", str(int(seed)), "--precision", precision]
-            if max_train:
-                argv += ["--max-train", str(int(max_train))]
-            if bilstm:
-                argv += ["--bilstm"]
-            argv += ["--out", str(run_dir)]
+            files = {"train": train, "dev": dev} if task in FORMATS else {}
+            cfg = FinetuneConfig(model=model, task=task, **files, text_cols=text_cols or None, label_col=label_col or None,
+                                 token_col=token_col or None, header=header, metric=metric or None,
+                                 lr=tuple(lrs), batch_size=tuple(sorted(batch)), epochs=tuple(sorted(epochs)),
+                                 restarts=int(restarts), max_seq_len=int(max_len), seed=int(seed), precision=precision,
+                                 max_train=int(max_train) or None, bilstm=bool(bilstm), out=str(run_dir))
+            argv = cli.argv(cfg)
             rec = Q.submit(argv, name=f"finetune {name.strip()}", run_dir=str(run_dir), root=root)
             st.session_state["ft_show"], st.session_state["ft_show_job"] = run_dir.name, rec["id"]
             st.session_state.pop("ft_default_name", None)
@@ -206,7 +194,7 @@ with tab_runs:
                 st.progress(prog["fraction"], text=f"step {prog['step'] or 0} of {prog['total'] or '?'}")
             if info.get("error"):
                 st.error(info["error"])
-            resume_button(root, run_dir, "finetune", status, "trials")
+            resume_button(root, run_dir, FinetuneConfig, status, "trials")
             parsed = (ev.get("data") or {}).get("parsed") or {}
             if parsed:
                 from engine.tasks.describe import describe_lines

@@ -11,8 +11,10 @@ import streamlit as st
 
 from engine import ablations as A
 from engine.records import read_eval
+from engine import cli
 from engine import runs as R
 from engine.errors import EngineError
+from engine.features import FeaturesConfig
 from engine.tasks.registry import BUILTINS, feature_task_names
 from studio import ablation_figures as F
 from engine import jobs as Q
@@ -74,14 +76,13 @@ with tab_run:
                 raise EngineError(f"run {name} already exists in {root}; pick another name")
             if task_key in shared:
                 ev = shared[task_key]
-                argv = ["features", "--model", model, "--task", ev.task, "--train", ev.train, "--dev", ev.dev]
+                task = {"task": ev.task, "train": ev.train, "dev": ev.dev}
             else:
-                argv = ["features", "--model", model, "--task", task_key]
-            argv += ["--layers", ",".join(map(str, layers)), "--combine", ",".join(combos), "--pooling", pooling, "--seed", str(int(seed)),
-                     "--epochs", str(int(tag_epochs)), "--lr", f"{float(tag_lr):g}"]
-            if max_train:
-                argv += ["--max-train", str(int(max_train))]
-            argv += ["--out", str(run_dir)]
+                task = {"task": task_key}
+            cfg = FeaturesConfig(model=model, **task, layers=tuple(layers), combine=tuple(combos), pooling=pooling,
+                                 seed=int(seed), epochs=int(tag_epochs), lr=float(tag_lr), max_train=int(max_train) or None,
+                                 out=str(run_dir))
+            argv = cli.argv(cfg)
             rec = Q.submit(argv, name=f"features {name.strip()}", run_dir=str(run_dir), root=root)
             st.session_state["fx_show"], st.session_state["fx_show_job"] = run_dir.name, rec["id"]
             st.session_state.pop("fx_default_name", None)
@@ -123,7 +124,7 @@ with tab_compare:
         ev = _eval(fx)
         if fx.get("error"):
             st.error(fx["error"])
-        resume_button(root, Path(fx["path"]), "features", fx["effective_status"], "combinations")
+        resume_button(root, Path(fx["path"]), FeaturesConfig, fx["effective_status"], "combinations")
         live_run = fx["effective_status"] in ("running", "queued")
         if live_run:
             @st.fragment(run_every=5)

@@ -167,14 +167,17 @@ def follow_queued_run(root: Path, prefix: str, listed) -> None:
     poll()
 
 
-def resume_button(root: Path, run_dir: Path, kind: str, status: str, what: str) -> None:
-    """A Resume button for a `kind` (finetune | features) run that stopped before it finished: it queues
-    `python -m engine KIND --out RUN --resume` (the run's own settings; the finished `what` are kept)."""
+def resume_button(root: Path, run_dir: Path, config_cls, status: str, what: str) -> None:
+    """A Resume button for a run of `config_cls`'s command (FinetuneConfig, FeaturesConfig) that stopped before it
+    finished: it queues `python -m engine COMMAND --out RUN --resume` (the run's own settings; the finished `what`
+    are kept)."""
     if status not in ("cancelled", "dead", "failed"):
         return
+    kind = config_cls.command
     if st.button("Resume", key=f"resume-{kind}-{run_dir.name}", help=f"continue with the run's own settings: the finished {what} are kept"):
         from engine import jobs as Q
+        from engine.cli import resume_argv
         with guard("resuming"):
-            rec = Q.submit([kind, "--out", str(run_dir), "--resume"], name=f"{kind} {run_dir.name} (resume)",
+            rec = Q.submit(resume_argv(config_cls, run_dir), name=f"{kind} {run_dir.name} (resume)",
                            run_dir=str(run_dir), root=root)
             st.toast(f"queued {rec['id']}: {run_dir.name} continues")

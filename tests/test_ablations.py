@@ -88,7 +88,7 @@ def test_classroom_scale_fits_the_hour():
     from engine.pretrain import PretrainConfig
     d = PretrainConfig()
     assert (study.base.preset, study.base.steps, study.base.batch_size, study.base.seq_len) == (d.preset, d.steps, d.batch_size, d.seq_len)
-    assert study.base.lr is None  # the command's own default rate
+    assert study.base == d  # every setting is the command's own default (the learning rate too)
     assert [e.task for e in study.evaluations] == ["bbc-topic", "wnut16"]
     jobs = A.plan(study, "/x")
     assert sum(j.kind == "pretrain" for j in jobs) == 3 and sum(j.kind == "finetune" for j in jobs) == 8
@@ -312,7 +312,9 @@ def test_cli_dry_run_and_show(tmp_path, capsys, fake_runs):
     assert A.main(["run", "pretraining-tasks", "--classroom", "--dry-run", "--runs-root", str(tmp_path)]) == 0
     out = capsys.readouterr().out
     lines = [l for l in out.splitlines() if l.startswith("python -m engine ")]
-    assert len(lines) == 11 and lines[0].startswith("python -m engine pretrain --corpus bbc --preset tiny --objective mlm+nsp")
+    first = lines[0].split()
+    assert len(lines) == 11 and first[:4] == ["python", "-m", "engine", "pretrain"]
+    assert (flag(first, "--corpus"), flag(first, "--preset"), flag(first, "--objective")) == ("bbc", "tiny", "mlm+nsp")
     assert not (tmp_path / "studies").exists()  # a dry run writes nothing
 
     study, d, jobs = make_study(tmp_path)

@@ -8,7 +8,7 @@ its runs in `<runs_root>/studies/<name>/runs/`. `collect_results(study_dir)` rea
 layout and checks the paper's qualitative finding.
 
 One module per job, read in this order:
-- study.py    what a study is: the dataclasses (PretrainArgs, FinetuneArgs, FeatureArgs, Evaluation, Variant, Study)
+- study.py    what a study is: the dataclasses (FinetuneArgs, FeatureArgs, Evaluation, Variant, Study; pre-training is PretrainConfig)
 - findings.py the comparisons a finding check is made of (means per variant, "a better than b")
 - paper.py    the built-in studies (`STUDIES`), each with the paper's finding and its check; classroom scale
 - planner.py  study -> jobs (`plan`)
@@ -27,5 +27,5 @@ from engine.ablations.planner import Job, plan
 from engine.ablations.results import (StudyResults, best_score, collect_results, combination_score,
                                       final_pretrain_metrics, fmt_cell, paper_table, pretrain_eval_records, summarise)
 from engine.ablations.runner import REPO_ROOT, job_states, launch, run_foreground
-from engine.ablations.study import (Evaluation, FeatureArgs, FinetuneArgs, PretrainArgs, Study, Variant, describe,
+from engine.ablations.study import (Evaluation, FeatureArgs, FinetuneArgs, Study, Variant, describe,
                                     study_from_dict)

@@ -20,9 +20,10 @@ from dataclasses import replace
 from pathlib import Path
 
 from engine.ablations.findings import NOT_YET, claim, compare, means
-from engine.ablations.study import (Evaluation, FeatureArgs, FinetuneArgs, PretrainArgs, Study, Variant, number_arg,
-                                    pretrain_column_name)
+from engine.ablations.study import Evaluation, FeatureArgs, FinetuneArgs, Study, Variant, pretrain_column_name
+from engine.cli import text
 from engine.errors import EngineError
+from engine.pretrain_config import PretrainConfig
 from engine.tasks.shared_files import SHARED_DATA, shared_tasks
 
 
@@ -79,7 +80,7 @@ def pretraining_tasks_study(evaluations=None) -> Study:
         finding="Removing NSP hurts (BERT ≥ No NSP, most on QNLI, MNLI and SQuAD); the left-to-right model is worse "
                 "than the MLM model on every task; a BiLSTM on top helps LTR on SQuAD but stays far below the "
                 "bidirectional model, and hurts GLUE.",
-        base=PretrainArgs(preset="tiny", objective="mlm+nsp", steps=3000, batch_size=32, seq_len=128),
+        base=PretrainConfig(preset="tiny", objective="mlm+nsp", steps=3000, batch_size=32, seq_len=128),
         finetune=SMALL_GRID,
         variants=(
             Variant("BERT (MLM + NSP)", {"objective": "mlm+nsp"}, note="the paper's BERT"),
@@ -110,7 +111,7 @@ def model_size_study(evaluations=None) -> Study:
         description="Layers L, hidden size H and heads A grow at equal pre-training (same steps, batch and data).",
         finding="Larger models are better on every task, even the small data sets; held-out MLM perplexity falls "
                 "with size.",
-        base=PretrainArgs(preset="tiny", objective="mlm+nsp", steps=3000, batch_size=32, seq_len=128),
+        base=PretrainConfig(preset="tiny", objective="mlm+nsp", steps=3000, batch_size=32, seq_len=128),
         finetune=SMALL_GRID,
         variants=(
             Variant("L=2 H=128 A=2", {"layers": 2, "hidden": 128, "heads": 2}),
@@ -154,7 +155,7 @@ def feature_based_study(evaluations=None) -> Study:
                     "layers) so that 'the last four' exist.",
         finding="Concatenating the top four hidden layers is the best feature-based combination, only slightly below "
                 "fine-tuning the whole model; the embeddings alone are far worse.",
-        base=PretrainArgs(),  # unused: the study evaluates a fixed model
+        base=PretrainConfig(),  # unused: the study evaluates a fixed model
         finetune=FinetuneArgs(lr=(5e-5,), batch_size=(32,), epochs=(3,), restarts=1, max_seq_len=128),
         variants=(Variant("Fine-tuning", note="all parameters trained"),)
         + tuple(Variant(name, features=fa, note=f"--combine {fa.combine} --layers {fa.layers}") for name, fa in FEATURE_ROWS),
@@ -200,10 +201,10 @@ def masking_study(evaluations=None) -> Study:
                     "replaced by a random token (RND). Four layers (L=4 H=128 A=2) so the feature-based column can concatenate the last four.",
         finding="Fine-tuning is robust to the masking strategy; MASK-only hurts the feature-based NER (a mismatch "
                 "between pre-training and use); RND-only is clearly worse than BERT's 80/10/10.",
-        base=PretrainArgs(preset="tiny", layers=4, hidden=128, heads=2, objective="mlm+nsp", steps=3000, batch_size=32, seq_len=128),
+        base=PretrainConfig(preset="tiny", layers=4, hidden=128, heads=2, objective="mlm+nsp", steps=3000, batch_size=32, seq_len=128),
         finetune=SMALL_GRID,
         variants=tuple(Variant(table8_label(m, s, r), {"mask_ratios": mask_ratios_for_row(m, s, r)},
-                               note=f"--mask-ratios {','.join(number_arg(x) for x in mask_ratios_for_row(m, s, r))}")
+                               note=f"--mask-ratios {text(mask_ratios_for_row(m, s, r))}")
                        for m, s, r in TABLE8_ROWS),
         evaluations=evaluations if evaluations is not None else (BBC, WNUT, ner_features),
         finding_check=check_masking,
@@ -243,7 +244,7 @@ def training_steps_study(evaluations=None) -> Study:
                     "left-to-right LM.",
         finding="More pre-training steps give better downstream scores; MLM converges slightly slower than LTR in "
                 "pre-training but scores higher downstream almost from the start.",
-        base=PretrainArgs(preset="tiny", objective="mlm+nsp", steps=3000, batch_size=32, seq_len=128, save_every=500),
+        base=PretrainConfig(preset="tiny", objective="mlm+nsp", steps=3000, batch_size=32, seq_len=128, save_every=500),
         finetune=SMALL_GRID,
         variants=(Variant("MLM (BERT)", {"objective": "mlm+nsp"}), Variant("LTR", {"objective": "ltr"})),
         evaluations=evaluations if evaluations is not None else (BBC,),
@@ -282,11 +283,10 @@ STUDIES = {
     "training-steps": training_steps_study,
 }
 
-# Classroom scale: each pre-training run is `python -m engine pretrain`'s classroom default (tiny, batch 16 x 128,
-# 2,000 steps; the same values as engine.pretrain.PretrainConfig's defaults, kept here without importing torch),
-# one seed and one fine-tuning grid point, so the classroom Table 5 (3 pre-training runs + 8 fine-tunes) finishes
-# within an hour on a 2-core CPU (measured: BENCHMARKS.md).
-CLASSROOM_PRETRAIN = dict(preset="tiny", steps=2000, batch_size=16, seq_len=128, eval_every=200)
+# Classroom scale: each pre-training run is `python -m engine pretrain`'s classroom default (PretrainConfig's
+# defaults: tiny, batch 16 x 128, 2,000 steps), one seed and one fine-tuning grid point, so the classroom Table 5
+# (3 pre-training runs + 8 fine-tunes) finishes within an hour on a 2-core CPU (measured: BENCHMARKS.md).
+CLASSROOM_PRETRAIN = {k: getattr(PretrainConfig(), k) for k in ("preset", "steps", "batch_size", "seq_len", "eval_every")}
 # A tiny model trained for minutes wants a far larger fine-tuning rate than BERT-BASE's 5e-5 (Google's small
 # BERTs go up to 5e-4; at 3e-4 three epochs left the tiny models under-fitted in our trials, 1e-3 for five did not).
 CLASSROOM_FINETUNE = FinetuneArgs(lr=(1e-3,), batch_size=(32,), epochs=(5,), restarts=1, max_train=None, max_seq_len=128)

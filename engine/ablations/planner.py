@@ -4,10 +4,13 @@
 A study's jobs run one at a time, in `plan`'s order, through the job queue or in the foreground
 (`engine.ablations.runner`); each writes its own run folder under `<study folder>/runs/`.
 """
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
+from engine import cli
 from engine.ablations.study import Evaluation, FeatureArgs, Study, Variant
+from engine.features import FeaturesConfig
+from engine.finetune import FinetuneConfig
 
 
 @dataclass
@@ -25,19 +28,14 @@ class Job:
 
 def _eval_argv(study: Study, variant: Variant, ev: Evaluation, model: str, seed: int, out: str, feats: FeatureArgs = None):
     """(kind, argv) of one downstream evaluation of `model`: `engine features` when `feats`, else `engine finetune`."""
-    files = []
-    if ev.train:
-        files += ["--train", ev.train]
-    if ev.dev:
-        files += ["--dev", ev.dev]
     fa = study.finetune_args(variant)
+    task = dict(model=model, task=ev.task, train=ev.train, dev=ev.dev, max_train=fa.max_train, seed=seed, out=out)
     if feats is not None:
-        a = ["features", "--model", model, "--task", ev.task] + files + feats.argv()
-        if fa.max_train is not None:
-            a += ["--max-train", str(fa.max_train)]
-        return "features", a + ["--seed", str(seed), "--out", out]
-    a = ["finetune", "--model", model, "--task", ev.task] + files + fa.argv()
-    return "finetune", a + ["--seed", str(seed), "--out", out]
+        cfg = FeaturesConfig(**task, layers=cli.ints(feats.layers), combine=feats.combine, classifier=feats.classifier)
+        return "features", cli.argv(cfg)
+    cfg = FinetuneConfig(**task, lr=fa.lr, batch_size=fa.batch_size, epochs=fa.epochs, restarts=fa.restarts,
+                         max_seq_len=fa.max_seq_len, bilstm=fa.bilstm)
+    return "finetune", cli.argv(cfg)
 
 
 def plan(study: Study, study_dir) -> list:
@@ -56,8 +54,8 @@ def plan(study: Study, study_dir) -> list:
                 src = study.variant(v.reuse) if v.reuse else v
                 run_rel = f"runs/{src.key()}-s{seed}"
                 if not v.reuse:
-                    jobs.append(Job(f"pretrain/{v.key()}/s{seed}", "pretrain",
-                                    study.pretrain_args(v).argv(str(study_dir / run_rel), seed), run_rel, v.name, seed))
+                    cfg = replace(study.pretrain_args(v), seed=seed, out=str(study_dir / run_rel))
+                    jobs.append(Job(f"pretrain/{v.key()}/s{seed}", "pretrain", cli.argv(cfg), run_rel, v.name, seed))
                 if study.checkpoint_steps:
                     models = [(str(study_dir / run_rel / "checkpoints" / f"step-{k}"), k) for k in study.checkpoint_steps]
                 else:

@@ -8,47 +8,11 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Callable
 
 from engine.errors import EngineError
+from engine.pretrain_config import PretrainConfig
 
 # ---------------------------------------------------------------------------------------------------------
-# configurations: what a variant can override
-
-@dataclass(frozen=True)
-class PretrainArgs:
-    """The flags of `python -m engine pretrain` that a study sets (None = the command's default)."""
-    corpus: str = "bbc"
-    preset: str = "tiny"
-    layers: int = None  # custom L/H/A on top of the preset
-    hidden: int = None
-    heads: int = None
-    objective: str = "mlm+nsp"  # mlm+nsp (BERT) | mlm (No NSP) | ltr (LTR & No NSP)
-    steps: int = 2000
-    batch_size: int = 32
-    seq_len: int = 128
-    mask_rate: float = 0.15
-    mask_ratios: tuple = (0.8, 0.1, 0.1)  # MASK, RANDOM, SAME: the order of --mask-ratios (not Table 8's order)
-    vocab_size: int = None
-    lr: float = None
-    warmup: int = None
-    save_every: int = None  # Figure 5 needs a checkpoint at every step it evaluates
-    eval_every: int = None
-    phase2_seq_len: int = None  # a second phase at this length for the last phase2_fraction of the steps
-    phase2_fraction: float = None
-
-    def argv(self, out: str, seed: int) -> list:
-        a = ["pretrain", "--corpus", self.corpus, "--preset", self.preset]
-        for flag, v in (("--layers", self.layers), ("--hidden", self.hidden), ("--heads", self.heads)):
-            if v is not None:
-                a += [flag, str(v)]
-        a += ["--objective", self.objective, "--steps", str(self.steps), "--batch-size", str(self.batch_size),
-              "--seq-len", str(self.seq_len), "--mask-rate", number_arg(self.mask_rate),
-              "--mask-ratios", ",".join(number_arg(r) for r in self.mask_ratios)]
-        for flag, v in (("--vocab-size", self.vocab_size), ("--lr", self.lr), ("--warmup", self.warmup),
-                        ("--save-every", self.save_every), ("--eval-every", self.eval_every),
-                        ("--phase2-seq-len", self.phase2_seq_len), ("--phase2-fraction", self.phase2_fraction)):
-            if v is not None:
-                a += [flag, number_arg(v)]
-        return a + ["--seed", str(seed), "--out", str(out)]
-
+# configurations: what a variant can override. Pre-training is `PretrainConfig` itself (its fields are the flags
+# of `python -m engine pretrain`); the downstream grids below become FinetuneConfig / FeaturesConfig in the planner.
 
 @dataclass(frozen=True)
 class FinetuneArgs:
@@ -61,17 +25,6 @@ class FinetuneArgs:
     max_seq_len: int = 128
     bilstm: bool = False  # Table 5's "+ BiLSTM" row: a randomly initialised BiLSTM on top, for fine-tuning
 
-    def argv(self) -> list:
-        a = ["--lr", ",".join(number_arg(x) for x in self.lr), "--batch-size", ",".join(str(x) for x in self.batch_size),
-             "--epochs", ",".join(str(x) for x in self.epochs), "--restarts", str(self.restarts)]
-        if self.max_train is not None:
-            a += ["--max-train", str(self.max_train)]
-        if self.max_seq_len is not None:
-            a += ["--max-seq-len", str(self.max_seq_len)]
-        if self.bilstm:
-            a += ["--bilstm"]
-        return a
-
 
 @dataclass(frozen=True)
 class FeatureArgs:
@@ -79,12 +32,6 @@ class FeatureArgs:
     layers: str = "-1,-2,-3,-4"  # the hidden states that concat/sum/mean/weighted combine (0 = embeddings, -1 = last)
     combine: str = "concat"  # concat | sum | mean | weighted | all-weighted | last | second-to-last | embeddings
     classifier: str = None  # None: the command's choice (BiLSTM for tagging, logistic regression for sentences)
-
-    def argv(self) -> list:
-        a = ["--layers", self.layers, "--combine", self.combine]
-        if self.classifier:
-            a += ["--classifier", self.classifier]
-        return a
 
 
 @dataclass(frozen=True)
@@ -105,7 +52,7 @@ class Evaluation:
 class Variant:
     """One row of a study: a named override of the study's base configuration."""
     name: str  # the row label, as in the paper
-    pretrain: dict = field(default_factory=dict)  # overrides of the study's PretrainArgs
+    pretrain: dict = field(default_factory=dict)  # overrides of the study's PretrainConfig
     finetune: dict = field(default_factory=dict)  # overrides of the study's FinetuneArgs (e.g. bilstm=True)
     features: FeatureArgs = None  # a feature-based row (Table 7): evaluate with `engine features`
     reuse: str = None  # evaluate the pre-trained model of this other variant (LTR + BiLSTM reuses LTR)
@@ -132,7 +79,7 @@ class Study:
     title: str  # "Table 5: pre-training tasks"
     description: str
     finding: str  # the paper's qualitative finding, shown beside the table
-    base: PretrainArgs
+    base: PretrainConfig  # pre-training settings of every row (a variant overrides some)
     finetune: FinetuneArgs
     variants: tuple  # of Variant
     evaluations: tuple  # of Evaluation
@@ -151,7 +98,7 @@ class Study:
                 return v
         raise EngineError(f"study {self.name} has no variant '{name}'; it has {', '.join(v.name for v in self.variants)}")
 
-    def pretrain_args(self, variant: Variant) -> PretrainArgs:
+    def pretrain_args(self, variant: Variant) -> PretrainConfig:
         return replace(self.base, **variant.pretrain)
 
     def finetune_args(self, variant: Variant) -> FinetuneArgs:
@@ -173,7 +120,7 @@ def study_from_dict(d: dict) -> Study:
         if x is None:
             return None
         known = {f.name for f in fields(cls)}
-        kw = {k: v for k, v in x.items() if k in known}
+        kw = {k: v for k, v in x.items() if k in known and v is not None}  # None: the field's default
         for k in ("mask_ratios", "lr", "batch_size", "epochs"):
             if isinstance(kw.get(k), list):
                 kw[k] = tuple(kw[k])
@@ -193,7 +140,7 @@ def study_from_dict(d: dict) -> Study:
     from engine.ablations.paper import STUDIES  # the built-in studies, defined on top of this module
     check = STUDIES[d["name"]]().finding_check if d["name"] in STUDIES else None
     return Study(name=d["name"], title=d.get("title", d["name"]), description=d.get("description", ""),
-                 finding=d.get("finding", ""), base=mk(PretrainArgs, d["base"]), finetune=mk(FinetuneArgs, d["finetune"]),
+                 finding=d.get("finding", ""), base=mk(PretrainConfig, d["base"]), finetune=mk(FinetuneArgs, d["finetune"]),
                  variants=tuple(variant(v) for v in d["variants"]), evaluations=tuple(evaluation(e) for e in d["evaluations"]),
                  seeds=tuple(d.get("seeds") or (0,)), model=d.get("model"),
                  checkpoint_steps=tuple(d.get("checkpoint_steps") or ()), pretrain_columns=tuple(d.get("pretrain_columns") or ()),
@@ -202,13 +149,6 @@ def study_from_dict(d: dict) -> Study:
 
 # ---------------------------------------------------------------------------------------------------------
 # describing a study
-
-def number_arg(x) -> str:
-    """A number for a command line: 0.8 -> '0.8', 1.0 -> '1', 5e-05 -> '5e-05'."""
-    if isinstance(x, float) and x.is_integer():
-        return str(int(x))
-    return str(x)
-
 
 def _slug(name: str) -> str:
     out = "".join(c.lower() if c.isalnum() else "-" for c in name)
