@@ -19,7 +19,7 @@ _NAMES = {  # public name -> the module that defines it
     "Corpus": "engine.corpora", "load_corpus": "engine.corpora", "load_bbc_labeled": "engine.corpora",
     "BertForPreTraining": "engine.model", "BertModel": "engine.model", "BertOutput": "engine.model",
     "Bundle": "engine.checkpoint", "load": "engine.checkpoint", "save": "engine.checkpoint",
-    "OBJECTIVES": "engine.pretraining_data", "PretrainingCache": "engine.pretraining_data",
+    "OBJECTIVES": "engine.objectives", "PretrainingCache": "engine.pretraining_data",
     "PretrainingData": "engine.pretraining_data", "build_pretraining_data": "engine.pretraining_data",
     "fixed_eval_masking": "engine.pretraining_data", "mask_batch": "engine.pretraining_data",
     "mask_tokens": "engine.pretraining_data", "open_pretraining_data": "engine.pretraining_data",

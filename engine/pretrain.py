@@ -75,6 +75,7 @@ from engine.device import resolve_device
 from engine.distributed import Dist, dist_from_env, setup, teardown, broadcast
 from engine.errors import EngineError
 from engine.optim import lr_at, param_groups  # noqa: F401  (re-exported: the schedule and groups of this loop)
+from engine.objectives import objective
 from engine.pretrain_config import PretrainConfig, model_config, validate  # noqa: F401
 from engine.pretrain_loop import ltr_labels, log, train  # noqa: F401
 from engine.pretrain_run import preflight, resolve_out, run_entries
@@ -142,8 +143,8 @@ def _pretrain(cfg: PretrainConfig) -> dict:
     docs = load_corpus(cfg.corpus)  # EngineError when missing or empty
     for w in docs.info.get("warnings", []):
         log(f"warning: {w}", cfg, dist)
-    if cfg.objective == "mlm+nsp" and len(docs) < 2:
-        raise EngineError(f"corpus '{cfg.corpus}' has a single document; mlm+nsp needs at least 2 (NotNext takes B from another document): add documents (blank lines separate them in a .txt) or use --objective mlm")
+    if len(docs) < objective(cfg.objective).min_documents:
+        raise EngineError(f"corpus '{cfg.corpus}' has a single document; {cfg.objective} needs at least 2 (NotNext takes B from another document): add documents (blank lines separate them in a .txt) or use --objective mlm")
     created_dir = not run_dir.exists()
     if dist.main:
         lock = runs.RunLock(run_dir).acquire()  # refuses a second live writer

@@ -8,9 +8,8 @@ from typing import ClassVar, Optional
 
 from engine.config import PRESETS, BertConfig
 from engine.cli import setting
-from engine.device import PRECISIONS, check_device, check_precision
 from engine.errors import EngineError
-from engine.pretraining_data import OBJECTIVES, _check_masking_args
+from engine.objectives import MLM_NSP, OBJECTIVES, objective
 
 
 def ratios(text: str) -> tuple:
@@ -24,6 +23,12 @@ def ratios(text: str) -> tuple:
     return parts
 
 
+def _precisions() -> tuple:
+    """The --precision choices, read when a parser is built (engine.device imports torch)."""
+    from engine.device import PRECISIONS
+    return PRECISIONS
+
+
 @dataclass
 class PretrainConfig:
     """All settings of a pre-training run, each also a flag of `python -m engine pretrain` (engine/cli.py). The
@@ -33,8 +38,8 @@ class PretrainConfig:
     # --- data
     corpus: str = setting("bbc", "bbc, wiki, sotu, all (bbc+wiki+sotu), wikivital (if installed), or a path (.txt with "
                           "blank lines between documents, a folder of .txt, a .jsonl)", group="data")
-    objective: str = setting("mlm+nsp", "mlm+nsp (BERT), mlm (No NSP), ltr (left-to-right, No NSP)", choices=OBJECTIVES,
-                             group="data")
+    objective: str = setting(MLM_NSP.name, ", ".join(f"{o.name}: {o.label}" for o in OBJECTIVES.values()),
+                             choices=tuple(OBJECTIVES), group="data")
     seq_len: int = setting(128, "tokens per instance incl. [CLS]/[SEP] (paper: 128, then 512)", group="data")
     mask_rate: float = setting(0.15, "share of the real tokens selected for MLM", group="data")
     mask_ratios: tuple = setting((0.8, 0.1, 0.1), "MASK,RANDOM,SAME shares of the selected tokens (paper Table 8)",
@@ -88,7 +93,7 @@ class PretrainConfig:
     seed: int = setting(0, "random seed: model init, data instances and order, masking, dropout", group="run")
     device: str = setting("auto", "auto (CUDA if present, else CPU), cpu or cuda", group="run")
     precision: str = setting("auto", "auto (default): bf16 autocast on CUDA and on CPUs with native bf16 (faster there), "
-                             "else fp32", choices=PRECISIONS, group="run")
+                             "else fp32", choices=_precisions, group="run")
     num_threads: Optional[int] = setting(None, "CPU threads per process (default: torch's, divided among local ranks)",
                                          group="run")
     compile: bool = setting(False, "torch.compile the model", group="run")
@@ -109,8 +114,11 @@ def config_dict(cfg: PretrainConfig) -> dict:
 
 def validate(cfg: PretrainConfig) -> None:
     """Check the settings that need no data; raise EngineError with a one-line fix."""
-    if cfg.objective not in OBJECTIVES:
-        raise EngineError(f"unknown objective '{cfg.objective}'; choose one of {', '.join(OBJECTIVES)}")
+    # torch-side checks, imported here so that building configs (pages, ablation plans) needs no torch
+    from engine.device import check_device, check_precision
+    from engine.pretraining_data import _check_masking_args
+
+    objective(cfg.objective)  # EngineError naming the choices
     if cfg.preset not in PRESETS:
         raise EngineError(f"unknown preset '{cfg.preset}'; choose one of {', '.join(PRESETS)}")
     _check_masking_args(cfg.mask_rate, cfg.mask_ratios)
@@ -152,7 +160,8 @@ def validate(cfg: PretrainConfig) -> None:
 
 
 def model_config(cfg: PretrainConfig, vocab_size: int) -> BertConfig:
-    """The BertConfig a run trains: the preset, custom L/H/A, heads for the objective, causal for LTR."""
+    """The BertConfig a run trains: the preset, custom L/H/A, the objective's heads and attention."""
+    obj = objective(cfg.objective)
     over = {}
     if cfg.layers is not None:
         over["num_layers"] = int(cfg.layers)
@@ -164,7 +173,6 @@ def model_config(cfg: PretrainConfig, vocab_size: int) -> BertConfig:
         over["num_heads"] = int(cfg.heads)
     return BertConfig.preset(cfg.preset, vocab_size=vocab_size, max_position_embeddings=cfg.max_positions,
                              hidden_dropout=cfg.dropout, attention_dropout=cfg.dropout,
-                             causal=cfg.objective == "ltr", has_mlm_head=True,
-                             has_nsp_head=cfg.objective == "mlm+nsp", **over)
+                             causal=obj.causal, has_mlm_head="mlm" in obj.heads, has_nsp_head="nsp" in obj.heads, **over)
 
 

@@ -7,7 +7,6 @@ AdamW. Every `log_every` steps a training record (means over the window since th
 checkpoint and stop at the end of the step.
 """
 import contextlib
-import math
 import sys
 import time
 from pathlib import Path
@@ -22,6 +21,7 @@ from engine.device import amp, resolve_precision, to_device
 from engine.distributed import Dist, all_reduce_
 from engine.errors import EngineError, as_engine_error
 from engine.model import BertForPreTraining
+from engine.objectives import SUMS, Objective, objective
 from engine.optim import adamw, lr_at
 from engine.pretrain_config import PretrainConfig, config_dict, model_config
 from engine.pretrain_run import StopFlag, checkpoint, last_eval, load_training_state, remove_partial_checkpoints, set_rng_state
@@ -53,9 +53,9 @@ def ltr_labels(input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.T
     return labels
 
 
-def forward_loss(model, batch: dict, objective: str, device, amp_ctx):
-    """(loss, stats) for a micro-batch. stats (9,) float64: loss, mlm_loss_sum, mlm_correct, mlm_n,
-    nsp_loss_sum, nsp_correct, nsp_n, real tokens, 1."""
+def forward_loss(model, batch: dict, obj: Objective, device, amp_ctx):
+    """(loss, sums) of a micro-batch: the mean cross-entropy of the token predictions (+ the NSP cross-entropy
+    when the objective has NSP), and its metric sums as a (len(SUMS),) float64 vector (engine.objectives.SUMS)."""
     input_ids = to_device(batch["input_ids"], device)  # (B, T)
     token_type = to_device(batch["token_type_ids"], device)
     attn = to_device(batch["attention_mask"], device)
@@ -65,35 +65,33 @@ def forward_loss(model, batch: dict, objective: str, device, amp_ctx):
         out = model(input_ids, token_type, attn, mlm_positions=sel)
     logits = out.mlm_logits.float()  # (N, V)
     target = labels[sel]  # (N,)
-    mlm_sum = F.cross_entropy(logits, target, reduction="sum")
+    token_sum = F.cross_entropy(logits, target, reduction="sum")
     n = target.numel()
-    loss = mlm_sum / max(n, 1)
-    stats = torch.zeros(9, dtype=torch.float64, device=device)
-    stats[1] = mlm_sum.detach().double()
-    stats[2] = (logits.detach().argmax(-1) == target).sum().double()
-    stats[3] = n
-    if objective == "mlm+nsp":
+    loss = token_sum / max(n, 1)
+    sums = {"token_loss": token_sum.detach().double(), "token_correct": (logits.detach().argmax(-1) == target).sum().double(),
+            "token_n": n}
+    if obj.nsp:
         nsp_logits = out.nsp_logits.float()  # (B, 2)
         nsp_target = to_device(batch["next_sentence_label"], device)
         nsp_loss = F.cross_entropy(nsp_logits, nsp_target)
         loss = loss + nsp_loss
-        stats[4] = nsp_loss.detach().double() * len(nsp_target)
-        stats[5] = (nsp_logits.detach().argmax(-1) == nsp_target).sum().double()
-        stats[6] = len(nsp_target)
-    stats[0] = loss.detach().double()
-    stats[7] = attn.sum().double()
-    stats[8] = 1.0
-    return loss, stats
+        sums.update(nsp_loss=nsp_loss.detach().double() * len(nsp_target),
+                    nsp_correct=(nsp_logits.detach().argmax(-1) == nsp_target).sum().double(), nsp_n=len(nsp_target))
+    sums.update(loss=loss.detach().double(), tokens=attn.sum().double(), batches=1.0)
+    return loss, sums_vector(sums, device)
 
 
-def window_record(acc: torch.Tensor, objective: str) -> dict:
-    a = acc.tolist()
-    tok = "lm" if objective == "ltr" else "mlm"
-    rec = {"loss": a[0] / max(a[8], 1), f"{tok}_loss": a[1] / max(a[3], 1), f"{tok}_acc": a[2] / max(a[3], 1)}
-    if objective == "mlm+nsp":
-        rec["nsp_loss"] = a[4] / max(a[6], 1)
-        rec["nsp_acc"] = a[5] / max(a[6], 1)
-    return rec
+def sums_vector(sums: dict, device) -> torch.Tensor:
+    """{name in SUMS: value} -> (len(SUMS),) float64 (names left out are 0)."""
+    v = torch.zeros(len(SUMS), dtype=torch.float64, device=device)
+    for name, x in sums.items():
+        v[SUMS.index(name)] = x
+    return v
+
+
+def sums_of(v: torch.Tensor) -> dict:
+    """The named sums of a (len(SUMS),) vector."""
+    return dict(zip(SUMS, v.tolist()))
 
 
 # ================================================================ held-out evaluation
@@ -102,7 +100,7 @@ def eval_batches(cache, cfg: PretrainConfig, batch_size: int) -> list:
     if cache.eval is None or cache.eval.num_instances == 0:
         return []
     n = min(cache.eval.num_instances, cfg.eval_max_instances)
-    if cfg.objective == "ltr":
+    if objective(cfg.objective).causal:
         out = []
         for s in range(0, n, batch_size):
             b = cache.eval.collate(np.arange(s, min(s + batch_size, n)))
@@ -158,23 +156,19 @@ def nsp_baseline(batches: list) -> float:
 
 
 @torch.no_grad()
-def evaluate(model, batches: list, objective: str, device, amp_ctx_fn=contextlib.nullcontext) -> dict:
+def evaluate(model, batches: list, obj: Objective, device, amp_ctx_fn=contextlib.nullcontext) -> dict:
     """Held-out metrics (eval_* keys) of `model` on fixed batches."""
     was_training = model.training
     model.eval()
-    acc = torch.zeros(9, dtype=torch.float64, device=device)
+    total = torch.zeros(len(SUMS), dtype=torch.float64, device=device)
     n_inst = 0
     for b in batches:
-        _, stats = forward_loss(model, b, objective, device, amp_ctx_fn())
-        acc += stats
+        _, sums = forward_loss(model, b, obj, device, amp_ctx_fn())
+        total += sums
         n_inst += len(b["input_ids"])
     model.train(was_training)
-    rec = {f"eval_{k}": v for k, v in window_record(acc, objective).items()}
-    tok = "lm" if objective == "ltr" else "mlm"
-    rec[f"eval_{tok}_ppl"] = math.exp(min(rec[f"eval_{tok}_loss"], 50.0))
-    rec["eval_loss"] = rec[f"eval_{tok}_loss"] + rec.get("eval_nsp_loss", 0.0)
-    rec["eval_instances"] = n_inst
-    if "eval_nsp_acc" in rec:
+    rec = obj.eval_record(sums_of(total), n_inst)
+    if obj.nsp:
         rec["eval_nsp_baseline"] = nsp_baseline(batches)  # the best no-model rule, beside the model's accuracy
     return rec
 
@@ -223,6 +217,7 @@ class Loop:
         self.caches, self.micro = caches, micro
         self.raw_model, self.model, self.optimizer = raw_model, model, optimizer
         self.state, self.window, self.precision = state, window, precision
+        self.obj = objective(cfg.objective)
         self.step = int(state["step"])
         self.phase2_steps = int(round(cfg.steps * cfg.phase2_fraction)) if cfg.phase2_seq_len else 0
         self.phase1_end = cfg.steps - self.phase2_steps
@@ -298,9 +293,9 @@ class Loop:
         for m in range(cfg.grad_accum):
             sync = self.model.no_sync() if dist.enabled and m < cfg.grad_accum - 1 else contextlib.nullcontext()
             with sync:  # gradients are all-reduced on the last micro-batch only
-                loss, stats = forward_loss(self.model, self._micro_batch(m), cfg.objective, self.device, self.amp_ctx())
+                loss, sums = forward_loss(self.model, self._micro_batch(m), self.obj, self.device, self.amp_ctx())
                 (loss / cfg.grad_accum).backward()
-            self.window += stats
+            self.window += sums
         if cfg.max_grad_norm > 0:
             grad_norm = torch.nn.utils.clip_grad_norm_(self.raw_model.parameters(), cfg.max_grad_norm)
         else:
@@ -312,11 +307,11 @@ class Loop:
         return lr, grad_norm
 
     def _micro_batch(self, m: int) -> dict:
-        """The next micro-batch with its labels: next tokens (ltr) or a fresh masking (mlm, mlm+nsp)."""
+        """The next micro-batch with its labels: the next tokens (a causal objective) or a fresh masking."""
         cfg, cache = self.cfg, self.cache
         batch = next(self.it)
         self.state["position"] = batch["position"]
-        if cfg.objective == "ltr":
+        if self.obj.causal:
             batch["labels"] = ltr_labels(batch["input_ids"], batch["attention_mask"])
             return batch
         g = torch.Generator().manual_seed(mix_seed(cfg.seed, self.step, m, self.dist.rank, 2))
@@ -327,8 +322,9 @@ class Loop:
         """Append the training record of the window since the last one (means over its steps) and reset it."""
         cfg, state = self.cfg, self.state
         all_reduce_(self.dist, self.window)
-        state["tokens"] = int(state["tokens"]) + int(self.window[7].item())
-        rec = {"step": self.step, "split": "train", "tokens": state["tokens"], **window_record(self.window, cfg.objective),
+        sums = sums_of(self.window)
+        state["tokens"] = int(state["tokens"]) + int(sums["tokens"])
+        rec = {"step": self.step, "split": "train", "tokens": state["tokens"], **self.obj.record(sums),
                "lr": lr, "grad_norm": float(grad_norm), "phase": state["phase"],
                "tokens_per_s": (state["tokens"] - self.tokens_window_start) / max(self.window_time, 1e-9),
                "elapsed": round(state["elapsed"], 3)}
@@ -338,7 +334,7 @@ class Loop:
         if self.dist.main:
             runs.append_metrics(self.run_dir, rec)
             if self.pbar is not None:
-                key = "lm_loss" if cfg.objective == "ltr" else "mlm_loss"
+                key = f"{self.obj.token}_loss"
                 self.pbar.set_postfix(loss=f"{rec['loss']:.3f}", **{key: f"{rec[key]:.3f}"})
 
     def _stop_requested(self, stop: StopFlag, at_log: bool) -> bool:
@@ -356,7 +352,7 @@ class Loop:
         """Held-out evaluation on rank 0, on the unwrapped model."""
         if self.dist.main and self.eval_batches:
             self.last_eval = {"step": self.step, "split": "eval",
-                              **evaluate(self.raw_model, self.eval_batches, self.cfg.objective, self.device, self.amp_ctx),
+                              **evaluate(self.raw_model, self.eval_batches, self.obj, self.device, self.amp_ctx),
                               "tokens": self.state["tokens"]}
             runs.append_metrics(self.run_dir, self.last_eval)
         self.dist.barrier()
@@ -383,7 +379,7 @@ def train(cfg: PretrainConfig, dist: Dist, device, run_dir: Path, ckpt, tok: Tok
     """Build (or restore) the model and optimizer, record the start in run.json, run the steps, record the end."""
     raw_model, mcfg, state, blob = build_model(cfg, tok, ckpt, device)
     optimizer = adamw(raw_model, cfg, device)
-    window = torch.zeros(9, dtype=torch.float64, device=device)  # the open metrics window
+    window = torch.zeros(len(SUMS), dtype=torch.float64, device=device)  # the open metrics window (named SUMS)
     if blob is not None:
         optimizer.load_state_dict(blob["optimizer"])
         set_rng_state(blob["rng"])

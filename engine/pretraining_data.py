@@ -70,8 +70,8 @@ import torch
 
 from engine.errors import EngineError
 from engine.fileio import atomic_save_with, atomic_write_json
+from engine.objectives import MLM_NSP, objective as get_objective
 
-OBJECTIVES = ("mlm+nsp", "mlm", "ltr")
 FORMAT_VERSION = 1
 IGNORE_INDEX = -100  # label of positions the MLM loss skips (PyTorch cross_entropy default)
 DEFAULT_CACHE_DIR = Path(os.environ.get("BERT_STUDIO_CACHE", "~/.cache/bert_studio")).expanduser() / "pretraining_data"
@@ -269,14 +269,15 @@ def _single_instances(doc: list, d: int, seq_len: int, short_seq_prob: float, rn
     return out
 
 
-def _make_instances(docs: list, objective: str, seq_len: int, short_seq_prob: float, dupe_factor: int,
+def _make_instances(docs: list, pairs: bool, seq_len: int, short_seq_prob: float, dupe_factor: int,
                     rng: random.Random) -> list:
-    """docs: list of (doc_index, [(sentence_index, ids), ...]) -> instances (dupe_factor passes over docs)."""
+    """docs: list of (doc_index, [(sentence_index, ids), ...]) -> instances (dupe_factor passes over docs):
+    segment pairs with an IsNext/NotNext label when `pairs` (an objective with NSP), else single stretches."""
     inner = [sents for _, sents in docs]
     out = []
     for _ in range(dupe_factor):
         for n, (d, sents) in enumerate(docs):
-            if objective == "mlm+nsp":
+            if pairs:
                 made = _nsp_instances(inner, n, seq_len, short_seq_prob, rng)
                 # map positions in `docs` back to the caller's document indices
                 made = [(a, b, r, (d, s[1], s[2], docs[s[3]][0], s[4], s[5])) for a, b, r, s in made]
@@ -336,6 +337,7 @@ class PretrainingData:
         folder = Path(folder)
         self.folder = folder
         self.objective = objective
+        self.pairs = get_objective(objective).nsp  # segment pairs with an IsNext/NotNext label
         self.pad_id = int(pad_id)
         self.seed = int(seed)
         self.continuation = continuation  # (V,) bool, True for ## pieces
@@ -374,7 +376,7 @@ class PretrainingData:
         lab = self.nsp_label
         out = {"instances": self.num_instances, "tokens": self.num_tokens,
                "mean_length": float(self.lengths.mean()) if self.num_instances else 0.0}
-        if self.objective == "mlm+nsp" and self.num_instances:
+        if self.pairs and self.num_instances:
             out["is_next_fraction"] = float((lab == 0).mean())
         return out
 
@@ -402,7 +404,7 @@ class PretrainingData:
             "word_starts": torch.from_numpy(word_starts),
             "index": torch.from_numpy(indices.copy()),
         }
-        if self.objective == "mlm+nsp":
+        if self.pairs:
             out["next_sentence_label"] = torch.from_numpy(self.nsp_label[indices].astype(np.int64))
         return out
 
@@ -530,7 +532,7 @@ def _remove_stale_tmp(cache_dir: Path, name: str) -> None:
             pass
 
 
-def build_pretraining_data(docs, tokenizer, seq_len: int = 128, objective: str = "mlm+nsp", seed: int = 0,
+def build_pretraining_data(docs, tokenizer, seq_len: int = 128, objective: str = MLM_NSP.name, seed: int = 0,
                            cache_dir=None, short_seq_prob: float = 0.1, dupe_factor: int = 1,
                            eval_fraction: float = 0.05, eval_seed: int = 0, max_positions: Optional[int] = None,
                            corpus_name: Optional[str] = None) -> PretrainingCache:
@@ -542,8 +544,7 @@ def build_pretraining_data(docs, tokenizer, seq_len: int = 128, objective: str =
     each with a different random segmentation; eval_fraction: share of documents held out (0 for none), chosen
     by `eval_seed`, with their instances built from `eval_seed` too (same across training seeds).
     """
-    if objective not in OBJECTIVES:
-        raise EngineError(f"unknown objective '{objective}'; choose one of {', '.join(OBJECTIVES)}")
+    obj = get_objective(objective)
     if not isinstance(seq_len, (int, np.integer)) or seq_len < 8:
         raise EngineError(f"sequence length {seq_len} is too short; use at least 8 (the paper uses 128, then 512)")
     if max_positions is not None and seq_len > max_positions:
@@ -592,10 +593,10 @@ def build_pretraining_data(docs, tokenizer, seq_len: int = 128, objective: str =
     if not tokenized:
         raise EngineError(f"the corpus '{name}' has no text the tokenizer can read; give documents with words in them")
 
-    need = 2 if objective == "mlm+nsp" else 1
-    if objective == "mlm+nsp" and len(tokenized) < 2:
-        raise EngineError("mlm+nsp needs at least 2 documents (NotNext takes B from another document); add documents (blank lines separate them) or use objective mlm")
-    if objective == "mlm+nsp" and not any(len(s) >= 2 for _, s in tokenized):
+    need = obj.min_documents
+    if len(tokenized) < need:
+        raise EngineError(f"{obj.name} needs at least 2 documents (NotNext takes B from another document); add documents (blank lines separate them) or use objective mlm")
+    if obj.nsp and not any(len(s) >= 2 for _, s in tokenized):
         raise EngineError("no document has two sentences, so NSP would have no IsNext pairs; give documents of several sentences or use objective mlm")
 
     # ---- hold out documents (chosen by eval_seed only)
@@ -609,8 +610,8 @@ def build_pretraining_data(docs, tokenizer, seq_len: int = 128, objective: str =
     eval_docs = [tokenized[j] for j in sorted(order[:n_eval])]
     train_docs = [tokenized[j] for j in sorted(order[n_eval:])]
 
-    train_inst = _make_instances(train_docs, objective, seq_len, short_seq_prob, dupe_factor, random.Random(seed))
-    eval_inst = _make_instances(eval_docs, objective, seq_len, short_seq_prob, 1, random.Random(eval_seed)) if n_eval else []
+    train_inst = _make_instances(train_docs, obj.nsp, seq_len, short_seq_prob, dupe_factor, random.Random(seed))
+    eval_inst = _make_instances(eval_docs, obj.nsp, seq_len, short_seq_prob, 1, random.Random(eval_seed)) if n_eval else []
     if not train_inst:
         raise EngineError("the documents are too short to make any pre-training instance; give longer documents or a lower seq_len")
 

@@ -13,7 +13,6 @@ from studio.pretrain_figures import X_AXES, pretraining_curves
 from studio.uploads import save_upload
 
 REFRESH_SECONDS = 2.0
-OBJECTIVES = {"mlm+nsp": "MLM + NSP (BERT)", "mlm": "MLM only (No NSP)", "ltr": "Left-to-right LM (LTR & No NSP)"}
 PRESETS = ["tiny", "mini", "small", "medium", "base", "large"]
 STATUS_ICON = {"running": "🟢 running", "finished": "✅ finished", "failed": "❌ failed", "cancelled": "⏹️ cancelled",
                "dead": "💀 dead (process gone; resume it)", "unreadable": "⚠️ unreadable"}
@@ -29,6 +28,7 @@ def _launch(argv: list, name: str, run_dir: Path, root: Path) -> tuple:
 
 def launch_form(root: Path) -> None:
     from engine.corpora import builtin_corpora
+    from engine.objectives import OBJECTIVES
 
     with st.form("pretrain_launch"):
         st.subheader("New pre-training run")
@@ -51,7 +51,7 @@ def launch_form(root: Path) -> None:
         layers = c3.number_input("Layers L", 1, 48, 2, help="custom size only")
         hidden = c4.number_input("Hidden H", 32, 2048, 128, step=32, help="custom size only; heads must divide it")
         heads = c4.number_input("Heads A", 1, 32, 2, help="custom size only")
-        objective = c3.selectbox("Objective", list(OBJECTIVES), format_func=OBJECTIVES.get)
+        objective = c3.selectbox("Objective", list(OBJECTIVES), format_func=lambda name: OBJECTIVES[name].label)
 
         c1, c2, c3, c4 = st.columns(4)
         mask_rate = c1.slider("Masking rate", 0.05, 0.5, 0.15, 0.01, help="share of the tokens the MLM predicts (paper 15%)")
@@ -134,6 +134,7 @@ def runs_table(root: Path, pending: bool = False) -> list:
 def run_view(run_dir: Path, root: Path) -> str:
     """Status, numbers, curves and buttons of one run (re-run every few seconds while it is alive); returns its status."""
     from engine import cli, runs
+    from engine.objectives import MLM_NSP, OBJECTIVES
     from engine.pretrain import PretrainConfig
 
     info = runs.read_run_json(run_dir)
@@ -142,10 +143,11 @@ def run_view(run_dir: Path, root: Path) -> str:
     train = [r for r in recs if r.get("split", "train") == "train" and "loss" in r]
     evals = [r for r in recs if r.get("split") == "eval"]
     cfg = info.get("config") or {}
-    objective = cfg.get("objective", "mlm+nsp")
+    objective = cfg.get("objective", MLM_NSP.name)
+    obj = OBJECTIVES.get(objective, MLM_NSP)
     ck = runs.latest_checkpoint(run_dir)
 
-    st.markdown(f"**{run_dir.name}** — {STATUS_ICON.get(status, status)} · {OBJECTIVES.get(objective, objective)} · "
+    st.markdown(f"**{run_dir.name}** — {STATUS_ICON.get(status, status)} · {OBJECTIVES[objective].label if objective in OBJECTIVES else objective} · "
                 f"{cfg.get('preset', '?')} on {Path(str(cfg.get('corpus', '?'))).name} · seq {cfg.get('seq_len', '?')} · "
                 f"batch {cfg.get('batch_size', '?')} · {info.get('device', '')}"
                 + {True: " · bf16", False: " · fp32"}.get(info.get("bf16"), ""))  # the precision the run really used
@@ -158,10 +160,10 @@ def run_view(run_dir: Path, root: Path) -> str:
 
     last_train = train[-1] if train else {}
     last_eval = evals[-1] if evals else {}
-    tok = "lm" if objective == "ltr" else "mlm"
+    tok = obj.token
     cols = st.columns(5)
     cols[0].metric("Step", f"{last_train.get('step', 0)} / {info.get('total_steps', '?')}")
-    cols[1].metric(f"Held-out {'next-token' if tok == 'lm' else 'MLM'} accuracy",
+    cols[1].metric(f"Held-out {obj.token_label} accuracy",
                    f"{last_eval[f'eval_{tok}_acc']:.3f}" if f"eval_{tok}_acc" in last_eval else "–")
     cols[2].metric("Held-out perplexity", f"{last_eval[f'eval_{tok}_ppl']:.1f}" if f"eval_{tok}_ppl" in last_eval else "–")
     base = last_eval.get("eval_nsp_baseline")
@@ -191,7 +193,7 @@ def run_view(run_dir: Path, root: Path) -> str:
     x = c1.radio("x axis", list(X_AXES), format_func=X_AXES.get, horizontal=True, key="pretrain_x")
     smoothing = c2.slider("Smoothing", 0.0, 0.99, 0.6, 0.01, key="pretrain_smooth",
                           help="debiased exponential moving average of the training curves (as TensorBoard); 0 = raw")
-    for title, fig in pretraining_curves(train, evals, objective, x, smoothing):
+    for title, fig in pretraining_curves(train, evals, obj, x, smoothing):
         st.plotly_chart(fig, width="stretch", key=f"chart-{title}", config=chart_config(f"pretrain-{title.lower().replace(' ', '-')}"))
     return status
 

@@ -18,9 +18,9 @@ def series(recs: list, key: str, x: str = "step", x_at_step: dict = None):
     return [p[0] for p in pts], [p[1] for p in pts]
 
 
-def pretraining_curves(train: list, evals: list, objective: str, x: str = "step", smoothing: float = 0.0) -> list:
-    """(title, plotly figure) for the token objective, NSP (mlm+nsp), learning rate and throughput, against
-    `x` (step, tokens or elapsed). With `smoothing` > 0 each training curve is drawn faint with its debiased
+def pretraining_curves(train: list, evals: list, obj, x: str = "step", smoothing: float = 0.0) -> list:
+    """(title, plotly figure) for the token prediction of objective `obj` (engine.objectives), its NSP, the
+    learning rate and throughput, against `x` (step, tokens or elapsed). With `smoothing` > 0 each training curve is drawn faint with its debiased
     EMA (studio.compare.ema, as TensorBoard) on top; held-out points are few and stay raw."""
     at_step = {r["step"]: r.get(x) for r in train if r.get(x) is not None}
     x_title = X_AXES.get(x, x)
@@ -34,10 +34,8 @@ def pretraining_curves(train: list, evals: list, objective: str, x: str = "step"
             fig.add_trace(go.Scatter(x=xs, y=ema(ys, smoothing).tolist(), mode="lines", name=f"{name} (smoothed)",
                                      line=dict(color=colour, width=2)), **where)
 
-    tok = "lm" if objective == "ltr" else "mlm"
-    tok_name = "next-token" if objective == "ltr" else "MLM"
     figs = []
-    groups = [(tok, tok_name)] + ([("nsp", "NSP")] if objective == "mlm+nsp" else [])
+    groups = [(obj.token, obj.token_label)] + ([("nsp", "NSP")] if obj.nsp else [])
     for key, label in groups:
         fig = make_subplots(rows=1, cols=2, subplot_titles=(f"{label} loss", f"{label} accuracy"))
         for col, what in ((1, "loss"), (2, "acc")):

@@ -23,6 +23,7 @@ from engine.ablations.findings import NOT_YET, claim, compare, means
 from engine.ablations.study import Evaluation, FeatureArgs, FinetuneArgs, Study, Variant, pretrain_column_name
 from engine.cli import text
 from engine.errors import EngineError
+from engine.objectives import LTR, MLM, MLM_NSP
 from engine.pretrain_config import PretrainConfig
 from engine.tasks.shared_files import SHARED_DATA, shared_tasks
 
@@ -80,12 +81,12 @@ def pretraining_tasks_study(evaluations=None) -> Study:
         finding="Removing NSP hurts (BERT ≥ No NSP, most on QNLI, MNLI and SQuAD); the left-to-right model is worse "
                 "than the MLM model on every task; a BiLSTM on top helps LTR on SQuAD but stays far below the "
                 "bidirectional model, and hurts GLUE.",
-        base=PretrainConfig(preset="tiny", objective="mlm+nsp", steps=3000, batch_size=32, seq_len=128),
+        base=PretrainConfig(preset="tiny", objective=MLM_NSP.name, steps=3000, batch_size=32, seq_len=128),
         finetune=SMALL_GRID,
         variants=(
-            Variant("BERT (MLM + NSP)", {"objective": "mlm+nsp"}, note="the paper's BERT"),
-            Variant("No NSP", {"objective": "mlm"}, note="masked LM only, single-segment inputs"),
-            Variant("LTR & No NSP", {"objective": "ltr"}, note="left-to-right LM, causal attention also when fine-tuned"),
+            Variant("BERT (MLM + NSP)", {"objective": MLM_NSP.name}, note="the paper's BERT"),
+            Variant("No NSP", {"objective": MLM.name}, note="masked LM only, single-segment inputs"),
+            Variant("LTR & No NSP", {"objective": LTR.name}, note="left-to-right LM, causal attention also when fine-tuned"),
             Variant("+ BiLSTM", finetune={"bilstm": True}, reuse="LTR & No NSP",
                     note="the LTR model fine-tuned with a randomly initialised BiLSTM on top"),
         ),
@@ -111,7 +112,7 @@ def model_size_study(evaluations=None) -> Study:
         description="Layers L, hidden size H and heads A grow at equal pre-training (same steps, batch and data).",
         finding="Larger models are better on every task, even the small data sets; held-out MLM perplexity falls "
                 "with size.",
-        base=PretrainConfig(preset="tiny", objective="mlm+nsp", steps=3000, batch_size=32, seq_len=128),
+        base=PretrainConfig(preset="tiny", objective=MLM_NSP.name, steps=3000, batch_size=32, seq_len=128),
         finetune=SMALL_GRID,
         variants=(
             Variant("L=2 H=128 A=2", {"layers": 2, "hidden": 128, "heads": 2}),
@@ -201,7 +202,7 @@ def masking_study(evaluations=None) -> Study:
                     "replaced by a random token (RND). Four layers (L=4 H=128 A=2) so the feature-based column can concatenate the last four.",
         finding="Fine-tuning is robust to the masking strategy; MASK-only hurts the feature-based NER (a mismatch "
                 "between pre-training and use); RND-only is clearly worse than BERT's 80/10/10.",
-        base=PretrainConfig(preset="tiny", layers=4, hidden=128, heads=2, objective="mlm+nsp", steps=3000, batch_size=32, seq_len=128),
+        base=PretrainConfig(preset="tiny", layers=4, hidden=128, heads=2, objective=MLM_NSP.name, steps=3000, batch_size=32, seq_len=128),
         finetune=SMALL_GRID,
         variants=tuple(Variant(table8_label(m, s, r), {"mask_ratios": mask_ratios_for_row(m, s, r)},
                                note=f"--mask-ratios {text(mask_ratios_for_row(m, s, r))}")
@@ -244,9 +245,9 @@ def training_steps_study(evaluations=None) -> Study:
                     "left-to-right LM.",
         finding="More pre-training steps give better downstream scores; MLM converges slightly slower than LTR in "
                 "pre-training but scores higher downstream almost from the start.",
-        base=PretrainConfig(preset="tiny", objective="mlm+nsp", steps=3000, batch_size=32, seq_len=128, save_every=500),
+        base=PretrainConfig(preset="tiny", objective=MLM_NSP.name, steps=3000, batch_size=32, seq_len=128, save_every=500),
         finetune=SMALL_GRID,
-        variants=(Variant("MLM (BERT)", {"objective": "mlm+nsp"}), Variant("LTR", {"objective": "ltr"})),
+        variants=(Variant("MLM (BERT)", {"objective": MLM_NSP.name}), Variant("LTR", {"objective": LTR.name})),
         evaluations=evaluations if evaluations is not None else (BBC,),
         checkpoint_steps=(500, 1000, 2000, 3000),
         finding_check=check_training_steps,

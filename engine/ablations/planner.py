@@ -9,8 +9,6 @@ from pathlib import Path
 
 from engine import cli
 from engine.ablations.study import Evaluation, FeatureArgs, Study, Variant
-from engine.features import FeaturesConfig
-from engine.finetune import FinetuneConfig
 
 
 @dataclass
@@ -28,6 +26,8 @@ class Job:
 
 def _eval_argv(study: Study, variant: Variant, ev: Evaluation, model: str, seed: int, out: str, feats: FeatureArgs = None):
     """(kind, argv) of one downstream evaluation of `model`: `engine features` when `feats`, else `engine finetune`."""
+    from engine.features import FeaturesConfig  # (torch: engine.ablations itself loads without it)
+    from engine.finetune import FinetuneConfig
     fa = study.finetune_args(variant)
     task = dict(model=model, task=ev.task, train=ev.train, dev=ev.dev, max_train=fa.max_train, seed=seed, out=out)
     if feats is not None:

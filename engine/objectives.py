@@ -1,0 +1,93 @@
+"""The pre-training objectives (paper 3.1, and Table 5's ablation of them), each described once.
+
+| name    | instances (engine.pretraining_data)             | labels                           | attention | heads     |
+|---------|-------------------------------------------------|----------------------------------|-----------|-----------|
+| mlm+nsp | segment pairs A/B, B the next segment half the  | masked tokens (15%, 80/10/10)    | both ways | MLM + NSP |
+|         | time (IsNext) and from another document else    | + IsNext/NotNext                 |           |           |
+| mlm     | one stretch of a document per instance          | masked tokens                    | both ways | MLM       |
+| ltr     | one stretch of a document per instance          | the next token at every position | causal    | MLM (LM)  |
+
+The loss is the mean cross-entropy of the token predictions, plus the NSP cross-entropy when the objective has
+NSP. Every caller asks the objective (`objective(name)`) instead of comparing names: the loop (labels, loss,
+metrics), the data (pairs or single stretches), the model config (causal attention, NSP head), the pages
+(labels, curves). A new objective made of these parts is one more `Objective(...)` in OBJECTIVES.
+
+Metrics: a training window (and a held-out pass) sums the named quantities in SUMS; `record` turns them into the
+metrics.jsonl keys: loss, <token>_loss, <token>_acc (token = mlm, or lm for a left-to-right objective), and
+nsp_loss, nsp_acc with NSP; held-out records prefix them with eval_ and add eval_<token>_ppl, eval_loss,
+eval_instances.
+"""
+import math
+from dataclasses import dataclass
+
+from engine.errors import EngineError
+
+# what a metrics window sums over its micro-batches (a tensor in this order, so ranks all-reduce it at once and
+# checkpoints save it as training_state.pt's metrics_window)
+SUMS = ("loss",  # the micro-batch losses (each a mean)
+        "token_loss", "token_correct", "token_n",  # summed cross-entropy, correct predictions, predicted positions
+        "nsp_loss", "nsp_correct", "nsp_n",  # the same for next-sentence prediction (0 without NSP)
+        "tokens",  # real (non-padding) tokens seen
+        "batches")  # micro-batches
+
+
+@dataclass(frozen=True)
+class Objective:
+    name: str  # the --objective value, run.json's "objective"
+    label: str  # how pages and study tables name it
+    nsp: bool  # instances are segment pairs A/B labelled IsNext / NotNext, and the model has an NSP head
+    causal: bool  # left-to-right: causal attention, labels are the next tokens (no masking)
+
+    @property
+    def token(self) -> str:
+        """The prefix of its token-prediction metrics: lm (next token) or mlm (masked token)."""
+        return "lm" if self.causal else "mlm"
+
+    @property
+    def token_label(self) -> str:
+        return "next-token" if self.causal else "MLM"
+
+    @property
+    def heads(self) -> tuple:
+        """The pre-training heads its model carries (the LM head is the MLM head predicting the next token)."""
+        return ("mlm", "nsp") if self.nsp else ("mlm",)
+
+    @property
+    def min_documents(self) -> int:
+        return 2 if self.nsp else 1  # NotNext takes B from another document
+
+    @property
+    def metrics(self) -> tuple:
+        """The metric keys of its training records (besides step, tokens, lr, ...)."""
+        return ("loss", f"{self.token}_loss", f"{self.token}_acc") + (("nsp_loss", "nsp_acc") if self.nsp else ())
+
+    def record(self, sums: dict) -> dict:
+        """Means of a window's `sums` (SUMS names) under the metrics.jsonl keys."""
+        rec = {"loss": sums["loss"] / max(sums["batches"], 1),
+               f"{self.token}_loss": sums["token_loss"] / max(sums["token_n"], 1),
+               f"{self.token}_acc": sums["token_correct"] / max(sums["token_n"], 1)}
+        if self.nsp:
+            rec["nsp_loss"] = sums["nsp_loss"] / max(sums["nsp_n"], 1)
+            rec["nsp_acc"] = sums["nsp_correct"] / max(sums["nsp_n"], 1)
+        return rec
+
+    def eval_record(self, sums: dict, instances: int) -> dict:
+        """A held-out record: `record` with eval_ keys, plus perplexity, total loss and the instance count."""
+        rec = {f"eval_{k}": v for k, v in self.record(sums).items()}
+        rec[f"eval_{self.token}_ppl"] = math.exp(min(rec[f"eval_{self.token}_loss"], 50.0))
+        rec["eval_loss"] = rec[f"eval_{self.token}_loss"] + rec.get("eval_nsp_loss", 0.0)
+        rec["eval_instances"] = instances
+        return rec
+
+
+MLM_NSP = Objective("mlm+nsp", "MLM + NSP (BERT)", nsp=True, causal=False)
+MLM = Objective("mlm", "MLM only (No NSP)", nsp=False, causal=False)
+LTR = Objective("ltr", "Left-to-right LM (LTR & No NSP)", nsp=False, causal=True)
+OBJECTIVES = {o.name: o for o in (MLM_NSP, MLM, LTR)}
+
+
+def objective(name: str) -> Objective:
+    """The Objective called `name` (EngineError naming the choices when there is none)."""
+    if name not in OBJECTIVES:
+        raise EngineError(f"unknown objective '{name}'; choose one of {', '.join(OBJECTIVES)}")
+    return OBJECTIVES[name]

@@ -1,0 +1,72 @@
+"""engine/objectives.py: each pre-training objective is described once, and everything that differs between
+objectives (data, model, labels, loss, metrics) follows from its description."""
+import math
+from dataclasses import replace
+
+import pytest
+
+import engine
+from engine import runs
+from engine.errors import EngineError
+from engine.objectives import LTR, MLM, MLM_NSP, OBJECTIVES, SUMS, Objective, objective
+from engine.pretrain import PretrainConfig, model_config, pretrain, validate
+
+
+def test_the_papers_three_objectives():
+    assert engine.OBJECTIVES is OBJECTIVES and list(OBJECTIVES) == ["mlm+nsp", "mlm", "ltr"]
+    assert (MLM_NSP.nsp, MLM_NSP.causal, MLM.nsp, MLM.causal, LTR.nsp, LTR.causal) == (True, False, False, False, False, True)
+    # the metrics.jsonl keys each one writes
+    assert MLM_NSP.metrics == ("loss", "mlm_loss", "mlm_acc", "nsp_loss", "nsp_acc")
+    assert MLM.metrics == ("loss", "mlm_loss", "mlm_acc")
+    assert LTR.metrics == ("loss", "lm_loss", "lm_acc")
+    for name, obj in OBJECTIVES.items():
+        m = model_config(PretrainConfig(objective=name), vocab_size=500)
+        assert (m.causal, m.has_nsp_head, m.has_mlm_head) == (obj.causal, obj.nsp, True)
+
+
+def test_unknown_objective_is_one_line_naming_the_choices():
+    with pytest.raises(EngineError, match="unknown objective 'nsp'; choose one of mlm\\+nsp, mlm, ltr"):
+        objective("nsp")
+    with pytest.raises(EngineError, match="unknown objective"):
+        validate(PretrainConfig(objective="nsp"))
+
+
+def test_records_are_means_of_the_named_sums():
+    sums = dict.fromkeys(SUMS, 0.0)
+    sums.update(loss=9.0, batches=3, token_loss=20.0, token_correct=5, token_n=10, nsp_loss=4.0, nsp_correct=6, nsp_n=8, tokens=99)
+    assert MLM_NSP.record(sums) == {"loss": 3.0, "mlm_loss": 2.0, "mlm_acc": 0.5, "nsp_loss": 0.5, "nsp_acc": 0.75}
+    assert LTR.record(sums) == {"loss": 3.0, "lm_loss": 2.0, "lm_acc": 0.5}
+    ev = MLM_NSP.eval_record(sums, instances=8)
+    assert ev["eval_mlm_ppl"] == pytest.approx(math.exp(2.0)) and ev["eval_loss"] == pytest.approx(2.5)
+    assert ev["eval_instances"] == 8 and ev["eval_nsp_acc"] == 0.75
+    assert LTR.eval_record(sums, 8)["eval_lm_ppl"] == pytest.approx(math.exp(2.0))
+    empty = dict.fromkeys(SUMS, 0.0)
+    assert MLM.record(empty) == {"loss": 0.0, "mlm_loss": 0.0, "mlm_acc": 0.0}  # an empty window divides by 1
+
+
+def test_a_new_objective_is_one_entry(tmp_path, monkeypatch):
+    """A fourth objective made of the existing parts (here a left-to-right LM that also learns NSP) is one
+    Objective in OBJECTIVES: data, model, labels, loss and metrics follow without another change."""
+    both = Objective("ltr+nsp", "Left-to-right LM + NSP", nsp=True, causal=True)
+    monkeypatch.setitem(OBJECTIVES, both.name, both)
+    words = ["alpha", "bravo", "charlie", "delta", "echo", "foxtrot", "golf", "hotel"]
+    docs = ["\n".join(" ".join(words[(d + s + k) % 8] for k in range(6)).capitalize() + "." for s in range(12))
+            for d in range(12)]
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("\n\n".join(d.replace("\n", " ") for d in docs) + "\n", encoding="utf-8")
+    cfg = PretrainConfig(corpus=str(corpus), objective=both.name, vocab_size=120, cache_dir=str(tmp_path / "cache"),
+                         layers=1, hidden=32, heads=2, max_positions=32, seq_len=32, batch_size=4, steps=2, log_every=1,
+                         eval_every=0, save_every=0, eval_fraction=0.2, eval_max_instances=8, quiet=True, num_threads=1,
+                         out=str(tmp_path / "run"))
+    run = pretrain(cfg)
+    info = runs.read_run_json(run)
+    assert info["status"] == "finished" and info["objective"] == "ltr+nsp"
+    assert info["model"]["causal"] is True and info["model"]["has_nsp_head"] is True
+    train = [r for r in runs.read_metrics(run) if r["split"] == "train"]
+    evals = [r for r in runs.read_metrics(run) if r["split"] == "eval"]
+    assert set(both.metrics) <= set(train[-1]) and "mlm_loss" not in train[-1]
+    assert {"eval_lm_ppl", "eval_nsp_acc"} <= set(evals[-1])
+    assert train[-1]["nsp_loss"] > 0 and math.isfinite(train[-1]["lm_loss"])  # both losses were computed
+    # the same settings with the paper's LTR: no NSP head, no NSP metric
+    run2 = pretrain(replace(cfg, objective=LTR.name, out=str(tmp_path / "run2")))
+    assert "nsp_acc" not in [r for r in runs.read_metrics(run2) if r["split"] == "train"][-1]
