@@ -11,7 +11,7 @@ import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from studio.figures import _label_tokens
+from studio.figures import label_tokens
 
 STAT_LABELS = {
     "cls": "attention to [CLS]",
@@ -66,7 +66,7 @@ def importance_figure(importance, base_loss=None) -> go.Figure:
 
 def side_by_side_figure(left, right, tokens, titles) -> go.Figure:
     """Two (T, T) maps with the same token labels, each with its own colour scale."""
-    labels = _label_tokens(tokens)
+    labels = label_tokens(tokens)
     fig = make_subplots(rows=1, cols=2, subplot_titles=list(titles), horizontal_spacing=0.12)
     for c, (m, cb) in enumerate(((left, 0.44), (right, 1.0)), start=1):
         m = np.asarray(m, dtype=float)

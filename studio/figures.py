@@ -32,7 +32,7 @@ def plotly_config(filename: str, fmt: str = "png") -> dict:
     return cfg
 
 
-def _label_tokens(tokens) -> list:
+def label_tokens(tokens) -> list:
     """Unique axis labels ("3 the") so repeated tokens keep their own row/column."""
     return [f"{i} {t}" for i, t in enumerate(tokens)]
 
@@ -75,7 +75,7 @@ def attention_heatmap(att2d, tokens_q, tokens_k=None, title: str = "", zmax: flo
     att2d = np.asarray(att2d)
     tokens_k = tokens_q if tokens_k is None else tokens_k
     fig = go.Figure(go.Heatmap(
-        z=np.round(att2d, 4).astype(np.float32), x=_label_tokens(tokens_k), y=_label_tokens(tokens_q), colorscale="Blues",
+        z=np.round(att2d, 4).astype(np.float32), x=label_tokens(tokens_k), y=label_tokens(tokens_q), colorscale="Blues",
         zmin=0.0, zmax=zmax if zmax is not None else max(1e-6, float(att2d.max()) if att2d.size else 1.0),
         colorbar=dict(title="weight"), hovertemplate="query %{y}<br>key %{x}<br>weight %{z:.4f}<extra></extra>"))
     n = len(tokens_q)
@@ -92,7 +92,7 @@ def model_view_figure(att, tokens, layers, heads, title: str = "Model view: ever
     rows, cols = max(1, len(layers)), max(1, len(heads))
     fig = make_subplots(rows=rows, cols=cols, horizontal_spacing=0.01, vertical_spacing=0.02,
                         column_titles=[f"H{h + 1}" for h in heads], row_titles=[f"L{l + 1}" for l in layers])
-    labels = _label_tokens(tokens)
+    labels = label_tokens(tokens)
     for r, l in enumerate(layers):
         for c, h in enumerate(heads):
             fig.add_trace(go.Heatmap(z=np.round(att[l, h], 3).astype(np.float32), x=labels, y=labels, coloraxis="coloraxis",

@@ -12,7 +12,7 @@ predicts there and where the masked token looks, layer by layer. No streamlit im
 import numpy as np
 import plotly.graph_objects as go
 
-from studio.figures import _label_tokens
+from studio.figures import label_tokens
 
 
 def pieces(bundle, text: str) -> list:
@@ -44,7 +44,7 @@ def token_attention_figure(att, tokens, position: int, title: str = None) -> go.
     """`att` (L, A, T, T): row `position` of every layer, averaged over heads -> an (L, T) heatmap."""
     rows = np.asarray(att)[:, :, position, :].mean(axis=1)  # (L, T)
     L = rows.shape[0]
-    fig = go.Figure(go.Heatmap(z=np.round(rows, 4), x=_label_tokens(tokens), y=[f"layer {l + 1}" for l in range(L)],
+    fig = go.Figure(go.Heatmap(z=np.round(rows, 4), x=label_tokens(tokens), y=[f"layer {l + 1}" for l in range(L)],
                                colorscale="Blues", zmin=0.0, zmax=max(1e-6, float(rows.max())), colorbar=dict(title="weight"),
                                hovertemplate="%{y}<br>key %{x}<br>%{z:.4f}<extra></extra>"))
     fig.update_layout(title=title or f"Where {position} {tokens[position]} looks, per layer (mean over heads)",
@@ -57,7 +57,7 @@ def token_attention_by_head(att, tokens, position: int, layer: int) -> go.Figure
     """One layer: row `position` of each head -> an (A, T) heatmap."""
     rows = np.asarray(att)[layer, :, position, :]  # (A, T)
     A = rows.shape[0]
-    fig = go.Figure(go.Heatmap(z=np.round(rows, 4), x=_label_tokens(tokens), y=[f"head {h + 1}" for h in range(A)],
+    fig = go.Figure(go.Heatmap(z=np.round(rows, 4), x=label_tokens(tokens), y=[f"head {h + 1}" for h in range(A)],
                                colorscale="Blues", zmin=0.0, zmax=1.0, colorbar=dict(title="weight"),
                                hovertemplate="%{y}<br>key %{x}<br>%{z:.4f}<extra></extra>"))
     fig.update_layout(title=f"Layer {layer + 1}: where {position} {tokens[position]} looks, per head",
