@@ -1,0 +1,28 @@
+"""Rules the test suite keeps for a newcomer: no test edits sys.path (pytest.ini's `pythonpath = .` puts the
+repository on it) and no test module imports another (shared fixtures live in tests/conftest.py)."""
+import ast
+from pathlib import Path
+
+TESTS = Path(__file__).resolve().parent
+
+
+def _modules():
+    for path in sorted(TESTS.glob("*.py")):
+        yield path, ast.parse(path.read_text(encoding="utf-8"))
+
+
+def test_no_test_edits_sys_path():
+    edits = [f"{p.name}:{n.lineno}" for p, tree in _modules() for n in ast.walk(tree)
+             if isinstance(n, ast.Attribute) and n.attr == "path" and isinstance(n.value, ast.Name) and n.value.id == "sys"
+             and p.name != Path(__file__).name]
+    assert not edits, f"sys.path used in {edits}; the repository root is already importable (pytest.ini pythonpath)"
+
+
+def test_no_test_module_imports_another():
+    local = {p.stem for p in TESTS.glob("*.py")}
+    found = []
+    for p, tree in _modules():
+        for n in ast.walk(tree):
+            names = [a.name for a in n.names] if isinstance(n, ast.Import) else [n.module or ""] if isinstance(n, ast.ImportFrom) else []
+            found += [f"{p.name}:{n.lineno} imports {m}" for m in names if m.split(".")[0] in local | {"tests"}]
+    assert not found, f"{found}: move what is shared into a fixture in tests/conftest.py"
