@@ -61,6 +61,11 @@ class Objective:
         """The metric keys of its training records (besides step, tokens, lr, ...)."""
         return ("loss", f"{self.token}_loss", f"{self.token}_acc") + (("nsp_loss", "nsp_acc") if self.nsp else ())
 
+    @property
+    def held_out_metrics(self) -> tuple:
+        """The held-out metrics a study table shows (without their eval_ prefix)."""
+        return (f"{self.token}_acc", f"{self.token}_ppl") + (("nsp_acc",) if self.nsp else ())
+
     def record(self, sums: dict) -> dict:
         """Means of a window's `sums` (SUMS names) under the metrics.jsonl keys."""
         rec = {"loss": sums["loss"] / max(sums["batches"], 1),
@@ -84,6 +89,12 @@ MLM_NSP = Objective("mlm+nsp", "MLM + NSP (BERT)", nsp=True, causal=False)
 MLM = Objective("mlm", "MLM only (No NSP)", nsp=False, causal=False)
 LTR = Objective("ltr", "Left-to-right LM (LTR & No NSP)", nsp=False, causal=True)
 OBJECTIVES = {o.name: o for o in (MLM_NSP, MLM, LTR)}
+
+
+def every(metrics: str) -> tuple:
+    """The `metrics` ("metrics" or "held_out_metrics") of every objective, in order, without repeats: the keys a
+    reader of any pre-training run looks for."""
+    return tuple(dict.fromkeys(m for o in OBJECTIVES.values() for m in getattr(o, metrics)))
 
 
 def objective(name: str) -> Objective:

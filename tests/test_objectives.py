@@ -8,7 +8,7 @@ import pytest
 import engine
 from engine import runs
 from engine.errors import EngineError
-from engine.objectives import LTR, MLM, MLM_NSP, OBJECTIVES, SUMS, Objective, objective
+from engine.objectives import LTR, MLM, MLM_NSP, OBJECTIVES, SUMS, Objective, every, objective
 from engine.pretrain import PretrainConfig, model_config, pretrain, validate
 
 
@@ -19,6 +19,9 @@ def test_the_papers_three_objectives():
     assert MLM_NSP.metrics == ("loss", "mlm_loss", "mlm_acc", "nsp_loss", "nsp_acc")
     assert MLM.metrics == ("loss", "mlm_loss", "mlm_acc")
     assert LTR.metrics == ("loss", "lm_loss", "lm_acc")
+    assert MLM_NSP.held_out_metrics == ("mlm_acc", "mlm_ppl", "nsp_acc") and LTR.held_out_metrics == ("lm_acc", "lm_ppl")
+    assert every("held_out_metrics") == ("mlm_acc", "mlm_ppl", "nsp_acc", "lm_acc", "lm_ppl")  # what study tables read
+    assert set(every("metrics")) == {"loss", "mlm_loss", "mlm_acc", "nsp_loss", "nsp_acc", "lm_loss", "lm_acc"}
     for name, obj in OBJECTIVES.items():
         m = model_config(PretrainConfig(objective=name), vocab_size=500)
         assert (m.causal, m.has_nsp_head, m.has_mlm_head) == (obj.causal, obj.nsp, True)

@@ -9,6 +9,7 @@ from engine.ablations.folders import read_study
 from engine.ablations.runner import job_states
 from engine.ablations.study import Study, pretrain_column_name, study_from_dict
 from engine.fileio import atomic_write_text
+from engine.objectives import every
 
 
 def best_score(eval_data: dict, metric: str):
@@ -62,7 +63,7 @@ def collect_results(study_dir) -> StudyResults:
             recs = runs.read_metrics(out)
             for r in recs:
                 if isinstance(r.get("step"), (int, float)) and r.get("split") != "eval":
-                    for m in ("loss", "mlm_loss", "mlm_acc", "lm_loss", "lm_acc", "nsp_loss", "nsp_acc", "lr", "tokens_per_s"):
+                    for m in every("metrics") + ("lr", "tokens_per_s"):
                         if isinstance(r.get(m), (int, float)) and not isinstance(r.get(m), bool):
                             curve_rows.append({"variant": j["variant"], "seed": j["seed"], "step": int(r["step"]),
                                                "metric": m, "split": "train", "value": float(r[m])})
@@ -111,7 +112,7 @@ def final_pretrain_metrics(curves):
     for (variant, seed), g in ev.groupby(["variant", "seed"], sort=False):
         last = g[g["step"] == g["step"].max()]
         row = {"variant": variant, "seed": int(seed), "step": int(last["step"].iloc[0])}
-        for m in ("mlm_acc", "mlm_ppl", "nsp_acc", "lm_acc", "lm_ppl"):
+        for m in every("held_out_metrics"):
             hit = last[last["metric"] == m]
             if len(hit):
                 row[m] = round(float(hit["value"].iloc[0]), 4)
