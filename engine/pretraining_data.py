@@ -71,6 +71,7 @@ import torch
 from engine.errors import EngineError
 from engine.fileio import atomic_save_with, atomic_write_json
 from engine.objectives import MLM_NSP, objective as get_objective
+from engine.procs import pid_alive
 
 FORMAT_VERSION = 1
 IGNORE_INDEX = -100  # label of positions the MLM loss skips (PyTorch cross_entropy default)
@@ -522,14 +523,14 @@ def corpus_fingerprint(docs) -> str:
 
 
 def _remove_stale_tmp(cache_dir: Path, name: str) -> None:
+    """Remove half-written cache folders (`.tmp-<name>-<pid>-<random>`) whose writer process is gone."""
     for p in cache_dir.glob(f".tmp-{name}-*"):
         try:
             pid = int(p.name.split("-")[-2])
-            os.kill(pid, 0)
-        except ProcessLookupError:
+        except (ValueError, IndexError):
+            continue
+        if not pid_alive(pid):
             shutil.rmtree(p, ignore_errors=True)
-        except (ValueError, IndexError, PermissionError, OSError):
-            pass
 
 
 def build_pretraining_data(docs, tokenizer, seq_len: int = 128, objective: str = MLM_NSP.name, seed: int = 0,

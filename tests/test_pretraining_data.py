@@ -139,6 +139,17 @@ def test_half_written_cache_is_never_picked_up(bbc, tmp_path):
     assert (again.path / "config.json").is_file()
 
 
+def test_stale_tmp_folders_of_dead_writers_are_removed(tmp_path):
+    import os
+
+    from engine.pretraining_data import _remove_stale_tmp
+    dead, live, odd = (tmp_path / f".tmp-key-{pid}-ab12" for pid in (2 ** 22 + 1, os.getpid(), "x"))  # 2**22+1 > pid_max
+    for d in (dead, live, odd):
+        d.mkdir()
+    _remove_stale_tmp(tmp_path, "key")
+    assert not dead.exists() and live.is_dir() and odd.is_dir()  # a live writer's folder and a foreign name stay
+
+
 @pytest.mark.slow
 def test_eval_split_fixed_by_eval_seed(bbc, nsp):
     docs, tok = bbc
