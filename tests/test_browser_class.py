@@ -157,6 +157,20 @@ def test_guided_first_class_by_clicks(tmp_path, bbc_docs):
                 assert page.get_by_label("Classroom scale", exact=False).is_checked()
                 page.get_by_text("The paper's finding").first.wait_for()
                 page.screenshot(path=str(shots / "4-table5.png"), full_page=True)
+
+                # beyond the class: the Attention page's per-head statistics grid opens the head that is clicked
+                page.get_by_role("link", name="Attention").first.click()
+                page.get_by_role("tab", name="Head statistics").click()
+                grid = page.locator(".js-plotly-plot", has_text="click a head to open it").first
+                grid.wait_for()
+                opened = page.get_by_text("Layer 1, head 1 on this input").first
+                opened.wait_for()
+                point = grid.locator(".scatterlayer .point").nth(13)  # layer 2, head 2 of MiniLM's 6 x 12 grid
+                point.scroll_into_view_if_needed()
+                box = point.bounding_box()  # plotly takes clicks on its drag layer above the markers
+                page.mouse.click(box["x"] + box["width"] / 2, box["y"] + box["height"] / 2)
+                page.get_by_text("Layer 2, head 2 on this input").first.wait_for()
+                page.screenshot(path=str(shots / "5-head-statistics.png"), full_page=True)
             finally:
                 browser.close()
     finally:
@@ -175,5 +189,6 @@ def test_guided_first_class_by_clicks(tmp_path, bbc_docs):
             proc.wait(timeout=5)
         log.close()
     assert sorted(p.name for p in shots.iterdir()) == ["0-start.png", "1-model.png", "2-pretrain-finished.png",
-                                                        "2-pretrain-launched.png", "3-probe.png", "4-table5.png"]
+                                                        "2-pretrain-launched.png", "3-probe.png", "4-table5.png",
+                                                        "5-head-statistics.png"]
     assert blocked == [], f"the studio tried to reach the network: {blocked[:5]}"
