@@ -248,10 +248,8 @@ def finetune(cfg: FinetuneConfig, progress: Callable = None, progress_bar: bool 
     {"metric", "score", "dev" (best dev metrics), "best" (the best trial), "trials", "grid", ...}.
     `progress(info)` is called after every step ({"step", "total_steps", "trial", "n_trials", "epoch", "loss"})
     and after every dev evaluation (the same keys plus "dev")."""
-    from engine.checkpoint import load
-    from engine.runs import Run, truncate_metrics
+    from engine.runs import Run, check_run_folder, truncate_metrics
 
-    from engine.runs import check_run_folder
     out = Path(cfg.out)
     check_run_folder(out, "finetune", cfg.to_dict(), cfg.resume, RUNTIME_FIELDS)  # before anything is written
     if cfg.num_threads:
@@ -263,118 +261,39 @@ def finetune(cfg: FinetuneConfig, progress: Callable = None, progress_bar: bool 
     out.mkdir(parents=True, exist_ok=True)
     t_start = time.time()
     with Run(out, kind="finetune", config=cfg.to_dict(), task=cfg.task, model=cfg.model) as run:
-        bundle = load(cfg.model, device="cpu")
-        tok, base = bundle.tokenizer, bundle.model.bert
-        if cfg.random_init:  # the same architecture and vocabulary from random weights (BERT's init, seeded)
-            from engine.model import BertForPreTraining
-            torch.manual_seed(cfg.seed)
-            base = BertForPreTraining(bundle.config).bert
+        bundle, base = _load_encoder(cfg)
         max_len = min(cfg.max_seq_len, bundle.config.max_position_embeddings)
-        task = load_task(cfg)
-        data = prepare(task, tok, cfg, max_len)
+        data = prepare(load_task(cfg), bundle.tokenizer, cfg, max_len)
         if progress_bar:  # the CLI: say what the files were read as before any training
             notes = [f"note: {data.info['tau']}"] if data.info.get("tau") else []  # SQuAD v2.0: where tau comes from
             print("\n".join(describe_lines(data.info["parsed"]) + notes), file=sys.stderr, flush=True)
         steps = [math.ceil(len(data.train) / t["batch_size"]) * t["epochs"] for t in grid]
-        total_steps = sum(steps)
-        run.set(total_steps=total_steps, n_trials=len(grid))
-        global_step = sum(steps[:len(done)])  # resuming: the finished trials' steps
-        truncate_metrics(out, after_step=global_step)  # drop the interrupted trial's records (or an empty log)
-        result = {
-            "kind": "finetune", "status": "running", "model": cfg.model, "model_path": bundle.path, "random_init": cfg.random_init,
-            "causal": bool(bundle.config.causal), "task": data.info["task"], "task_source": cfg.task, "task_kind": data.kind,
-            "metric": data.metric, "score": None, "dev": None, "best": None, "trials": [], "grid": [],
-            "data": {**data.info, "max_seq_len": max_len}, "device": str(device), "precision": precision,
-            "config": cfg.to_dict(),
-        }
-        for rec in done:  # resuming: the finished trials count as they did
-            result["trials"].append(rec)
-            if better(rec["score"], result["score"]):
-                result.update(score=rec["score"], dev=rec["dev"], best={k: v for k, v in rec.items() if k != "epochs_log"})
+        ctx = TrialContext(cfg, data, device, precision, run, len(grid), sum(steps), t_start,
+                           step=sum(steps[:len(done)]), progress=progress)  # resuming: the finished trials' steps are done
+        run.set(total_steps=ctx.total_steps, n_trials=len(grid))
+        truncate_metrics(out, after_step=ctx.step)  # drop the interrupted trial's records (or an empty log)
+        result = _first_result(cfg, bundle, data, max_len, device, precision)
         if done:
-            result["grid"] = grid_summary(result["trials"])
-            prev = records.read_eval(out)
-            if prev.get("saved_trial") is not None:
-                result["saved_trial"], result["best_model"] = prev["saved_trial"], prev.get("best_model")
+            _resume_result(result, done, records.read_eval(out))
             print(f"resuming {out}: {len(done)} of {len(grid)} trials finished, starting at trial {len(done) + 1}",
                   file=sys.stderr, flush=True)
         records.write_eval(out, _eval_json(result))  # a polling page sees the task and the data at once
-        bar = None
         if progress_bar:
             from tqdm import tqdm
-            bar = tqdm(total=total_steps, file=sys.stderr, unit="step", mininterval=1.0, dynamic_ncols=True)
-        if bar is not None:
-            bar.update(global_step)
-        best_state = None
+            ctx.bar = tqdm(total=ctx.total_steps, file=sys.stderr, unit="step", mininterval=1.0, dynamic_ncols=True)
+            ctx.bar.update(ctx.step)
         try:
-            for ti, trial in enumerate(grid):
-                if ti < len(done):
-                    continue
-                g = torch.Generator().manual_seed(trial["seed"])
-                torch.manual_seed(trial["seed"])  # dropout masks
-                model = TaskModel(copy.deepcopy(base), data.kind, data.num_labels, bilstm=cfg.bilstm,
-                                  dropout=cfg.dropout, generator=g)
-                set_dropout(model, cfg.dropout)
-                model.to(device)
-                opt, sched = make_optimizer(model, trial["lr"], cfg.weight_decay, steps[ti], cfg.warmup)
-                rec = {"trial": ti, **trial, "best_epoch": None, "score": None, "dev": None, "epochs_log": [], "seconds": None}
-                t0 = time.time()
-                for epoch in range(1, trial["epochs"] + 1):
-                    model.train()
-                    losses = []
-                    for idx in length_batches(data.train_lengths, trial["batch_size"], g):
-                        batch = _to(data.collate([data.train[i] for i in idx]), device)
-                        with amp(device, precision):
-                            logits = model(batch["input_ids"], batch["token_type_ids"], batch["attention_mask"])
-                        loss = model.loss(logits, batch)
-                        opt.zero_grad(set_to_none=True)
-                        loss.backward()
-                        if cfg.max_grad_norm:
-                            nn.utils.clip_grad_norm_(model.parameters(), cfg.max_grad_norm)
-                        opt.step()
-                        sched.step()
-                        global_step += 1
-                        losses.append(loss.item())
-                        if bar is not None:
-                            bar.update(1)
-                            bar.set_postfix(trial=f"{ti + 1}/{len(grid)}", epoch=epoch, loss=f"{losses[-1]:.3f}", refresh=False)
-                        if global_step % cfg.log_every == 0:
-                            run.log({"step": global_step, "trial": ti, "epoch": epoch, "elapsed": round(time.time() - t_start, 3),
-                                     "loss": float(np.mean(losses[-cfg.log_every:])),
-                                     "lr": sched.get_last_lr()[0]})
-                        if progress is not None:
-                            progress({"step": global_step, "total_steps": total_steps, "trial": ti, "n_trials": len(grid),
-                                      "epoch": epoch, "loss": losses[-1]})
-                    with amp(device, precision):
-                        dev = data.evaluate(model, device, cfg.eval_batch_size)
-                    score = dev.get(data.metric)
-                    rec["epochs_log"].append({"epoch": epoch, "train_loss": float(np.mean(losses)), "score": score, **_scalars(dev)})
-                    run.log({"step": global_step, "trial": ti, "epoch": epoch, "elapsed": round(time.time() - t_start, 3),
-                             "train_loss": float(np.mean(losses)),
-                             "score": score, **_scalars(dev, "dev_")})
-                    if progress is not None:
-                        progress({"step": global_step, "total_steps": total_steps, "trial": ti, "n_trials": len(grid),
-                                  "epoch": epoch, "loss": float(np.mean(losses)), "dev": _scalars(dev)})
-                    if better(score, rec["score"]):
-                        rec.update(best_epoch=epoch, score=score, dev=dev)
-                        if cfg.save_best and better(score, result["score"]):
-                            best_state = {k: v.detach().to("cpu", copy=True) for k, v in model.state_dict().items()}
-                            result["saved_trial"] = ti
-                rec["seconds"] = round(time.time() - t0, 2)
-                result["trials"].append(rec)
-                if better(rec["score"], result["score"]):
-                    result.update(score=rec["score"], dev=rec["dev"], best={k: v for k, v in rec.items() if k != "epochs_log"})
-                result["grid"] = grid_summary(result["trials"])
+            for ti in range(len(done), len(grid)):
+                rec, best_state = _run_trial(ctx, base, ti, grid[ti], steps[ti], result["score"])
+                _add_trial(result, rec)
                 result["seconds"] = round(time.time() - t_start, 2)
-                if cfg.save_best and best_state is not None:  # saved per trial, so a resume keeps it
+                if best_state is not None:  # saved per trial, so a resume keeps it
                     save_finetuned(out / "best", best_state, bundle, data, cfg)
-                    result["best_model"] = str(out / "best")
-                    best_state = None
+                    result["saved_trial"], result["best_model"] = ti, str(out / "best")
                 records.write_eval(out, _eval_json(result))
-                del model, opt, sched
         finally:
-            if bar is not None:
-                bar.close()
+            if ctx.bar is not None:
+                ctx.bar.close()
         result["warnings"] = list(data.info["parsed"]["warnings"])
         if (result.get("dev") or {}).get("collapse"):
             result["warnings"].append(f"best trial: {result['dev']['collapse']}")
@@ -383,6 +302,128 @@ def finetune(cfg: FinetuneConfig, progress: Callable = None, progress_bar: bool 
         records.write_eval(out, _eval_json(result))
         run.set(best_score=result["score"], metric=data.metric)
     return result
+
+
+def _load_encoder(cfg: FinetuneConfig) -> tuple:
+    """(the checkpoint's Bundle, the encoder every trial copies): the pre-trained BertModel, or with
+    `random_init` the same architecture and vocabulary from random weights (BERT's init, seeded)."""
+    from engine.checkpoint import load
+    from engine.model import BertForPreTraining
+    bundle = load(cfg.model, device="cpu")
+    if not cfg.random_init:
+        return bundle, bundle.model.bert
+    torch.manual_seed(cfg.seed)
+    return bundle, BertForPreTraining(bundle.config).bert
+
+
+def _first_result(cfg: FinetuneConfig, bundle, data: Prepared, max_len: int, device, precision: str) -> dict:
+    """eval.json before any trial ends (fields: engine.records.FINETUNE_EVAL_FIELDS)."""
+    return {
+        "kind": "finetune", "status": "running", "model": cfg.model, "model_path": bundle.path, "random_init": cfg.random_init,
+        "causal": bool(bundle.config.causal), "task": data.info["task"], "task_source": cfg.task, "task_kind": data.kind,
+        "metric": data.metric, "score": None, "dev": None, "best": None, "trials": [], "grid": [],
+        "data": {**data.info, "max_seq_len": max_len}, "device": str(device), "precision": precision,
+        "config": cfg.to_dict(),
+    }
+
+
+def _resume_result(result: dict, done: list, prev: dict) -> None:
+    """Resuming: the finished trials count as they did, and the model they saved stays the saved one."""
+    for rec in done:
+        _add_trial(result, rec)
+    if prev.get("saved_trial") is not None:
+        result["saved_trial"], result["best_model"] = prev["saved_trial"], prev.get("best_model")
+
+
+def _add_trial(result: dict, rec: dict) -> None:
+    """Record a finished trial: the trial list, the best trial so far and the spread per grid point."""
+    result["trials"].append(rec)
+    if better(rec["score"], result["score"]):
+        result.update(score=rec["score"], dev=rec["dev"], best={k: v for k, v in rec.items() if k != "epochs_log"})
+    result["grid"] = grid_summary(result["trials"])
+
+
+@dataclass
+class TrialContext:
+    """What the trials of one `finetune` call share: settings, data, device, the run's log and the progress
+    outputs. `step` counts optimizer steps over all trials (the x axis of metrics.jsonl)."""
+    cfg: FinetuneConfig
+    data: Prepared
+    device: torch.device
+    precision: str  # resolved: "bf16" or "fp32"
+    run: object  # the engine.runs.Run being written
+    n_trials: int
+    total_steps: int
+    t_start: float  # time.time() at the start of the call (records' "elapsed")
+    step: int = 0
+    bar: object = None  # the CLI's tqdm bar
+    progress: Callable = None  # progress(info) of the caller
+
+    def elapsed(self) -> float:
+        return round(time.time() - self.t_start, 3)
+
+    def report(self, info: dict) -> None:
+        if self.progress is not None:
+            self.progress({"step": self.step, "total_steps": self.total_steps, "n_trials": self.n_trials, **info})
+
+
+def _run_trial(ctx: TrialContext, base: nn.Module, ti: int, trial: dict, steps: int, best_score) -> tuple:
+    """Train one grid point from a fresh copy of `base` with a new head, evaluating on dev after every epoch.
+    Returns (the trial's record, the state dict of its best epoch when --save-best is on and it beats
+    `best_score`, the best score of the earlier trials; else None)."""
+    cfg, data = ctx.cfg, ctx.data
+    g = torch.Generator().manual_seed(trial["seed"])  # shuffling and the head's initialisation
+    torch.manual_seed(trial["seed"])  # dropout masks
+    model = TaskModel(copy.deepcopy(base), data.kind, data.num_labels, bilstm=cfg.bilstm, dropout=cfg.dropout, generator=g)
+    set_dropout(model, cfg.dropout)
+    model.to(ctx.device)
+    opt, sched = make_optimizer(model, trial["lr"], cfg.weight_decay, steps, cfg.warmup)
+    rec = {"trial": ti, **trial, "best_epoch": None, "score": None, "dev": None, "epochs_log": [], "seconds": None}
+    best_state = None
+    t0 = time.time()
+    for epoch in range(1, trial["epochs"] + 1):
+        loss = float(np.mean(_train_epoch(ctx, model, opt, sched, g, ti, trial, epoch)))
+        with amp(ctx.device, ctx.precision):
+            dev = data.evaluate(model, ctx.device, cfg.eval_batch_size)
+        score = dev.get(data.metric)
+        rec["epochs_log"].append({"epoch": epoch, "train_loss": loss, "score": score, **_scalars(dev)})
+        ctx.run.log({"step": ctx.step, "trial": ti, "epoch": epoch, "elapsed": ctx.elapsed(), "train_loss": loss, "score": score,
+                     **_scalars(dev, "dev_")})
+        ctx.report({"trial": ti, "epoch": epoch, "loss": loss, "dev": _scalars(dev)})
+        if better(score, rec["score"]):
+            rec.update(best_epoch=epoch, score=score, dev=dev)
+            if cfg.save_best and better(score, best_score):
+                best_state = {k: v.detach().to("cpu", copy=True) for k, v in model.state_dict().items()}
+    rec["seconds"] = round(time.time() - t0, 2)
+    return rec, best_state
+
+
+def _train_epoch(ctx: TrialContext, model: TaskModel, opt, sched, g: torch.Generator, ti: int, trial: dict, epoch: int) -> list:
+    """One pass over the training items in random batches (drawn from `g`); returns the losses of its steps."""
+    cfg, data = ctx.cfg, ctx.data
+    model.train()
+    losses = []
+    for idx in length_batches(data.train_lengths, trial["batch_size"], g):
+        batch = _to(data.collate([data.train[i] for i in idx]), ctx.device)
+        with amp(ctx.device, ctx.precision):
+            logits = model(batch["input_ids"], batch["token_type_ids"], batch["attention_mask"])
+        loss = model.loss(logits, batch)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        if cfg.max_grad_norm:
+            nn.utils.clip_grad_norm_(model.parameters(), cfg.max_grad_norm)
+        opt.step()
+        sched.step()
+        ctx.step += 1
+        losses.append(loss.item())
+        if ctx.bar is not None:
+            ctx.bar.update(1)
+            ctx.bar.set_postfix(trial=f"{ti + 1}/{ctx.n_trials}", epoch=epoch, loss=f"{losses[-1]:.3f}", refresh=False)
+        if ctx.step % cfg.log_every == 0:
+            ctx.run.log({"step": ctx.step, "trial": ti, "epoch": epoch, "elapsed": ctx.elapsed(),
+                         "loss": float(np.mean(losses[-cfg.log_every:])), "lr": sched.get_last_lr()[0]})
+        ctx.report({"trial": ti, "epoch": epoch, "loss": losses[-1]})
+    return losses
 
 
 def _finished_trials(out: Path, n_trials: int) -> list:
