@@ -44,8 +44,8 @@ from engine.errors import EngineError
 from engine.fileio import atomic_save_with, atomic_write_text
 from engine.heads import last_real_index
 from engine.tasks.batching import pad_batch
-from engine.tasks.registry import feature_task_names
 from engine.tasks.describe import describe, describe_lines
+from engine.tasks.registry import feature_task_names
 
 COMBINES = ("concat", "sum", "mean", "weighted", "all-weighted", "last", "second-to-last", "embeddings")
 TABLE7 = ("embeddings", "second-to-last", "last", "weighted", "concat", "all-weighted")  # the paper's rows
@@ -391,7 +391,6 @@ def run_features(cfg: FeaturesConfig, progress_bar: bool = False) -> dict:
 
     from engine.checkpoint import load
     from engine.device import resolve_device
-    from engine.tasks.registry import load_task_files
     from engine.runs import Run, check_run_folder, truncate_metrics
 
     out = Path(cfg.out)
@@ -407,90 +406,23 @@ def run_features(cfg: FeaturesConfig, progress_bar: bool = False) -> dict:
     with Run(out, kind="features", config=config, task=cfg.task, model=cfg.model) as run:
         truncate_metrics(out, after_step=len(done) + 1 if done else -1)  # step 1 extraction, k + 2 combination k
         bundle = load(cfg.model, device=device)
-        task = load_task_files(cfg.task, cfg.train, cfg.dev, cfg.text_cols, cfg.label_col, cfg.task_type,
-                                token_col=cfg.token_col, header={"yes": True, "no": False}.get(cfg.header))
-        train, dev = _split_data(task, cfg.max_train, cfg.max_dev)
-        if not train or not dev:
-            raise EngineError(f"task {task.name} needs train and dev examples for the feature-based classifier")
-        parsed = describe(task, train, dev)  # what the files were read as (issue 18): printed, kept in eval.json
-        if progress_bar:
-            print("\n".join(describe_lines(parsed)), file=sys.stderr, flush=True)
-        tagging = task.kind == "tagging"
-        classifier = cfg.classifier or ("bilstm" if tagging else "logreg")
-        if tagging and classifier != "bilstm":
-            raise EngineError("tagging tasks use --classifier bilstm (a logistic regression classifies whole texts)")
-        if not tagging and classifier != "logreg":
-            raise EngineError("sentence tasks use --classifier logreg (the BiLSTM tagger labels words)")
-        pooling = "first-subtoken" if tagging else cfg.pooling
-        if tagging:
-            texts = {"train": [s.words for s in train], "dev": [s.words for s in dev]}
-        else:
-            texts = {s: [e.text_a if e.text_b is None else (e.text_a, e.text_b) for e in exs] for s, exs in (("train", train), ("dev", dev))}
-        L = bundle.config.num_layers
-        per_combo = {c: combination_layers(c, cfg.layers, L) for c in cfg.combine}
-        needed = sorted({i for idx in per_combo.values() for i in idx})
-        run.set(total_steps=len(cfg.combine) + 1, n_combinations=len(cfg.combine))
-        stacks = {s: layer_stack(bundle, texts[s], needed, pooling, cfg.batch_size, cfg.max_seq_len, progress_bar, device)
-                  for s in ("train", "dev")}
+        fd = _feature_data(cfg, bundle, run, device, progress_bar)
         run.log({"step": 1, "phase": "extracted", "seconds": round(time.time() - t_start, 2)})
+        task = fd.task
         result = {"kind": "features", "status": "running", "model": cfg.model, "model_path": bundle.path, "task": task.name,
-                  "task_source": cfg.task, "task_kind": task.kind, "classifier": classifier, "pooling": pooling, "layers": list(cfg.layers),
-                  "metric": task.metrics[0], "results": [], "config": config,
-                  "data": {"train_examples": len(train), "dev_examples": len(dev), "hidden_size": bundle.config.hidden_size,
-                           "num_layers": L, "parsed": parsed}}
-        result["results"] = list(done)
+                  "task_source": cfg.task, "task_kind": task.kind, "classifier": fd.classifier, "pooling": fd.pooling,
+                  "layers": list(cfg.layers), "metric": task.metrics[0], "results": list(done), "config": config,
+                  "data": {"train_examples": len(fd.train), "dev_examples": len(fd.dev), "hidden_size": fd.hidden_size,
+                           "num_layers": bundle.config.num_layers, "parsed": fd.parsed}}
         if done:
             print(f"resuming {out}: {len(done)} of {len(cfg.combine)} combinations finished", file=sys.stderr, flush=True)
-        for k, combo in enumerate(cfg.combine):
-            if k < len(done):
-                continue
-            t0 = time.time()
-            pos = [needed.index(i) for i in per_combo[combo]]
-            mix = tagging and combo in MIXED
-
-            def pick(stack):  # the combination's layers, combined (or kept stacked for a learned mix)
-                if isinstance(stack, list):
-                    return [s[:, pos] if mix else combine_layers(s[:, pos], combo) for s in stack]
-                return combine_layers(stack[:, pos], combo)
-            ftr, fdv = pick(stacks["train"]), pick(stacks["dev"])
-            weights = None
-            if tagging:
-                def log(epoch, loss, m, combo=combo, k=k):
-                    run.log({"step": k + 2, "combine": combo, "epoch": epoch, "loss": loss, "score": m["f1"],
-                             **{f"dev_{n}": v for n, v in m.items() if isinstance(v, float)}})
-                dev_metrics, best_epoch, weights = bilstm_tagger_eval(
-                    ftr, [s.tags for s in train], fdv, task.labels, lambda p: task.compute_metrics(p, [s.tags for s in dev]),
-                    cfg.hidden, cfg.epochs, cfg.lr, 32, cfg.seed, mix, device, log)
-                extra = {"best_epoch": best_epoch}
-            else:
-                ytr = [e.label for e in train]
-                regression = task.kind == "regression"
-                if not regression:
-                    ids = task.label_to_id
-                    ytr = [ids[y] for y in ytr]
-                    gold = [ids[e.label] for e in dev]
-                else:
-                    gold = [e.label for e in dev]
-                preds = logreg_eval(ftr, ytr, fdv, regression, cfg.seed)
-                dev_metrics = task.compute_metrics([float(p) if regression else int(p) for p in preds], gold)
-                extra = {}
-            dims = len(pos) * bundle.config.hidden_size if combo == "concat" else bundle.config.hidden_size
-            res = {"combine": combo, "layers": per_combo[combo], "dims": dims,
-                   "classifier": classifier, "metric": task.metrics[0], "score": dev_metrics[task.metrics[0]],
-                   "dev": dev_metrics, "mix_weights": weights, "seconds": round(time.time() - t0, 2), **extra}
-            if tagging and not res["score"]:
-                res["warning"] = (f"the BiLSTM tagger on '{combo}' features predicted no correct entity in {cfg.epochs} epochs "
-                                  "(still on the all-O plateau); raise --epochs (features of tiny models need about 20) or --lr")
-                print(f"warning: {res['warning']}", file=sys.stderr, flush=True)
+        for k in range(len(done), len(cfg.combine)):
+            combo = cfg.combine[k]
+            res, ftr, fdv = _score_combination(fd, cfg, k, run, device)
             result["results"].append(res)
             run.log({"step": k + 2, "combine": combo, "score": res["score"]})
             if cfg.save_features:
-                for split, f, exs in (("train", ftr, train), ("dev", fdv, dev)):
-                    rows = [{"i": i, "guid": getattr(e, "guid", None), "label": getattr(e, "label", None) if not tagging else None}
-                            for i, e in enumerate(exs)]
-                    if mix:
-                        f = [combine_layers(s, combo) for s in f]  # saved with uniform weights
-                    _save_split(out / "features" / combo, split, f, rows)
+                _save_combination(out / "features" / combo, fd, combo, ftr, fdv)
             best = max(result["results"], key=lambda r: r["score"])
             result.update(combine=best["combine"], score=best["score"], dev=best["dev"], seconds=round(time.time() - t_start, 2))
             records.write_eval(out, result)
@@ -498,6 +430,104 @@ def run_features(cfg: FeaturesConfig, progress_bar: bool = False) -> dict:
         records.write_eval(out, result)
         run.set(best_score=result["score"], metric=result["metric"])
     return result
+
+
+@dataclass
+class FeatureData:
+    """A task's frozen features, extracted once for all the combinations of one run."""
+    task: object  # TextTask or TaggingTask
+    train: list  # the (sampled) examples
+    dev: list
+    tagging: bool
+    classifier: str  # logreg (sentence tasks) | bilstm (tagging)
+    pooling: str  # cls | mean | first-subtoken (tagging)
+    per_combo: dict  # combination -> the hidden-state indexes it combines
+    needed: list  # every hidden-state index extracted, in the order of the stacks' K axis
+    stacks: dict  # "train"/"dev" -> sentence tasks (N, K, H); tagging a list of (words, K, H) per sentence
+    hidden_size: int
+    parsed: dict  # what the task files were read as (engine.tasks.describe): printed, kept in eval.json
+
+    def pick(self, combo: str) -> tuple:
+        """(train, dev) features of a combination: its layers combined, or kept stacked (tagging, a learned mix)."""
+        pos = [self.needed.index(i) for i in self.per_combo[combo]]
+        mix = self.tagging and combo in MIXED
+
+        def pick(stack):
+            if isinstance(stack, list):
+                return [s[:, pos] if mix else combine_layers(s[:, pos], combo) for s in stack]
+            return combine_layers(stack[:, pos], combo)
+        return pick(self.stacks["train"]), pick(self.stacks["dev"])
+
+
+def _feature_data(cfg: FeaturesConfig, bundle, run, device, progress_bar: bool) -> FeatureData:
+    """Load the task, check the classifier fits it, and extract the hidden states every combination needs."""
+    from engine.tasks.registry import load_task_files
+    task = load_task_files(cfg.task, cfg.train, cfg.dev, cfg.text_cols, cfg.label_col, cfg.task_type,
+                           token_col=cfg.token_col, header={"yes": True, "no": False}.get(cfg.header))
+    train, dev = _split_data(task, cfg.max_train, cfg.max_dev)
+    if not train or not dev:
+        raise EngineError(f"task {task.name} needs train and dev examples for the feature-based classifier")
+    parsed = describe(task, train, dev)
+    if progress_bar:
+        print("\n".join(describe_lines(parsed)), file=sys.stderr, flush=True)
+    tagging = task.kind == "tagging"
+    classifier = cfg.classifier or ("bilstm" if tagging else "logreg")
+    if tagging and classifier != "bilstm":
+        raise EngineError("tagging tasks use --classifier bilstm (a logistic regression classifies whole texts)")
+    if not tagging and classifier != "logreg":
+        raise EngineError("sentence tasks use --classifier logreg (the BiLSTM tagger labels words)")
+    pooling = "first-subtoken" if tagging else cfg.pooling
+    if tagging:
+        texts = {"train": [s.words for s in train], "dev": [s.words for s in dev]}
+    else:
+        texts = {s: [e.text_a if e.text_b is None else (e.text_a, e.text_b) for e in exs] for s, exs in (("train", train), ("dev", dev))}
+    per_combo = {c: combination_layers(c, cfg.layers, bundle.config.num_layers) for c in cfg.combine}
+    needed = sorted({i for idx in per_combo.values() for i in idx})
+    run.set(total_steps=len(cfg.combine) + 1, n_combinations=len(cfg.combine))
+    stacks = {s: layer_stack(bundle, texts[s], needed, pooling, cfg.batch_size, cfg.max_seq_len, progress_bar, device)
+              for s in ("train", "dev")}
+    return FeatureData(task, train, dev, tagging, classifier, pooling, per_combo, needed, stacks, bundle.config.hidden_size, parsed)
+
+
+def _score_combination(fd: FeatureData, cfg: FeaturesConfig, k: int, run, device) -> tuple:
+    """Train the classifier on combination k and score it on dev: (its result record, train and dev features)."""
+    combo, task, t0 = cfg.combine[k], fd.task, time.time()
+    ftr, fdv = fd.pick(combo)
+    weights, extra = None, {}
+    if fd.tagging:
+        def log(epoch, loss, m):
+            run.log({"step": k + 2, "combine": combo, "epoch": epoch, "loss": loss, "score": m["f1"],
+                     **{f"dev_{n}": v for n, v in m.items() if isinstance(v, float)}})
+        dev_metrics, best_epoch, weights = bilstm_tagger_eval(
+            ftr, [s.tags for s in fd.train], fdv, task.labels, lambda p: task.compute_metrics(p, [s.tags for s in fd.dev]),
+            cfg.hidden, cfg.epochs, cfg.lr, 32, cfg.seed, combo in MIXED, device, log)
+        extra = {"best_epoch": best_epoch}
+    else:
+        regression = task.kind == "regression"
+        ids = None if regression else task.label_to_id
+        ytr = [e.label if regression else ids[e.label] for e in fd.train]
+        gold = [e.label if regression else ids[e.label] for e in fd.dev]
+        preds = logreg_eval(ftr, ytr, fdv, regression, cfg.seed)
+        dev_metrics = task.compute_metrics([float(p) if regression else int(p) for p in preds], gold)
+    dims = len(fd.per_combo[combo]) * fd.hidden_size if combo == "concat" else fd.hidden_size
+    res = {"combine": combo, "layers": fd.per_combo[combo], "dims": dims,
+           "classifier": fd.classifier, "metric": task.metrics[0], "score": dev_metrics[task.metrics[0]],
+           "dev": dev_metrics, "mix_weights": weights, "seconds": round(time.time() - t0, 2), **extra}
+    if fd.tagging and not res["score"]:
+        res["warning"] = (f"the BiLSTM tagger on '{combo}' features predicted no correct entity in {cfg.epochs} epochs "
+                          "(still on the all-O plateau); raise --epochs (features of tiny models need about 20) or --lr")
+        print(f"warning: {res['warning']}", file=sys.stderr, flush=True)
+    return res, ftr, fdv
+
+
+def _save_combination(folder: Path, fd: FeatureData, combo: str, ftr, fdv) -> None:
+    """<out>/features/<combine>/<split>.npy + .index.jsonl (a learned mix is saved with uniform weights)."""
+    for split, f, exs in (("train", ftr, fd.train), ("dev", fdv, fd.dev)):
+        rows = [{"i": i, "guid": getattr(e, "guid", None), "label": getattr(e, "label", None) if not fd.tagging else None}
+                for i, e in enumerate(exs)]
+        if fd.tagging and combo in MIXED:
+            f = [combine_layers(s, combo) for s in f]
+        _save_split(folder, split, f, rows)
 
 
 def build_parser():
