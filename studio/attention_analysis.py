@@ -26,9 +26,9 @@ def _head_statistics(_bundle, bundle_key: tuple, texts: tuple):
     return analysis.head_statistics(_bundle, list(texts))
 
 
-def text_set(sa: str, sb: str, key: str) -> list:
+def text_set(sa: str, sb: str, key: str, default: int = 0) -> list:
     """The texts a statistic is computed over, picked on the page (the input, a built-in corpus, or typed)."""
-    src = st.radio("Texts", TEXT_SOURCES, horizontal=True, key=f"{key}_source")
+    src = st.radio("Texts", TEXT_SOURCES, index=default, horizontal=True, key=f"{key}_source")
     if src == "this input":
         return [(sa, sb) if sb else sa]
     if src.startswith("BBC"):
@@ -142,7 +142,7 @@ def render_head_importance(bundle, sa, sb):
     st.caption("Head importance (Michel et al. 2019): the held-out masked-LM loss with one head masked minus the loss "
                "with every head, on 15% of the WordPieces masked (the same positions for every head). Positive: the "
                "model needs the head; near 0: it can do without. One forward pass per head.")
-    texts = text_set(sa, sb, "att_imp")
+    texts = text_set(sa, sb, "att_imp", default=1)  # BBC sentences: one input masks too few pieces to rank heads
     if st.button(f"Score {bundle.config.num_layers * bundle.config.num_heads} heads on {len(texts)} text(s)", key="att_imp_go"):
         with guard("Scoring the heads"):
             with st.spinner("Masking one head at a time…"):

@@ -74,7 +74,7 @@ def test_rollout_statistics_word_level_and_value_weighted_show_the_engine_number
 
 
 def test_head_importance_heatmap_and_svg_downloads(tiny_run, ck, plotly):
-    at = _app(tiny_run.parent, att_model=ck, chart_format="svg")
+    at = _app(tiny_run.parent, att_model=ck, chart_format="svg", att_imp_source="this input")
     at.button(key="att_imp_go").click().run()
     assert not at.exception and not at.error
     bundle = engine.load(ck)
@@ -91,5 +91,6 @@ def test_minilm_head_importance_says_it_has_no_mlm_head(tiny_run, plotly):
     at.button(key="att_imp_go").click().run()
     assert not at.exception
     assert len(at.error) == 1 and "no MLM head" in at.error[0].value
+    assert at.radio(key="att_imp_source").value.startswith("BBC News")  # enough masked pieces to rank heads
     # the other analyses work on MiniLM's real weights
     assert plotly.titled(at, "Attention rollout") and plotly.titled(at, "Per-head attention to [CLS]")
