@@ -8,6 +8,7 @@ import sys
 
 COMMANDS = """commands:
   tokenizer   train a WordPiece vocabulary on a corpus
+  prepare     prepare pre-training data from a corpus of any size into shards (worker processes)
   pretrain    pre-train BERT (MLM+NSP, MLM only, or LTR) into a run folder
   finetune    fine-tune on a downstream task over a learning-rate grid with restarts
   features    extract frozen features (any layer or the paper's combinations) and train a classifier on them
@@ -20,6 +21,8 @@ run `python -m engine <command> --help` for its flags"""
 def dispatch(cmd: str, argv: list) -> int:
     if cmd == "tokenizer":
         from engine.tokenizer import main
+    elif cmd == "prepare":
+        from engine.prepare import main
     elif cmd == "pretrain":
         from engine.pretrain import main
     elif cmd == "finetune":
@@ -33,7 +36,7 @@ def dispatch(cmd: str, argv: list) -> int:
     elif cmd == "bench":
         from engine.bench import main
     else:
-        print(f"error: unknown command '{cmd}'; choose one of tokenizer, pretrain, finetune, features, probe, ablate, bench", file=sys.stderr)
+        print(f"error: unknown command '{cmd}'; choose one of tokenizer, prepare, pretrain, finetune, features, probe, ablate, bench", file=sys.stderr)
         return 2
     return main(argv) or 0
 

@@ -30,6 +30,7 @@ import bz2
 import importlib.resources as resources
 import importlib.util
 import json
+import lzma
 import re
 from pathlib import Path
 
@@ -418,3 +419,93 @@ def load_corpus(name_or_path) -> Corpus:
     if len(corpus) == 0:
         raise EngineError(f"corpus '{name_or_path}' is empty; it needs at least one document with text")
     return corpus
+
+
+# ---------------------------------------------------------------- streaming (engine.prepare reads big corpora this way)
+STREAM_SUFFIXES = (".txt", ".jsonl")  # each optionally compressed: .gz, .bz2, .xz
+COMPRESSED = (".gz", ".bz2", ".xz")
+
+
+def _stream_kind(path: Path):
+    """('.txt' or '.jsonl', compression suffix or '') of a corpus file, or None when it is not one."""
+    name = path.name.lower()
+    comp = next((c for c in COMPRESSED if name.endswith(c)), "")
+    base = name[:len(name) - len(comp)]
+    kind = next((s for s in STREAM_SUFFIXES if base.endswith(s)), None)
+    return (kind, comp) if kind else None
+
+
+def corpus_files(spec) -> list:
+    """The files of a streamed corpus, sorted by path: `spec` is a file, a folder (searched recursively) or a
+    glob pattern ("data/*.jsonl.gz"); only .txt and .jsonl files count, each optionally .gz/.bz2/.xz."""
+    import glob
+
+    text = str(spec)
+    path = Path(text).expanduser()
+    if path.is_file():
+        files = [path]
+    elif path.is_dir():
+        files = [p for p in path.rglob("*") if p.is_file()]
+    elif any(ch in text for ch in "*?["):
+        files = [Path(p) for p in glob.glob(str(Path(text).expanduser()), recursive=True) if Path(p).is_file()]
+    else:
+        raise EngineError(f"corpus '{spec}' not found; give a file, a folder or a glob pattern of .txt / .jsonl files (optionally .gz, .bz2, .xz)")
+    files = sorted(p for p in files if _stream_kind(p))
+    if not files:
+        raise EngineError(f"corpus '{spec}' holds no .txt or .jsonl files (optionally .gz, .bz2, .xz); "
+                          "put documents in .txt files (blank line between documents) or .jsonl files (a \"text\" field per line)")
+    return files
+
+
+def _open_text(path: Path):
+    import gzip
+
+    comp = _stream_kind(path)[1]
+    opener = {".gz": gzip.open, ".bz2": bz2.open, ".xz": lzma.open, "": open}[comp]
+    try:
+        return opener(path, "rt", encoding="utf-8", errors="replace", newline=None)
+    except OSError as e:
+        raise EngineError(f"cannot read corpus file {path}: {e.strerror or e}")
+
+
+def iter_documents(files, text_field: str = "text"):
+    """Yield each document's raw text, file by file, holding one document in memory at a time.
+
+    A .txt file holds documents separated by blank lines (every .txt file, also inside a folder; note that
+    `load_corpus` reads a folder of .txt as one document per file); each line is a paragraph. A .jsonl file
+    holds one JSON object per line whose `text_field` string is a document (its lines are paragraphs).
+    Turn a document into sentences with `document_sentences`. Undecodable bytes become U+FFFD.
+    """
+    for path in files:
+        path = Path(path)
+        kind = _stream_kind(path)[0]
+        try:
+            with _open_text(path) as f:
+                if kind == ".jsonl":
+                    for n, line in enumerate(f, 1):
+                        if not line.strip():
+                            continue
+                        try:
+                            obj = json.loads(line)
+                        except ValueError:
+                            raise EngineError(f"{path} line {n} is not valid JSON; a .jsonl corpus has one JSON object with a \"{text_field}\" field per line")
+                        if not isinstance(obj, dict) or not isinstance(obj.get(text_field), str):
+                            raise EngineError(f"{path} line {n} has no \"{text_field}\" string field; each line must look like {{\"{text_field}\": \"...\"}}")
+                        yield obj[text_field]
+                else:
+                    lines = []
+                    for line in f:
+                        if line.strip(" \t\r\n"):
+                            lines.append(line.rstrip("\r\n"))
+                        elif lines:
+                            yield "\n".join(lines)
+                            lines = []
+                    if lines:
+                        yield "\n".join(lines)
+        except (OSError, EOFError, lzma.LZMAError) as e:  # a damaged or truncated .gz / .xz / .bz2 stream
+            raise EngineError(f"corpus file {path} is damaged or truncated ({e}); fix or remove it")
+
+
+def document_sentences(text: str) -> list:
+    """A raw document (paragraphs on lines) -> its sentences, as `load_corpus` splits them."""
+    return _text_to_document(text)

@@ -326,48 +326,94 @@ def _as_position(p) -> tuple:
 
 
 class PretrainingData:
-    """One split (train or eval) of stored instances, memory-mapped.
+    """One split (train or eval) of stored instances, memory-mapped; one folder or many shard folders.
 
     `batches(...)` yields dicts of tensors: input_ids, token_type_ids, attention_mask (B, T) long;
     special_tokens_mask, word_starts (B, T) bool (padding counts as special); next_sentence_label (B,) long
     (mlm+nsp only: 0 IsNext, 1 NotNext); index (B,) the instance numbers; position {"epoch", "index"} to
     resume from after this batch. Batches are padded to their longest instance (dynamic padding).
-    """
 
-    def __init__(self, folder, objective: str, pad_id: int, continuation: np.ndarray, seed: int = 0):
-        folder = Path(folder)
-        self.folder = folder
+    With several folders (the shards of `engine.prepare`), instance numbers run through the shards in order:
+    instance i lives in the shard s with starts[s] <= i < starts[s + 1]. Each shard's tokens stay on disk,
+    memory-mapped (at most `MAX_OPEN` at a time); its offsets, b_start and nsp_label are read when first
+    needed (13 bytes per instance). `tokens`, `offsets` and `source` are the single folder's arrays (None
+    with several shards).
+    """
+    MAX_OPEN = 256  # token memmaps held open at once (each holds a file descriptor)
+
+    def __init__(self, folder, objective: str, pad_id: int, continuation: np.ndarray, seed: int = 0, counts=None):
+        folders = [Path(folder)] if isinstance(folder, (str, Path)) else [Path(f) for f in folder]
+        if not folders:
+            raise EngineError("a pre-training data split needs at least one folder")
+        self.folder = folders[0]
+        self.folders = folders
         self.objective = objective
         self.pairs = get_objective(objective).nsp  # segment pairs with an IsNext/NotNext label
         self.pad_id = int(pad_id)
         self.seed = int(seed)
         self.continuation = continuation  # (V,) bool, True for ## pieces
-        load = lambda name: np.load(folder / f"{name}.npy", mmap_mode="r")  # noqa: E731
-        self.tokens = load("tokens")  # (N_tokens,)
-        self.offsets = np.asarray(load("offsets"))  # (N+1,)
-        self.b_start = np.asarray(load("b_start"))  # (N,)
-        self.nsp_label = np.asarray(load("nsp_label"))  # (N,)
-        self.source = np.asarray(load("source"))  # (N, 6)
+        self._open = {}  # shard -> (tokens memmap, offsets, b_start, nsp_label), insertion order = LRU order
+        if counts is None:
+            counts = [len(np.load(f / "nsp_label.npy", mmap_mode="r")) for f in folders]
+        self.starts = np.zeros(len(folders) + 1, dtype=np.int64)  # (S+1,) first instance of each shard
+        np.cumsum(np.asarray(counts, dtype=np.int64), out=self.starts[1:])
+        self.b_start = np.concatenate([self._shard(s)[2] for s in range(len(folders))])  # (N,)
+        self.nsp_label = np.concatenate([self._shard(s)[3] for s in range(len(folders))])  # (N,)
+        if len(folders) == 1:
+            self.tokens, self.offsets = self._shard(0)[:2]  # (N_tokens,), (N+1,)
+            self.source = np.asarray(np.load(self.folder / "source.npy", mmap_mode="r"))  # (N, 6)
+        else:
+            self.tokens = self.offsets = self.source = None
+
+    def _shard(self, s: int) -> tuple:
+        """(tokens memmap, offsets, b_start, nsp_label) of shard s."""
+        got = self._open.pop(s, None)
+        if got is None:
+            f = self.folders[s]
+            load = lambda name: np.load(f / f"{name}.npy", mmap_mode="r")  # noqa: E731
+            got = (load("tokens"), np.asarray(load("offsets")), np.asarray(load("b_start")), np.asarray(load("nsp_label")))
+            if len(got[1]) - 1 != self.starts[s + 1] - self.starts[s]:
+                raise EngineError(f"shard {f} holds {len(got[1]) - 1} instances, its manifest says {self.starts[s + 1] - self.starts[s]}; prepare the data again")
+            while len(self._open) >= self.MAX_OPEN:
+                self._open.pop(next(iter(self._open)))
+        self._open[s] = got
+        return got
+
+    def _locate(self, indices: np.ndarray) -> tuple:
+        """Global instance numbers -> (shard numbers, numbers within the shard)."""
+        s = np.searchsorted(self.starts, indices, side="right") - 1
+        return s, indices - self.starts[s]
+
+    @property
+    def num_shards(self) -> int:
+        return len(self.folders)
 
     @property
     def num_instances(self) -> int:
-        return len(self.offsets) - 1
+        return int(self.starts[-1])
 
     def __len__(self) -> int:
         return self.num_instances
 
     @property
     def lengths(self) -> np.ndarray:
-        return np.diff(self.offsets)
+        return np.concatenate([np.diff(self._shard(s)[1]) for s in range(self.num_shards)])
 
     @property
     def num_tokens(self) -> int:
-        return int(self.offsets[-1])
+        return int(sum(int(self._shard(s)[1][-1]) for s in range(self.num_shards)))
+
+    def _ids(self, i: int) -> np.ndarray:
+        s, j = self._locate(np.array([i]))
+        tokens, offsets = self._shard(int(s[0]))[:2]
+        return tokens[offsets[j[0]]:offsets[j[0] + 1]]
 
     def instance(self, i: int) -> dict:
         """One instance as numpy/python values (for inspection and tests)."""
-        ids = np.asarray(self.tokens[self.offsets[i]:self.offsets[i + 1]], dtype=np.int64)
-        s = [int(x) for x in self.source[i]]
+        ids = np.asarray(self._ids(i), dtype=np.int64)
+        s, j = self._locate(np.array([i]))
+        src = np.load(self.folders[int(s[0])] / "source.npy", mmap_mode="r")[int(j[0])] if self.source is None else self.source[i]
+        s = [int(x) for x in src]
         b = int(self.b_start[i])
         return {"input_ids": ids, "tokens_a": ids[1:(b - 1 if b < len(ids) else len(ids) - 1)],
                 "tokens_b": ids[b:-1] if b < len(ids) else ids[:0], "b_start": b, "next_sentence_label": int(self.nsp_label[i]),
@@ -375,8 +421,9 @@ class PretrainingData:
 
     def stats(self) -> dict:
         lab = self.nsp_label
-        out = {"instances": self.num_instances, "tokens": self.num_tokens,
-               "mean_length": float(self.lengths.mean()) if self.num_instances else 0.0}
+        lengths = self.lengths
+        out = {"instances": self.num_instances, "tokens": int(lengths.sum()), "shards": self.num_shards,
+               "mean_length": float(lengths.mean()) if self.num_instances else 0.0}
         if self.pairs and self.num_instances:
             out["is_next_fraction"] = float((lab == 0).mean())
         return out
@@ -385,12 +432,16 @@ class PretrainingData:
         """Instances -> a padded batch (dynamic padding to the longest one)."""
         indices = np.asarray(indices, dtype=np.int64)
         B = len(indices)
-        starts, ends = self.offsets[indices], self.offsets[indices + 1]
-        lens = ends - starts  # (B,)
+        shard, local = self._locate(indices)
+        rows = []
+        for r in range(B):
+            tokens, offsets = self._shard(int(shard[r]))[:2]
+            rows.append(tokens[offsets[local[r]]:offsets[local[r] + 1]])
+        lens = np.array([len(x) for x in rows], dtype=np.int64)  # (B,)
         T = int(lens.max())
         ids = np.full((B, T), self.pad_id, dtype=np.int64)
         for r in range(B):
-            ids[r, :lens[r]] = self.tokens[starts[r]:ends[r]]
+            ids[r, :lens[r]] = rows[r]
         pos = np.arange(T)[None, :]  # (1, T)
         real = pos < lens[:, None]  # (B, T)
         b = self.b_start[indices][:, None]
@@ -533,6 +584,58 @@ def _remove_stale_tmp(cache_dir: Path, name: str) -> None:
             shutil.rmtree(p, ignore_errors=True)
 
 
+# ================================================================ steps shared with the sharded builder (engine.prepare)
+def tokenize_documents(docs: list, tokenizer, first_doc: int = 0) -> list:
+    """Documents (lists of sentences) -> [(doc_index, [(sentence_index, ids), ...]), ...], with empty sentences
+    and documents dropped and literal special tokens in the text read as [UNK] (so text never holds a [SEP]).
+    Document indices count from `first_doc`. One batch encoding call for all the sentences."""
+    flat = [s for d in docs for s in d]
+    ids = tokenizer.tokenize_ids(flat) if flat else []
+    specials = set(tokenizer.special_ids) - {tokenizer.unk_id}
+    tokenized, k = [], 0
+    for di, d in enumerate(docs):
+        sents = []
+        for si in range(len(d)):
+            piece = ids[k + si]
+            if specials.intersection(piece):
+                piece = [tokenizer.unk_id if t in specials else t for t in piece]
+            if piece:
+                sents.append((si, piece))
+        k += len(d)
+        if sents:
+            tokenized.append((first_doc + di, sents))
+    return tokenized
+
+
+def eval_count(n_docs: int, eval_fraction: float, need: int) -> int:
+    """How many of `n_docs` documents are held out: round(fraction * n), at least `need` (0 when fraction is 0)."""
+    return max(need, int(round(eval_fraction * n_docs))) if eval_fraction > 0 else 0
+
+
+def hold_out(tokenized: list, n_eval: int, eval_seed: int) -> tuple:
+    """(train documents, held-out documents): `n_eval` documents chosen by `eval_seed` alone, both in order."""
+    order = list(range(len(tokenized)))
+    random.Random(eval_seed).shuffle(order)
+    return [tokenized[j] for j in sorted(order[n_eval:])], [tokenized[j] for j in sorted(order[:n_eval])]
+
+
+def token_info(tokenizer) -> dict:
+    """What a cache records about its tokenizer (the vocabulary's sha256 is part of the cache key)."""
+    return {"vocab_sha256": _sha("\n".join(tokenizer.vocab())), "lowercase": bool(getattr(tokenizer, "lowercase", True)),
+            "vocab_size": tokenizer.vocab_size, "pad_id": tokenizer.pad_id, "cls_id": tokenizer.cls_id,
+            "sep_id": tokenizer.sep_id, "mask_id": tokenizer.mask_id, "unk_id": tokenizer.unk_id,
+            "special_ids": [int(i) for i in tokenizer.special_ids]}
+
+
+def continuation_ids(tokenizer) -> np.ndarray:
+    """(V,) bool: which vocabulary ids are `##` pieces (whole-word masking reads it)."""
+    return np.array([t.startswith("##") for t in tokenizer.vocab()], dtype=bool)
+
+
+def token_dtype(vocab_size: int):
+    return np.uint16 if vocab_size <= 65536 else np.int32
+
+
 def build_pretraining_data(docs, tokenizer, seq_len: int = 128, objective: str = MLM_NSP.name, seed: int = 0,
                            cache_dir=None, short_seq_prob: float = 0.1, dupe_factor: int = 1,
                            eval_fraction: float = 0.05, eval_seed: int = 0, max_positions: Optional[int] = None,
@@ -561,11 +664,7 @@ def build_pretraining_data(docs, tokenizer, seq_len: int = 128, objective: str =
     name = corpus_name or (getattr(docs, "info", None) or {}).get("name") or "custom"
     docs = _normalise_docs(docs)
 
-    vocab = tokenizer.vocab()
-    tok_info = {"vocab_sha256": _sha("\n".join(vocab)), "lowercase": bool(getattr(tokenizer, "lowercase", True)),
-                "vocab_size": tokenizer.vocab_size, "pad_id": tokenizer.pad_id, "cls_id": tokenizer.cls_id,
-                "sep_id": tokenizer.sep_id, "mask_id": tokenizer.mask_id, "unk_id": tokenizer.unk_id,
-                "special_ids": [int(i) for i in tokenizer.special_ids]}
+    tok_info = token_info(tokenizer)
     keyed = {"format": FORMAT_VERSION, "corpus_sha256": corpus_fingerprint(docs), "vocab_sha256": tok_info["vocab_sha256"],
              "lowercase": tok_info["lowercase"], "seq_len": int(seq_len), "objective": objective, "seed": int(seed),
              "dupe_factor": int(dupe_factor), "short_seq_prob": float(short_seq_prob),
@@ -577,20 +676,7 @@ def build_pretraining_data(docs, tokenizer, seq_len: int = 128, objective: str =
     if (final / "config.json").is_file():
         return open_pretraining_data(final)
 
-    # ---- tokenize: documents of (sentence index, ids), empty sentences and documents dropped
-    flat = [s for d in docs for s in d]
-    ids = tokenizer.tokenize_ids(flat) if flat else []
-    specials = set(tokenizer.special_ids) - {tokenizer.unk_id}
-    tokenized, k = [], 0
-    for di, d in enumerate(docs):
-        sents = []
-        for si in range(len(d)):
-            piece = [tokenizer.unk_id if t in specials else t for t in ids[k + si]]  # no literal [SEP] from text
-            if piece:
-                sents.append((si, piece))
-        k += len(d)
-        if sents:
-            tokenized.append((di, sents))
+    tokenized = tokenize_documents(docs, tokenizer)
     if not tokenized:
         raise EngineError(f"the corpus '{name}' has no text the tokenizer can read; give documents with words in them")
 
@@ -599,17 +685,10 @@ def build_pretraining_data(docs, tokenizer, seq_len: int = 128, objective: str =
         raise EngineError(f"{obj.name} needs at least 2 documents (NotNext takes B from another document); add documents (blank lines separate them) or use objective mlm")
     if obj.nsp and not any(len(s) >= 2 for _, s in tokenized):
         raise EngineError("no document has two sentences, so NSP would have no IsNext pairs; give documents of several sentences or use objective mlm")
-
-    # ---- hold out documents (chosen by eval_seed only)
-    n_eval = 0
-    if eval_fraction > 0:
-        n_eval = max(need, int(round(eval_fraction * len(tokenized))))
-        if len(tokenized) - n_eval < need:
-            raise EngineError(f"the corpus has {len(tokenized)} usable documents, too few to hold out {n_eval} for evaluation and keep {need} for training; add documents or hold out none (--eval-fraction 0)")
-    order = list(range(len(tokenized)))
-    random.Random(eval_seed).shuffle(order)
-    eval_docs = [tokenized[j] for j in sorted(order[:n_eval])]
-    train_docs = [tokenized[j] for j in sorted(order[n_eval:])]
+    n_eval = eval_count(len(tokenized), eval_fraction, need)
+    if eval_fraction > 0 and len(tokenized) - n_eval < need:
+        raise EngineError(f"the corpus has {len(tokenized)} usable documents, too few to hold out {n_eval} for evaluation and keep {need} for training; add documents or hold out none (--eval-fraction 0)")
+    train_docs, eval_docs = hold_out(tokenized, n_eval, eval_seed)
 
     train_inst = _make_instances(train_docs, obj.nsp, seq_len, short_seq_prob, dupe_factor, random.Random(seed))
     eval_inst = _make_instances(eval_docs, obj.nsp, seq_len, short_seq_prob, 1, random.Random(eval_seed)) if n_eval else []
@@ -622,14 +701,13 @@ def build_pretraining_data(docs, tokenizer, seq_len: int = 128, objective: str =
     if final.exists() and not (final / "config.json").is_file():
         shutil.rmtree(final, ignore_errors=True)  # not ours to trust: never published complete
     tmp = cache_dir / f".tmp-{folder_name}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
-    dtype = np.uint16 if tokenizer.vocab_size <= 65536 else np.int32
+    dtype = token_dtype(tokenizer.vocab_size)
     try:
         tmp.mkdir(parents=True)
         _write_split(tmp / "train", train_inst, tokenizer.cls_id, tokenizer.sep_id, dtype)
         if n_eval:
             _write_split(tmp / "eval", eval_inst, tokenizer.cls_id, tokenizer.sep_id, dtype)
-        cont = np.array([t.startswith("##") for t in vocab], dtype=bool)
-        _save_npy(tmp / "continuation.npy", cont)
+        _save_npy(tmp / "continuation.npy", continuation_ids(tokenizer))
         config = {**keyed, "key": key, "corpus_name": name, "tokenizer": tok_info, "has_eval": bool(n_eval),
                   "documents": {"total": len(docs), "usable": len(tokenized), "train": len(train_docs), "eval": len(eval_docs)},
                   "eval_documents": [d for d, _ in eval_docs],

@@ -1,0 +1,555 @@
+"""Pre-training data at scale: a streamed corpus -> instances in many shards, built in worker processes.
+
+`python -m engine prepare --corpus PATH --out CACHE [--tokenizer DIR] [--workers N] [--part i/n]` reads a
+corpus of any size document by document (`engine.corpora.iter_documents`: a file, folder or glob of .txt files
+with a blank line between documents, or .jsonl files with a "text" field; .gz/.bz2/.xz too) and writes the
+same kind of instances as the in-memory builder (`engine.pretraining_data.build_pretraining_data`), which
+`pretrain --data CACHE` then trains from.
+
+How (memory stays bounded whatever the corpus size):
+- The main process reads documents and groups them into blocks of `block_docs` documents (or fewer when they
+  reach `block_chars` characters); a last block smaller than half of that joins the one before it.
+- A worker takes a block: splits its documents into sentences, tokenizes all its sentences with one batch
+  encoding call, holds out documents, makes instances with the in-memory builder's own functions
+  (`tokenize_documents`, `hold_out`, `_make_instances`, `_write_split`) and writes them as one shard. At most
+  2 x workers blocks are in flight, so the main process never holds more than that much text.
+- Each block draws its randomness from its own seed: block 0 of part 0 uses `seed` (and `eval_seed`)
+  itself, block b of part i `block_seed(seed, i, b)`. The result therefore does not depend on the number of
+  workers, and a corpus that fits in one block gives exactly the in-memory builder's instances (tested).
+
+Departures from the in-memory builder (and from google-research/bert, which keeps every document in memory):
+- NSP's random next sentence (NotNext) comes from another document of the SAME BLOCK, a pool of at most
+  `block_docs` documents, not from the whole corpus. With 1,000 documents per block the chance of a random
+  B from a related document stays small; the label balance and lengths are unchanged (tested on BBC News).
+- Held-out documents are chosen per block (round(eval_fraction x block documents), by the block's eval
+  seed), so the held-out share is the same but the documents differ from the in-memory choice. A block too
+  small to keep `need` training documents after holding out holds out none.
+- Dupe factor: each block makes its `dupe_factor` passes over its own documents.
+- Document numbers in `source` count the documents of the part as read (empty ones included).
+
+Layout of CACHE (one folder per part; parts merge by listing their shards):
+  CACHE/part-I-of-N/settings.json      what this part is built from (written first)
+  CACHE/part-I-of-N/tokenizer/         the vocabulary (vocab.txt, tokenizer.json)
+  CACHE/part-I-of-N/continuation.npy   (V,) bool: `##` pieces
+  CACHE/part-I-of-N/shard-000000/      train/ and eval/ as in the in-memory cache (tokens, offsets, b_start,
+                                       nsp_label, source .npy), meta.json with its counts
+  CACHE/part-I-of-N/manifest.json      written LAST: shards with counts, totals, the key -> the part is complete
+A cache is usable only when every part 0..N-1 has its manifest (`open_prepared`). Shards are written under
+`.tmp-...` names and renamed into place when complete; the manifest is written atomically after all of them.
+
+Interrupted preparation (killed, power cut): no manifest, so nothing can train from it. Running the same
+command again KEEPS the finished shards (a shard folder exists only complete) when settings.json matches
+(same files, sizes and modification times, tokenizer and settings), re-reads the corpus and builds only the
+missing shards; leftover `.tmp-*` folders are removed. Different settings into the same folder are refused.
+
+Cache key: sha256 of the corpus content (every document's text, as read), the vocabulary, seq_len, objective,
+seed, dupe factor, short_seq_prob, eval fraction and seed, block size and part: the same settings on the same
+text give the same key (as the in-memory cache's key, which hashes the same settings).
+
+WordPiece vocabulary (no --tokenizer): trained through the tokenizers iterator API on a bounded sample,
+`--tokenizer-sample-words` words (default 20M) taken evenly from the files: file k contributes its first
+documents up to sample / number-of-files words, so the sample spans the whole corpus without a full pass.
+"""
+import argparse
+import hashlib
+import json
+import os
+import random
+import resource
+import shutil
+import sys
+import time
+import uuid
+from collections import deque
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Optional
+
+import numpy as np
+
+from engine.corpora import corpus_files, document_sentences, iter_documents
+from engine.errors import EngineError
+from engine.fileio import atomic_write_json
+from engine.objectives import MLM_NSP, OBJECTIVES, objective as get_objective
+from engine.pretraining_data import (FORMAT_VERSION, PretrainingCache, PretrainingData, _make_instances,
+                                     _save_npy, _write_split, continuation_ids, eval_count, hold_out, token_dtype,
+                                     token_info, tokenize_documents)
+
+BLOCK_DOCS = 1000  # documents per block = per shard = the NSP random-document pool
+BLOCK_CHARS = 8_000_000  # a block closes earlier when its text reaches this many characters
+TOKENIZER_SAMPLE_WORDS = 20_000_000  # words a WordPiece vocabulary is trained on when none is given
+
+
+@dataclass
+class PrepareConfig:
+    """Settings of one `prepare` run (one part)."""
+    corpus: str  # a file, folder or glob of .txt / .jsonl files (optionally .gz, .bz2, .xz)
+    out: str  # the cache folder
+    tokenizer: Optional[str] = None  # a tokenizer folder / vocab.txt; None: train one on a sample
+    vocab_size: int = 8000  # when training the vocabulary
+    cased: bool = False  # keep case when training the vocabulary
+    tokenizer_sample_words: int = TOKENIZER_SAMPLE_WORDS
+    seq_len: int = 128
+    objective: str = MLM_NSP.name
+    seed: int = 0
+    short_seq_prob: float = 0.1
+    dupe_factor: int = 1
+    eval_fraction: float = 0.05
+    eval_seed: int = 0
+    workers: int = 1
+    part: str = "0/1"  # i/n: this machine's share of the files (file k goes to part k mod n)
+    block_docs: int = BLOCK_DOCS
+    block_chars: int = BLOCK_CHARS
+    text_field: str = "text"  # the .jsonl field holding a document
+
+
+# ================================================================ blocks
+def block_seed(seed: int, part: int, block: int) -> int:
+    """Block b of part i's seed: `seed` itself for block 0 of part 0, else a hash of (seed, i, b)."""
+    if part == 0 and block == 0:
+        return int(seed)
+    return int(hashlib.sha256(f"{seed}/{part}/{block}".encode()).hexdigest()[:15], 16)
+
+
+def parse_part(text: str) -> tuple:
+    try:
+        i, n = (int(x) for x in str(text).split("/"))
+    except ValueError:
+        raise EngineError(f"--part '{text}' must look like i/n, e.g. 0/4 for the first of 4 parts")
+    if n < 1 or not 0 <= i < n:
+        raise EngineError(f"--part {text}: need 0 <= i < n (parts are numbered from 0), e.g. 0/4 .. 3/4")
+    return i, n
+
+
+def part_files(files: list, part: int, parts: int) -> list:
+    """This part's share of the (sorted) files: file k goes to part k mod n."""
+    return [f for k, f in enumerate(files) if k % parts == part]
+
+
+def blocks(texts, block_docs: int, block_chars: int, hasher=None):
+    """Group documents into blocks [(first document number, [texts])]; a short last block joins the one
+    before it. `hasher` (a hashlib object) sees every document's text in order."""
+    held, cur, chars, first, n = None, [], 0, 0, 0
+    for t in texts:
+        if hasher is not None:
+            hasher.update(t.encode("utf-8", "surrogatepass"))
+            hasher.update(b"\x1e")
+        cur.append(t)
+        chars += len(t)
+        n += 1
+        if len(cur) >= block_docs or chars >= block_chars:
+            if held is not None:
+                yield held
+            held, cur, chars, first = (first, cur), [], 0, n
+    if cur:
+        if held is not None and len(cur) < block_docs // 2 and chars < block_chars // 2:
+            held = (held[0], held[1] + cur)
+        else:
+            if held is not None:
+                yield held
+            held = (first, cur)
+    if held is not None:
+        yield held
+
+
+# ================================================================ one block -> one shard (in a worker)
+_WORKER_TOKENIZER = None
+
+
+def _init_worker(tokenizer_path: str) -> None:
+    global _WORKER_TOKENIZER
+    os.environ["TOKENIZERS_PARALLELISM"] = "false"  # the workers are the parallelism
+    from engine.tokenizer import Tokenizer
+    _WORKER_TOKENIZER = Tokenizer.from_file(tokenizer_path)
+
+
+def build_shard(job: dict, tokenizer=None) -> dict:
+    """One block of raw documents -> shard folder `job["final"]` (written under a temporary name, renamed
+    when complete). Returns the shard's meta (counts)."""
+    tok = tokenizer if tokenizer is not None else _WORKER_TOKENIZER
+    s = job["settings"]
+    obj, seq_len = get_objective(s["objective"]), s["seq_len"]
+    docs = [document_sentences(t) for t in job["texts"]]
+    tokenized = tokenize_documents(docs, tok, first_doc=job["first_doc"])
+    need = obj.min_documents
+    n_eval = eval_count(len(tokenized), s["eval_fraction"], need)
+    if len(tokenized) - n_eval < need:
+        n_eval = 0  # a block too small to hold out: it only trains
+    train_docs, eval_docs = hold_out(tokenized, n_eval, block_seed(s["eval_seed"], job["part"], job["block"]))
+    rng = random.Random(block_seed(s["seed"], job["part"], job["block"]))
+    if len(train_docs) >= need:
+        train = _make_instances(train_docs, obj.nsp, seq_len, s["short_seq_prob"], s["dupe_factor"], rng)
+    else:
+        train = []  # a lone document cannot pair with another for NotNext
+    ev = _make_instances(eval_docs, obj.nsp, seq_len, s["short_seq_prob"], 1,
+                         random.Random(block_seed(s["eval_seed"], job["part"], job["block"]))) if n_eval else []
+    meta = {"name": job["final"].name, "block": job["block"], "first_doc": job["first_doc"],
+            "documents": {"total": len(docs), "usable": len(tokenized), "train": len(train_docs), "eval": len(eval_docs)},
+            "words": sum(len(t.split()) for t in job["texts"]),
+            "instances": {"train": len(train), "eval": len(ev)},
+            "tokens": {"train": sum(len(a) + len(b) + (3 if b else 2) for a, b, _, _ in train),
+                       "eval": sum(len(a) + len(b) + (3 if b else 2) for a, b, _, _ in ev)},
+            "eval_documents": [d for d, _ in eval_docs]}
+    final = Path(job["final"])
+    tmp = final.parent / f".tmp-{final.name}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    dtype = token_dtype(tok.vocab_size)
+    try:
+        tmp.mkdir(parents=True)
+        _write_split(tmp / "train", train, tok.cls_id, tok.sep_id, dtype)
+        _write_split(tmp / "eval", ev, tok.cls_id, tok.sep_id, dtype)
+        atomic_write_json(tmp / "meta.json", meta)
+        os.rename(tmp, final)  # the shard exists only complete
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+    return meta
+
+
+def _run_jobs(jobs, workers: int, tokenizer, tokenizer_path: str):
+    """Yield build_shard's result for each job, in job order; at most 2 x workers jobs in flight."""
+    if workers <= 1:
+        for job in jobs:
+            yield job["done"] if job.get("done") else build_shard(job, tokenizer)
+        return
+    import multiprocessing as mp
+
+    ctx = mp.get_context("fork")  # the workers inherit the loaded modules (no torch import per worker)
+    with ctx.Pool(workers, initializer=_init_worker, initargs=(tokenizer_path,)) as pool:
+        pending = deque()
+        for job in jobs:
+            pending.append(job["done"] if job.get("done") else pool.apply_async(build_shard, (job,)))
+            while len(pending) >= 2 * workers:
+                p = pending.popleft()
+                yield p if isinstance(p, dict) else p.get()
+        while pending:
+            p = pending.popleft()
+            yield p if isinstance(p, dict) else p.get()
+
+
+# ================================================================ the tokenizer
+def sample_texts(files: list, words: int, text_field: str = "text"):
+    """About `words` words of documents, spread over the files: each file gives its first documents up to
+    words / len(files) words (a bounded sample without a full pass over the corpus)."""
+    per_file = max(1, words // max(1, len(files)))
+    for f in files:
+        n = 0
+        for t in iter_documents([f], text_field):
+            yield t
+            n += len(t.split())
+            if n >= per_file:
+                break
+
+
+def train_sampled_tokenizer(files: list, vocab_size: int, lowercase: bool, words: int, text_field: str = "text"):
+    """A WordPiece vocabulary trained (tokenizers' iterator API) on `sample_texts(files, words)`."""
+    from engine.tokenizer import train_tokenizer
+
+    return train_tokenizer(sample_texts(files, words, text_field), vocab_size=vocab_size, lowercase=lowercase)
+
+
+# ================================================================ prepare one part
+def _file_stats(files: list) -> list:
+    out = []
+    for f in files:
+        st = f.stat()
+        out.append([str(f.resolve()), st.st_size, st.st_mtime_ns])
+    return out
+
+
+def prepare(cfg: PrepareConfig, log=print) -> dict:
+    """Prepare part i/n of `cfg.corpus` into `cfg.out` (see the module docstring). Returns the part's
+    manifest (plus "seconds" and "peak_rss_mb" of this run)."""
+    obj = get_objective(cfg.objective)
+    if cfg.seq_len < 8:
+        raise EngineError(f"--seq-len {cfg.seq_len} is too short; use at least 8 (the paper uses 128, then 512)")
+    if not 0.0 <= cfg.short_seq_prob <= 1.0:
+        raise EngineError(f"--short-seq-prob {cfg.short_seq_prob} must be between 0 and 1")
+    if cfg.dupe_factor < 1 or cfg.workers < 1 or cfg.block_docs < 2 or cfg.block_chars < 1:
+        raise EngineError("--dupe-factor and --workers must be at least 1, --block-docs at least 2")
+    if not 0.0 <= cfg.eval_fraction < 1.0:
+        raise EngineError(f"--eval-fraction {cfg.eval_fraction} must be in [0, 1)")
+    part, parts = parse_part(cfg.part)
+    if parts > 1 and not cfg.tokenizer:
+        raise EngineError("--part needs --tokenizer: every part must use the same vocabulary (train one first with "
+                          "python -m engine tokenizer, or prepare part 0/1 once and use CACHE/part-0-of-1/tokenizer)")
+    t0 = time.time()
+    files = part_files(corpus_files(cfg.corpus), part, parts)
+    if not files:
+        raise EngineError(f"part {part}/{parts} gets no file of corpus '{cfg.corpus}' (it has fewer files than parts); use fewer parts")
+    out = Path(cfg.out).expanduser()
+    folder = out / f"part-{part}-of-{parts}"
+    if (folder / "manifest.json").is_file():
+        manifest = json.loads((folder / "manifest.json").read_text(encoding="utf-8"))
+        log(f"{folder} is already prepared ({manifest['instances']['train']} training instances)")
+        return manifest
+
+    from engine.tokenizer import Tokenizer
+    if cfg.tokenizer:
+        tok = Tokenizer.from_file(cfg.tokenizer)
+    elif (folder / "tokenizer" / "vocab.txt").is_file():
+        tok = Tokenizer.from_file(folder / "tokenizer")  # an interrupted run's vocabulary: its shards use it
+    else:
+        log(f"training a {cfg.vocab_size}-token WordPiece vocabulary on about {cfg.tokenizer_sample_words:,} words ...")
+        tok = train_sampled_tokenizer(files, cfg.vocab_size, not cfg.cased, cfg.tokenizer_sample_words, cfg.text_field)
+    tinfo = token_info(tok)
+    settings = {"format": FORMAT_VERSION, "vocab_sha256": tinfo["vocab_sha256"], "lowercase": tinfo["lowercase"],
+                "seq_len": int(cfg.seq_len), "objective": cfg.objective, "seed": int(cfg.seed),
+                "dupe_factor": int(cfg.dupe_factor), "short_seq_prob": float(cfg.short_seq_prob),
+                "eval_fraction": float(cfg.eval_fraction), "eval_seed": int(cfg.eval_seed),
+                "block_docs": int(cfg.block_docs), "block_chars": int(cfg.block_chars), "text_field": cfg.text_field,
+                "part": part, "parts": parts, "files": _file_stats(files)}
+    if (folder / "settings.json").is_file():
+        old = json.loads((folder / "settings.json").read_text(encoding="utf-8"))
+        if old != settings:
+            raise EngineError(f"{folder} holds an unfinished preparation with other settings or files; delete it or choose another --out")
+        for p in folder.glob(".tmp-*"):
+            shutil.rmtree(p, ignore_errors=True)  # a killed run's half-written shard
+        log(f"continuing the unfinished preparation in {folder}: finished shards are kept")
+    else:
+        if folder.exists():
+            shutil.rmtree(folder)  # no settings.json: nothing in it can be trusted
+        folder.mkdir(parents=True)
+        tok.save(folder / "tokenizer")
+        _save_npy(folder / "continuation.npy", continuation_ids(tok))
+        atomic_write_json(folder / "settings.json", settings)
+
+    hasher = hashlib.sha256()
+
+    def jobs():
+        texts = iter_documents(files, cfg.text_field)
+        for b, (first, block_texts) in enumerate(blocks(texts, cfg.block_docs, cfg.block_chars, hasher)):
+            final = folder / f"shard-{b:06d}"
+            job = {"texts": block_texts, "first_doc": first, "block": b, "part": part, "settings": settings, "final": final}
+            if (final / "meta.json").is_file():
+                job = {"done": json.loads((final / "meta.json").read_text(encoding="utf-8"))}
+            yield job
+
+    shards, words = [], 0
+    for meta in _run_jobs(jobs(), cfg.workers, tok, str(folder / "tokenizer")):
+        shards.append(meta)
+        words += meta["words"]
+        if len(shards) % 20 == 0:
+            log(f"  {len(shards)} shards, {words:,} words, {time.time() - t0:.0f} s")
+    total = lambda k, s: sum(m[k][s] for m in shards)  # noqa: E731
+    if total("instances", "train") == 0:
+        raise EngineError("the corpus gives no training instance (documents too short or empty); give longer documents or a lower --seq-len")
+    if total("documents", "usable") < obj.min_documents:
+        raise EngineError(f"{obj.name} needs at least 2 documents (NotNext takes B from another document); add documents or use --objective mlm")
+    keyed = {k: v for k, v in settings.items() if k != "files"}
+    keyed["corpus_sha256"] = hasher.hexdigest()
+    key = hashlib.sha256(json.dumps(keyed, sort_keys=True).encode()).hexdigest()[:16]
+    manifest = {**keyed, "key": key, "corpus": str(cfg.corpus), "tokenizer": tinfo, "token_dtype": np.dtype(token_dtype(tok.vocab_size)).name,
+                "documents": {k: total("documents", k) for k in ("total", "usable", "train", "eval")},
+                "instances": {k: total("instances", k) for k in ("train", "eval")},
+                "tokens": {k: total("tokens", k) for k in ("train", "eval")},
+                "words": words, "files": len(files),
+                "shards": [{k: m[k] for k in ("name", "documents", "instances", "tokens", "words")} for m in shards]}
+    atomic_write_json(folder / "manifest.json", manifest)  # written last: the part is complete
+    seconds = time.time() - t0
+    return {**manifest, "seconds": round(seconds, 2), "peak_rss_mb": round(peak_rss_mb(), 1)}
+
+
+def peak_rss_mb() -> float:
+    """Peak resident memory of this process and of its (finished) children, in MB (ru_maxrss, Linux KiB):
+    the larger of the two, since the workers run beside the main process rather than after it."""
+    own = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    kids = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    return max(own, kids) / 1024.0
+
+
+# ================================================================ open a prepared cache
+def is_prepared(path) -> bool:
+    return bool(list(Path(path).expanduser().glob("part-*-of-*/manifest.json")))
+
+
+def read_manifests(path) -> list:
+    """The part manifests of a prepared cache, in part order; EngineError unless every part is complete."""
+    path = Path(path).expanduser()
+    found = sorted(path.glob("part-*-of-*/manifest.json"))
+    if not found:
+        started = list(path.glob("part-*-of-*/settings.json"))
+        if started:
+            raise EngineError(f"{path} is an unfinished preparation (no manifest); run the same prepare command again to finish it")
+        raise EngineError(f"{path} is not a prepared data folder; make one with python -m engine prepare --corpus ... --out {path}")
+    try:
+        manifests = [json.loads(f.read_text(encoding="utf-8")) for f in found]
+    except ValueError as e:
+        raise EngineError(f"a manifest in {path} is damaged ({e}); prepare the data again")
+    parts = manifests[0]["parts"]
+    have = {m["part"] for m in manifests if m["parts"] == parts}
+    if len(manifests) != parts or have != set(range(parts)):
+        missing = sorted(set(range(parts)) - have)
+        raise EngineError(f"{path} lacks part(s) {', '.join(f'{i}/{parts}' for i in missing)} (or mixes part counts); "
+                          "prepare them (or copy their part-*-of-* folders here)")
+    base = {k: v for k, v in manifests[0].items() if k in ("vocab_sha256", "seq_len", "objective", "seed", "dupe_factor",
+                                                            "short_seq_prob", "eval_fraction", "eval_seed")}
+    for m in manifests[1:]:
+        if any(m.get(k) != v for k, v in base.items()):
+            raise EngineError(f"the parts in {path} were prepared with different settings or vocabularies; prepare them again alike")
+    return sorted(manifests, key=lambda m: m["part"])
+
+
+def prepared_stats(path) -> dict:
+    """Documents, instances, tokens, words and shards of a prepared cache (for the Pre-train page)."""
+    ms = read_manifests(path)
+    add = lambda k, s: sum(m[k][s] for m in ms)  # noqa: E731
+    return {"path": str(Path(path).expanduser()), "objective": ms[0]["objective"], "seq_len": ms[0]["seq_len"],
+            "vocab_size": ms[0]["tokenizer"]["vocab_size"], "parts": len(ms),
+            "shards": sum(len(m["shards"]) for m in ms), "words": sum(m["words"] for m in ms),
+            "documents": add("documents", "usable"), "documents_eval": add("documents", "eval"),
+            "instances": add("instances", "train"), "instances_eval": add("instances", "eval"),
+            "tokens": add("tokens", "train"), "tokens_eval": add("tokens", "eval")}
+
+
+def open_prepared(path) -> PretrainingCache:
+    """A prepared cache as a `PretrainingCache` whose train/eval splits read all the parts' shards."""
+    path = Path(path).expanduser()
+    ms = read_manifests(path)
+    first = ms[0]
+    t = first["tokenizer"]
+    folder0 = path / f"part-0-of-{first['parts']}"
+    try:
+        cont = np.load(folder0 / "continuation.npy")
+        split = {}
+        for name in ("train", "eval"):
+            folders, counts = [], []
+            for m in ms:
+                for sh in m["shards"]:
+                    if sh["instances"][name]:
+                        folders.append(path / f"part-{m['part']}-of-{m['parts']}" / sh["name"] / name)
+                        counts.append(sh["instances"][name])
+            seed = first["seed"] if name == "train" else first["eval_seed"]
+            split[name] = PretrainingData(folders, first["objective"], t["pad_id"], cont, seed, counts=counts) if folders else None
+    except (OSError, ValueError, KeyError) as e:
+        raise EngineError(f"prepared data in {path} is damaged ({e}); prepare it again")
+    key = hashlib.sha256("".join(m["key"] for m in ms).encode()).hexdigest()[:16] if len(ms) > 1 else first["key"]
+    config = {k: first[k] for k in ("format", "seq_len", "objective", "seed", "dupe_factor", "short_seq_prob",
+                                     "eval_fraction", "eval_seed", "vocab_sha256", "lowercase")}
+    config.update(key=key, corpus_name=first["corpus"], tokenizer=t, has_eval=split["eval"] is not None,
+                  token_dtype=first["token_dtype"], prepared=prepared_stats(path))
+    return PretrainingCache(path, key, config, split["train"], split["eval"], from_cache=True)
+
+
+def prepared_tokenizer_dir(path) -> Path:
+    """The vocabulary a prepared cache was made with (part 0's copy; every part's has the same sha256)."""
+    ms = read_manifests(path)
+    return Path(path).expanduser() / f"part-0-of-{ms[0]['parts']}" / "tokenizer"
+
+
+# ================================================================ a big corpus from the built-in ones
+def write_synthetic_corpus(out, copies: int, source: str = "all", seed: int = 0, log=print) -> dict:
+    """`copies` shuffled copies of a built-in corpus as a folder of .txt files (one file per copy, a blank
+    line between documents, one sentence per line), for measuring preparation at scale. 'all' is about
+    4.4M words, so 23 copies pass 100M words. Returns {"files", "documents", "words"}."""
+    from engine.corpora import load_corpus
+
+    if copies < 1:
+        raise EngineError("--synthetic-copies must be at least 1")
+    docs = load_corpus(source)
+    out = Path(out).expanduser()
+    out.mkdir(parents=True, exist_ok=True)
+    texts = ["\n".join(d) for d in docs]
+    words_one = sum(len(t.split()) for t in texts)
+    rng = random.Random(seed)
+    for c in range(copies):
+        order = list(range(len(texts)))
+        rng.shuffle(order)
+        target = out / f"copy-{c:04d}.txt"
+        tmp = out / f".tmp-{target.name}"
+        with open(tmp, "w", encoding="utf-8") as f:
+            for j in order:
+                f.write(texts[j])
+                f.write("\n\n")
+        os.replace(tmp, target)
+        log(f"  wrote {target} ({(c + 1) * words_one:,} words so far)")
+    return {"files": copies, "documents": copies * len(texts), "words": copies * words_one}
+
+
+def tokenizer_words_per_s(files: list, tok, words: int, text_field: str = "text") -> float:
+    """The tokenizer's own batch encoding speed (words/s, all its threads) on the first `words` words of the
+    corpus, split into sentences as prepare splits them: the reference the preparation speed is compared to."""
+    batch, n, took = [], 0, 0.0
+    for t in iter_documents(files, text_field):
+        batch.extend(document_sentences(t))
+        n += len(t.split())
+        if len(batch) >= 20000 or n >= words:
+            t0 = time.perf_counter()
+            tok.tokenize_ids(batch)
+            took += time.perf_counter() - t0
+            batch = []
+        if n >= words:
+            break
+    if batch:
+        t0 = time.perf_counter()
+        tok.tokenize_ids(batch)
+        took += time.perf_counter() - t0
+    return n / max(took, 1e-9)
+
+
+# ================================================================ CLI
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):
+        raise EngineError(f"{message}; see python -m engine prepare --help")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    d = PrepareConfig(corpus="", out="")
+    ap = _Parser(prog="python -m engine prepare",
+                 description="Prepare pre-training data from a corpus of any size into shards (bounded memory, worker "
+                             "processes); then train with python -m engine pretrain --data CACHE.")
+    ap.add_argument("--corpus", help="a file, folder or glob of .txt (blank line between documents) or .jsonl files, optionally .gz/.bz2/.xz")
+    ap.add_argument("--out", help="the cache folder to write")
+    ap.add_argument("--tokenizer", help="a tokenizer folder or vocab.txt (default: train one on a sample of the corpus)")
+    ap.add_argument("--vocab-size", type=int, default=d.vocab_size, help=f"vocabulary size when training one (default {d.vocab_size})")
+    ap.add_argument("--cased", action="store_true", help="keep case when training the vocabulary")
+    ap.add_argument("--tokenizer-sample-words", type=int, default=d.tokenizer_sample_words,
+                    help=f"words the vocabulary is trained on, spread over the files (default {d.tokenizer_sample_words:,})")
+    ap.add_argument("--seq-len", type=int, default=d.seq_len, help=f"tokens per instance incl. [CLS]/[SEP] (default {d.seq_len})")
+    ap.add_argument("--objective", choices=list(OBJECTIVES), default=d.objective, help=f"(default {d.objective})")
+    ap.add_argument("--seed", type=int, default=d.seed, help=f"instance sampling (default {d.seed})")
+    ap.add_argument("--short-seq-prob", type=float, default=d.short_seq_prob, help=f"(default {d.short_seq_prob})")
+    ap.add_argument("--dupe-factor", type=int, default=d.dupe_factor, help=f"(default {d.dupe_factor})")
+    ap.add_argument("--eval-fraction", type=float, default=d.eval_fraction, help=f"share of documents held out (default {d.eval_fraction})")
+    ap.add_argument("--workers", type=int, default=d.workers, help="worker processes (default 1)")
+    ap.add_argument("--part", default=d.part, help="i/n: prepare only this share of the files (file k -> part k mod n), parts numbered from 0 (default 0/1)")
+    ap.add_argument("--block-docs", type=int, default=d.block_docs, help=f"documents per shard and NSP pool (default {d.block_docs})")
+    ap.add_argument("--text-field", default=d.text_field, help="the .jsonl field holding a document (default text)")
+    ap.add_argument("--synthetic-copies", type=int, help="instead: write this many shuffled copies of --synthetic-source as a folder of .txt files at --out")
+    ap.add_argument("--synthetic-source", default="all", help="the built-in corpus copied (default all: about 4.4M words a copy)")
+    ap.add_argument("--compare-tokenizer", type=int, metavar="WORDS", default=0,
+                    help="also time the tokenizer's own batch encoding on the first WORDS words and print both speeds and their ratio")
+    return ap
+
+
+def main(argv) -> int:
+    a = build_parser().parse_args(argv)
+    if not a.out:
+        raise EngineError("prepare needs --out (the cache folder to write, or with --synthetic-copies the corpus folder)")
+    if a.synthetic_copies is not None:
+        got = write_synthetic_corpus(a.out, a.synthetic_copies, a.synthetic_source)
+        print(json.dumps(got), flush=True)
+        return 0
+    if not a.corpus:
+        raise EngineError("prepare needs --corpus (a file, folder or glob of .txt / .jsonl files)")
+    cfg = PrepareConfig(corpus=a.corpus, out=a.out, tokenizer=a.tokenizer, vocab_size=a.vocab_size, cased=a.cased,
+                        tokenizer_sample_words=a.tokenizer_sample_words, seq_len=a.seq_len, objective=a.objective,
+                        seed=a.seed, short_seq_prob=a.short_seq_prob, dupe_factor=a.dupe_factor,
+                        eval_fraction=a.eval_fraction, workers=a.workers, part=a.part, block_docs=a.block_docs,
+                        text_field=a.text_field)
+    log = lambda m: print(m, file=sys.stderr, flush=True)  # noqa: E731
+    got = prepare(cfg, log)
+    report = {k: got[k] for k in ("key", "documents", "instances", "tokens", "words") if k in got}
+    report["shards"] = len(got["shards"])
+    if "seconds" in got:
+        report.update(seconds=got["seconds"], words_per_s=round(got["words"] / max(got["seconds"], 1e-9)),
+                      peak_rss_mb=got["peak_rss_mb"])
+    if a.compare_tokenizer:
+        from engine.tokenizer import Tokenizer
+        part, parts = parse_part(cfg.part)
+        tok = Tokenizer.from_file(Path(cfg.out).expanduser() / f"part-{part}-of-{parts}" / "tokenizer")
+        wps = tokenizer_words_per_s(part_files(corpus_files(cfg.corpus), part, parts), tok, a.compare_tokenizer, cfg.text_field)
+        report["tokenizer_words_per_s"] = round(wps)
+        if "words_per_s" in report:
+            report["ratio_prepare_to_tokenizer"] = round(report["words_per_s"] / wps, 3)
+    print(json.dumps(report), flush=True)
+    return 0

@@ -1,0 +1,283 @@
+"""Streamed, sharded, parallel preparation (engine.prepare) against the in-memory builder; reading shards."""
+import bz2
+import gzip
+import json
+import lzma
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+import engine.corpora
+from engine.corpora import corpus_files, document_sentences, iter_documents, load_corpus
+from engine.errors import EngineError
+from engine.prepare import PrepareConfig, blocks, open_prepared, prepare, prepared_stats, read_manifests
+from engine.pretraining_data import build_pretraining_data
+from engine.tokenizer import train_tokenizer
+
+torch.set_num_threads(1)
+ARRAYS = ("tokens", "offsets", "b_start", "nsp_label", "source")
+quiet = lambda m: None  # noqa: E731
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory):
+    """300 BBC articles as one .txt (blank line between documents), and a tokenizer folder."""
+    try:
+        docs = engine.corpora.load_corpus("bbc")
+    except EngineError as e:
+        pytest.skip(f"BBC corpus unavailable: {e}")
+    docs = docs[::7][:300]
+    d = tmp_path_factory.mktemp("corpus")
+    (d / "bbc.txt").write_text("\n\n".join("\n".join(x) for x in docs), encoding="utf-8")
+    tok = train_tokenizer(docs, vocab_size=2000)
+    tok.save(d / "tok")
+    return d, tok
+
+
+def _cfg(d, out, **kw):
+    base = dict(corpus=str(d / "bbc.txt"), out=str(out), tokenizer=str(d / "tok"), seq_len=64)
+    return PrepareConfig(**{**base, **kw})
+
+
+# ---------------------------------------------------------------- streaming input
+def test_stream_reads_txt_jsonl_and_compressed_files_document_by_document(tmp_path):
+    (tmp_path / "a.txt").write_text("One here. Two there.\nA second paragraph.\n\n  \nDoc two.\n", encoding="utf-8")
+    with gzip.open(tmp_path / "b.jsonl.gz", "wt") as f:
+        f.write(json.dumps({"text": "Gz doc. It has two."}) + "\n\n" + json.dumps({"text": "Another."}) + "\n")
+    (tmp_path / "sub").mkdir()
+    with bz2.open(tmp_path / "sub" / "c.txt.bz2", "wt") as f:
+        f.write("Bz one.\n\nBz two.")
+    with lzma.open(tmp_path / "d.txt.xz", "wt") as f:
+        f.write("Xz doc.")
+    (tmp_path / "ignored.csv").write_text("x,y\n")
+    files = corpus_files(tmp_path)
+    assert [f.name for f in files] == ["a.txt", "b.jsonl.gz", "d.txt.xz", "c.txt.bz2"]  # sorted by path
+    docs = [document_sentences(t) for t in iter_documents(files)]
+    assert docs == [["One here.", "Two there.", "A second paragraph."], ["Doc two."], ["Gz doc.", "It has two."],
+                    ["Another."], ["Xz doc."], ["Bz one."], ["Bz two."]]
+    assert [f.name for f in corpus_files(str(tmp_path / "*.txt*"))] == ["a.txt", "d.txt.xz"]  # a glob
+    # a .txt file streams into the same documents as load_corpus reads
+    assert [document_sentences(t) for t in iter_documents([tmp_path / "a.txt"])] == list(load_corpus(str(tmp_path / "a.txt")))
+    with pytest.raises(EngineError, match="not found"):
+        corpus_files(tmp_path / "missing")
+    (tmp_path / "bad.jsonl").write_text('{"txt": 1}\n')
+    with pytest.raises(EngineError, match='no "text" string field'):
+        list(iter_documents([tmp_path / "bad.jsonl"]))
+    (tmp_path / "cut.txt.gz").write_bytes(gzip.compress(b"Some text here.\n" * 100)[:40])
+    with pytest.raises(EngineError, match="damaged or truncated"):
+        list(iter_documents([tmp_path / "cut.txt.gz"]))
+
+
+def test_blocks_cover_the_documents_in_order_and_a_short_tail_joins():
+    texts = [f"d{i}" for i in range(23)]
+    got = list(blocks(iter(texts), block_docs=10, block_chars=10 ** 6))
+    assert [(first, len(b)) for first, b in got] == [(0, 10), (10, 13)]  # 3 < 10 // 2: joins the block before
+    assert [t for _, b in got for t in b] == texts
+    got = list(blocks(iter(texts[:27] + [f"e{i}" for i in range(4)]), 10, 10 ** 6))
+    assert sum(len(b) for _, b in got) == 27
+    assert [first for first, _ in blocks(iter(["x" * 50] * 5), 100, 100)] == [0, 2, 4]  # closed by characters
+
+
+# ---------------------------------------------------------------- the same data as the in-memory builder
+@pytest.mark.parametrize("objective", ["mlm+nsp", "mlm"])
+def test_one_block_one_worker_equals_the_in_memory_builder_exactly(corpus, tmp_path, objective):
+    d, tok = corpus
+    mem = build_pretraining_data(load_corpus(str(d / "bbc.txt")), tok, seq_len=64, objective=objective, dupe_factor=2,
+                                 cache_dir=tmp_path / "cache", eval_fraction=0.1, seed=3)
+    prepare(_cfg(d, tmp_path / "p", objective=objective, dupe_factor=2, eval_fraction=0.1, seed=3), quiet)
+    got = open_prepared(tmp_path / "p")
+    assert got.train.num_shards == 1
+    for split in ("train", "eval"):
+        for name in ARRAYS:
+            assert np.array_equal(getattr(getattr(mem, split), name), getattr(getattr(got, split), name)), (split, name)
+    assert got.vocab_size == mem.vocab_size and got.mask_id == mem.mask_id and got.special_ids == mem.special_ids
+    assert got.config["prepared"]["instances"] == mem.train.num_instances
+
+
+def test_many_blocks_are_statistically_the_in_memory_data(corpus, tmp_path):
+    """NSP's random document from a block of 40 documents instead of the whole corpus: the same instance
+    count, NSP balance and length distribution (within sampling noise)."""
+    d, tok = corpus
+    mem = build_pretraining_data(load_corpus(str(d / "bbc.txt")), tok, seq_len=64, cache_dir=tmp_path / "cache")
+    prepare(_cfg(d, tmp_path / "p", block_docs=40), quiet)
+    got = open_prepared(tmp_path / "p")
+    a, b = mem.train, got.train
+    assert b.num_shards == 8  # 300 documents: 7 blocks of 40 and one of 20 (not less than half a block)
+    total = lambda c: c.train.num_instances + c.eval.num_instances  # noqa: E731  (held-out documents differ)
+    assert abs(total(got) - total(mem)) / total(mem) < 0.05  # seeds 0-3 differ by 1-4%
+    assert abs(float((b.nsp_label == 0).mean()) - float((a.nsp_label == 0).mean())) < 0.03
+    assert abs(b.lengths.mean() - a.lengths.mean()) < 1.5
+    assert abs(float((b.lengths == 64).mean()) - float((a.lengths == 64).mean())) < 0.05
+    held = got.config["prepared"]["documents_eval"]
+    assert mem.config["documents"]["eval"] == 15 and held == 16  # 5% of 300; per block max(2, 5% of 40) x 8
+    # NotNext B comes from another document of the same block
+    for i in range(0, b.num_instances, 5):
+        inst = b.instance(i)
+        if inst["next_sentence_label"] == 1:
+            assert inst["b_doc"] != inst["a_doc"] and inst["a_doc"] // 40 == inst["b_doc"] // 40
+    s = prepared_stats(tmp_path / "p")
+    assert (s["instances"], s["shards"], s["tokens"]) == (b.num_instances, 8, int(b.lengths.sum()))
+    assert s["documents"] == 300
+
+
+@pytest.mark.slow
+def test_two_workers_build_the_same_shards_as_one(corpus, tmp_path):
+    d, _ = corpus
+    prepare(_cfg(d, tmp_path / "one", block_docs=50), quiet)
+    prepare(_cfg(d, tmp_path / "two", block_docs=50, workers=2), quiet)
+    a, b = open_prepared(tmp_path / "one"), open_prepared(tmp_path / "two")
+    assert a.key == b.key and a.train.num_shards == b.train.num_shards == 6
+    assert np.array_equal(a.train.collate(np.arange(a.train.num_instances))["input_ids"],
+                          b.train.collate(np.arange(b.train.num_instances))["input_ids"])
+
+
+def test_parts_split_the_files_and_merge_by_listing_their_shards(corpus, tmp_path):
+    d, _ = corpus
+    text = (d / "bbc.txt").read_text(encoding="utf-8").split("\n\n")
+    src = tmp_path / "src"
+    src.mkdir()
+    for k in range(4):
+        (src / f"f{k}.txt").write_text("\n\n".join(text[k::4]), encoding="utf-8")
+    cfg = lambda part: PrepareConfig(corpus=str(src), out=str(tmp_path / "c"), tokenizer=str(d / "tok"), seq_len=64, part=part)  # noqa: E731
+    prepare(cfg("0/2"), quiet)
+    with pytest.raises(EngineError, match="lacks part"):
+        open_prepared(tmp_path / "c")
+    prepare(cfg("1/2"), quiet)
+    ms = read_manifests(tmp_path / "c")
+    assert [m["files"] for m in ms] == [2, 2]  # files 0, 2 and 1, 3
+    got = open_prepared(tmp_path / "c")
+    assert got.train.num_instances == sum(m["instances"]["train"] for m in ms)
+    assert got.train.num_shards == 2
+    with pytest.raises(EngineError, match="--part needs --tokenizer"):
+        prepare(PrepareConfig(corpus=str(src), out=str(tmp_path / "x"), part="0/2"), quiet)
+    with pytest.raises(EngineError, match="0 <= i < n"):
+        prepare(cfg("2/2"), quiet)
+
+
+# ---------------------------------------------------------------- reading shards
+@pytest.fixture(scope="module")
+def sharded(corpus, tmp_path_factory):
+    d, _ = corpus
+    out = tmp_path_factory.mktemp("sharded")
+    prepare(_cfg(d, out, block_docs=30), quiet)
+    return open_prepared(out)
+
+
+def _indices(it, n):
+    out, pos = [], None
+    for _ in range(n):
+        b = next(it)
+        out.append(b["index"].tolist())
+        pos = b["position"]
+    return out, pos
+
+
+def test_ranks_read_disjoint_slices_whose_union_is_the_data(sharded):
+    d = sharded.train
+    assert d.num_shards >= 8
+    world, bs = 3, 8
+    steps = d.num_instances // (bs * world)
+    per_rank = [_indices(d.batches(bs, torch.Generator().manual_seed(5), rank=r, world_size=world, epochs=1), steps)[0]
+                for r in range(world)]
+    seen = [set(i for b in batches for i in b) for batches in per_rank]
+    assert all(not (seen[r] & seen[q]) for r in range(world) for q in range(r + 1, world))
+    union = set().union(*seen)
+    assert len(union) == steps * bs * world  # the epoch's instances less the incomplete last step
+    assert union <= set(range(d.num_instances)) and d.num_instances - len(union) < bs * world
+
+
+def test_resume_across_a_shard_boundary_is_exact(sharded):
+    d = sharded.train
+    boundary = int(d.starts[1])
+    g = lambda: torch.Generator().manual_seed(9)  # noqa: E731
+    # in order: a batch of 16 that straddles the end of shard 0 and the start of shard 1
+    stream = d.batches(16, g(), shuffle=False)
+    full, _ = _indices(stream, boundary // 16 + 3)
+    k = boundary // 16
+    assert full[k][0] < boundary <= full[k][-1]
+    first, pos = _indices(d.batches(16, g(), shuffle=False), k)
+    rest, _ = _indices(d.batches(16, g(), shuffle=False, start_position=pos), 3)
+    assert first + rest == full
+    # shuffled: every batch mixes shards; resuming mid-epoch gives the same batches, the same tensors
+    full, _ = _indices(d.batches(16, g()), 12)
+    first, pos = _indices(d.batches(16, g()), 5)
+    assert len({int(np.searchsorted(d.starts, i, side="right")) for i in full[5]}) > 1
+    resumed = d.batches(16, g(), start_position=pos)
+    for want in full[5:]:
+        b = next(resumed)
+        assert b["index"].tolist() == want
+        assert torch.equal(b["input_ids"], d.collate(np.array(want))["input_ids"])
+
+
+def test_collate_reads_each_instance_from_its_shard(sharded):
+    d = sharded.train
+    idx = np.array([0, int(d.starts[1]) - 1, int(d.starts[1]), d.num_instances - 1])
+    b = d.collate(idx)
+    for r, i in enumerate(idx):
+        ids = d.instance(int(i))["input_ids"]
+        assert b["input_ids"][r, :len(ids)].tolist() == ids.tolist()
+        assert int(b["attention_mask"][r].sum()) == len(ids)
+
+
+# ---------------------------------------------------------------- interrupted preparation
+def test_unfinished_preparation_is_refused_then_finished_keeping_its_shards(corpus, tmp_path):
+    d, _ = corpus
+    prepare(_cfg(d, tmp_path / "whole", block_docs=50), quiet)
+    out = tmp_path / "cut"
+    prepare(_cfg(d, out, block_docs=50), quiet)
+    part = out / "part-0-of-1"
+    (part / "manifest.json").unlink()  # as if killed before the end: shards 0-5 there, no manifest
+    for s in ("shard-000004", "shard-000005"):
+        shutil.rmtree(part / s)
+    (part / ".tmp-shard-000004-1-abc").mkdir()  # a half-written shard
+    with pytest.raises(EngineError, match="unfinished preparation"):
+        open_prepared(out)
+    kept = (part / "shard-000000" / "train" / "tokens.npy").stat().st_mtime_ns
+    prepare(_cfg(d, out, block_docs=50), quiet)
+    assert (part / "shard-000000" / "train" / "tokens.npy").stat().st_mtime_ns == kept  # finished shards kept
+    assert not list(part.glob(".tmp-*"))
+    a, b = open_prepared(tmp_path / "whole"), open_prepared(out)
+    assert a.key == b.key
+    for name in ("b_start", "nsp_label"):
+        assert np.array_equal(getattr(a.train, name), getattr(b.train, name))
+    with pytest.raises(EngineError, match="other settings"):
+        (part / "manifest.json").unlink()
+        prepare(_cfg(d, out, block_docs=50, seed=1), quiet)
+
+
+@pytest.mark.slow
+def test_a_killed_preparation_leaves_no_usable_cache(corpus, tmp_path):
+    d, _ = corpus
+    big = tmp_path / "big"
+    big.mkdir()
+    text = (d / "bbc.txt").read_text(encoding="utf-8")
+    for k in range(6):
+        (big / f"f{k}.txt").write_text(text, encoding="utf-8")
+    out = tmp_path / "out"
+    cmd = [sys.executable, "-m", "engine", "prepare", "--corpus", str(big), "--out", str(out), "--tokenizer",
+           str(d / "tok"), "--seq-len", "64", "--block-docs", "20"]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    p = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=Path(__file__).parent.parent)
+    part = out / "part-0-of-1"
+    deadline = time.time() + 300
+    while time.time() < deadline and len(list(part.glob("shard-*"))) < 3:
+        time.sleep(0.05)
+    os.kill(p.pid, signal.SIGKILL)
+    p.wait()
+    assert len(list(part.glob("shard-*"))) >= 3 and not (part / "manifest.json").exists()
+    with pytest.raises(EngineError, match="unfinished preparation"):
+        open_prepared(out)
+    for shard in part.glob("shard-*"):  # every published shard is complete
+        assert (shard / "meta.json").is_file() and (shard / "train" / "source.npy").is_file()
+    r = subprocess.run(cmd, env=env, capture_output=True, text=True, cwd=Path(__file__).parent.parent)
+    assert r.returncode == 0, r.stderr
+    got = open_prepared(out)
+    assert got.train.num_shards == len(list(part.glob("shard-*"))) and got.train.num_instances > 0
