@@ -36,10 +36,14 @@ for s in steps:
         c2.caption(s.what)
         if s.status:
             c2.markdown(f"_{s.status}_")
-        if c3.button(s.button, key=f"start_step_{s.number}", type="primary" if not s.done else "secondary"):
-            for k, v in s.prefill.items():
-                st.session_state[k] = v
-            st.switch_page(s.page)
+        buttons = [(s.button, s.prefill, f"start_step_{s.number}")]
+        if s.alt:
+            buttons.append((s.alt[0], s.alt[1], f"start_step_{s.number}_alt"))
+        for label, prefill, key in buttons:
+            if c3.button(label, key=key, type="primary" if not s.done else "secondary"):
+                for k, v in prefill.items():
+                    st.session_state[k] = v
+                st.switch_page(s.page)
 
 st.header("What the paper found")
 st.caption("The paper's numbers for its four ablation tables (BERT-BASE pre-trained for 1M steps on 3.3B words). The "

@@ -6,8 +6,8 @@ on this machine, where each button goes with which fields filled in, and whether
    (done once a pre-training run in the runs folder has finished).
 3. Probe it and the probe-ready model: the Probe page on that run's latest checkpoint (done once a run's model
    was probed in this session); the probe-ready model is a pre-training run continued from MiniLM
-   (`python -m engine pretrain --init minilm ...`, its run.json config has init "minilm"); without one the step
-   says how to make it.
+   (`python -m engine pretrain --init minilm ...`, its run.json config has init "minilm"): with a checkpoint of it
+   the step has a second button that probes it; without one the step says how to make it.
 4. Run the paper's Table 5 at classroom scale: the Ablations page, New study tab, with the pre-training-tasks
    study at classroom scale selected (done once such a study has every job finished).
 Times are BENCHMARKS.md's measurements on the 2-core CPU this was built on: the classroom pre-training 2.7 min
@@ -39,6 +39,7 @@ class Step:
     prefill: dict = field(default_factory=dict)  # session_state keys the target page reads
     done: bool = False
     status: str = ""  # a line about progress ("running: step 400 / 2,000") or what is missing
+    alt: tuple = None  # a second button on the same page: (label, prefill)
 
 
 def machine_precision() -> tuple:
@@ -145,8 +146,11 @@ def guided_steps(root, visited: dict, precision: str = "fp32", device: str = "cp
             s3.prefill = {"probe_model": ck}
     else:
         s3.status = "pre-train a model first (step 2)"
-    if ready:
-        s3.what += f" The probe-ready model: {ready[0]['name']} (MiniLM continued on our corpora, with MLM and NSP heads)."
+    ready_ck = next((c for c in (checkpoint_choice(root, r["path"]) for r in ready) if c), None)
+    if ready_ck:
+        name = Path(ready_ck).parent.parent.name
+        s3.what += f" The probe-ready model: {name} (MiniLM continued on our corpora, with MLM and NSP heads)."
+        s3.alt = ("Probe the probe-ready model", {"probe_model": ready_ck})
     else:
         s3.what += (" The probe-ready model (MiniLM continued with MLM and NSP heads) is not in the runs folder yet; "
                     f"make it with `{PROBE_READY_CMD}`.")
