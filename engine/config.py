@@ -144,3 +144,24 @@ class BertConfig:
             pad_token_id=0 if pad is None else num("pad_token_id", 0, True, 0, vocab - 1),
             causal=bool(d.get("bert_studio_causal", False)),
         )
+
+
+MAX_SEED = 2**32 - 1  # numpy's and every generator's seed range
+
+
+def check_numbers(cfg, flag=lambda name: "--" + name.replace("_", "-")) -> None:
+    """The checks every command's settings share: each float setting finite (NaN or inf as a learning rate,
+    weight decay, clipping norm or warmup trains garbage, or silently nothing), a seed numpy and torch accept,
+    and a thread count of at least 1. `flag(name)` names a field the way the user typed it."""
+    for f in fields(cfg):
+        v = getattr(cfg, f.name)
+        values = v if isinstance(v, (tuple, list)) else (v,)
+        if any(isinstance(x, float) and not math.isfinite(x) for x in values):
+            raise EngineError(f"{flag(f.name)} {v} is not a finite number; give a real value (see --help for the default)")
+    seed = getattr(cfg, "seed", 0)
+    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed <= MAX_SEED:
+        raise EngineError(f"{flag('seed')} {seed} must be a whole number from 0 to {MAX_SEED}")
+    threads = getattr(cfg, "num_threads", None)
+    if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int) or threads < 1):
+        raise EngineError(f"{flag('num_threads')} {threads} must be at least 1 (or left out: torch picks)")
+

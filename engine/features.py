@@ -335,6 +335,8 @@ class FeaturesConfig:
             if c not in COMBINES:
                 raise EngineError(f"unknown combination '{c}'; choose from {', '.join(COMBINES)} (or table7 for the paper's six)")
         self.layers = tuple(int(x) for x in self.layers)
+        from engine.config import check_numbers
+        check_numbers(self)
         if self.pooling not in ("cls", "mean", "first-subtoken"):
             raise EngineError(f"--pooling {self.pooling} is not known; use cls or mean (tagging uses first-subtoken)")
         if self.classifier not in (None, "logreg", "bilstm"):

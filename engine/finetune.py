@@ -109,6 +109,8 @@ class FinetuneConfig:
                 setattr(self, name, (v,))
             else:
                 setattr(self, name, tuple(v))
+        from engine.config import check_numbers
+        check_numbers(self)
         if self.task not in task_names():
             raise EngineError(f"unknown task '{self.task}'; choose one of {', '.join(task_names())}")
         if self.header not in HEADER_CHOICES:

@@ -2,11 +2,10 @@
 (`model_config`). The training itself is in engine/pretrain.py (entry point) and engine/pretrain_loop.py.
 """
 import argparse
-import math
 from dataclasses import asdict, dataclass
 from typing import ClassVar, Optional
 
-from engine.config import PRESETS, BertConfig
+from engine.config import PRESETS, BertConfig, check_numbers
 from engine.cli import setting
 from engine.errors import EngineError
 from engine.objectives import MLM_NSP, OBJECTIVES, objective
@@ -118,6 +117,7 @@ def validate(cfg: PretrainConfig) -> None:
     from engine.device import check_device, check_precision
     from engine.pretraining_data import _check_masking_args
 
+    check_numbers(cfg)
     objective(cfg.objective)  # EngineError naming the choices
     if cfg.preset not in PRESETS:
         raise EngineError(f"unknown preset '{cfg.preset}'; choose one of {', '.join(PRESETS)}")
@@ -143,8 +143,8 @@ def validate(cfg: PretrainConfig) -> None:
             raise EngineError(f"--phase2-seq-len {cfg.phase2_seq_len} is too short; use e.g. 512")
         if not 0.0 < cfg.phase2_fraction < 1.0:
             raise EngineError(f"--phase2-fraction {cfg.phase2_fraction} must be between 0 and 1; the paper uses 0.1")
-    if not cfg.lr > 0 or not math.isfinite(cfg.lr):
-        raise EngineError(f"--lr {cfg.lr} must be a positive number; e.g. 1e-3 for tiny models, 1e-4 for BERT-BASE")
+    if not 0 < cfg.lr < 1:
+        raise EngineError(f"--lr {cfg.lr} must be between 0 and 1; e.g. 1e-3 for tiny models, 1e-4 for BERT-BASE")
     if cfg.warmup < 0:
         raise EngineError(f"--warmup {cfg.warmup} must be >= 0 (steps, or a fraction of the steps below 1)")
     if not 0.0 <= cfg.dropout < 1.0:

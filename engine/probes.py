@@ -653,6 +653,12 @@ def main(argv) -> int:
     a = ap.parse_args(argv)
     if a.attention and len(a.attention) > 2:
         raise EngineError("--attention takes one sentence or two (A B); quote each sentence")
+    for text in [a.fill, a.pair, *(a.nsp or []), *(a.attention or [])]:
+        try:
+            (text or "").encode("utf-8")
+        except UnicodeEncodeError:  # bytes the locale could not decode reach Python as lone surrogates
+            raise EngineError(f"the probe text {text.encode('utf-8', 'backslashreplace').decode()!r} is not valid UTF-8; "
+                              f"type it in a UTF-8 terminal (or pass the bytes as UTF-8)") from None
     from engine.checkpoint import load
     bundle = load(a.model)
 

@@ -27,6 +27,7 @@ from engine.fileio import atomic_write_json
 
 RUN_JSON = "run.json"
 METRICS = "metrics.jsonl"
+METRICS_LABELS = ("split", "phase", "combine")  # the only text fields of a metrics.jsonl record; the rest are numbers
 EVAL_JSON = "eval.json"
 
 RUN_FIELDS = (

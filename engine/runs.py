@@ -33,7 +33,7 @@ from pathlib import Path
 from engine.errors import EngineError, as_engine_error
 from engine.fileio import atomic_publish_dir, atomic_write_json, atomic_write_text
 from engine.procs import pid_alive, proc_start_time
-from engine.records import EVAL_JSON, METRICS, RUN_JSON  # noqa: F401 (the file names, defined in engine.records)
+from engine.records import EVAL_JSON, METRICS, METRICS_LABELS, RUN_JSON  # noqa: F401 (the file names, defined in engine.records)
 
 LOCK_FILE = "run.lock"
 CHECKPOINTS = "checkpoints"
@@ -93,7 +93,10 @@ def resolve_run_dir(root, name) -> Path:
     name = safe_run_name(name)
     root = Path(root).resolve()
     path = root / name
-    real = path.resolve()
+    try:
+        real = path.resolve()
+    except (RuntimeError, OSError) as e:  # a symlink loop (RuntimeError before Python 3.13, OSError ELOOP after)
+        raise EngineError(f"run folder {path} is a symlink loop ({e}); remove it or pick another name") from e
     if not _inside(real, root) or real == root:
         raise EngineError(f"run folder {path} points outside the runs folder {root} (a symlink?); remove it or pick another name")
     return path
@@ -242,9 +245,11 @@ def read_run_json(run_dir) -> dict:
     try:
         data = json.loads(text)
     except ValueError as e:
-        raise EngineError(f"{path} is not valid JSON ({e}); fix or delete the file") from e
+        raise EngineError(f"{path} is not valid JSON ({e}); fix it by hand or restore it (it holds the run's settings, "
+                          f"which --resume needs)") from e
     if not isinstance(data, dict):
-        raise EngineError(f"{path} does not hold a JSON object; fix or delete the file")
+        raise EngineError(f"{path} does not hold a JSON object; fix it by hand or restore it (it holds the run's settings, "
+                          f"which --resume needs)")
     return data
 
 
@@ -442,9 +447,14 @@ def _parse_lines(data: bytes) -> list[dict]:
             rec = json.loads(raw)
         except ValueError:
             continue  # a torn line (only ever the last one, unless the file was edited by hand)
-        if isinstance(rec, dict):
-            out.append(rec)
+        if isinstance(rec, dict) and _is_number(rec.get("step", 0)):
+            # a value of the wrong type (a file edited by hand) is dropped, not handed to a chart or a format
+            out.append({k: v for k, v in rec.items() if (k in METRICS_LABELS and isinstance(v, str)) or _is_number(v)})
     return out
+
+
+def _is_number(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
 
 
 def read_metrics(run_dir) -> list[dict]:

@@ -112,7 +112,9 @@ def launch_form(root: Path) -> None:
 def runs_table(root: Path, pending: bool = False) -> list:
     from engine import runs
 
-    rows = [r for r in runs.list_runs(root) if r.get("kind") == "pretrain"]
+    # a run whose run.json cannot be read stays listed with its error (a pre-training folder: tokenizer/, checkpoints/)
+    rows = [r for r in runs.list_runs(root) if r.get("kind") == "pretrain" or (
+        r["effective_status"] == "unreadable" and any((Path(r["path"]) / d).is_dir() for d in ("tokenizer", "checkpoints")))]
     if not rows:
         if not pending:  # a run just launched is shown as queued below instead
             st.info(f"No pre-training runs in {root} yet; launch one above.")

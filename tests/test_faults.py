@@ -517,3 +517,66 @@ def test_damaged_weights_are_refused_at_load(tmp_path, tiny_checkpoint, damage, 
         engine.load(bad)
     code, _, err = _cli(["probe", "--model", bad, "--fill", "the [MASK] rose"])
     _one_line_error(code, err, pattern)
+
+
+# ------------------------------------------------------------------ 14 (flags), 16. bad input: one line, nothing created
+@pytest.mark.parametrize("cmd,flags,pattern", [
+    ("pretrain", ["--warmup", "nan"], "--warmup nan is not a finite number"),
+    ("pretrain", ["--warmup", "inf"], "--warmup inf is not a finite number"),
+    ("pretrain", ["--lr", "nan"], "--lr nan is not a finite number"),
+    ("pretrain", ["--lr", "1e30"], "--lr 1e+30 must be between 0 and 1"),
+    ("pretrain", ["--weight-decay", "nan"], "--weight-decay nan is not a finite number"),
+    ("pretrain", ["--max-grad-norm", "nan"], "--max-grad-norm nan is not a finite number"),
+    ("pretrain", ["--num-threads", "-1"], "--num-threads -1 must be at least 1"),
+    ("pretrain", ["--seed", "99999999999999999999999"], "--seed 99999999999999999999999 must be a whole number"),
+    ("finetune", ["--num-threads", "-1"], "--num-threads -1 must be at least 1"),
+    ("finetune", ["--seed", "-3"], "--seed -3 must be a whole number"),
+    ("finetune", ["--lr", "nan"], "--lr (nan,) is not a finite number"),
+    ("finetune", ["--task", "nope"], "argument --task: invalid choice"),
+    ("features", ["--lr", "inf"], "--lr inf is not a finite number"),
+    ("features", ["--num-threads", "0"], "--num-threads 0 must be at least 1"),
+])
+def test_bad_numbers_are_one_line_and_create_nothing(tmp_path, small_corpus, cmd, flags, pattern):
+    out = tmp_path / "out"
+    base = {"pretrain": ["pretrain", "--corpus", small_corpus, "--steps", "3"],
+            "finetune": ["finetune", "--model", "minilm", "--task", "bbc-topic"],
+            "features": ["features", "--model", "minilm", "--task", "bbc-topic"]}[cmd]
+    code, _, err = _cli(base + flags + ["--out", out])
+    _one_line_error(code, err, pattern)
+    assert not out.exists()
+
+
+def test_non_utf8_probe_text_and_a_symlink_loop_name_are_one_line(tmp_path, tiny_checkpoint, small_corpus, monkeypatch):
+    code, _, err = _cli(["probe", "--model", tiny_checkpoint, "--fill", "caf\udce9 [MASK] ."])  # bytes b"caf\xe9" under a UTF-8 locale
+    _one_line_error(code, err, "is not valid UTF-8")
+    root = tmp_path / "runs"
+    root.mkdir()
+    (root / "loop").symlink_to("loop")
+    monkeypatch.setenv("BERT_STUDIO_RUNS", str(root))
+    code, _, err = _cli(["pretrain", "--corpus", small_corpus, "--name", "loop"])
+    _one_line_error(code, err, "symlink loop")
+
+
+def test_hand_edited_metrics_and_an_unreadable_run_json_keep_the_pretrain_page_working(tmp_path):
+    from streamlit.testing.v1 import AppTest
+    root = tmp_path / "runs"
+    d = root / "edited"
+    runs.write_run_json(d, kind="pretrain", status="finished", config={"objective": "mlm"}, total_steps=3)
+    runs.append_metrics(d, {"step": 1, "split": "train", "loss": "abc", "lr": 0.1, "tokens_per_s": [1]})
+    runs.append_metrics(d, {"step": 2, "split": "train", "loss": 2.0, "mlm_acc": {"x": 1}})
+    runs.append_metrics(d, {"step": 2, "split": "eval", "eval_mlm_acc": "bad", "eval_mlm_ppl": None})
+    runs.append_metrics(d, {"step": "three", "split": "train", "loss": 1.0})
+    recs = runs.read_metrics(d)
+    assert recs == [{"step": 1, "split": "train", "lr": 0.1}, {"step": 2, "split": "train", "loss": 2.0}, {"step": 2, "split": "eval"}]
+    broken = root / "broken"
+    (broken / "tokenizer").mkdir(parents=True)
+    (broken / "run.json").write_text("{not json")
+    at = AppTest.from_file(str(REPO / "pages" / "2_Pretrain.py"), default_timeout=60)
+    at.session_state["runs_root"] = str(root)
+    at.run()
+    assert not at.exception, at.exception
+    assert set(at.selectbox(key="pretrain_run").options) == {"edited", "broken"}  # the unreadable run is still listed
+    at.selectbox(key="pretrain_run").set_value("edited").run()
+    assert not at.exception and not at.error, [e.value for e in at.error]
+    at.selectbox(key="pretrain_run").set_value("broken").run()
+    assert any("run.json is not valid JSON" in e.value and "--resume needs" in e.value for e in at.error)
