@@ -13,6 +13,7 @@ from engine import cli
 from engine import runs as R
 from engine.errors import EngineError
 from engine.finetune import FinetuneConfig
+from engine.tasks.metrics import METRICS
 from engine.tasks.registry import BUILTINS, FORMATS
 from engine.tasks.shared_files import shared_task_files, shared_tasks
 from studio import ablation_figures as F
@@ -101,13 +102,13 @@ with tab_new:
             c1, c2 = st.columns(2)
             text_cols = c1.text_input("Text column(s), A or A,B (blank: detect from the header)", key="ft_text_cols").strip()
             label_col = c2.text_input("Label column (blank: detect)", key="ft_label_col").strip()
-        if task == "glue":
+        if "header" in FORMATS[task].options:  # table formats
             c1, c2 = st.columns(2)
             header = c1.selectbox("First row is a header", ["auto", "yes", "no"], key="ft_header",
                                   help="auto: detected by known column names and by the content")
-            metric = c2.selectbox("Selection metric", ["", "accuracy", "f1", "f1_macro", "mcc", "pearson", "spearman"],
+            metric = c2.selectbox("Selection metric", ["", *METRICS],
                                   key="ft_metric", format_func=lambda m: m or "the task's default")
-        if task == "tagging":
+        if "token" in FORMATS[task].options:  # word-per-line formats
             c1, c2 = st.columns(2)
             token_col = c1.text_input("Word column (blank: the first)", key="ft_token_col").strip()
             label_col = c2.text_input("Tag column (blank: the last)", key="ft_tag_col").strip()
