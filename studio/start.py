@@ -44,10 +44,8 @@ class Step:
 
 def machine_precision() -> tuple:
     """(precision the engine picks here, "cpu" | "cuda")."""
-    import torch
-
-    from engine.device import default_precision
-    dev = "cuda" if torch.cuda.is_available() else "cpu"
+    from engine.device import default_precision, resolve_device
+    dev = resolve_device("auto").type  # what `--device auto` picks
     return default_precision(dev), dev
 
 
