@@ -50,7 +50,6 @@ WordPiece vocabulary (no --tokenizer): trained through the tokenizers iterator A
 `--tokenizer-sample-words` words (default 20M) taken evenly from the files: file k contributes its first
 documents up to sample / number-of-files words, so the sample spans the whole corpus without a full pass.
 """
-import argparse
 import hashlib
 import json
 import os
@@ -61,12 +60,14 @@ import sys
 import time
 import uuid
 from collections import deque
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional
+from typing import ClassVar, Optional
 
 import numpy as np
 
+from engine import cli
+from engine.cli import setting
 from engine.corpora import corpus_files, document_sentences, iter_documents
 from engine.errors import EngineError
 from engine.fileio import atomic_write_json
@@ -82,25 +83,36 @@ TOKENIZER_SAMPLE_WORDS = 20_000_000  # words a WordPiece vocabulary is trained o
 
 @dataclass
 class PrepareConfig:
-    """Settings of one `prepare` run (one part)."""
-    corpus: str  # a file, folder or glob of .txt / .jsonl files (optionally .gz, .bz2, .xz)
-    out: str  # the cache folder
-    tokenizer: Optional[str] = None  # a tokenizer folder / vocab.txt; None: train one on a sample
-    vocab_size: int = 8000  # when training the vocabulary
-    cased: bool = False  # keep case when training the vocabulary
-    tokenizer_sample_words: int = TOKENIZER_SAMPLE_WORDS
-    seq_len: int = 128
-    objective: str = MLM_NSP.name
-    seed: int = 0
-    short_seq_prob: float = 0.1
-    dupe_factor: int = 1
-    eval_fraction: float = 0.05
-    eval_seed: int = 0
-    workers: int = 1
-    part: str = "0/1"  # i/n: this machine's share of the files (file k goes to part k mod n)
-    block_docs: int = BLOCK_DOCS
-    block_chars: int = BLOCK_CHARS
-    text_field: str = "text"  # the .jsonl field holding a document
+    """Settings of one `python -m engine prepare` run (one part); each is a flag (engine/cli.py)."""
+    command: ClassVar[str] = "prepare"
+    corpus: str = setting("", "a file, folder or glob of .txt (blank line between documents) or .jsonl files, "
+                          "optionally .gz/.bz2/.xz", group="data")
+    out: str = setting("", "the cache folder to write (with --synthetic-copies: the corpus folder to write)", group="data")
+    tokenizer: Optional[str] = setting(None, "a tokenizer folder or vocab.txt (default: train one on a sample of the corpus)",
+                                       group="tokenizer")
+    vocab_size: int = setting(8000, "vocabulary size when training one", group="tokenizer")
+    cased: bool = setting(False, "keep case when training the vocabulary", group="tokenizer")
+    tokenizer_sample_words: int = setting(TOKENIZER_SAMPLE_WORDS, "words the vocabulary is trained on, spread over the files",
+                                          group="tokenizer")
+    seq_len: int = setting(128, "tokens per instance incl. [CLS]/[SEP]", group="instances")
+    objective: str = setting(MLM_NSP.name, ", ".join(f"{o.name}: {o.label}" for o in OBJECTIVES.values()),
+                             choices=tuple(OBJECTIVES), group="instances")
+    seed: int = setting(0, "instance sampling", group="instances")
+    short_seq_prob: float = setting(0.1, "chance of a shorter instance", group="instances")
+    dupe_factor: int = setting(1, "passes over each block's documents", group="instances")
+    eval_fraction: float = setting(0.05, "share of documents held out (per block)", group="instances")
+    eval_seed: int = setting(0, "which documents are held out", group="instances")
+    workers: int = setting(1, "worker processes", group="scale")
+    part: str = setting("0/1", "i/n: prepare only this share of the files (file k goes to part k mod n), parts numbered "
+                        "from 0", group="scale")
+    block_docs: int = setting(BLOCK_DOCS, "documents per block: one shard and the NSP random-document pool", group="scale")
+    block_chars: int = setting(BLOCK_CHARS, "a block closes early at this many characters", group="scale")
+    text_field: str = setting("text", "the .jsonl field holding a document", group="data")
+    synthetic_copies: Optional[int] = setting(None, "instead of preparing: write this many shuffled copies of "
+                                              "--synthetic-source as a folder of .txt files at --out", group="measure")
+    synthetic_source: str = setting("all", "the built-in corpus copied (all: about 4.4M words a copy)", group="measure")
+    compare_tokenizer: int = setting(0, "also time the tokenizer's own batch encoding on the first N words and print "
+                                     "both speeds and their ratio (0: off)", group="measure")
 
 
 # ================================================================ blocks
@@ -487,42 +499,13 @@ def tokenizer_words_per_s(files: list, tok, words: int, text_field: str = "text"
 
 
 # ================================================================ CLI
-class _Parser(argparse.ArgumentParser):
-    def error(self, message):
-        raise EngineError(f"{message}; see python -m engine prepare --help")
-
-
-def build_parser() -> argparse.ArgumentParser:
-    d = PrepareConfig(corpus="", out="")
-    ap = _Parser(prog="python -m engine prepare",
-                 description="Prepare pre-training data from a corpus of any size into shards (bounded memory, worker "
-                             "processes); then train with python -m engine pretrain --data CACHE.")
-    ap.add_argument("--corpus", help="a file, folder or glob of .txt (blank line between documents) or .jsonl files, optionally .gz/.bz2/.xz")
-    ap.add_argument("--out", help="the cache folder to write")
-    ap.add_argument("--tokenizer", help="a tokenizer folder or vocab.txt (default: train one on a sample of the corpus)")
-    ap.add_argument("--vocab-size", type=int, default=d.vocab_size, help=f"vocabulary size when training one (default {d.vocab_size})")
-    ap.add_argument("--cased", action="store_true", help="keep case when training the vocabulary")
-    ap.add_argument("--tokenizer-sample-words", type=int, default=d.tokenizer_sample_words,
-                    help=f"words the vocabulary is trained on, spread over the files (default {d.tokenizer_sample_words:,})")
-    ap.add_argument("--seq-len", type=int, default=d.seq_len, help=f"tokens per instance incl. [CLS]/[SEP] (default {d.seq_len})")
-    ap.add_argument("--objective", choices=list(OBJECTIVES), default=d.objective, help=f"(default {d.objective})")
-    ap.add_argument("--seed", type=int, default=d.seed, help=f"instance sampling (default {d.seed})")
-    ap.add_argument("--short-seq-prob", type=float, default=d.short_seq_prob, help=f"(default {d.short_seq_prob})")
-    ap.add_argument("--dupe-factor", type=int, default=d.dupe_factor, help=f"(default {d.dupe_factor})")
-    ap.add_argument("--eval-fraction", type=float, default=d.eval_fraction, help=f"share of documents held out (default {d.eval_fraction})")
-    ap.add_argument("--workers", type=int, default=d.workers, help="worker processes (default 1)")
-    ap.add_argument("--part", default=d.part, help="i/n: prepare only this share of the files (file k -> part k mod n), parts numbered from 0 (default 0/1)")
-    ap.add_argument("--block-docs", type=int, default=d.block_docs, help=f"documents per shard and NSP pool (default {d.block_docs})")
-    ap.add_argument("--text-field", default=d.text_field, help="the .jsonl field holding a document (default text)")
-    ap.add_argument("--synthetic-copies", type=int, help="instead: write this many shuffled copies of --synthetic-source as a folder of .txt files at --out")
-    ap.add_argument("--synthetic-source", default="all", help="the built-in corpus copied (default all: about 4.4M words a copy)")
-    ap.add_argument("--compare-tokenizer", type=int, metavar="WORDS", default=0,
-                    help="also time the tokenizer's own batch encoding on the first WORDS words and print both speeds and their ratio")
-    return ap
+def build_parser():
+    return cli.parser(PrepareConfig, "Prepare pre-training data from a corpus of any size into shards (bounded memory, "
+                                     "worker processes); then train with python -m engine pretrain --data CACHE.")
 
 
 def main(argv) -> int:
-    a = build_parser().parse_args(argv)
+    a = PrepareConfig(**cli.given(PrepareConfig, build_parser(), argv))
     if not a.out:
         raise EngineError("prepare needs --out (the cache folder to write, or with --synthetic-copies the corpus folder)")
     if a.synthetic_copies is not None:
@@ -531,11 +514,7 @@ def main(argv) -> int:
         return 0
     if not a.corpus:
         raise EngineError("prepare needs --corpus (a file, folder or glob of .txt / .jsonl files)")
-    cfg = PrepareConfig(corpus=a.corpus, out=a.out, tokenizer=a.tokenizer, vocab_size=a.vocab_size, cased=a.cased,
-                        tokenizer_sample_words=a.tokenizer_sample_words, seq_len=a.seq_len, objective=a.objective,
-                        seed=a.seed, short_seq_prob=a.short_seq_prob, dupe_factor=a.dupe_factor,
-                        eval_fraction=a.eval_fraction, workers=a.workers, part=a.part, block_docs=a.block_docs,
-                        text_field=a.text_field)
+    cfg = a
     log = lambda m: print(m, file=sys.stderr, flush=True)  # noqa: E731
     got = prepare(cfg, log)
     report = {k: got[k] for k in ("key", "documents", "instances", "tokens", "words") if k in got}

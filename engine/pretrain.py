@@ -79,7 +79,7 @@ from engine.objectives import objective
 from engine.pretrain_config import PretrainConfig, model_config, validate  # noqa: F401
 from engine.pretrain_loop import ltr_labels, log, train  # noqa: F401
 from engine.pretrain_run import preflight, resolve_out, run_entries
-from engine.pretraining_data import build_pretraining_data
+from engine.pretraining_data import build_pretraining_data, token_info
 from engine.tokenizer import Tokenizer, train_tokenizer_cached
 
 EVAL_SPLIT_SEED = 0  # which documents are held out
@@ -92,7 +92,10 @@ def _prepare(cfg: PretrainConfig, docs, run_dir: Path, dist: Dist, resuming: boo
         if not (tok_dir / "vocab.txt").is_file():
             raise EngineError(f"{tok_dir} is missing, so the run cannot continue with its own vocabulary; restore it or start a new run")
     elif dist.main:  # rank 0 makes the run's tokenizer (under the run lock), the other ranks read it
-        if cfg.tokenizer:
+        if cfg.data:
+            from engine.prepare import prepared_tokenizer_dir
+            tok = Tokenizer.from_file(prepared_tokenizer_dir(cfg.data))  # the vocabulary the shards are made with
+        elif cfg.tokenizer:
             tok = Tokenizer.from_file(cfg.tokenizer)
         else:
             log(f"training a {cfg.vocab_size}-token WordPiece vocabulary on {len(docs)} documents ...", cfg, dist)
@@ -106,6 +109,12 @@ def _prepare(cfg: PretrainConfig, docs, run_dir: Path, dist: Dist, resuming: boo
     dist.barrier()
     if resuming or not dist.main:
         tok = Tokenizer.from_file(tok_dir)
+    if cfg.data:
+        from engine.prepare import open_prepared
+        cache = open_prepared(cfg.data)
+        if cache.config["vocab_sha256"] != token_info(tok)["vocab_sha256"]:
+            raise EngineError(f"the run's tokenizer ({tok_dir}) is not the vocabulary {cfg.data} was prepared with; resume with the run's own data")
+        return tok, [cache]
     caches = []
     lengths = [cfg.seq_len] + ([cfg.phase2_seq_len] if cfg.phase2_seq_len else [])
     for T in lengths:
@@ -125,6 +134,33 @@ def _prepare(cfg: PretrainConfig, docs, run_dir: Path, dist: Dist, resuming: boo
     return tok, caches
 
 
+# the settings a prepared data folder fixes (its manifest's names), and the flags that name them
+PREPARED_FIELDS = ("objective", "seq_len", "short_seq_prob", "dupe_factor", "eval_fraction")
+
+
+def with_prepared_data(cfg: PretrainConfig, given: tuple = ()) -> PretrainConfig:
+    """`cfg` with the settings of its --data folder (objective, seq_len, short_seq_prob, dupe_factor,
+    eval_fraction, corpus): the shards were made with them. A setting in `given` (flags typed) that differs is
+    refused; --tokenizer is ignored with --data (the data's own vocabulary is used)."""
+    if not cfg.data:
+        return cfg
+    from dataclasses import replace
+    from engine.prepare import read_manifests
+
+    m = read_manifests(cfg.data)[0]
+    for k in PREPARED_FIELDS:
+        if k in given and getattr(cfg, k) != m[k]:
+            raise EngineError(f"--{k.replace('_', '-')} {getattr(cfg, k)} differs from the {m[k]} that {cfg.data} was prepared "
+                              f"with; leave it out, or prepare the data again with it")
+    if cfg.phase2_seq_len:
+        raise EngineError("--phase2-seq-len needs data at a second length, which --data does not give; train each phase "
+                          "from its own prepared folder, or leave --data out")
+    if "tokenizer" in given:
+        raise EngineError(f"--data {cfg.data} brings its own vocabulary; leave out --tokenizer")
+    return replace(cfg, data=str(Path(cfg.data).expanduser().resolve()), corpus=str(m["corpus"]), tokenizer=None,
+                   **{k: m[k] for k in PREPARED_FIELDS})
+
+
 def pretrain(cfg: PretrainConfig) -> Path:
     """Pre-train into `cfg.out` (see the module docstring); returns the run folder."""
     return _pretrain(cfg)["run_dir"]
@@ -134,16 +170,17 @@ def _pretrain(cfg: PretrainConfig) -> dict:
     """Check, lock the run folder, prepare tokenizer and data, train; returns the summary `main` prints."""
     from engine.corpora import load_corpus
 
+    cfg = with_prepared_data(cfg)
     validate(cfg)
     dist = dist_from_env()
     run_dir = resolve_out(cfg)
     ckpt, restart, lock = None, False, None
     if dist.main:
         ckpt, restart = preflight(cfg, run_dir)  # read-only checks: collisions, resume
-    docs = load_corpus(cfg.corpus)  # EngineError when missing or empty
-    for w in docs.info.get("warnings", []):
+    docs = load_corpus(cfg.corpus) if not cfg.data else []  # EngineError when missing or empty
+    for w in getattr(docs, "info", {}).get("warnings", []):
         log(f"warning: {w}", cfg, dist)
-    if len(docs) < objective(cfg.objective).min_documents:
+    if not cfg.data and len(docs) < objective(cfg.objective).min_documents:
         raise EngineError(f"corpus '{cfg.corpus}' has a single document; {cfg.objective} needs at least 2 (NotNext takes B from another document): add documents (blank lines separate them in a .txt) or use --objective mlm")
     created_dir = not run_dir.exists()
     if dist.main:
@@ -213,7 +250,7 @@ def config_from_args(given: dict) -> PretrainConfig:
         base = {k: v for k, v in saved.items() if k in known and k not in ("out", "name", "resume", "stop_after")}
         if "mask_ratios" in base:
             base["mask_ratios"] = tuple(base["mask_ratios"])
-    cfg = PretrainConfig(**{**base, **given})
+    cfg = with_prepared_data(PretrainConfig(**{**base, **given}), tuple(given) if not given.get("resume") else ())
     # (a queued job's command line names every setting: --eval-every at its default is not a request)
     if given.get("eval_every") and given["eval_every"] != PretrainConfig.eval_every and cfg.eval_fraction == 0:
         raise EngineError(f"--eval-every {given['eval_every']} asks for held-out evaluation, but --eval-fraction 0 holds out "

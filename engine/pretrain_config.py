@@ -51,6 +51,9 @@ class PretrainConfig:
     phase2_seq_len: Optional[int] = setting(None, "length of a second phase for the last --phase2-fraction of the steps, "
                                             "e.g. 512 (default: no second phase)", group="data")
     phase2_fraction: float = setting(0.1, "share of the steps in the second phase (paper: 10%% at 512)", group="data")
+    data: Optional[str] = setting(None, "train from data prepared by python -m engine prepare (a folder of shards) instead "
+                                  "of --corpus; its vocabulary, objective, seq-len, short-seq-prob, dupe factor and "
+                                  "held-out split are the run's", group="data")
     cache_dir: Optional[str] = setting(None, "pre-training data cache (default $BERT_STUDIO_CACHE or ~/.cache/bert_studio)",
                                        group="data")
     # --- tokenizer

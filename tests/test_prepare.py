@@ -281,3 +281,37 @@ def test_a_killed_preparation_leaves_no_usable_cache(corpus, tmp_path):
     assert r.returncode == 0, r.stderr
     got = open_prepared(out)
     assert got.train.num_shards == len(list(part.glob("shard-*"))) and got.train.num_instances > 0
+
+
+# ---------------------------------------------------------------- training from prepared shards
+@pytest.mark.slow
+def test_pretrain_from_prepared_shards_resumes_bit_identically(corpus, tmp_path):
+    """pretrain --data: 8 steps straight equal 4 steps, a stop, and 4 more after --resume (many shards, so
+    the batches on both sides of the stop come from several shards)."""
+    from dataclasses import replace
+
+    from safetensors.torch import load_file
+
+    from engine import runs
+    from engine.pretrain import PretrainConfig, _pretrain, config_from_args, pretrain
+
+    d, _ = corpus
+    prepare(_cfg(d, tmp_path / "data", block_docs=25, seq_len=32), quiet)
+    data = open_prepared(tmp_path / "data")
+    assert data.train.num_shards >= 10
+    base = PretrainConfig(data=str(tmp_path / "data"), preset="tiny", hidden=32, heads=2, layers=1, max_positions=32,
+                          batch_size=8, grad_accum=2, steps=8, log_every=2, eval_every=4, save_every=4,
+                          eval_max_instances=32, quiet=True, num_threads=1)
+    straight, split = replace(base, out=str(tmp_path / "a")), replace(base, out=str(tmp_path / "b"))
+    pretrain(straight)
+    assert _pretrain(replace(split, stop_after=4))["step"] == 4
+    pretrain(replace(split, resume=True))
+    wa = load_file(str(tmp_path / "a" / "checkpoints" / "step-8" / "model.safetensors"))
+    wb = load_file(str(tmp_path / "b" / "checkpoints" / "step-8" / "model.safetensors"))
+    for k in wa:
+        assert torch.equal(wa[k], wb[k]), k
+    info = runs.read_run_json(tmp_path / "b")
+    assert info["config"]["seq_len"] == 32 and info["config"]["data"] == str((tmp_path / "data").resolve())
+    assert (tmp_path / "b" / "tokenizer" / "vocab.txt").read_text() == (d / "tok" / "vocab.txt").read_text()
+    with pytest.raises(EngineError, match="differs from the 32"):
+        config_from_args({"data": str(tmp_path / "data"), "seq_len": 64, "out": str(tmp_path / "c")})
