@@ -30,7 +30,8 @@ def test_api_pretrain_then_finetune_from_python(tmp_path, bbc_docs, monkeypatch)
     run_dir = engine.pretrain(engine.PretrainConfig(corpus=str(corpus), vocab_size=600, hidden=32, heads=2, layers=1,
                                                     seq_len=32, batch_size=8, steps=3, eval_every=0, save_every=0,
                                                     num_threads=1, quiet=True, out=str(tmp_path / "pre")))
-    assert (run_dir / "run.json").is_file()
+    from engine import records, runs  # run.json holds the fields engine.records defines for a pre-training
+    assert set(runs.read_run_json(run_dir)) == set(records.RUN_FIELDS + records.PRETRAIN_RUN_FIELDS)
     assert engine.load(run_dir).config.num_layers == 1
     res = engine.finetune(engine.FinetuneConfig(model=str(run_dir), task="bbc-topic", lr=(1e-3,), batch_size=(8,),
                                                 epochs=(1,), max_train=16, max_dev=16, max_seq_len=32, num_threads=1,
