@@ -464,6 +464,66 @@ def _check(bc: BenchConfig):
         raise EngineError("--vocab-size must be at least 16, --num-labels at least 2 and --mask-rate in (0, 1)")
 
 
+def _same_start(bc: BenchConfig, eng, hf, batch: dict, device) -> dict:
+    """Both sides from the same starting point, in eval mode and fp32: the first batch's loss, or for inference
+    its last hidden state."""
+    eng.eval()
+    hf.eval()
+    with torch.no_grad():
+        if bc.scenario == "infer":
+            he = _forward_fn(eng, "fp32", device, True, False)(batch).float()
+            hh = _forward_fn(hf, "fp32", device, False, False)(batch).float()
+            diff = float((he - hh).abs().max())
+            return {"metric": "max |engine - transformers| of the last hidden state (fp32)", "value": diff, "same": diff <= 1e-4}
+        le = float(_engine_loss(bc, eng, batch))
+        lh = float(_hf_loss(bc, hf, batch))
+        tol = 1e-4 * max(1.0, abs(lh))
+        return {"metric": "loss of the first batch (eval mode, fp32)", "engine": le, "transformers": lh, "same": abs(le - lh) <= tol}
+
+
+def _bench_inference(bc: BenchConfig, eng, hf, batches, mcfg, device, peak, precisions) -> dict:
+    """Forward passes of both sides on the batches, then at batch size 1 (latency)."""
+    eng.eval()
+    hf.eval()
+    lengths = lambda b: [b["input_ids"].shape[1]] * b["input_ids"].shape[0]
+    fns = {"engine": _forward_fn(eng, precisions["engine"], device, True, False),
+           "transformers": _forward_fn(hf, bc.precision, device, False, False)}
+    out = _measure(bc, device, fns, batches, [model_flops(mcfg, lengths(b), train=False) for b in batches], peak, precisions, train=False)
+    lat_batches = [{k: v[:1] for k, v in b.items()} for b in batches]
+    lat = _measure(bc, device, fns, lat_batches, [model_flops(mcfg, lengths(b), train=False) for b in lat_batches],
+                   peak, precisions, train=False)
+    out["latency"] = {"batch_size": 1, "engine": lat["engine"], "transformers": lat["transformers"],
+                      "ratio": lat["ratio"], "ratios": lat["ratios"]}
+    return out
+
+
+def _bench_training(bc: BenchConfig, eng, hf, batches, mcfg, device, peak, precisions) -> dict:
+    """Training steps of both sides (pretrain, finetune, varlen); varlen also times the encoder's forward."""
+    eng.train()
+    hf.train()
+    fns = {"engine": _train_step_fn(bc, eng, _engine_loss, make_optimizer(eng, bc.lr, device), precisions["engine"], device),
+           "transformers": _train_step_fn(bc, hf, _hf_loss, make_optimizer(hf, bc.lr, device), bc.precision, device)}
+    if bc.scenario == "pretrain":
+        flops = [model_flops(mcfg, [int(n) for n in b["attention_mask"].sum(1)], n_mlm=int((b["labels"] != -100).sum()), n_cls=2)
+                 for b in batches]
+    else:
+        flops = [model_flops(mcfg, [int(n) for n in b["attention_mask"].sum(1)], n_cls=bc.num_labels) for b in batches]
+    out = _measure(bc, device, fns, batches, flops, peak, precisions, train=True)
+    if bc.scenario == "varlen":
+        real = sum(int(b["attention_mask"].sum()) for b in batches)
+        cells = sum(b["attention_mask"].numel() for b in batches)
+        out["padding_fraction"] = 1 - real / cells
+        out["mean_length"] = real / sum(b["input_ids"].shape[0] for b in batches)
+        eng.eval()
+        hf.eval()
+        ffns = {"engine": _forward_fn(eng.bert if not bc.compile else eng._orig_mod.bert, precisions["engine"], device, True, bc.unpad),
+                "transformers": _forward_fn(hf.bert, bc.precision, device, False, False)}
+        fflops = [model_flops(mcfg, [int(n) for n in b["attention_mask"].sum(1)], train=False) for b in batches]
+        f = _measure(bc, device, ffns, batches, fflops, peak, precisions, train=False)
+        out["forward"] = {"engine": f["engine"], "transformers": f["transformers"], "ratio": f["ratio"], "ratios": f["ratios"]}
+    return out
+
+
 def run_bench(bc: BenchConfig) -> dict:
     """Run one scenario; returns the report dict (what `--json` prints)."""
     _check(bc)
@@ -481,30 +541,9 @@ def run_bench(bc: BenchConfig) -> dict:
     peak = measure_matmul_peak(device) if device.type == "cuda" else None
 
     eng, hf = build_models(bc, mcfg, device)
-    if bc.scenario == "pretrain":
-        batches = _pretrain_batches(bc, device)
-    elif bc.scenario == "varlen":
-        batches = _varlen_batches(bc, device)
-    else:
-        batches = _full_batches(bc, device)
-
-    # the same starting point: loss (or hidden states) of the first batch in eval mode
-    eng.eval()
-    hf.eval()
-    with torch.no_grad():
-        if bc.scenario == "infer":
-            b = batches[0]
-            he = _forward_fn(eng, "fp32", device, True, False)(b).float()
-            hh = _forward_fn(hf, "fp32", device, False, False)(b).float()
-            diff = float((he - hh).abs().max())
-            start = {"metric": "max |engine - transformers| of the last hidden state (fp32)", "value": diff, "same": diff <= 1e-4}
-        else:
-            le = float(_engine_loss(bc, eng, batches[0]))
-            lh = float(_hf_loss(bc, hf, batches[0]))
-            tol = 1e-4 * max(1.0, abs(lh))
-            start = {"metric": "loss of the first batch (eval mode, fp32)", "engine": le, "transformers": lh,
-                     "same": abs(le - lh) <= tol}
-
+    make_batches = {"pretrain": _pretrain_batches, "varlen": _varlen_batches}.get(bc.scenario, _full_batches)
+    batches = make_batches(bc, device)
+    start = _same_start(bc, eng, hf, batches[0], device)
     report = {"scenario": bc.scenario, "config": asdict(bc), "model": {"preset": bc.preset, "layers": mcfg.num_layers,
               "hidden": mcfg.hidden_size, "heads": mcfg.num_heads, "vocab": mcfg.vocab_size,
               "parameters": mcfg.num_parameters()}, "device": str(device), "machine": info,
@@ -513,43 +552,8 @@ def run_bench(bc: BenchConfig) -> dict:
         report["machine"]["bf16_matmul_peak_tflops"] = peak
     if bc.compile:
         eng = torch.compile(eng)
-
-    if bc.scenario == "infer":
-        eng.eval()
-        hf.eval()
-        lengths = lambda b: [b["input_ids"].shape[1]] * b["input_ids"].shape[0]
-        fns = {"engine": _forward_fn(eng, eprec, device, True, False), "transformers": _forward_fn(hf, bc.precision, device, False, False)}
-        flops = [model_flops(mcfg, lengths(b), train=False) for b in batches]
-        m = _measure(bc, device, fns, batches, flops, peak, precisions, train=False)
-        report.update(m)
-        lat_batches = [{k: v[:1] for k, v in b.items()} for b in batches]
-        lat = _measure(bc, device, fns, lat_batches, [model_flops(mcfg, lengths(b), train=False) for b in lat_batches],
-                       peak, precisions, train=False)
-        report["latency"] = {"batch_size": 1, "engine": lat["engine"], "transformers": lat["transformers"],
-                             "ratio": lat["ratio"], "ratios": lat["ratios"]}
-    else:
-        eng.train()
-        hf.train()
-        fns = {"engine": _train_step_fn(bc, eng, _engine_loss, make_optimizer(eng, bc.lr, device), eprec, device),
-               "transformers": _train_step_fn(bc, hf, _hf_loss, make_optimizer(hf, bc.lr, device), bc.precision, device)}
-        if bc.scenario == "pretrain":
-            flops = [model_flops(mcfg, [int(n) for n in b["attention_mask"].sum(1)], n_mlm=int((b["labels"] != -100).sum()), n_cls=2)
-                     for b in batches]
-        else:
-            flops = [model_flops(mcfg, [int(n) for n in b["attention_mask"].sum(1)], n_cls=bc.num_labels) for b in batches]
-        report.update(_measure(bc, device, fns, batches, flops, peak, precisions, train=True))
-        if bc.scenario == "varlen":
-            real = sum(int(b["attention_mask"].sum()) for b in batches)
-            cells = sum(b["attention_mask"].numel() for b in batches)
-            report["padding_fraction"] = 1 - real / cells
-            report["mean_length"] = real / sum(b["input_ids"].shape[0] for b in batches)
-            eng.eval()
-            hf.eval()
-            ffns = {"engine": _forward_fn(eng.bert if not bc.compile else eng._orig_mod.bert, eprec, device, True, bc.unpad),
-                    "transformers": _forward_fn(hf.bert, bc.precision, device, False, False)}
-            fflops = [model_flops(mcfg, [int(n) for n in b["attention_mask"].sum(1)], train=False) for b in batches]
-            f = _measure(bc, device, ffns, batches, fflops, peak, precisions, train=False)
-            report["forward"] = {"engine": f["engine"], "transformers": f["transformers"], "ratio": f["ratio"], "ratios": f["ratios"]}
+    bench = _bench_inference if bc.scenario == "infer" else _bench_training
+    report.update(bench(bc, eng, hf, batches, mcfg, device, peak, precisions))
     if hasattr(os, "getloadavg"):
         report["machine"]["loadavg_end"] = [round(x, 2) for x in os.getloadavg()]
     return report
