@@ -13,7 +13,7 @@ from engine.errors import EngineError
 
 
 def _parse_tasks(arg: str) -> tuple:
-    known = {"bbc-topic": BBC, "wnut16": WNUT}
+    known = {e.task: e for e in (BBC, WNUT)}  # the built-in tasks' evaluations, by --task name
     for e in shared_evaluations():
         known[e.name.split()[0].lower()] = e
     out = []
