@@ -1,4 +1,4 @@
-"""Pre-training corpora with Wikipedia-style headings (issue 18 item 7): articles split at `= Title =`, heading
+"""Pre-training corpora with Wikipedia-style headings: articles split at `= Title =`, heading
 lines never become sentences or documents, a warning when many documents have one sentence, and NSP's held-out
 accuracy beside the best no-model rule."""
 import math

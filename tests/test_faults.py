@@ -1,4 +1,4 @@
-"""Fault injection, round two (issue 15): no command destroys a finished result, no signal reaches a stranger,
+"""Fault injection, round two: no command destroys a finished result, no signal reaches a stranger,
 no foreign page drives the studio, and bad input or a full disk gives one line instead of a traceback.
 Each test here is a row of RELIABILITY.md."""
 import io

@@ -126,7 +126,7 @@ def test_one_epoch_tiny_finetune_learns(synth, tmp_path, capsys):
     captured = capsys.readouterr()
     line = json.loads(captured.out.strip().splitlines()[-1])  # one JSON line on stdout
     assert line["metric"] == "accuracy" and line["score"] >= 0.85, line  # chance is 0.5
-    # what the files were read as, printed before training (issue 18) and kept in eval.json
+    # what the files were read as, printed before training and kept in eval.json
     assert "task glue (classification): 640 train / 160 dev examples" in captured.err
     assert "columns: text_a = sentence, label = label" in captured.err and "labels in train: 0 (320), 1 (320)" in captured.err
     assert line["lr"] == 3e-3 and line["batch_size"] == 8 and line["epochs"] == 1
@@ -307,7 +307,7 @@ def test_length_batches_cover_everything_and_eval_in_length_order():
 
 
 def test_training_batches_of_a_small_epoch_are_not_length_bands():
-    """Issue 18: with fewer batches than a sorting chunk, the old bucketing made every batch one length band of
+    """With fewer batches than a sorting chunk, the old bucketing made every batch one length band of
     the epoch, so a label that goes with length was segregated into one-label batches. Training batches now mix
     lengths and labels like a plain shuffled loop."""
     lengths = list(range(320))  # 10 batches of 32: fewer than the old chunk of 50 batches

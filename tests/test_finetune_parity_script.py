@@ -1,4 +1,4 @@
-"""examples/finetune_parity.py (issue 18 item 5) runs both loops on tiny files and reports per seed and mean ± std.
+"""examples/finetune_parity.py runs both loops on tiny files and reports per seed and mean ± std.
 The full comparison (MiniLM, CoLA and RTE from ../shared/data, three seeds) is a benchmark, not a test."""
 import importlib.util
 import json

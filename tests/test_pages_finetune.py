@@ -146,7 +146,7 @@ def test_squad_v2_threshold_curve(tmp_path):
 
 
 def test_preview_warns_about_the_data_and_passes_header_and_metric(tmp_path, fake_submit):
-    """Issue 18: what was parsed (labels with counts) and its warnings before training; --header/--metric queued."""
+    """What was parsed (labels with counts) and its warnings before training; --header/--metric queued."""
     root = tmp_path / "runs"
     at = app(root).run()
     at.radio(key="ft_source").set_value("Upload files").run()

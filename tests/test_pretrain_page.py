@@ -68,7 +68,7 @@ def test_runs_table_curves_and_numbers(runs_root):
     assert metrics["Step"] == "4 / 4"
     assert metrics["Held-out MLM accuracy"] == f"{last_eval['eval_mlm_acc']:.3f}"
     assert metrics["Held-out NSP accuracy"] == f"{last_eval['eval_nsp_acc']:.3f}"
-    nsp = next(m for m in at.metric if m.label == "Held-out NSP accuracy")  # beside the best no-model rule (issue 18)
+    nsp = next(m for m in at.metric if m.label == "Held-out NSP accuracy")  # beside the best no-model rule
     assert f"vs a no-model rule ({last_eval['eval_nsp_baseline']:.3f})" in nsp.proto.delta
     assert metrics["Held-out perplexity"] == f"{last_eval['eval_mlm_ppl']:.1f}"
     fig = json.loads(charts[0].proto.spec)

@@ -1,6 +1,8 @@
 """Rules the test suite keeps for a newcomer: no test edits sys.path (pytest.ini's `pythonpath = .` puts the
-repository on it) and no test module imports another (shared fixtures live in tests/conftest.py)."""
+repository on it), no test module imports another (shared fixtures live in tests/conftest.py), and tests say what
+they check rather than which issue asked for it."""
 import ast
+import re
 from pathlib import Path
 
 TESTS = Path(__file__).resolve().parent
@@ -26,3 +28,9 @@ def test_no_test_module_imports_another():
             names = [a.name for a in n.names] if isinstance(n, ast.Import) else [n.module or ""] if isinstance(n, ast.ImportFrom) else []
             found += [f"{p.name}:{n.lineno} imports {m}" for m in names if m.split(".")[0] in local | {"tests"}]
     assert not found, f"{found}: move what is shared into a fixture in tests/conftest.py"
+
+
+def test_tests_do_not_point_at_issue_numbers():
+    found = [f"{p.name}:{i}" for p in sorted(TESTS.glob("*.py")) if p.name != Path(__file__).name
+             for i, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1) if re.search(r"\bissue\s+\d+", line, re.I)]
+    assert not found, f"{found}: say what the test checks; the issue tracker is not part of the repository"

@@ -1,4 +1,4 @@
-"""Researchers' own task files (issue 18): headers found by content, no header row read as an example, the tag
+"""Researchers' own task files: headers found by content, no header row read as an example, the tag
 column chosen, the metric asked for (not the folder's), what was parsed and its warnings, messages in the CLI's
 words, compressed and mis-separated files. Every fixture is a small file written here."""
 import bz2

@@ -68,7 +68,7 @@ def test_headerless_needs_indexes_then_works(tmp_path):
 
 
 def test_cola_layout_by_content_not_folder(tmp_path):
-    d = tmp_path / "my-upload"  # issue 18: the layout and MCC used to need a folder named cola
+    d = tmp_path / "my-upload"  # the layout and MCC used to need a folder named cola
     d.mkdir()
     tr = write(d / "train.tsv", "gj04\t1\t\tThe sailors rode the breeze.\ngj04\t0\t*\tThe car honked down the road.\n")
     t = load_glue(tr, write(d / "dev.tsv", "gj04\t0\t*\tBill broke.\n"))

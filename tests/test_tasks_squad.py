@@ -176,7 +176,7 @@ def test_best_threshold_hand_made():
 
 
 def test_v2_breakdown_is_at_the_chosen_tau_and_says_where_tau_came_from():
-    """Issue 18: the answerable / unanswerable breakdown was at tau 0 next to F1 at the swept tau."""
+    """The answerable / unanswerable breakdown used to be at tau 0 next to F1 at the swept tau."""
     from engine.tasks.squad import TAU_NOTE, threshold_report
     ex = [SquadExample("q1", "", "", [("cat", 0)]), SquadExample("q2", "", "", [], True), SquadExample("q3", "", "", [], True)]
     preds = [SquadPrediction("q1", "cat", 5.0, 1.0), SquadPrediction("q2", "dog", 3.0, 1.0), SquadPrediction("q3", "owl", 2.0, 1.0)]
