@@ -4,8 +4,6 @@ import dataclasses
 import re
 from pathlib import Path
 
-import pytest
-
 REPO = Path(__file__).resolve().parents[1]
 DOC = (REPO / "docs" / "architecture.md").read_text(encoding="utf-8")
 
@@ -44,30 +42,3 @@ def test_worked_example_objective_gives_a_causal_model_with_an_nsp_head(monkeypa
     bert = model_config(cfg, vocab_size=1000)
     assert bert.causal and bert.has_mlm_head and bert.has_nsp_head
     assert obj.metrics == ("loss", "lm_loss", "lm_acc", "nsp_loss", "nsp_acc")
-
-
-@pytest.mark.slow
-def test_worked_example_objective_pretrains_end_to_end(monkeypatch, tmp_path):
-    """The doc says one Objective line is all a made-of-parts objective needs: a tiny run trains with it."""
-    import random
-
-    import engine
-    from engine import runs
-    from engine.pretrain import PretrainConfig, pretrain
-    obj = _ltr_nsp(monkeypatch)
-    rng = random.Random(0)
-    words = ["ba", "ke", "mo", "ti", "ru", "sa", "po", "ne"]
-    docs = ["\n".join(" ".join(rng.choice(words) for _ in range(6)).capitalize() + "." for _ in range(8)) for _ in range(12)]
-    corpus = tmp_path / "corpus.txt"
-    corpus.write_text("\n\n".join(docs) + "\n", encoding="utf-8")
-    run = pretrain(PretrainConfig(corpus=str(corpus), objective=obj.name, vocab_size=200, hidden=32, heads=2, layers=1,
-                                  max_positions=64, seq_len=32, batch_size=4, steps=2, log_every=1, eval_every=2,
-                                  save_every=2, cache_dir=str(tmp_path / "cache"), quiet=True, num_threads=1,
-                                  out=str(tmp_path / "run")))
-    recs = runs.read_metrics(run)
-    train = [r for r in recs if r.get("split") == "train"]
-    held = [r for r in recs if r.get("split") == "eval"]
-    assert train and set(obj.metrics) <= set(train[-1]) and "mlm_loss" not in train[-1]
-    assert held and {"eval_lm_ppl", "eval_nsp_acc"} <= set(held[-1])
-    model = engine.load(run).model
-    assert model.config.causal and model.nsp is not None

@@ -47,6 +47,7 @@ def test_records_are_means_of_the_named_sums():
     assert MLM.record(empty) == {"loss": 0.0, "mlm_loss": 0.0, "mlm_acc": 0.0}  # an empty window divides by 1
 
 
+@pytest.mark.slow
 def test_a_new_objective_is_one_entry(tmp_path, monkeypatch):
     """A fourth objective made of the existing parts (here a left-to-right LM that also learns NSP) is one
     Objective in OBJECTIVES: data, model, labels, loss and metrics follow without another change."""
