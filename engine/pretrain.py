@@ -5,7 +5,10 @@
 This module is the entry point: checks, the run lock, tokenizer and data, then the loop. The rest, by job:
 engine/pretrain_config.py (the settings and their checks), engine/pretrain_loop.py (model, optimizer, steps,
 metrics, held-out evaluation), engine/pretrain_run.py (run-folder checks, checkpoints, RNG state, signals),
-engine/optim.py (AdamW and the LR schedule), engine/distributed.py (torchrun ranks and devices).
+engine/optim.py (AdamW and the LR schedule), engine/distributed.py (torchrun ranks and devices),
+engine/pretrain_init.py (`--init`: continued pre-training from a run, a checkpoint, a Hugging Face BERT folder
+or MiniLM, with its architecture, vocabulary and weights; the recipe defaults are CONTINUED_PRETRAINING in
+engine/pretrain_config.py).
 
 What it does, per optimizer step:
 - `grad_accum` micro-batches from `engine.pretraining_data` (instances stored unmasked, masked here at batch
@@ -76,7 +79,8 @@ from engine.distributed import Dist, dist_from_env, setup, teardown, broadcast
 from engine.errors import EngineError
 from engine.optim import lr_at, param_groups  # noqa: F401  (re-exported: the schedule and groups of this loop)
 from engine.objectives import objective
-from engine.pretrain_config import PretrainConfig, model_config, validate  # noqa: F401
+from engine.pretrain_config import CONTINUED_PRETRAINING, PretrainConfig, model_config, validate  # noqa: F401
+from engine.pretrain_init import ARCH_FIELDS, conflict, init_settings, init_tokenizer, load_init, resolve_init
 from engine.pretrain_loop import ltr_labels, log, train  # noqa: F401
 from engine.pretrain_run import preflight, resolve_out, run_entries
 from engine.pretraining_data import build_pretraining_data, token_info
@@ -95,6 +99,8 @@ def _prepare(cfg: PretrainConfig, docs, run_dir: Path, dist: Dist, resuming: boo
         if cfg.data:
             from engine.prepare import prepared_tokenizer_dir
             tok = Tokenizer.from_file(prepared_tokenizer_dir(cfg.data))  # the vocabulary the shards are made with
+        elif cfg.init:
+            tok = init_tokenizer(cfg.init)
         elif cfg.tokenizer:
             tok = Tokenizer.from_file(cfg.tokenizer)
         else:
@@ -172,6 +178,7 @@ def _pretrain(cfg: PretrainConfig) -> dict:
 
     cfg = with_prepared_data(cfg)
     validate(cfg)
+    cfg = resolve_init(cfg)  # --init: its architecture and vocabulary, conflicts refused (engine/pretrain_init.py)
     dist = dist_from_env()
     run_dir = resolve_out(cfg)
     ckpt, restart, lock = None, False, None
@@ -237,11 +244,24 @@ def build_parser():
 
 
 def config_from_args(given: dict) -> PretrainConfig:
-    """A PretrainConfig from the flags actually given; with --resume, the rest comes from the run's run.json."""
+    """A PretrainConfig from the flags actually given; with --resume, the rest comes from the run's run.json;
+    with --init, from the continued-pre-training recipe (CONTINUED_PRETRAINING)."""
     given = dict(given)
-    given.pop("classroom", None)
+    classroom = given.pop("classroom", None)
     known = {f.name for f in fields(PretrainConfig)}
     base = {}
+    if given.get("init") and not given.get("resume"):
+        if classroom:
+            raise EngineError("--classroom (the from-scratch defaults) and --init (continued pre-training) do not go together; drop one")
+        if given.get("preset", "tiny") != "tiny":
+            raise EngineError(f"--preset conflicts with --init {given['init']}: the init decides the model's size; drop --preset")
+        if given.get("tokenizer"):
+            raise EngineError(f"--tokenizer conflicts with --init {given['init']}: the init brings its own vocabulary; drop --tokenizer")
+        own = init_settings(load_init(given["init"]))
+        for name in ARCH_FIELDS:  # any given flag that differs, even one equal to the classroom default
+            if name in given and given[name] != own[name]:
+                raise EngineError(conflict(name, given[name], own[name], given["init"]))
+        base = dict(CONTINUED_PRETRAINING)  # the recipe for every flag not given
     if given.get("resume"):
         probe = PretrainConfig(**{k: v for k, v in given.items() if k in ("out", "name")})
         run_dir = resolve_out(probe)

@@ -28,6 +28,19 @@ def _precisions() -> tuple:
     return PRECISIONS
 
 
+# The defaults of a run started from a pre-trained model (`--init`, PretrainConfig.for_init, the Pre-train page,
+# the studio's probe-ready button): continued pre-training, not the classroom's from-scratch run. A real encoder
+# wants the small learning rate of the paper's fine-tuning range and a short warmup (its fresh MLM/NSP heads learn
+# fast; a large rate would wreck the encoder); batch 32 x 128 as the paper's phase 1; the steps are sized for
+# about 25 minutes of MiniLM (6 x 384) on a 2-core CPU on the built-in text (all: about 3.3M words, so less than
+# one pass). THE ONE PLACE to tune the recipe: the numbers below are still to be measured on an idle machine
+# (BENCHMARKS.md, "Continued pre-training").
+CONTINUED_PRETRAINING = dict(corpus="all", objective="mlm+nsp", seq_len=128, batch_size=32, steps=600, lr=1e-4,
+                             warmup=30, eval_every=100, save_every=100, log_every=10)
+PROBE_READY_RUN = "minilm-continued"  # the run folder the studio's one-step button writes under the runs root
+PROBE_READY_INIT = "minilm"
+
+
 @dataclass
 class PretrainConfig:
     """All settings of a pre-training run, each also a flag of `python -m engine pretrain` (engine/cli.py). The
@@ -62,6 +75,11 @@ class PretrainConfig:
     tokenizer: Optional[str] = setting(None, "use this tokenizer folder / vocab.txt instead of training one", group="tokenizer")
     cased: bool = setting(False, "keep case when training the tokenizer", group="tokenizer")
     # --- model
+    init: Optional[str] = setting(
+        None, "continue pre-training this model (a run, a checkpoint, a Hugging Face BERT folder, or minilm) with its "
+        "architecture, vocabulary, casing and weights; heads it lacks start as the paper's (engine/pretrain_init.py). "
+        "The defaults then become the continued-pre-training recipe: " +
+        ", ".join(f"--{k.replace('_', '-')} {v}" for k, v in CONTINUED_PRETRAINING.items()), group="model")
     preset: str = setting("tiny", "tiny 2/128, mini 4/256, small 4/512, medium 8/512, base 12/768, large 24/1024",
                           choices=tuple(PRESETS), group="model")
     layers: Optional[int] = setting(None, "L (overrides the preset)", group="model")
@@ -101,6 +119,12 @@ class PretrainConfig:
     compile: bool = setting(False, "torch.compile the model", group="run")
     quiet: bool = setting(False, "no progress bar", group="run")
 
+    @classmethod
+    def for_init(cls, init: str, **settings) -> "PretrainConfig":
+        """Continued pre-training from `init` with the CONTINUED_PRETRAINING recipe for every setting not given
+        (what `python -m engine pretrain --init MODEL` does)."""
+        return cls(**{**CONTINUED_PRETRAINING, **settings, "init": init})
+
 
 # settings that may differ between the first start and a resume without changing what is trained
 RUNTIME_FIELDS = {"out", "name", "resume", "stop_after", "quiet", "device", "precision", "num_threads", "compile", "cache_dir",
@@ -139,7 +163,7 @@ def validate(cfg: PretrainConfig) -> None:
     if cfg.seq_len < 8:
         raise EngineError(f"--seq-len {cfg.seq_len} is too short; use at least 8 (the paper uses 128, then 512)")
     for flag, T in (("--seq-len", cfg.seq_len), ("--phase2-seq-len", cfg.phase2_seq_len)):
-        if T is not None and T > cfg.max_positions:
+        if T is not None and T > cfg.max_positions and not cfg.init:  # with --init: its positions (resolve_init)
             raise EngineError(f"{flag} {T} is above the model's {cfg.max_positions} positions; lower {flag} or raise --max-positions")
     if cfg.phase2_seq_len is not None:
         if cfg.phase2_seq_len < 8:

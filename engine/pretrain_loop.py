@@ -24,6 +24,7 @@ from engine.model import BertForPreTraining
 from engine.objectives import SUMS, Objective, objective
 from engine.optim import adamw, lr_at
 from engine.pretrain_config import PretrainConfig, config_dict, model_config
+from engine.pretrain_init import init_model, init_record, load_init, model_config_from_init
 from engine.pretrain_run import StopFlag, checkpoint, last_eval, load_training_state, remove_partial_checkpoints, set_rng_state
 from engine.pretraining_data import IGNORE_INDEX, fixed_eval_masking, mask_batch
 from engine.tokenizer import Tokenizer
@@ -175,11 +176,23 @@ def evaluate(model, batches: list, obj: Objective, device, amp_ctx_fn=contextlib
 
 # ================================================================ model and optimizer
 def build_model(cfg: PretrainConfig, tok: Tokenizer, ckpt, device):
-    """(model on `device`, its BertConfig, training state, saved training blob or None): fresh from the seed,
-    or the weights and training state of checkpoint `ckpt`."""
-    mcfg = model_config(cfg, tok.vocab_size)
-    torch.manual_seed(cfg.seed)
-    model = BertForPreTraining(mcfg)
+    """(model on `device`, its BertConfig, training state, saved training blob or None, what run.json records
+    of the init or None): fresh from the seed, started from `cfg.init`, or the weights and training state of
+    checkpoint `ckpt`."""
+    init_info = None
+    if cfg.init:  # continued pre-training: the init's shape and weights (engine/pretrain_init.py)
+        init_bundle = load_init(cfg.init)
+        mcfg = model_config_from_init(cfg, init_bundle.config)
+        init_info = init_record(cfg, init_bundle, mcfg)
+        if ckpt is None:
+            model, _ = init_model(cfg, mcfg, init_bundle)
+        else:
+            model = BertForPreTraining(mcfg)  # the checkpoint's weights replace these below
+        del init_bundle
+    else:
+        mcfg = model_config(cfg, tok.vocab_size)
+        torch.manual_seed(cfg.seed)
+        model = BertForPreTraining(mcfg)
     state = {"step": 0, "phase": 1, "position": None, "tokens": 0, "elapsed": 0.0}
     blob = None
     if ckpt is not None:
@@ -193,7 +206,7 @@ def build_model(cfg: PretrainConfig, tok: Tokenizer, ckpt, device):
         for p in model.bert.pooler.parameters():
             p.requires_grad_(False)
     model.to(device).train()
-    return model, mcfg, state, blob
+    return model, mcfg, state, blob, init_info
 
 
 def wrap_model(model, cfg: PretrainConfig, dist: Dist, device):
@@ -377,7 +390,7 @@ def failure(e: BaseException) -> tuple:
 def train(cfg: PretrainConfig, dist: Dist, device, run_dir: Path, ckpt, tok: Tokenizer, caches: list, micro: int,
           restart: bool = False) -> dict:
     """Build (or restore) the model and optimizer, record the start in run.json, run the steps, record the end."""
-    raw_model, mcfg, state, blob = build_model(cfg, tok, ckpt, device)
+    raw_model, mcfg, state, blob, init_info = build_model(cfg, tok, ckpt, device)
     optimizer = adamw(raw_model, cfg, device)
     window = torch.zeros(len(SUMS), dtype=torch.float64, device=device)  # the open metrics window (named SUMS)
     if blob is not None:
@@ -392,7 +405,7 @@ def train(cfg: PretrainConfig, dist: Dist, device, run_dir: Path, ckpt, tok: Tok
         runs.start_run(run_dir, "pretrain", config=config_dict(cfg), total_steps=int(cfg.steps),
                        tokenizer=str(run_dir / "tokenizer"), objective=cfg.objective, world_size=dist.world_size,
                        device=str(device), bf16=precision == "bf16", model=mcfg.to_dict(), parameters=raw_model.num_parameters(),
-                       resumed_from=str(ckpt) if ckpt else None)
+                       resumed_from=str(ckpt) if ckpt else None, init=init_info)
     status, error = "running", None
     stop = StopFlag().install()
     try:

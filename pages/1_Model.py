@@ -4,11 +4,16 @@ import pandas as pd
 import streamlit as st
 
 from engine import probes
-from studio.common import guard, load_bundle, model_picker
+from studio import probe_ready
+from studio.common import guard, load_bundle, model_picker, runs_root
 
 st.title("Model")
 st.caption("A BERT is a stack of Transformer encoder layers over WordPiece embeddings (paper section 3). "
            "Pick one and look inside.")
+
+with st.expander("A real BERT to probe: continue pre-training MiniLM with MLM + NSP",
+                 expanded=probe_ready.model_path(runs_root()) is None):
+    probe_ready.panel(runs_root())
 
 path = model_picker("Model", key="model_page_model")
 st.session_state["class_visited_model"] = True  # step 1 of the Start page's guided class
@@ -22,6 +27,9 @@ if bundle is None:
 summary = probes.model_summary(bundle)
 cfg = summary["config"]
 st.subheader(summary["name"])
+about = probe_ready.card(path, step=(bundle.info.get("training_state") or {}).get("step"))
+if about:
+    st.info(about)
 c = st.columns(5)
 c[0].metric("Parameters", f"{summary['parameters']:,}")
 c[1].metric("Layers (L)", cfg["num_layers"])

@@ -29,15 +29,29 @@ def _launch(argv: list, name: str, run_dir: Path, root: Path) -> tuple:
 def launch_form(root: Path) -> None:
     from engine.corpora import builtin_corpora
     from engine.objectives import OBJECTIVES
+    from engine.pretrain_config import CONTINUED_PRETRAINING as R
+    from studio.common import list_model_choices
 
+    init_choice = st.selectbox(
+        "Start from", ["random weights (pre-train from scratch)", "minilm"] + list_model_choices()[1:],
+        key="pretrain_init", format_func=lambda c: "MiniLM (all-MiniLM-L6-v2, real weights)" if c == "minilm" else c,
+        help="from scratch (the classroom run), or continue pre-training a model you have (--init): it keeps that "
+             "model's size, vocabulary and weights; heads it lacks start as the paper's")
+    init = None if init_choice.startswith("random") else init_choice
     with st.form("pretrain_launch"):
         st.subheader("New pre-training run")
-        st.caption("The defaults are the classroom run: a tiny BERT (2 layers, hidden 128) on BBC News, MLM + NSP, "
-                   "2,000 steps of 16 x 128 tokens, a few minutes on 2 CPU cores.")
+        if init:
+            st.caption(f"Continued pre-training of `{init}`: its architecture and vocabulary; the defaults are the "
+                       f"continued-pre-training recipe ({R['steps']} steps of {R['batch_size']} x {R['seq_len']} at "
+                       f"learning rate {R['lr']:g}, on {R['corpus']}).")
+        else:
+            st.caption("The defaults are the classroom run: a tiny BERT (2 layers, hidden 128) on BBC News, MLM + NSP, "
+                       "2,000 steps of 16 x 128 tokens, a few minutes on 2 CPU cores.")
         c1, c2, c3 = st.columns(3)
         name = c1.text_input("Run name", placeholder="bert-tiny-bbc", key="pretrain_name",  # the Start page may fill it in
                              help="Letters, digits and - _ . + =; the folder under the runs folder")
-        corpus_kind = c2.selectbox("Corpus", builtin_corpora() + ["a path on this machine", "an uploaded file"],
+        corpora = builtin_corpora() + ["a path on this machine", "an uploaded file"]
+        corpus_kind = c2.selectbox("Corpus", corpora, index=corpora.index(R["corpus"]) if init else 0,
                                    help="BBC News (2,225 articles), a Wikipedia extract, the State of the Union addresses "
                                         "1790-2026, all three (all), the Wikipedia vital articles (wikivital, when its "
                                         "optional package is installed), or your own text: a .txt with blank lines "
@@ -46,11 +60,12 @@ def launch_form(root: Path) -> None:
         upload = st.file_uploader("Corpus file (.txt or .jsonl)", type=["txt", "jsonl"], help="used when Corpus is 'an uploaded file'")
 
         c1, c2, c3, c4 = st.columns(4)
-        size_mode = c1.radio("Model size", ["preset", "custom L/H/A"], horizontal=True)
-        preset = c2.selectbox("Preset", PRESETS, index=0, help="tiny 2/128, mini 4/256, small 4/512, medium 8/512, base 12/768, large 24/1024 (layers/hidden)")
-        layers = c3.number_input("Layers L", 1, 48, 2, help="custom size only")
-        hidden = c4.number_input("Hidden H", 32, 2048, 128, step=32, help="custom size only; heads must divide it")
-        heads = c4.number_input("Heads A", 1, 32, 2, help="custom size only")
+        size_help = "" if not init else " (ignored: the init decides the size)"
+        size_mode = c1.radio("Model size", ["preset", "custom L/H/A"], horizontal=True, disabled=bool(init))
+        preset = c2.selectbox("Preset", PRESETS, index=0, help="tiny 2/128, mini 4/256, small 4/512, medium 8/512, base 12/768, large 24/1024 (layers/hidden)" + size_help, disabled=bool(init))
+        layers = c3.number_input("Layers L", 1, 48, 2, help="custom size only" + size_help, disabled=bool(init))
+        hidden = c4.number_input("Hidden H", 32, 2048, 128, step=32, help="custom size only; heads must divide it" + size_help, disabled=bool(init))
+        heads = c4.number_input("Heads A", 1, 32, 2, help="custom size only" + size_help, disabled=bool(init))
         objective = c3.selectbox("Objective", list(OBJECTIVES), format_func=lambda name: OBJECTIVES[name].label)
 
         c1, c2, c3, c4 = st.columns(4)
@@ -61,15 +76,17 @@ def launch_form(root: Path) -> None:
         whole_word = c1.checkbox("Whole-word masking")
 
         c1, c2, c3, c4, c5 = st.columns(5)
-        steps = c1.number_input("Steps", 1, 10_000_000, 2000)
-        batch = c2.number_input("Batch size", 1, 4096, 16)
-        seq_len = c3.selectbox("Sequence length", [64, 128, 256, 512], index=1)
-        lr = c4.number_input("Learning rate", 1e-6, 1e-1, 1e-3, format="%.5f")
+        steps = c1.number_input("Steps", 1, 10_000_000, R["steps"] if init else 2000)
+        batch = c2.number_input("Batch size", 1, 4096, R["batch_size"] if init else 16)
+        lengths = [64, 128, 256, 512]
+        seq_len = c3.selectbox("Sequence length", lengths, index=lengths.index(R["seq_len"]) if init else 1)
+        lr = c4.number_input("Learning rate", 1e-6, 1e-1, R["lr"] if init else 1e-3, format="%.5f")
         seed = c5.number_input("Seed", 0, 2**31 - 1, 0)
         c1, c2, c3, c4 = st.columns(4)
-        vocab = c1.number_input("Vocabulary size", 200, 100_000, 8000, step=1000)
-        save_every = c2.number_input("Checkpoint every (steps)", 0, 10_000_000, 400)
-        eval_every = c3.number_input("Evaluate every (steps)", 0, 10_000_000, 200)
+        vocab = c1.number_input("Vocabulary size", 200, 100_000, 8000, step=1000, disabled=bool(init),
+                                help="a WordPiece vocabulary trained on the corpus" + ("" if not init else " (ignored: the init brings its own)"))
+        save_every = c2.number_input("Checkpoint every (steps)", 0, 10_000_000, R["save_every"] if init else 400)
+        eval_every = c3.number_input("Evaluate every (steps)", 0, 10_000_000, R["eval_every"] if init else 200)
         precision = precision_select(c4)
         submitted = st.form_submit_button("Launch", type="primary")
     if not submitted:
@@ -78,8 +95,11 @@ def launch_form(root: Path) -> None:
         from engine import cli, runs
         from engine.errors import EngineError
         from engine.pretrain import PretrainConfig, validate
+        from engine.pretrain_init import resolve_init
 
-        run_name = runs.safe_run_name(name.strip() or f"bert-{preset if size_mode == 'preset' else f'L{layers}H{hidden}'}-{objective.replace('+', '_')}")
+        default_name = (f"{Path(init).name if init != 'minilm' else 'minilm'}-continued-{objective.replace('+', '_')}" if init
+                        else f"bert-{preset if size_mode == 'preset' else f'L{layers}H{hidden}'}-{objective.replace('+', '_')}")
+        run_name = runs.safe_run_name(name.strip() or default_name)
         run_dir = runs.resolve_run_dir(root, run_name)
         if (run_dir / runs.RUN_JSON).exists():
             raise EngineError(f"a run named '{run_name}' already exists; pick another name, or select it below and Resume it")
@@ -93,14 +113,17 @@ def launch_form(root: Path) -> None:
             corpus = str(save_upload(root, upload.name, upload.getvalue(), ("txt", "jsonl"), "corpus file (plain text or JSON lines)"))
         else:
             corpus = corpus_kind
-        custom = {"layers": int(layers), "hidden": int(hidden), "heads": int(heads)} if size_mode != "preset" else {}
-        cfg = PretrainConfig(corpus=corpus, objective=objective, steps=int(steps), batch_size=int(batch), seq_len=int(seq_len),
-                             mask_rate=float(mask_rate), mask_ratios=(float(r_mask), float(r_rand), float(r_same)),
-                             whole_word_mask=bool(whole_word), lr=float(lr), seed=int(seed), vocab_size=int(vocab),
-                             save_every=int(save_every), eval_every=int(eval_every),
-                             preset=preset if size_mode == "preset" else "tiny", precision=precision, out=str(run_dir),
-                             quiet=True, **custom)
+        form = dict(corpus=corpus, objective=objective, steps=int(steps), batch_size=int(batch), seq_len=int(seq_len),
+                    mask_rate=float(mask_rate), mask_ratios=(float(r_mask), float(r_rand), float(r_same)),
+                    whole_word_mask=bool(whole_word), lr=float(lr), seed=int(seed), save_every=int(save_every),
+                    eval_every=int(eval_every), precision=precision, out=str(run_dir), quiet=True)
+        if init:  # continued pre-training: the init's size and vocabulary, filled in (and checked) by resolve_init
+            cfg = PretrainConfig.for_init(init, **form)
+        else:
+            custom = {"layers": int(layers), "hidden": int(hidden), "heads": int(heads)} if size_mode != "preset" else {}
+            cfg = PretrainConfig(vocab_size=int(vocab), preset=preset if size_mode == "preset" else "tiny", **form, **custom)
         validate(cfg)  # the form's mistakes show here, not in a failed job
+        cfg = resolve_init(cfg)  # --init: a sequence longer than its positions, a model that does not load
         argv = cli.argv(cfg)
         how, job_id = _launch(argv, run_name, run_dir, root)
         # follow it below at once: "queued" until its job writes the run, then the picker moves to it

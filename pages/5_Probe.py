@@ -9,7 +9,7 @@ import pandas as pd
 import streamlit as st
 
 from engine import probe_baselines, probes
-from studio import mask_watch
+from studio import mask_watch, probe_ready
 from studio.common import chart_config, guard, list_model_choices, load_bundle, model_picker, runs_root
 from studio.figures import fill_mask_figure, over_steps_figure, probe_set_comparison_figure
 
@@ -17,13 +17,16 @@ st.title("Probe")
 st.caption("Masked LM: BERT predicts a hidden word from both sides of its context. Next sentence prediction: "
            "does B really follow A? Download any chart (PNG or SVG, as the sidebar says) with the camera icon in its toolbar.")
 
-path = model_picker("Model", key="probe_model")
+path = model_picker("Model", key="probe_model", probe_ready_first=True)
 bundle = None
 with guard("Loading the model"):
     bundle = load_bundle(path)
 if bundle is None:
     st.stop()
 name = probes.model_name(bundle)
+about = probe_ready.card(path, step=(bundle.info.get("training_state") or {}).get("step"))
+if about:
+    st.caption(about)
 
 # ---------------------------------------------------------------------------------------------- fill the mask
 st.header("Fill the mask")
@@ -190,7 +193,7 @@ st.caption(f"A fixed set of cloze sentences ({n_sections}) and {len(probes.NSP_P
            "consecutive), scored on every model you pick. A cloze item counts when the model's best word is one of "
            "its answers; items whose answers are not whole words of a model's vocabulary are skipped for that model "
            "(its 'cloze items' column says how many it answered).")
-choices = list(dict.fromkeys([path] + list_model_choices()))
+choices = list(dict.fromkeys([path] + list_model_choices(probe_ready_first=True)))
 picked_models = st.multiselect("Models", choices, default=[path], key="probe_compare_models",
                                format_func=lambda c: "MiniLM" if c == "minilm" else c)
 if st.button(f"Score {len(picked_models)} model(s) on the probe set", key="probe_compare_go", disabled=not picked_models):

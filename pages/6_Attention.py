@@ -20,7 +20,7 @@ st.caption("Each layer has A heads; each head gives every token a probability di
            "attends to. Download any figure with the camera icon in its toolbar (top right; PNG or SVG as chosen in the "
            "sidebar), tables as CSV, the head view as an HTML file that works offline.")
 
-path = model_picker("Model", key="att_model")
+path = model_picker("Model", key="att_model", probe_ready_first=True)
 bundle = None
 with guard("Loading the model"):
     bundle = load_bundle(path)

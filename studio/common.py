@@ -95,10 +95,16 @@ def load_bundle(path: str):
     return _load_cached(str(path), mtime_key(str(path)))
 
 
-def list_model_choices(root: Path = None) -> list:
-    """"minilm" plus every complete checkpoint under the runs folder, newest first."""
+def list_model_choices(root: Path = None, probe_ready_first: bool = False) -> list:
+    """"minilm" plus every complete checkpoint under the runs folder, newest first; with `probe_ready_first`,
+    the probe-ready model (MiniLM continued-pre-trained with MLM + NSP, studio.probe_ready) first when it exists."""
     root = Path(root or runs_root())
     choices = ["minilm"]
+    if probe_ready_first:
+        from studio.probe_ready import model_path
+        ready = model_path(root)
+        if ready is not None:
+            choices.insert(0, ready)
     try:
         from engine.runs import list_checkpoints
     except ImportError:  # pragma: no cover
@@ -111,12 +117,13 @@ def list_model_choices(root: Path = None) -> list:
                 choices.append(str(ck))
             if (run / "config.json").is_file():
                 choices.append(str(run))
-    return choices
+    return list(dict.fromkeys(choices))
 
 
-def model_picker(label="Model", key="model", allow_path=True, help=None) -> str:
-    """A select box of known models with an optional free path; returns the chosen path or "minilm"."""
-    choices = list_model_choices()
+def model_picker(label="Model", key="model", allow_path=True, help=None, probe_ready_first=False) -> str:
+    """A select box of known models with an optional free path; returns the chosen path or "minilm".
+    `probe_ready_first`: offer the probe-ready model first when it exists (the Probe and Attention pages)."""
+    choices = list_model_choices(probe_ready_first=probe_ready_first)
     choice = st.selectbox(label, choices, key=key, help=help or "MiniLM (real pretrained weights, no MLM/NSP heads) or a checkpoint of one of your runs")
     if allow_path:
         custom = st.text_input("…or a checkpoint / Hugging Face BERT folder", key=f"{key}_path", value="")

@@ -121,6 +121,27 @@ def test_launch_form_validates_and_submits_a_job(runs_root, monkeypatch):
     assert any("Launched" in s.value for s in at.success)
 
 
+def test_launch_from_a_model_continues_its_pretraining_with_the_recipe(runs_root, monkeypatch):
+    from engine.pretrain_config import CONTINUED_PRETRAINING as R
+    from studio import jobs
+    calls = []
+    monkeypatch.setattr(jobs, "submit", lambda argv, name=None, run_dir=None, root=None: calls.append((argv, name, run_dir, root)) or {"id": "j1", "status": "queued"})
+    at = _app(runs_root)
+    at.selectbox(key="pretrain_init").set_value("minilm").run()
+    assert not at.exception
+    assert [n for n in at.number_input if n.label == "Steps"][0].value == R["steps"]
+    assert [n for n in at.number_input if n.label == "Learning rate"][0].value == R["lr"]
+    assert [n for n in at.number_input if n.label == "Vocabulary size"][0].disabled
+    [n for n in at.number_input if n.label == "Steps"][0].set_value(40)
+    [b for b in at.button if b.label == "Launch"][0].click().run()
+    assert not at.exception and not at.error, [e.value for e in at.error]
+    argv, jname, run_dir, root = calls[0]
+    flags = dict(zip(argv[1::2], argv[2::2]))
+    assert jname == "minilm-continued-mlm_nsp" and flags["--init"] == "minilm" and flags["--corpus"] == R["corpus"]
+    assert flags["--steps"] == "40" and flags["--batch-size"] == str(R["batch_size"]) and float(flags["--lr"]) == R["lr"]
+    assert "--preset" not in argv and "--vocab-size" not in argv and argv[-1] == "--quiet"
+
+
 def test_studio_precision_choices_are_the_engines():
     from engine.device import PRECISIONS
     from studio.common import PRECISION_CHOICES

@@ -1,0 +1,150 @@
+"""The probe-ready model in one step: MiniLM's encoder continued-pre-trained with MLM + NSP on the built-in
+text (`python -m engine pretrain --init minilm --corpus all --out <runs>/minilm-continued`, the recipe in
+engine.pretrain_config.CONTINUED_PRETRAINING), launched from the Model page as a queued job with live
+progress; the Probe and Attention pages offer it first once it has a checkpoint (studio.common.model_picker).
+
+- `run_dir(root)`, `argv(root)`: where it goes and the exact engine command (one place, also for the Jobs page).
+- `model_path(root)`: the run folder once it has a complete checkpoint, else None.
+- `card(path)`: what a model started from `--init` is (engine.pretrain_init.model_card), or "".
+- `panel(root)`: the button, then the job's live progress (step, held-out MLM/NSP accuracy), then the card.
+"""
+from pathlib import Path
+
+import streamlit as st
+
+from studio.common import guard
+
+REFRESH_SECONDS = 3.0
+
+
+def run_dir(root) -> Path:
+    from engine.pretrain_config import PROBE_READY_RUN
+    return Path(root) / PROBE_READY_RUN
+
+
+def argv(root) -> list:
+    """The job: the recipe's defaults, so the command names only the init, the corpus and the folder."""
+    from engine.pretrain_config import CONTINUED_PRETRAINING, PROBE_READY_INIT
+    return ["pretrain", "--init", PROBE_READY_INIT, "--corpus", CONTINUED_PRETRAINING["corpus"],
+            "--out", str(run_dir(root)), "--quiet"]
+
+
+def model_path(root) -> str | None:
+    from engine.runs import latest_checkpoint
+    d = run_dir(root)
+    return str(d) if d.is_dir() and latest_checkpoint(d) is not None else None
+
+
+def _run_of(path) -> Path | None:
+    """The run folder of a model path (a run, or one of its checkpoints), or None."""
+    p = Path(str(path))
+    for cand in (p, p.parent.parent):
+        if (cand / "run.json").is_file():
+            return cand
+    return None
+
+
+def card(path, step=None) -> str:
+    """What the model at `path` is, when its run started from --init; "" otherwise."""
+    from engine import runs
+    from engine.pretrain_init import model_card
+    run = _run_of(path) if path and path != "minilm" else None
+    if run is None:
+        return ""
+    try:
+        info = runs.read_run_json(run)
+    except Exception:
+        return ""
+    return model_card(info, step=step)
+
+
+def _status(d: Path):
+    from engine import runs
+    if not (d / "run.json").is_file():
+        return None, {}
+    info = runs.read_run_json(d)
+    return runs.effective_status(d, info), info
+
+
+def panel(root) -> None:
+    """Build (or follow, or resume) the probe-ready model."""
+    from engine.pretrain_config import CONTINUED_PRETRAINING as R
+    d = run_dir(root)
+    st.subheader("A real BERT to probe, in one step")
+    st.caption(f"MiniLM has real weights but no MLM or NSP head. This continues its pre-training with the paper's "
+               f"objectives (MLM + NSP) on the built-in text (BBC News + Wikipedia extract + State of the Union, about "
+               f"3.3M words): {R['steps']} steps of {R['batch_size']} x {R['seq_len']} tokens at learning rate "
+               f"{R['lr']:g}, on this machine's CPU (about 25 minutes on 2 cores), as its own process. "
+               f"Command: `python -m engine {' '.join(argv(root))}`")
+    status, info = _status(d)
+    job_id = st.session_state.get("probe_ready_job")
+    if status is None:
+        queued = None
+        if job_id:
+            from studio import jobs as Q
+            queued = (Q.get(job_id, root) or {}).get("status")
+        if queued in ("queued", "running"):
+            st.info(f"Queued (job {job_id}); progress shows here once it starts (the Jobs page has its log).")
+
+            def started_or_gone():
+                from studio import jobs as Q
+                return (d / "run.json").is_file() or (Q.get(job_id, root) or {}).get("status") not in ("queued", "running")
+            _poll_until(started_or_gone)
+        else:
+            if queued is not None:
+                st.error(f"The job {queued} before it started; see its log on the Jobs page.")
+            if st.button("Continue pre-training MiniLM (MLM + NSP)", key="probe_ready_go", type="primary"):
+                with guard("launching the job"):
+                    from studio import jobs as Q
+                    job = Q.submit(argv(root), name=d.name, run_dir=str(d), root=str(root))
+                    st.session_state["probe_ready_job"] = job["id"]
+                    st.rerun()
+        return
+    if status == "running":
+        _live(d)
+        return
+    if status == "finished":
+        st.success(f"Done: **{d.name}** is offered first on the Probe and Attention pages.")
+    else:
+        st.warning(f"{d.name} is {status}: {info.get('error') or 'stopped'}")
+        if st.button("Resume", key="probe_ready_resume", help="continue from its last checkpoint"):
+            with guard("resuming"):
+                from studio import jobs as Q
+                job = Q.submit(["pretrain", "--out", str(d), "--resume", "--quiet"], name=f"{d.name} (resume)",
+                               run_dir=str(d), root=str(root))
+                st.session_state["probe_ready_job"] = job["id"]
+                st.rerun()
+    _numbers(d)
+
+
+def _numbers(d: Path) -> None:
+    """Step / total and the latest held-out MLM and NSP accuracy."""
+    from engine import runs
+    prog = runs.run_progress(d)
+    evals = [r for r in runs.read_metrics(d) if r.get("split") == "eval"]
+    c = st.columns(3)
+    c[0].metric("Step", f"{prog['step'] or 0} / {prog['total'] or '?'}")
+    if evals:
+        c[1].metric("Held-out MLM accuracy", f"{evals[-1].get('eval_mlm_acc', 0):.3f}")
+        if "eval_nsp_acc" in evals[-1]:
+            c[2].metric("Held-out NSP accuracy", f"{evals[-1]['eval_nsp_acc']:.3f}")
+    if prog["fraction"] is not None:
+        st.progress(prog["fraction"])
+
+
+def _live(d: Path) -> None:
+    @st.fragment(run_every=REFRESH_SECONDS)
+    def live():
+        status, _ = _status(d)
+        if status != "running":
+            st.rerun()
+        _numbers(d)
+    live()
+
+
+def _poll_until(done) -> None:
+    @st.fragment(run_every=REFRESH_SECONDS)
+    def poll():
+        if done():
+            st.rerun()
+    poll()

@@ -1,0 +1,124 @@
+"""The probe-ready model in one step (studio.probe_ready): the Model page's button queues exactly
+`pretrain --init minilm --corpus all --out <runs>/minilm-continued`, its live progress, its card, and the Probe
+and Attention pages offering it first. The job queue is replaced by a recorder: no training runs here."""
+import os
+import socket
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from streamlit.testing.v1 import AppTest  # noqa: E402
+
+import engine  # noqa: E402
+from engine import runs  # noqa: E402
+from engine.pretrain_config import CONTINUED_PRETRAINING, PROBE_READY_RUN  # noqa: E402
+from studio import jobs, probe_ready  # noqa: E402
+
+
+def _app(page, root, **state):
+    at = AppTest.from_file(str(REPO / "pages" / page), default_timeout=90)
+    at.session_state["runs_root"] = str(root)
+    for k, v in state.items():
+        at.session_state[k] = v
+    return at.run()
+
+
+@pytest.fixture
+def queue(monkeypatch):
+    """studio.jobs.submit / get recorded instead of starting a process."""
+    submitted = []
+
+    def submit(argv, name=None, run_dir=None, root=None):
+        submitted.append({"argv": list(argv), "name": name, "run_dir": run_dir, "root": root})
+        return {"id": f"job{len(submitted)}", "status": "queued"}
+
+    monkeypatch.setattr(jobs, "submit", submit)
+    monkeypatch.setattr(jobs, "get", lambda job_id, root=None: {"id": job_id, "status": "queued"})
+    return submitted
+
+
+def _fake_probe_ready_run(root: Path, bbc_tokenizer, status="finished", step=600) -> Path:
+    """A minilm-continued run folder as the job leaves it: run.json with the init, metrics, one checkpoint (a
+    tiny model stands in for MiniLM: the pages read run.json and load whatever checkpoint is there)."""
+    d = root / PROBE_READY_RUN
+    cfg = dict(CONTINUED_PRETRAINING, init="minilm", out=str(d))
+    runs.start_run(d, "pretrain", config=cfg, total_steps=cfg["steps"], objective="mlm+nsp",
+                   init={"source": "minilm", "kind": "minilm", "path": "x", "heads_from_init": [], "heads_new": ["mlm", "nsp"]})
+    if status != "running":
+        runs.set_status(d, status)
+    runs.append_metrics(d, {"step": step, "split": "train", "loss": 3.0, "mlm_acc": 0.4})
+    runs.append_metrics(d, {"step": step, "split": "eval", "eval_mlm_acc": 0.412, "eval_nsp_acc": 0.83})
+    torch.manual_seed(0)
+    model = engine.BertForPreTraining(engine.BertConfig.preset("tiny", vocab_size=bbc_tokenizer.vocab_size, hidden_size=64,
+                                                               num_heads=2, max_position_embeddings=128))
+    tmp = runs.new_checkpoint_dir(d, step)
+    engine.save(model, tmp, tokenizer=bbc_tokenizer, extra_files={"training_state.json": {"step": step}})
+    runs.publish_checkpoint(tmp)
+    return d
+
+
+def test_the_button_queues_the_one_step_command(tmp_path, queue):
+    at = _app("1_Model.py", tmp_path)
+    assert not at.exception and not at.error
+    assert "python -m engine pretrain --init minilm --corpus all --out" in " ".join(c.value for c in at.caption)
+    at.button(key="probe_ready_go").click().run()
+    assert not at.exception and not at.error
+    d = tmp_path / PROBE_READY_RUN
+    assert queue == [{"argv": ["pretrain", "--init", "minilm", "--corpus", "all", "--out", str(d), "--quiet"],
+                      "name": PROBE_READY_RUN, "run_dir": str(d), "root": str(tmp_path)}]
+    assert probe_ready.argv(tmp_path) == queue[0]["argv"]
+    from engine.pretrain import build_parser, config_from_args
+    cfg = config_from_args(vars(build_parser().parse_args(queue[0]["argv"][1:])))
+    assert cfg == engine.PretrainConfig.for_init("minilm", out=str(d), quiet=True)  # no other flag: the recipe
+    assert any("Queued (job job1)" in i.value for i in at.info)
+    assert "probe_ready_go" not in [b.key for b in at.button]  # one job at a time
+
+
+def test_live_progress_while_it_runs(tmp_path, bbc_tokenizer, queue):
+    d = _fake_probe_ready_run(tmp_path, bbc_tokenizer, status="running", step=200)
+    info = runs.read_run_json(d)  # start_run recorded this process as the writer, so the run counts as live
+    assert info["pid"] == os.getpid() and info["host"] == socket.gethostname()
+    assert runs.effective_status(d) == "running"
+    at = _app("1_Model.py", tmp_path)
+    assert not at.exception and not at.error
+    m = {x.label: x.value for x in at.metric}
+    assert m["Step"] == f"200 / {CONTINUED_PRETRAINING['steps']}"
+    assert m["Held-out MLM accuracy"] == "0.412" and m["Held-out NSP accuracy"] == "0.830"
+    assert at.get("progress")[0].proto.value == round(100 * 200 / CONTINUED_PRETRAINING["steps"])
+    assert not queue
+
+
+def test_the_finished_model_has_its_card_and_is_offered_first(tmp_path, bbc_tokenizer):
+    d = _fake_probe_ready_run(tmp_path, bbc_tokenizer)
+    assert probe_ready.model_path(tmp_path) == str(d)
+    at = _app("1_Model.py", tmp_path, model_page_model=str(d / "checkpoints" / "step-600"))
+    assert not at.exception and not at.error
+    assert any("Done" in s.value for s in at.success)
+    card = [i.value for i in at.info if "MiniLM's encoder" in i.value]
+    assert card and "not Google's BERT" in card[0].replace("Not", "not")
+    assert "masked LM + next sentence prediction" in card[0] and "State of the Union" in card[0]
+    assert f"{CONTINUED_PRETRAINING['steps']} steps of {CONTINUED_PRETRAINING['batch_size']} x" in card[0]
+    probe = _app("5_Probe.py", tmp_path)
+    assert not probe.exception
+    assert probe.selectbox(key="probe_model").value == str(d)  # offered first, so picked by default
+    assert any("MiniLM's encoder" in c.value for c in probe.caption)
+    att = _app("6_Attention.py", tmp_path)
+    assert not att.exception
+    assert att.selectbox(key="att_model").value == str(d)
+
+
+def test_a_scratch_run_has_no_card_and_minilm_stays_first_elsewhere(tmp_path, bbc_tokenizer):
+    assert probe_ready.card("minilm") == "" and probe_ready.model_path(tmp_path) is None
+    d = _fake_probe_ready_run(tmp_path, bbc_tokenizer)
+    info = runs.read_run_json(d)
+    runs.write_run_json(d, config=dict(info["config"], init=None))
+    assert probe_ready.card(str(d)) == ""
+    from studio.common import list_model_choices
+    assert list_model_choices(tmp_path)[0] == "minilm"
+    assert list_model_choices(tmp_path, probe_ready_first=True)[0] == str(d)
