@@ -30,9 +30,22 @@ def argv(root) -> list:
 
 
 def model_path(root) -> str | None:
-    from engine.runs import latest_checkpoint
+    """The probe-ready model to offer first: the button's run (run_dir) once it has a complete checkpoint, else
+    the newest other pre-training run continued from MiniLM (run.json config init "minilm") that has one."""
+    from engine import runs
     d = run_dir(root)
-    return str(d) if d.is_dir() and latest_checkpoint(d) is not None else None
+    if d.is_dir() and runs.latest_checkpoint(d) is not None:
+        return str(d)
+    try:
+        rows = runs.list_runs(root)  # newest first
+    except Exception:
+        return None
+    for r in rows:
+        if r.get("kind") == "pretrain" and r.get("checkpoint_step") is not None:
+            cfg = (runs.read_run_json(r["path"]).get("config") or {})
+            if cfg.get("init") == "minilm":
+                return str(r["path"])
+    return None
 
 
 def _run_of(path) -> Path | None:
@@ -81,13 +94,13 @@ def panel(root) -> None:
     if status is None:
         queued = None
         if job_id:
-            from studio import jobs as Q
+            from engine import jobs as Q
             queued = (Q.get(job_id, root) or {}).get("status")
         if queued in ("queued", "running"):
             st.info(f"Queued (job {job_id}); progress shows here once it starts (the Jobs page has its log).")
 
             def started_or_gone():
-                from studio import jobs as Q
+                from engine import jobs as Q
                 return (d / "run.json").is_file() or (Q.get(job_id, root) or {}).get("status") not in ("queued", "running")
             _poll_until(started_or_gone)
         else:
@@ -95,7 +108,7 @@ def panel(root) -> None:
                 st.error(f"The job {queued} before it started; see its log on the Jobs page.")
             if st.button("Continue pre-training MiniLM (MLM + NSP)", key="probe_ready_go", type="primary"):
                 with guard("launching the job"):
-                    from studio import jobs as Q
+                    from engine import jobs as Q
                     job = Q.submit(argv(root), name=d.name, run_dir=str(d), root=str(root))
                     st.session_state["probe_ready_job"] = job["id"]
                     st.rerun()
@@ -109,7 +122,7 @@ def panel(root) -> None:
         st.warning(f"{d.name} is {status}: {info.get('error') or 'stopped'}")
         if st.button("Resume", key="probe_ready_resume", help="continue from its last checkpoint"):
             with guard("resuming"):
-                from studio import jobs as Q
+                from engine import jobs as Q
                 job = Q.submit(["pretrain", "--out", str(d), "--resume", "--quiet"], name=f"{d.name} (resume)",
                                run_dir=str(d), root=str(root))
                 st.session_state["probe_ready_job"] = job["id"]

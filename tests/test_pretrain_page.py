@@ -123,7 +123,7 @@ def test_launch_form_validates_and_submits_a_job(runs_root, monkeypatch):
 
 def test_launch_from_a_model_continues_its_pretraining_with_the_recipe(runs_root, monkeypatch):
     from engine.pretrain_config import CONTINUED_PRETRAINING as R
-    from studio import jobs
+    from engine import jobs
     calls = []
     monkeypatch.setattr(jobs, "submit", lambda argv, name=None, run_dir=None, root=None: calls.append((argv, name, run_dir, root)) or {"id": "j1", "status": "queued"})
     at = _app(runs_root)

@@ -18,7 +18,8 @@ from streamlit.testing.v1 import AppTest  # noqa: E402
 import engine  # noqa: E402
 from engine import runs  # noqa: E402
 from engine.pretrain_config import CONTINUED_PRETRAINING, PROBE_READY_RUN  # noqa: E402
-from studio import jobs, probe_ready  # noqa: E402
+from engine import jobs  # noqa: E402
+from studio import probe_ready  # noqa: E402
 
 
 def _app(page, root, **state):
@@ -122,3 +123,12 @@ def test_a_scratch_run_has_no_card_and_minilm_stays_first_elsewhere(tmp_path, bb
     from studio.common import list_model_choices
     assert list_model_choices(tmp_path)[0] == "minilm"
     assert list_model_choices(tmp_path, probe_ready_first=True)[0] == str(d)
+
+
+def test_any_run_continued_from_minilm_counts_when_the_buttons_run_is_absent(tmp_path, bbc_tokenizer):
+    d = _fake_probe_ready_run(tmp_path, bbc_tokenizer)
+    other = d.rename(tmp_path / "probe-ready")  # e.g. the command the Start page shows, another --out
+    assert probe_ready.model_path(tmp_path) == str(other)
+    info = runs.read_run_json(other)
+    runs.write_run_json(other, config=dict(info["config"], init="runs/something-else"))
+    assert probe_ready.model_path(tmp_path) is None
