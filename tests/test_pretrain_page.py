@@ -136,10 +136,15 @@ def test_launch_from_a_model_continues_its_pretraining_with_the_recipe(runs_root
     [b for b in at.button if b.label == "Launch"][0].click().run()
     assert not at.exception and not at.error, [e.value for e in at.error]
     argv, jname, run_dir, root = calls[0]
-    flags = dict(zip(argv[1::2], argv[2::2]))
-    assert jname == "minilm-continued-mlm_nsp" and flags["--init"] == "minilm" and flags["--corpus"] == R["corpus"]
-    assert flags["--steps"] == "40" and flags["--batch-size"] == str(R["batch_size"]) and float(flags["--lr"]) == R["lr"]
-    assert "--preset" not in argv and "--vocab-size" not in argv and argv[-1] == "--quiet"
+    from engine.cli import given
+    from engine.pretrain import build_parser, config_from_args
+    flags = given(engine.PretrainConfig, build_parser(), argv[1:])
+    assert jname == "minilm-continued-mlm_nsp" and flags["init"] == "minilm" and flags["corpus"] == R["corpus"]
+    assert flags["steps"] == 40 and flags["batch_size"] == R["batch_size"] and flags["lr"] == R["lr"]
+    # the queued command names MiniLM's own size and vocabulary, so the job accepts it with --init
+    assert (flags["vocab_size"], flags["layers"], flags["hidden"], flags["heads"]) == (30522, 6, 384, 12)
+    cfg = config_from_args(flags)
+    assert cfg.init == "minilm" and cfg.steps == 40 and cfg.warmup == R["warmup"]
 
 
 def test_studio_precision_choices_are_the_engines():

@@ -3,23 +3,18 @@
 and Attention pages offering it first. The job queue is replaced by a recorder: no training runs here."""
 import os
 import socket
-import sys
 from pathlib import Path
 
 import pytest
 import torch
+from streamlit.testing.v1 import AppTest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+import engine
+from engine import jobs, runs
+from engine.pretrain_config import CONTINUED_PRETRAINING, PROBE_READY_RUN
+from studio import probe_ready
+
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-
-from streamlit.testing.v1 import AppTest  # noqa: E402
-
-import engine  # noqa: E402
-from engine import runs  # noqa: E402
-from engine.pretrain_config import CONTINUED_PRETRAINING, PROBE_READY_RUN  # noqa: E402
-from engine import jobs  # noqa: E402
-from studio import probe_ready  # noqa: E402
 
 
 def _app(page, root, **state):
