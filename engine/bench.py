@@ -15,6 +15,9 @@ Scenarios:
 - `infer`: the encoder forward as features and probes use it (eval, inference mode, all hidden states):
   batch throughput at --batch-size and, separately, batch-1 latency (`latency`).
 - `finetune`: one sequence-classification training step (dropout + linear on C, as BertForSequenceClassification).
+- `pipeline`: the input pipeline alone, no model and no transformers side: micro-batches of --batch-size read
+  from the shards of --data (a `python -m engine prepare` folder), collated, masked and prefetched exactly as
+  `pretrain --data` makes them (`engine.pretrain_loop.pipeline_throughput`), in real tokens/s.
 - `varlen`: the fine-tuning step (and, under `forward`, the inference forward) on batches whose real lengths are
   drawn from the BBC corpus tokenised with the BERT uncased vocabulary (sentences, sentence pairs or whole
   documents, --unit), padded to the longest row of each batch as a dynamic-padding collator does
@@ -54,7 +57,7 @@ from engine.model import BertForPreTraining, BertModel
 from engine.optim import param_groups
 from engine.tasks.batching import pad_batch
 
-SCENARIOS = ("pretrain", "infer", "finetune", "varlen")
+SCENARIOS = ("pretrain", "infer", "finetune", "varlen", "pipeline")
 UNITS = ("sentence", "pair", "document")
 CLS_ID, SEP_ID, MASK_ID, PAD_ID = 2, 3, 4, 0  # engine tokenizer order: [PAD] [UNK] [CLS] [SEP] [MASK]
 N_BATCHES = 4  # distinct batches, cycled
@@ -62,7 +65,7 @@ N_BATCHES = 4  # distinct batches, cycled
 
 @dataclass
 class BenchConfig:
-    scenario: str = "pretrain"  # pretrain | infer | finetune | varlen
+    scenario: str = "pretrain"  # pretrain | infer | finetune | varlen | pipeline
     preset: str = "mini"  # tiny | mini | small | medium | base | large
     seq_len: int = 128  # T (varlen: the cap on the drawn lengths)
     batch_size: int = 32  # B
@@ -82,6 +85,8 @@ class BenchConfig:
     lr: float = 1e-4
     seed: int = 0
     memory: bool = True  # measure peak memory (one extra step per side)
+    data: str = ""  # pipeline: a prepared data folder (python -m engine prepare)
+    prefetch: int = 4  # pipeline: batches made ahead in the background thread (0: none)
 
 
 # ------------------------------------------------------------------ environment
@@ -642,13 +647,40 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--lr", type=float, default=d.lr)
     ap.add_argument("--seed", type=int, default=d.seed)
     ap.add_argument("--no-memory", dest="memory", action="store_false", help="skip the peak-memory step")
+    ap.add_argument("--data", default=d.data, help="pipeline: the prepared data folder to read (python -m engine prepare)")
+    ap.add_argument("--prefetch", type=int, default=d.prefetch, help="pipeline: batches made ahead in a background thread")
     return ap
+
+
+def run_pipeline(bc: BenchConfig) -> dict:
+    """The `pipeline` scenario: tokens/s of the input pipeline alone (see the module docstring)."""
+    from engine.prepare import open_prepared
+    from engine.pretrain_config import PretrainConfig
+    from engine.pretrain_loop import pipeline_throughput
+
+    if not bc.data:
+        raise EngineError("--scenario pipeline needs --data, a folder made by python -m engine prepare")
+    if bc.threads:
+        torch.set_num_threads(bc.threads)
+    cache = open_prepared(bc.data)
+    pc = PretrainConfig(objective=cache.config["objective"], seq_len=cache.config["seq_len"], mask_rate=bc.mask_rate,
+                        seed=bc.seed, prefetch=bc.prefetch)
+    got = pipeline_throughput(cache, pc, bc.batch_size, batches=bc.steps, warmup=bc.warmup)
+    return {"scenario": "pipeline", "config": asdict(bc), "data": cache.config["prepared"], **got,
+            "machine": machine_info(torch.device("cpu"))}
 
 
 def main(argv) -> int:
     a = build_parser().parse_args(argv)
     names = {f.name for f in fields(BenchConfig)}
     bc = BenchConfig(**{k: v for k, v in vars(a).items() if k in names})
+    if bc.scenario == "pipeline":
+        report = run_pipeline(bc)
+        if not a.json:
+            print(f"bench pipeline: {report['tokens_per_s']:,.0f} tokens/s, {report['sequences_per_s']:,.0f} sequences/s "
+                  f"(batch {bc.batch_size}, {report['batches']} batches, prefetch {bc.prefetch}, {report['data']['shards']} shards)")
+        print(json.dumps(report))
+        return 0
     report = run_bench(bc)
     if not a.json:
         print(format_table(report))

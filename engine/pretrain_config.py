@@ -117,6 +117,8 @@ class PretrainConfig:
     num_threads: Optional[int] = setting(None, "CPU threads per process (default: torch's, divided among local ranks)",
                                          group="run")
     compile: bool = setting(False, "torch.compile the model", group="run")
+    prefetch: int = setting(4, "micro-batches assembled, masked (and pinned on CUDA) ahead in a background thread, "
+                            "off the training step's path; 0 = in the loop (the same batches either way)", group="run")
     quiet: bool = setting(False, "no progress bar", group="run")
 
     @classmethod
@@ -127,7 +129,7 @@ class PretrainConfig:
 
 
 # settings that may differ between the first start and a resume without changing what is trained
-RUNTIME_FIELDS = {"out", "name", "resume", "stop_after", "quiet", "device", "precision", "num_threads", "compile", "cache_dir",
+RUNTIME_FIELDS = {"out", "name", "resume", "stop_after", "quiet", "device", "precision", "num_threads", "compile", "prefetch", "cache_dir",
                   "log_every", "eval_every", "save_every", "keep", "steps"}
 
 

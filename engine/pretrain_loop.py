@@ -5,9 +5,17 @@ Per optimizer step: `grad_accum` micro-batches (masked here at batch time, with 
 AdamW. Every `log_every` steps a training record (means over the window since the last one), every
 `eval_every` steps a held-out record, every `save_every` steps a checkpoint; SIGTERM / Ctrl-C / `stop_after`
 checkpoint and stop at the end of the step.
+
+The micro-batches (read from the shards, collated, masked, pinned on CUDA) are made by `training_batches`, by
+default `cfg.prefetch` batches ahead in a background thread (`Prefetcher`), so the step does not wait for the
+host. Each batch depends only on (data position, seed, step, micro-batch, rank), never on when it is made, so
+prefetching changes no number and resume stays exact: the position saved in a checkpoint is the one of the
+last micro-batch the step consumed, not of the ones made ahead.
 """
 import contextlib
+import queue
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -219,6 +227,96 @@ def wrap_model(model, cfg: PretrainConfig, dist: Dist, device):
     return model
 
 
+# ================================================================ the micro-batches, made ahead
+def training_batches(cache, cfg: PretrainConfig, obj: Objective, step: int, position, rank: int, world_size: int,
+                     micro: int, pin: bool = False):
+    """Labelled micro-batches from optimizer step `step` on, in order (grad_accum per step): the next tokens (a
+    causal objective) or a masking drawn from (seed, step, micro-batch, rank). Each dict keeps its "position"."""
+    m = 0
+    for batch in cache.train.batches(micro, start_position=position, rank=rank, world_size=world_size):
+        if obj.causal:
+            batch["labels"] = ltr_labels(batch["input_ids"], batch["attention_mask"])
+        else:
+            g = torch.Generator().manual_seed(mix_seed(cfg.seed, step, m, rank, 2))
+            batch = mask_batch(batch, cache.vocab_size, cache.mask_id, cache.special_ids, rate=cfg.mask_rate,
+                               ratios=cfg.mask_ratios, generator=g, whole_word=cfg.whole_word_mask)
+        if pin:
+            batch = {k: (v.pin_memory() if isinstance(v, torch.Tensor) else v) for k, v in batch.items()}
+        yield batch
+        m += 1
+        if m == cfg.grad_accum:
+            step, m = step + 1, 0
+
+
+class Prefetcher:
+    """Iterate `items` in a daemon thread, at most `depth` items ahead (a bounded queue); an exception there is
+    raised here, at the item where it happened. `close()` stops the thread (the items made ahead are dropped)."""
+    _END = object()
+
+    def __init__(self, items, depth: int):
+        self._q = queue.Queue(maxsize=max(1, depth))
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._fill, args=(items,), daemon=True, name="batch-prefetch")
+        self._thread.start()
+
+    def _fill(self, items) -> None:
+        try:
+            for item in items:
+                while not self._stop.is_set():
+                    try:
+                        self._q.put(("item", item), timeout=0.1)
+                        break
+                    except queue.Full:
+                        pass
+                if self._stop.is_set():
+                    return
+            self._q.put(("end", self._END))
+        except BaseException as e:  # noqa: BLE001 (handed to the consumer)
+            self._q.put(("error", e))
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        kind, item = self._q.get()
+        if kind == "error":
+            raise item
+        if kind == "end":
+            raise StopIteration
+        return item
+
+    def close(self) -> None:
+        self._stop.set()
+        while self._thread.is_alive():
+            try:
+                self._q.get(timeout=0.1)
+            except queue.Empty:
+                pass
+        self._thread.join()
+
+
+def pipeline_throughput(cache, cfg: PretrainConfig, micro: int, batches: int, warmup: int = 5) -> dict:
+    """The input pipeline alone, as training runs it (read shards, collate, mask, in the prefetch thread when
+    cfg.prefetch > 0), no model: real tokens/s and sequences/s over `batches` micro-batches after `warmup`."""
+    items = training_batches(cache, cfg, objective(cfg.objective), 0, None, 0, 1, micro)
+    it = Prefetcher(items, cfg.prefetch) if cfg.prefetch > 0 else items
+    try:
+        for _ in range(warmup):
+            next(it)
+        tokens = seqs = 0
+        t0 = time.perf_counter()
+        for _ in range(batches):
+            b = next(it)
+            tokens += int(b["attention_mask"].sum())
+            seqs += int(b["input_ids"].shape[0])
+        dt = time.perf_counter() - t0
+    finally:
+        if isinstance(it, Prefetcher):
+            it.close()
+    return {"batches": batches, "sequences": seqs, "tokens": tokens, "seconds": round(dt, 4),
+            "tokens_per_s": tokens / max(dt, 1e-9), "sequences_per_s": seqs / max(dt, 1e-9)}
+
+
 # ================================================================ the steps
 class Loop:
     """What one process carries from step to step: model, optimizer, data iterator, training state (step,
@@ -244,9 +342,16 @@ class Loop:
         return amp(self.device, self.precision)
 
     def _open_data(self, phase: int, position) -> None:
+        self._close_data()
         self.cache = self.caches[0] if phase == 1 else self.caches[-1]
-        self.it = self.cache.train.batches(self.micro, start_position=position, rank=self.dist.rank,
-                                           world_size=self.dist.world_size)
+        items = training_batches(self.cache, self.cfg, self.obj, self.step, position, self.dist.rank,
+                                 self.dist.world_size, self.micro, pin=self.device.type == "cuda")
+        self.it = Prefetcher(items, self.cfg.prefetch) if self.cfg.prefetch > 0 else items
+
+    def _close_data(self) -> None:
+        if isinstance(getattr(self, "it", None), Prefetcher):
+            self.it.close()
+        self.it = None
 
     def _phase2_due(self) -> bool:
         return self.state["phase"] == 1 and self.step >= self.phase1_end and bool(self.phase2_steps)
@@ -267,6 +372,7 @@ class Loop:
                     return f"cancelled by {stop.name()} at step {self.step}; continue with --resume"
             return ""
         finally:
+            self._close_data()
             if self.pbar is not None:
                 self.pbar.close()
 
@@ -320,16 +426,10 @@ class Loop:
         return lr, grad_norm
 
     def _micro_batch(self, m: int) -> dict:
-        """The next micro-batch with its labels: the next tokens (a causal objective) or a fresh masking."""
-        cfg, cache = self.cfg, self.cache
+        """The next micro-batch with its labels (`training_batches`); its position is the data position now."""
         batch = next(self.it)
         self.state["position"] = batch["position"]
-        if self.obj.causal:
-            batch["labels"] = ltr_labels(batch["input_ids"], batch["attention_mask"])
-            return batch
-        g = torch.Generator().manual_seed(mix_seed(cfg.seed, self.step, m, self.dist.rank, 2))
-        return mask_batch(batch, cache.vocab_size, cache.mask_id, cache.special_ids, rate=cfg.mask_rate,
-                          ratios=cfg.mask_ratios, generator=g, whole_word=cfg.whole_word_mask)
+        return batch
 
     def _log_window(self, lr: float, grad_norm) -> None:
         """Append the training record of the window since the last one (means over its steps) and reset it."""

@@ -303,15 +303,58 @@ def test_pretrain_from_prepared_shards_resumes_bit_identically(corpus, tmp_path)
                           batch_size=8, grad_accum=2, steps=8, log_every=2, eval_every=4, save_every=4,
                           eval_max_instances=32, quiet=True, num_threads=1)
     straight, split = replace(base, out=str(tmp_path / "a")), replace(base, out=str(tmp_path / "b"))
+    assert base.prefetch > 0  # batches made ahead in a thread
     pretrain(straight)
+    pretrain(replace(base, out=str(tmp_path / "inline"), prefetch=0))
     assert _pretrain(replace(split, stop_after=4))["step"] == 4
     pretrain(replace(split, resume=True))
     wa = load_file(str(tmp_path / "a" / "checkpoints" / "step-8" / "model.safetensors"))
     wb = load_file(str(tmp_path / "b" / "checkpoints" / "step-8" / "model.safetensors"))
+    wi = load_file(str(tmp_path / "inline" / "checkpoints" / "step-8" / "model.safetensors"))
     for k in wa:
         assert torch.equal(wa[k], wb[k]), k
+        assert torch.equal(wa[k], wi[k]), k  # prefetching changes no number
     info = runs.read_run_json(tmp_path / "b")
     assert info["config"]["seq_len"] == 32 and info["config"]["data"] == str((tmp_path / "data").resolve())
     assert (tmp_path / "b" / "tokenizer" / "vocab.txt").read_text() == (d / "tok" / "vocab.txt").read_text()
     with pytest.raises(EngineError, match="differs from the 32"):
         config_from_args({"data": str(tmp_path / "data"), "seq_len": 64, "out": str(tmp_path / "c")})
+
+
+def test_prefetcher_keeps_order_passes_errors_and_stops():
+    from engine.pretrain_loop import Prefetcher
+
+    assert list(Prefetcher(iter(range(50)), depth=3)) == list(range(50))
+
+    def failing():
+        yield 1
+        raise EngineError("bad shard")
+    p = Prefetcher(failing(), depth=2)
+    assert next(p) == 1
+    with pytest.raises(EngineError, match="bad shard"):
+        next(p)
+    made = []
+
+    def endless():
+        i = 0
+        while True:
+            made.append(i)
+            yield i
+            i += 1
+    p = Prefetcher(endless(), depth=2)
+    assert [next(p) for _ in range(5)] == [0, 1, 2, 3, 4]
+    p.close()
+    assert not p._thread.is_alive() and len(made) <= 5 + 2 + 2  # bounded: never far ahead
+
+
+def test_bench_pipeline_counts_the_real_tokens_it_delivers(sharded, capsys):
+    from engine.bench import main as bench_main
+
+    assert bench_main(["--scenario", "pipeline", "--data", str(sharded.path), "--batch-size", "8", "--steps", "3",
+                       "--warmup", "1", "--json"]) == 0
+    report = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert report["batches"] == 3 and report["sequences"] == 24
+    assert 24 * 5 <= report["tokens"] <= 24 * 64 and report["tokens_per_s"] > 0
+    assert report["data"]["shards"] == sharded.train.num_shards
+    with pytest.raises(EngineError, match="needs --data"):
+        bench_main(["--scenario", "pipeline"])
