@@ -15,6 +15,9 @@ from dataclasses import dataclass
 from typing import Callable
 
 from engine.errors import EngineError
+from engine.tasks.bbc_cloze import bbc_cloze_task
+from engine.tasks.bbc_next import bbc_next_task
+from engine.tasks.bbc_punct import bbc_punct_task
 from engine.tasks.builtin import bbc_topic_task, wnut16_task
 from engine.tasks.glue import load_glue
 from engine.tasks.multiple_choice import load_multiple_choice
@@ -63,6 +66,11 @@ FLAGS = {"text_a": "--text-cols", "text_b": "--text-cols", "context": "--text-co
 BUILTINS = {b.name: b for b in (
     BuiltinTask("bbc-topic", "BBC News topic classification (5 classes, 1,781 train / 444 dev)", bbc_topic_task, "glue"),
     BuiltinTask("wnut16", "WNUT-16 Twitter NER (10 entity types, entity F1)", wnut16_task, "tagging"),
+    BuiltinTask("bbc-cloze", "BBC cloze-to-span reading (SQuAD format, F1; dev unseen in classroom pre-training)",
+                bbc_cloze_task, "squad"),
+    BuiltinTask("bbc-punct", "restore punctuation in lower-cased BBC text (COMMA/PERIOD/QUESTION per word, F1)",
+                bbc_punct_task, "tagging"),
+    BuiltinTask("bbc-next", "does sentence B follow A? negatives from the same article (accuracy)", bbc_next_task, "glue"),
 )}
 
 
