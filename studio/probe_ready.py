@@ -83,7 +83,6 @@ def panel(root) -> None:
     """Build (or follow, or resume) the probe-ready model."""
     from engine.pretrain_config import CONTINUED_PRETRAINING as R
     d = run_dir(root)
-    st.subheader("A real BERT to probe, in one step")
     st.caption(f"MiniLM has real weights but no MLM or NSP head. This continues its pre-training with the paper's "
                f"objectives (MLM + NSP) on the built-in text (BBC News + Wikipedia extract + State of the Union, about "
                f"3.3M words): {R['steps']} steps of {R['batch_size']} x {R['seq_len']} tokens at learning rate "
