@@ -84,7 +84,7 @@ from engine.pretrain_init import ARCH_FIELDS, conflict, init_settings, init_toke
 from engine.pretrain_loop import ltr_labels, log, train  # noqa: F401
 from engine.pretrain_run import preflight, resolve_out, run_entries
 from engine.pretraining_data import build_pretraining_data, token_info
-from engine.tokenizer import Tokenizer, train_tokenizer_cached
+from engine.tokenizer import Tokenizer, corpus_fingerprint, train_tokenizer_cached
 
 EVAL_SPLIT_SEED = 0  # which documents are held out
 
@@ -187,6 +187,9 @@ def _pretrain(cfg: PretrainConfig) -> dict:
     docs = load_corpus(cfg.corpus) if not cfg.data else []  # EngineError when missing or empty
     for w in getattr(docs, "info", {}).get("warnings", []):
         log(f"warning: {w}", cfg, dist)
+    fingerprint = corpus_fingerprint(docs) if not cfg.data else None  # (a --data folder is checked by its manifest)
+    if dist.main and fingerprint is not None and (ckpt is not None or restart):
+        check_same_corpus(run_dir, cfg, fingerprint, ckpt is not None)
     if not cfg.data and len(docs) < objective(cfg.objective).min_documents:
         raise EngineError(f"corpus '{cfg.corpus}' has a single document; {cfg.objective} needs at least 2 (NotNext takes B from another document): add documents (blank lines separate them in a .txt) or use --objective mlm")
     created_dir = not run_dir.exists()
@@ -209,7 +212,7 @@ def _pretrain(cfg: PretrainConfig) -> dict:
         for c in caches:
             if c.train.num_instances < micro * dist.world_size:
                 raise EngineError(f"the corpus gives only {c.train.num_instances} training instances, fewer than one batch of {micro * dist.world_size}; lower --batch-size or use a larger corpus")
-        return train(cfg, dist, device, run_dir, ckpt, tok, caches, micro, restart)
+        return train(cfg, dist, device, run_dir, ckpt, tok, caches, micro, restart, corpus_fingerprint=fingerprint)
     except BaseException:
         # a new run that failed before it wrote run.json leaves nothing behind
         if dist.main and fresh and not (run_dir / runs.RUN_JSON).exists():
@@ -241,6 +244,19 @@ def build_parser():
     ap.add_argument("--classroom", action="store_true",
                     help="the classroom default for every flag not given (the same values as leaving them out)")
     return ap
+
+
+def check_same_corpus(run_dir: Path, cfg: PretrainConfig, fingerprint: str, has_checkpoint: bool) -> None:
+    """A resume trains on the text the run started with: run.json's corpus_fingerprint must match the corpus as
+    read now (a file overwritten in place, an upload of the same name). A run that recorded none cannot be checked:
+    refused when there is a checkpoint to continue (a restart from step 0 records the fingerprint afresh)."""
+    saved = runs.read_run_json(run_dir).get("corpus_fingerprint")
+    if saved is None and has_checkpoint:
+        raise EngineError(f"cannot resume: {run_dir}/{runs.RUN_JSON} records no corpus fingerprint, so it cannot be checked "
+                          f"that {cfg.corpus} is the text the run was trained on; start a new run")
+    if saved is not None and saved != fingerprint:
+        raise EngineError(f"cannot resume: the corpus {cfg.corpus} changed since the run started (fingerprint {fingerprint}, "
+                          f"the run's {saved}); restore the original text, or start a new run on the new one")
 
 
 def config_from_args(given: dict) -> PretrainConfig:

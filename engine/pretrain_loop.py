@@ -391,6 +391,11 @@ class Loop:
         dt = time.time() - t_step
         self.state["elapsed"] = float(self.state["elapsed"]) + dt
         self.window_time += dt
+        save_due = (cfg.save_every and self.step % cfg.save_every == 0) or self.step == self.stop_at
+        if (at_log or save_due) and not bool(torch.isfinite(self.window).all()):
+            # diverged: stop before the NaN reaches a checkpoint (the last one saved stays the last finite one)
+            raise EngineError(f"loss became NaN or inf at step {self.step} (lr {lr:.3g}); lower --lr or raise --warmup, "
+                              f"then start again or --resume from the last checkpoint")
         if at_log:  # all ranks reduce at the same steps
             self._log_window(lr, grad_norm)
         if self.pbar is not None:
@@ -398,7 +403,7 @@ class Loop:
         stop_now = self._stop_requested(stop, at_log)
         if (cfg.eval_every and self.step % cfg.eval_every == 0) or self.step == cfg.steps:
             self._evaluate()
-        if (cfg.save_every and self.step % cfg.save_every == 0) or self.step == self.stop_at or stop_now:
+        if save_due or stop_now:
             checkpoint(self.run_dir, self.raw_model, self.tok, self.optimizer, self.state, self.window, cfg, self.dist)
         return stop_now
 
@@ -488,7 +493,7 @@ def failure(e: BaseException) -> tuple:
 
 
 def train(cfg: PretrainConfig, dist: Dist, device, run_dir: Path, ckpt, tok: Tokenizer, caches: list, micro: int,
-          restart: bool = False) -> dict:
+          restart: bool = False, corpus_fingerprint: str = None) -> dict:
     """Build (or restore) the model and optimizer, record the start in run.json, run the steps, record the end."""
     raw_model, mcfg, state, blob, init_info = build_model(cfg, tok, ckpt, device)
     optimizer = adamw(raw_model, cfg, device)
@@ -505,7 +510,7 @@ def train(cfg: PretrainConfig, dist: Dist, device, run_dir: Path, ckpt, tok: Tok
         runs.start_run(run_dir, "pretrain", config=config_dict(cfg), total_steps=int(cfg.steps),
                        tokenizer=str(run_dir / "tokenizer"), objective=cfg.objective, world_size=dist.world_size,
                        device=str(device), bf16=precision == "bf16", model=mcfg.to_dict(), parameters=raw_model.num_parameters(),
-                       resumed_from=str(ckpt) if ckpt else None, init=init_info)
+                       resumed_from=str(ckpt) if ckpt else None, init=init_info, corpus_fingerprint=corpus_fingerprint)
     status, error = "running", None
     stop = StopFlag().install()
     try:

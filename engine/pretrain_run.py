@@ -13,6 +13,7 @@ import json
 import random
 import shutil
 import signal
+import sys
 import threading
 from pathlib import Path
 
@@ -69,20 +70,45 @@ def preflight(cfg: PretrainConfig, run_dir: Path):
             raise EngineError(f"run folder {run_dir} already holds a run; continue it with --resume, or choose another --out")
         return None, False
     info = runs.read_run_json(run_dir) if run_dir.is_dir() else {}
-    ck = runs.latest_checkpoint(run_dir)
-    if ck is None and not info:
+    has_ck = runs.latest_checkpoint(run_dir) is not None
+    if not has_ck and not info:
         where = "does not exist" if not run_dir.exists() else "holds no run (no run.json, no checkpoint)"
         raise EngineError(f"cannot resume: {run_dir} {where}; start a new run without --resume (into an empty or new --out)")
     if info.get("kind") not in (None, "pretrain"):
         raise EngineError(f"{run_dir} is a {info.get('kind')} run, not a pre-training run; choose another --out")
-    saved = info.get("config") or {}
+    saved = info.get("config")
+    if not isinstance(saved, dict) or not saved:
+        raise EngineError(f"cannot resume: {run_dir}/{runs.RUN_JSON} is missing or records no settings, so the run's sequence "
+                          f"length, seed, masking and data cannot be established; restore run.json, or start a new run")
     mine = config_dict(cfg)
     for k, v in saved.items():
         if k in RUNTIME_FIELDS or k not in mine:
             continue
         if mine[k] != v:
             raise EngineError(f"the run was started with {k}={v!r} but this resume asks for {mine[k]!r}; --resume continues with the run's own settings, drop that flag or use another --out")
+    ck = loadable_checkpoint(run_dir)
     return ck, ck is None
+
+
+def loadable_checkpoint(run_dir: Path):
+    """The newest complete checkpoint whose weights and training state load (None when the run has none);
+    a damaged newer one is skipped, and the skip is said. Every checkpoint damaged: EngineError."""
+    from engine.checkpoint import load as load_checkpoint
+    skipped = []
+    for ck in reversed(runs.list_checkpoints(run_dir)):
+        try:
+            load_checkpoint(ck)
+            load_training_state(ck)
+        except EngineError as e:
+            skipped.append(f"{ck.name} ({e})")
+            continue
+        if skipped:
+            print(f"warning: checkpoint {'; '.join(skipped)} could not be loaded; resuming from {ck.name} instead",
+                  file=sys.stderr, flush=True)
+        return ck
+    if skipped:
+        raise EngineError(f"cannot resume: no checkpoint of {run_dir} loads ({'; '.join(skipped)[:300]}); restore one or start a new run")
+    return None
 
 
 def remove_partial_checkpoints(run_dir: Path) -> None:
@@ -175,11 +201,14 @@ def load_training_state(ckpt: Path) -> dict:
 
 # ================================================================ signals
 class StopFlag:
-    """SIGTERM / Ctrl-C set a flag; the loop checkpoints at the end of the current step and stops.
-    A second signal while stopping raises KeyboardInterrupt at once."""
+    """SIGTERM / Ctrl-C set a flag; the loop checkpoints at the end of the current step and stops. A second
+    signal does not abort that checkpoint (two quick Cancels, or a launcher's TERM then the group's, would lose
+    it): it is only acknowledged. A third raises KeyboardInterrupt at once (the run then continues from its last
+    complete checkpoint)."""
 
     def __init__(self):
         self.signal = None
+        self.count = 0
         self.old = {}
 
     def install(self):
@@ -190,9 +219,14 @@ class StopFlag:
         return self
 
     def _on(self, signum, frame):
-        if self.signal is not None:
-            raise KeyboardInterrupt(f"second {signal.Signals(signum).name}")
-        self.signal = signum
+        self.count += 1
+        if self.count == 1:
+            self.signal = signum
+        elif self.count == 2:
+            print(f"{signal.Signals(signum).name}: already stopping after this step's checkpoint; a third signal aborts "
+                  f"without it", file=sys.stderr, flush=True)
+        else:
+            raise KeyboardInterrupt(f"third {signal.Signals(signum).name}")
 
     def restore(self):
         for sig, h in self.old.items():

@@ -580,3 +580,99 @@ def test_hand_edited_metrics_and_an_unreadable_run_json_keep_the_pretrain_page_w
     assert not at.exception and not at.error, [e.value for e in at.error]
     at.selectbox(key="pretrain_run").set_value("broken").run()
     assert any("run.json is not valid JSON" in e.value and "--resume needs" in e.value for e in at.error)
+
+
+# ------------------------------------------------------------------ 4. a second signal does not abort the cancel checkpoint
+def test_a_second_sigterm_while_saving_keeps_the_cancel_checkpoint(tmp_path, small_corpus, monkeypatch):
+    import signal as sig
+
+    import engine.pretrain_loop as P
+    real, calls = P.checkpoint, []
+
+    def signalling_checkpoint(*a, **k):
+        calls.append(1)
+        if len(calls) == 1:
+            os.kill(os.getpid(), sig.SIGTERM)  # the Cancel: arrives while the step-3 checkpoint is written
+        elif len(calls) == 2:
+            os.kill(os.getpid(), sig.SIGTERM)  # a second Cancel 50 ms later, while the cancel checkpoint is written
+        return real(*a, **k)
+    monkeypatch.setattr(P, "checkpoint", signalling_checkpoint)
+    out = tmp_path / "twice"
+    code, _, err = _cli(_pretrain_args(small_corpus, out, steps=12))
+    assert code == 130, err
+    info = runs.read_run_json(out)
+    assert info["status"] == "cancelled" and "cancelled by SIGTERM at step 4; continue with --resume" in info["error"]
+    assert runs.checkpoint_step(runs.latest_checkpoint(out)) == 4  # the cancel checkpoint was written
+    monkeypatch.setattr(P, "checkpoint", real)
+    code, _, err = _cli(["pretrain", "--out", out, "--resume"])
+    assert code == 0, err
+    assert runs.read_run_json(out)["status"] == "finished"
+
+
+# ------------------------------------------------------------------ 5. resume checks the corpus and its settings
+def test_resume_refuses_a_changed_corpus_or_lost_settings(tmp_path, small_corpus, bbc_docs):
+    from studio.uploads import save_upload
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_bytes(small_corpus.read_bytes())
+    out = tmp_path / "run"
+    code, _, err = _cli(_pretrain_args(corpus, out, steps=6, extra=["--stop-after", "3"]))
+    assert code == 0, err
+    # the corpus file is overwritten in place (an upload of the same name did that on the Pre-train page)
+    corpus.write_text("\n\n".join(" ".join(d) for d in bbc_docs[1::41]), encoding="utf-8")
+    code, _, err = _cli(["pretrain", "--out", out, "--resume"])
+    _one_line_error(code, err, "changed since the run started")
+    corpus.write_bytes(small_corpus.read_bytes())
+    # run.json deleted (the old advice for an unreadable one): the settings cannot be established
+    saved = (out / "run.json").read_bytes()
+    (out / "run.json").unlink()
+    code, _, err = _cli(["pretrain", "--out", out, "--resume"])
+    _one_line_error(code, err, "settings")
+    assert runs.checkpoint_step(runs.latest_checkpoint(out)) == 3  # nothing trained on defaults
+    (out / "run.json").write_bytes(saved)
+    code, _, err = _cli(["pretrain", "--out", out, "--resume"])
+    assert code == 0, err
+    # uploads are content-addressed: same name, other text, another file
+    root = tmp_path / "studio"
+    a = save_upload(root, "corpus.txt", b"one text\n", ("txt",))
+    b = save_upload(root, "corpus.txt", b"another text\n", ("txt",))
+    assert a != b and a.read_bytes() == b"one text\n"
+
+
+# ------------------------------------------------------------------ 6. a corrupt latest checkpoint: resume from the one before
+def test_resume_falls_back_from_a_corrupt_latest_checkpoint(tmp_path, small_corpus):
+    out = tmp_path / "run"
+    code, _, err = _cli(_pretrain_args(small_corpus, out, steps=12, extra=["--stop-after", "6"]))
+    assert code == 0, err
+    latest = runs.latest_checkpoint(out)
+    assert runs.checkpoint_step(latest) == 6
+    weights = latest / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[: weights.stat().st_size // 2])  # truncated
+    code, outp, err = _cli(["pretrain", "--out", out, "--resume"])
+    assert code == 0, err
+    assert "step-6" in err and "resuming from step-3 instead" in err
+    info = runs.read_run_json(out)
+    assert info["status"] == "finished" and info["resumed_from"].endswith("step-3")
+    steps = [r["step"] for r in runs.read_metrics(out) if r.get("split") == "train"]
+    assert steps == list(range(1, 13))  # the steps after 3 were trained again, each logged once
+
+
+# ------------------------------------------------------------------ 14. a diverging run stops as failed, keeping its finite checkpoint
+def test_non_finite_loss_fails_the_run_and_keeps_the_last_finite_checkpoint(tmp_path, small_corpus, monkeypatch):
+    import engine.pretrain_loop as P
+    real = P.forward_loss
+
+    def diverging(model, batch, obj, device, amp_ctx):
+        loss, sums = real(model, batch, obj, device, amp_ctx)
+        if P_state["step"] >= 4:  # from the 5th step on the loss is NaN (as --lr 1e30 gave)
+            loss, sums = loss * float("nan"), sums * float("nan")
+        P_state["step"] += 1
+        return loss, sums
+    P_state = {"step": 0}
+    monkeypatch.setattr(P, "forward_loss", diverging)
+    out = tmp_path / "nan"
+    code, _, err = _cli(_pretrain_args(small_corpus, out, steps=12))
+    _one_line_error(code, err, "loss became NaN or inf at step 5")
+    info = runs.read_run_json(out)
+    assert info["status"] == "failed" and "lower --lr" in info["error"]
+    assert runs.checkpoint_step(runs.latest_checkpoint(out)) == 3
+    engine.load(runs.latest_checkpoint(out))  # finite: it loads (loading refuses NaN weights)
