@@ -5,9 +5,9 @@ on this machine, where each button goes with which fields filled in, and whether
 2. Pre-train a tiny BERT: the Pre-train page, whose defaults are the classroom run, with a run name filled in
    (done once a pre-training run in the runs folder has finished).
 3. Probe it and the probe-ready model: the Probe page on that run's latest checkpoint (done once a run's model
-   was probed in this session); the probe-ready model is a pre-training run continued from MiniLM
-   (`python -m engine pretrain --init minilm ...`, its run.json config has init "minilm"): with a checkpoint of it
-   the step has a second button that probes it; without one the step says how to make it.
+   was probed in this session); the probe-ready model is studio.probe_ready's (MiniLM continued with MLM + NSP,
+   `python -m engine pretrain --init minilm ...`): once it has a checkpoint the step has a second button that
+   probes it; until then the step says how to make it.
 4. Run the paper's Table 5 at classroom scale: the Ablations page, New study tab, with the pre-training-tasks
    study at classroom scale selected (done once such a study has every job finished).
 Times are BENCHMARKS.md's measurements on the 2-core CPU this was built on: the classroom pre-training 2.7 min
@@ -20,7 +20,6 @@ from pathlib import Path
 
 from engine.records import RUN_JSON
 
-PROBE_READY_CMD = "python -m engine pretrain --init minilm --corpus all --out runs/probe-ready"
 TABLE5 = "pretraining-tasks"
 MINUTES = {  # BENCHMARKS.md, idle 2-core CPU: (bf16, fp32)
     "pretrain": (2.7, 5.4),
@@ -65,9 +64,15 @@ def _read_json(p: Path) -> dict:
         return {}
 
 
+def probe_ready_command(root) -> str:
+    """The command that makes the probe-ready model (studio.probe_ready.argv, the Model page's button)."""
+    from studio.probe_ready import argv
+    return "python -m engine " + " ".join(a for a in argv(root) if a != "--quiet")
+
+
 def pretrain_runs(root) -> tuple:
-    """(classroom-style runs, probe-ready runs): top-level pre-training runs, newest first, as list_runs rows
-    with their config; a probe-ready run is one continued from MiniLM (config init "minilm")."""
+    """(classroom-style runs, runs continued from MiniLM): top-level pre-training runs, newest first, as
+    list_runs rows; a run continued from MiniLM (config init "minilm") is not a classroom run."""
     from engine.runs import list_runs
     own, ready = [], []
     for r in list_runs(root):
@@ -144,14 +149,14 @@ def guided_steps(root, visited: dict, precision: str = "fp32", device: str = "cp
             s3.prefill = {"probe_model": ck}
     else:
         s3.status = "pre-train a model first (step 2)"
-    ready_ck = next((c for c in (checkpoint_choice(root, r["path"]) for r in ready) if c), None)
-    if ready_ck:
-        name = Path(ready_ck).parent.parent.name
-        s3.what += f" The probe-ready model: {name} (MiniLM continued on our corpora, with MLM and NSP heads)."
-        s3.alt = ("Probe the probe-ready model", {"probe_model": ready_ck})
+    from studio.probe_ready import model_path
+    ready_path = model_path(root)  # what the Probe page's picker offers first
+    if ready_path:
+        s3.what += f" The probe-ready model: {Path(ready_path).name} (MiniLM continued on our corpora, with MLM and NSP heads)."
+        s3.alt = ("Probe the probe-ready model", {"probe_model": ready_path})
     else:
         s3.what += (" The probe-ready model (MiniLM continued with MLM and NSP heads) is not in the runs folder yet; "
-                    f"make it with `{PROBE_READY_CMD}`.")
+                    f"make it with the Model page's button or `{probe_ready_command(root)}`.")
     steps.append(s3)
 
     studies = table5_studies(root)

@@ -44,7 +44,9 @@ def test_empty_runs_folder_shows_four_open_steps_times_and_the_paper_tables(tmp_
     minutes = start.MINUTES["pretrain"][0 if precision == "bf16" else 1]
     assert f"{minutes:.0f} minutes" in steps[1] and "BENCHMARKS.md" in steps[1] or device == "cuda"
     assert not any("✅" in m.value for m in at.markdown)  # nothing done yet
-    assert any(start.PROBE_READY_CMD in c.value for c in at.caption)  # how to make the probe-ready model
+    cmd = f"python -m engine pretrain --init minilm --corpus all --out {tmp_path / 'runs' / 'minilm-continued'}"
+    assert start.probe_ready_command(tmp_path / "runs") == cmd
+    assert any(cmd in c.value and "Model page's button" in c.value for c in at.caption)  # how to make it
     # the paper's numbers, before anything has run
     t5 = at.dataframe[0].value
     assert list(t5.columns) == ["Tasks", "MNLI-m", "QNLI", "MRPC", "SST-2", "SQuAD"]
@@ -56,7 +58,7 @@ def test_steps_check_off_from_the_runs_folder_and_session(tmp_path, fake_runs):
     from engine import ablations as A
     root = tmp_path / "runs"
     _pretrain(root, "first-bert", "finished")
-    _pretrain(root, "probe-ready", "finished", config={"objective": "mlm+nsp", "init": "minilm"})
+    _pretrain(root, "minilm-continued", "finished", config={"objective": "mlm+nsp", "init": "minilm"})
     study = root / "studies" / "pretraining-tasks-classroom"
     plan = A.get_study("pretraining-tasks", classroom_scale=True)
     jobs = A.plan(plan, study)
@@ -68,12 +70,12 @@ def test_steps_check_off_from_the_runs_folder_and_session(tmp_path, fake_runs):
     assert marks == ["### ✅", "### ✅", "### 3", "### 4"]  # model seen, run finished; not probed; study half done
     assert any(m.value == "_finished: first-bert_" for m in at.markdown)
     assert any(m.value == f"_pretraining-tasks-classroom: 1 of {len(jobs)} jobs finished_" for m in at.markdown)
-    assert any("The probe-ready model: probe-ready" in c.value for c in at.caption)
+    assert any("The probe-ready model: minilm-continued" in c.value for c in at.caption)
     steps = start.guided_steps(root, {"model": True})
     assert steps[2].prefill == {"probe_model": str(root / "first-bert" / "checkpoints" / "step-2000")}
     assert steps[1].prefill == {"pretrain_name": "first-bert-2"}  # a free name
     assert steps[3].prefill == {"abl_study": "pretraining-tasks", "abl_classroom": True}
-    assert steps[2].alt == ("Probe the probe-ready model", {"probe_model": str(root / "probe-ready" / "checkpoints" / "step-2000")})
+    assert steps[2].alt == ("Probe the probe-ready model", {"probe_model": str(root / "minilm-continued")})
     assert at.button(key="start_step_3_alt").label == "Probe the probe-ready model"
     assert steps[0].prefill == {"model_page_model": "minilm"}
 
