@@ -97,7 +97,7 @@ def job_list():
                 b1.button("Cancel", key=f"cancel-{j['id']}", on_click=_cancel, args=(j["id"],))
             if j["status"] in Q.TERMINAL:
                 b2.button("Retry", key=f"retry-{j['id']}", on_click=_retry, args=(j["id"],),
-                          help="queue the same command again (a pre-training run resumes from its last checkpoint)")
+                          help="queue the same command again; a run it already started continues (--resume): a pre-training run from its last checkpoint, a fine-tune or features run keeps its finished trials, a finished one stays as it is")
             if j["status"] != "queued":
                 tail = ""
                 with guard("reading the log"):
