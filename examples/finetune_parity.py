@@ -82,6 +82,15 @@ def run_engine(model: str, train: Path, dev: Path, metric: str, seed: int, a, ou
     return {"score": last["score"], "train_loss": last["train_loss"], "seconds": res["trials"][0]["seconds"]}
 
 
+def check_same_tokens(tok, model: str, rows: list) -> None:
+    """Both sides must see the same WordPieces: the plain loop's ids equal the engine tokenizer's on `rows`."""
+    from engine.checkpoint import load
+    etok = load(model).tokenizer
+    for a_, b_, _ in rows:
+        if tok(a_, b_)["input_ids"] != etok.encode(a_, b_).ids:
+            raise SystemExit(f"error: the plain loop's tokenizer and the engine's disagree on {a_[:60]!r}; fix the plain side")
+
+
 def run_plain(model: str, train_rows: list, dev_rows: list, metric: str, seed: int, a) -> dict:
     """A plain transformers fine-tuning loop (see the module docstring)."""
     import transformers
@@ -90,7 +99,10 @@ def run_plain(model: str, train_rows: list, dev_rows: list, metric: str, seed: i
     from engine.tasks import metrics as M
     folder = minilm_path() if model == "minilm" else resolve_checkpoint_dir(model)
     device = torch.device("cuda" if a.device == "cuda" or (a.device == "auto" and torch.cuda.is_available()) else "cpu")
-    tok = transformers.BertTokenizerFast(vocab_file=str(folder / "vocab.txt"), do_lower_case=not a.cased)
+    # from_pretrained on the folder: transformers 5's BertTokenizerFast(vocab_file=...) ignores the file and maps
+    # every word to [UNK] (a vocabulary of 5), which made this loop learn nothing but the label prior
+    tok = transformers.BertTokenizerFast.from_pretrained(str(folder), do_lower_case=not a.cased)
+    check_same_tokens(tok, model, train_rows[:50])
     labels = sorted({y for _, _, y in train_rows})
     lab = {y: i for i, y in enumerate(labels)}
     torch.manual_seed(seed)
