@@ -358,15 +358,16 @@ def prepare(cfg: PrepareConfig, log=print) -> dict:
                 "shards": [{k: m[k] for k in ("name", "documents", "instances", "tokens", "words")} for m in shards]}
     atomic_write_json(folder / "manifest.json", manifest)  # written last: the part is complete
     seconds = time.time() - t0
-    return {**manifest, "seconds": round(seconds, 2), "peak_rss_mb": round(peak_rss_mb(), 1)}
+    return {**manifest, "seconds": round(seconds, 2), "peak_rss_mb": peak_rss_mb(cfg.workers)}
 
 
-def peak_rss_mb() -> float:
-    """Peak resident memory of this process and of its (finished) children, in MB (ru_maxrss, Linux KiB):
-    the larger of the two, since the workers run beside the main process rather than after it."""
-    own = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    kids = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
-    return max(own, kids) / 1024.0
+def peak_rss_mb(workers: int = 1) -> dict:
+    """Peak resident memory in MB (ru_maxrss, Linux KiB): `main` of this process, `worker` of the largest finished
+    child (the workers, reaped when their pool closes), and `tree` = main + workers x worker, a bound on the
+    process tree's peak (the workers run beside the main process, not after it)."""
+    own = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+    kid = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024.0 if workers > 1 else 0.0
+    return {"main": round(own, 1), "worker": round(kid, 1), "tree": round(own + workers * kid, 1)}
 
 
 # ================================================================ open a prepared cache

@@ -358,3 +358,82 @@ def test_bench_pipeline_counts_the_real_tokens_it_delivers(sharded, capsys):
     assert report["data"]["shards"] == sharded.train.num_shards
     with pytest.raises(EngineError, match="needs --data"):
         bench_main(["--scenario", "pipeline"])
+
+
+MEMORY_SCRIPT = r'''
+import gzip, os, random, resource, sys
+from pathlib import Path
+os.environ["TOKENIZERS_PARALLELISM"] = "false"
+from engine.corpora import corpus_files, document_sentences, iter_documents
+from engine.prepare import PrepareConfig, prepare
+from engine.tokenizer import train_tokenizer
+
+root, corpus_mb, cap_mb = Path(sys.argv[1]), float(sys.argv[2]), int(sys.argv[3])
+rng = random.Random(0)
+words = ["".join(rng.choice("bdfgklmnprstvz") + rng.choice("aeiou") for _ in range(rng.randint(1, 4))) for _ in range(3000)]
+
+def documents():  # a generator of made-up documents: nothing of it is ever held whole
+    while True:
+        yield "\n".join(" ".join(rng.choice(words) for _ in range(rng.randint(5, 20))).capitalize() + "."
+                        for _ in range(rng.randint(5, 40)))
+
+def write(path, nbytes):  # streamed into a .gz file (small on disk), read back by prepare document by document
+    path.parent.mkdir(exist_ok=True)
+    n = 0
+    with gzip.open(path, "wt", compresslevel=1) as f:
+        for t in documents():
+            f.write(t + "\n\n")
+            n += len(t) + 2
+            if n >= nbytes:
+                break
+    return n
+
+gen = documents()
+train_tokenizer([next(gen) for _ in range(300)], vocab_size=1000).save(root / "tok")
+cfg = lambda corpus, out: PrepareConfig(corpus=str(root / corpus), out=str(root / out), tokenizer=str(root / "tok"), block_docs=50)
+write(root / "small" / "c.txt.gz", 1_000_000)
+prepare(cfg("small", "warm"), lambda m: None)  # every module loaded, every cache warm
+text_bytes = write(root / "big" / "c.txt.gz", int(corpus_mb * 1e6))
+vm = next(int(line.split()[1]) * 1024 for line in open("/proc/self/status") if line.startswith("VmSize"))
+resource.setrlimit(resource.RLIMIT_AS, (vm + cap_mb * 2 ** 20, resource.getrlimit(resource.RLIMIT_AS)[1]))
+m = prepare(cfg("big", "out"), lambda m: None)
+print("prepared", text_bytes, m["words"], len(m["shards"]), m["instances"]["train"], flush=True)
+try:
+    whole = [document_sentences(t) for t in iter_documents(corpus_files(root / "big"))]
+    print("held whole", len(whole))
+except MemoryError:
+    print("whole: MemoryError")
+'''
+
+
+@pytest.mark.slow
+def test_memory_stays_bounded_on_a_corpus_far_larger_than_the_memory_cap(tmp_path):
+    """A subprocess caps its own address space (RLIMIT_AS) at 3 MB above what it uses after a warm-up, then
+    prepares a 9 MB corpus (written from a generator): it succeeds, while holding that corpus in memory as
+    the in-memory builder does fails under the same cap (so the cap is real)."""
+    script = tmp_path / "memory.py"
+    script.write_text(MEMORY_SCRIPT, encoding="utf-8")
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    r = subprocess.run([sys.executable, str(script), str(tmp_path), "9", "3"], capture_output=True, text=True, env=env, timeout=600)
+    assert r.returncode == 0, r.stderr[-2000:]
+    lines = r.stdout.strip().splitlines()
+    _, text_bytes, words, shards, instances = lines[0].split()
+    assert int(text_bytes) >= 9_000_000 > 3 * 2 ** 20 * 2  # the corpus is over twice the cap
+    assert int(shards) > 50 and int(instances) > 10_000 and int(words) > 1_000_000
+    assert lines[1] == "whole: MemoryError"
+
+
+def test_synthetic_corpus_is_shuffled_copies_of_a_builtin_one(tmp_path):
+    from engine.prepare import write_synthetic_corpus
+
+    got = write_synthetic_corpus(tmp_path / "syn", copies=2, source="bbc", log=quiet)
+    bbc = load_corpus("bbc")
+    files = corpus_files(tmp_path / "syn")
+    assert [f.name for f in files] == ["copy-0000.txt", "copy-0001.txt"] and got["files"] == 2
+    first = [document_sentences(t) for t in iter_documents(files[:1])]
+    second = [document_sentences(t) for t in iter_documents(files[1:])]
+    assert len(first) == len(second) == len(bbc) and got["documents"] == 2 * len(bbc)
+    key = lambda docs: sorted(" ".join(d) for d in docs)  # noqa: E731
+    assert key(first) == key(second) == key(bbc)  # the same documents
+    assert first != second  # in another order
+    assert got["words"] == 2 * sum(len(s.split()) for d in bbc for s in d)
