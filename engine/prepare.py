@@ -79,6 +79,8 @@ from engine.pretraining_data import (FORMAT_VERSION, PretrainingCache, Pretraini
 BLOCK_DOCS = 1000  # documents per block = per shard = the NSP random-document pool
 BLOCK_CHARS = 8_000_000  # a block closes earlier when its text reaches this many characters
 TOKENIZER_SAMPLE_WORDS = 20_000_000  # words a WordPiece vocabulary is trained on when none is given
+# where the Pre-train page looks for prepared data (besides <runs folder>/prepared)
+DEFAULT_PREPARED_DIR = Path(os.environ.get("BERT_STUDIO_CACHE", "~/.cache/bert_studio")).expanduser() / "prepared"
 
 
 @dataclass
@@ -270,7 +272,9 @@ def _file_stats(files: list) -> list:
 
 def prepare(cfg: PrepareConfig, log=print) -> dict:
     """Prepare part i/n of `cfg.corpus` into `cfg.out` (see the module docstring). Returns the part's
-    manifest (plus "seconds" and "peak_rss_mb" of this run)."""
+    manifest, plus this run's "seconds" (reading, tokenizing, building and writing: the preparation proper),
+    "tokenizer_training_s" (reading the corpus files' list and training the vocabulary, when not given) and
+    "peak_rss_mb" (`peak_rss_mb`)."""
     obj = get_objective(cfg.objective)
     if cfg.seq_len < 8:
         raise EngineError(f"--seq-len {cfg.seq_len} is too short; use at least 8 (the paper uses 128, then 512)")
@@ -326,6 +330,7 @@ def prepare(cfg: PrepareConfig, log=print) -> dict:
         atomic_write_json(folder / "settings.json", settings)
 
     hasher = hashlib.sha256()
+    t_build = time.time()  # preparation proper, without training the vocabulary
 
     def jobs():
         texts = iter_documents(files, cfg.text_field)
@@ -357,8 +362,8 @@ def prepare(cfg: PrepareConfig, log=print) -> dict:
                 "words": words, "files": len(files),
                 "shards": [{k: m[k] for k in ("name", "documents", "instances", "tokens", "words")} for m in shards]}
     atomic_write_json(folder / "manifest.json", manifest)  # written last: the part is complete
-    seconds = time.time() - t0
-    return {**manifest, "seconds": round(seconds, 2), "peak_rss_mb": peak_rss_mb(cfg.workers)}
+    return {**manifest, "seconds": round(time.time() - t_build, 2), "tokenizer_training_s": round(t_build - t0, 2),
+            "peak_rss_mb": peak_rss_mb(cfg.workers)}
 
 
 def peak_rss_mb(workers: int = 1) -> dict:
@@ -373,6 +378,18 @@ def peak_rss_mb(workers: int = 1) -> dict:
 # ================================================================ open a prepared cache
 def is_prepared(path) -> bool:
     return bool(list(Path(path).expanduser().glob("part-*-of-*/manifest.json")))
+
+
+def list_prepared(folder, limit: int = 200) -> list:
+    """The prepared data folders directly inside `folder` (complete or not: `prepared_stats` says), by name."""
+    folder = Path(folder).expanduser()
+    if not folder.is_dir():
+        return []
+    out = []
+    for p in sorted(folder.iterdir())[:limit]:
+        if p.is_dir() and (list(p.glob("part-*-of-*/manifest.json")) or list(p.glob("part-*-of-*/settings.json"))):
+            out.append(p)
+    return out
 
 
 def read_manifests(path) -> list:
@@ -521,8 +538,8 @@ def main(argv) -> int:
     report = {k: got[k] for k in ("key", "documents", "instances", "tokens", "words") if k in got}
     report["shards"] = len(got["shards"])
     if "seconds" in got:
-        report.update(seconds=got["seconds"], words_per_s=round(got["words"] / max(got["seconds"], 1e-9)),
-                      peak_rss_mb=got["peak_rss_mb"])
+        report.update(seconds=got["seconds"], tokenizer_training_s=got["tokenizer_training_s"],
+                      words_per_s=round(got["words"] / max(got["seconds"], 1e-9)), peak_rss_mb=got["peak_rss_mb"])
     if a.compare_tokenizer:
         from engine.tokenizer import Tokenizer
         part, parts = parse_part(cfg.part)

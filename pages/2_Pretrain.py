@@ -4,6 +4,7 @@ Thin: the form builds the `python -m engine pretrain ...` flags and hands them t
 (engine.jobs), so a page reload or a closed tab loses nothing; the run list and the curves are read from the
 run folders (engine.runs) and refreshed with `st.fragment(run_every=...)` while a run is alive.
 """
+from dataclasses import replace
 from pathlib import Path
 
 import streamlit as st
@@ -26,6 +27,40 @@ def _launch(argv: list, name: str, run_dir: Path, root: Path) -> tuple:
     return f"job {job['id']} {job['status']}", job["id"]
 
 
+def prepared_data_picker(root: Path):
+    """'Training data': build from the corpus of the form, or a folder made by `python -m engine prepare` (found
+    under <runs folder>/prepared and ~/.cache/bert_studio/prepared, or typed), with its statistics. Returns the
+    chosen folder or None."""
+    from engine.prepare import DEFAULT_PREPARED_DIR, list_prepared, prepared_stats
+
+    found = [str(p) for p in list_prepared(root / "prepared") + list_prepared(DEFAULT_PREPARED_DIR)]
+    build, typed = "build from a corpus (the form below)", "a prepared folder at a path"
+    choice = st.selectbox("Training data", [build] + found + [typed], key="pretrain_data",
+                          help="big corpora are prepared once, outside the studio: python -m engine prepare --corpus PATH "
+                               "--out FOLDER (put FOLDER under <runs folder>/prepared to find it here)")
+    if choice == build:
+        return None
+    path = st.text_input("Prepared data folder", key="pretrain_data_path").strip() if choice == typed else choice
+    if not path:
+        return None
+    stats = None
+    with guard("reading the prepared data"):
+        stats = prepared_stats(path)
+    if stats is None:
+        return None
+    c = st.columns(5)
+    c[0].metric("Documents", f"{stats['documents']:,}")
+    c[1].metric("Instances", f"{stats['instances']:,}")
+    c[2].metric("Tokens", f"{stats['tokens']:,}")
+    c[3].metric("Shards", f"{stats['shards']:,}")
+    c[4].metric("Words", f"{stats['words']:,}")
+    st.caption(f"{stats['objective']} instances of {stats['seq_len']} tokens, a {stats['vocab_size']:,}-token vocabulary, "
+               f"{stats['instances_eval']:,} held-out instances, {stats['parts']} part(s). The run takes its objective, "
+               "sequence length, vocabulary and held-out split from this data (the form's corpus, objective, length and "
+               "vocabulary size are not used).")
+    return path
+
+
 def launch_form(root: Path) -> None:
     from engine.corpora import builtin_corpora
     from engine.objectives import OBJECTIVES
@@ -38,6 +73,7 @@ def launch_form(root: Path) -> None:
         help="from scratch (the classroom run), or continue pre-training a model you have (--init): it keeps that "
              "model's size, vocabulary and weights; heads it lacks start as the paper's")
     init = None if init_choice.startswith("random") else init_choice
+    data = prepared_data_picker(root)
     with st.form("pretrain_launch"):
         st.subheader("New pre-training run")
         if init:
@@ -103,7 +139,12 @@ def launch_form(root: Path) -> None:
         run_dir = runs.resolve_run_dir(root, run_name)
         if (run_dir / runs.RUN_JSON).exists():
             raise EngineError(f"a run named '{run_name}' already exists; pick another name, or select it below and Resume it")
-        if corpus_kind == "a path on this machine":
+        if data and init:
+            raise EngineError("continued pre-training keeps the model's own vocabulary, so it cannot train from prepared "
+                              "data (made with its own vocabulary); pick 'build from a corpus' or start from random weights")
+        if data:
+            corpus = "bbc"  # unused: the prepared data says what it was made from
+        elif corpus_kind == "a path on this machine":
             if not corpus_path.strip():
                 raise EngineError("give the corpus path, or pick a built-in corpus (bbc, wiki, sotu, all)")
             corpus = corpus_path.strip()
@@ -122,6 +163,9 @@ def launch_form(root: Path) -> None:
         else:
             custom = {"layers": int(layers), "hidden": int(hidden), "heads": int(heads)} if size_mode != "preset" else {}
             cfg = PretrainConfig(vocab_size=int(vocab), preset=preset if size_mode == "preset" else "tiny", **form, **custom)
+        if data:  # its objective, length, vocabulary and held-out split, not the form's
+            from engine.pretrain import with_prepared_data
+            cfg = with_prepared_data(replace(cfg, data=data))
         validate(cfg)  # the form's mistakes show here, not in a failed job
         cfg = resolve_init(cfg)  # --init: a sequence longer than its positions, a model that does not load
         argv = cli.argv(cfg)

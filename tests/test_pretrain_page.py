@@ -199,3 +199,33 @@ def test_curves_against_tokens_and_time_with_smoothing(runs_root):
     at_step = {r["step"]: r["elapsed"] for r in train}
     assert list(held["x"]) == [at_step[r["step"]] for r in evals]
     assert fig["layout"]["xaxis"]["title"]["text"] == "training time (s)"
+
+
+def test_prepared_data_is_picked_with_its_statistics_and_launched_from(runs_root, tmp_path, monkeypatch):
+    from engine import jobs
+    from engine.prepare import PrepareConfig, prepare, prepared_stats
+
+    corpus = _corpus(tmp_path / "c.txt")
+    tok = engine.train_tokenizer(engine.load_corpus(str(corpus)), vocab_size=120).save(tmp_path / "tok")
+    data = runs_root / "prepared" / "tiny-data"
+    prepare(PrepareConfig(corpus=str(corpus), out=str(data), tokenizer=str(tok), seq_len=48, block_docs=10), lambda m: None)
+    stats = prepared_stats(data)
+    calls = []
+    monkeypatch.setattr(jobs, "submit", lambda argv, name=None, run_dir=None, root=None: calls.append(argv) or {"id": "j2", "status": "queued"})
+    at = _app(runs_root)
+    picker = at.selectbox(key="pretrain_data")
+    assert str(data) in picker.options and "Shards" not in [m.label for m in at.metric]  # nothing shown until picked
+    picker.set_value(str(data)).run()
+    shown = {m.label: m.value for m in at.metric}
+    assert shown["Documents"] == f"{stats['documents']:,}" and shown["Instances"] == f"{stats['instances']:,}"
+    assert shown["Tokens"] == f"{stats['tokens']:,}" and shown["Shards"] == str(stats["shards"]) == "2"
+    [t for t in at.text_input if t.label == "Run name"][0].input("from-data")
+    [b for b in at.button if b.label == "Launch"][0].click().run()
+    assert not at.exception and not at.error, [e.value for e in at.error]
+    flags = dict(zip(calls[0][1::2], calls[0][2::2]))
+    assert flags["--data"] == str(data.resolve()) and flags["--seq-len"] == "48"  # the data's length, not the form's 128
+    # a folder that is not prepared data: one line, nothing launched
+    at.selectbox(key="pretrain_data").set_value("a prepared folder at a path").run()
+    [t for t in at.text_input if t.label == "Prepared data folder"][0].input(str(tmp_path)).run()
+    assert any("not a prepared data folder" in e.value for e in at.error) and len(calls) == 1
+    assert "Shards" not in [m.label for m in at.metric]
