@@ -23,6 +23,8 @@ _NAMES = {  # public name -> the module that defines it
     "PretrainingData": "engine.pretraining_data", "build_pretraining_data": "engine.pretraining_data",
     "fixed_eval_masking": "engine.pretraining_data", "mask_batch": "engine.pretraining_data",
     "mask_tokens": "engine.pretraining_data", "open_pretraining_data": "engine.pretraining_data",
+    "PrepareConfig": "engine.prepare", "prepare": "engine.prepare", "open_prepared": "engine.prepare",
+    "iter_documents": "engine.corpora",
     "attention": "engine.probes", "compare_attention": "engine.probes", "fill_mask": "engine.probes",
     "next_sentence": "engine.probes", "probe_set_accuracy": "engine.probes",
     "extract_features": "engine.features",

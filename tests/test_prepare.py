@@ -437,3 +437,40 @@ def test_synthetic_corpus_is_shuffled_copies_of_a_builtin_one(tmp_path):
     assert key(first) == key(second) == key(bbc)  # the same documents
     assert first != second  # in another order
     assert got["words"] == 2 * sum(len(s.split()) for d in bbc for s in d)
+
+
+def test_the_vocabulary_sample_is_bounded_and_spread_over_the_files(tmp_path):
+    from engine.prepare import sample_texts
+
+    for k in range(4):
+        (tmp_path / f"f{k}.txt").write_text("\n\n".join(f"file{k} doc{i} " + "word " * 8 for i in range(100)), encoding="utf-8")
+    got = list(sample_texts(corpus_files(tmp_path), words=200))
+    per_file = [sum(len(t.split()) for t in got if t.startswith(f"file{k} ")) for k in range(4)]
+    assert all(50 <= n < 60 for n in per_file)  # 200 / 4 words from each file (whole documents of 10 words)
+
+
+@pytest.mark.slow
+def test_torchrun_two_ranks_train_from_prepared_shards(corpus, tmp_path):
+    import socket
+
+    try:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+    except OSError:
+        pytest.skip("cannot bind a local port for the torchrun rendezvous")
+    d, _ = corpus
+    prepare(_cfg(d, tmp_path / "data", block_docs=40, seq_len=32, objective="mlm"), quiet)
+    out = tmp_path / "ddp"
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "-m", "engine", "pretrain",
+           "--data", str(tmp_path / "data"), "--hidden", "32", "--heads", "2", "--layers", "1", "--max-positions", "32",
+           "--batch-size", "8", "--steps", "4", "--save-every", "2", "--eval-every", "4", "--log-every", "2",
+           "--eval-max-instances", "16", "--num-threads", "1", "--quiet", "--out", str(out)]
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
+    p = subprocess.run(cmd, cwd=Path(__file__).resolve().parents[1], env=env, capture_output=True, text=True, timeout=300)
+    if p.returncode != 0 and ("EADDRINUSE" in p.stderr or "address already in use" in p.stderr.lower()):
+        pytest.skip("torchrun could not bind its rendezvous port")
+    assert p.returncode == 0, p.stderr[-3000:]
+    from engine import runs
+    info = runs.read_run_json(out)
+    assert info["status"] == "finished" and info["world_size"] == 2 and info["config"]["objective"] == "mlm"
+    assert [c.name for c in runs.list_checkpoints(out)] == ["step-2", "step-4"]
