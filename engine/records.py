@@ -54,7 +54,7 @@ FINETUNE_EVAL_FIELDS = (
     "task_kind",  # the head kind (engine.heads.HEAD_OUTPUTS)
     "metric",  # the selection metric, a key of "dev"
     "score",  # dev[metric] of the best trial
-    "dev",  # the best trial's dev metrics
+    "dev",  # the best trial's dev metrics; with PER_EXAMPLE: its scores per dev example (see below)
     "best",  # the best trial: {trial, lr, batch_size, epochs, restart, seed, best_epoch, score, dev, seconds}
     "trials",  # every finished trial, as "best" plus "epochs_log" (per epoch: epoch, train_loss, score, metrics)
     "grid",  # per grid point across restarts: {lr, batch_size, epochs, n, mean, std, min, max}
@@ -73,6 +73,30 @@ FEATURES_EVAL_FIELDS = (
     #   tagging task adds best_epoch and, when no entity was found, a warning line
     "combine", "score", "dev",  # the best combination so far
 )
+
+
+# A fine-tuning "dev" dict (the best trial's, and each trial's in "trials") holds PER_EXAMPLE when the task's selection
+# metric is made of per-example parts, in dev order: numbers whose mean is the metric (classification accuracy: 1
+# correct / 0 wrong; SQuAD v1.1 F1: each question's F1), or [tp, fp, fn] per sentence (tagging entity F1 = 2tp /
+# (2tp + fp + fn) of their sums). engine.ablations.verdict resamples them (a bootstrap over dev examples).
+PER_EXAMPLE = "per_example"
+
+
+def trial_scores(ev: dict, metric: str) -> list:
+    """[(score, per-example values or None)] of the finished fine-tuning trials at the best trial's grid point (lr,
+    batch size, epochs): its restarts, the replicates a study's verdict resamples. [] when none has finished."""
+    best = ev.get("best") or {}
+    point = tuple(best.get(k) for k in ("lr", "batch_size", "epochs"))
+    out = []
+    for t in ev.get("trials") or []:
+        if tuple(t.get(k) for k in ("lr", "batch_size", "epochs")) != point:
+            continue
+        dev = t.get("dev") or {}
+        score = _number(dev.get(metric))
+        if score is not None:
+            per = dev.get(PER_EXAMPLE)
+            out.append((score, per if isinstance(per, list) and per else None))
+    return out
 
 
 def read_eval(run_dir) -> dict:

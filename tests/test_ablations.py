@@ -89,11 +89,16 @@ def test_classroom_scale_fits_the_hour():
     d = PretrainConfig()
     assert (study.base.preset, study.base.steps, study.base.batch_size, study.base.seq_len) == (d.preset, d.steps, d.batch_size, d.seq_len)
     assert study.base == d  # every setting is the command's own default (the learning rate too)
-    assert [e.task for e in study.evaluations] == ["bbc-topic", "wnut16"]
+    # span, token (right context), coherence, and the topic control
+    assert [e.task for e in study.evaluations] == ["bbc-cloze", "bbc-punct", "bbc-next", "bbc-topic"]
     jobs = A.plan(study, "/x")
-    assert sum(j.kind == "pretrain" for j in jobs) == 3 and sum(j.kind == "finetune" for j in jobs) == 8
+    assert sum(j.kind == "pretrain" for j in jobs) == 3 and sum(j.kind == "finetune" for j in jobs) == 16
     ft = [j for j in jobs if j.kind == "finetune"]
     assert all(flag(j.argv, "--lr").count(",") == 0 and flag(j.argv, "--epochs").count(",") == 0 for j in ft)
+    assert all(flag(j.argv, "--restarts") == "3" for j in ft)  # the replicates each verdict resamples
+    assert {(c.better, c.worse, c.column) for c in study.findings()} >= {
+        ("BERT (MLM + NSP)", "LTR & No NSP", "BBC cloze span (F1)"), ("BERT (MLM + NSP)", "No NSP", "BBC next sentence (acc)"),
+        ("BERT (MLM + NSP)", "LTR & No NSP", "BBC punctuation (F1)"), ("+ BiLSTM", "LTR & No NSP", "BBC cloze span (F1)")}
 
 
 def test_training_steps_evaluates_each_checkpoint(tmp_path):
@@ -313,7 +318,9 @@ def test_cli_dry_run_and_show(tmp_path, capsys, fake_runs):
     out = capsys.readouterr().out
     lines = [l for l in out.splitlines() if l.startswith("python -m engine ")]
     first = lines[0].split()
-    assert len(lines) == 11 and first[:4] == ["python", "-m", "engine", "pretrain"]
+    assert len(lines) == 19 and first[:4] == ["python", "-m", "engine", "pretrain"]
+    # the printed run folders are the ones `run` would write: <runs-root>/studies/<study>-classroom/runs/...
+    assert flag(first, "--out").startswith(str(tmp_path.absolute() / "studies" / "pretraining-tasks-classroom" / "runs"))
     assert (flag(first, "--corpus"), flag(first, "--preset"), flag(first, "--objective")) == ("bbc", "tiny", "mlm+nsp")
     assert not (tmp_path / "studies").exists()  # a dry run writes nothing
 
@@ -360,11 +367,11 @@ def test_launch_queues_jobs(tmp_path, monkeypatch):
         {"id": "id2", "status": "failed", "run_dir": calls[1][2], "error": "error: boom"}])
     study = A.get_study("pretraining-tasks", classroom_scale=True)
     d = A.launch(study, runs_root=tmp_path, log=lambda *a: None)
-    assert len(calls) == 11 and all(c[3] == tmp_path.absolute() for c in calls)
+    assert len(calls) == 19 and all(c[3] == tmp_path.absolute() for c in calls)
     assert [c[0][0] for c in calls[:3]] == ["pretrain", "finetune", "finetune"]
     assert all(c[2] == flag(c[0], "--out") for c in calls)
     data = A.read_study(d)
-    assert [j["job_id"] for j in data["jobs"]] == [f"id{i}" for i in range(1, 12)]
+    assert [j["job_id"] for j in data["jobs"]] == [f"id{i}" for i in range(1, 20)]
     states = A.job_states(d)
     assert states[0]["state"] == "running" and states[1]["state"] == "failed" and states[1]["error"] == "error: boom"
     assert states[2]["state"] == "queued"

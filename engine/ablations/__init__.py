@@ -20,12 +20,13 @@ One module per job, read in this order:
 from engine.ablations.cli import main
 from engine.ablations.folders import (STUDY_JSON, list_studies, new_study_dir, read_study, studies_root, update_job,
                                       write_study)
-from engine.ablations.paper import (BBC, CLASSROOM_FINETUNE, CLASSROOM_PRETRAIN, FEATURE_ROWS, ROBUST_SPREAD,
+from engine.ablations.paper import (BBC, CLASSROOM_FINETUNE, CLOZE, NEXT, PUNCT, TABLE5_FINDINGS, TABLE5_TASKS, CLASSROOM_PRETRAIN, FEATURE_ROWS, ROBUST_SPREAD,
                                     SHARED_DATA, SMALL_GRID, STUDIES, TABLE8_ROWS, WNUT, classroom, default_evaluations,
                                     get_study, mask_ratios_for_row, shared_evaluations, table8_label)
 from engine.ablations.planner import Job, plan
 from engine.ablations.results import (StudyResults, best_score, collect_results, combination_score,
                                       final_pretrain_metrics, fmt_cell, paper_table, pretrain_eval_records, summarise)
 from engine.ablations.runner import REPO_ROOT, job_states, launch, run_foreground
+from engine.ablations.verdict import VERDICTS, Contrast, bootstrap_difference, judge, verdict
 from engine.ablations.study import (Evaluation, FeatureArgs, FinetuneArgs, Study, Variant, describe,
                                     study_from_dict)

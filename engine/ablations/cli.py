@@ -3,7 +3,7 @@ import argparse
 import json
 from dataclasses import replace
 
-from engine.ablations.folders import list_studies, studies_root
+from engine.ablations.folders import list_studies, studies_root, study_dir_name
 from engine.ablations.paper import BBC, SHARED_DATA, STUDIES, WNUT, get_study, shared_evaluations
 from engine.ablations.planner import plan
 from engine.ablations.results import StudyResults, collect_results, final_pretrain_metrics
@@ -32,7 +32,7 @@ def main(argv: list) -> int:
     sub = p.add_subparsers(dest="cmd", required=True)
     r = sub.add_parser("run", help="plan a study and queue its jobs (or run them here with --foreground)")
     r.add_argument("study", help=", ".join(STUDIES))
-    r.add_argument("--classroom", action="store_true", help="classroom scale: the classroom pre-training default, one seed, one fine-tuning grid point (about 20-30 min on 2 CPU cores)")
+    r.add_argument("--classroom", action="store_true", help="classroom scale: the classroom pre-training default, one seed, one fine-tuning grid point with 3 restarts (wall time: BENCHMARKS.md)")
     r.add_argument("--seeds", type=int, default=None, help="number of seeds (0..N-1); default: 3, or 1 at classroom scale")
     r.add_argument("--tasks", default=None, help="downstream evaluations, e.g. bbc-topic,wnut16,rte,cola (default: the study's)")
     r.add_argument("--steps", type=int, default=None, help="override the pre-training steps of every variant")
@@ -43,6 +43,8 @@ def main(argv: list) -> int:
     s = sub.add_parser("show", help="print a study's results table and the paper's finding")
     s.add_argument("study_dir")
     s.add_argument("--csv", default=None, help="also write the results (mean, std, n per variant and task) to this CSV file")
+    s.add_argument("--json", action="store_true", help="print one JSON object: the table, progress and each finding's "
+                   "verdict (reproduced | not reproduced | inconclusive) with the compared numbers and their 95%% interval")
     c = sub.add_parser("resume", help="run a study's unfinished jobs here (foreground)")
     c.add_argument("study_dir")
     sub.add_parser("list", help="list the built-in studies and the studies under the runs folder")
@@ -68,7 +70,7 @@ def main(argv: list) -> int:
             study = replace(study, base=replace(study.base, steps=a.steps))
         print(describe(study))
         if a.dry_run:
-            for j in plan(study, studies_root(a.runs_root) / (a.name or study.name)):
+            for j in plan(study, studies_root(a.runs_root) / study_dir_name(study, a.name)):
                 print(" ".join(["python -m engine"] + j.argv))
             return 0
         d = launch(study, runs_root=a.runs_root, name=a.name, foreground=a.foreground)
@@ -82,11 +84,22 @@ def main(argv: list) -> int:
         _print_results(collect_results(a.study_dir))
         return 0
     res = collect_results(a.study_dir)
-    _print_results(res)
+    if a.json:
+        print(json.dumps(results_json(a.study_dir, res), indent=1, default=str))
+    else:
+        _print_results(res)
     if a.csv:
         res.to_csv(a.csv)
         print(f"wrote {a.csv}")
     return 0
+
+
+def results_json(study_dir, res: StudyResults) -> dict:
+    """`ablate show --json`: {study, title, study_dir, progress, table (rows of the summary: variant, column, step,
+    mean, std, n), finding, findings (engine.ablations.verdict.judge per finding), checks (the direction checks)}."""
+    return {"study": res.study.name, "title": res.study.title, "study_dir": str(study_dir), "progress": res.progress,
+            "table": res.summary.to_dict(orient="records"), "finding": res.finding, "findings": res.findings,
+            "checks": res.checks}
 
 
 def _print_results(res: StudyResults) -> None:
@@ -106,3 +119,14 @@ def _print_results(res: StudyResults) -> None:
     for c in res.checks:
         mark = {True: "yes", False: "NO", None: "?"}[c["reproduced"]]
         print(f"  [{mark}] {c['claim']}: {c['detail']}")
+    if res.findings:
+        print("\nverdicts (difference of the two rows, 95% bootstrap interval; engine/ablations/verdict.py):")
+    for f in res.findings:
+        ours = f.get("ours")
+        nums = "no results yet"
+        if ours:
+            iv = ours["interval_95"]
+            nums = (f"{100 * ours[f['better']]:.1f} vs {100 * ours[f['worse']]:.1f}, difference {100 * ours['difference']:+.1f}"
+                    + (f" [{100 * iv[0]:+.1f}, {100 * iv[1]:+.1f}]" if iv else " (no interval)"))
+        paper = f"; paper ({f['paper']['task']}): {f['paper'][f['better']]} vs {f['paper'][f['worse']]}" if f.get("paper") else ""
+        print(f"  [{f['verdict']}] {f['statement']} ({f['column']}): {nums}{paper}")

@@ -21,10 +21,15 @@ def studies_root(runs_root=None) -> Path:
     return Path(runs_root).absolute() / "studies"
 
 
+def study_dir_name(study: Study, name: str = None) -> str:
+    """The folder name of a study: `name`, else the study's name (+ "-classroom" at classroom scale)."""
+    return safe_run_name(name or (study.name + ("-classroom" if study.classroom else "")))
+
+
 def new_study_dir(study: Study, runs_root=None, name: str = None) -> Path:
-    """A fresh folder <runs_root>/studies/<name>; an existing name gets -2, -3, ..."""
+    """A fresh folder <runs_root>/studies/<study_dir_name>; an existing name gets -2, -3, ..."""
     root = studies_root(runs_root)
-    base = safe_run_name(name or (study.name + ("-classroom" if study.classroom else "")))
+    base = study_dir_name(study, name)
     path, i = root / base, 2
     while path.exists():
         path, i = root / f"{base}-{i}", i + 1

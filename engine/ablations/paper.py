@@ -21,6 +21,7 @@ from pathlib import Path
 
 from engine.ablations.findings import NOT_YET, claim, compare, means
 from engine.ablations.study import Evaluation, FeatureArgs, FinetuneArgs, Study, Variant, pretrain_column_name
+from engine.ablations.verdict import Contrast
 from engine.cli import text
 from engine.errors import EngineError
 from engine.objectives import LTR, MLM, MLM_NSP
@@ -51,6 +52,12 @@ def table8_label(mask: int, same: int, rnd: int) -> str:
 
 BBC = Evaluation("BBC topic (acc)", "bbc-topic", "accuracy")
 WNUT = Evaluation("WNUT-16 NER (F1)", "wnut16", "f1")
+# Table 5's classroom columns (engine/tasks/bbc_*.py; README's task cards): span extraction, a token task whose
+# labels depend on the right context, sentence-pair coherence; BBC topic stays as the control
+CLOZE = Evaluation("BBC cloze span (F1)", "bbc-cloze", "f1")
+PUNCT = Evaluation("BBC punctuation (F1)", "bbc-punct", "f1")
+NEXT = Evaluation("BBC next sentence (acc)", "bbc-next", "accuracy")
+TABLE5_TASKS = (CLOZE, PUNCT, NEXT, BBC)
 
 
 def shared_evaluations(data_dir=None) -> list:
@@ -90,9 +97,29 @@ def pretraining_tasks_study(evaluations=None) -> Study:
             Variant("+ BiLSTM", finetune={"bilstm": True}, reuse="LTR & No NSP",
                     note="the LTR model fine-tuned with a randomly initialised BiLSTM on top"),
         ),
-        evaluations=evaluations if evaluations is not None else default_evaluations(),
+        evaluations=evaluations if evaluations is not None else TABLE5_TASKS + tuple(shared_evaluations()),
         finding_check=check_pretraining_tasks,
+        contrasts=TABLE5_FINDINGS,
     )
+
+
+# The paper's Table 5 (BERT-BASE, dev): BERT / No NSP / LTR & No NSP / + BiLSTM
+# MNLI-m 84.4 / 83.9 / 82.1 / 82.1, QNLI 88.4 / 84.9 / 84.3 / 84.1, MRPC 86.7 / 86.5 / 77.5 / 75.7,
+# SST-2 92.7 / 92.6 / 92.1 / 91.6, SQuAD 1.1 F1 88.5 / 87.9 / 77.8 / 84.9
+TABLE5_FINDINGS = (
+    Contrast("the bidirectional model beats the left-to-right one on span extraction", "BERT (MLM + NSP)", "LTR & No NSP",
+             CLOZE.name, (88.5, 77.8), "SQuAD 1.1 F1"),
+    Contrast("the bidirectional model beats the left-to-right one on a token task that needs the right context",
+             "BERT (MLM + NSP)", "LTR & No NSP", PUNCT.name, None, "none in Table 5 (section 5.1 argues it for token-level tasks)"),
+    Contrast("MLM alone beats left-to-right on span extraction (No NSP > LTR)", "No NSP", "LTR & No NSP", CLOZE.name,
+             (87.9, 77.8), "SQuAD 1.1 F1"),
+    Contrast("removing NSP hurts a sentence-pair task", "BERT (MLM + NSP)", "No NSP", NEXT.name, (88.4, 84.9), "QNLI acc"),
+    Contrast("removing NSP hurts span extraction", "BERT (MLM + NSP)", "No NSP", CLOZE.name, (88.5, 87.9), "SQuAD 1.1 F1"),
+    Contrast("a BiLSTM on top recovers part of LTR's loss on span extraction", "+ BiLSTM", "LTR & No NSP", CLOZE.name,
+             (84.9, 77.8), "SQuAD 1.1 F1"),
+    Contrast("control: on topic classification the gap is small (the paper's SST-2: 0.6)", "BERT (MLM + NSP)",
+             "LTR & No NSP", BBC.name, (92.7, 92.1), "SST-2 acc"),
+)
 
 
 def check_pretraining_tasks(study: Study, summary) -> list:
@@ -122,6 +149,9 @@ def model_size_study(evaluations=None) -> Study:
         evaluations=evaluations if evaluations is not None else default_evaluations(),
         pretrain_columns=("mlm_ppl",),
         finding_check=check_model_size,
+        contrasts=tuple(Contrast("the larger model is better", "L=4 H=256 A=4", "L=2 H=128 A=2", e.name, paper, task)
+                        for e, paper, task in ((BBC, (86.6, 77.9), "MNLI-m, L=24 H=1024 vs L=3 H=768"),
+                                               (WNUT, None, ""))),
     )
 
 
@@ -163,6 +193,10 @@ def feature_based_study(evaluations=None) -> Study:
         evaluations=evaluations if evaluations is not None else (WNUT,),
         model="minilm",
         finding_check=check_feature_based,
+        contrasts=(Contrast("fine-tuning beats the best feature-based combination (concat last four)", "Fine-tuning",
+                            "Concat last four hidden", WNUT.name, (96.4, 96.1), "CoNLL-2003 NER dev F1"),
+                   Contrast("concatenating the last four layers beats the embeddings alone", "Concat last four hidden",
+                            "Embeddings", WNUT.name, (96.1, 91.0), "CoNLL-2003 NER dev F1")),
     )
 
 
@@ -209,6 +243,10 @@ def masking_study(evaluations=None) -> Study:
                        for m, s, r in TABLE8_ROWS),
         evaluations=evaluations if evaluations is not None else (BBC, WNUT, ner_features),
         finding_check=check_masking,
+        contrasts=(Contrast("feature-based, MASK-only hurts", table8_label(80, 10, 10), table8_label(100, 0, 0),
+                            ner_features.name, (94.9, 94.0), "CoNLL-2003 NER feature-based dev F1"),
+                   Contrast("RND-only is worse than 80/10/10", table8_label(80, 10, 10), table8_label(0, 0, 100),
+                            BBC.name, (84.2, 83.6), "MNLI-m acc")),
     )
 
 
@@ -251,6 +289,8 @@ def training_steps_study(evaluations=None) -> Study:
         evaluations=evaluations if evaluations is not None else (BBC,),
         checkpoint_steps=(500, 1000, 2000, 3000),
         finding_check=check_training_steps,
+        contrasts=(Contrast("MLM scores above LTR downstream at the last checkpoint", "MLM (BERT)", "LTR", BBC.name,
+                            None, "Figure 5 (MNLI, read off a plot)"),),
     )
 
 
@@ -290,7 +330,10 @@ STUDIES = {
 CLASSROOM_PRETRAIN = {k: getattr(PretrainConfig(), k) for k in ("preset", "steps", "batch_size", "seq_len", "eval_every")}
 # A tiny model trained for minutes wants a far larger fine-tuning rate than BERT-BASE's 5e-5 (Google's small
 # BERTs go up to 5e-4; at 3e-4 three epochs left the tiny models under-fitted in our trials, 1e-3 for five did not).
-CLASSROOM_FINETUNE = FinetuneArgs(lr=(1e-3,), batch_size=(32,), epochs=(5,), restarts=1, max_train=None, max_seq_len=128)
+# Three restarts per cell: the spread a verdict is judged against (engine.ablations.verdict resamples them); at most
+# 4,000 training examples per task (the corpus-made tasks have 8,000) to keep the hour: still to be timed on an idle
+# 2-core CPU (BENCHMARKS.md).
+CLASSROOM_FINETUNE = FinetuneArgs(lr=(1e-3,), batch_size=(32,), epochs=(5,), restarts=3, max_train=4000, max_seq_len=128)
 
 
 def classroom(study: Study) -> Study:

@@ -8,6 +8,7 @@ from engine import records, runs
 from engine.ablations.folders import read_study
 from engine.ablations.runner import job_states
 from engine.ablations.study import Study, pretrain_column_name, study_from_dict
+from engine.ablations.verdict import judge
 from engine.fileio import atomic_write_text
 from engine.objectives import every
 
@@ -36,6 +37,7 @@ class StudyResults:
     scores: "object"  # DataFrame: variant, column, step, seed, value (one row per finished evaluation)
     curves: "object"  # DataFrame: variant, seed, step, metric, split (train|eval), value (pre-training curves)
     checks: list  # [{claim, reproduced (True/False/None), detail}]
+    findings: list  # per Study.findings() contrast: verdict.judge's entry (statement, verdict, numbers, interval)
     finding: str
     jobs: list  # job_states()
     progress: dict  # {total, finished, failed, running, queued}
@@ -57,6 +59,7 @@ def collect_results(study_dir) -> StudyResults:
     study = study_from_dict(data["study"])
     jobs = data["jobs"]
     score_rows, curve_rows = [], []
+    replicates = {}  # (variant, column, step) -> [(score, per-example values or None)], one per seed and restart
     for j in jobs:
         out = study_dir / j["out"]
         if j["kind"] == "pretrain":
@@ -78,6 +81,7 @@ def collect_results(study_dir) -> StudyResults:
                     if col in evals[-1]:
                         score_rows.append({"variant": j["variant"], "column": pretrain_column_name(col), "step": None,
                                            "seed": j["seed"], "value": evals[-1][col]})
+                        replicates.setdefault((j["variant"], pretrain_column_name(col), None), []).append((evals[-1][col], None))
             continue
         ev_data = records.read_eval(out)
         if not ev_data:
@@ -90,6 +94,8 @@ def collect_results(study_dir) -> StudyResults:
             val = combination_score(ev_data, combine, ev.metric) if combine else best_score(ev_data, ev.metric)
             if val is not None:
                 score_rows.append({"variant": variant, "column": ev.name, "step": j.get("step"), "seed": j["seed"], "value": val})
+                reps = [] if combine else records.trial_scores(ev_data, ev.metric)  # a fine-tune's restarts
+                replicates.setdefault((variant, ev.name, j.get("step")), []).extend(reps or [(val, None)])
     scores = pd.DataFrame(score_rows, columns=["variant", "column", "step", "seed", "value"])
     curves = pd.DataFrame(curve_rows, columns=["variant", "seed", "step", "metric", "split", "value"])
     summary = summarise(scores)
@@ -100,7 +106,20 @@ def collect_results(study_dir) -> StudyResults:
         progress[s] = sum(1 for r in states if r["state"] == s)
     progress["seconds"] = round(sum(j.get("seconds") or 0 for j in jobs), 1)  # foreground runs record each job's time
     return StudyResults(study=study, table=table, summary=summary, scores=scores, curves=curves,
-                        checks=study.check_finding(summary), finding=study.finding, jobs=states, progress=progress)
+                        checks=study.check_finding(summary), findings=judge_findings(study, replicates),
+                        finding=study.finding, jobs=states, progress=progress)
+
+
+def judge_findings(study: Study, replicates: dict) -> list:
+    """Each of the study's findings judged (engine.ablations.verdict) on its replicates; Figure 5's at each row's
+    last evaluated step."""
+    last = {}
+    for (variant, column, step) in replicates:
+        k = (variant, column)
+        if k not in last or (step is not None and (last[k] is None or step > last[k])):
+            last[k] = step
+    at_last = {k: replicates[(k[0], k[1], step)] for k, step in last.items()}
+    return [judge(c, at_last) for c in study.findings()]
 
 
 def final_pretrain_metrics(curves):

@@ -91,6 +91,9 @@ class Study:
     # the paper's finding checked against results: (study, summary) -> [{claim, reproduced, detail}]; not saved in
     # study.json (`study_from_dict` takes it back from the built-in study of the same name)
     finding_check: Callable = field(default=None, compare=False, repr=False)
+    # the paper's findings as comparisons of two rows on one column (engine.ablations.verdict.Contrast), each judged
+    # with a bootstrap; like finding_check, not saved in study.json but taken back from the built-in study
+    contrasts: tuple = field(default=(), compare=False, repr=False)
 
     def variant(self, name: str) -> Variant:
         for v in self.variants:
@@ -108,9 +111,15 @@ class Study:
         """[{claim, reproduced (True/False/None), detail}] for the paper's finding, given `summary` (results.summarise)."""
         return self.finding_check(self, summary) if self.finding_check is not None else []
 
+    def findings(self) -> tuple:
+        """The contrasts whose rows and column this study has (a study run with other --tasks drops the rest)."""
+        rows = {v.name for v in self.variants}
+        cols = {e.name for e in self.evaluations} | {pretrain_column_name(c) for c in self.pretrain_columns}
+        return tuple(c for c in self.contrasts if c.better in rows and c.worse in rows and c.column in cols)
+
     def to_dict(self) -> dict:
-        d = asdict(replace(self, finding_check=None))
-        del d["finding_check"]
+        d = asdict(replace(self, finding_check=None, contrasts=()))
+        del d["finding_check"], d["contrasts"]
         return d
 
 
@@ -138,13 +147,15 @@ def study_from_dict(d: dict) -> Study:
                           features=mk(FeatureArgs, x.get("features")))
 
     from engine.ablations.paper import STUDIES  # the built-in studies, defined on top of this module
-    check = STUDIES[d["name"]]().finding_check if d["name"] in STUDIES else None
+    builtin = STUDIES[d["name"]]() if d["name"] in STUDIES else None
+    check = builtin.finding_check if builtin else None
+    contrasts = builtin.contrasts if builtin else ()
     return Study(name=d["name"], title=d.get("title", d["name"]), description=d.get("description", ""),
                  finding=d.get("finding", ""), base=mk(PretrainConfig, d["base"]), finetune=mk(FinetuneArgs, d["finetune"]),
                  variants=tuple(variant(v) for v in d["variants"]), evaluations=tuple(evaluation(e) for e in d["evaluations"]),
                  seeds=tuple(d.get("seeds") or (0,)), model=d.get("model"),
                  checkpoint_steps=tuple(d.get("checkpoint_steps") or ()), pretrain_columns=tuple(d.get("pretrain_columns") or ()),
-                 classroom=bool(d.get("classroom")), finding_check=check)
+                 classroom=bool(d.get("classroom")), finding_check=check, contrasts=contrasts)
 
 
 # ---------------------------------------------------------------------------------------------------------

@@ -29,6 +29,7 @@ from pathlib import Path
 
 import torch
 
+from engine import records
 from engine.errors import EngineError
 from engine.tasks import metrics as M
 from engine.tasks.batching import Prepared, pad_batch, predict
@@ -133,6 +134,8 @@ class TextTask:
             outs = predict(model, self.dev, dv_len, collate, bs, device)
             preds = [int(o.argmax()) for o in outs] if self.kind == "classification" else [float(o) for o in outs]
             scores = self.compute_metrics(preds)
+            if self.kind == "classification" and self.metrics[0] == "accuracy":  # per example: 1 correct, 0 wrong
+                scores[records.PER_EXAMPLE] = [int(p == g) for p, g in zip(preds, self.gold("dev"))]
             collapse = collapse_warning(preds, self.labels) if self.kind == "classification" else None
             return {**scores, "collapse": collapse} if collapse else scores  # a one-class collapse, said
         info = {"truncated_train": sum(n >= max_len for n in tr_len), "labels": list(self.labels)}

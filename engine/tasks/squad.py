@@ -33,6 +33,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from engine import records
 from engine.errors import EngineError
 from engine.tasks.batching import Prepared, pad_batch, predict
 
@@ -103,7 +104,9 @@ class SquadTask:
             preds = decode_squad(self.dev, dv_feats, [o[:, 0] for o in outs], [o[:, 1] for o in outs],
                                  max_answer_len=cfg.max_answer_len)
             if not self.version.startswith("2"):
-                return self.compute_metrics(answers(preds))
+                texts = answers(preds)
+                per = [_score(ex, texts.get(ex.qid, ""), self.version)[1] for ex in self.dev]
+                return {**self.compute_metrics(texts), records.PER_EXAMPLE: per}  # per-question F1
             return threshold_report(self.dev, preds)
         info = {"version": self.version, "train_features": len(tr_feats), "dev_features": len(dv_feats)}
         if self.version.startswith("2"):

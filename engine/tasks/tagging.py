@@ -22,6 +22,7 @@ from pathlib import Path
 
 import torch
 
+from engine import records
 from engine.errors import EngineError
 from engine.tasks.batching import Prepared, pad_batch, predict
 
@@ -71,7 +72,8 @@ class TaggingTask:
             def per_batch(batch, logits):
                 n_words = [len(s.words) for s in batch["_items"]]
                 return logits_to_word_tags(logits, batch["word_index"], n_words, self.labels)
-            return self.compute_metrics(predict(model, self.dev, dv_len, collate, bs, device, per_batch=per_batch))
+            pred = predict(model, self.dev, dv_len, collate, bs, device, per_batch=per_batch)
+            return {**self.compute_metrics(pred), records.PER_EXAMPLE: entity_counts([s.tags for s in self.dev], pred)}
         info = {"labels": list(self.labels), "truncated_dev": count_truncated(tok, self.dev, max_len)}
         return Prepared(self, "tagging", self.num_labels, self.metrics[0], self.train, tr_len, self.dev, dv_len,
                         collate, evaluate, info)
@@ -276,6 +278,16 @@ def get_entities(tags) -> list:
         if prefix == "B" or (prefix == "I" and typ is None):
             start, typ = i, t
     return ents
+
+
+def entity_counts(gold_tags, pred_tags) -> list:
+    """Per sentence [true positives, false positives, false negatives] of its entities: summed over any sample of
+    sentences they give that sample's entity F1 (2tp / (2tp + fp + fn)), what a bootstrap over sentences needs."""
+    out = []
+    for g, p in zip(gold_tags, pred_tags):
+        gs, ps = set(get_entities(g)), set(get_entities(p))
+        out.append([len(gs & ps), len(ps - gs), len(gs - ps)])
+    return out
 
 
 def entity_scores(gold_tags, pred_tags) -> dict:

@@ -1,0 +1,126 @@
+"""A finding's verdict: is variant A better than variant B on a column, beyond the uncertainty of our numbers?
+
+The data of one variant on one column are its replicates: one per (pre-training seed, fine-tuning restart), each
+with its dev score and, where the task records them (engine.records.PER_EXAMPLE), its scores per dev example.
+
+The bootstrap (`bootstrap_difference`), `n_boot` rounds drawn from one numpy Generator(seed):
+1. resample each variant's replicates with replacement (independently: A's and B's runs are different models);
+2. resample the dev examples with replacement, ONE draw shared by both variants (they were scored on the same
+   examples, so a hard example counts against both: a paired bootstrap over examples);
+3. a replicate's score on the resampled examples is the task's metric of them (the mean of the per-example values;
+   for tagging, entity F1 = 2tp / (2tp + fp + fn) of the summed counts); a variant's score is the mean over its
+   resampled replicates; the round's difference is A - B.
+The 95% interval is the 2.5th and 97.5th percentiles of the rounds' differences; the difference itself is the
+mean over replicates of A minus that of B on the full dev set. When a replicate has no per-example values (a
+features run, a metric such as MCC that is not a mean over examples) step 2 is skipped for the whole comparison and
+only the replicates are resampled ("resampled": "replicates"). With a single replicate per variant and no
+per-example values there is nothing to resample: the verdict is `inconclusive`.
+
+Verdict (exactly one of VERDICTS), with `direction` +1 when the paper says A > B:
+- "reproduced": the interval lies entirely on the paper's side of 0;
+- "not reproduced": entirely on the other side;
+- "inconclusive": it contains 0.
+"""
+from dataclasses import dataclass
+
+import numpy as np
+
+VERDICTS = ("reproduced", "not reproduced", "inconclusive")
+N_BOOT = 2000
+LEVEL = 0.95
+
+
+@dataclass(frozen=True)
+class Contrast:
+    """One finding of the paper as a comparison of two rows on one column: `better` should score above `worse`."""
+    statement: str  # the paper's finding in words
+    better: str  # variant name
+    worse: str  # variant name
+    column: str  # the Evaluation name (a table column)
+    paper: tuple = None  # the paper's own numbers (better, worse) on its corresponding task, e.g. (88.5, 77.8)
+    paper_task: str = ""  # which of the paper's tasks those numbers are from
+
+
+def metric_of(values: np.ndarray) -> float:
+    """The metric of per-example values: their mean, or entity F1 of summed [tp, fp, fn] rows."""
+    if values.ndim == 2:
+        tp, fp, fn = values.sum(axis=0)
+        return float(2 * tp / (2 * tp + fp + fn)) if (2 * tp + fp + fn) else 0.0
+    return float(values.mean()) if len(values) else 0.0
+
+
+def _per_example_metric(values: np.ndarray, idx: np.ndarray) -> np.ndarray:
+    """The metric of each row of example indices `idx` (rounds x examples) on `values` (examples[, 3])."""
+    picked = values[idx]
+    if values.ndim == 2:
+        tp, fp, fn = picked[..., 0].sum(1), picked[..., 1].sum(1), picked[..., 2].sum(1)
+        den = 2 * tp + fp + fn
+        return np.where(den > 0, 2 * tp / np.maximum(den, 1), 0.0)
+    return picked.mean(1)
+
+
+def bootstrap_difference(a: list, b: list, n_boot: int = N_BOOT, seed: int = 0) -> dict:
+    """A minus B with its bootstrap interval (module docstring). `a`, `b`: replicates as (score, per-example values
+    or None). Returns {difference, low, high, resampled ("replicates+examples" | "replicates" | "nothing"), n_a,
+    n_b, n_examples, a_mean, b_mean}."""
+    if not a or not b:
+        raise ValueError("both variants need at least one replicate")
+    a_mean = float(np.mean([s for s, _ in a]))
+    b_mean = float(np.mean([s for s, _ in b]))
+    out = {"difference": a_mean - b_mean, "a_mean": a_mean, "b_mean": b_mean, "n_a": len(a), "n_b": len(b)}
+    rng = np.random.default_rng(seed)
+    per = [p for _, p in a + b]
+    lengths = {len(p) for p in per if p is not None}
+    if all(p is not None for p in per) and len(lengths) == 1:
+        n = lengths.pop()
+        va = [np.asarray(p, dtype=float) for _, p in a]
+        vb = [np.asarray(p, dtype=float) for _, p in b]
+        idx = rng.integers(0, n, size=(n_boot, n))  # shared by both variants
+        ra = rng.integers(0, len(va), size=(n_boot, len(va)))
+        rb = rng.integers(0, len(vb), size=(n_boot, len(vb)))
+        sa = np.stack([_per_example_metric(v, idx) for v in va], axis=1)  # rounds x replicates
+        sb = np.stack([_per_example_metric(v, idx) for v in vb], axis=1)
+        diffs = np.take_along_axis(sa, ra, 1).mean(1) - np.take_along_axis(sb, rb, 1).mean(1)
+        out.update(resampled="replicates+examples", n_examples=n)
+    elif len(a) > 1 or len(b) > 1:
+        sa, sb = np.array([s for s, _ in a]), np.array([s for s, _ in b])
+        diffs = (sa[rng.integers(0, len(sa), size=(n_boot, len(sa)))].mean(1)
+                 - sb[rng.integers(0, len(sb), size=(n_boot, len(sb)))].mean(1))
+        out.update(resampled="replicates", n_examples=None)
+    else:
+        out.update(resampled="nothing", n_examples=None, low=None, high=None)
+        return out
+    tail = (1 - LEVEL) / 2 * 100
+    out["low"], out["high"] = float(np.percentile(diffs, tail)), float(np.percentile(diffs, 100 - tail))
+    return out
+
+
+def verdict(low, high, direction: int = 1) -> str:
+    """'reproduced' when [low, high] lies entirely on the paper's side of 0 (direction +1: A > B), 'not reproduced'
+    when entirely on the other side, else (or without an interval) 'inconclusive'."""
+    if low is None or high is None:
+        return "inconclusive"
+    lo, hi = (low, high) if direction > 0 else (-high, -low)
+    if lo > 0:
+        return "reproduced"
+    if hi < 0:
+        return "not reproduced"
+    return "inconclusive"
+
+
+def judge(contrast: Contrast, replicates: dict, n_boot: int = N_BOOT, seed: int = 0) -> dict:
+    """One finding's JSON entry: statement, verdict, our two numbers and their difference with its 95% interval,
+    the paper's numbers beside them. `replicates`: {(variant, column): [(score, per-example values or None)]}."""
+    a, b = replicates.get((contrast.better, contrast.column)), replicates.get((contrast.worse, contrast.column))
+    entry = {"statement": contrast.statement, "better": contrast.better, "worse": contrast.worse,
+             "column": contrast.column,
+             "paper": ({"task": contrast.paper_task, contrast.better: contrast.paper[0], contrast.worse: contrast.paper[1],
+                        "difference": round(contrast.paper[0] - contrast.paper[1], 2)} if contrast.paper else None)}
+    if not a or not b:
+        return {**entry, "verdict": "inconclusive", "ours": None, "note": "not enough results yet"}
+    r = bootstrap_difference(a, b, n_boot, seed)
+    ours = {contrast.better: r["a_mean"], contrast.worse: r["b_mean"], "difference": r["difference"],
+            "interval_95": [r["low"], r["high"]] if r["low"] is not None else None, "resampled": r["resampled"],
+            "replicates": [r["n_a"], r["n_b"]], "dev_examples": r["n_examples"]}
+    note = "one replicate each and no per-example scores: no uncertainty to compare against" if r["resampled"] == "nothing" else ""
+    return {**entry, "verdict": verdict(r["low"], r["high"]), "ours": ours, "note": note}

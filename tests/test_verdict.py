@@ -1,0 +1,133 @@
+"""Verdicts: the bootstrap difference of two variants over replicates and dev examples, on hand-made numbers, and
+`ablate show --json`."""
+import json
+
+import numpy as np
+import pytest
+
+import engine.ablations as A
+from engine.ablations.verdict import VERDICTS, Contrast, bootstrap_difference, judge, metric_of, verdict
+
+
+def correct(n: int, k: int, shift: int = 0) -> list:
+    """n per-example 0/1 scores with k ones, rotated by `shift` (a different restart's errors)."""
+    v = [1] * k + [0] * (n - k)
+    return v[shift:] + v[:shift]
+
+
+def reps(n: int, ks: list) -> list:
+    return [(k / n, correct(n, k, 7 * i)) for i, k in enumerate(ks)]
+
+
+def test_clear_gain_is_reproduced_and_its_reverse_is_not():
+    a, b = reps(1000, [850, 860, 840]), reps(1000, [700, 710, 690])
+    r = bootstrap_difference(a, b)
+    assert r["difference"] == pytest.approx(0.15) and r["resampled"] == "replicates+examples" and r["n_examples"] == 1000
+    assert 0 < r["low"] < 0.15 < r["high"]
+    assert verdict(r["low"], r["high"]) == "reproduced"
+    back = bootstrap_difference(b, a)
+    assert verdict(back["low"], back["high"]) == "not reproduced"
+    assert verdict(r["low"], r["high"], direction=-1) == "not reproduced"  # the paper expected the opposite
+
+
+def test_a_gap_within_the_noise_is_inconclusive():
+    a, b = reps(200, [150, 160, 140]), reps(200, [148, 158, 145])  # 1 point apart, 200 examples
+    r = bootstrap_difference(a, b)
+    assert r["low"] < 0 < r["high"] and verdict(r["low"], r["high"]) == "inconclusive"
+    assert set(VERDICTS) == {"reproduced", "not reproduced", "inconclusive"}
+
+
+def test_without_per_example_scores_only_the_replicates_are_resampled():
+    r = bootstrap_difference([(0.80, None), (0.81, None), (0.82, None)], [(0.70, None), (0.71, None), (0.72, None)])
+    assert r["resampled"] == "replicates" and r["low"] >= 0.08 and verdict(r["low"], r["high"]) == "reproduced"
+    one = bootstrap_difference([(0.9, None)], [(0.5, None)])  # one replicate each: nothing to resample
+    assert one["resampled"] == "nothing" and verdict(one["low"], one["high"]) == "inconclusive"
+
+
+def test_tagging_counts_give_micro_f1_and_are_resampled_by_sentence():
+    assert metric_of(np.array([[1, 0, 0], [0, 1, 1]])) == pytest.approx(0.5)  # 2*1 / (2*1 + 1 + 1)
+    good = [[2, 0, 0]] * 90 + [[0, 1, 1]] * 10
+    bad = [[1, 1, 1]] * 90 + [[0, 1, 1]] * 10
+    r = bootstrap_difference([(metric_of(np.array(good)), good)], [(metric_of(np.array(bad)), bad)])
+    assert r["resampled"] == "replicates+examples" and verdict(r["low"], r["high"]) == "reproduced"
+
+
+def test_judge_puts_the_paper_beside_ours():
+    c = Contrast("MLM beats LTR on spans", "MLM", "LTR", "span", (88.5, 77.8), "SQuAD 1.1 F1")
+    e = judge(c, {("MLM", "span"): reps(500, [400, 410]), ("LTR", "span"): reps(500, [300, 310])})
+    assert e["verdict"] == "reproduced" and e["paper"]["difference"] == pytest.approx(10.7)
+    assert e["ours"]["MLM"] == pytest.approx(0.81) and len(e["ours"]["interval_95"]) == 2
+    empty = judge(c, {})
+    assert empty["verdict"] == "inconclusive" and empty["ours"] is None
+
+
+def _eval_with_restarts(out, metric, per_restart):
+    """An eval.json as engine.finetune writes it, one trial per restart with per-example scores."""
+    out.mkdir(parents=True, exist_ok=True)
+    trials = []
+    for i, per in enumerate(per_restart):
+        dev = {metric: float(np.mean(per)), "per_example": per}
+        trials.append({"trial": i, "lr": 1e-3, "batch_size": 32, "epochs": 5, "restart": i, "seed": i, "best_epoch": 5,
+                       "score": dev[metric], "dev": dev, "epochs_log": [], "seconds": 1.0})
+    best = max(trials, key=lambda t: t["score"])
+    (out / "eval.json").write_text(json.dumps({"kind": "finetune", "status": "finished", "metric": metric,
+                                               "score": best["score"], "dev": best["dev"], "best": best, "trials": trials}))
+    (out / "run.json").write_text(json.dumps({"kind": "finetune", "status": "finished"}))
+
+
+def test_show_json_prints_one_object_with_each_findings_verdict(tmp_path, capsys, fake_runs):
+    study = A.get_study("pretraining-tasks", seeds=1, evaluations=(A.CLOZE, A.BBC))
+    d = tmp_path / "studies" / study.name
+    d.mkdir(parents=True)
+    jobs = A.plan(study, d)
+    A.write_study(d, study, jobs, mode="foreground")
+    ks = {"BERT (MLM + NSP)": 700, "No NSP": 690, "LTR & No NSP": 500, "+ BiLSTM": 560}  # of 1,000 cloze questions
+    for j in jobs:
+        if j.kind == "pretrain":
+            fake_runs.pretrain(d / j.out, 5.0)
+        elif j.evaluation == A.CLOZE.name:
+            k = ks[j.variant]
+            _eval_with_restarts(d / j.out, "f1", [correct(1000, k + 5 * r, 11 * r) for r in range(3)])
+        else:  # the control: the same topic accuracy for every row
+            _eval_with_restarts(d / j.out, "accuracy", [correct(400, 360, 3 * r) for r in range(3)])
+    assert A.main(["show", str(d), "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)  # one JSON object, nothing else printed
+    by = {(f["better"], f["worse"], f["column"]): f for f in out["findings"]}
+    assert {f["verdict"] for f in out["findings"]} <= set(VERDICTS)
+    span = by[("BERT (MLM + NSP)", "LTR & No NSP", A.CLOZE.name)]
+    assert span["verdict"] == "reproduced" and span["ours"]["replicates"] == [3, 3] and span["ours"]["dev_examples"] == 1000
+    assert span["paper"]["BERT (MLM + NSP)"] == 88.5 and span["paper"]["task"] == "SQuAD 1.1 F1" and span["statement"]
+    assert by[("+ BiLSTM", "LTR & No NSP", A.CLOZE.name)]["verdict"] == "reproduced"
+    assert by[("BERT (MLM + NSP)", "No NSP", A.CLOZE.name)]["verdict"] == "inconclusive"  # 1 point on 1,000 questions
+    control = by[("BERT (MLM + NSP)", "LTR & No NSP", A.BBC.name)]
+    assert control["verdict"] == "inconclusive" and control["ours"]["difference"] == pytest.approx(0)
+    assert all(c not in {k[2] for k in by} for c in (A.PUNCT.name, A.NEXT.name))  # columns the study does not have
+    assert out["progress"]["total"] == len(jobs) and out["table"]
+
+
+def test_dev_evaluators_record_per_example_scores_that_make_the_metric(monkeypatch):
+    import torch
+
+    import engine.tasks.glue as glue
+    import engine.tasks.tagging as tagging
+    from engine.records import PER_EXAMPLE
+    from engine.tasks.glue import Example, TextTask
+    from engine.tasks.tagging import TaggedSentence, entity_counts, make_tagging_task
+
+    task = TextTask("t", "classification", ["0", "1"], [], [Example("a", None, "1"), Example("b", None, "0"),
+                                                              Example("c", None, "1")], ("accuracy",))
+    monkeypatch.setattr(glue, "predict", lambda *a, **k: [torch.tensor([0.0, 1.0])] * 3)  # always "1"
+    monkeypatch.setattr(task, "lengths", lambda tok, ex, n: [1] * len(ex))
+    monkeypatch.setattr(task, "collate", lambda tok, n: None)
+    dev = task.prepare(None, 8).evaluate(None, "cpu", 2)
+    assert dev[PER_EXAMPLE] == [1, 0, 1] and dev["accuracy"] == pytest.approx(np.mean(dev[PER_EXAMPLE]))
+
+    gold = [TaggedSentence(["a", "b"], ["B-X", "O"]), TaggedSentence(["c", "d"], ["O", "B-X"])]
+    pred = [["B-X", "O"], ["B-X", "O"]]
+    assert entity_counts([s.tags for s in gold], pred) == [[1, 0, 0], [0, 1, 1]]
+    tt = make_tagging_task("t", gold, gold)
+    monkeypatch.setattr(tagging, "predict", lambda *a, **k: pred)
+    monkeypatch.setattr(tagging, "count_truncated", lambda *a: 0)
+    monkeypatch.setattr(tt, "collate", lambda tok, n: None)
+    dev = tt.prepare(None, 8).evaluate(None, "cpu", 2)
+    assert metric_of(np.array(dev[PER_EXAMPLE])) == pytest.approx(dev["f1"]) == pytest.approx(0.5)
