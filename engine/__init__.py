@@ -49,14 +49,14 @@ def __dir__():
 
 
 class _Engine(types.ModuleType):
-    """`engine.pretrain` and `engine.finetune` are the run entry points (functions), not their modules.
+    """`engine.pretrain`, `engine.finetune` and `engine.prepare` are entry points (functions), not their modules.
 
-    Importing a submodule sets it as an attribute of its package (`engine.pretrain = <module>`); for these two
+    Importing a submodule sets it as an attribute of its package (`engine.pretrain = <module>`); for these three
     names the package keeps the function of that module instead. The modules stay importable by name
     (`from engine.pretrain import main`, `importlib.import_module("engine.pretrain")`)."""
 
     def __setattr__(self, name, value):
-        if name in ("pretrain", "finetune") and isinstance(value, types.ModuleType):
+        if name in ("pretrain", "finetune", "prepare") and isinstance(value, types.ModuleType):
             value = getattr(value, name)
         super().__setattr__(name, value)
 

@@ -60,7 +60,8 @@ def test_job_queue_and_ablations_load_without_torch():
 def test_run_entry_points_stay_functions_when_their_modules_are_imported_first():
     code = ("import sys; from engine.pretrain import main; from engine.finetune import main as m2; import engine; "
             "assert engine.pretrain is sys.modules['engine.pretrain'].pretrain and callable(engine.pretrain); "
-            "assert engine.finetune is sys.modules['engine.finetune'].finetune")
+            "assert engine.finetune is sys.modules['engine.finetune'].finetune; "
+            "import engine.prepare; assert engine.prepare is sys.modules['engine.prepare'].prepare")
     r = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
 
