@@ -331,10 +331,10 @@ def check_run_folder(run_dir, kind: str, config: dict, resume: bool, runtime_fie
     saved = info.get("config")
     if not isinstance(saved, dict):
         raise EngineError(f"cannot resume: {run_dir}/{RUN_JSON} does not record the run's settings; start a new run into another --out")
-    for k in sorted(set(saved) | set(config)):
-        if k in runtime_fields:
+    for k in sorted(saved):  # a setting added since the run started is not in `saved`: it has its default there
+        if k in runtime_fields or k not in config:
             continue
-        if k not in saved or k not in config or saved[k] != config[k]:
+        if saved[k] != config[k]:
             raise EngineError(f"the run was started with {k}={saved.get(k)!r} but this resume asks for {config.get(k)!r}; "
                               f"--resume continues with the run's own settings, drop that flag or use another --out")
     return info
