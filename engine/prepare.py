@@ -212,7 +212,15 @@ def build_shard(job: dict, tokenizer=None) -> dict:
         _write_split(tmp / "train", train, tok.cls_id, tok.sep_id, dtype)
         _write_split(tmp / "eval", ev, tok.cls_id, tok.sep_id, dtype)
         atomic_write_json(tmp / "meta.json", meta)
-        os.rename(tmp, final)  # the shard exists only complete
+        try:
+            os.rename(tmp, final)  # the shard exists only complete
+        except OSError:
+            if not (final / "meta.json").is_file():
+                raise
+            # a second prepare of the same settings published this shard first: the same content, keep theirs
+    except OSError as e:
+        raise EngineError(f"could not write shard {final}: {e.strerror or e}; free disk space or choose another --out, "
+                          "then run the same command again (finished shards are kept)")
     finally:
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)

@@ -474,3 +474,26 @@ def test_torchrun_two_ranks_train_from_prepared_shards(corpus, tmp_path):
     info = runs.read_run_json(out)
     assert info["status"] == "finished" and info["world_size"] == 2 and info["config"]["objective"] == "mlm"
     assert [c.name for c in runs.list_checkpoints(out)] == ["step-2", "step-4"]
+
+
+def test_a_full_disk_while_writing_a_shard_is_one_line_and_publishes_nothing(corpus, tmp_path, monkeypatch):
+    import errno
+
+    import engine.pretraining_data as pd
+
+    d, _ = corpus
+    real, calls = pd._save_npy, []
+
+    def full(path, arr):
+        calls.append(path)
+        if len(calls) > 12:  # 10 arrays a shard (train and eval): in the second shard
+            raise OSError(errno.ENOSPC, "No space left on device")
+        real(path, arr)
+    monkeypatch.setattr(pd, "_save_npy", full)
+    with pytest.raises(EngineError, match="No space left on device; free disk space"):
+        prepare(_cfg(d, tmp_path / "p", block_docs=60), quiet)
+    part = tmp_path / "p" / "part-0-of-1"
+    assert sorted(p.name for p in part.glob("shard-*")) == ["shard-000000"] and not list(part.glob(".tmp-*"))
+    monkeypatch.setattr(pd, "_save_npy", real)
+    prepare(_cfg(d, tmp_path / "p", block_docs=60), quiet)  # the same command again finishes
+    assert open_prepared(tmp_path / "p").train.num_shards == 5
