@@ -110,6 +110,10 @@ class PretrainConfig:
     keep: int = setting(0, "keep the newest N checkpoints, 0 = all (the training-steps ablation needs them)", group="run")
     stop_after: Optional[int] = setting(None, "stop cleanly after this step (checkpoint saved, status cancelled; resume "
                                         "later)", group="run")
+    max_minutes: Optional[float] = setting(None, "a time budget: finish once the training time (steps only, not "
+                                           "evaluation or saving; resumes add up) reaches this many minutes, with a "
+                                           "held-out evaluation and a checkpoint (status finished); the learning-rate "
+                                           "schedule still spans --steps (equal-time studies)", group="run")
     seed: int = setting(0, "random seed: model init, data instances and order, masking, dropout", group="run")
     device: str = setting("auto", "auto (CUDA if present, else CPU), cpu or cuda", group="run")
     precision: str = setting("auto", "auto (default): bf16 autocast on CUDA and on CPUs with native bf16 (faster there), "
@@ -130,7 +134,7 @@ class PretrainConfig:
 
 # settings that may differ between the first start and a resume without changing what is trained
 RUNTIME_FIELDS = {"out", "name", "resume", "stop_after", "quiet", "device", "precision", "num_threads", "compile", "prefetch", "cache_dir",
-                  "log_every", "eval_every", "save_every", "keep", "steps"}
+                  "log_every", "eval_every", "save_every", "keep", "steps", "max_minutes"}
 
 
 def config_dict(cfg: PretrainConfig) -> dict:
@@ -185,6 +189,8 @@ def validate(cfg: PretrainConfig) -> None:
     check_device(cfg.device)
     if cfg.stop_after is not None and cfg.stop_after < 1:
         raise EngineError(f"--stop-after {cfg.stop_after} must be at least 1")
+    if cfg.max_minutes is not None and not cfg.max_minutes > 0:
+        raise EngineError(f"--max-minutes {cfg.max_minutes} must be a positive number of minutes, e.g. 10")
     model_config(cfg, vocab_size=1000)  # L/H/A consistency
 
 

@@ -4,7 +4,7 @@ Per optimizer step: `grad_accum` micro-batches (masked here at batch time, with 
 (seed, step, micro-batch, rank), so masking needs no saved state), the loss of the objective, gradient clipping,
 AdamW. Every `log_every` steps a training record (means over the window since the last one), every
 `eval_every` steps a held-out record, every `save_every` steps a checkpoint; SIGTERM / Ctrl-C / `stop_after`
-checkpoint and stop at the end of the step.
+checkpoint and stop at the end of the step; `max_minutes` (a time budget) evaluates, checkpoints and finishes there.
 
 The micro-batches (read from the shards, collated, masked, pinned on CUDA) are made by `training_batches`, by
 default `cfg.prefetch` batches ahead in a background thread (`Prefetcher`), so the step does not wait for the
@@ -333,6 +333,7 @@ class Loop:
         self.phase2_steps = int(round(cfg.steps * cfg.phase2_fraction)) if cfg.phase2_seq_len else 0
         self.phase1_end = cfg.steps - self.phase2_steps
         self.stop_at = min(cfg.steps, cfg.stop_after) if cfg.stop_after else cfg.steps
+        self.time_up = False  # --max-minutes reached: the run is finished at this step
         self.eval_batches = eval_batches(caches[0], cfg, micro) if dist.main else []
         self.last_train, self.last_eval = {}, {}
         self.window_time, self.tokens_window_start = 0.0, state["tokens"]  # training time only (no eval / saving)
@@ -367,7 +368,7 @@ class Loop:
             from tqdm import tqdm
             self.pbar = tqdm(total=cfg.steps, initial=self.step, file=sys.stderr, desc="pretrain", dynamic_ncols=True)
         try:
-            while self.step < self.stop_at:
+            while self.step < self.stop_at and not self.time_up:
                 if self._one_step(stop):
                     return f"cancelled by {stop.name()} at step {self.step}; continue with --resume"
             return ""
@@ -391,17 +392,18 @@ class Loop:
         dt = time.time() - t_step
         self.state["elapsed"] = float(self.state["elapsed"]) + dt
         self.window_time += dt
-        save_due = (cfg.save_every and self.step % cfg.save_every == 0) or self.step == self.stop_at
+        self.time_up = self._time_up(at_log)
+        save_due = (cfg.save_every and self.step % cfg.save_every == 0) or self.step == self.stop_at or self.time_up
         if (at_log or save_due) and not bool(torch.isfinite(self.window).all()):
             # diverged: stop before the NaN reaches a checkpoint (the last one saved stays the last finite one)
             raise EngineError(f"loss became NaN or inf at step {self.step} (lr {lr:.3g}); lower --lr or raise --warmup, "
                               f"then start again or --resume from the last checkpoint")
-        if at_log:  # all ranks reduce at the same steps
+        if at_log or self.time_up:  # all ranks reduce at the same steps (time_up is agreed at log steps under DDP)
             self._log_window(lr, grad_norm)
         if self.pbar is not None:
             self.pbar.update(1)
         stop_now = self._stop_requested(stop, at_log)
-        if (cfg.eval_every and self.step % cfg.eval_every == 0) or self.step == cfg.steps:
+        if (cfg.eval_every and self.step % cfg.eval_every == 0) or self.step == cfg.steps or self.time_up:
             self._evaluate()
         if save_due or stop_now:
             checkpoint(self.run_dir, self.raw_model, self.tok, self.optimizer, self.state, self.window, cfg, self.dist)
@@ -454,6 +456,20 @@ class Loop:
             if self.pbar is not None:
                 key = f"{self.obj.token}_loss"
                 self.pbar.set_postfix(loss=f"{rec['loss']:.3f}", **{key: f"{rec[key]:.3f}"})
+
+    def _time_up(self, at_log: bool) -> bool:
+        """--max-minutes: has the training time reached the budget? (rank 0's clock decides, at log steps under DDP,
+        so every rank stops at the same step)"""
+        if not self.cfg.max_minutes:
+            return False
+        up = float(self.state["elapsed"]) >= 60.0 * self.cfg.max_minutes
+        if not self.dist.enabled:
+            return up
+        if not at_log:
+            return False
+        flag = torch.tensor([1.0 if up else 0.0], device=self.device)
+        torch.distributed.broadcast(flag, 0)
+        return bool(flag.item())
 
     def _stop_requested(self, stop: StopFlag, at_log: bool) -> bool:
         """A signal on any rank (every rank must agree; the all-reduce syncs the GPU, so only at log steps)."""
@@ -524,8 +540,10 @@ def train(cfg: PretrainConfig, dist: Dist, device, run_dir: Path, ckpt, tok: Tok
         error = loop.run(stop) or None
         if error:
             status = "cancelled"
-        elif loop.step >= cfg.steps:
+        elif loop.step >= cfg.steps or loop.time_up:
             status = "finished"
+            if loop.time_up and loop.step < cfg.steps:
+                log(f"time budget of {cfg.max_minutes:g} minutes reached at step {loop.step} (--max-minutes)", cfg, dist)
         else:
             status, error = "cancelled", f"stopped after step {loop.step} as asked (--stop-after); continue with --resume"
     except (KeyboardInterrupt, Exception) as e:

@@ -279,6 +279,21 @@ def test_resume_of_a_run_killed_before_its_first_checkpoint_starts_again(env):
 
 
 @pytest.mark.slow
+def test_max_minutes_finishes_with_an_evaluation_and_a_checkpoint(env):
+    """A time budget every step exceeds (a millionth of a second): the run finishes after its first step, evaluated
+    and saved there, as finished (an equal-time study's fine-tunes read that checkpoint)."""
+    cfg = replace(env["base"], out=str(env["root"] / "budget"), steps=8, max_minutes=1e-8)
+    res = _pretrain(cfg)
+    assert res["status"] == "finished" and res["step"] == 1
+    assert runs.read_run_json(cfg.out)["status"] == "finished"
+    recs = runs.read_metrics(cfg.out)
+    assert [(r["step"], r["split"]) for r in recs] == [(1, "train"), (1, "eval")]
+    assert sorted(p.name for p in (Path(cfg.out) / "checkpoints").iterdir()) == ["step-1"]
+    with pytest.raises(EngineError, match="--max-minutes"):
+        validate(replace(cfg, max_minutes=0))
+
+
+@pytest.mark.slow
 def test_failed_checkpoint_write_marks_the_run_failed_and_keeps_the_previous_one(env, monkeypatch):
     P = importlib.import_module("engine.pretrain_run")  # where checkpoints are written
     calls = {"n": 0}
