@@ -418,6 +418,9 @@ def _train_epoch(ctx: TrialContext, model: TaskModel, opt, sched, g: torch.Gener
         sched.step()
         ctx.step += 1
         losses.append(loss.item())
+        if not math.isfinite(losses[-1]):  # diverged: stop before a NaN model is evaluated or saved
+            raise EngineError(f"loss became NaN or inf at step {ctx.step} (trial {ti}, lr {trial['lr']:g}); lower --lr "
+                              f"(finished trials are kept: fix the grid and fine-tune into a new --out)")
         if ctx.bar is not None:
             ctx.bar.update(1)
             ctx.bar.set_postfix(trial=f"{ti + 1}/{ctx.n_trials}", epoch=epoch, loss=f"{losses[-1]:.3f}", refresh=False)

@@ -676,3 +676,13 @@ def test_non_finite_loss_fails_the_run_and_keeps_the_last_finite_checkpoint(tmp_
     assert info["status"] == "failed" and "lower --lr" in info["error"]
     assert runs.checkpoint_step(runs.latest_checkpoint(out)) == 3
     engine.load(runs.latest_checkpoint(out))  # finite: it loads (loading refuses NaN weights)
+
+
+def test_non_finite_finetune_loss_is_one_line(tmp_path, tiny_checkpoint, task_files, monkeypatch):
+    from engine.heads import TaskModel
+    real = TaskModel.loss
+    monkeypatch.setattr(TaskModel, "loss", lambda self, logits, batch: real(self, logits, batch) * float("nan"))
+    out = tmp_path / "nan"
+    code, _, err = _cli(_ft_args(tiny_checkpoint, task_files, out, "1e-3"))
+    _one_line_error(code, err, "loss became NaN or inf at step 1")
+    assert runs.read_run_json(out)["status"] == "failed"
