@@ -12,7 +12,9 @@ How (memory stays bounded whatever the corpus size):
 - A worker takes a block: splits its documents into sentences, tokenizes all its sentences with one batch
   encoding call, holds out documents, makes instances with the in-memory builder's own functions
   (`tokenize_documents`, `hold_out`, `_make_instances`, `_write_split`) and writes them as one shard. At most
-  2 x workers blocks are in flight, so the main process never holds more than that much text.
+  2 x workers blocks are in flight, so the main process holds about 2 x workers + 2 blocks of text, and a
+  worker one block and its instances (a single document is always held whole). With --workers 1 the blocks
+  are built in the main process, one after the other.
 - Each block draws its randomness from its own seed: block 0 of part 0 uses `seed` (and `eval_seed`)
   itself, block b of part i `block_seed(seed, i, b)`. The result therefore does not depend on the number of
   workers, and a corpus that fits in one block gives exactly the in-memory builder's instances (tested).
@@ -20,7 +22,8 @@ How (memory stays bounded whatever the corpus size):
 Departures from the in-memory builder (and from google-research/bert, which keeps every document in memory):
 - NSP's random next sentence (NotNext) comes from another document of the SAME BLOCK, a pool of at most
   `block_docs` documents, not from the whole corpus. With 1,000 documents per block the chance of a random
-  B from a related document stays small; the label balance and lengths are unchanged (tested on BBC News).
+  B from a related document stays small; instance count, label balance and lengths stay the in-memory
+  builder's within sampling noise (tested on 300 BBC News articles in blocks of 40).
 - Held-out documents are chosen per block (round(eval_fraction x block documents), by the block's eval
   seed), so the held-out share is the same but the documents differ from the in-memory choice. A block too
   small to keep `need` training documents after holding out holds out none.
@@ -40,7 +43,10 @@ A cache is usable only when every part 0..N-1 has its manifest (`open_prepared`)
 Interrupted preparation (killed, power cut): no manifest, so nothing can train from it. Running the same
 command again KEEPS the finished shards (a shard folder exists only complete) when settings.json matches
 (same files, sizes and modification times, tokenizer and settings), re-reads the corpus and builds only the
-missing shards; leftover `.tmp-*` folders are removed. Different settings into the same folder are refused.
+missing shards with the vocabulary it saved; leftover `.tmp-*` folders are removed. Different settings into
+the same folder are refused. A folder killed before its settings.json was written is started again.
+`pretrain --corpus` (the classroom corpora) still builds in memory (`build_pretraining_data`); this module is
+for corpora that do not fit.
 
 Cache key: sha256 of the corpus content (every document's text, as read), the vocabulary, seq_len, objective,
 seed, dupe factor, short_seq_prob, eval fraction and seed, block size and part: the same settings on the same
@@ -310,8 +316,8 @@ def prepare(cfg: PrepareConfig, log=print) -> dict:
     from engine.tokenizer import Tokenizer
     if cfg.tokenizer:
         tok = Tokenizer.from_file(cfg.tokenizer)
-    elif (folder / "tokenizer" / "vocab.txt").is_file():
-        tok = Tokenizer.from_file(folder / "tokenizer")  # an interrupted run's vocabulary: its shards use it
+    elif (folder / "settings.json").is_file():
+        tok = Tokenizer.from_file(folder / "tokenizer")  # an interrupted run's vocabulary (saved before settings.json)
     else:
         log(f"training a {cfg.vocab_size}-token WordPiece vocabulary on about {cfg.tokenizer_sample_words:,} words ...")
         tok = train_sampled_tokenizer(files, cfg.vocab_size, not cfg.cased, cfg.tokenizer_sample_words, cfg.text_field)

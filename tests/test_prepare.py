@@ -497,3 +497,17 @@ def test_a_full_disk_while_writing_a_shard_is_one_line_and_publishes_nothing(cor
     monkeypatch.setattr(pd, "_save_npy", real)
     prepare(_cfg(d, tmp_path / "p", block_docs=60), quiet)  # the same command again finishes
     assert open_prepared(tmp_path / "p").train.num_shards == 5
+
+
+def test_without_a_tokenizer_a_vocabulary_is_trained_and_an_unfinished_run_keeps_it(corpus, tmp_path):
+    d, _ = corpus
+    cfg = PrepareConfig(corpus=str(d / "bbc.txt"), out=str(tmp_path / "p"), vocab_size=500, tokenizer_sample_words=20_000,
+                        seq_len=64, block_docs=100)
+    first = prepare(cfg, quiet)
+    part = tmp_path / "p" / "part-0-of-1"
+    assert first["tokenizer"]["vocab_size"] == 500
+    vocab = (part / "tokenizer" / "vocab.txt").read_text()
+    (part / "manifest.json").unlink()
+    shutil.rmtree(part / "shard-000002")
+    again = prepare(cfg, quiet)  # finishes with the saved vocabulary (a new training could give another one)
+    assert (part / "tokenizer" / "vocab.txt").read_text() == vocab and again["key"] == first["key"]
