@@ -376,3 +376,37 @@ def test_launch_queues_jobs(tmp_path, monkeypatch):
     assert states[0]["state"] == "running" and states[1]["state"] == "failed" and states[1]["error"] == "error: boom"
     assert states[2]["state"] == "queued"
     assert A.list_studies(tmp_path)[0]["name"] == d.name
+
+
+def test_equal_flops_gives_cheaper_steps_more_steps(tmp_path):
+    from engine.ablations.planner import pretrain_config, step_flops
+    study = replace(A.get_study("pretraining-tasks", classroom_scale=True), budget="flops")
+    jobs = {j.variant: j for j in A.plan(study, tmp_path) if j.kind == "pretrain"}
+    steps = {v: int(flag(j.argv, "--steps")) for v, j in jobs.items()}
+    bert, nonsp, ltr = (study.pretrain_args(study.variant(n)) for n in ("BERT (MLM + NSP)", "No NSP", "LTR & No NSP"))
+    assert steps["BERT (MLM + NSP)"] == bert.steps  # the reference keeps its steps
+    # LTR's head predicts every position (MLM: 15%), so its step costs more and it gets fewer steps
+    assert step_flops(ltr) > step_flops(bert) > step_flops(nonsp)
+    assert steps["LTR & No NSP"] < bert.steps <= steps["No NSP"]  # NSP adds only the pooler and a 2-way classifier
+    for v, cfg in (("No NSP", nonsp), ("LTR & No NSP", ltr)):  # equal FLOPs within one step's worth
+        assert abs(steps[v] * step_flops(cfg) - bert.steps * step_flops(bert)) <= step_flops(cfg) / 2 + 1
+    assert pretrain_config(replace(study, budget="steps"), study.variant("LTR & No NSP")).steps == bert.steps
+
+
+def test_equal_time_gives_every_run_the_same_minutes(tmp_path, capsys):
+    study = replace(A.get_study("pretraining-tasks", classroom_scale=True), budget="time", budget_minutes=12.5)
+    pre = [j for j in A.plan(study, tmp_path) if j.kind == "pretrain"]
+    assert len(pre) == 3 and all(flag(j.argv, "--max-minutes") == "12.5" for j in pre)
+    assert len({flag(j.argv, "--steps") for j in pre}) == 1
+    with pytest.raises(EngineError, match="--budget-minutes"):
+        A.plan(replace(study, budget_minutes=None), tmp_path)
+    with pytest.raises(EngineError, match="budget steps"):
+        A.plan(replace(A.get_study("training-steps", classroom_scale=True), budget="flops"), tmp_path)
+    # the command line: --budget time --budget-minutes M, saved in study.json and read back
+    assert A.main(["run", "pretraining-tasks", "--classroom", "--budget", "time", "--budget-minutes", "12.5",
+                   "--dry-run", "--runs-root", str(tmp_path)]) == 0
+    assert "--max-minutes 12.5" in capsys.readouterr().out
+    back = A.study_from_dict(study.to_dict())
+    assert (back.budget, back.budget_minutes) == ("time", 12.5)
+    with pytest.raises(EngineError, match="--budget time"):
+        A.main(["run", "pretraining-tasks", "--budget-minutes", "3", "--dry-run", "--runs-root", str(tmp_path)])

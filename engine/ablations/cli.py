@@ -36,6 +36,10 @@ def main(argv: list) -> int:
     r.add_argument("--seeds", type=int, default=None, help="number of seeds (0..N-1); default: 3, or 1 at classroom scale")
     r.add_argument("--tasks", default=None, help="downstream evaluations, e.g. bbc-topic,wnut16,rte,cola (default: the study's)")
     r.add_argument("--steps", type=int, default=None, help="override the pre-training steps of every variant")
+    r.add_argument("--budget", choices=("steps", "flops", "time"), default="steps",
+                   help="what the variants' pre-training shares: steps (the paper's protocol, default), flops (each "
+                        "variant's steps from its FLOPs per step) or time (--budget-minutes of training each)")
+    r.add_argument("--budget-minutes", type=float, default=None, help="with --budget time: training minutes per pre-training run")
     r.add_argument("--runs-root", default=None, help="runs folder (default $BERT_STUDIO_RUNS or ./runs)")
     r.add_argument("--name", default=None, help="study folder name (default: the study's name)")
     r.add_argument("--foreground", action="store_true", help="run the jobs here one after another instead of queueing them")
@@ -68,6 +72,10 @@ def main(argv: list) -> int:
             if a.steps < 1:
                 raise EngineError(f"--steps must be positive (got {a.steps})")
             study = replace(study, base=replace(study.base, steps=a.steps))
+        if a.budget_minutes is not None and a.budget != "time":
+            raise EngineError("--budget-minutes goes with --budget time; drop it or add --budget time")
+        study = replace(study, budget=a.budget, budget_minutes=a.budget_minutes)
+        plan(study, "/")  # a budget the study cannot take is one line before anything is written
         print(describe(study))
         if a.dry_run:
             for j in plan(study, studies_root(a.runs_root) / study_dir_name(study, a.name)):

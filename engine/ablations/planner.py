@@ -9,6 +9,43 @@ from pathlib import Path
 
 from engine import cli
 from engine.ablations.study import Evaluation, FeatureArgs, Study, Variant
+from engine.errors import EngineError
+from engine.objectives import objective
+
+BUDGETS = ("steps", "flops", "time")
+
+
+def step_flops(cfg) -> float:
+    """Training FLOPs of one pre-training step of a PretrainConfig (engine.bench.model_flops, 3x the forward): every
+    sequence at full --seq-len; the LM head at every position for a left-to-right objective, at --mask-rate of them
+    (15%) for MLM; the pooler and the 2-way NSP classifier only with NSP."""
+    from engine.bench import model_flops  # (torch: engine.ablations itself loads without it)
+    from engine.pretrain_config import model_config
+    obj = objective(cfg.objective)
+    B, T = cfg.batch_size, cfg.seq_len
+    n_pred = B * T if obj.causal else int(round(cfg.mask_rate * B * T))
+    return model_flops(model_config(cfg, cfg.vocab_size), [T] * B, n_mlm=n_pred, n_cls=2 if obj.nsp else 0,
+                       train=True, pooler=obj.nsp)
+
+
+def pretrain_config(study: Study, variant: Variant):
+    """The variant's PretrainConfig under the study's budget: "steps" as given; "flops": steps scaled so that
+    steps x step_flops equals the first pre-trained variant's at its steps (a cheaper step gets more steps);
+    "time": the same steps (the learning-rate schedule spans them) and --max-minutes budget_minutes."""
+    cfg = study.pretrain_args(variant)
+    if study.budget not in BUDGETS:
+        raise EngineError(f"study budget {study.budget!r} must be one of {', '.join(BUDGETS)}")
+    if study.budget == "steps":
+        return cfg
+    if study.checkpoint_steps:
+        raise EngineError(f"study {study.name} evaluates checkpoints at fixed steps; run it with budget steps")
+    if study.budget == "time":
+        if not study.budget_minutes or study.budget_minutes <= 0:
+            raise EngineError("an equal-time study needs a positive --budget-minutes (training minutes per pre-training run)")
+        return replace(cfg, max_minutes=float(study.budget_minutes))
+    ref = study.pretrain_args(next(v for v in study.variants if not v.reuse))
+    steps = max(1, int(round(ref.steps * step_flops(ref) / step_flops(cfg))))
+    return replace(cfg, steps=steps)
 
 
 @dataclass
@@ -54,7 +91,7 @@ def plan(study: Study, study_dir) -> list:
                 src = study.variant(v.reuse) if v.reuse else v
                 run_rel = f"runs/{src.key()}-s{seed}"
                 if not v.reuse:
-                    cfg = replace(study.pretrain_args(v), seed=seed, out=str(study_dir / run_rel))
+                    cfg = replace(pretrain_config(study, v), seed=seed, out=str(study_dir / run_rel))
                     jobs.append(Job(f"pretrain/{v.key()}/s{seed}", "pretrain", cli.argv(cfg), run_rel, v.name, seed))
                 if study.checkpoint_steps:
                     models = [(str(study_dir / run_rel / "checkpoints" / f"step-{k}"), k) for k in study.checkpoint_steps]

@@ -88,6 +88,11 @@ class Study:
     checkpoint_steps: tuple = ()  # Figure 5: evaluate the checkpoints after these steps
     pretrain_columns: tuple = ()  # held-out pre-training metrics shown as extra columns (Table 6: perplexity)
     classroom: bool = False
+    # what the variants' pre-training runs share (engine.ablations.planner.pretrain_config): "steps" (the paper's
+    # protocol: the same steps), "flops" (each variant's steps set so its training FLOPs equal the first variant's at
+    # the base steps) or "time" (each run stops after `budget_minutes` of training time: pretrain --max-minutes)
+    budget: str = "steps"
+    budget_minutes: float = None
     # the paper's finding checked against results: (study, summary) -> [{claim, reproduced, detail}]; not saved in
     # study.json (`study_from_dict` takes it back from the built-in study of the same name)
     finding_check: Callable = field(default=None, compare=False, repr=False)
@@ -155,7 +160,8 @@ def study_from_dict(d: dict) -> Study:
                  variants=tuple(variant(v) for v in d["variants"]), evaluations=tuple(evaluation(e) for e in d["evaluations"]),
                  seeds=tuple(d.get("seeds") or (0,)), model=d.get("model"),
                  checkpoint_steps=tuple(d.get("checkpoint_steps") or ()), pretrain_columns=tuple(d.get("pretrain_columns") or ()),
-                 classroom=bool(d.get("classroom")), finding_check=check, contrasts=contrasts)
+                 classroom=bool(d.get("classroom")), budget=d.get("budget") or "steps",
+                 budget_minutes=d.get("budget_minutes"), finding_check=check, contrasts=contrasts)
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -177,6 +183,9 @@ def describe(study: Study) -> str:
         b = study.base
         lines.append(f"  base: preset {b.preset}" + (f" L={b.layers} H={b.hidden} A={b.heads}" if b.layers else "")
                      + f", objective {b.objective}, {b.steps} steps × batch {b.batch_size} × {b.seq_len} tokens")
+        if study.budget != "steps":
+            lines.append("  budget: equal " + ("FLOPs (steps per variant from its FLOPs per step)" if study.budget == "flops"
+                                               else f"training time ({study.budget_minutes:g} min per pre-training run)"))
     for v in study.variants:
         lines.append(f"  - {v.name}: {v.change() or 'base'}")
     lines.append("  evaluations: " + ", ".join(e.name for e in study.evaluations)
