@@ -117,7 +117,8 @@ def eval_batches(cache, cfg: PretrainConfig, batch_size: int) -> list:
             out.append(b)
         return out
     masked = fixed_eval_masking(cache.eval, cache.vocab_size, cache.mask_id, cache.special_ids,
-                                rate=0.15, ratios=(0.8, 0.1, 0.1), seed=EVAL_MASK_SEED)
+                                rate=0.15, ratios=(0.8, 0.1, 0.1), seed=EVAL_MASK_SEED,
+                                limit=n if cache.config.get("prepared") else None)  # prepared: never the whole split
     out, seen = [], 0
     for b in masked.batches(batch_size):
         if seen >= n:

@@ -761,10 +761,13 @@ class MaskedEvalSet:
 
 
 def fixed_eval_masking(data: PretrainingData, vocab_size: int, mask_id: int, special_ids=None, rate: float = 0.15,
-                       ratios=(0.8, 0.1, 0.1), seed: int = 12345, whole_word: bool = False) -> MaskedEvalSet:
-    """Mask a (held-out) split once, deterministically from `seed`, independent of the batch size."""
+                       ratios=(0.8, 0.1, 0.1), seed: int = 12345, whole_word: bool = False,
+                       limit: Optional[int] = None) -> MaskedEvalSet:
+    """Mask a (held-out) split once, deterministically from `seed`, independent of the batch size. `limit`: only
+    the first `limit` instances are collated and masked (the held-out split of a big prepared corpus is not
+    held whole; the masks then differ from those of the whole split, which in-memory caches keep using)."""
     if data is None or data.num_instances == 0:
         raise EngineError("there is no held-out data to evaluate on; hold some documents out (--eval-fraction 0.05)")
-    full = data.collate(np.arange(data.num_instances))
+    full = data.collate(np.arange(data.num_instances if limit is None else min(int(limit), data.num_instances)))
     g = torch.Generator().manual_seed(int(seed))
     return MaskedEvalSet(data, mask_batch(full, vocab_size, mask_id, special_ids, rate, ratios, g, whole_word))

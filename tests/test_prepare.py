@@ -511,3 +511,16 @@ def test_without_a_tokenizer_a_vocabulary_is_trained_and_an_unfinished_run_keeps
     shutil.rmtree(part / "shard-000002")
     again = prepare(cfg, quiet)  # finishes with the saved vocabulary (a new training could give another one)
     assert (part / "tokenizer" / "vocab.txt").read_text() == vocab and again["key"] == first["key"]
+
+
+def test_held_out_batches_of_prepared_data_collate_only_what_is_evaluated(sharded, monkeypatch):
+    from engine.pretrain_config import PretrainConfig
+    from engine.pretrain_loop import eval_batches
+
+    seen = []
+    real = type(sharded.eval).collate
+    monkeypatch.setattr(type(sharded.eval), "collate", lambda self, idx: seen.append(len(idx)) or real(self, idx))
+    got = eval_batches(sharded, PretrainConfig(eval_max_instances=20, seq_len=64), batch_size=8)
+    assert sharded.eval.num_instances > 20 and seen == [20]  # not the whole held-out split
+    assert [len(b["input_ids"]) for b in got] == [8, 8, 4]
+    assert all((b["labels"] != -100).any(dim=1).all() for b in got)
