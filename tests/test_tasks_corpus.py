@@ -112,6 +112,7 @@ def test_tasks_on_a_split_have_the_right_types_and_sizes():
     assert {"bbc-cloze", "bbc-punct", "bbc-next"} <= set(BUILTINS)
 
 
+@pytest.mark.slow
 def test_classroom_tasks_have_2000_unseen_dev_examples():
     try:
         tasks = [load_task(n) for n in ("bbc-cloze", "bbc-punct", "bbc-next")]
