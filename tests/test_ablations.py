@@ -410,3 +410,10 @@ def test_equal_time_gives_every_run_the_same_minutes(tmp_path, capsys):
     assert (back.budget, back.budget_minutes) == ("time", 12.5)
     with pytest.raises(EngineError, match="--budget time"):
         A.main(["run", "pretraining-tasks", "--budget-minutes", "3", "--dry-run", "--runs-root", str(tmp_path)])
+
+
+def test_tasks_flag_knows_the_corpus_made_tasks(tmp_path, capsys):
+    assert A.main(["run", "pretraining-tasks", "--classroom", "--tasks", "bbc-cloze,bbc-next", "--dry-run",
+                   "--runs-root", str(tmp_path)]) == 0
+    tasks = {flag(l.split(), "--task") for l in capsys.readouterr().out.splitlines() if l.startswith("python -m engine finetune")}
+    assert tasks == {"bbc-cloze", "bbc-next"}

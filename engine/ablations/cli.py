@@ -4,7 +4,7 @@ import json
 from dataclasses import replace
 
 from engine.ablations.folders import list_studies, studies_root, study_dir_name
-from engine.ablations.paper import BBC, SHARED_DATA, STUDIES, WNUT, get_study, shared_evaluations
+from engine.ablations.paper import BBC, CLOZE, NEXT, PUNCT, SHARED_DATA, STUDIES, WNUT, get_study, shared_evaluations
 from engine.ablations.planner import plan
 from engine.ablations.results import StudyResults, collect_results, final_pretrain_metrics
 from engine.ablations.runner import launch, run_foreground
@@ -13,7 +13,7 @@ from engine.errors import EngineError
 
 
 def _parse_tasks(arg: str) -> tuple:
-    known = {e.task: e for e in (BBC, WNUT)}  # the built-in tasks' evaluations, by --task name
+    known = {e.task: e for e in (CLOZE, PUNCT, NEXT, BBC, WNUT)}  # the built-in tasks' evaluations, by --task name
     for e in shared_evaluations():
         known[e.name.split()[0].lower()] = e
     out = []
@@ -34,7 +34,7 @@ def main(argv: list) -> int:
     r.add_argument("study", help=", ".join(STUDIES))
     r.add_argument("--classroom", action="store_true", help="classroom scale: the classroom pre-training default, one seed, one fine-tuning grid point with 3 restarts (wall time: BENCHMARKS.md)")
     r.add_argument("--seeds", type=int, default=None, help="number of seeds (0..N-1); default: 3, or 1 at classroom scale")
-    r.add_argument("--tasks", default=None, help="downstream evaluations, e.g. bbc-topic,wnut16,rte,cola (default: the study's)")
+    r.add_argument("--tasks", default=None, help="downstream evaluations, e.g. bbc-cloze,bbc-punct,bbc-next,bbc-topic,wnut16,rte,cola (default: the study's)")
     r.add_argument("--steps", type=int, default=None, help="override the pre-training steps of every variant")
     r.add_argument("--budget", choices=("steps", "flops", "time"), default="steps",
                    help="what the variants' pre-training shares: steps (the paper's protocol, default), flops (each "
