@@ -472,7 +472,9 @@ def iter_documents(files, text_field: str = "text"):
     """Yield each document's raw text, file by file, holding one document in memory at a time.
 
     A .txt file holds documents separated by blank lines (every .txt file, also inside a folder; note that
-    `load_corpus` reads a folder of .txt as one document per file); each line is a paragraph. A .jsonl file
+    `load_corpus` reads a folder of .txt as one document per file); each line is a paragraph. A .txt file with
+    top-level `= Title =` heading lines (WikiText) is read by its headings instead, as `load_corpus` reads it: an
+    article per top-level heading, heading lines dropped. A .jsonl file
     holds one JSON object per line whose `text_field` string is a document (its lines are paragraphs).
     Turn a document into sentences with `document_sentences`. Undecodable bytes become U+FFFD.
     """
@@ -492,6 +494,18 @@ def iter_documents(files, text_field: str = "text"):
                         if not isinstance(obj, dict) or not isinstance(obj.get(text_field), str):
                             raise EngineError(f"{path} line {n} has no \"{text_field}\" string field; each line must look like {{\"{text_field}\": \"...\"}}")
                         yield obj[text_field]
+                elif _has_top_heading(path):  # articles by `= Title =` headings, as load_corpus reads such a file
+                    lines = []
+                    for line in f:
+                        line = line.rstrip("\r\n")
+                        level = heading_level(line)
+                        if level == 1 and lines:
+                            yield "\n".join(lines)
+                            lines = []
+                        elif not level and line.strip():
+                            lines.append(line)
+                    if lines:
+                        yield "\n".join(lines)
                 else:
                     lines = []
                     for line in f:
@@ -504,6 +518,13 @@ def iter_documents(files, text_field: str = "text"):
                         yield "\n".join(lines)
         except (OSError, EOFError, lzma.LZMAError) as e:  # a damaged or truncated .gz / .xz / .bz2 stream
             raise EngineError(f"corpus file {path} is damaged or truncated ({e}); fix or remove it")
+
+
+def _has_top_heading(path: Path) -> bool:
+    """Whether a .txt corpus file has a top-level `= Title =` line (read up to the first one: a pass over a file
+    without headings, cheap next to tokenizing it)."""
+    with _open_text(path) as f:
+        return any(heading_level(line.rstrip("\r\n")) == 1 for line in f)
 
 
 def document_sentences(text: str) -> list:

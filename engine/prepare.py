@@ -445,6 +445,12 @@ def prepared_stats(path) -> dict:
             "tokens": add("tokens", "train"), "tokens_eval": add("tokens", "eval")}
 
 
+def prepared_key(path) -> str:
+    """The key of a prepared cache: its part's key, or a hash of every part's key (each hashes the text and settings)."""
+    ms = read_manifests(path)
+    return ms[0]["key"] if len(ms) == 1 else hashlib.sha256("".join(m["key"] for m in ms).encode()).hexdigest()[:16]
+
+
 def open_prepared(path) -> PretrainingCache:
     """A prepared cache as a `PretrainingCache` whose train/eval splits read all the parts' shards."""
     path = Path(path).expanduser()
@@ -466,7 +472,7 @@ def open_prepared(path) -> PretrainingCache:
             split[name] = PretrainingData(folders, first["objective"], t["pad_id"], cont, seed, counts=counts) if folders else None
     except (OSError, ValueError, KeyError) as e:
         raise EngineError(f"prepared data in {path} is damaged ({e}); prepare it again")
-    key = hashlib.sha256("".join(m["key"] for m in ms).encode()).hexdigest()[:16] if len(ms) > 1 else first["key"]
+    key = prepared_key(path)
     config = {k: first[k] for k in ("format", "seq_len", "objective", "seed", "dupe_factor", "short_seq_prob",
                                      "eval_fraction", "eval_seed", "vocab_sha256", "lowercase")}
     config.update(key=key, corpus_name=first["corpus"], tokenizer=t, has_eval=split["eval"] is not None,

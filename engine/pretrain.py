@@ -187,7 +187,11 @@ def _pretrain(cfg: PretrainConfig) -> dict:
     docs = load_corpus(cfg.corpus) if not cfg.data else []  # EngineError when missing or empty
     for w in getattr(docs, "info", {}).get("warnings", []):
         log(f"warning: {w}", cfg, dist)
-    fingerprint = corpus_fingerprint(docs) if not cfg.data else None  # (a --data folder is checked by its manifest)
+    if cfg.data:  # prepared data: its key hashes the text and the settings it was prepared with
+        from engine.prepare import prepared_key
+        fingerprint = f"prepared-{prepared_key(cfg.data)}"
+    else:
+        fingerprint = corpus_fingerprint(docs)
     if dist.main and fingerprint is not None and (ckpt is not None or restart):
         check_same_corpus(run_dir, cfg, fingerprint, ckpt is not None)
     if not cfg.data and len(docs) < objective(cfg.objective).min_documents:

@@ -296,7 +296,9 @@ def test_pretrain_from_prepared_shards_resumes_bit_identically(corpus, tmp_path)
     from engine.pretrain import PretrainConfig, _pretrain, config_from_args, pretrain
 
     d, _ = corpus
-    prepare(_cfg(d, tmp_path / "data", block_docs=25, seq_len=32), quiet)
+    src = tmp_path / "src.txt"
+    src.write_text((d / "bbc.txt").read_text(encoding="utf-8"), encoding="utf-8")
+    prepare(_cfg(d, tmp_path / "data", block_docs=25, seq_len=32, corpus=str(src)), quiet)
     data = open_prepared(tmp_path / "data")
     assert data.train.num_shards >= 10
     base = PretrainConfig(data=str(tmp_path / "data"), preset="tiny", hidden=32, heads=2, layers=1, max_positions=32,
@@ -317,6 +319,13 @@ def test_pretrain_from_prepared_shards_resumes_bit_identically(corpus, tmp_path)
     info = runs.read_run_json(tmp_path / "b")
     assert info["config"]["seq_len"] == 32 and info["config"]["data"] == str((tmp_path / "data").resolve())
     assert (tmp_path / "b" / "tokenizer" / "vocab.txt").read_text() == (d / "tok" / "vocab.txt").read_text()
+    assert info["corpus_fingerprint"] == f"prepared-{data.key}"
+    # the data prepared again from other text under the same folder: the run refuses to resume on it
+    shutil.rmtree(tmp_path / "data")
+    src.write_text((d / "bbc.txt").read_text(encoding="utf-8").replace(" the ", " a "), encoding="utf-8")
+    prepare(_cfg(d, tmp_path / "data", block_docs=25, seq_len=32, corpus=str(src)), quiet)
+    with pytest.raises(EngineError, match="changed since the run started"):
+        pretrain(replace(split, resume=True, steps=10))
     with pytest.raises(EngineError, match="differs from the 32"):
         config_from_args({"data": str(tmp_path / "data"), "seq_len": 64, "out": str(tmp_path / "c")})
 
@@ -524,3 +533,15 @@ def test_held_out_batches_of_prepared_data_collate_only_what_is_evaluated(sharde
     assert sharded.eval.num_instances > 20 and seen == [20]  # not the whole held-out split
     assert [len(b["input_ids"]) for b in got] == [8, 8, 4]
     assert all((b["labels"] != -100).any(dim=1).all() for b in got)
+
+
+def test_a_wikitext_file_streams_into_the_articles_load_corpus_reads(tmp_path):
+    text = (" = Alpha =\n\n First line here. Second one follows.\n\n = = Early life = =\n\n More about it. Yes.\n\n"
+            " = Beta =\n\n Beta text is here. And more.\n")
+    (tmp_path / "wiki.txt").write_text(text, encoding="utf-8")
+    with gzip.open(tmp_path / "wiki2.txt.gz", "wt") as f:
+        f.write(text)
+    want = list(load_corpus(str(tmp_path / "wiki.txt")))
+    assert len(want) == 2
+    for name in ("wiki.txt", "wiki2.txt.gz"):
+        assert [document_sentences(t) for t in iter_documents([tmp_path / name])] == want
