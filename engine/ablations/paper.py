@@ -10,9 +10,12 @@ qualitative finding and its check against our results.
 - `training-steps` (Figure 5): downstream score of the checkpoints after k steps, MLM vs LTR.
 
 Departures from the paper, all of scale: tiny/mini models pre-trained for minutes on the BBC corpus instead of
-BERT-BASE for a million steps on 3.3B words; the downstream tasks are the built-in `bbc-topic` (topic
-classification, standing in for GLUE) and `wnut16` (NER, standing in for CoNLL-2003), plus RTE and CoLA from
-`../shared/data` when that folder is present; a "reproduced?" check is a direction (A ≥ B), never a size.
+BERT-BASE for a million steps on 3.3B words; the downstream tasks are built-in: Table 5 uses `bbc-cloze` (span
+extraction, for SQuAD), `bbc-punct` (a token task whose labels need the right context), `bbc-next` (same-article
+coherence, for the sentence-pair tasks) and `bbc-topic` as the control; the other studies `bbc-topic` (topic
+classification, standing in for GLUE) and `wnut16` (NER, standing in for CoNLL-2003); plus RTE and CoLA from
+`../shared/data` when that folder is present. A "reproduced?" check (finding_check) is a direction (A ≥ B), never a
+size; each study's `contrasts` are judged with a bootstrap (engine.ablations.verdict), the paper's numbers beside.
 Table 8's rows are printed MASK/SAME/RND as in the paper, while `--mask-ratios` takes MASK,RANDOM,SAME:
 `mask_ratios_for_row` maps one to the other.
 """
