@@ -74,7 +74,7 @@ import numpy as np
 
 from engine import cli
 from engine.cli import setting
-from engine.corpora import corpus_files, document_sentences, iter_documents
+from engine.corpora import SINGLE_SENTENCE_WARN, corpus_files, document_sentences, iter_documents
 from engine.errors import EngineError
 from engine.fileio import atomic_write_json
 from engine.objectives import MLM_NSP, OBJECTIVES, objective as get_objective
@@ -206,6 +206,7 @@ def build_shard(job: dict, tokenizer=None) -> dict:
     meta = {"name": job["final"].name, "block": job["block"], "first_doc": job["first_doc"],
             "documents": {"total": len(docs), "usable": len(tokenized), "train": len(train_docs), "eval": len(eval_docs)},
             "words": sum(len(t.split()) for t in job["texts"]),
+            "single_sentence_documents": sum(len(sents) == 1 for _, sents in tokenized),
             "instances": {"train": len(train), "eval": len(ev)},
             "tokens": {"train": sum(len(a) + len(b) + (3 if b else 2) for a, b, _, _ in train),
                        "eval": sum(len(a) + len(b) + (3 if b else 2) for a, b, _, _ in ev)},
@@ -366,6 +367,14 @@ def prepare(cfg: PrepareConfig, log=print) -> dict:
         raise EngineError("the corpus gives no training instance (documents too short or empty); give longer documents or a lower --seq-len")
     if total("documents", "usable") < obj.min_documents:
         raise EngineError(f"{obj.name} needs at least 2 documents (NotNext takes B from another document); add documents or use --objective mlm")
+    warnings = []
+    single, usable = sum(m.get("single_sentence_documents", 0) for m in shards), total("documents", "usable")
+    if usable >= 5 and single > SINGLE_SENTENCE_WARN * usable:  # the warning load_corpus gives
+        warnings.append(f"{single} of {usable} documents ({single / usable:.0%}) have a single sentence: next-sentence "
+                        "pairs from them are all NotNext, an easy shortcut; put blank lines only between documents (or "
+                        "`= Title =` headings before each article), or prepare with --objective mlm")
+    for w in warnings:
+        log(f"warning: {w}")
     keyed = {k: v for k, v in settings.items() if k != "files"}
     keyed["corpus_sha256"] = hasher.hexdigest()
     key = hashlib.sha256(json.dumps(keyed, sort_keys=True).encode()).hexdigest()[:16]
@@ -373,7 +382,7 @@ def prepare(cfg: PrepareConfig, log=print) -> dict:
                 "documents": {k: total("documents", k) for k in ("total", "usable", "train", "eval")},
                 "instances": {k: total("instances", k) for k in ("train", "eval")},
                 "tokens": {k: total("tokens", k) for k in ("train", "eval")},
-                "words": words, "files": len(files),
+                "words": words, "files": len(files), "warnings": warnings,
                 "shards": [{k: m[k] for k in ("name", "documents", "instances", "tokens", "words")} for m in shards]}
     atomic_write_json(folder / "manifest.json", manifest)  # written last: the part is complete
     return {**manifest, "seconds": round(time.time() - t_build, 2), "tokenizer_training_s": round(t_build - t0, 2),
@@ -555,7 +564,7 @@ def main(argv) -> int:
     cfg = a
     log = lambda m: print(m, file=sys.stderr, flush=True)  # noqa: E731
     got = prepare(cfg, log)
-    report = {k: got[k] for k in ("key", "documents", "instances", "tokens", "words") if k in got}
+    report = {k: got[k] for k in ("key", "documents", "instances", "tokens", "words", "warnings") if got.get(k)}
     report["shards"] = len(got["shards"])
     if "seconds" in got:
         report.update(seconds=got["seconds"], tokenizer_training_s=got["tokenizer_training_s"],

@@ -545,3 +545,14 @@ def test_a_wikitext_file_streams_into_the_articles_load_corpus_reads(tmp_path):
     assert len(want) == 2
     for name in ("wiki.txt", "wiki2.txt.gz"):
         assert [document_sentences(t) for t in iter_documents([tmp_path / name])] == want
+
+
+def test_documents_of_one_sentence_are_warned_about_as_load_corpus_does(tmp_path, corpus):
+    d, _ = corpus
+    (tmp_path / "lines.txt").write_text("\n\n".join(f"Line number {i} is a document." for i in range(30)) + "\n\nTwo here. And two.",
+                                        encoding="utf-8")
+    said = []
+    m = prepare(PrepareConfig(corpus=str(tmp_path / "lines.txt"), out=str(tmp_path / "p"), tokenizer=str(d / "tok"),
+                              seq_len=16, eval_fraction=0), said.append)
+    assert any("30 of 31 documents" in s and "single sentence" in s for s in said)
+    assert m["warnings"] and "NotNext" in m["warnings"][0]
