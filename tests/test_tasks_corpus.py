@@ -121,3 +121,15 @@ def test_classroom_tasks_have_2000_unseen_dev_examples():
     for t in tasks:
         assert t.info["dev_examples"] >= 2000, t.name
         assert t.info["held_out_documents"] == 111 and t.info["dev_sources"]["held-out bbc"] > 0
+
+
+def test_a_study_whose_pretraining_sees_the_dev_texts_is_refused(tmp_path):
+    from dataclasses import replace
+
+    import engine.ablations as A
+    study = A.get_study("pretraining-tasks", classroom_scale=True)
+    assert A.plan(study, tmp_path)  # corpus bbc, the default held-out share: fine
+    for change in ({"corpus": "all"}, {"eval_fraction": 0.1}):
+        with pytest.raises(EngineError, match="holds out"):
+            A.plan(replace(study, base=replace(study.base, **change)), tmp_path)
+    A.plan(replace(study, base=replace(study.base, corpus="all"), evaluations=(A.BBC,)), tmp_path)  # topic: no such rule

@@ -33,6 +33,9 @@ def pretrain_config(study: Study, variant: Variant):
     steps x step_flops equals the first pre-trained variant's at its steps (a cheaper step gets more steps);
     "time": the same steps (the learning-rate schedule spans them) and --max-minutes budget_minutes."""
     cfg = study.pretrain_args(variant)
+    from engine.tasks.heldout import HELD_OUT_TASKS, check_unseen
+    if any(e.task in HELD_OUT_TASKS for e in study.evaluations):
+        check_unseen(cfg)  # their dev texts must be ones this pre-training holds out
     if study.budget not in BUDGETS:
         raise EngineError(f"study budget {study.budget!r} must be one of {', '.join(BUDGETS)}")
     if study.budget == "steps":

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 
 from engine.errors import EngineError
 
+HELD_OUT_TASKS = ("bbc-cloze", "bbc-punct", "bbc-next")  # the built-in tasks whose dev texts this module chooses
 DEV_MIN = 2000  # dev examples aimed for: a 2,000-example accuracy has ~1 point of standard error at 50%
 TRAIN_MAX = 8000  # training examples kept (a fixed sample), so one fine-tuning epoch takes minutes on a CPU
 SPLIT_SEED = 0
@@ -66,6 +67,17 @@ def body_sentences(doc_id: str, sents: list) -> list:
     """A document's sentences without its headline: a BBC file's first sentence is its headline; a top-up document
     (id "sotu:<i>") has none."""
     return sents if doc_id.startswith("sotu:") else sents[1:]
+
+
+def check_unseen(cfg) -> None:
+    """EngineError unless pre-training with PretrainConfig `cfg` holds out exactly the documents the tasks' dev sets
+    come from (the corpus bbc, the default --eval-fraction): otherwise dev answers may have been trained on."""
+    from engine.pretrain_config import PretrainConfig
+    if cfg.corpus != "bbc" or cfg.eval_fraction != PretrainConfig.eval_fraction or getattr(cfg, "data", None):
+        raise EngineError(f"{', '.join(HELD_OUT_TASKS)} take dev texts only from the BBC articles that pre-training on "
+                          f"--corpus bbc with --eval-fraction {PretrainConfig.eval_fraction} holds out; this run "
+                          f"pre-trains on {cfg.corpus} with --eval-fraction {cfg.eval_fraction}: keep those two settings "
+                          f"or evaluate on other tasks")
 
 
 def doc_rng(doc_id: str) -> random.Random:
