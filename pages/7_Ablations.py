@@ -67,7 +67,7 @@ with tab_new:
             if e not in all_evals:
                 all_evals.append(e)
         chosen = o2.multiselect("Downstream evaluations", [e.name for e in all_evals],
-                                default=[e.name for e in study.evaluations], key="abl_evals")
+                                default=[e.name for e in study.evaluations], key=f"abl_evals_{name}_{classroom}")  # per study: its own tasks
         steps = None
         if not study.model:
             steps = o3.number_input("Pre-training steps per variant", min_value=10, max_value=1_000_000, value=study.base.steps,

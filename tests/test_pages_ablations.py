@@ -82,15 +82,15 @@ def test_new_study_tab_shows_study_and_launches(study_root, monkeypatch):
     assert at.selectbox(key="abl_study").value == "pretraining-tasks"
     variants = frame_with(at, "override of the base")
     assert list(variants["variant"]) == ["BERT (MLM + NSP)", "No NSP", "LTR & No NSP", "+ BiLSTM"]
-    assert any("11 jobs" in m.value for m in at.markdown)
+    assert any("19 jobs" in m.value for m in at.markdown)  # 3 pre-training runs, 4 rows x 4 tasks
     at.selectbox(key="abl_study").set_value("masking").run()
     variants = frame_with(at, "override of the base")
     assert len(variants) == 6 and "mask_ratios = (0.8, 0.2, 0.0)" in variants["override of the base"][2]
     at.selectbox(key="abl_study").set_value("pretraining-tasks").run()
     at.button(key="abl_launch").click().run()
     assert not at.exception, at.exception
-    assert len(submitted) == 11 and submitted[0][0] == "pretrain"
-    assert any("Queued 11 jobs" in s.value for s in at.success)
+    assert len(submitted) == 19 and submitted[0][0] == "pretrain"
+    assert any("Queued 19 jobs" in s.value for s in at.success)
     assert (study_root / "studies" / "pretraining-tasks-classroom" / "study.json").is_file()
 
 
