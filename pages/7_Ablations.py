@@ -138,6 +138,12 @@ with tab_results:
                 for c in res.checks:
                     mark = {True: "✅ yes", False: "❌ no", None: "❔ not yet"}[c["reproduced"]]
                     st.markdown(f"{mark} — {c['claim']}  \n<small>{c['detail']}</small>", unsafe_allow_html=True)
+                if res.findings:
+                    st.markdown("**Verdicts** (the difference's 95% bootstrap interval over seeds, restarts and dev examples)")
+                for f in res.findings:
+                    icon = {"reproduced": "✅", "not reproduced": "❌", "inconclusive": "❔"}[f["verdict"]]
+                    st.markdown(f"{icon} {f['verdict']} — {f['statement']} ({f['column']})  \n"
+                                f"<small>{A.describe_entry(f)}</small>", unsafe_allow_html=True)
             variants = [v.name for v in res.study.variants]
             if res.study.checkpoint_steps:
                 st.plotly_chart(F.steps_lines(res.summary, variants), key="abl_steps_fig", config=chart_config("ablation-steps"))

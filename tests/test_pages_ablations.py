@@ -48,6 +48,8 @@ def test_dashboard_shows_table_findings_and_charts(study_root):
     md = " ".join(m.value for m in at.markdown)
     assert "✅ yes" in md and "MLM beats left-to-right" in md and "❌" not in md
     assert any("Removing NSP hurts" in i.value for i in at.info)
+    # the bootstrap verdict of the finding this study's columns allow (the topic control), with the paper's numbers
+    assert "**Verdicts**" in md and "control: on topic classification" in md and "paper (SST-2 acc): 92.7 vs 92.1" in md
     # bar chart + pre-training curve chart
     charts = at.get("plotly_chart")
     assert len(charts) == 2

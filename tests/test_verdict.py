@@ -103,6 +103,10 @@ def test_show_json_prints_one_object_with_each_findings_verdict(tmp_path, capsys
     assert control["verdict"] == "inconclusive" and control["ours"]["difference"] == pytest.approx(0)
     assert all(c not in {k[2] for k in by} for c in (A.PUNCT.name, A.NEXT.name))  # columns the study does not have
     assert out["progress"]["total"] == len(jobs) and out["table"]
+    assert A.main(["show", str(d)]) == 0  # the same verdicts as text
+    text = capsys.readouterr().out
+    assert f"[reproduced] {span['statement']} ({A.CLOZE.name}): 70.5 vs 50.5, difference +20.0 [" in text
+    assert "paper (SQuAD 1.1 F1): 88.5 vs 77.8" in text
 
 
 def test_dev_evaluators_record_per_example_scores_that_make_the_metric(monkeypatch):

@@ -27,6 +27,6 @@ from engine.ablations.planner import Job, plan
 from engine.ablations.results import (StudyResults, best_score, collect_results, combination_score,
                                       final_pretrain_metrics, fmt_cell, paper_table, pretrain_eval_records, summarise)
 from engine.ablations.runner import REPO_ROOT, job_states, launch, run_foreground
-from engine.ablations.verdict import VERDICTS, Contrast, bootstrap_difference, judge, verdict
+from engine.ablations.verdict import VERDICTS, Contrast, bootstrap_difference, describe_entry, judge, verdict
 from engine.ablations.study import (Evaluation, FeatureArgs, FinetuneArgs, Study, Variant, describe,
                                     study_from_dict)

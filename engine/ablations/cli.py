@@ -9,6 +9,7 @@ from engine.ablations.planner import plan
 from engine.ablations.results import StudyResults, collect_results, final_pretrain_metrics
 from engine.ablations.runner import launch, run_foreground
 from engine.ablations.study import describe
+from engine.ablations.verdict import describe_entry
 from engine.errors import EngineError
 
 
@@ -130,11 +131,4 @@ def _print_results(res: StudyResults) -> None:
     if res.findings:
         print("\nverdicts (difference of the two rows, 95% bootstrap interval; engine/ablations/verdict.py):")
     for f in res.findings:
-        ours = f.get("ours")
-        nums = "no results yet"
-        if ours:
-            iv = ours["interval_95"]
-            nums = (f"{100 * ours[f['better']]:.1f} vs {100 * ours[f['worse']]:.1f}, difference {100 * ours['difference']:+.1f}"
-                    + (f" [{100 * iv[0]:+.1f}, {100 * iv[1]:+.1f}]" if iv else " (no interval)"))
-        paper = f"; paper ({f['paper']['task']}): {f['paper'][f['better']]} vs {f['paper'][f['worse']]}" if f.get("paper") else ""
-        print(f"  [{f['verdict']}] {f['statement']} ({f['column']}): {nums}{paper}")
+        print(f"  [{f['verdict']}] {f['statement']} ({f['column']}): {describe_entry(f)}")

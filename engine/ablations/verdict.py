@@ -124,3 +124,17 @@ def judge(contrast: Contrast, replicates: dict, n_boot: int = N_BOOT, seed: int 
             "replicates": [r["n_a"], r["n_b"]], "dev_examples": r["n_examples"]}
     note = "one replicate each and no per-example scores: no uncertainty to compare against" if r["resampled"] == "nothing" else ""
     return {**entry, "verdict": verdict(r["low"], r["high"]), "ours": ours, "note": note}
+
+
+def describe_entry(entry: dict) -> str:
+    """One line of numbers for a judged finding: ours (percent), the difference with its interval, the paper's."""
+    ours = entry.get("ours")
+    text = entry.get("note") or "no results yet"
+    if ours:
+        iv = ours["interval_95"]
+        text = (f"{100 * ours[entry['better']]:.1f} vs {100 * ours[entry['worse']]:.1f}, difference "
+                f"{100 * ours['difference']:+.1f}" + (f" [{100 * iv[0]:+.1f}, {100 * iv[1]:+.1f}]" if iv else " (no interval)"))
+    paper = entry.get("paper")
+    if paper:
+        text += f"; paper ({paper['task']}): {paper[entry['better']]} vs {paper[entry['worse']]}"
+    return text
