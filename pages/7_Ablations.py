@@ -72,8 +72,18 @@ with tab_new:
         if not study.model:
             steps = o3.number_input("Pre-training steps per variant", min_value=10, max_value=1_000_000, value=study.base.steps,
                                     step=100, key="abl_steps")
+        budget, minutes = "steps", None
+        if not study.model and not study.checkpoint_steps:
+            b1, b2 = st.columns(2)
+            budget = b1.selectbox("Compare the variants at equal", ["steps", "flops", "time"], key="abl_budget",
+                                  format_func={"steps": "steps (the paper's protocol)", "flops": "FLOPs (steps per variant "
+                                               "from its cost per step)", "time": "training time (minutes per run)"}.get)
+            if budget == "time":
+                minutes = b2.number_input("Training minutes per pre-training run", min_value=0.5, max_value=600.0,
+                                          value=5.0, step=0.5, key="abl_budget_minutes")
         evals = tuple(e for e in all_evals if e.name in chosen)
-        study = replace(study, seeds=tuple(range(int(seeds))), evaluations=evals or study.evaluations)
+        study = replace(study, seeds=tuple(range(int(seeds))), evaluations=evals or study.evaluations, budget=budget,
+                        budget_minutes=float(minutes) if minutes is not None else None)
         if steps is not None and steps != study.base.steps:
             study = replace(study, base=replace(study.base, steps=int(steps)))
             if study.checkpoint_steps:

@@ -89,6 +89,10 @@ def test_new_study_tab_shows_study_and_launches(study_root, monkeypatch):
     variants = frame_with(at, "override of the base")
     assert len(variants) == 6 and "mask_ratios = (0.8, 0.2, 0.0)" in variants["override of the base"][2]
     at.selectbox(key="abl_study").set_value("pretraining-tasks").run()
+    at.selectbox(key="abl_budget").set_value("time").run()  # equal training time: every pre-training run stops at M minutes
+    at.number_input(key="abl_budget_minutes").set_value(7.5).run()
+    assert not at.exception and "--max-minutes 7.5" in at.code[0].value
+    at.selectbox(key="abl_budget").set_value("steps").run()
     at.button(key="abl_launch").click().run()
     assert not at.exception, at.exception
     assert len(submitted) == 19 and submitted[0][0] == "pretrain"
