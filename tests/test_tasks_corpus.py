@@ -118,6 +118,9 @@ def test_classroom_tasks_have_2000_unseen_dev_examples():
         tasks = [load_task(n) for n in ("bbc-cloze", "bbc-punct", "bbc-next")]
     except EngineError as e:
         pytest.skip(f"corpora unavailable: {e}")
+    from engine.corpora import load_corpus
+    from engine.tasks.heldout import bbc_documents
+    assert [d for _, d in bbc_documents()] == list(load_corpus("bbc"))  # the documents pre-training indexes
     for t in tasks:
         assert t.info["dev_examples"] >= 2000, t.name
         assert t.info["held_out_documents"] == 111 and t.info["dev_sources"]["held-out bbc"] > 0

@@ -3,9 +3,9 @@ dev text was seen in classroom pre-training.
 
 Classroom pre-training (`python -m engine pretrain`'s defaults) trains on the BBC corpus and holds out the
 documents `engine.pretraining_data.eval_count` and `hold_out` pick (eval_fraction 0.05, seed
-`engine.pretrain.EVAL_SPLIT_SEED`: 111 of the 2,225 articles). `corpus_split` calls that same function, so the two
-can never drift (the in-memory builder `pretrain --corpus bbc` uses; a `pretrain --data CACHE` run from sharded
-`engine prepare` data holds out per block, other documents):
+`engine.pretrain.EVAL_SPLIT_SEED`: 111 of the 2,225 articles). `corpus_split` calls those same two functions, the
+ones the in-memory builder of `pretrain --corpus bbc` uses, so the two can never drift (a `pretrain --data CACHE`
+run from sharded `engine prepare` data holds out per block, other documents; `check_unseen` refuses such studies):
 - train: examples from the BBC articles pre-training trains on (seen text is fine for fine-tuning, as in the
   paper), at most `TRAIN_MAX` of them, a fixed sample (random.Random(SPLIT_SEED));
 - dev: first every example from the held-out BBC articles; 111 articles give fewer than `DEV_MIN` (2,000)
