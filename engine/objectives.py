@@ -37,6 +37,7 @@ class Objective:
     label: str  # how pages and study tables name it
     nsp: bool  # instances are segment pairs A/B labelled IsNext / NotNext, and the model has an NSP head
     causal: bool  # left-to-right: causal attention, labels are the next tokens (no masking)
+    words: str = ""  # what it is in a sentence ("... continued pre-training with <words> on ..."); default: label
 
     @property
     def token(self) -> str:
@@ -85,9 +86,10 @@ class Objective:
         return rec
 
 
-MLM_NSP = Objective("mlm+nsp", "MLM + NSP (BERT)", nsp=True, causal=False)
-MLM = Objective("mlm", "MLM only (No NSP)", nsp=False, causal=False)
-LTR = Objective("ltr", "Left-to-right LM (LTR & No NSP)", nsp=False, causal=True)
+MLM_NSP = Objective("mlm+nsp", "MLM + NSP (BERT)", nsp=True, causal=False,
+                    words="the paper's objectives, masked LM + next sentence prediction")
+MLM = Objective("mlm", "MLM only (No NSP)", nsp=False, causal=False, words="masked LM only")
+LTR = Objective("ltr", "Left-to-right LM (LTR & No NSP)", nsp=False, causal=True, words="a left-to-right LM")
 OBJECTIVES = {o.name: o for o in (MLM_NSP, MLM, LTR)}
 
 

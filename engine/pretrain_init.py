@@ -23,6 +23,7 @@ from pathlib import Path
 import torch
 
 from engine.errors import EngineError
+from engine.objectives import OBJECTIVES
 
 # the run settings an init decides, with the flag that would set them
 ARCH_FIELDS = {"vocab_size": "--vocab-size", "cased": "--cased", "max_positions": "--max-positions",
@@ -156,8 +157,6 @@ _CORPUS_WORDS = {"all": "the built-in text (BBC News, the Wikipedia extract and 
                         "about 3.3M words)",
                  "bbc": "BBC News (2,225 articles)", "wiki": "the Wikipedia extract", "sotu": "the State of the Union "
                  "addresses 1790-2026", "wikivital": "the lead sections of the Wikipedia vital articles"}
-_OBJECTIVE_WORDS = {"mlm+nsp": "the paper's objectives, masked LM + next sentence prediction", "mlm": "masked LM only",
-                    "ltr": "a left-to-right LM"}
 
 
 def model_card(run_info: dict, step: int = None) -> str:
@@ -168,7 +167,8 @@ def model_card(run_info: dict, step: int = None) -> str:
     if not init:
         return ""
     corpus = _CORPUS_WORDS.get(str(cfg.get("corpus")), f"`{cfg.get('corpus')}`")
-    objective = _OBJECTIVE_WORDS.get(cfg.get("objective"), cfg.get("objective"))
+    obj = OBJECTIVES.get(cfg.get("objective"))
+    objective = (obj.words or obj.label) if obj else cfg.get("objective")
     new = (run_info.get("init") or {}).get("heads_new") or []
     heads = f" Its {' and '.join(h.upper() for h in new)} head{'s' if len(new) > 1 else ''} started from the paper's initialisation here." if new else ""
     done = f"{step if step is not None else cfg.get('steps')} steps"
