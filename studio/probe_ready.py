@@ -24,9 +24,10 @@ def run_dir(root) -> Path:
 
 def argv(root) -> list:
     """The job: the recipe's defaults, so the command names only the init, the corpus and the folder."""
-    from engine.pretrain_config import CONTINUED_PRETRAINING, PROBE_READY_INIT
-    return ["pretrain", "--init", PROBE_READY_INIT, "--corpus", CONTINUED_PRETRAINING["corpus"],
-            "--out", str(run_dir(root)), "--quiet"]
+    from engine import cli
+    from engine.pretrain_config import CONTINUED_PRETRAINING, PROBE_READY_INIT, PretrainConfig
+    cfg = PretrainConfig(init=PROBE_READY_INIT, corpus=CONTINUED_PRETRAINING["corpus"], out=str(run_dir(root)), quiet=True)
+    return cli.argv(cfg, only=("init", "corpus", "out", "quiet"))
 
 
 def model_path(root) -> str | None:
@@ -121,8 +122,10 @@ def panel(root) -> None:
         st.warning(f"{d.name} is {status}: {info.get('error') or 'stopped'}")
         if st.button("Resume", key="probe_ready_resume", help="continue from its last checkpoint"):
             with guard("resuming"):
+                from engine import cli
                 from engine import jobs as Q
-                job = Q.submit(["pretrain", "--out", str(d), "--resume", "--quiet"], name=f"{d.name} (resume)",
+                from engine.pretrain_config import PretrainConfig
+                job = Q.submit(cli.resume_argv(PretrainConfig, d, quiet=True), name=f"{d.name} (resume)",
                                run_dir=str(d), root=str(root))
                 st.session_state["probe_ready_job"] = job["id"]
                 st.rerun()

@@ -1,5 +1,5 @@
 """The probe-ready model in one step (studio.probe_ready): the Model page's button queues exactly
-`pretrain --init minilm --corpus all --out <runs>/minilm-continued`, its live progress, its card, and the Probe
+`pretrain --corpus all --init minilm --out <runs>/minilm-continued --quiet`, its live progress, its card, and the Probe
 and Attention pages offering it first. The job queue is replaced by a recorder: no training runs here."""
 import os
 import socket
@@ -59,14 +59,15 @@ def _fake_probe_ready_run(root: Path, bbc_tokenizer, status="finished", step=600
     return d
 
 
+@pytest.mark.slow
 def test_the_button_queues_the_one_step_command(tmp_path, queue):
     at = _app("1_Model.py", tmp_path)
     assert not at.exception and not at.error
-    assert "python -m engine pretrain --init minilm --corpus all --out" in " ".join(c.value for c in at.caption)
+    assert "python -m engine pretrain --corpus all --init minilm --out" in " ".join(c.value for c in at.caption)
     at.button(key="probe_ready_go").click().run()
     assert not at.exception and not at.error
     d = tmp_path / PROBE_READY_RUN
-    assert queue == [{"argv": ["pretrain", "--init", "minilm", "--corpus", "all", "--out", str(d), "--quiet"],
+    assert queue == [{"argv": ["pretrain", "--corpus", "all", "--init", "minilm", "--out", str(d), "--quiet"],
                       "name": PROBE_READY_RUN, "run_dir": str(d), "root": str(tmp_path)}]
     assert probe_ready.argv(tmp_path) == queue[0]["argv"]
     from engine.pretrain import build_parser, config_from_args
@@ -76,6 +77,7 @@ def test_the_button_queues_the_one_step_command(tmp_path, queue):
     assert "probe_ready_go" not in [b.key for b in at.button]  # one job at a time
 
 
+@pytest.mark.slow
 def test_live_progress_while_it_runs(tmp_path, bbc_tokenizer, queue):
     d = _fake_probe_ready_run(tmp_path, bbc_tokenizer, status="running", step=200)
     info = runs.read_run_json(d)  # start_run recorded this process as the writer, so the run counts as live
@@ -90,6 +92,7 @@ def test_live_progress_while_it_runs(tmp_path, bbc_tokenizer, queue):
     assert not queue
 
 
+@pytest.mark.slow
 def test_the_finished_model_has_its_card_and_is_offered_first(tmp_path, bbc_tokenizer):
     d = _fake_probe_ready_run(tmp_path, bbc_tokenizer)
     assert probe_ready.model_path(tmp_path) == str(d)
