@@ -45,6 +45,7 @@ from engine.fileio import atomic_save_with, atomic_write_text
 from engine.heads import last_real_index
 from engine.tasks.batching import pad_batch
 from engine.tasks.describe import describe, describe_lines
+from engine.tasks.glue import TASK_TYPES
 from engine.tasks.registry import feature_task_names
 
 COMBINES = ("concat", "sum", "mean", "weighted", "all-weighted", "last", "second-to-last", "embeddings")
@@ -302,7 +303,7 @@ class FeaturesConfig:
     label_col: Optional[str] = setting(None, "label column; tagging: the tag column (default: the last)")
     token_col: Optional[str] = setting(None, "tagging: the word column (default: the first)")
     header: str = setting("auto", "glue: does the first row name the columns? (default: detect)", choices=("yes", "no", "auto"))
-    task_type: Optional[str] = setting(None, "glue: force classification or regression", choices=("classification", "regression"))
+    task_type: Optional[str] = setting(None, "glue: force classification or regression", choices=TASK_TYPES)
     layers: tuple = setting((-1, -2, -3, -4), "hidden states to combine (0 = embeddings, -1 = last)", parse=cli.ints)
     combine: tuple = setting(("concat",), "concat|sum|mean|weighted|all-weighted|last|second-to-last|embeddings, a comma "
                              "list, or table7 (the paper's six)", parse=cli.words)

@@ -51,6 +51,7 @@ from engine.heads import TaskModel
 from engine.optim import linear_schedule, param_groups
 from engine.tasks.batching import Prepared, length_batches
 from engine.tasks.describe import describe, describe_lines
+from engine.tasks.glue import TASK_TYPES
 from engine.tasks.registry import task_names
 
 HEADER_CHOICES = {"auto": None, "yes": True, "no": False}  # --header -> load_glue(header=...)
@@ -70,7 +71,7 @@ class FinetuneConfig:
     header: str = setting("auto", "glue: does the first row name the columns? yes | no | auto (default: detect by names "
                           "and content)", choices=tuple(HEADER_CHOICES))
     task_type: Optional[str] = setting(None, "glue: force classification or regression (default: detect)",
-                                       choices=("classification", "regression"))
+                                       choices=TASK_TYPES)
     metric: Optional[str] = setting(None, "the selection metric: accuracy | f1 | f1_macro | mcc (classification), pearson | "
                                     "spearman (regression), f1 | precision | recall (tagging), f1 | exact (squad); "
                                     "default: the task's")

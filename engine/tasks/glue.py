@@ -36,6 +36,7 @@ from engine.tasks.batching import Prepared, pad_batch, predict
 from engine.tasks.describe import collapse_warning
 from engine.tasks.tables import find_column, read_table
 
+TASK_TYPES = ("classification", "regression")  # --task-type: what a glue task predicts (detected when not given)
 PAIR_COLUMNS = [("sentence1", "sentence2"), ("question1", "question2"), ("question", "sentence"),
                 ("premise", "hypothesis"), ("text_a", "text_b"), ("#1 string", "#2 string")]
 SINGLE_COLUMNS = ["sentence", "text", "text_a", "review", "content", "document"]
@@ -228,8 +229,8 @@ def load_glue(train, dev=None, name: str = None, text_a=None, text_b=None, label
     force. `task_type`: "classification", "regression" or None (detect). `metric`: the selection metric (one
     of the applicable ones); `metrics`: the full list instead, first = the selection metric."""
     train = Path(train)
-    if task_type not in (None, "classification", "regression"):
-        raise EngineError(f"task type {task_type!r} is not known; use --task-type classification or regression")
+    if task_type is not None and task_type not in TASK_TYPES:
+        raise EngineError(f"task type {task_type!r} is not known; use --task-type {' or '.join(TASK_TYPES)}")
     cols = {"text_a": text_a, "text_b": text_b, "label": label}
     if text_a is None and label is None and header is not True:
         names = set(KNOWN_NAMES)
