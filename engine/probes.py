@@ -633,8 +633,67 @@ def model_summary(bundle) -> dict:
 # ---------------------------------------------------------------------------------------------------------
 # CLI
 
-def main(argv) -> int:
-    """`python -m engine probe --model M --fill "..." | --nsp A B | --attention A [B] | --probe-set`"""
+def _notes_text(notes) -> str:
+    return "".join(f"\nnote: {n}" for n in notes)
+
+
+def _cli_fill(bundle, a) -> tuple:
+    """(JSON object, text) of `--fill`."""
+    preds = fill_mask(bundle, a.fill, top_k=a.top_k, text_pair=a.pair)
+    obj = {"model": model_name(bundle), "tokens": preds.tokens, "masks": [[{"token": t, "prob": round(p, 6)} for t, p in m] for m in preds],
+           "truncated": preds.truncated, "notes": preds.notes}
+    lines = [f"{model_name(bundle)}: {' '.join(preds.tokens)}"]
+    for i, m in enumerate(preds):
+        lines.append(f"[MASK] {i + 1}: " + "  ".join(f"{t} {p:.3f}" for t, p in m))
+    return obj, "\n".join(lines) + _notes_text(preds.notes)
+
+
+def _cli_nsp(bundle, a) -> tuple:
+    """(JSON object, text) of `--nsp A B`."""
+    p = next_sentence(bundle, a.nsp[0], a.nsp[1])
+    return ({"model": model_name(bundle), "p_isnext": float(p), "tokens": p.tokens, "truncated": p.truncated, "notes": p.notes},
+            f"{model_name(bundle)}: P(IsNext) = {float(p):.4f} ({'IsNext' if p > 0.5 else 'NotNext'})" + _notes_text(p.notes))
+
+
+def _cli_attention(bundle, a) -> tuple:
+    """(JSON object, text) of `--attention A [B]`, or with `--compare MODEL2` the per-head difference."""
+    from engine.checkpoint import load
+    sa, sb = a.attention[0], (a.attention[1] if len(a.attention) > 1 else None)
+    if a.compare:
+        r = compare_attention(bundle, load(a.compare), sa, sb, max_length=a.max_length)
+        obj = {"models": list(r["names"]), "metric": r["metric"], "tokens": list(r["tokens"]),
+               "diff": np.round(r["diff"], 5).tolist(), "top": [{"layer": l, "head": h, "value": round(v, 5)} for l, h, v in r["top"]],
+               "truncated": r["truncated"], "notes": r["notes"]}
+        lines = [f"{r['names'][0]} vs {r['names'][1]}: per-head Jensen-Shannon divergence (bits), mean over tokens"
+                 if r["metric"] == "jsd" else f"{r['names'][0]} vs {r['names'][1]}: per-head mean |delta attention|"]
+        lines += [f"layer {l} head {h}: {v:.4f}" for l, h, v in r["top"]]
+        return obj, "\n".join(lines) + _notes_text(r["notes"])
+    tokens, att = attention(bundle, sa, sb, max_length=a.max_length)
+    obj = {"model": model_name(bundle), "tokens": list(tokens), "shape": list(att.shape),
+           "attention": np.round(att, 4).tolist(), "truncated": tokens.truncated, "notes": tokens.notes}
+    L, A, T, _ = att.shape
+    lines = [f"{model_name(bundle)}: {T} tokens, {L} layers x {A} heads; attention shape {att.shape}", " ".join(tokens)]
+    for l in range(L):
+        for h in range(A):
+            most = att[l, h].argmax(axis=-1)  # (T,) the key each query attends to most
+            pairs = ", ".join(f"{tokens[i]}->{tokens[j]}" for i, j in enumerate(most[:12]))
+            lines.append(f"layer {l + 1} head {h + 1}: {pairs}{' ...' if T > 12 else ''}")
+    return obj, "\n".join(lines) + _notes_text(tokens.notes)
+
+
+def _cli_probe_set(bundle, a) -> tuple:
+    """(JSON object, text) of `--probe-set`."""
+    r = probe_set_accuracy(bundle, top_k=a.top_k)
+
+    def pct(x):
+        return "n/a" if x is None else f"{100 * x:.1f}%"
+
+    return ({k: v for k, v in r.items()},
+            f"{model_name(bundle)}: cloze top-1 {pct(r['cloze_top1'])}, top-{r['top_k']} {pct(r['cloze_topk'])} "
+            f"({r['cloze_n']} items); next sentence {pct(r['nsp_acc'])} ({r['nsp_n']} pairs)" + _notes_text(r["notes"]))
+
+
+def _cli_parser():
     import argparse
 
     ap = argparse.ArgumentParser(prog="python -m engine probe",
@@ -650,7 +709,12 @@ def main(argv) -> int:
     ap.add_argument("--max-length", type=int, default=None, help="with --attention: truncate to this many WordPieces")
     ap.add_argument("--compare", metavar="MODEL2", help="with --attention: per-head difference against a second model")
     ap.add_argument("--json", action="store_true", help="print JSON instead of text")
-    a = ap.parse_args(argv)
+    return ap
+
+
+def main(argv) -> int:
+    """`python -m engine probe --model M --fill "..." | --nsp A B | --attention A [B] | --probe-set`"""
+    a = _cli_parser().parse_args(argv)
     if a.attention and len(a.attention) > 2:
         raise EngineError("--attention takes one sentence or two (A B); quote each sentence")
     for text in [a.fill, a.pair, *(a.nsp or []), *(a.attention or [])]:
@@ -661,58 +725,9 @@ def main(argv) -> int:
                               f"type it in a UTF-8 terminal (or pass the bytes as UTF-8)") from None
     from engine.checkpoint import load
     bundle = load(a.model)
-
-    def emit(obj, text):
-        print(json.dumps(obj, indent=1) if a.json else text)
-
-    def notes_text(notes):
-        return "".join(f"\nnote: {n}" for n in notes)
-
-    if a.fill is not None:
-        preds = fill_mask(bundle, a.fill, top_k=a.top_k, text_pair=a.pair)
-        obj = {"model": model_name(bundle), "tokens": preds.tokens, "masks": [[{"token": t, "prob": round(p, 6)} for t, p in m] for m in preds],
-               "truncated": preds.truncated, "notes": preds.notes}
-        lines = [f"{model_name(bundle)}: {' '.join(preds.tokens)}"]
-        for i, m in enumerate(preds):
-            lines.append(f"[MASK] {i + 1}: " + "  ".join(f"{t} {p:.3f}" for t, p in m))
-        emit(obj, "\n".join(lines) + notes_text(preds.notes))
-    elif a.nsp is not None:
-        p = next_sentence(bundle, a.nsp[0], a.nsp[1])
-        emit({"model": model_name(bundle), "p_isnext": float(p), "tokens": p.tokens, "truncated": p.truncated, "notes": p.notes},
-             f"{model_name(bundle)}: P(IsNext) = {float(p):.4f} ({'IsNext' if p > 0.5 else 'NotNext'})" + notes_text(p.notes))
-    elif a.attention is not None:
-        sa, sb = a.attention[0], (a.attention[1] if len(a.attention) > 1 else None)
-        if a.compare:
-            other = load(a.compare)
-            r = compare_attention(bundle, other, sa, sb, max_length=a.max_length)
-            obj = {"models": list(r["names"]), "metric": r["metric"], "tokens": list(r["tokens"]),
-                   "diff": np.round(r["diff"], 5).tolist(), "top": [{"layer": l, "head": h, "value": round(v, 5)} for l, h, v in r["top"]],
-                   "truncated": r["truncated"], "notes": r["notes"]}
-            lines = [f"{r['names'][0]} vs {r['names'][1]}: per-head Jensen-Shannon divergence (bits), mean over tokens"
-                     if r["metric"] == "jsd" else f"{r['names'][0]} vs {r['names'][1]}: per-head mean |delta attention|"]
-            lines += [f"layer {l} head {h}: {v:.4f}" for l, h, v in r["top"]]
-            emit(obj, "\n".join(lines) + notes_text(r["notes"]))
-        else:
-            tokens, att = attention(bundle, sa, sb, max_length=a.max_length)
-            obj = {"model": model_name(bundle), "tokens": list(tokens), "shape": list(att.shape),
-                   "attention": np.round(att, 4).tolist(), "truncated": tokens.truncated, "notes": tokens.notes}
-            L, A, T, _ = att.shape
-            lines = [f"{model_name(bundle)}: {T} tokens, {L} layers x {A} heads; attention shape {att.shape}", " ".join(tokens)]
-            for l in range(L):
-                for h in range(A):
-                    most = att[l, h].argmax(axis=-1)  # (T,) the key each query attends to most
-                    pairs = ", ".join(f"{tokens[i]}->{tokens[j]}" for i, j in enumerate(most[:12]))
-                    lines.append(f"layer {l + 1} head {h + 1}: {pairs}{' ...' if T > 12 else ''}")
-            emit(obj, "\n".join(lines) + notes_text(tokens.notes))
-    else:
-        r = probe_set_accuracy(bundle, top_k=a.top_k)
-
-        def pct(x):
-            return "n/a" if x is None else f"{100 * x:.1f}%"
-
-        emit({k: v for k, v in r.items()},
-             f"{model_name(bundle)}: cloze top-1 {pct(r['cloze_top1'])}, top-{r['top_k']} {pct(r['cloze_topk'])} "
-             f"({r['cloze_n']} items); next sentence {pct(r['nsp_acc'])} ({r['nsp_n']} pairs)" + notes_text(r["notes"]))
+    report = _cli_fill if a.fill is not None else _cli_nsp if a.nsp is not None else _cli_attention if a.attention is not None else _cli_probe_set
+    obj, text = report(bundle, a)
+    print(json.dumps(obj, indent=1) if a.json else text)
     return 0
 
 
