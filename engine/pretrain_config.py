@@ -35,7 +35,7 @@ def _precisions() -> tuple:
 # (1,500 steps) at step 500: the fresh MLM transform and NSP head want the larger rate, and the encoder survives it.
 # 600 steps (about half a pass over the 3.3M words) is what fits about 25-30 minutes on a 2-core CPU with
 # native bf16. THE ONE PLACE to tune the recipe.
-CONTINUED_PRETRAINING = dict(corpus="all", objective="mlm+nsp", seq_len=128, batch_size=32, steps=600, lr=5e-4,
+CONTINUED_PRETRAINING = dict(corpus="all", objective=MLM_NSP.name, seq_len=128, batch_size=32, steps=600, lr=5e-4,
                              warmup=40, eval_every=100, save_every=100, log_every=10)
 PROBE_READY_RUN = "minilm-continued"  # the run folder the studio's one-step button writes under the runs root
 PROBE_READY_INIT = "minilm"
