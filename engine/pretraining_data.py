@@ -636,6 +636,51 @@ def token_dtype(vocab_size: int):
     return np.uint16 if vocab_size <= 65536 else np.int32
 
 
+def _check_build_args(docs, seq_len, max_positions, short_seq_prob, dupe_factor, eval_fraction) -> None:
+    """build_pretraining_data's settings, each refused with one line naming the fix."""
+    if not isinstance(seq_len, (int, np.integer)) or seq_len < 8:
+        raise EngineError(f"sequence length {seq_len} is too short; use at least 8 (the paper uses 128, then 512)")
+    if max_positions is not None and seq_len > max_positions:
+        raise EngineError(f"sequence length {seq_len} exceeds the model's {max_positions} positions; lower seq_len or use a model with more max_position_embeddings")
+    if not 0.0 <= short_seq_prob <= 1.0:
+        raise EngineError(f"short_seq_prob {short_seq_prob} must be between 0 and 1; the paper's code uses 0.1")
+    if not isinstance(dupe_factor, (int, np.integer)) or dupe_factor < 1:
+        raise EngineError(f"dupe factor {dupe_factor} must be a whole number >= 1")
+    if not 0.0 <= eval_fraction < 1.0:
+        raise EngineError(f"--eval-fraction {eval_fraction} must be in [0, 1); e.g. 0.05 holds out 5% of the documents")
+    if docs is None or len(docs) == 0:
+        raise EngineError("the corpus is empty; give at least one document with text")
+
+
+def _publish(cache_dir: Path, folder_name: str, tokenizer, train_inst: list, eval_inst: list, config: dict) -> None:
+    """Write the instances under a temporary name, config.json last, then rename the folder into place (atomic;
+    when another process published the same key first, theirs is kept)."""
+    final = cache_dir / folder_name
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    _remove_stale_tmp(cache_dir, folder_name)
+    if final.exists() and not (final / "config.json").is_file():
+        shutil.rmtree(final, ignore_errors=True)  # not ours to trust: never published complete
+    tmp = cache_dir / f".tmp-{folder_name}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    dtype = token_dtype(tokenizer.vocab_size)
+    try:
+        tmp.mkdir(parents=True)
+        _write_split(tmp / "train", train_inst, tokenizer.cls_id, tokenizer.sep_id, dtype)
+        if config["has_eval"]:
+            _write_split(tmp / "eval", eval_inst, tokenizer.cls_id, tokenizer.sep_id, dtype)
+        _save_npy(tmp / "continuation.npy", continuation_ids(tokenizer))
+        atomic_write_json(tmp / "config.json", config)  # written last
+        try:
+            os.rename(tmp, final)  # atomic; fails if another process published the same key first
+        except OSError as e:
+            if e.errno not in (errno.ENOTEMPTY, errno.EEXIST) or not (final / "config.json").is_file():
+                raise
+    except OSError as e:
+        raise EngineError(f"could not write pre-training data to {cache_dir}: {e.strerror or e}; free disk space or pick another cache folder")
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
 def build_pretraining_data(docs, tokenizer, seq_len: int = 128, objective: str = MLM_NSP.name, seed: int = 0,
                            cache_dir=None, short_seq_prob: float = 0.1, dupe_factor: int = 1,
                            eval_fraction: float = 0.05, eval_seed: int = 0, max_positions: Optional[int] = None,
@@ -649,18 +694,7 @@ def build_pretraining_data(docs, tokenizer, seq_len: int = 128, objective: str =
     by `eval_seed`, with their instances built from `eval_seed` too (same across training seeds).
     """
     obj = get_objective(objective)
-    if not isinstance(seq_len, (int, np.integer)) or seq_len < 8:
-        raise EngineError(f"sequence length {seq_len} is too short; use at least 8 (the paper uses 128, then 512)")
-    if max_positions is not None and seq_len > max_positions:
-        raise EngineError(f"sequence length {seq_len} exceeds the model's {max_positions} positions; lower seq_len or use a model with more max_position_embeddings")
-    if not 0.0 <= short_seq_prob <= 1.0:
-        raise EngineError(f"short_seq_prob {short_seq_prob} must be between 0 and 1; the paper's code uses 0.1")
-    if not isinstance(dupe_factor, (int, np.integer)) or dupe_factor < 1:
-        raise EngineError(f"dupe factor {dupe_factor} must be a whole number >= 1")
-    if not 0.0 <= eval_fraction < 1.0:
-        raise EngineError(f"--eval-fraction {eval_fraction} must be in [0, 1); e.g. 0.05 holds out 5% of the documents")
-    if docs is None or len(docs) == 0:
-        raise EngineError("the corpus is empty; give at least one document with text")
+    _check_build_args(docs, seq_len, max_positions, short_seq_prob, dupe_factor, eval_fraction)
     name = corpus_name or (getattr(docs, "info", None) or {}).get("name") or "custom"
     docs = _normalise_docs(docs)
 
@@ -695,35 +729,12 @@ def build_pretraining_data(docs, tokenizer, seq_len: int = 128, objective: str =
     if not train_inst:
         raise EngineError("the documents are too short to make any pre-training instance; give longer documents or a lower seq_len")
 
-    # ---- write under a temporary name, then rename into place
-    cache_dir.mkdir(parents=True, exist_ok=True)
-    _remove_stale_tmp(cache_dir, folder_name)
-    if final.exists() and not (final / "config.json").is_file():
-        shutil.rmtree(final, ignore_errors=True)  # not ours to trust: never published complete
-    tmp = cache_dir / f".tmp-{folder_name}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
-    dtype = token_dtype(tokenizer.vocab_size)
-    try:
-        tmp.mkdir(parents=True)
-        _write_split(tmp / "train", train_inst, tokenizer.cls_id, tokenizer.sep_id, dtype)
-        if n_eval:
-            _write_split(tmp / "eval", eval_inst, tokenizer.cls_id, tokenizer.sep_id, dtype)
-        _save_npy(tmp / "continuation.npy", continuation_ids(tokenizer))
-        config = {**keyed, "key": key, "corpus_name": name, "tokenizer": tok_info, "has_eval": bool(n_eval),
-                  "documents": {"total": len(docs), "usable": len(tokenized), "train": len(train_docs), "eval": len(eval_docs)},
-                  "eval_documents": [d for d, _ in eval_docs],
-                  "instances": {"train": len(train_inst), "eval": len(eval_inst)},
-                  "token_dtype": np.dtype(dtype).name}
-        atomic_write_json(tmp / "config.json", config)  # written last
-        try:
-            os.rename(tmp, final)  # atomic; fails if another process published the same key first
-        except OSError as e:
-            if e.errno not in (errno.ENOTEMPTY, errno.EEXIST) or not (final / "config.json").is_file():
-                raise
-    except OSError as e:
-        raise EngineError(f"could not write pre-training data to {cache_dir}: {e.strerror or e}; free disk space or pick another cache folder")
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
+    config = {**keyed, "key": key, "corpus_name": name, "tokenizer": tok_info, "has_eval": bool(n_eval),
+              "documents": {"total": len(docs), "usable": len(tokenized), "train": len(train_docs), "eval": len(eval_docs)},
+              "eval_documents": [d for d, _ in eval_docs],
+              "instances": {"train": len(train_inst), "eval": len(eval_inst)},
+              "token_dtype": np.dtype(token_dtype(tokenizer.vocab_size)).name}
+    _publish(cache_dir, folder_name, tokenizer, train_inst, eval_inst, config)
     out = open_pretraining_data(final)
     out.from_cache = False
     return out
