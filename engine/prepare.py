@@ -285,12 +285,8 @@ def _file_stats(files: list) -> list:
     return out
 
 
-def prepare(cfg: PrepareConfig, log=print) -> dict:
-    """Prepare part i/n of `cfg.corpus` into `cfg.out` (see the module docstring). Returns the part's
-    manifest, plus this run's "seconds" (reading, tokenizing, building and writing: the preparation proper),
-    "tokenizer_training_s" (reading the corpus files' list and training the vocabulary, when not given) and
-    "peak_rss_mb" (`peak_rss_mb`)."""
-    obj = get_objective(cfg.objective)
+def _check_prepare_args(cfg: PrepareConfig) -> None:
+    """The settings prepare() refuses, each with one line naming the fix."""
     if cfg.seq_len < 8:
         raise EngineError(f"--seq-len {cfg.seq_len} is too short; use at least 8 (the paper uses 128, then 512)")
     if not 0.0 <= cfg.short_seq_prob <= 1.0:
@@ -299,6 +295,46 @@ def prepare(cfg: PrepareConfig, log=print) -> dict:
         raise EngineError("--dupe-factor and --workers must be at least 1, --block-docs at least 2")
     if not 0.0 <= cfg.eval_fraction < 1.0:
         raise EngineError(f"--eval-fraction {cfg.eval_fraction} must be in [0, 1)")
+
+
+def _part_tokenizer(cfg: PrepareConfig, folder: Path, files: list, log):
+    """The part's vocabulary: --tokenizer, else an interrupted run's (saved before its settings.json), else one
+    trained on a sample of the part's files."""
+    from engine.tokenizer import Tokenizer
+    if cfg.tokenizer:
+        return Tokenizer.from_file(cfg.tokenizer)
+    if (folder / "settings.json").is_file():
+        return Tokenizer.from_file(folder / "tokenizer")
+    log(f"training a {cfg.vocab_size}-token WordPiece vocabulary on about {cfg.tokenizer_sample_words:,} words ...")
+    return train_sampled_tokenizer(files, cfg.vocab_size, not cfg.cased, cfg.tokenizer_sample_words, cfg.text_field)
+
+
+def _open_part_folder(folder: Path, settings: dict, tok, log) -> None:
+    """Continue an unfinished preparation with the same settings (its finished shards kept, half-written ones
+    removed), or start the part's folder afresh: its tokenizer, the continuation ids, then settings.json."""
+    if (folder / "settings.json").is_file():
+        old = json.loads((folder / "settings.json").read_text(encoding="utf-8"))
+        if old != settings:
+            raise EngineError(f"{folder} holds an unfinished preparation with other settings or files; delete it or choose another --out")
+        for p in folder.glob(".tmp-*"):
+            shutil.rmtree(p, ignore_errors=True)  # a killed run's half-written shard
+        log(f"continuing the unfinished preparation in {folder}: finished shards are kept")
+        return
+    if folder.exists():
+        shutil.rmtree(folder)  # no settings.json: nothing in it can be trusted
+    folder.mkdir(parents=True)
+    tok.save(folder / "tokenizer")
+    _save_npy(folder / "continuation.npy", continuation_ids(tok))
+    atomic_write_json(folder / "settings.json", settings)
+
+
+def prepare(cfg: PrepareConfig, log=print) -> dict:
+    """Prepare part i/n of `cfg.corpus` into `cfg.out` (see the module docstring). Returns the part's
+    manifest, plus this run's "seconds" (reading, tokenizing, building and writing: the preparation proper),
+    "tokenizer_training_s" (reading the corpus files' list and training the vocabulary, when not given) and
+    "peak_rss_mb" (`peak_rss_mb`)."""
+    obj = get_objective(cfg.objective)
+    _check_prepare_args(cfg)
     part, parts = parse_part(cfg.part)
     if parts > 1 and not cfg.tokenizer:
         raise EngineError("--part needs --tokenizer: every part must use the same vocabulary (train one first with "
@@ -314,14 +350,7 @@ def prepare(cfg: PrepareConfig, log=print) -> dict:
         log(f"{folder} is already prepared ({manifest['instances']['train']} training instances)")
         return manifest
 
-    from engine.tokenizer import Tokenizer
-    if cfg.tokenizer:
-        tok = Tokenizer.from_file(cfg.tokenizer)
-    elif (folder / "settings.json").is_file():
-        tok = Tokenizer.from_file(folder / "tokenizer")  # an interrupted run's vocabulary (saved before settings.json)
-    else:
-        log(f"training a {cfg.vocab_size}-token WordPiece vocabulary on about {cfg.tokenizer_sample_words:,} words ...")
-        tok = train_sampled_tokenizer(files, cfg.vocab_size, not cfg.cased, cfg.tokenizer_sample_words, cfg.text_field)
+    tok = _part_tokenizer(cfg, folder, files, log)
     tinfo = token_info(tok)
     settings = {"format": FORMAT_VERSION, "vocab_sha256": tinfo["vocab_sha256"], "lowercase": tinfo["lowercase"],
                 "seq_len": int(cfg.seq_len), "objective": cfg.objective, "seed": int(cfg.seed),
@@ -329,20 +358,7 @@ def prepare(cfg: PrepareConfig, log=print) -> dict:
                 "eval_fraction": float(cfg.eval_fraction), "eval_seed": int(cfg.eval_seed),
                 "block_docs": int(cfg.block_docs), "block_chars": int(cfg.block_chars), "text_field": cfg.text_field,
                 "part": part, "parts": parts, "files": _file_stats(files)}
-    if (folder / "settings.json").is_file():
-        old = json.loads((folder / "settings.json").read_text(encoding="utf-8"))
-        if old != settings:
-            raise EngineError(f"{folder} holds an unfinished preparation with other settings or files; delete it or choose another --out")
-        for p in folder.glob(".tmp-*"):
-            shutil.rmtree(p, ignore_errors=True)  # a killed run's half-written shard
-        log(f"continuing the unfinished preparation in {folder}: finished shards are kept")
-    else:
-        if folder.exists():
-            shutil.rmtree(folder)  # no settings.json: nothing in it can be trusted
-        folder.mkdir(parents=True)
-        tok.save(folder / "tokenizer")
-        _save_npy(folder / "continuation.npy", continuation_ids(tok))
-        atomic_write_json(folder / "settings.json", settings)
+    _open_part_folder(folder, settings, tok, log)
 
     hasher = hashlib.sha256()
     t_build = time.time()  # preparation proper, without training the vocabulary
