@@ -1,6 +1,6 @@
-"""Rules the test suite keeps for a newcomer: no test edits sys.path (pytest.ini's `pythonpath = .` puts the
-repository on it), no test module imports another (shared fixtures live in tests/conftest.py), and tests say what
-they check rather than which issue asked for it."""
+"""Rules that keep the code readable for a newcomer: no test edits sys.path (pytest.ini's `pythonpath = .` puts
+the repository on it), no test module imports another (shared fixtures live in tests/conftest.py), tests say what
+they check rather than which issue asked for it, and no function in engine/ runs over 80 lines."""
 import ast
 import re
 from pathlib import Path
@@ -34,3 +34,12 @@ def test_tests_do_not_point_at_issue_numbers():
     found = [f"{p.name}:{i}" for p in sorted(TESTS.glob("*.py")) if p.name != Path(__file__).name
              for i, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1) if re.search(r"\bissue\s+\d+", line, re.I)]
     assert not found, f"{found}: say what the test checks; the issue tracker is not part of the repository"
+
+
+def test_engine_functions_fit_on_a_screen():
+    """No function in engine/ runs over 80 lines (docstring included): a longer one is split into named steps."""
+    engine = TESTS.parent / "engine"
+    long = [f"{path.relative_to(engine.parent)}:{n.lineno} {n.name} ({n.end_lineno - n.lineno + 1} lines)"
+            for path in sorted(engine.rglob("*.py")) for n in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+            if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.end_lineno - n.lineno + 1 > 80]
+    assert not long, f"{long}: split each into named steps"
