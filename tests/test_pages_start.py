@@ -44,7 +44,7 @@ def test_empty_runs_folder_shows_four_open_steps_times_and_the_paper_tables(tmp_
     minutes = start.MINUTES["pretrain"][0 if precision == "bf16" else 1]
     assert f"{minutes:.0f} minutes" in steps[1] and "BENCHMARKS.md" in steps[1] or device == "cuda"
     assert not any("✅" in m.value for m in at.markdown)  # nothing done yet
-    cmd = f"python -m engine pretrain --init minilm --corpus all --out {tmp_path / 'runs' / 'minilm-continued'}"
+    cmd = f"python -m engine pretrain --corpus all --init minilm --out {tmp_path / 'runs' / 'minilm-continued'}"
     assert start.probe_ready_command(tmp_path / "runs") == cmd
     assert any(cmd in c.value and "Model page's button" in c.value for c in at.caption)  # how to make it
     # the paper's numbers, before anything has run
