@@ -232,3 +232,31 @@ def plotly():
     """plotly.charts(at): {id: figure JSON} of an AppTest run; plotly.titled(at, prefix): the figures whose title
     starts with prefix; plotly.array(x): a plotly JSON array as numpy."""
     return SimpleNamespace(charts=_plotly_charts, titled=_plotly_titled, array=_plotly_array)
+
+
+@pytest.fixture(scope="session")
+def engine_cli():
+    """`python -m engine ARGS` in-process (the same entry point): engine_cli(args) -> (exit code, stdout, stderr)."""
+    import io
+    from contextlib import redirect_stderr, redirect_stdout
+    from engine.__main__ import run
+
+    def call(args):
+        out, err = io.StringIO(), io.StringIO()
+        with redirect_stdout(out), redirect_stderr(err):
+            code = run([str(a) for a in args])
+        return code, out.getvalue(), err.getvalue()
+    return call
+
+
+@pytest.fixture(scope="session")
+def one_line_error():
+    """one_line_error(code, err, pattern): the command exited 2 with one `error: ...` line (no traceback) that
+    mentions `pattern`."""
+    def check(code, err, pattern):
+        assert code == 2, err
+        lines = [l for l in err.strip().splitlines() if l.strip()]
+        assert lines and lines[-1].startswith("error: "), err
+        assert "Traceback" not in err, err
+        assert pattern.lower() in lines[-1].lower(), lines[-1]
+    return check

@@ -1,7 +1,7 @@
 """Fault injection, round two: no command destroys a finished result, no signal reaches a stranger,
 no foreign page drives the studio, and bad input or a full disk gives one line instead of a traceback.
 Each test here is a row of RELIABILITY.md."""
-import io
+import importlib
 import json
 import os
 import random
@@ -9,7 +9,6 @@ import re
 import subprocess
 import sys
 import time
-from contextlib import redirect_stderr, redirect_stdout
 from pathlib import Path
 
 import pytest
@@ -17,28 +16,11 @@ import torch
 
 import engine
 from engine import runs
-from engine.__main__ import run as cli
 from engine.errors import EngineError
 
 pytestmark = pytest.mark.slow  # fault injection with real processes, training and pages
 
 REPO = Path(__file__).resolve().parents[1]
-
-
-def _cli(args):
-    """`python -m engine ARGS` in-process; returns (code, stdout, stderr)."""
-    out, err = io.StringIO(), io.StringIO()
-    with redirect_stdout(out), redirect_stderr(err):
-        code = cli([str(a) for a in args])
-    return code, out.getvalue(), err.getvalue()
-
-
-def _one_line_error(code, err, pattern):
-    assert code == 2, err
-    lines = [l for l in err.strip().splitlines() if l.strip()]
-    assert lines and lines[-1].startswith("error: "), err
-    assert "Traceback" not in err, err
-    assert pattern.lower() in lines[-1].lower(), lines[-1]
 
 
 def _snapshot(folder: Path) -> dict:
@@ -68,7 +50,7 @@ def _feat_args(ck, files, out, combine="last,mean"):
 
 
 # ------------------------------------------------------------------ 1. no command overwrites another run
-def test_finetune_and_features_refuse_a_folder_that_holds_a_run(tmp_path, tiny_checkpoint, task_files):
+def test_finetune_and_features_refuse_a_folder_that_holds_a_run(tmp_path, tiny_checkpoint, task_files, engine_cli, one_line_error):
     pre = tmp_path / "pre"
     pre.mkdir()
     runs.write_run_json(pre, kind="pretrain", status="finished", config={"seq_len": 64, "mask_ratios": [0.8, 0.1, 0.1]})
@@ -76,23 +58,23 @@ def test_finetune_and_features_refuse_a_folder_that_holds_a_run(tmp_path, tiny_c
     before = _snapshot(pre)
     for args in (_ft_args(tiny_checkpoint, task_files, pre, "1e-3"), _feat_args(tiny_checkpoint, task_files, pre, "last"),
                  _ft_args(tiny_checkpoint, task_files, pre, "1e-3") + ["--resume"]):
-        code, _, err = _cli(args)
-        _one_line_error(code, err, "pretrain")
+        code, _, err = engine_cli(args)
+        one_line_error(code, err, "pretrain")
         assert _snapshot(pre) == before  # nothing written, not even a lock file
     # a second fine-tune into a finished fine-tune's folder keeps the first one's results
     ft = tmp_path / "ft"
-    code, _, err = _cli(_ft_args(tiny_checkpoint, task_files, ft, "1e-3"))
+    code, _, err = engine_cli(_ft_args(tiny_checkpoint, task_files, ft, "1e-3"))
     assert code == 0, err
     before = _snapshot(ft)
-    code, _, err = _cli(_ft_args(tiny_checkpoint, task_files, ft, "5e-4"))
-    _one_line_error(code, err, "already holds a finetune run; continue it with --resume")
+    code, _, err = engine_cli(_ft_args(tiny_checkpoint, task_files, ft, "5e-4"))
+    one_line_error(code, err, "already holds a finetune run; continue it with --resume")
     assert _snapshot(ft) == before
     # resuming it with other settings is refused too
-    code, _, err = _cli(_ft_args(tiny_checkpoint, task_files, ft, "5e-4") + ["--resume"])
-    _one_line_error(code, err, "was started with lr=[0.001]")
+    code, _, err = engine_cli(_ft_args(tiny_checkpoint, task_files, ft, "5e-4") + ["--resume"])
+    one_line_error(code, err, "was started with lr=[0.001]")
     assert _snapshot(ft) == before
-    code, _, err = _cli(["finetune", "--out", tmp_path / "nothing", "--resume"])
-    _one_line_error(code, err, "--model is required")
+    code, _, err = engine_cli(["finetune", "--out", tmp_path / "nothing", "--resume"])
+    one_line_error(code, err, "--model is required")
 
 
 # ------------------------------------------------------------------ 2, 3. resume at trial granularity; Retry keeps results
@@ -100,12 +82,12 @@ class _Kill(KeyboardInterrupt):
     pass
 
 
-def test_finetune_resumes_at_trial_granularity_and_retry_never_destroys(tmp_path, tiny_checkpoint, task_files, monkeypatch):
+def test_finetune_resumes_at_trial_granularity_and_retry_never_destroys(tmp_path, tiny_checkpoint, task_files, monkeypatch, engine_cli):
     from engine.finetune import build_parser, config_from_args, finetune
     from engine.jobs import retry_argv
 
     straight = tmp_path / "straight"
-    code, _, err = _cli(_ft_args(tiny_checkpoint, task_files, straight))
+    code, _, err = engine_cli(_ft_args(tiny_checkpoint, task_files, straight))
     assert code == 0, err
     full = json.loads((straight / "eval.json").read_text())
 
@@ -125,7 +107,7 @@ def test_finetune_resumes_at_trial_granularity_and_retry_never_destroys(tmp_path
     job = {"argv": [str(a) for a in _ft_args(tiny_checkpoint, task_files, out)], "run_dir": str(out)}
     argv = retry_argv(job)
     assert argv[-1] == "--resume"
-    code, _, err = _cli(argv)
+    code, _, err = engine_cli(argv)
     assert code == 0, err
     assert "1 of 3 trials finished" in err
     ev = json.loads((out / "eval.json").read_text())
@@ -137,16 +119,16 @@ def test_finetune_resumes_at_trial_granularity_and_retry_never_destroys(tmp_path
     assert steps == sorted(set(steps))  # every step logged once
     # Retry of the finished job changes nothing: eval.json and metrics.jsonl stay
     before = {k: v for k, v in _snapshot(out).items() if k in ("eval.json", "metrics.jsonl")}
-    code, _, err = _cli(retry_argv(job))
+    code, _, err = engine_cli(retry_argv(job))
     assert code == 0, err
     after = {k: v for k, v in _snapshot(out).items() if k in ("eval.json", "metrics.jsonl")}
     assert json.loads(after["eval.json"])["trials"] == json.loads(before["eval.json"])["trials"]
     assert after["metrics.jsonl"] == before["metrics.jsonl"]
 
 
-def test_features_resume_keeps_finished_combinations(tmp_path, tiny_checkpoint, task_files, monkeypatch):
+def test_features_resume_keeps_finished_combinations(tmp_path, tiny_checkpoint, task_files, monkeypatch, engine_cli):
     from engine.jobs import retry_argv
-    FE = sys.modules["engine.features"]
+    FE = importlib.import_module("engine.features")  # the module (engine.extract_features is its function)
 
     out = tmp_path / "feat"
     real, calls = FE.logreg_eval, []
@@ -157,13 +139,13 @@ def test_features_resume_keeps_finished_combinations(tmp_path, tiny_checkpoint, 
             raise _Kill()
         return real(*a, **k)
     monkeypatch.setattr(FE, "logreg_eval", dying)
-    code, _, err = _cli(_feat_args(tiny_checkpoint, task_files, out))
+    code, _, err = engine_cli(_feat_args(tiny_checkpoint, task_files, out))
     assert code == 130, err
     first = json.loads((out / "eval.json").read_text())
     assert [r["combine"] for r in first["results"]] == ["last"]
     monkeypatch.setattr(FE, "logreg_eval", real)
     argv = retry_argv({"argv": [str(a) for a in _feat_args(tiny_checkpoint, task_files, out)], "run_dir": str(out)})
-    code, _, err = _cli(argv)
+    code, _, err = engine_cli(argv)
     assert code == 0, err
     ev = json.loads((out / "eval.json").read_text())
     assert [r["combine"] for r in ev["results"]] == ["last", "mean"] and ev["results"][0] == first["results"][0]
@@ -204,7 +186,7 @@ def _pretrain_args(corpus, out, steps=6, extra=()):
             "--eval-every", "6", "--eval-max-instances", "8", "--num-threads", "1", "--seed", "3", "--quiet", *extra, "--out", out]
 
 
-def test_retry_of_a_pretrain_run_killed_before_its_first_checkpoint_starts_it_again(tmp_path, small_corpus, monkeypatch):
+def test_retry_of_a_pretrain_run_killed_before_its_first_checkpoint_starts_it_again(tmp_path, small_corpus, monkeypatch, engine_cli):
     from engine.jobs import retry_argv
     import engine.pretrain_loop as P
     out = tmp_path / "early"
@@ -215,10 +197,10 @@ def test_retry_of_a_pretrain_run_killed_before_its_first_checkpoint_starts_it_ag
     monkeypatch.setattr(P, "checkpoint", crash)
     args = [str(a) for a in _pretrain_args(small_corpus, out)]
     with pytest.raises(RuntimeError):
-        _cli(args)
+        engine_cli(args)
     assert runs.latest_checkpoint(out) is None and runs.read_run_json(out)["status"] == "failed"
     monkeypatch.setattr(P, "checkpoint", real)
-    code, _, err = _cli(retry_argv({"argv": args[:], "run_dir": str(out)}))
+    code, _, err = engine_cli(retry_argv({"argv": args[:], "run_dir": str(out)}))
     assert code == 0, err
     assert runs.read_run_json(out)["status"] == "finished" and runs.checkpoint_step(runs.latest_checkpoint(out)) == 6
 
@@ -351,12 +333,12 @@ def tiny_fs(tmp_path):
     subprocess.run(["umount", "-l", str(mnt)], capture_output=True)
 
 
-def test_a_real_full_disk_gives_one_line_and_keeps_what_was_saved(tiny_fs, small_corpus, monkeypatch):
+def test_a_real_full_disk_gives_one_line_and_keeps_what_was_saved(tiny_fs, small_corpus, monkeypatch, engine_cli, one_line_error):
     monkeypatch.setenv("BERT_STUDIO_CACHE", str(tiny_fs / "cache"))  # the pre-training cache fills the disk too
     out = tiny_fs / "run"
     args = _pretrain_args(small_corpus, out, steps=30, extra=["--hidden", "64", "--vocab-size", "1000"])
-    code, _, err = _cli(args)
-    _one_line_error(code, err, "No space left on device")
+    code, _, err = engine_cli(args)
+    one_line_error(code, err, "No space left on device")
     info = runs.read_run_json(out)
     assert info["status"] == "failed" and "No space left on device" in info["error"]
     assert runs.lock_holder(out) is None  # the lock was given back
@@ -372,11 +354,11 @@ def test_a_real_full_disk_gives_one_line_and_keeps_what_was_saved(tiny_fs, small
             pass
     for args in (["finetune", "--model", "minilm", "--task", "bbc-topic", "--out", tiny_fs / "ft"],
                  _pretrain_args(small_corpus, tiny_fs / "run2")):
-        code, _, err = _cli(args)
-        _one_line_error(code, err, "No space left on device")
+        code, _, err = engine_cli(args)
+        one_line_error(code, err, "No space left on device")
 
 
-def test_faked_full_disk_in_every_writer_gives_one_line(tmp_path, small_corpus, monkeypatch):
+def test_faked_full_disk_in_every_writer_gives_one_line(tmp_path, small_corpus, monkeypatch, engine_cli, one_line_error):
     """Where no tmpfs can be mounted: the libraries' own wordings of ENOSPC, raised where they write."""
     import safetensors.torch
     # safetensors wraps the OS error in its own exception type
@@ -386,8 +368,8 @@ def test_faked_full_disk_in_every_writer_gives_one_line(tmp_path, small_corpus, 
     def no_room(*a, **k):
         raise SafetensorError("Error while serializing: IoError(Os { code: 28, kind: StorageFull, message: \"No space left on device\" })")
     monkeypatch.setattr(safetensors.torch, "save_file", no_room)
-    code, _, err = _cli(_pretrain_args(small_corpus, tmp_path / "a"))
-    _one_line_error(code, err, "No space left on device")
+    code, _, err = engine_cli(_pretrain_args(small_corpus, tmp_path / "a"))
+    one_line_error(code, err, "No space left on device")
     assert "No space left on device" in runs.read_run_json(tmp_path / "a")["error"]
     monkeypatch.undo()
     # torch.save of the optimizer state (written after the weights)
@@ -398,13 +380,13 @@ def test_faked_full_disk_in_every_writer_gives_one_line(tmp_path, small_corpus, 
             raise RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos 987456 vs 987344: No space left on device")
         return real(obj, f, *a, **k)
     monkeypatch.setattr(torch, "save", torch_no_room)
-    code, _, err = _cli(_pretrain_args(small_corpus, tmp_path / "b"))
-    _one_line_error(code, err, "No space left on device")
+    code, _, err = engine_cli(_pretrain_args(small_corpus, tmp_path / "b"))
+    one_line_error(code, err, "No space left on device")
     assert not list((tmp_path / "b" / "checkpoints").glob(".tmp*"))
 
 
 # ------------------------------------------------------------------ 18. out of memory: one line naming the fix
-def test_out_of_memory_is_one_line_naming_the_fix(tmp_path, tiny_checkpoint, task_files, monkeypatch):
+def test_out_of_memory_is_one_line_naming_the_fix(tmp_path, tiny_checkpoint, task_files, monkeypatch, engine_cli, one_line_error):
     from engine.heads import TaskModel
     real = TaskModel.forward
 
@@ -413,8 +395,8 @@ def test_out_of_memory_is_one_line_naming_the_fix(tmp_path, tiny_checkpoint, tas
         return real(self, *a, **k)
     monkeypatch.setattr(TaskModel, "forward", greedy)
     out = tmp_path / "oom"
-    code, _, err = _cli(_ft_args(tiny_checkpoint, task_files, out, "1e-3"))
-    _one_line_error(code, err, "out of memory")
+    code, _, err = engine_cli(_ft_args(tiny_checkpoint, task_files, out, "1e-3"))
+    one_line_error(code, err, "out of memory")
     assert "--batch-size" in err and "--grad-accum" in err
     info = runs.read_run_json(out)
     assert info["status"] == "failed" and info["error"].startswith("out of memory") and "\n" not in info["error"]
@@ -492,7 +474,7 @@ def _copy_ck(src, dst, config=None, tensors=None):
     ({"num_hidden_layers": 1}, "says 1 layers but the weights have 2"),
     ({"max_position_embeddings": 4096}, "does not match the weights"),
 ])
-def test_bad_config_json_is_one_line_before_any_allocation(tmp_path, tiny_checkpoint, monkeypatch, change, pattern):
+def test_bad_config_json_is_one_line_before_any_allocation(tmp_path, tiny_checkpoint, monkeypatch, change, pattern, engine_cli, one_line_error):
     from engine import model as M
     bad = _copy_ck(tiny_checkpoint, tmp_path / "bad", config=change)
     built = []
@@ -500,8 +482,8 @@ def test_bad_config_json_is_one_line_before_any_allocation(tmp_path, tiny_checkp
     with pytest.raises(EngineError, match=re.escape(pattern)):
         engine.load(bad)
     assert not built  # refused before the model was constructed
-    code, _, err = _cli(["probe", "--model", bad, "--fill", "the [MASK] rose"])
-    _one_line_error(code, err, pattern)
+    code, _, err = engine_cli(["probe", "--model", bad, "--fill", "the [MASK] rose"])
+    one_line_error(code, err, pattern)
 
 
 @pytest.mark.parametrize("damage,pattern", [
@@ -511,12 +493,12 @@ def test_bad_config_json_is_one_line_before_any_allocation(tmp_path, tiny_checkp
      "not floating point"),
     (lambda sd: sd["bert.pooler.dense.weight"].view(-1)[7:8].view(torch.int32).bitwise_or_(1 << 30), "far beyond"),
 ])
-def test_damaged_weights_are_refused_at_load(tmp_path, tiny_checkpoint, damage, pattern):
+def test_damaged_weights_are_refused_at_load(tmp_path, tiny_checkpoint, damage, pattern, engine_cli, one_line_error):
     bad = _copy_ck(tiny_checkpoint, tmp_path / "bad", tensors=damage)
     with pytest.raises(EngineError, match=pattern):
         engine.load(bad)
-    code, _, err = _cli(["probe", "--model", bad, "--fill", "the [MASK] rose"])
-    _one_line_error(code, err, pattern)
+    code, _, err = engine_cli(["probe", "--model", bad, "--fill", "the [MASK] rose"])
+    one_line_error(code, err, pattern)
 
 
 # ------------------------------------------------------------------ 14 (flags), 16. bad input: one line, nothing created
@@ -536,25 +518,25 @@ def test_damaged_weights_are_refused_at_load(tmp_path, tiny_checkpoint, damage, 
     ("features", ["--lr", "inf"], "--lr inf is not a finite number"),
     ("features", ["--num-threads", "0"], "--num-threads 0 must be at least 1"),
 ])
-def test_bad_numbers_are_one_line_and_create_nothing(tmp_path, small_corpus, cmd, flags, pattern):
+def test_bad_numbers_are_one_line_and_create_nothing(tmp_path, small_corpus, cmd, flags, pattern, engine_cli, one_line_error):
     out = tmp_path / "out"
     base = {"pretrain": ["pretrain", "--corpus", small_corpus, "--steps", "3"],
             "finetune": ["finetune", "--model", "minilm", "--task", "bbc-topic"],
             "features": ["features", "--model", "minilm", "--task", "bbc-topic"]}[cmd]
-    code, _, err = _cli(base + flags + ["--out", out])
-    _one_line_error(code, err, pattern)
+    code, _, err = engine_cli(base + flags + ["--out", out])
+    one_line_error(code, err, pattern)
     assert not out.exists()
 
 
-def test_non_utf8_probe_text_and_a_symlink_loop_name_are_one_line(tmp_path, tiny_checkpoint, small_corpus, monkeypatch):
-    code, _, err = _cli(["probe", "--model", tiny_checkpoint, "--fill", "caf\udce9 [MASK] ."])  # bytes b"caf\xe9" under a UTF-8 locale
-    _one_line_error(code, err, "is not valid UTF-8")
+def test_non_utf8_probe_text_and_a_symlink_loop_name_are_one_line(tmp_path, tiny_checkpoint, small_corpus, monkeypatch, engine_cli, one_line_error):
+    code, _, err = engine_cli(["probe", "--model", tiny_checkpoint, "--fill", "caf\udce9 [MASK] ."])  # bytes b"caf\xe9" under a UTF-8 locale
+    one_line_error(code, err, "is not valid UTF-8")
     root = tmp_path / "runs"
     root.mkdir()
     (root / "loop").symlink_to("loop")
     monkeypatch.setenv("BERT_STUDIO_RUNS", str(root))
-    code, _, err = _cli(["pretrain", "--corpus", small_corpus, "--name", "loop"])
-    _one_line_error(code, err, "symlink loop")
+    code, _, err = engine_cli(["pretrain", "--corpus", small_corpus, "--name", "loop"])
+    one_line_error(code, err, "symlink loop")
 
 
 def test_hand_edited_metrics_and_an_unreadable_run_json_keep_the_pretrain_page_working(tmp_path):
@@ -583,7 +565,7 @@ def test_hand_edited_metrics_and_an_unreadable_run_json_keep_the_pretrain_page_w
 
 
 # ------------------------------------------------------------------ 4. a second signal does not abort the cancel checkpoint
-def test_a_second_sigterm_while_saving_keeps_the_cancel_checkpoint(tmp_path, small_corpus, monkeypatch):
+def test_a_second_sigterm_while_saving_keeps_the_cancel_checkpoint(tmp_path, small_corpus, monkeypatch, engine_cli):
     import signal as sig
 
     import engine.pretrain_loop as P
@@ -598,38 +580,38 @@ def test_a_second_sigterm_while_saving_keeps_the_cancel_checkpoint(tmp_path, sma
         return real(*a, **k)
     monkeypatch.setattr(P, "checkpoint", signalling_checkpoint)
     out = tmp_path / "twice"
-    code, _, err = _cli(_pretrain_args(small_corpus, out, steps=12))
+    code, _, err = engine_cli(_pretrain_args(small_corpus, out, steps=12))
     assert code == 130, err
     info = runs.read_run_json(out)
     assert info["status"] == "cancelled" and "cancelled by SIGTERM at step 4; continue with --resume" in info["error"]
     assert runs.checkpoint_step(runs.latest_checkpoint(out)) == 4  # the cancel checkpoint was written
     monkeypatch.setattr(P, "checkpoint", real)
-    code, _, err = _cli(["pretrain", "--out", out, "--resume"])
+    code, _, err = engine_cli(["pretrain", "--out", out, "--resume"])
     assert code == 0, err
     assert runs.read_run_json(out)["status"] == "finished"
 
 
 # ------------------------------------------------------------------ 5. resume checks the corpus and its settings
-def test_resume_refuses_a_changed_corpus_or_lost_settings(tmp_path, small_corpus, bbc_docs):
+def test_resume_refuses_a_changed_corpus_or_lost_settings(tmp_path, small_corpus, bbc_docs, engine_cli, one_line_error):
     from studio.uploads import save_upload
     corpus = tmp_path / "corpus.txt"
     corpus.write_bytes(small_corpus.read_bytes())
     out = tmp_path / "run"
-    code, _, err = _cli(_pretrain_args(corpus, out, steps=6, extra=["--stop-after", "3"]))
+    code, _, err = engine_cli(_pretrain_args(corpus, out, steps=6, extra=["--stop-after", "3"]))
     assert code == 0, err
     # the corpus file is overwritten in place (an upload of the same name did that on the Pre-train page)
     corpus.write_text("\n\n".join(" ".join(d) for d in bbc_docs[1::41]), encoding="utf-8")
-    code, _, err = _cli(["pretrain", "--out", out, "--resume"])
-    _one_line_error(code, err, "changed since the run started")
+    code, _, err = engine_cli(["pretrain", "--out", out, "--resume"])
+    one_line_error(code, err, "changed since the run started")
     corpus.write_bytes(small_corpus.read_bytes())
     # run.json deleted (the old advice for an unreadable one): the settings cannot be established
     saved = (out / "run.json").read_bytes()
     (out / "run.json").unlink()
-    code, _, err = _cli(["pretrain", "--out", out, "--resume"])
-    _one_line_error(code, err, "settings")
+    code, _, err = engine_cli(["pretrain", "--out", out, "--resume"])
+    one_line_error(code, err, "settings")
     assert runs.checkpoint_step(runs.latest_checkpoint(out)) == 3  # nothing trained on defaults
     (out / "run.json").write_bytes(saved)
-    code, _, err = _cli(["pretrain", "--out", out, "--resume"])
+    code, _, err = engine_cli(["pretrain", "--out", out, "--resume"])
     assert code == 0, err
     # uploads are content-addressed: same name, other text, another file
     root = tmp_path / "studio"
@@ -639,15 +621,15 @@ def test_resume_refuses_a_changed_corpus_or_lost_settings(tmp_path, small_corpus
 
 
 # ------------------------------------------------------------------ 6. a corrupt latest checkpoint: resume from the one before
-def test_resume_falls_back_from_a_corrupt_latest_checkpoint(tmp_path, small_corpus):
+def test_resume_falls_back_from_a_corrupt_latest_checkpoint(tmp_path, small_corpus, engine_cli):
     out = tmp_path / "run"
-    code, _, err = _cli(_pretrain_args(small_corpus, out, steps=12, extra=["--stop-after", "6"]))
+    code, _, err = engine_cli(_pretrain_args(small_corpus, out, steps=12, extra=["--stop-after", "6"]))
     assert code == 0, err
     latest = runs.latest_checkpoint(out)
     assert runs.checkpoint_step(latest) == 6
     weights = latest / "model.safetensors"
     weights.write_bytes(weights.read_bytes()[: weights.stat().st_size // 2])  # truncated
-    code, outp, err = _cli(["pretrain", "--out", out, "--resume"])
+    code, outp, err = engine_cli(["pretrain", "--out", out, "--resume"])
     assert code == 0, err
     assert "step-6" in err and "resuming from step-3 instead" in err
     info = runs.read_run_json(out)
@@ -657,7 +639,7 @@ def test_resume_falls_back_from_a_corrupt_latest_checkpoint(tmp_path, small_corp
 
 
 # ------------------------------------------------------------------ 14. a diverging run stops as failed, keeping its finite checkpoint
-def test_non_finite_loss_fails_the_run_and_keeps_the_last_finite_checkpoint(tmp_path, small_corpus, monkeypatch):
+def test_non_finite_loss_fails_the_run_and_keeps_the_last_finite_checkpoint(tmp_path, small_corpus, monkeypatch, engine_cli, one_line_error):
     import engine.pretrain_loop as P
     real = P.forward_loss
 
@@ -670,19 +652,19 @@ def test_non_finite_loss_fails_the_run_and_keeps_the_last_finite_checkpoint(tmp_
     P_state = {"step": 0}
     monkeypatch.setattr(P, "forward_loss", diverging)
     out = tmp_path / "nan"
-    code, _, err = _cli(_pretrain_args(small_corpus, out, steps=12))
-    _one_line_error(code, err, "loss became NaN or inf at step 5")
+    code, _, err = engine_cli(_pretrain_args(small_corpus, out, steps=12))
+    one_line_error(code, err, "loss became NaN or inf at step 5")
     info = runs.read_run_json(out)
     assert info["status"] == "failed" and "lower --lr" in info["error"]
     assert runs.checkpoint_step(runs.latest_checkpoint(out)) == 3
     engine.load(runs.latest_checkpoint(out))  # finite: it loads (loading refuses NaN weights)
 
 
-def test_non_finite_finetune_loss_is_one_line(tmp_path, tiny_checkpoint, task_files, monkeypatch):
+def test_non_finite_finetune_loss_is_one_line(tmp_path, tiny_checkpoint, task_files, monkeypatch, engine_cli, one_line_error):
     from engine.heads import TaskModel
     real = TaskModel.loss
     monkeypatch.setattr(TaskModel, "loss", lambda self, logits, batch: real(self, logits, batch) * float("nan"))
     out = tmp_path / "nan"
-    code, _, err = _cli(_ft_args(tiny_checkpoint, task_files, out, "1e-3"))
-    _one_line_error(code, err, "loss became NaN or inf at step 1")
+    code, _, err = engine_cli(_ft_args(tiny_checkpoint, task_files, out, "1e-3"))
+    one_line_error(code, err, "loss became NaN or inf at step 1")
     assert runs.read_run_json(out)["status"] == "failed"

@@ -3,7 +3,6 @@
 Each case does the fault for real and checks the outcome: the message, the exit code, and that nothing that
 existed before was lost or overwritten.
 """
-import io
 import json
 import os
 import random
@@ -11,7 +10,6 @@ import signal
 import subprocess
 import sys
 import time
-from contextlib import redirect_stderr, redirect_stdout
 from pathlib import Path
 
 import pytest
@@ -20,25 +18,8 @@ from safetensors.torch import load_file
 
 import engine
 from engine import runs
-from engine.__main__ import run as cli
 
 REPO = Path(__file__).resolve().parents[1]
-
-
-def _cli(args):
-    """Run `python -m engine ARGS` in-process (the same entry point); returns (code, stdout, stderr)."""
-    out, err = io.StringIO(), io.StringIO()
-    with redirect_stdout(out), redirect_stderr(err):
-        code = cli([str(a) for a in args])
-    return code, out.getvalue(), err.getvalue()
-
-
-def _one_line_error(code, err, pattern):
-    assert code == 2, err
-    lines = [l for l in err.strip().splitlines() if l.strip()]
-    assert lines and lines[-1].startswith("error: "), err
-    assert "Traceback" not in err
-    assert pattern.lower() in lines[-1].lower(), lines[-1]
 
 
 @pytest.fixture(scope="module")
@@ -176,7 +157,7 @@ def test_disk_full_during_a_checkpoint_marks_the_run_failed_and_keeps_the_previo
 
 
 @pytest.mark.slow
-def test_truncated_checkpoint_in_a_run_is_reported(tmp_path, tiny_checkpoint):
+def test_truncated_checkpoint_in_a_run_is_reported(tmp_path, tiny_checkpoint, engine_cli, one_line_error):
     import shutil
 
     run_dir = tmp_path / "r"
@@ -185,13 +166,13 @@ def test_truncated_checkpoint_in_a_run_is_reported(tmp_path, tiny_checkpoint):
     final = runs.publish_checkpoint(tmp, run_dir / "checkpoints" / "step-5") or (run_dir / "checkpoints" / "step-5")
     f = Path(final) / "model.safetensors"
     f.write_bytes(f.read_bytes()[:1000])
-    code, _, err = _cli(["probe", "--model", run_dir, "--nsp", "a", "b"])
-    _one_line_error(code, err, "corrupt or truncated")
+    code, _, err = engine_cli(["probe", "--model", run_dir, "--nsp", "a", "b"])
+    one_line_error(code, err, "corrupt or truncated")
 
 
 # --------------------------------------------------------------------------- locks and names
 @pytest.mark.slow
-def test_run_directory_locked_by_a_live_process_and_by_a_dead_one(tmp_path, small_corpus):
+def test_run_directory_locked_by_a_live_process_and_by_a_dead_one(tmp_path, small_corpus, engine_cli, one_line_error):
     d = tmp_path / "locked"
     holder = subprocess.Popen([sys.executable, "-c",
                                "import sys, time; from engine.runs import RunLock; "
@@ -199,8 +180,8 @@ def test_run_directory_locked_by_a_live_process_and_by_a_dead_one(tmp_path, smal
                               cwd=REPO, stdout=subprocess.PIPE, text=True)  # `python -c` imports from its cwd
     try:
         assert holder.stdout.readline().strip() == "held"
-        code, _, err = _cli(_pretrain_args(small_corpus, d))
-        _one_line_error(code, err, "in use by process")
+        code, _, err = engine_cli(_pretrain_args(small_corpus, d))
+        one_line_error(code, err, "in use by process")
         assert not (d / "run.json").exists()  # nothing was written
     finally:
         holder.kill()
@@ -213,9 +194,9 @@ def test_run_directory_locked_by_a_live_process_and_by_a_dead_one(tmp_path, smal
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name", ["../escape", "/etc/passwd", "a/../../b", "..", ".hidden", "x\0y"])
-def test_path_traversal_run_names_are_refused(tmp_path, name, monkeypatch, small_corpus):
+def test_path_traversal_run_names_are_refused(tmp_path, name, monkeypatch, small_corpus, engine_cli):
     monkeypatch.setenv("BERT_STUDIO_RUNS", str(tmp_path / "runs"))
-    code, _, err = _cli(["pretrain", "--corpus", small_corpus, "--name", name, "--steps", "1"])
+    code, _, err = engine_cli(["pretrain", "--corpus", small_corpus, "--name", name, "--steps", "1"])
     assert code == 2 and "error:" in err and "Traceback" not in err
     assert not (tmp_path / "escape").exists()
     with pytest.raises(engine.EngineError):
@@ -233,7 +214,7 @@ def test_symlink_run_dir_cannot_escape(tmp_path):
 
 # --------------------------------------------------------------------------- bad input through the CLI
 @pytest.mark.slow
-def test_bad_pretrain_inputs_are_one_line_errors_and_overwrite_nothing(tmp_path, small_corpus):
+def test_bad_pretrain_inputs_are_one_line_errors_and_overwrite_nothing(tmp_path, small_corpus, engine_cli, one_line_error):
     existing = tmp_path / "existing"
     existing.mkdir()
     (existing / "run.json").write_text(json.dumps({"kind": "pretrain", "status": "finished"}))
@@ -259,15 +240,15 @@ def test_bad_pretrain_inputs_are_one_line_errors_and_overwrite_nothing(tmp_path,
         (["--corpus", short, "--objective", "mlm", "--vocab-size", "100", "--seq-len", "64", "--batch-size", "64", "--out", tmp_path / "i"], ""),
     ]
     for extra, pattern in cases:
-        code, _, err = _cli(base + extra)
-        _one_line_error(code, err, pattern)
+        code, _, err = engine_cli(base + extra)
+        one_line_error(code, err, pattern)
     assert (existing / "run.json").read_text() == before
     for letter in "abcdefghi":
         assert not (tmp_path / letter / "run.json").exists()
 
 
 @pytest.mark.slow
-def test_bad_probe_and_finetune_inputs(tmp_path, tiny_checkpoint):
+def test_bad_probe_and_finetune_inputs(tmp_path, tiny_checkpoint, engine_cli, one_line_error):
     import shutil
 
     # a checkpoint whose vocabulary does not match its embeddings
@@ -275,29 +256,29 @@ def test_bad_probe_and_finetune_inputs(tmp_path, tiny_checkpoint):
     shutil.copytree(tiny_checkpoint, bad)
     lines = (bad / "vocab.txt").read_text().splitlines()
     (bad / "vocab.txt").write_text("\n".join(lines[:100]) + "\n")
-    code, _, err = _cli(["probe", "--model", bad, "--fill", "the [MASK] rose"])
-    _one_line_error(code, err, "vocab.txt has 100 tokens")
+    code, _, err = engine_cli(["probe", "--model", bad, "--fill", "the [MASK] rose"])
+    one_line_error(code, err, "vocab.txt has 100 tokens")
     # MiniLM has no MLM head
-    code, _, err = _cli(["probe", "--model", "minilm", "--fill", "the [MASK] rose"])
-    _one_line_error(code, err, "no MLM head")
+    code, _, err = engine_cli(["probe", "--model", "minilm", "--fill", "the [MASK] rose"])
+    one_line_error(code, err, "no MLM head")
     # probe text over the model's positions is truncated, and the output says so
     long_text = "the [MASK] rose . " + " ".join(["word"] * 300)
-    code, out, err = _cli(["probe", "--model", tiny_checkpoint, "--fill", long_text, "--json"])
+    code, out, err = engine_cli(["probe", "--model", tiny_checkpoint, "--fill", long_text, "--json"])
     assert code == 0, err
     assert "truncat" in (out + err).lower()
     # a task file with the wrong columns names the file and what was expected
     train = tmp_path / "train.tsv"
     train.write_text("id\ttext\tgold\n1\tgood movie\t1\n2\tbad movie\t0\n")
-    code, _, err = _cli(["finetune", "--model", tiny_checkpoint, "--task", "glue", "--train", train, "--dev", train,
+    code, _, err = engine_cli(["finetune", "--model", tiny_checkpoint, "--task", "glue", "--train", train, "--dev", train,
                          "--epochs", "1", "--out", tmp_path / "ft"])
-    _one_line_error(code, err, "train.tsv")
+    one_line_error(code, err, "train.tsv")
     # an unknown dev label names the line
     dev = tmp_path / "dev.tsv"
     train.write_text("sentence\tlabel\ngood movie\t1\nbad movie\t0\n")
     dev.write_text("sentence\tlabel\nfine movie\t1\nodd movie\tmaybe\n")
-    code, _, err = _cli(["finetune", "--model", tiny_checkpoint, "--task", "glue", "--train", train, "--dev", dev,
+    code, _, err = engine_cli(["finetune", "--model", tiny_checkpoint, "--task", "glue", "--train", train, "--dev", dev,
                          "--epochs", "1", "--out", tmp_path / "ft2"])
-    _one_line_error(code, err, "maybe")
+    one_line_error(code, err, "maybe")
 
 
 @pytest.mark.slow
