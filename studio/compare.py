@@ -167,9 +167,10 @@ def differing_settings(entries) -> pd.DataFrame:
         keys += [k for k in e.config if k not in keys and k not in NOT_SETTINGS]
     vals = {k: [json.dumps(e.config.get(k), sort_keys=True, default=str) for e in entries] for k in keys}
     diff = [k for k in keys if len(set(vals[k])) > 1]
-    rows = [{"run": e.label, "kind": e.kind, **{k: e.config.get(k, "—") for k in diff}} for e in entries]
-    df = pd.DataFrame(rows, columns=["run", "kind", *diff])
-    return df.astype({k: str for k in diff}) if diff else df
+    # as text: a layer count stays "6" beside a run without one ("—"), not 6.0 beside NaN
+    rows = [{"run": e.label, "kind": e.kind, **{k: "—" if e.config.get(k) is None else str(e.config[k]) for k in diff}}
+            for e in entries]
+    return pd.DataFrame(rows, columns=["run", "kind", *diff])
 
 
 def comparison_figure(cv: dict, metric: str, x: str, grouped: bool = False) -> go.Figure:
