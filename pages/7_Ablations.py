@@ -24,6 +24,16 @@ def variants_frame(study: A.Study) -> pd.DataFrame:
                          for v in study.variants])
 
 
+def paper_numbers(study_name: str) -> None:
+    """The paper's own table for this study (engine.paper_tables), in an expander; nothing for a study it lacks."""
+    t = paper_tables.PAPER_TABLES.get(study_name)
+    if t is None:
+        return
+    with st.expander(f"The paper's numbers: {t.title}"):
+        st.dataframe(paper_tables.frame(study_name), hide_index=True, width="stretch")
+        st.caption(t.note)
+
+
 def base_frame(study: A.Study) -> pd.DataFrame:
     if study.model:
         return pd.DataFrame([{"setting": "model", "value": f"{study.model} (evaluated as is, no pre-training)"}])
@@ -50,11 +60,7 @@ with tab_new:
     if study is not None:
         st.markdown(f"**{study.title}.** {study.description}")
         st.info(f"**The paper's finding:** {study.finding}")
-        if study.name in paper_tables.PAPER_TABLES:
-            t = paper_tables.PAPER_TABLES[study.name]
-            with st.expander(f"The paper's numbers: {t.title}"):
-                st.dataframe(paper_tables.frame(study.name), hide_index=True, width="stretch")
-                st.caption(t.note)
+        paper_numbers(study.name)
         c1, c2 = st.columns([1, 2])
         c1.markdown("**Base configuration**")
         c1.dataframe(base_frame(study), hide_index=True, width="stretch")
@@ -136,11 +142,7 @@ with tab_results:
                 st.markdown("**Results** (dev scores in %, mean ± std over seeds, n = seeds finished)")
                 st.dataframe(res.table, width="stretch")
                 st.download_button("Download CSV", res.to_csv(), file_name=f"{pick}.csv", mime="text/csv", key="abl_csv")
-                if res.study.name in paper_tables.PAPER_TABLES:
-                    t = paper_tables.PAPER_TABLES[res.study.name]
-                    with st.expander(f"The paper's numbers: {t.title}"):
-                        st.dataframe(paper_tables.frame(res.study.name), hide_index=True, width="stretch")
-                        st.caption(t.note)
+                paper_numbers(res.study.name)
             with right:
                 st.markdown("**The paper's finding**")
                 st.info(res.finding)
