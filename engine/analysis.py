@@ -194,13 +194,10 @@ def value_weighted_from(att: np.ndarray, norms: np.ndarray) -> np.ndarray:
 def value_weighted_attention(bundle, text_a: str, text_b: str = None):
     """(tokens, vw, att): the WordPieces, the value-weighted norms (L, A, T, T) (not normalised; divide each row
     by its sum to compare with the weights) and the plain attention weights (L, A, T, T)."""
-    from engine.probes import AttentionTokens, _causal_note, _encode, _forward
-    enc, truncated, notes = _encode(bundle, text_a, text_b)
-    out = _forward(bundle, enc, output_attentions=True, output_hidden_states=True)
-    att = torch.stack([x[0] for x in out.attentions]).float().cpu().numpy()  # (L, A, T, T)
+    from engine.probes import attention_and_output
+    tokens, att, out = attention_and_output(bundle, text_a, text_b, output_hidden_states=True)
     with torch.no_grad():
         norms = value_norms(bundle.model, out.hidden_states)
-    tokens = AttentionTokens(enc.tokens, enc.type_ids, enc.special_tokens_mask, truncated, notes + _causal_note(bundle))
     return tokens, value_weighted_from(att, norms), att
 
 
@@ -247,8 +244,8 @@ def _mlm_loss(model, ids, tt, am, pos, labels, causal: bool) -> float:
 def head_importance(bundle, texts, seed: int = 0) -> np.ndarray:
     """(L, A) numpy: held-out MLM loss with head (l, h) masked minus the loss with every head (Michel et al.).
     The result also carries `.base_loss` (the loss with every head) and `.n_positions` (masked pieces scored)."""
-    from engine.probes import _require_head
-    _require_head(bundle, "mlm")
+    from engine.probes import require_head
+    require_head(bundle, "mlm")
     model = bundle.model
     dev = next(model.parameters()).device
     ids, tt, am, pos, labels = (t.to(dev) for t in _masked_batch(bundle, texts, seed))

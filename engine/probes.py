@@ -96,7 +96,8 @@ def model_name(bundle) -> str:
     return p.name or str(p)
 
 
-def _require_head(bundle, head: str) -> None:
+def require_head(bundle, head: str) -> None:
+    """EngineError naming the fix when `bundle` lacks its "mlm" or "nsp" head."""
     missing = bundle.info.get("missing_heads") or []
     model = bundle.model
     if head == "mlm":
@@ -175,7 +176,7 @@ def _causal_note(bundle) -> list:
 
 def fill_mask(bundle, text: str, top_k: int = 5, text_pair: str = None) -> MaskPredictions:
     """Top-k (token, probability) for each [MASK] in `text` (and `text_pair`), in order of appearance."""
-    _require_head(bundle, "mlm")
+    require_head(bundle, "mlm")
     top_k = int(top_k)
     if top_k < 1:
         raise EngineError(f"top_k must be at least 1 (got {top_k})")
@@ -206,7 +207,7 @@ def fill_mask(bundle, text: str, top_k: int = 5, text_pair: str = None) -> MaskP
 
 def next_sentence(bundle, a: str, b: str) -> NextSentenceProbability:
     """P(IsNext) that `b` follows `a`, from the NSP head on [CLS] (paper 3.1, task #2)."""
-    _require_head(bundle, "nsp")
+    require_head(bundle, "nsp")
     if not isinstance(b, str) or not b.strip():
         raise EngineError("sentence B is empty; next-sentence prediction needs two sentences")
     enc, truncated, notes = _encode(bundle, a, b)
@@ -218,11 +219,18 @@ def next_sentence(bundle, a: str, b: str) -> NextSentenceProbability:
 def attention(bundle, a: str, b: str = None, max_length: int = None):
     """(tokens, att): the WordPieces and every layer's attention probabilities, numpy (L, A, T, T) float32.
     att[l, h, i, j] is how much query token i attends to key token j in layer l+1, head h+1; rows sum to 1."""
+    tokens, att, _ = attention_and_output(bundle, a, b, max_length=max_length)
+    return tokens, att
+
+
+def attention_and_output(bundle, a: str, b: str = None, max_length: int = None, output_hidden_states: bool = False):
+    """(tokens, att, out): `attention` plus the model's output of that one forward pass (with every layer's
+    hidden states when `output_hidden_states`), for analyses that need more than the weights."""
     enc, truncated, notes = _encode(bundle, a, b, max_length=max_length)
-    out = _forward(bundle, enc, output_attentions=True)
+    out = _forward(bundle, enc, output_attentions=True, output_hidden_states=output_hidden_states)
     att = torch.stack([x[0] for x in out.attentions]).float().cpu().numpy()  # (L, A, T, T)
     tokens = AttentionTokens(enc.tokens, enc.type_ids, enc.special_tokens_mask, truncated, notes + _causal_note(bundle))
-    return tokens, att
+    return tokens, att, out
 
 
 def _same_vocab(b1, b2) -> bool:
