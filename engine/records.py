@@ -99,13 +99,19 @@ def trial_scores(ev: dict, metric: str) -> list:
     return out
 
 
-def read_eval(run_dir) -> dict:
-    """eval.json of a run as a dict; {} when the run has none (yet) or it cannot be read."""
+def read_json_or_empty(path) -> dict:
+    """A JSON object file as a dict; {} when it is missing, unreadable or not an object (for listings that must
+    not fail on one bad folder; runs.read_run_json is the strict reader)."""
     try:
-        data = json.loads((Path(run_dir) / EVAL_JSON).read_text(encoding="utf-8"))
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return {}
     return data if isinstance(data, dict) else {}
+
+
+def read_eval(run_dir) -> dict:
+    """eval.json of a run as a dict; {} when the run has none (yet) or it cannot be read."""
+    return read_json_or_empty(Path(run_dir) / EVAL_JSON)
 
 
 def write_eval(run_dir, data: dict) -> None:

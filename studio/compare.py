@@ -25,7 +25,7 @@ import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
-from engine.records import RUN_JSON
+from engine.records import RUN_JSON, read_json_or_empty
 
 X_AXES = {"step": "steps", "tokens": "tokens seen", "elapsed": "wall time (s)"}
 COLOURS = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf"]
@@ -44,15 +44,8 @@ class RunEntry:
     config: dict = field(default_factory=dict)
 
 
-def _read_json(p: Path) -> dict:
-    try:
-        return json.loads(p.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return {}
-
-
 def _entry(path: Path, label: str, group: str = None, seed=None, kind=None) -> RunEntry:
-    info = _read_json(path / RUN_JSON)
+    info = read_json_or_empty(path / RUN_JSON)
     m = _SEED_SUFFIX.search(path.name)
     if group is None:
         group = _SEED_SUFFIX.sub("", path.name) if m else path.name
@@ -74,7 +67,7 @@ def find_runs(root) -> list:
     studies = root / "studies"
     if studies.is_dir():
         for s in sorted(p for p in studies.iterdir() if (p / "study.json").is_file()):
-            data = _read_json(s / "study.json")
+            data = read_json_or_empty(s / "study.json")
             for job in data.get("jobs", []):
                 run = s / job.get("out", "")
                 if not job.get("out") or not (run / RUN_JSON).is_file():

@@ -14,11 +14,10 @@ Times are BENCHMARKS.md's measurements on the 2-core CPU this was built on: the 
 with bf16 autocast (CPUs with native bf16) and 5.4 min in fp32; the classroom Table 5 study 20.3 min (bf16) and
 28.2 min (fp32). A GPU is faster; that is not measured for these steps.
 """
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from engine.records import RUN_JSON
+from engine.records import RUN_JSON, read_json_or_empty
 
 TABLE5 = "pretraining-tasks"
 MINUTES = {  # BENCHMARKS.md, idle 2-core CPU: (bf16, fp32)
@@ -57,13 +56,6 @@ def _minutes(key: str, precision: str, device: str) -> str:
     return f"about {m:.0f} minutes on this machine ({where}; BENCHMARKS.md)"
 
 
-def _read_json(p: Path) -> dict:
-    try:
-        return json.loads(p.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return {}
-
-
 def probe_ready_command(root) -> str:
     """The command that makes the probe-ready model (studio.probe_ready.argv, the Model page's button)."""
     from studio.probe_ready import argv
@@ -78,7 +70,7 @@ def pretrain_runs(root) -> tuple:
     for r in list_runs(root):
         if r.get("kind") != "pretrain":
             continue
-        cfg = _read_json(Path(r["path"]) / RUN_JSON).get("config") or {}
+        cfg = read_json_or_empty(Path(r["path"]) / RUN_JSON).get("config") or {}
         (ready if str(cfg.get("init", "")) == "minilm" else own).append(r)
     return own, ready
 
@@ -90,11 +82,11 @@ def table5_studies(root) -> list:
     if not studies.is_dir():
         return out
     for d in sorted(studies.iterdir(), key=lambda p: p.stat().st_mtime, reverse=True):
-        data = _read_json(d / "study.json")
+        data = read_json_or_empty(d / "study.json")
         if (data.get("study") or {}).get("name") != TABLE5:
             continue
         jobs = data.get("jobs", [])
-        done = sum(_read_json(d / j.get("out", "") / RUN_JSON).get("status") == "finished" for j in jobs if j.get("out"))
+        done = sum(read_json_or_empty(d / j.get("out", "") / RUN_JSON).get("status") == "finished" for j in jobs if j.get("out"))
         out.append((d, done, len(jobs)))
     return out
 
