@@ -281,12 +281,11 @@ class Jobs:
 
     # -- scheduling ---------------------------------------------------------------------------------------
     def refresh(self) -> list[dict]:
-        """Reap jobs whose process died, start queued jobs into free slots; returns list_jobs()."""
-        _poll_launched()
-        with self._transaction() as q:
+        """Reap jobs whose process died, start queued jobs into free slots; returns the jobs, newest first."""
+        with self._transaction() as q:  # _reap polls this process's runners first
             self._reap(q)
             self._schedule(q)
-        return self.list_jobs()
+        return [dict(j) for j in reversed(q["jobs"])]  # the queue as just saved: no second read of the file
 
     def _reap(self, q: dict) -> None:
         _poll_launched()
