@@ -13,14 +13,9 @@ from engine.fileio import atomic_write_text
 from engine.objectives import every
 
 
-def best_score(eval_data: dict, metric: str):
-    """The best dev score of `metric` in an eval.json written by `finetune` or `features` (None when absent)."""
-    return records.best_dev_score(eval_data, metric)
-
-
-def combination_score(eval_data: dict, combine: str, metric: str):
-    """The dev `metric` of one combination in an eval.json written by `engine features` (its "results" list)."""
-    return records.combination_score(eval_data, combine, metric)
+# an eval.json's best dev score and one features combination's score: engine.records reads them for every page
+best_score = records.best_dev_score
+combination_score = records.combination_score
 
 
 def pretrain_eval_records(recs: list) -> list:
