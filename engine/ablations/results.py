@@ -95,7 +95,7 @@ def collect_results(study_dir) -> StudyResults:
     curves = pd.DataFrame(curve_rows, columns=["variant", "seed", "step", "metric", "split", "value"])
     summary = summarise(scores)
     table = paper_table(study, summary)
-    states = job_states(study_dir)
+    states = job_states(study_dir, data)  # the study.json read above, not a second read
     progress = {"total": len(states)}
     for s in ("finished", "failed", "running", "queued", "cancelled"):
         progress[s] = sum(1 for r in states if r["state"] == s)

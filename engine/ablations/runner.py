@@ -94,13 +94,14 @@ def _last_error_line(log_path: Path) -> str:
     return lines[-1][:300] if lines else "no output"
 
 
-def job_states(study_dir) -> list:
+def job_states(study_dir, data: dict = None) -> list:
     """Each job of the study with its state: finished | failed | running | queued | cancelled.
 
     A queued study asks the job queue (the newest queue job writing the job's run folder, so a Retry from the
-    Jobs page counts); a foreground study uses what study.json recorded, else the job's own run folder."""
+    Jobs page counts); a foreground study uses what study.json recorded, else the job's own run folder.
+    `data`: study.json as the caller already read it (read here when None)."""
     study_dir = Path(study_dir)
-    data = read_study(study_dir)
+    data = read_study(study_dir) if data is None else data
     by_dir = {}
     if data.get("mode") == "queue":
         try:
