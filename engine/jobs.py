@@ -45,7 +45,7 @@ from pathlib import Path
 from engine.errors import EngineError
 from engine.fileio import atomic_write_json
 from engine.procs import killpg, proc_stat, proven_alive
-from engine.records import RUN_JSON
+from engine.records import RUN_JSON, read_json_or_empty
 from engine.runs import latest_checkpoint, now_iso, run_progress, run_writer_pid, runs_root, set_status
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -417,11 +417,7 @@ RESUMABLE = ("pretrain", "finetune", "features")  # commands whose run folders `
 
 
 def _run_json(run_dir) -> dict:
-    try:
-        info = json.loads((Path(run_dir) / RUN_JSON).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return {}
-    return info if isinstance(info, dict) else {}
+    return read_json_or_empty(Path(run_dir) / RUN_JSON)
 
 
 def _run_json_status(run_dir) -> str | None:
