@@ -12,6 +12,7 @@ from pathlib import Path
 
 import streamlit as st
 
+from engine.records import RUN_JSON
 from studio.common import guard
 
 REFRESH_SECONDS = 3.0
@@ -53,7 +54,7 @@ def _run_of(path) -> Path | None:
     """The run folder of a model path (a run, or one of its checkpoints), or None."""
     p = Path(str(path))
     for cand in (p, p.parent.parent):
-        if (cand / "run.json").is_file():
+        if (cand / RUN_JSON).is_file():
             return cand
     return None
 
@@ -74,7 +75,7 @@ def card(path, step=None) -> str:
 
 def _status(d: Path):
     from engine import runs
-    if not (d / "run.json").is_file():
+    if not (d / RUN_JSON).is_file():
         return None, {}
     info = runs.read_run_json(d)
     return runs.effective_status(d, info), info
@@ -101,7 +102,7 @@ def panel(root) -> None:
 
             def started_or_gone():
                 from engine import jobs as Q
-                return (d / "run.json").is_file() or (Q.get(job_id, root) or {}).get("status") not in ("queued", "running")
+                return (d / RUN_JSON).is_file() or (Q.get(job_id, root) or {}).get("status") not in ("queued", "running")
             _poll_until(started_or_gone)
         else:
             if queued is not None:
