@@ -80,6 +80,8 @@ def default_evaluations(data_dir=None) -> tuple:
 
 # a tiny model's fine-tuning grid: tiny models from scratch want larger learning rates than BERT-BASE
 SMALL_GRID = FinetuneArgs(lr=(1e-4, 5e-5), batch_size=(32,), epochs=(3,), restarts=1, max_train=None, max_seq_len=128)
+# the pre-training every built-in study starts from (its variants change one thing); replace() gives a study's own
+SMALL_BASE = PretrainConfig(preset="tiny", objective=MLM_NSP.name, steps=3000, batch_size=32, seq_len=128)
 
 
 def pretraining_tasks_study(evaluations=None) -> Study:
@@ -91,7 +93,7 @@ def pretraining_tasks_study(evaluations=None) -> Study:
         finding="Removing NSP hurts (BERT ≥ No NSP, most on QNLI, MNLI and SQuAD); the left-to-right model is worse "
                 "than the MLM model on every task; a BiLSTM on top helps LTR on SQuAD but stays far below the "
                 "bidirectional model, and hurts GLUE.",
-        base=PretrainConfig(preset="tiny", objective=MLM_NSP.name, steps=3000, batch_size=32, seq_len=128),
+        base=SMALL_BASE,
         finetune=SMALL_GRID,
         variants=(
             Variant("BERT (MLM + NSP)", {"objective": MLM_NSP.name}, note="the paper's BERT"),
@@ -142,7 +144,7 @@ def model_size_study(evaluations=None) -> Study:
         description="Layers L, hidden size H and heads A grow at equal pre-training (same steps, batch and data).",
         finding="Larger models are better on every task, even the small data sets; held-out MLM perplexity falls "
                 "with size.",
-        base=PretrainConfig(preset="tiny", objective=MLM_NSP.name, steps=3000, batch_size=32, seq_len=128),
+        base=SMALL_BASE,
         finetune=SMALL_GRID,
         variants=(
             Variant("L=2 H=128 A=2", {"layers": 2, "hidden": 128, "heads": 2}),
@@ -239,7 +241,7 @@ def masking_study(evaluations=None) -> Study:
                     "replaced by a random token (RND). Four layers (L=4 H=128 A=2) so the feature-based column can concatenate the last four.",
         finding="Fine-tuning is robust to the masking strategy; MASK-only hurts the feature-based NER (a mismatch "
                 "between pre-training and use); RND-only is clearly worse than BERT's 80/10/10.",
-        base=PretrainConfig(preset="tiny", layers=4, hidden=128, heads=2, objective=MLM_NSP.name, steps=3000, batch_size=32, seq_len=128),
+        base=replace(SMALL_BASE, layers=4, hidden=128, heads=2),
         finetune=SMALL_GRID,
         variants=tuple(Variant(table8_label(m, s, r), {"mask_ratios": mask_ratios_for_row(m, s, r)},
                                note=f"--mask-ratios {text(mask_ratios_for_row(m, s, r))}")
@@ -286,7 +288,7 @@ def training_steps_study(evaluations=None) -> Study:
                     "left-to-right LM.",
         finding="More pre-training steps give better downstream scores; MLM converges slightly slower than LTR in "
                 "pre-training but scores higher downstream almost from the start.",
-        base=PretrainConfig(preset="tiny", objective=MLM_NSP.name, steps=3000, batch_size=32, seq_len=128, save_every=500),
+        base=replace(SMALL_BASE, save_every=500),
         finetune=SMALL_GRID,
         variants=(Variant("MLM (BERT)", {"objective": MLM_NSP.name}), Variant("LTR", {"objective": LTR.name})),
         evaluations=evaluations if evaluations is not None else (BBC,),
