@@ -460,7 +460,11 @@ def read_manifests(path) -> list:
 
 def prepared_stats(path) -> dict:
     """Documents, instances, tokens, words and shards of a prepared cache (for the Pre-train page)."""
-    ms = read_manifests(path)
+    return _stats(path, read_manifests(path))
+
+
+def _stats(path, ms: list) -> dict:
+    """`prepared_stats` of manifests `ms` already read."""
     add = lambda k, s: sum(m[k][s] for m in ms)  # noqa: E731
     return {"path": str(Path(path).expanduser()), "objective": ms[0]["objective"], "seq_len": ms[0]["seq_len"],
             "vocab_size": ms[0]["tokenizer"]["vocab_size"], "parts": len(ms),
@@ -472,7 +476,11 @@ def prepared_stats(path) -> dict:
 
 def prepared_key(path) -> str:
     """The key of a prepared cache: its part's key, or a hash of every part's key (each hashes the text and settings)."""
-    ms = read_manifests(path)
+    return _key(read_manifests(path))
+
+
+def _key(ms: list) -> str:
+    """`prepared_key` of manifests `ms` already read."""
     return ms[0]["key"] if len(ms) == 1 else hashlib.sha256("".join(m["key"] for m in ms).encode()).hexdigest()[:16]
 
 
@@ -497,11 +505,11 @@ def open_prepared(path) -> PretrainingCache:
             split[name] = PretrainingData(folders, first["objective"], t["pad_id"], cont, seed, counts=counts) if folders else None
     except (OSError, ValueError, KeyError) as e:
         raise EngineError(f"prepared data in {path} is damaged ({e}); prepare it again")
-    key = prepared_key(path)
+    key = _key(ms)  # the manifests read above, not read again
     config = {k: first[k] for k in ("format", "seq_len", "objective", "seed", "dupe_factor", "short_seq_prob",
                                      "eval_fraction", "eval_seed", "vocab_sha256", "lowercase")}
     config.update(key=key, corpus_name=first["corpus"], tokenizer=t, has_eval=split["eval"] is not None,
-                  token_dtype=first["token_dtype"], prepared=prepared_stats(path))
+                  token_dtype=first["token_dtype"], prepared=_stats(path, ms))
     return PretrainingCache(path, key, config, split["train"], split["eval"], from_cache=True)
 
 
