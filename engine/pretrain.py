@@ -192,7 +192,7 @@ def _pretrain(cfg: PretrainConfig) -> dict:
         fingerprint = f"prepared-{prepared_key(cfg.data)}"
     else:
         fingerprint = corpus_fingerprint(docs)
-    if dist.main and fingerprint is not None and (ckpt is not None or restart):
+    if dist.main and (ckpt is not None or restart):
         check_same_corpus(run_dir, cfg, fingerprint, ckpt is not None)
     if not cfg.data and len(docs) < objective(cfg.objective).min_documents:
         raise EngineError(f"corpus '{cfg.corpus}' has a single document; {cfg.objective} needs at least 2 (NotNext takes B from another document): add documents (blank lines separate them in a .txt) or use --objective mlm")

@@ -420,7 +420,7 @@ class Loop:
         for m in range(cfg.grad_accum):
             sync = self.model.no_sync() if dist.enabled and m < cfg.grad_accum - 1 else contextlib.nullcontext()
             with sync:  # gradients are all-reduced on the last micro-batch only
-                loss, sums = forward_loss(self.model, self._micro_batch(m), self.obj, self.device, self.amp_ctx())
+                loss, sums = forward_loss(self.model, self._micro_batch(), self.obj, self.device, self.amp_ctx())
                 (loss / cfg.grad_accum).backward()
             self.window += sums
         if cfg.max_grad_norm > 0:
@@ -433,7 +433,7 @@ class Loop:
         self.state["step"] = self.step
         return lr, grad_norm
 
-    def _micro_batch(self, m: int) -> dict:
+    def _micro_batch(self) -> dict:
         """The next micro-batch with its labels (`training_batches`); its position is the data position now."""
         batch = next(self.it)
         self.state["position"] = batch["position"]
