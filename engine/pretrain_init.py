@@ -118,10 +118,9 @@ def conflict(name: str, given, own, init: str) -> str:
 def init_record(cfg, bundle, mcfg) -> dict:
     """What run.json records under "init": where the run started and which weights were new."""
     missing = set(bundle.info.get("missing_heads") or [])
-    new = [h for h in ("mlm", "nsp") if (h == "mlm" or mcfg.has_nsp_head) and h in missing]
+    heads = ("mlm", "nsp") if mcfg.has_nsp_head else ("mlm",)  # the run's model's heads
     return {"source": str(cfg.init), "kind": init_kind(cfg.init), "path": str(bundle.path),
-            "heads_from_init": [h for h in ("mlm", "nsp") if h not in missing and (h == "mlm" or mcfg.has_nsp_head)],
-            "heads_new": new}
+            "heads_from_init": [h for h in heads if h not in missing], "heads_new": [h for h in heads if h in missing]}
 
 
 def init_model(cfg, mcfg, bundle=None):
