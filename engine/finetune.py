@@ -497,9 +497,13 @@ def load_finetuned(path, device="cpu"):
     p = Path(path)
     if not (p / "head.json").is_file() or not (p / "head.safetensors").is_file():
         raise EngineError(f"{p} has no head.json/head.safetensors; it is not a fine-tuned model folder (fine-tune with --save-best)")
-    meta = json.loads((p / "head.json").read_text(encoding="utf-8"))
+    try:
+        meta = json.loads((p / "head.json").read_text(encoding="utf-8"))
+        kind, num_labels = meta["kind"], meta["num_labels"]
+    except (OSError, ValueError, TypeError, KeyError) as e:
+        raise EngineError(f"{p}/head.json is unreadable or lacks kind/num_labels ({e}); restore it or fine-tune again with --save-best") from e
     bundle = load(p, device="cpu")
-    model = TaskModel(bundle.model.bert, meta["kind"], meta["num_labels"], bilstm=meta.get("bilstm", False))
+    model = TaskModel(bundle.model.bert, kind, num_labels, bilstm=meta.get("bilstm", False))
     missing, unexpected = model.load_state_dict(load_file(str(p / "head.safetensors")), strict=False)
     if unexpected or any(not k.startswith("bert.") for k in missing):
         raise EngineError(f"{p}/head.safetensors does not fit head.json; the files do not belong together")

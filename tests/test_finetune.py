@@ -421,3 +421,10 @@ def test_padded_batches_give_each_row_its_own_result(synth, ck):
                 alone = m(ids[r:r + 1, :n], None, mask[r:r + 1, :n])
                 got = batch[r] if kind == "classification" else batch[r, :n]
                 torch.testing.assert_close(got, alone[0], atol=1e-5, rtol=1e-4)
+
+
+def test_load_finetuned_with_a_damaged_head_json_is_one_error_line(tmp_path):
+    (tmp_path / "head.json").write_text("{not json", encoding="utf-8")
+    (tmp_path / "head.safetensors").write_bytes(b"")
+    with pytest.raises(EngineError, match="head.json is unreadable"):
+        load_finetuned(tmp_path)
