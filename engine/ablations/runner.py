@@ -2,7 +2,6 @@
 and survives restarts) or runs them here one after another (`run_foreground`); `job_states` reconciles what
 study.json recorded with the queue's own records and the run folders.
 """
-import json
 import subprocess
 import sys
 import time
@@ -13,7 +12,7 @@ from engine.ablations.folders import STUDY_JSON, new_study_dir, read_study, stud
 from engine.ablations.planner import plan
 from engine.ablations.study import Study
 from engine.fileio import atomic_write_json
-from engine.records import EVAL_JSON, RUN_JSON
+from engine.records import EVAL_JSON, RUN_JSON, read_json_or_empty
 from engine.runs import latest_checkpoint, read_run_json
 
 REPO_ROOT = Path(__file__).resolve().parents[2]  # `python -m engine` runs from here
@@ -126,11 +125,7 @@ def job_states(study_dir, data: dict = None) -> list:
 
 
 def _state_from_run(job: dict, out: Path) -> str:
-    info = {}
-    try:
-        info = json.loads((out / RUN_JSON).read_text())
-    except (OSError, ValueError):
-        pass
+    info = read_json_or_empty(out / RUN_JSON)
     if job["kind"] != "pretrain" and (out / EVAL_JSON).is_file() and info.get("status") in (None, "finished"):
         return "finished"
     return info.get("status") or "queued"
