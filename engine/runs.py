@@ -242,6 +242,9 @@ def read_run_json(run_dir) -> dict:
         return {}
     except OSError as e:
         raise EngineError(f"could not read {path}: {e.strerror or e}; check its permissions") from e
+    except UnicodeDecodeError as e:
+        raise EngineError(f"{path} is not UTF-8 text ({e.reason} at byte {e.start}); fix it by hand or restore it (it holds "
+                          f"the run's settings, which --resume needs)") from e
     try:
         data = json.loads(text)
     except ValueError as e:

@@ -288,3 +288,9 @@ def test_list_runs_marks_dead_and_sorts(tmp_path):
     runs.write_run_json(b, pid=os.getpid())
     (b / "run.lock").write_text("")
     assert runs.effective_status(b) == "dead"
+
+
+def test_a_run_json_that_is_not_utf8_is_one_engine_error(tmp_path):
+    (tmp_path / runs.RUN_JSON).write_bytes(b'{"kind": "pretrain", "status": "\xff"}')
+    with pytest.raises(EngineError, match="not UTF-8"):
+        runs.read_run_json(tmp_path)
