@@ -36,6 +36,7 @@ import torch
 from engine import records
 from engine.errors import EngineError
 from engine.tasks.batching import Prepared, pad_batch, predict
+from engine.tasks.tables import read_text
 
 
 @dataclass
@@ -124,11 +125,10 @@ def _read_json(path_or_dict) -> tuple:
     if isinstance(path_or_dict, dict):
         return path_or_dict, "<dict>"
     p = Path(path_or_dict)
-    if not p.is_file():
-        raise EngineError(f"SQuAD file {p} does not exist; check the path")
+    text = read_text(p, "SQuAD file")  # the task files' one reader: missing file, BOM, .gz/.bz2, not UTF-8
     try:
-        return json.loads(p.read_text(encoding="utf-8-sig")), str(p)
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        return json.loads(text), str(p)
+    except json.JSONDecodeError as e:
         raise EngineError(f"{p} is not valid UTF-8 JSON ({e}); give a SQuAD v1.1/v2.0 JSON file")
 
 
