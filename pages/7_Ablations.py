@@ -101,7 +101,7 @@ with tab_new:
         st.write(f"**{len(jobs)} jobs**: {n_pre} pre-training runs and {len(jobs) - n_pre} downstream evaluations, run one at a time.")
         with st.expander("Job commands"):
             st.code("\n".join("python -m engine " + " ".join(j.argv) for j in jobs), language="bash")
-        run_name = st.text_input("Study name", value=study.name + ("-classroom" if study.classroom else ""), key="abl_name",
+        run_name = st.text_input("Study name", value=study.name, key="abl_name",
                                  help="its folder under <runs>/studies/; an existing name gets -2, -3, …")
         if st.button("Launch", type="primary", key="abl_launch"):
             with guard("launching the study"):

@@ -319,8 +319,8 @@ def test_cli_dry_run_and_show(tmp_path, capsys, fake_runs):
     lines = [l for l in out.splitlines() if l.startswith("python -m engine ")]
     first = lines[0].split()
     assert len(lines) == 19 and first[:4] == ["python", "-m", "engine", "pretrain"]
-    # the printed run folders are the ones `run` would write: <runs-root>/studies/<study>-classroom/runs/...
-    assert flag(first, "--out").startswith(str(tmp_path.absolute() / "studies" / "pretraining-tasks-classroom" / "runs"))
+    # the printed run folders are the ones `run` would write: <runs-root>/studies/<study>/runs/...
+    assert flag(first, "--out").startswith(str(tmp_path.absolute() / "studies" / "pretraining-tasks" / "runs"))
     assert (flag(first, "--corpus"), flag(first, "--preset"), flag(first, "--objective")) == ("bbc", "tiny", "mlm+nsp")
     assert not (tmp_path / "studies").exists()  # a dry run writes nothing
 

@@ -97,7 +97,7 @@ def test_new_study_tab_shows_study_and_launches(study_root, monkeypatch):
     assert not at.exception, at.exception
     assert len(submitted) == 19 and submitted[0][0] == "pretrain"
     assert any("Queued 19 jobs" in s.value for s in at.success)
-    assert (study_root / "studies" / "pretraining-tasks-classroom" / "study.json").is_file()
+    assert (study_root / "studies" / "pretraining-tasks" / "study.json").is_file()
 
 
 def test_no_studies_says_so(tmp_path):

@@ -59,7 +59,7 @@ def test_steps_check_off_from_the_runs_folder_and_session(tmp_path, fake_runs):
     root = tmp_path / "runs"
     _pretrain(root, "first-bert", "finished")
     _pretrain(root, "minilm-continued", "finished", config={"objective": "mlm+nsp", "init": "minilm"})
-    study = root / "studies" / "pretraining-tasks-classroom"
+    study = root / "studies" / "pretraining-tasks"
     plan = A.get_study("pretraining-tasks", classroom_scale=True)
     jobs = A.plan(plan, study)
     A.write_study(study, plan, jobs, mode="foreground")
@@ -69,7 +69,7 @@ def test_steps_check_off_from_the_runs_folder_and_session(tmp_path, fake_runs):
     marks = [m.value for m in at.markdown if m.value.startswith("### ")]
     assert marks == ["### ✅", "### ✅", "### 3", "### 4"]  # model seen, run finished; not probed; study half done
     assert any(m.value == "_finished: first-bert_" for m in at.markdown)
-    assert any(m.value == f"_pretraining-tasks-classroom: 1 of {len(jobs)} jobs finished_" for m in at.markdown)
+    assert any(m.value == f"_pretraining-tasks: 1 of {len(jobs)} jobs finished_" for m in at.markdown)
     assert any("The probe-ready model: minilm-continued" in c.value for c in at.caption)
     steps = start.guided_steps(root, {"model": True})
     assert steps[2].prefill == {"probe_model": str(root / "first-bert" / "checkpoints" / "step-2000")}

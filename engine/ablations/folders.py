@@ -22,8 +22,9 @@ def studies_root(runs_root=None) -> Path:
 
 
 def study_dir_name(study: Study, name: str = None) -> str:
-    """The folder name of a study: `name`, else the study's name (+ "-classroom" at classroom scale)."""
-    return safe_run_name(name or (study.name + ("-classroom" if study.classroom else "")))
+    """The folder name of a study: `name`, else the study's name at any scale (`ablate run NAME --runs-root DIR`
+    writes DIR/studies/NAME; study.json says whether it is the classroom scale)."""
+    return safe_run_name(name or study.name)
 
 
 def new_study_dir(study: Study, runs_root=None, name: str = None) -> Path:
