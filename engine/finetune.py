@@ -19,8 +19,8 @@ metrics, the spread per grid point across restarts, the best trial; rewritten at
 with `save_best`, `best/` (the fine-tuned encoder in the Hugging Face layout plus `head.safetensors` and
 `head.json`; `load_finetuned` reads it back).
 
-Speed on CPU: training batches are random (as in a plain loop; `length_batches` says why they are not grouped
-by length) and padded per batch, the encoder skips the padding (`unpad`), and evaluation runs in length order.
+Speed on CPU: training batches are length-sorted only inside small random windows drawn afresh each epoch
+(`length_batches` says why not more) and padded per batch, the encoder skips the padding (`unpad`), and evaluation runs in length order.
 `precision="auto"` trains and evaluates under bf16 autocast (fp32 weights, optimizer and losses) on CUDA and on
 CPUs with native bf16 units; on the 2-core Zen 4 a training step measured 1.25x (tiny) to 1.55x (small) faster
 than fp32 and MiniLM fine-tuning 1.25x end to end (BENCHMARKS.md). Elsewhere fp32.

@@ -2,8 +2,8 @@
 prediction in length order, and `pad_batch`, the one helper that pads token rows into a batch (tasks, features,
 probes and the benchmark use it).
 
-Training batches are a random permutation (padded per batch; the encoder's `unpad` keeps padding off the linear
-layers); evaluation runs in length order, so each evaluation batch pads little.
+Training batches are length-sorted only inside small random windows, drawn afresh each epoch (`length_batches`
+says why); evaluation runs in length order, so each evaluation batch pads little.
 """
 from dataclasses import dataclass, field
 from typing import Callable
@@ -44,28 +44,39 @@ class Prepared:
     info: dict = field(default_factory=dict)
 
 
-def length_batches(lengths: list, batch_size: int, generator: torch.Generator = None) -> list:
-    """Batches of indices. With a generator (training): a random permutation cut into consecutive batches, the
-    batches a plain loop's shuffled DataLoader draws. Without (evaluation): every index in ascending length
-    order, so each batch pads little.
+WINDOW_BATCHES = 4  # training: examples are length-sorted only inside windows of this many batches
 
-    Training batches are not grouped by length. Sorting by length inside chunks of 50 batches (as this did up to
-    2026-11-24) makes every batch of a small data set one length band of the whole epoch (2,000 examples at batch
-    32 are 63 batches, all in one chunk), so the same examples meet in the same batch epoch after epoch: on 2,000
-    RTE pairs, 32% of the pairs that shared a batch in epoch 1 shared one again in epoch 2 (1.4% with random
-    batches); the label mix per batch stayed near random (RTE's length barely predicts its label). With that
+
+def length_batches(lengths: list, batch_size: int, generator: torch.Generator = None) -> list:
+    """Batches of indices. With a generator (training): a fresh random permutation, cut into windows of
+    `WINDOW_BATCHES` batches; inside a window the examples are sorted by length and cut into batches, and the
+    batches of the whole epoch are then shuffled. Without (evaluation): every index in ascending length order, so
+    each batch pads little.
+
+    Why windows, and why small ones. Sorting inside chunks of 50 batches (as this did up to 2026-11-24) made every
+    batch of a small data set one length band of the whole epoch (2,000 examples at batch 32 are 63 batches, all
+    in one chunk), so the same examples met in the same batch epoch after epoch: on 2,000 RTE pairs, 32% of the
+    pairs that shared a batch in epoch 1 shared one again in epoch 2 (1.4% with random batches). With that
     bucketing MiniLM on 2,000 sentence pairs scored 0.68-0.69 where a plain transformers loop scored 0.71-0.72
     (issue 18); fed identical batches (dropout off), the engine's model and optimizer give that loop's losses to
-    1e-6, so the batching is what differed in the loop itself (examples/finetune_parity.py measures the two
-    loops side by side). Padding costs little without grouping (48% of those random batches' positions against
-    2% bucketed): the encoder's `unpad` runs every linear layer on the real tokens only, so only the attention
-    sees the padded length."""
+    1e-6, so the batching was what differed. Fully random batches removed the gap but cost 27% of the wall time
+    on RTE (padding: the encoder's `unpad` keeps it off the linear layers, not off the attention). A window of
+    4 batches is drawn afresh each epoch from the whole permutation, so batch mates are random neighbours in
+    length among 4 x batch_size random examples: on those 2,000 RTE pairs 5% of the pairs that shared a batch in
+    epoch 1 share one again in epoch 2 (tests/test_finetune.py bounds it), and the parity table in
+    BENCHMARKS.md is measured with it."""
     n = len(lengths)
     if generator is None:
         order = sorted(range(n), key=lambda i: lengths[i])
         return [order[i:i + batch_size] for i in range(0, n, batch_size)]
     perm = torch.randperm(n, generator=generator).tolist()
-    return [perm[i:i + batch_size] for i in range(0, n, batch_size)]
+    window = batch_size * WINDOW_BATCHES
+    batches = []
+    for w in range(0, n, window):
+        chunk = sorted(perm[w:w + window], key=lambda i: lengths[i])  # stable: ties keep the random order
+        batches += [chunk[i:i + batch_size] for i in range(0, len(chunk), batch_size)]
+    order = torch.randperm(len(batches), generator=generator).tolist()
+    return [batches[i] for i in order]
 
 
 @torch.no_grad()
