@@ -166,8 +166,10 @@ with tab_results:
                 opts = [f"{m} ({'held-out' if s == 'eval' else 'train'})" for s, m in pairs]
                 default_i = next((i for i, (s, m) in enumerate(pairs) if s == "train" and m == "loss"), 0)
                 k = st.selectbox("Pre-training curve", opts, index=default_i, key="abl_curve")
+                x = st.radio("Against", list(A.CURVE_X), format_func=A.CURVE_X.get, horizontal=True, key="abl_curve_x",
+                             help="equal steps is not equal compute: an LTR model trains on every token, MLM on 15%")
                 s, m = pairs[opts.index(k)]
-                st.plotly_chart(F.curves_figure(res.curves, m, s), key="abl_curve_fig", config=chart_config("ablation-curves"))
+                st.plotly_chart(F.curves_figure(res.curves, m, s, x=x), key="abl_curve_fig", config=chart_config("ablation-curves"))
                 final = A.final_pretrain_metrics(res.curves)
                 if len(final):
                     st.markdown("**Held-out pre-training metrics at the last evaluation** (lm_* = next-token prediction of the LTR model)")

@@ -2,7 +2,8 @@
 
 - `results_bars(summary, ...)`: grouped bars per task, one bar per variant, error bars = std over seeds.
 - `steps_lines(summary, ...)`: Figure 5: downstream score against pre-training steps, one line per variant.
-- `curves_figure(curves, metric, split)`: the pre-training curves of all variants on one chart.
+- `curves_figure(curves, metric, split, x)`: the pre-training curves of all variants on one chart, against steps,
+  tokens seen or training time.
 - `trials_bars(trials, metric)`, `epoch_lines(records, metric)`, `loss_curve(steps, losses)`: a fine-tuning run.
 - `threshold_curve(curve)`: SQuAD v2.0 F1 / EM against the null threshold tau.
 - `approach_bars(table, metric)`: feature-based combinations next to fine-tuning (the Features page).
@@ -10,6 +11,8 @@
 Scores in [0, 1] are shown in percent, as in the paper's tables.
 """
 import plotly.graph_objects as go
+
+from engine.ablations.results import CURVE_X
 
 PALETTE = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2", "#17becf", "#7f7f7f", "#bcbd22"]
 
@@ -75,24 +78,27 @@ def steps_lines(summary, variants=None, title="Downstream score against pre-trai
     return fig
 
 
-def curves_figure(curves, metric="loss", split="train", title=None) -> go.Figure:
-    """The pre-training curve of `metric` for every variant (and seed) on one chart.
+def curves_figure(curves, metric="loss", split="train", title=None, x="step") -> go.Figure:
+    """The pre-training curve of `metric` for every variant (and seed) on one chart, against `x`: a key of
+    engine.ablations.CURVE_X (steps, tokens seen, training time); points without that x are left out.
 
-    `curves` has columns variant, seed, step, metric, split, value (engine.ablations.collect_results)."""
+    `curves` has columns variant, seed, step, tokens, elapsed, metric, split, value (engine.ablations.collect_results)."""
     fig = go.Figure()
-    title = title or f"Pre-training {'held-out ' if split == 'eval' else ''}{metric}, all variants"
+    title = title or f"Pre-training {'held-out ' if split == 'eval' else ''}{metric}, all variants, against {CURVE_X.get(x, x)}"
     if curves is None or len(curves) == 0:
         return _empty(fig, title, "no pre-training metrics yet")
     c = curves[(curves["metric"] == metric) & (curves["split"] == split)]
+    if x in c:
+        c = c[c[x].notna()]
     if len(c) == 0:
         return _empty(fig, title, f"no {metric} logged yet")
     for i, v in enumerate(dict.fromkeys(c["variant"])):
         for k, seed in enumerate(sorted(set(c[c["variant"] == v]["seed"]))):
             rows = c[(c["variant"] == v) & (c["seed"] == seed)].sort_values("step")
-            fig.add_scatter(x=[int(x) for x in rows["step"]], y=[float(x) for x in rows["value"]], mode="lines" + ("+markers" if split == "eval" else ""),
+            fig.add_scatter(x=[float(p) for p in rows[x]], y=[float(p) for p in rows["value"]], mode="lines" + ("+markers" if split == "eval" else ""),
                             name=f"{v} (seed {seed})", legendgroup=v, showlegend=True,
                             line=dict(color=_colour(i), dash="solid" if k == 0 else "dot"))
-    fig.update_layout(title=title, xaxis_title="step", yaxis_title=metric, margin=dict(t=50, l=50, r=20, b=40))
+    fig.update_layout(title=title, xaxis_title=CURVE_X.get(x, x), yaxis_title=metric, margin=dict(t=50, l=50, r=20, b=40))
     return fig
 
 

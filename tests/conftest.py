@@ -176,7 +176,8 @@ def fake_pretrain(out: Path, final_loss: float, objective="mlm+nsp"):
     tok = "lm" if objective == "ltr" else "mlm"
     lines = []
     for step in (10, 20):
-        lines.append({"step": step, "split": "train", "loss": final_loss + 1 + (20 - step) / 10, f"{tok}_loss": final_loss + 0.5, f"{tok}_acc": 0.1})
+        lines.append({"step": step, "split": "train", "loss": final_loss + 1 + (20 - step) / 10, f"{tok}_loss": final_loss + 0.5, f"{tok}_acc": 0.1,
+                      "tokens": step * 2048, "elapsed": step * (2.5 if objective == "ltr" else 1.0)})
     lines.append({"step": 20, "split": "eval", f"eval_{tok}_loss": final_loss, f"eval_{tok}_acc": 0.2,
                   f"eval_{tok}_ppl": math.exp(final_loss), "eval_instances": 512})
     (out / "metrics.jsonl").write_text("".join(json.dumps(l) + "\n" for l in lines))

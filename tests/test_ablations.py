@@ -177,6 +177,9 @@ def test_collect_results_paper_layout(tmp_path, fake_runs):
     ev = res.curves[(res.curves["split"] == "eval") & (res.curves["metric"] == "mlm_loss")]
     assert sorted(ev["value"]) == [4.0, 4.0, 5.0, 5.0]
     assert set(res.curves[res.curves["variant"] == "LTR & No NSP"]["metric"]) >= {"lm_loss", "lm_ppl"}
+    # every point carries the three x axes; a held-out point those of the training record at its step
+    assert list(A.CURVE_X) == ["step", "tokens", "elapsed"] and res.curves[list(A.CURVE_X)].notna().all().all()
+    assert set(ev["tokens"]) == {40960} and set(ev["elapsed"]) == {20.0}
     assert res.progress["total"] == len(jobs) and res.progress["finished"] == len(jobs)
     final = A.final_pretrain_metrics(res.curves)
     assert len(final) == 6 and set(final.columns) >= {"variant", "seed", "step", "mlm_acc", "mlm_ppl", "lm_acc"}

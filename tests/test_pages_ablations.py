@@ -73,6 +73,15 @@ def test_dashboard_curve_selector_switches_metric(study_root):
     spec = json.loads(at.get("plotly_chart")[1].proto.spec)
     assert "held-out mlm_loss" in spec["layout"]["title"]["text"]
     assert sorted(y for t in spec["data"] for y in t["y"]) == [4.0, 4.0, 5.0, 5.0]
+    assert spec["layout"]["xaxis"]["title"]["text"] == "steps"
+    # against training time: the held-out points sit at their step's training time (LTR's steps cost 2.5x here)
+    at.radio(key="abl_curve_x").set_value("elapsed").run()
+    spec = json.loads(at.get("plotly_chart")[1].proto.spec)
+    assert spec["layout"]["xaxis"]["title"]["text"] == "training time (s)"
+    assert {t["name"]: t["x"] for t in spec["data"]}["No NSP (seed 0)"] == [20.0]
+    at.selectbox(key="abl_curve").set_value(next(o for o in box.options if o.startswith("loss (train"))).run()
+    xs = {t["name"]: t["x"] for t in json.loads(at.get("plotly_chart")[1].proto.spec)["data"]}
+    assert xs["LTR & No NSP (seed 0)"] == [25.0, 50.0] and xs["No NSP (seed 0)"] == [10.0, 20.0]
 
 
 def test_new_study_tab_shows_study_and_launches(study_root, monkeypatch):

@@ -24,7 +24,7 @@ from engine.ablations.paper import (BBC, CLASSROOM_FINETUNE, CLOZE, NEXT, PUNCT,
                                     SHARED_DATA, SMALL_GRID, STUDIES, TABLE8_ROWS, WNUT, classroom, default_evaluations,
                                     get_study, mask_ratios_for_row, shared_evaluations, table8_label)
 from engine.ablations.planner import Job, plan
-from engine.ablations.results import (StudyResults, best_score, collect_results, combination_score,
+from engine.ablations.results import (CURVE_X, StudyResults, best_score, collect_results, combination_score,
                                       final_pretrain_metrics, fmt_cell, paper_table, pretrain_eval_records, summarise)
 from engine.ablations.runner import REPO_ROOT, job_states, launch, run_foreground
 from engine.ablations.verdict import VERDICTS, Contrast, bootstrap_difference, describe_entry, judge, verdict

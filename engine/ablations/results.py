@@ -18,6 +18,11 @@ best_score = records.best_dev_score
 combination_score = records.combination_score
 
 
+# the x axes of a pre-training curve: optimizer steps, tokens seen, training time in seconds (the training record's
+# `elapsed`: no evaluation or saving; a held-out point takes the values of the training record at its step)
+CURVE_X = {"step": "steps", "tokens": "tokens seen", "elapsed": "training time (s)"}
+
+
 def pretrain_eval_records(recs: list) -> list:
     """The held-out records of a pre-training metrics.jsonl without their `eval_` prefix: {step, mlm_loss, mlm_acc,
     mlm_ppl, nsp_loss, nsp_acc, ...} (an `ltr` run has lm_loss, lm_acc, lm_ppl: next-token, not masked-token)."""
@@ -30,7 +35,7 @@ class StudyResults:
     table: "object"  # pandas DataFrame, the paper's layout: one row per variant, "mean ± std (n)" per column
     summary: "object"  # DataFrame: variant, column, step, mean, std, n (numbers behind `table`)
     scores: "object"  # DataFrame: variant, column, step, seed, value (one row per finished evaluation)
-    curves: "object"  # DataFrame: variant, seed, step, metric, split (train|eval), value (pre-training curves)
+    curves: "object"  # DataFrame: variant, seed, step, tokens, elapsed, metric, split (train|eval), value (pre-training curves)
     checks: list  # [{claim, reproduced (True/False/None), detail}]
     findings: list  # per Study.findings() contrast: verdict.judge's entry (statement, verdict, numbers, interval)
     finding: str
@@ -59,17 +64,21 @@ def collect_results(study_dir) -> StudyResults:
         out = study_dir / j["out"]
         if j["kind"] == "pretrain":
             recs = runs.read_metrics(out)
+            seen = {}  # step -> (tokens, elapsed) of the training record: the x axes of the held-out points too
             for r in recs:
                 if isinstance(r.get("step"), (int, float)) and r.get("split") != "eval":
+                    x = {"step": int(r["step"]), "tokens": r.get("tokens"), "elapsed": r.get("elapsed")}
+                    seen[x["step"]] = x
                     for m in every("metrics") + ("lr", "tokens_per_s"):
                         if isinstance(r.get(m), (int, float)) and not isinstance(r.get(m), bool):
-                            curve_rows.append({"variant": j["variant"], "seed": j["seed"], "step": int(r["step"]),
+                            curve_rows.append({"variant": j["variant"], "seed": j["seed"], **x,
                                                "metric": m, "split": "train", "value": float(r[m])})
             evals = pretrain_eval_records(recs)
             for ev in evals:
+                x = seen.get(ev["step"], {"step": ev["step"], "tokens": ev.get("tokens"), "elapsed": None})
                 for m, val in ev.items():
-                    if m != "step":
-                        curve_rows.append({"variant": j["variant"], "seed": j["seed"], "step": ev["step"],
+                    if m not in CURVE_X:
+                        curve_rows.append({"variant": j["variant"], "seed": j["seed"], **x,
                                            "metric": m, "split": "eval", "value": val})
             if evals:
                 for col in study.pretrain_columns:
@@ -92,7 +101,7 @@ def collect_results(study_dir) -> StudyResults:
                 reps = [] if combine else records.trial_scores(ev_data, ev.metric)  # a fine-tune's restarts
                 replicates.setdefault((variant, ev.name, j.get("step")), []).extend(reps or [(val, None)])
     scores = pd.DataFrame(score_rows, columns=["variant", "column", "step", "seed", "value"])
-    curves = pd.DataFrame(curve_rows, columns=["variant", "seed", "step", "metric", "split", "value"])
+    curves = pd.DataFrame(curve_rows, columns=["variant", "seed", *CURVE_X, "metric", "split", "value"])
     summary = summarise(scores)
     table = paper_table(study, summary)
     states = job_states(study_dir, data)  # the study.json read above, not a second read
