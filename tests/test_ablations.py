@@ -261,10 +261,11 @@ def test_training_steps_table_and_checks(tmp_path, fake_runs):
             fake_runs.pretrain(d / j.out, 5.0)
         else:
             base = 0.6 if j.variant == "LTR" else 0.7
-            fake_runs.eval(d / j.out, "accuracy", base + j.step / 10000)
+            fake_runs.eval(d / j.out, "f1", base + j.step / 10000, "span")
     res = A.collect_results(d)
     steps = study.checkpoint_steps
-    assert list(res.table.columns) == [f"{A.BBC.name} @ {k}" for k in steps]
+    assert study.evaluations == (A.CLOZE,)  # span extraction, where the missing right context shows
+    assert list(res.table.columns) == [f"{A.CLOZE.name} @ {k}" for k in steps]
     assert set(res.summary["step"]) == set(steps)
     checks = {c["claim"]: c["reproduced"] for c in res.checks}
     assert checks["MLM (BERT): more pre-training steps score higher"] is True

@@ -126,7 +126,7 @@ def test_figure5_study_draws_score_against_steps(tmp_path, fake_runs):
         if j.kind == "pretrain":
             fake_runs.pretrain(d / j.out, 5.0, "ltr" if j.variant == "LTR" else "mlm+nsp")
         else:
-            fake_runs.eval(d / j.out, "accuracy", (0.6 if j.variant == "LTR" else 0.7) + j.step / 10000)
+            fake_runs.eval(d / j.out, "f1", (0.6 if j.variant == "LTR" else 0.7) + j.step / 10000, "span")
     at = app(root).run()
     assert not at.exception, at.exception
     spec = json.loads(at.get("plotly_chart")[0].proto.spec)
@@ -134,7 +134,7 @@ def test_figure5_study_draws_score_against_steps(tmp_path, fake_runs):
     mlm = next(t for t in spec["data"] if t["name"] == "MLM (BERT)")
     assert mlm["x"] == list(study.checkpoint_steps)
     assert mlm["y"] == pytest.approx([100 * (0.7 + k / 10000) for k in study.checkpoint_steps])
-    assert list(at.dataframe[0].value.columns) == [f"{A.BBC.name} @ {k}" for k in study.checkpoint_steps]
+    assert list(at.dataframe[0].value.columns) == [f"{A.CLOZE.name} @ {k}" for k in study.checkpoint_steps]
 
 
 def test_dashboard_shows_the_papers_numbers_beside_ours(study_root):
