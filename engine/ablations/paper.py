@@ -332,8 +332,9 @@ STUDIES = {
 }
 
 # Classroom scale: each pre-training run is `python -m engine pretrain`'s classroom default (PretrainConfig's
-# defaults: tiny, batch 16 x 128, 2,000 steps), one seed and one fine-tuning grid point, so the classroom Table 5
-# (3 pre-training runs + 8 fine-tunes) finishes within an hour on a 2-core CPU (measured: BENCHMARKS.md).
+# defaults: tiny, batch 16 x 128, 2,000 steps, the classroom recipe's dropout 0 / 25% masking / lr 2e-3, which the
+# studies' bases inherit), one seed and one fine-tuning grid point, so the classroom Table 5 (3 pre-training runs
+# + 16 fine-tuning jobs of 3 restarts) finishes within an hour on a 2-core CPU (55.8 min: BENCHMARKS.md).
 CLASSROOM_PRETRAIN = {k: getattr(PretrainConfig(), k) for k in ("preset", "steps", "batch_size", "seq_len", "eval_every")}
 # A tiny model trained for minutes wants a far larger fine-tuning rate than BERT-BASE's 5e-5 (Google's small
 # BERTs go up to 5e-4; at 3e-4 three epochs left the tiny models under-fitted in our trials, 1e-3 for five did not).
