@@ -52,11 +52,13 @@ with tab_new:
     names = list(A.STUDIES)
     name = st.selectbox("Study", names, key="abl_study",
                         format_func=lambda n: f"{A.STUDIES[n]().title}  ({n})")
-    classroom = st.checkbox("Classroom scale (tiny model, short runs, one seed, built-in tasks: Table 5 finishes within an hour on a 2-core CPU)",
-                            value=True, key="abl_classroom")
+    scales = list(A.SCALES) + ["paper"]
+    scale = st.radio("Scale", scales, key="abl_scale", horizontal=False,
+                     format_func=lambda k: f"{A.SCALES[k].label.capitalize()} ({A.SCALES[k].about})" if k in A.SCALES
+                     else "As defined (small models, three seeds, a fine-tuning grid; RTE and CoLA when ../shared/data is there)")
     study = None
     with guard("building the study"):
-        study = A.get_study(name, classroom_scale=classroom)
+        study = A.get_study(name, scale=scale)
     if study is not None:
         st.markdown(f"**{study.title}.** {study.description}")
         st.info(f"**The paper's finding:** {study.finding}")
@@ -67,17 +69,19 @@ with tab_new:
         c2.markdown("**Variants**")
         c2.dataframe(variants_frame(study), hide_index=True, width="stretch")
         o1, o2, o3 = st.columns(3)
-        seeds = o1.number_input("Seeds", min_value=1, max_value=10, value=len(study.seeds), key="abl_seeds")
+        # keyed per study and scale: a keyed widget keeps its value, so one key would carry the classroom's seeds
+        # and steps over to the lab scale
+        seeds = o1.number_input("Seeds", min_value=1, max_value=10, value=len(study.seeds), key=f"abl_seeds_{name}_{scale}")
         all_evals = list(A.default_evaluations()) if not study.model else list(study.evaluations)
         for e in study.evaluations:
             if e not in all_evals:
                 all_evals.append(e)
         chosen = o2.multiselect("Downstream evaluations", [e.name for e in all_evals],
-                                default=[e.name for e in study.evaluations], key=f"abl_evals_{name}_{classroom}")  # per study: its own tasks
+                                default=[e.name for e in study.evaluations], key=f"abl_evals_{name}_{scale}")  # per study: its own tasks
         steps = None
         if not study.model:
             steps = o3.number_input("Pre-training steps per variant", min_value=10, max_value=1_000_000, value=study.base.steps,
-                                    step=100, key="abl_steps")
+                                    step=100, key=f"abl_steps_{name}_{scale}")
         budget, minutes = "steps", None
         if not study.model and not study.checkpoint_steps:
             b1, b2 = st.columns(2)

@@ -166,7 +166,7 @@ def guided_steps(root, visited: dict, precision: str = "fp32", device: str = "cp
               "the most. The verdicts say so, with their uncertainty (BENCHMARKS.md reads them).",
               _minutes("table5", precision, device),
               "pages/7_Ablations.py", "Set up the Table 5 study",
-              {"abl_study": TABLE5, "abl_classroom": True})
+              {"abl_study": TABLE5, "abl_scale": "classroom"})
     if studies:
         d, n_done, n = studies[0]
         s4.done = n > 0 and n_done == n

@@ -81,9 +81,36 @@ def test_variants_are_overrides_of_the_base():
     assert all(replace(a, layers=None, hidden=None, heads=None) == replace(study.base, layers=None, hidden=None, heads=None) for a in sizes)
 
 
+def test_lab_scale_is_one_flag_with_its_own_settings(tmp_path, capsys):
+    study = A.get_study("pretraining-tasks", scale="lab")
+    assert study.scale == "lab" and study.seeds == (0, 1) and study.title.endswith("(lab scale)")
+    assert (study.base.preset, study.base.steps, study.base.batch_size, study.base.dupe_factor) == ("mini", 5000, 128, 5)
+    assert (study.base.dropout, study.base.mask_rate) == (0.1, 0.15)  # the paper's, for the longer run
+    assert [e.task for e in study.evaluations] == ["bbc-cloze", "bbc-punct", "bbc-next", "bbc-topic"]
+    assert A.main(["run", "pretraining-tasks", "--lab", "--dry-run", "--runs-root", str(tmp_path)]) == 0
+    lines = [l.split() for l in capsys.readouterr().out.splitlines() if l.startswith("python -m engine")]
+    pre = [l for l in lines if l[3] == "pretrain"]
+    ft = [l for l in lines if l[3] == "finetune"]
+    assert len(pre) == 6 and len(ft) == 2 * 4 * 4  # two seeds; four rows x four tasks per seed
+    assert all(flag(l, "--preset") == "mini" and flag(l, "--steps") == "5000" for l in pre)
+    assert all("--max-train" not in l and flag(l, "--lr") == "0.0003" for l in ft)  # every training example
+    assert flag(pre[0], "--out").startswith(str(tmp_path.absolute() / "studies" / "pretraining-tasks" / "runs"))
+    with pytest.raises(SystemExit) as e:
+        A.main(["run", "pretraining-tasks", "--lab", "--classroom", "--dry-run"])
+    assert e.value.code == 2 and "not allowed with" in capsys.readouterr().err
+    with pytest.raises(EngineError, match="unknown scale 'huge'"):
+        A.get_study("masking", scale="huge")
+    # the scale goes into study.json and comes back; an older study.json's classroom flag reads as the scale
+    back = A.study_from_dict(json.loads(json.dumps(study.to_dict())))
+    assert back.scale == "lab" and back == study
+    old = A.get_study("masking", classroom_scale=True).to_dict()
+    old.pop("scale")
+    assert A.study_from_dict({**old, "classroom": True}).scale == "classroom"
+
+
 def test_classroom_scale_fits_the_hour():
     study = A.get_study("pretraining-tasks", classroom_scale=True)
-    assert study.classroom and study.seeds == (0,)
+    assert study.scale == "classroom" and study.seeds == (0,)
     # the pre-training runs are the classroom default of `python -m engine pretrain` (BENCHMARKS.md times it)
     from engine.pretrain import PretrainConfig
     d = PretrainConfig()

@@ -154,7 +154,7 @@ def test_guided_first_class_by_clicks(tmp_path, bbc_docs):
                 page.get_by_role("button", name="Set up the Table 5 study").click()
                 page.get_by_role("tab", name="New study").click()
                 page.get_by_text("Table 5").first.wait_for()
-                assert page.get_by_label("Classroom scale", exact=False).is_checked()
+                assert page.get_by_label("Classroom scale", exact=False).is_checked()  # the Scale radio's first option
                 page.get_by_text("The paper's finding").first.wait_for()
                 page.screenshot(path=str(shots / "4-table5.png"), full_page=True)
 

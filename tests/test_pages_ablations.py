@@ -98,6 +98,14 @@ def test_new_study_tab_shows_study_and_launches(study_root, monkeypatch):
     variants = frame_with(at, "override of the base")
     assert len(variants) == 6 and "mask_ratios = (0.8, 0.2, 0.0)" in variants["override of the base"][2]
     at.selectbox(key="abl_study").set_value("pretraining-tasks").run()
+    # the scale is one choice: lab scale shows its base (mini preset) and two seeds' jobs
+    assert at.radio(key="abl_scale").value == "classroom"
+    at.radio(key="abl_scale").set_value("lab").run()
+    assert not at.exception
+    base = frame_with(at, "setting").set_index("setting")["value"]
+    assert base["preset"] == "mini" and base["steps"] == "5000" and base["fine-tune max train"] == "all"
+    assert any("38 jobs" in m.value for m in at.markdown)  # 2 seeds x (3 pre-training runs + 16 fine-tunes)
+    at.radio(key="abl_scale").set_value("classroom").run()
     at.selectbox(key="abl_budget").set_value("time").run()  # equal training time: every pre-training run stops at M minutes
     at.number_input(key="abl_budget_minutes").set_value(7.5).run()
     assert not at.exception and "--max-minutes 7.5" in at.code[0].value

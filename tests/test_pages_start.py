@@ -74,7 +74,7 @@ def test_steps_check_off_from_the_runs_folder_and_session(tmp_path, fake_runs):
     steps = start.guided_steps(root, {"model": True})
     assert steps[2].prefill == {"probe_model": str(root / "first-bert" / "checkpoints" / "step-2000")}
     assert steps[1].prefill == {"pretrain_name": "first-bert-2"}  # a free name
-    assert steps[3].prefill == {"abl_study": "pretraining-tasks", "abl_classroom": True}
+    assert steps[3].prefill == {"abl_study": "pretraining-tasks", "abl_scale": "classroom"}
     assert steps[2].alt == ("Probe the probe-ready model", {"probe_model": str(root / "minilm-continued")})
     assert at.button(key="start_step_3_alt").label == "Probe the probe-ready model"
     assert steps[0].prefill == {"model_page_model": "minilm"}

@@ -20,7 +20,7 @@ One module per job, read in this order:
 from engine.ablations.cli import main
 from engine.ablations.folders import (STUDY_JSON, list_studies, new_study_dir, read_study, studies_root, update_job,
                                       write_study)
-from engine.ablations.paper import (BBC, CLASSROOM_FINETUNE, CLOZE, NEXT, PUNCT, TABLE5_FINDINGS, TABLE5_TASKS, CLASSROOM_PRETRAIN, FEATURE_ROWS, ROBUST_SPREAD,
+from engine.ablations.paper import (BBC, CLASSROOM, CLASSROOM_FINETUNE, CLOZE, LAB, LAB_FINETUNE, LAB_PRETRAIN, SCALES, Scale, at_scale, NEXT, PUNCT, TABLE5_FINDINGS, TABLE5_TASKS, CLASSROOM_PRETRAIN, FEATURE_ROWS, ROBUST_SPREAD,
                                     SHARED_DATA, SMALL_GRID, STUDIES, TABLE8_ROWS, WNUT, classroom, default_evaluations,
                                     get_study, mask_ratios_for_row, shared_evaluations, table8_label)
 from engine.ablations.planner import Job, plan

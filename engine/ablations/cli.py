@@ -33,8 +33,10 @@ def main(argv: list) -> int:
     sub = p.add_subparsers(dest="cmd", required=True)
     r = sub.add_parser("run", help="plan a study and queue its jobs (or run them here with --foreground)")
     r.add_argument("study", help=", ".join(STUDIES))
-    r.add_argument("--classroom", action="store_true", help="classroom scale: the classroom pre-training default, one seed, one fine-tuning grid point with 3 restarts (wall time: BENCHMARKS.md)")
-    r.add_argument("--seeds", type=int, default=None, help="number of seeds (0..N-1); default: 3, or 1 at classroom scale")
+    size = r.add_mutually_exclusive_group()
+    size.add_argument("--classroom", action="store_true", help="classroom scale: the classroom pre-training default, one seed, one fine-tuning grid point with 3 restarts (wall time: BENCHMARKS.md)")
+    size.add_argument("--lab", action="store_true", help="lab scale, for one GPU: the mini preset for 5,000 steps of 128 x 128, two seeds, every training example (engine/ablations/paper.py LAB_PRETRAIN)")
+    r.add_argument("--seeds", type=int, default=None, help="number of seeds (0..N-1); default: 3, 1 at classroom scale, 2 at lab scale")
     r.add_argument("--tasks", default=None, help="downstream evaluations, e.g. bbc-cloze,bbc-punct,bbc-next,bbc-topic,wnut16,rte,cola (default: the study's)")
     r.add_argument("--steps", type=int, default=None, help="override the pre-training steps of every variant")
     r.add_argument("--budget", choices=("steps", "flops", "time"), default="steps",
@@ -66,8 +68,9 @@ def main(argv: list) -> int:
         return 0
     if a.cmd == "run":
         ev = _parse_tasks(a.tasks) if a.tasks else None
-        study = get_study(a.study, classroom_scale=a.classroom, seeds=a.seeds, evaluations=ev)
-        if a.tasks and a.classroom:
+        scale = "classroom" if a.classroom else "lab" if a.lab else None
+        study = get_study(a.study, scale=scale, seeds=a.seeds, evaluations=ev)
+        if a.tasks and scale:
             study = replace(study, evaluations=ev)
         if a.steps is not None:
             if a.steps < 1:

@@ -87,7 +87,7 @@ class Study:
     model: str = None  # evaluate this fixed model instead of pre-training (e.g. "minilm"); None = pre-train
     checkpoint_steps: tuple = ()  # Figure 5: evaluate the checkpoints after these steps
     pretrain_columns: tuple = ()  # held-out pre-training metrics shown as extra columns (Table 6: perplexity)
-    classroom: bool = False
+    scale: str = "paper"  # the scale it was built at: "paper" (the study as defined), "classroom" or "lab" (paper.SCALES)
     # what the variants' pre-training runs share (engine.ablations.planner.pretrain_config): "steps" (the paper's
     # protocol: the same steps), "flops" (each variant's steps set so its training FLOPs equal the first variant's at
     # the base steps) or "time" (each run stops after `budget_minutes` of training time: pretrain --max-minutes)
@@ -160,7 +160,8 @@ def study_from_dict(d: dict) -> Study:
                  variants=tuple(variant(v) for v in d["variants"]), evaluations=tuple(evaluation(e) for e in d["evaluations"]),
                  seeds=tuple(d.get("seeds") or (0,)), model=d.get("model"),
                  checkpoint_steps=tuple(d.get("checkpoint_steps") or ()), pretrain_columns=tuple(d.get("pretrain_columns") or ()),
-                 classroom=bool(d.get("classroom")), budget=d.get("budget") or "steps",
+                 scale=d.get("scale") or ("classroom" if d.get("classroom") else "paper"),  # older study.json: a flag
+                 budget=d.get("budget") or "steps",
                  budget_minutes=d.get("budget_minutes"), finding_check=check, contrasts=contrasts)
 
 
