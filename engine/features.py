@@ -47,6 +47,7 @@ from engine.tasks.batching import pad_batch
 from engine.tasks.describe import describe, describe_lines
 from engine.tasks.glue import TASK_TYPES
 from engine.tasks.registry import feature_task_names
+from engine.tasks.tagging import entity_counts
 
 COMBINES = ("concat", "sum", "mean", "weighted", "all-weighted", "last", "second-to-last", "embeddings")
 TABLE7 = ("embeddings", "second-to-last", "last", "weighted", "concat", "all-weighted")  # the paper's rows
@@ -501,8 +502,12 @@ def _score_combination(fd: FeatureData, cfg: FeaturesConfig, k: int, run, device
         def log(epoch, loss, m):
             run.log({"step": k + 2, "combine": combo, "epoch": epoch, "loss": loss, "score": m["f1"],
                      **{f"dev_{n}": v for n, v in m.items() if isinstance(v, float)}})
+        gold_tags = [s.tags for s in fd.dev]
+        # per sentence its entity counts too (records.PER_EXAMPLE), as a fine-tuned tagger keeps them: a study's
+        # verdict resamples dev sentences when it compares a combination with another row
+        score = lambda p: {**task.compute_metrics(p, gold_tags), records.PER_EXAMPLE: entity_counts(gold_tags, p)}
         dev_metrics, best_epoch, weights = bilstm_tagger_eval(
-            ftr, [s.tags for s in fd.train], fdv, task.labels, lambda p: task.compute_metrics(p, [s.tags for s in fd.dev]),
+            ftr, [s.tags for s in fd.train], fdv, task.labels, score,
             cfg.hidden, cfg.epochs, cfg.lr, 32, cfg.seed, combo in MIXED, device, log)
         extra = {"best_epoch": best_epoch}
     else:
@@ -512,6 +517,8 @@ def _score_combination(fd: FeatureData, cfg: FeaturesConfig, k: int, run, device
         gold = [e.label if regression else ids[e.label] for e in fd.dev]
         preds = logreg_eval(ftr, ytr, fdv, regression, cfg.seed)
         dev_metrics = task.compute_metrics([float(p) if regression else int(p) for p in preds], gold)
+        if not regression and task.metrics[0] == "accuracy":  # per example: 1 correct, 0 wrong (as fine-tuning keeps)
+            dev_metrics[records.PER_EXAMPLE] = [int(int(p) == g) for p, g in zip(preds, gold)]
     dims = len(fd.per_combo[combo]) * fd.hidden_size if combo == "concat" else fd.hidden_size
     res = {"combine": combo, "layers": fd.per_combo[combo], "dims": dims,
            "classifier": fd.classifier, "metric": task.metrics[0], "score": dev_metrics[task.metrics[0]],

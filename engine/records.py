@@ -131,10 +131,18 @@ def best_dev_score(ev: dict, metric: str):
 
 def combination_score(ev: dict, combine: str, metric: str):
     """The dev `metric` of one combination of a features eval.json (None until that combination is done)."""
+    return next((s for s, _ in combination_scores(ev, combine, metric)), None)
+
+
+def combination_scores(ev: dict, combine: str, metric: str) -> list:
+    """[(score, per-example values or None)] of one combination of a features eval.json, as trial_scores gives a
+    fine-tune's: one replicate (a features run trains one classifier per combination); [] until it is done."""
     for r in ev.get("results") or []:
         if r.get("combine") == combine:
-            return _number((r.get("dev") or {}).get(metric))
-    return None
+            dev = r.get("dev") or {}
+            score, per = _number(dev.get(metric)), dev.get(PER_EXAMPLE)
+            return [] if score is None else [(score, per if isinstance(per, list) and per else None)]
+    return []
 
 
 def eval_record(record: dict):

@@ -161,10 +161,14 @@ def fake_eval(out: Path, metric: str, value: float, task_kind="classification"):
     (out / "run.json").write_text(json.dumps({"kind": "finetune", "status": "finished"}))
 
 
-def fake_features(out: Path, metric: str, scores: dict):
-    """An eval.json shaped as engine.features writes it: one result per combination."""
+def fake_features(out: Path, metric: str, scores: dict, per_example: dict = None):
+    """An eval.json shaped as engine.features writes it: one result per combination (`per_example`: combination ->
+    its per-example values, as a real run keeps them)."""
     out.mkdir(parents=True, exist_ok=True)
-    results = [{"combine": c, "metric": metric, "score": v, "dev": {metric: v, "precision": 0.5}} for c, v in scores.items()]
+    per_example = per_example or {}
+    results = [{"combine": c, "metric": metric, "score": v,
+                "dev": {metric: v, "precision": 0.5, **({"per_example": per_example[c]} if c in per_example else {})}}
+               for c, v in scores.items()]
     best = max(results, key=lambda r: r["score"])
     (out / "eval.json").write_text(json.dumps({"kind": "features", "status": "finished", "metric": metric, "results": results,
                                                "combine": best["combine"], "score": best["score"], "dev": best["dev"]}))

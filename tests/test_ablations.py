@@ -312,6 +312,19 @@ def test_feature_based_and_masking_checks(tmp_path, fake_runs):
     assert res.table.loc["Concat last four hidden", A.WNUT.name] == "35.0 ± 0.0 (n=1)"
     assert res.table.loc["Embeddings", A.WNUT.name] == "10.0 ± 0.0 (n=1)"
     assert [c["reproduced"] for c in res.checks] == [True, True, True]
+    emb = next(f for f in res.findings if f["worse"] == "Embeddings")
+    assert emb["verdict"] == "inconclusive" and emb["ours"]["interval_95"] is None  # one score each, nothing to resample
+
+    # with per-sentence entity counts, as a real features run keeps them, the same contrast gets an interval
+    concat = [[1, 0, 0]] * 35 + [[0, 1, 1]] * 65  # F1 = 2*35 / (2*35 + 65 + 65) = 0.35
+    emb_counts = [[1, 0, 0]] * 10 + [[0, 2, 2]] * 90  # F1 = 20 / (20 + 360) = 0.053
+    for j in jobs:
+        if j.kind == "features":
+            fake_runs.features(d / j.out, "f1", {c: vals[v] for v, c in j.combines.items()},
+                               per_example={"concat": concat, "embeddings": emb_counts})
+    emb = next(f for f in A.collect_results(d).findings if f["worse"] == "Embeddings")
+    assert emb["ours"]["resampled"] == "replicates+examples" and emb["ours"]["dev_examples"] == 100
+    assert emb["verdict"] == "reproduced" and emb["ours"]["interval_95"][0] > 0
 
     study, d, jobs = make_study(tmp_path / "m", "masking", seeds=1, evaluations=None)
     ft = {0: 0.80, 1: 0.81, 2: 0.80, 3: 0.79, 4: 0.80, 5: 0.70}  # RND-only far below: not robust, and worse

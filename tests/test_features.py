@@ -166,6 +166,11 @@ def test_bilstm_tagger_on_token_features(bundle, tmp_path):
     w = next(r for r in ev["results"] if r["combine"] == "weighted")
     assert len(w["mix_weights"]) == 4 and sum(w["mix_weights"]) == pytest.approx(1.0)  # learned scalar mix
     assert w["dims"] == 32 and 1 <= w["best_epoch"] <= 2 and w["score"] == w["dev"]["f1"]
+    # per dev sentence its [tp, fp, fn]: summed they give the combination's F1 (what a study's bootstrap resamples)
+    per = np.array(w["dev"]["per_example"])
+    assert per.shape == (15, 3)
+    tp, fp, fn = per.sum(0)
+    assert w["score"] == pytest.approx(2 * tp / (2 * tp + fp + fn) if tp else 0.0)
     p, r = w["dev"]["precision"], w["dev"]["recall"]
     assert w["score"] == pytest.approx(2 * p * r / (p + r) if p + r else 0.0)  # F1 is the harmonic mean
     x = np.load(tmp_path / "out" / "features" / "concat" / "dev.npy")

@@ -98,7 +98,8 @@ def collect_results(study_dir) -> StudyResults:
             val = combination_score(ev_data, combine, ev.metric) if combine else best_score(ev_data, ev.metric)
             if val is not None:
                 score_rows.append({"variant": variant, "column": ev.name, "step": j.get("step"), "seed": j["seed"], "value": val})
-                reps = [] if combine else records.trial_scores(ev_data, ev.metric)  # a fine-tune's restarts
+                # a fine-tune's restarts, or a feature combination's one classifier (with its per-example scores)
+                reps = records.combination_scores(ev_data, combine, ev.metric) if combine else records.trial_scores(ev_data, ev.metric)
                 replicates.setdefault((variant, ev.name, j.get("step")), []).extend(reps or [(val, None)])
     scores = pd.DataFrame(score_rows, columns=["variant", "column", "step", "seed", "value"])
     curves = pd.DataFrame(curve_rows, columns=["variant", "seed", *CURVE_X, "metric", "split", "value"])
