@@ -1,5 +1,5 @@
 """Ablations: launch one of the paper's ablation studies (Tables 5-8, Figure 5) as queued jobs, and watch its
-dashboard fill in: the results table in the paper's layout (mean ± std over seeds), bar charts, the pre-training
+dashboard fill in: the results table in the paper's layout (mean ± std over seeds x restarts), bar charts, the pre-training
 curves of all variants, and the paper's finding with whether it reproduced. CSV download."""
 from dataclasses import replace
 
@@ -143,7 +143,7 @@ with tab_results:
             st.subheader(res.study.title)
             left, right = st.columns([3, 2])
             with left:
-                st.markdown("**Results** (dev scores in %, mean ± std over seeds, n = seeds finished)")
+                st.markdown("**Results** (dev scores in %, mean ± std over the replicates: pre-training seeds x fine-tuning restarts, n = replicates finished)")
                 st.dataframe(res.table, width="stretch")
                 st.download_button("Download CSV", res.to_csv(), file_name=f"{pick}.csv", mime="text/csv", key="abl_csv")
                 paper_numbers(res.study.name)

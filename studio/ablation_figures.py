@@ -1,6 +1,6 @@
 """Plotly figures for the Ablations, Fine-tune and Features pages (no streamlit inside; each returns a Figure).
 
-- `results_bars(summary, ...)`: grouped bars per task, one bar per variant, error bars = std over seeds.
+- `results_bars(summary, ...)`: grouped bars per task, one bar per variant, error bars = std over seeds x restarts.
 - `steps_lines(summary, ...)`: Figure 5: downstream score against pre-training steps, one line per variant.
 - `curves_figure(curves, metric, split, x)`: the pre-training curves of all variants on one chart, against steps,
   tokens seen or training time.
@@ -25,8 +25,8 @@ def _is_fraction(col: str) -> bool:
     return "ppl" not in col and "perplexity" not in col
 
 
-def results_bars(summary, variants=None, columns=None, title="Results (mean ± std over seeds)") -> go.Figure:
-    """Grouped bars: x = task column, one bar per variant (in `variants` order), error bars = std over seeds.
+def results_bars(summary, variants=None, columns=None, title="Results (mean ± std over seeds x restarts)") -> go.Figure:
+    """Grouped bars: x = task column, one bar per variant (in `variants` order), error bars = std over seeds x restarts.
 
     `summary` has columns variant, column, step, mean, std, n (engine.ablations.summarise); rows with a
     step (Figure 5) are left to `steps_lines`. Perplexity columns get their own axis values (not percent)."""
@@ -55,7 +55,7 @@ def results_bars(summary, variants=None, columns=None, title="Results (mean ± s
 
 
 def steps_lines(summary, variants=None, title="Downstream score against pre-training steps") -> go.Figure:
-    """Figure 5: one line per (variant, task) through the evaluated checkpoints, error bars = std over seeds."""
+    """Figure 5: one line per (variant, task) through the evaluated checkpoints, error bars = std over seeds x restarts."""
     fig = go.Figure()
     if summary is None or len(summary) == 0 or "step" not in summary:
         return _empty(fig, title, "no results yet")

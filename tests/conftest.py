@@ -149,14 +149,20 @@ def tiny_run_max_pos() -> int:
 # --------------------------------------------------------------------------- fake run records for study tests
 # Records shaped as engine.finetune / engine.features / engine.pretrain write them, so the study tests read
 # results back without training anything.
-def fake_eval(out: Path, metric: str, value: float, task_kind="classification"):
-    """An eval.json shaped as engine.finetune writes it."""
+def fake_eval(out: Path, metric: str, value: float, task_kind="classification", restarts: list = None):
+    """An eval.json shaped as engine.finetune writes it (`restarts`: the scores of several restarts of one grid
+    point, the best of them `value`'s place)."""
     out.mkdir(parents=True, exist_ok=True)
-    dev = {metric: value, "accuracy" if metric != "accuracy" else "f1": 0.123}
-    trial = {"trial": 0, "lr": 1e-4, "batch_size": 32, "epochs": 2, "restart": 0, "seed": 0, "best_epoch": 2,
-             "score": value, "dev": dev, "epochs_log": [{"epoch": 1, "score": value / 2, **dev}], "seconds": 1.0}
+    values = restarts or [value]
+    trials = []
+    for r, v in enumerate(values):
+        dev = {metric: v, "accuracy" if metric != "accuracy" else "f1": 0.123}
+        trials.append({"trial": r, "lr": 1e-4, "batch_size": 32, "epochs": 2, "restart": r, "seed": r, "best_epoch": 2,
+                       "score": v, "dev": dev, "epochs_log": [{"epoch": 1, "score": v / 2, **dev}], "seconds": 1.0})
+    trial = max(trials, key=lambda t: t["score"])
+    value, dev = trial["score"], trial["dev"]
     data = {"kind": "finetune", "status": "finished", "task_kind": task_kind, "metric": metric, "score": value,
-            "dev": dev, "best": {k: v for k, v in trial.items() if k != "epochs_log"}, "trials": [trial], "grid": []}
+            "dev": dev, "best": {k: v for k, v in trial.items() if k != "epochs_log"}, "trials": trials, "grid": []}
     (out / "eval.json").write_text(json.dumps(data))
     (out / "run.json").write_text(json.dumps({"kind": "finetune", "status": "finished"}))
 

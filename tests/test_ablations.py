@@ -214,6 +214,18 @@ def test_collect_results_paper_layout(tmp_path, fake_runs):
     assert ltr["step"] == 20 and ltr["lm_ppl"] == pytest.approx(math.exp(4.0), rel=1e-3)
 
 
+def test_a_cell_is_the_mean_and_spread_of_its_restarts(tmp_path, fake_runs):
+    """Classroom scale: one pre-training seed, 3 fine-tuning restarts per cell; the cell is their mean ± std (n=3),
+    not the best restart."""
+    study, d, jobs = make_study(tmp_path, seeds=1)
+    fake_runs.fill_table5(d, jobs)
+    ft = next(j for j in jobs if j.variant == "No NSP" and j.evaluation == A.BBC.name)
+    fake_runs.eval(d / ft.out, "accuracy", None, restarts=[0.70, 0.80, 0.90])
+    res = A.collect_results(d)
+    assert res.table.loc["No NSP", A.BBC.name] == "80.0 ± 10.0 (n=3)"
+    assert res.table.loc["BERT (MLM + NSP)", A.BBC.name] == "90.0 ± 0.0 (n=1)"
+
+
 def test_findings_reproduced_and_not(tmp_path, fake_runs):
     study, d, jobs = make_study(tmp_path, seeds=1)
     fake_runs.fill_table5(d, jobs)

@@ -1,5 +1,5 @@
 """Reading a study back: every run's eval.json and metrics.jsonl into the paper's layout (rows variants, columns
-tasks, mean ± std over seeds and n), the pre-training curves of all variants, and the study's finding checked.
+tasks, mean ± std over the replicates (seeds x restarts) and n), the pre-training curves of all variants, and the study's finding checked.
 """
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,7 +34,7 @@ class StudyResults:
     study: Study
     table: "object"  # pandas DataFrame, the paper's layout: one row per variant, "mean ± std (n)" per column
     summary: "object"  # DataFrame: variant, column, step, mean, std, n (numbers behind `table`)
-    scores: "object"  # DataFrame: variant, column, step, seed, value (one row per finished evaluation)
+    scores: "object"  # DataFrame: variant, column, step, seed, value (one row per replicate: seed x restart)
     curves: "object"  # DataFrame: variant, seed, step, tokens, elapsed, metric, split (train|eval), value (pre-training curves)
     checks: list  # [{claim, reproduced (True/False/None), detail}]
     findings: list  # per Study.findings() contrast: verdict.judge's entry (statement, verdict, numbers, interval)
@@ -96,11 +96,15 @@ def collect_results(study_dir) -> StudyResults:
             continue
         for variant, combine in (j.get("combines") or {j["variant"]: None}).items():
             val = combination_score(ev_data, combine, ev.metric) if combine else best_score(ev_data, ev.metric)
-            if val is not None:
-                score_rows.append({"variant": variant, "column": ev.name, "step": j.get("step"), "seed": j["seed"], "value": val})
-                # a fine-tune's restarts, or a feature combination's one classifier (with its per-example scores)
-                reps = records.combination_scores(ev_data, combine, ev.metric) if combine else records.trial_scores(ev_data, ev.metric)
-                replicates.setdefault((variant, ev.name, j.get("step")), []).extend(reps or [(val, None)])
+            if val is None:
+                continue
+            # the replicates: a fine-tune's restarts at its best grid point, or a feature combination's one
+            # classifier, each with its per-example scores; a cell of the table is their mean and spread
+            reps = records.combination_scores(ev_data, combine, ev.metric) if combine else records.trial_scores(ev_data, ev.metric)
+            reps = reps or [(val, None)]
+            for score, _ in reps:
+                score_rows.append({"variant": variant, "column": ev.name, "step": j.get("step"), "seed": j["seed"], "value": score})
+            replicates.setdefault((variant, ev.name, j.get("step")), []).extend(reps)
     scores = pd.DataFrame(score_rows, columns=["variant", "column", "step", "seed", "value"])
     curves = pd.DataFrame(curve_rows, columns=["variant", "seed", *CURVE_X, "metric", "split", "value"])
     summary = summarise(scores)
@@ -145,7 +149,8 @@ def final_pretrain_metrics(curves):
 
 
 def summarise(scores):
-    """mean, std (sample, 0 for n=1) and n per (variant, column, step)."""
+    """mean, std (sample, 0 for n=1) and n per (variant, column, step): n counts the replicates (pre-training seeds
+    x fine-tuning restarts)."""
     import pandas as pd
 
     cols = ["variant", "column", "step", "mean", "std", "n"]
