@@ -47,7 +47,6 @@ from engine.tasks.batching import pad_batch
 from engine.tasks.describe import describe, describe_lines
 from engine.tasks.glue import TASK_TYPES
 from engine.tasks.registry import feature_task_names
-from engine.tasks.tagging import entity_counts
 
 COMBINES = ("concat", "sum", "mean", "weighted", "all-weighted", "last", "second-to-last", "embeddings")
 TABLE7 = ("embeddings", "second-to-last", "last", "weighted", "concat", "all-weighted")  # the paper's rows
@@ -503,11 +502,10 @@ def _score_combination(fd: FeatureData, cfg: FeaturesConfig, k: int, run, device
             run.log({"step": k + 2, "combine": combo, "epoch": epoch, "loss": loss, "score": m["f1"],
                      **{f"dev_{n}": v for n, v in m.items() if isinstance(v, float)}})
         gold_tags = [s.tags for s in fd.dev]
-        # per sentence its entity counts too (records.PER_EXAMPLE), as a fine-tuned tagger keeps them: a study's
-        # verdict resamples dev sentences when it compares a combination with another row
-        score = lambda p: {**task.compute_metrics(p, gold_tags), records.PER_EXAMPLE: entity_counts(gold_tags, p)}
+        # dev_scores keeps each sentence's entity counts, as a fine-tuned tagger does: a study's verdict resamples
+        # dev sentences when it compares a combination with another row
         dev_metrics, best_epoch, weights = bilstm_tagger_eval(
-            ftr, [s.tags for s in fd.train], fdv, task.labels, score,
+            ftr, [s.tags for s in fd.train], fdv, task.labels, lambda p: task.dev_scores(p, gold_tags),
             cfg.hidden, cfg.epochs, cfg.lr, 32, cfg.seed, combo in MIXED, device, log)
         extra = {"best_epoch": best_epoch}
     else:
@@ -516,9 +514,7 @@ def _score_combination(fd: FeatureData, cfg: FeaturesConfig, k: int, run, device
         ytr = [e.label if regression else ids[e.label] for e in fd.train]
         gold = [e.label if regression else ids[e.label] for e in fd.dev]
         preds = logreg_eval(ftr, ytr, fdv, regression, cfg.seed)
-        dev_metrics = task.compute_metrics([float(p) if regression else int(p) for p in preds], gold)
-        if not regression and task.metrics[0] == "accuracy":  # per example: 1 correct, 0 wrong (as fine-tuning keeps)
-            dev_metrics[records.PER_EXAMPLE] = [int(int(p) == g) for p, g in zip(preds, gold)]
+        dev_metrics = task.dev_scores([float(p) if regression else int(p) for p in preds], gold)
     dims = len(fd.per_combo[combo]) * fd.hidden_size if combo == "concat" else fd.hidden_size
     res = {"combine": combo, "layers": fd.per_combo[combo], "dims": dims,
            "classifier": fd.classifier, "metric": task.metrics[0], "score": dev_metrics[task.metrics[0]],

@@ -121,6 +121,15 @@ class TextTask:
         pos = self.label_to_id.get("1", 1) if self.kind == "classification" else 1
         return M.compute(self.metrics, preds, golds, positive=pos)
 
+    def dev_scores(self, preds, golds=None) -> dict:
+        """compute_metrics plus, when the selection metric is classification accuracy, each example's 1 (correct) or
+        0 (wrong) under records.PER_EXAMPLE, what a study's bootstrap resamples (fine-tuning and features both)."""
+        golds = self.gold("dev") if golds is None else golds
+        scores = self.compute_metrics(preds, golds)
+        if self.kind == "classification" and self.metrics[0] == "accuracy":
+            scores[records.PER_EXAMPLE] = [int(p == g) for p, g in zip(preds, golds)]
+        return scores
+
     def lengths(self, tok, examples, max_len: int) -> list:
         """Pieces per example ([CLS] A [SEP] B [SEP], truncated to max_len)."""
         items = [e.text_a if e.text_b is None else (e.text_a, e.text_b) for e in examples]
@@ -134,9 +143,7 @@ class TextTask:
         def evaluate(model, device, bs):
             outs = predict(model, self.dev, dv_len, collate, bs, device)
             preds = [int(o.argmax()) for o in outs] if self.kind == "classification" else [float(o) for o in outs]
-            scores = self.compute_metrics(preds)
-            if self.kind == "classification" and self.metrics[0] == "accuracy":  # per example: 1 correct, 0 wrong
-                scores[records.PER_EXAMPLE] = [int(p == g) for p, g in zip(preds, self.gold("dev"))]
+            scores = self.dev_scores(preds)
             collapse = collapse_warning(preds, self.labels) if self.kind == "classification" else None
             return {**scores, "collapse": collapse} if collapse else scores  # a one-class collapse, said
         info = {"truncated_train": sum(n >= max_len for n in tr_len), "labels": list(self.labels)}

@@ -63,6 +63,12 @@ class TaggingTask:
         gold_tags = [s.tags for s in self.dev] if gold_tags is None else gold_tags
         return entity_scores(gold_tags, pred_tags)
 
+    def dev_scores(self, pred_tags, gold_tags=None) -> dict:
+        """compute_metrics plus each sentence's entity counts under records.PER_EXAMPLE (entity_counts), what a
+        study's bootstrap resamples (fine-tuning and features both)."""
+        gold_tags = [s.tags for s in self.dev] if gold_tags is None else gold_tags
+        return {**self.compute_metrics(pred_tags, gold_tags), records.PER_EXAMPLE: entity_counts(gold_tags, pred_tags)}
+
     def prepare(self, tok, max_len: int, cfg=None) -> Prepared:
         """The loop's view: sentences as items (length = words), per-piece logits decoded to word tags."""
         collate = self.collate(tok, max_len)
@@ -73,7 +79,7 @@ class TaggingTask:
                 n_words = [len(s.words) for s in batch["_items"]]
                 return logits_to_word_tags(logits, batch["word_index"], n_words, self.labels)
             pred = predict(model, self.dev, dv_len, collate, bs, device, per_batch=per_batch)
-            return {**self.compute_metrics(pred), records.PER_EXAMPLE: entity_counts([s.tags for s in self.dev], pred)}
+            return self.dev_scores(pred)
         info = {"labels": list(self.labels), "truncated_dev": count_truncated(tok, self.dev, max_len)}
         return Prepared(self, "tagging", self.num_labels, self.metrics[0], self.train, tr_len, self.dev, dv_len,
                         collate, evaluate, info)
