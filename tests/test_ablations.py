@@ -103,13 +103,13 @@ def test_lab_scale_is_one_flag_with_its_own_settings(tmp_path, capsys):
     # the scale goes into study.json and comes back; an older study.json's classroom flag reads as the scale
     back = A.study_from_dict(json.loads(json.dumps(study.to_dict())))
     assert back.scale == "lab" and back == study
-    old = A.get_study("masking", classroom_scale=True).to_dict()
+    old = A.get_study("masking", scale="classroom").to_dict()
     old.pop("scale")
     assert A.study_from_dict({**old, "classroom": True}).scale == "classroom"
 
 
 def test_classroom_scale_fits_the_hour():
-    study = A.get_study("pretraining-tasks", classroom_scale=True)
+    study = A.get_study("pretraining-tasks", scale="classroom")
     assert study.scale == "classroom" and study.seeds == (0,)
     # the pre-training runs are the classroom default of `python -m engine pretrain` (BENCHMARKS.md times it)
     from engine.pretrain import PretrainConfig
@@ -129,7 +129,7 @@ def test_classroom_scale_fits_the_hour():
 
 
 def test_training_steps_evaluates_each_checkpoint(tmp_path):
-    study = A.get_study("training-steps", classroom_scale=True)
+    study = A.get_study("training-steps", scale="classroom")
     jobs = A.plan(study, tmp_path)
     pre = [j for j in jobs if j.kind == "pretrain"]
     ft = [j for j in jobs if j.kind == "finetune"]
@@ -171,7 +171,7 @@ def test_unknown_study_and_bad_seeds():
 
 def test_study_json_round_trip(tmp_path):
     for name in A.STUDIES:
-        s = A.get_study(name, classroom_scale=True)
+        s = A.get_study(name, scale="classroom")
         back = A.study_from_dict(json.loads(json.dumps(s.to_dict())))
         assert back == s
         assert back.finding_check is s.finding_check is not None  # each built-in study carries its own check
@@ -290,7 +290,7 @@ def test_model_size_perplexity_column_and_check(tmp_path, fake_runs):
 
 
 def test_training_steps_table_and_checks(tmp_path, fake_runs):
-    study = A.get_study("training-steps", classroom_scale=True)
+    study = A.get_study("training-steps", scale="classroom")
     d = tmp_path / "studies" / "fig5"
     d.mkdir(parents=True)
     jobs = A.plan(study, d)
@@ -421,7 +421,7 @@ def test_launch_queues_jobs(tmp_path, monkeypatch):
     monkeypatch.setattr(Q, "list_jobs", lambda root=None: [
         {"id": "id1", "status": "running", "run_dir": calls[0][2], "error": None},
         {"id": "id2", "status": "failed", "run_dir": calls[1][2], "error": "error: boom"}])
-    study = A.get_study("pretraining-tasks", classroom_scale=True)
+    study = A.get_study("pretraining-tasks", scale="classroom")
     d = A.launch(study, runs_root=tmp_path, log=lambda *a: None)
     assert len(calls) == 19 and all(c[3] == tmp_path.absolute() for c in calls)
     assert [c[0][0] for c in calls[:3]] == ["pretrain", "finetune", "finetune"]
@@ -436,7 +436,7 @@ def test_launch_queues_jobs(tmp_path, monkeypatch):
 
 def test_equal_flops_gives_cheaper_steps_more_steps(tmp_path):
     from engine.ablations.planner import pretrain_config, step_flops
-    study = replace(A.get_study("pretraining-tasks", classroom_scale=True), budget="flops")
+    study = replace(A.get_study("pretraining-tasks", scale="classroom"), budget="flops")
     jobs = {j.variant: j for j in A.plan(study, tmp_path) if j.kind == "pretrain"}
     steps = {v: int(flag(j.argv, "--steps")) for v, j in jobs.items()}
     bert, nonsp, ltr = (study.pretrain_args(study.variant(n)) for n in ("BERT (MLM + NSP)", "No NSP", "LTR & No NSP"))
@@ -450,14 +450,14 @@ def test_equal_flops_gives_cheaper_steps_more_steps(tmp_path):
 
 
 def test_equal_time_gives_every_run_the_same_minutes(tmp_path, capsys):
-    study = replace(A.get_study("pretraining-tasks", classroom_scale=True), budget="time", budget_minutes=12.5)
+    study = replace(A.get_study("pretraining-tasks", scale="classroom"), budget="time", budget_minutes=12.5)
     pre = [j for j in A.plan(study, tmp_path) if j.kind == "pretrain"]
     assert len(pre) == 3 and all(flag(j.argv, "--max-minutes") == "12.5" for j in pre)
     assert len({flag(j.argv, "--steps") for j in pre}) == 1
     with pytest.raises(EngineError, match="--budget-minutes"):
         A.plan(replace(study, budget_minutes=None), tmp_path)
     with pytest.raises(EngineError, match="budget steps"):
-        A.plan(replace(A.get_study("training-steps", classroom_scale=True), budget="flops"), tmp_path)
+        A.plan(replace(A.get_study("training-steps", scale="classroom"), budget="flops"), tmp_path)
     # the command line: --budget time --budget-minutes M, saved in study.json and read back
     assert A.main(["run", "pretraining-tasks", "--classroom", "--budget", "time", "--budget-minutes", "12.5",
                    "--dry-run", "--runs-root", str(tmp_path)]) == 0

@@ -125,7 +125,7 @@ def test_no_studies_says_so(tmp_path):
 
 def test_figure5_study_draws_score_against_steps(tmp_path, fake_runs):
     root = tmp_path / "runs"
-    study = A.get_study("training-steps", classroom_scale=True)
+    study = A.get_study("training-steps", scale="classroom")
     d = root / "studies" / "fig5"
     d.mkdir(parents=True)
     jobs = A.plan(study, d)

@@ -60,7 +60,7 @@ def test_steps_check_off_from_the_runs_folder_and_session(tmp_path, fake_runs):
     _pretrain(root, "first-bert", "finished")
     _pretrain(root, "minilm-continued", "finished", config={"objective": "mlm+nsp", "init": "minilm"})
     study = root / "studies" / "pretraining-tasks"
-    plan = A.get_study("pretraining-tasks", classroom_scale=True)
+    plan = A.get_study("pretraining-tasks", scale="classroom")
     jobs = A.plan(plan, study)
     A.write_study(study, plan, jobs, mode="foreground")
     fake_runs.pretrain(study / jobs[0].out, 5.0)  # one job of the study finished

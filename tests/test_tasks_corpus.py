@@ -130,7 +130,7 @@ def test_a_study_whose_pretraining_sees_the_dev_texts_is_refused(tmp_path):
     from dataclasses import replace
 
     import engine.ablations as A
-    study = A.get_study("pretraining-tasks", classroom_scale=True)
+    study = A.get_study("pretraining-tasks", scale="classroom")
     assert A.plan(study, tmp_path)  # corpus bbc, the default held-out share: fine
     for change in ({"corpus": "all"}, {"eval_fraction": 0.1}):
         with pytest.raises(EngineError, match="holds out"):

@@ -396,11 +396,10 @@ def classroom(study: Study) -> Study:
     return at_scale(study, CLASSROOM)
 
 
-def get_study(name: str, classroom_scale: bool = False, seeds: int = None, evaluations=None, scale: str = None) -> Study:
-    """A built-in study, at `scale` ("classroom", "lab"; `classroom_scale=True` is scale="classroom") or as defined."""
+def get_study(name: str, scale: str = None, seeds: int = None, evaluations=None) -> Study:
+    """A built-in study at `scale` (a key of SCALES: "classroom", "lab"), or as defined (None or "paper")."""
     if name not in STUDIES:
         raise EngineError(f"unknown study '{name}'; choose one of {', '.join(STUDIES)}")
-    scale = scale or ("classroom" if classroom_scale else None)
     if scale not in (None, "paper") and scale not in SCALES:
         raise EngineError(f"unknown scale '{scale}'; choose one of {', '.join(SCALES)}")
     study = STUDIES[name](evaluations)
