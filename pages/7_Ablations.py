@@ -171,7 +171,7 @@ with tab_results:
                 default_i = next((i for i, (s, m) in enumerate(pairs) if s == "train" and m == "loss"), 0)
                 k = st.selectbox("Pre-training curve", opts, index=default_i, key="abl_curve")
                 x = st.radio("Against", list(A.CURVE_X), format_func=A.CURVE_X.get, horizontal=True, key="abl_curve_x",
-                             help="equal steps is not equal compute: an LTR model trains on every token, MLM on 15%")
+                             help="equal steps is not equal compute: an LTR model predicts every token, MLM only the masked share (25% in the classroom recipe)")
                 s, m = pairs[opts.index(k)]
                 st.plotly_chart(F.curves_figure(res.curves, m, s, x=x), key="abl_curve_fig", config=chart_config("ablation-curves"))
                 final = A.final_pretrain_metrics(res.curves)

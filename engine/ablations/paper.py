@@ -87,7 +87,7 @@ SMALL_BASE = PretrainConfig(preset="tiny", objective=MLM_NSP.name, steps=3000, b
 def pretraining_tasks_study(evaluations=None) -> Study:
     return Study(
         name="pretraining-tasks", title="Table 5: pre-training tasks",
-        description="The same tiny model pre-trained with MLM+NSP (BERT), MLM only (No NSP) and a left-to-right LM "
+        description="The same model pre-trained with MLM+NSP (BERT), MLM only (No NSP) and a left-to-right LM "
                     "(LTR & No NSP, causal attention kept at fine-tuning); the last row fine-tunes the LTR model "
                     "with a randomly initialised BiLSTM on top.",
         finding="Removing NSP hurts (BERT ≥ No NSP, most on QNLI, MNLI and SQuAD); the left-to-right model is worse "
