@@ -145,15 +145,19 @@ def test_validation_errors_are_one_line():
 # ------------------------------------------------------------------------------------------------ learning
 @pytest.mark.slow
 def test_tiny_run_learns(env):
-    """MLM loss falls well below its start, MLM accuracy beats the most-frequent-token baseline, NSP > 0.5."""
-    cfg = replace(env["base"], out=str(env["root"] / "learn"), steps=260, batch_size=16, lr=3e-3, warmup=0.05,
+    """MLM loss falls well below its start, MLM accuracy beats the most-frequent-token baseline, NSP > 0.6.
+
+    500 steps, not fewer: NSP is learned in a sudden jump whose timing depends on the vocabulary (the tokenizers
+    trainer breaks ties in hash-map order, so every run of this module trains a slightly different one) and on the
+    CPU's kernels. At 260 steps 3 of 22 runs failed (NSP at chance, or MLM not yet learned); at 500 all 20 passed, NSP >= 0.8."""
+    cfg = replace(env["base"], out=str(env["root"] / "learn"), steps=500, batch_size=16, lr=3e-3, warmup=0.05,
                   log_every=10, eval_every=0, save_every=0, eval_max_instances=256, eval_fraction=0.1)
     res = _pretrain(cfg)
-    assert res["status"] == "finished" and res["step"] == 260
+    assert res["status"] == "finished" and res["step"] == 500
     recs = runs.read_metrics(cfg.out)
     train = [r for r in recs if r["split"] == "train"]
     ev = [r for r in recs if r["split"] == "eval"]
-    assert [r["step"] for r in train] == list(range(10, 261, 10)) and [r["step"] for r in ev] == [260]
+    assert [r["step"] for r in train] == list(range(10, 501, 10)) and [r["step"] for r in ev] == [500]
     first, last = train[0], ev[-1]
     # the most-frequent-token baseline on the held-out data
     from engine.pretraining_data import build_pretraining_data
@@ -169,9 +173,9 @@ def test_tiny_run_learns(env):
     assert last["eval_mlm_ppl"] == pytest.approx(np.exp(last["eval_mlm_loss"]), rel=1e-6)
     assert last["eval_instances"] > 20
     info = runs.read_run_json(cfg.out)
-    assert info["kind"] == "pretrain" and info["status"] == "finished" and info["total_steps"] == 260
+    assert info["kind"] == "pretrain" and info["status"] == "finished" and info["total_steps"] == 500
     assert info["config"]["lr"] == 3e-3 and info["versions"]["torch"] == torch.__version__
-    assert [p.name for p in runs.list_checkpoints(cfg.out)] == ["step-260"]
+    assert [p.name for p in runs.list_checkpoints(cfg.out)] == ["step-500"]
     assert (Path(cfg.out) / "tokenizer" / "vocab.txt").is_file()
 
 
