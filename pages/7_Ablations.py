@@ -72,7 +72,7 @@ with tab_new:
         # keyed per study and scale: a keyed widget keeps its value, so one key would carry the classroom's seeds
         # and steps over to the lab scale
         seeds = o1.number_input("Seeds", min_value=1, max_value=10, value=len(study.seeds), key=f"abl_seeds_{name}_{scale}")
-        all_evals = list(A.default_evaluations()) if not study.model else list(study.evaluations)
+        all_evals = list(A.available_evaluations()) if not study.model else list(study.evaluations)
         for e in study.evaluations:
             if e not in all_evals:
                 all_evals.append(e)

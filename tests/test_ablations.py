@@ -128,6 +128,21 @@ def test_classroom_scale_fits_the_hour():
         ("BERT (MLM + NSP)", "LTR & No NSP", "BBC punctuation (F1)"), ("+ BiLSTM", "LTR & No NSP", "BBC cloze span (F1)")}
 
 
+def test_every_pretraining_study_evaluates_corpus_made_tasks_at_classroom_scale(tmp_path):
+    """Tables 6 and 8 and Figure 5 use the tasks made from BBC News (dev texts held out of pre-training), and
+    every contrast a study judges names one of its own columns and two of its rows."""
+    made = {"bbc-cloze", "bbc-punct", "bbc-next", "bbc-topic"}
+    for name, tasks in (("model-size", ["bbc-cloze", "bbc-topic"]), ("masking", ["bbc-punct", "bbc-punct"]),
+                        ("training-steps", ["bbc-cloze"])):
+        study = A.get_study(name, scale="classroom")
+        assert [e.task for e in study.evaluations] == tasks and set(tasks) <= made
+        assert study.findings() == study.contrasts and study.contrasts, name  # none dropped for a missing column
+    masking = A.plan(A.get_study("masking", scale="classroom"), tmp_path)
+    feats = [j for j in masking if j.kind == "features"]
+    assert len(feats) == 6 and all(flag(j.argv, "--task") == "bbc-punct" and flag(j.argv, "--combine") == "concat"
+                                   and flag(j.argv, "--max-train") == "2000" for j in feats)
+
+
 def test_training_steps_evaluates_each_checkpoint(tmp_path):
     study = A.get_study("training-steps", scale="classroom")
     jobs = A.plan(study, tmp_path)
@@ -349,7 +364,7 @@ def test_feature_based_and_masking_checks(tmp_path, fake_runs):
         else:
             fake_runs.eval(d / j.out, "accuracy" if j.evaluation == A.BBC.name else "f1", ft[rows.index(j.variant)])
     res = A.collect_results(d)
-    fb = "WNUT-16 NER feature-based (F1)"
+    fb = A.PUNCT_FEATURES.name
     assert res.table.loc[rows[1], fb] == "50.0 ± 0.0 (n=1)" and res.table.loc[rows[0], fb] == "60.0 ± 0.0 (n=1)"
     checks = {c["claim"].split(" (")[0]: c["reproduced"] for c in res.checks}
     assert checks["feature-based: MASK 80 / SAME 10 / RND 10 ≥ MASK 100 / SAME 0 / RND 0"] is True

@@ -4,7 +4,7 @@ import json
 from dataclasses import replace
 
 from engine.ablations.folders import list_studies, studies_root, study_dir_name
-from engine.ablations.paper import BBC, CLOZE, NEXT, PUNCT, SHARED_DATA, STUDIES, WNUT, get_study, shared_evaluations
+from engine.ablations.paper import SHARED_DATA, STUDIES, available_evaluations, get_study
 from engine.ablations.planner import plan
 from engine.ablations.results import StudyResults, collect_results, final_pretrain_metrics
 from engine.ablations.runner import launch, run_foreground
@@ -14,9 +14,8 @@ from engine.errors import EngineError
 
 
 def _parse_tasks(arg: str) -> tuple:
-    known = {e.task: e for e in (CLOZE, PUNCT, NEXT, BBC, WNUT)}  # the built-in tasks' evaluations, by --task name
-    for e in shared_evaluations():
-        known[e.name.split()[0].lower()] = e
+    # by --task name for the built-in tasks, "rte" / "cola" for the shared files
+    known = {(e.task if e.train is None else e.name.split()[0].lower()): e for e in available_evaluations()}
     out = []
     for t in [x.strip() for x in arg.split(",") if x.strip()]:
         if t not in known:
