@@ -150,16 +150,16 @@ with tab_results:
             with right:
                 st.markdown("**The paper's finding**")
                 st.info(res.finding)
-                st.markdown("**Reproduced here?**")
-                for c in res.checks:
-                    mark = {True: "✅ yes", False: "❌ no", None: "❔ not yet"}[c["reproduced"]]
-                    st.markdown(f"{mark} — {c['claim']}  \n<small>{c['detail']}</small>", unsafe_allow_html=True)
                 if res.findings:
-                    st.markdown("**Verdicts** (the difference's 95% bootstrap interval over seeds, restarts and dev examples)")
+                    st.markdown("**Reproduced here?** (the difference's 95% bootstrap interval over seeds, restarts and dev examples)")
                 for f in res.findings:
                     icon = {"reproduced": "✅", "not reproduced": "❌", "inconclusive": "❔"}[f["verdict"]]
                     st.markdown(f"{icon} {f['verdict']} — {f['statement']} ({f['column']})  \n"
                                 f"<small>{A.describe_entry(f)}</small>", unsafe_allow_html=True)
+                with st.expander("Direction of the means (no uncertainty: a hint, not a verdict)", expanded=not res.findings):
+                    for c in res.checks:
+                        mark = {True: "↗ holds", False: "↘ does not hold", None: "… not yet"}[c["holds"]]
+                        st.markdown(f"{mark} — {c['claim']}  \n<small>{c['detail']}</small>", unsafe_allow_html=True)
             variants = [v.name for v in res.study.variants]
             if res.study.checkpoint_steps:
                 st.plotly_chart(F.steps_lines(res.summary, variants), key="abl_steps_fig", config=chart_config("ablation-steps"))

@@ -245,12 +245,12 @@ def test_findings_reproduced_and_not(tmp_path, fake_runs):
     study, d, jobs = make_study(tmp_path, seeds=1)
     fake_runs.fill_table5(d, jobs)
     checks = A.collect_results(d).checks
-    assert len(checks) == 3 and all(c["reproduced"] is True for c in checks), checks
+    assert len(checks) == 3 and all(c["holds"] is True for c in checks), checks
     # now LTR beats No NSP on WNUT: "MLM > LTR on every task" must fail, the others still hold
     bad = dict(fake_runs.TABLE5, **{"LTR & No NSP": (0.70, 0.40)})
     study, d2, jobs = make_study(tmp_path / "b", seeds=1)
     fake_runs.fill_table5(d2, jobs, bad)
-    checks = {c["claim"]: c["reproduced"] for c in A.collect_results(d2).checks}
+    checks = {c["claim"]: c["holds"] for c in A.collect_results(d2).checks}
     assert checks["No NSP > LTR & No NSP on every task (MLM beats left-to-right)"] is False
     assert checks["BERT (MLM + NSP) ≥ No NSP on average (removing NSP hurts)"] is True
 
@@ -260,7 +260,7 @@ def test_a_task_where_both_score_zero_is_ignored(tmp_path, fake_runs):
     study, d, jobs = make_study(tmp_path, seeds=1)
     fake_runs.fill_table5(d, jobs, table, noise=0.0)
     checks = A.collect_results(d).checks
-    assert all(c["reproduced"] is True for c in checks), checks
+    assert all(c["holds"] is True for c in checks), checks
     assert all("ignored (both 0): WNUT-16 NER (F1)" in c["detail"] for c in checks)
 
 
@@ -270,7 +270,7 @@ def test_partial_results_say_not_enough(tmp_path, fake_runs):
     res = A.collect_results(d)
     assert res.table.loc["No NSP", A.BBC.name] == "–"
     assert res.table.loc["BERT (MLM + NSP)", A.BBC.name] == "90.0 ± 0.0 (n=1)"
-    assert all(c["reproduced"] is None for c in res.checks)
+    assert all(c["holds"] is None for c in res.checks)
     assert res.progress["finished"] == 1 and res.progress["queued"] == len(jobs) - 1
 
 
@@ -299,7 +299,7 @@ def test_model_size_perplexity_column_and_check(tmp_path, fake_runs):
     res = A.collect_results(d)
     assert "held-out MLM ppl" in res.table.columns
     assert res.table.loc["L=4 H=256 A=4", "held-out MLM ppl"] == f"{math.exp(5.0):.2f} ± 0.00 (n=1)"
-    checks = {c["claim"]: c["reproduced"] for c in res.checks}
+    checks = {c["claim"]: c["holds"] for c in res.checks}
     assert checks["held-out MLM perplexity falls with size"] is True
     assert checks["L=4 H=256 A=4 ≥ L=2 H=128 A=2 on every task (bigger is better)"] is True
 
@@ -321,7 +321,7 @@ def test_training_steps_table_and_checks(tmp_path, fake_runs):
     assert study.evaluations == (A.CLOZE,)  # span extraction, where the missing right context shows
     assert list(res.table.columns) == [f"{A.CLOZE.name} @ {k}" for k in steps]
     assert set(res.summary["step"]) == set(steps)
-    checks = {c["claim"]: c["reproduced"] for c in res.checks}
+    checks = {c["claim"]: c["holds"] for c in res.checks}
     assert checks["MLM (BERT): more pre-training steps score higher"] is True
     assert checks["MLM (BERT) > LTR at the last checkpoint"] is True
 
@@ -338,7 +338,7 @@ def test_feature_based_and_masking_checks(tmp_path, fake_runs):
     res = A.collect_results(d)
     assert res.table.loc["Concat last four hidden", A.WNUT.name] == "35.0 ± 0.0 (n=1)"
     assert res.table.loc["Embeddings", A.WNUT.name] == "10.0 ± 0.0 (n=1)"
-    assert [c["reproduced"] for c in res.checks] == [True, True, True]
+    assert [c["holds"] for c in res.checks] == [True, True, True]
     emb = next(f for f in res.findings if f["worse"] == "Embeddings")
     assert emb["verdict"] == "inconclusive" and emb["ours"]["interval_95"] is None  # one score each, nothing to resample
 
@@ -366,7 +366,7 @@ def test_feature_based_and_masking_checks(tmp_path, fake_runs):
     res = A.collect_results(d)
     fb = A.PUNCT_FEATURES.name
     assert res.table.loc[rows[1], fb] == "50.0 ± 0.0 (n=1)" and res.table.loc[rows[0], fb] == "60.0 ± 0.0 (n=1)"
-    checks = {c["claim"].split(" (")[0]: c["reproduced"] for c in res.checks}
+    checks = {c["claim"].split(" (")[0]: c["holds"] for c in res.checks}
     assert checks["feature-based: MASK 80 / SAME 10 / RND 10 ≥ MASK 100 / SAME 0 / RND 0"] is True
     assert checks["fine-tuning is robust to the masking strategy"] is False
     assert checks["MASK 80 / SAME 10 / RND 10 > MASK 0 / SAME 0 / RND 100"] is True
@@ -400,7 +400,10 @@ def test_cli_dry_run_and_show(tmp_path, capsys, fake_runs):
     csv = tmp_path / "t5.csv"
     assert A.main(["show", str(d), "--csv", str(csv)]) == 0
     out = capsys.readouterr().out
-    assert "90.5 ± 0.7 (n=2)" in out and "[yes]" in out and csv.is_file()
+    assert "90.5 ± 0.7 (n=2)" in out and csv.is_file()
+    # the verdicts first, then the direction of the means, said to be no verdict
+    assert out.index("verdicts (") < out.index("the direction of the means, without their uncertainty (a hint, not a verdict)")
+    assert "[holds] " in out and "[yes]" not in out
 
 
 def test_cli_show_on_a_non_study_is_one_line_error(tmp_path):

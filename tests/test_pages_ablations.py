@@ -46,10 +46,13 @@ def test_dashboard_shows_table_findings_and_charts(study_root):
     assert table.loc["BERT (MLM + NSP)", A.BBC.name] == "90.5 ± 0.7 (n=2)"
     assert table.loc["LTR & No NSP", A.WNUT.name] == "10.5 ± 0.7 (n=2)"
     md = " ".join(m.value for m in at.markdown)
-    assert "✅ yes" in md and "MLM beats left-to-right" in md and "❌" not in md
     assert any("Removing NSP hurts" in i.value for i in at.info)
-    # the bootstrap verdict of the finding this study's columns allow (the topic control), with the paper's numbers
-    assert "**Verdicts**" in md and "control: on topic classification" in md and "paper (SST-2 acc): 92.7 vs 92.1" in md
+    # "reproduced?" is the bootstrap verdict of the finding this study's columns allow (the topic control), with the
+    # paper's numbers; the direction of the means comes after it, labelled as no verdict
+    assert "**Reproduced here?**" in md and "control: on topic classification" in md and "paper (SST-2 acc): 92.7 vs 92.1" in md
+    assert "↗ holds — " in md and "MLM beats left-to-right" in md and "does not hold" not in md
+    assert md.index("**Reproduced here?**") < md.index("↗ holds")
+    assert any(e.label.startswith("Direction of the means (no uncertainty") for e in at.expander)
     # bar chart + pre-training curve chart
     charts = at.get("plotly_chart")
     assert len(charts) == 2

@@ -107,7 +107,8 @@ def main(argv: list) -> int:
 
 def results_json(study_dir, res: StudyResults) -> dict:
     """`ablate show --json`: {study, title, study_dir, progress, table (rows of the summary: variant, column, step,
-    mean, std, n), finding, findings (engine.ablations.verdict.judge per finding), checks (the direction checks)}."""
+    mean, std, n), finding, findings (engine.ablations.verdict.judge per finding: the verdicts), checks (the direction of the means,
+    {claim, holds, detail}: no uncertainty, so not verdicts)}."""
     return {"study": res.study.name, "title": res.study.title, "study_dir": str(study_dir), "progress": res.progress,
             "table": res.summary.to_dict(orient="records"), "finding": res.finding, "findings": res.findings,
             "checks": res.checks}
@@ -127,10 +128,12 @@ def _print_results(res: StudyResults) -> None:
         print("\nheld-out pre-training metrics at the last step (lm_* = next-token for LTR):")
         print(final.to_string(index=False))
     print(f"\npaper: {res.finding}")
-    for c in res.checks:
-        mark = {True: "yes", False: "NO", None: "?"}[c["reproduced"]]
-        print(f"  [{mark}] {c['claim']}: {c['detail']}")
     if res.findings:
         print("\nverdicts (difference of the two rows, 95% bootstrap interval; engine/ablations/verdict.py):")
     for f in res.findings:
         print(f"  [{f['verdict']}] {f['statement']} ({f['column']}): {describe_entry(f)}")
+    if res.checks:
+        print("\nthe direction of the means, without their uncertainty (a hint, not a verdict):")
+    for c in res.checks:
+        mark = {True: "holds", False: "does not hold", None: "not yet"}[c["holds"]]
+        print(f"  [{mark}] {c['claim']}: {c['detail']}")

@@ -1,11 +1,12 @@
 """The comparisons a study's finding check is made of (each built-in study in `engine.ablations.paper` states its
 claims with these): mean scores per variant and column, and "is variant a better than variant b".
 
-A check result is {"claim": str, "reproduced": True | False | None, "detail": str}; None means not enough results
-yet, or no signal to compare. A "reproduced?" is a direction (A ≥ B), never a size.
+A check result is {"claim": str, "holds": True | False | None, "detail": str}; None means not enough results
+yet, or no signal to compare. A check is the direction of the means (A ≥ B), never a size and never a verdict:
+whether a finding is reproduced is decided by engine.ablations.verdict, beyond the uncertainty.
 """
 
-NOT_YET = {"reproduced": None, "detail": "not enough results yet"}
+NOT_YET = {"holds": None, "detail": "not enough results yet"}
 
 
 def means(summary, step="last") -> dict:
@@ -32,14 +33,14 @@ def compare(means: dict, a: str, b: str, cols: list, every: bool, strict: bool) 
     silent = [c for c in common if abs(means[a][c]) < 1e-9 and abs(means[b][c]) < 1e-9]
     common = [c for c in common if c not in silent]
     if not common:
-        return {"reproduced": None, "detail": "both score 0 on every task: no signal to compare"}
+        return {"holds": None, "detail": "both score 0 on every task: no signal to compare"}
     diffs = {c: means[a][c] - means[b][c] for c in common}
     ok = (lambda d: d > 0) if strict else (lambda d: d >= 0)
     res = all(ok(d) for d in diffs.values()) if every else ok(sum(diffs.values()) / len(diffs))
     detail = "; ".join(f"{c}: {100 * means[a][c]:.1f} vs {100 * means[b][c]:.1f}" for c in common)
     if silent:
         detail += "; ignored (both 0): " + ", ".join(silent)
-    return {"reproduced": bool(res), "detail": detail}
+    return {"holds": bool(res), "detail": detail}
 
 
 def claim(text: str, result: dict) -> dict:

@@ -175,7 +175,7 @@ def check_model_size(study: Study, summary) -> list:
         checks.append(claim("held-out MLM perplexity falls with size", NOT_YET))
     else:
         checks.append(claim("held-out MLM perplexity falls with size",
-                            {"reproduced": all(b <= a for a, b in zip(ppl, ppl[1:])), "detail": " → ".join(f"{p:.1f}" for p in ppl)}))
+                            {"holds": all(b <= a for a, b in zip(ppl, ppl[1:])), "detail": " → ".join(f"{p:.1f}" for p in ppl)}))
     return checks
 
 
@@ -224,16 +224,16 @@ def check_feature_based(study: Study, summary) -> list:
         checks.append(claim("concatenating the last four layers is the best feature-based combination", NOT_YET))
     else:
         checks.append(claim("concatenating the last four layers is the best feature-based combination",
-                            {"reproduced": fb[concat] >= fb[best] - 1e-12,
+                            {"holds": fb[concat] >= fb[best] - 1e-12,
                              "detail": f"best: {best} {100 * fb[best]:.1f}; concat {100 * fb[concat]:.1f}"}))
     if ft is None or not fb:
         checks.append(claim("fine-tuning ≥ the best feature-based combination", NOT_YET))
     else:
         checks.append(claim("fine-tuning ≥ the best feature-based combination",
-                            {"reproduced": ft >= fb[best], "detail": f"fine-tuning {100 * ft:.1f} vs {best} {100 * fb[best]:.1f}"}))
+                            {"holds": ft >= fb[best], "detail": f"fine-tuning {100 * ft:.1f} vs {best} {100 * fb[best]:.1f}"}))
     if emb in fb and len(fb) >= 2:
         checks.append(claim("the embeddings alone are the worst",
-                            {"reproduced": fb[emb] <= min(fb.values()),
+                            {"holds": fb[emb] <= min(fb.values()),
                              "detail": f"embeddings {100 * fb[emb]:.1f}, worst {100 * min(fb.values()):.1f}"}))
     return checks
 
@@ -282,7 +282,7 @@ def check_masking(study: Study, summary) -> list:
             spreads[c] = max(vals) - min(vals)
     robust = "fine-tuning is robust to the masking strategy (spread across rows ≤ 3 points)"
     if spreads:
-        checks = [claim(robust, {"reproduced": all(s <= ROBUST_SPREAD for s in spreads.values()),
+        checks = [claim(robust, {"holds": all(s <= ROBUST_SPREAD for s in spreads.values()),
                                  "detail": "; ".join(f"{c}: spread {100 * s:.1f}" for c, s in spreads.items())})]
     else:
         checks = [claim(robust, NOT_YET)]
@@ -325,7 +325,7 @@ def check_training_steps(study: Study, summary) -> list:
             checks.append(claim(f"{v.name}: more pre-training steps score higher", NOT_YET))
             continue
         checks.append(claim(f"{v.name}: more pre-training steps score higher", {
-            "reproduced": all(d[max(d)] >= d[min(d)] for _, d in pairs),
+            "holds": all(d[max(d)] >= d[min(d)] for _, d in pairs),
             "detail": "; ".join(f"{c}: step {min(d)} {100 * d[min(d)]:.1f} → step {max(d)} {100 * d[max(d)]:.1f}" for c, d in pairs)}))
     if len(study.variants) >= 2:
         a, b = study.variants[0].name, study.variants[1].name
