@@ -29,6 +29,10 @@ RUN_JSON = "run.json"
 METRICS = "metrics.jsonl"
 METRICS_LABELS = ("split", "phase", "combine")  # the only text fields of a metrics.jsonl record; the rest are numbers
 EVAL_JSON = "eval.json"
+# the x axes of a training curve, each a field of a metrics.jsonl training record: optimizer steps, tokens seen,
+# training time in seconds (`elapsed`: no evaluation or saving; a held-out point takes the values of the training
+# record at its step). The Pre-train, Compare and Ablations pages all plot against these.
+CURVE_X = {"step": "steps", "tokens": "tokens seen", "elapsed": "training time (s)"}
 
 RUN_FIELDS = (
     "kind",  # "pretrain" | "finetune" | "features"

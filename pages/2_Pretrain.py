@@ -9,8 +9,9 @@ from pathlib import Path
 
 import streamlit as st
 
+from engine.records import CURVE_X
 from studio.common import chart_config, follow_queued_run, guard, precision_select, runs_root
-from studio.pretrain_figures import X_AXES, pretraining_curves
+from studio.pretrain_figures import pretraining_curves
 from studio.uploads import save_upload
 
 REFRESH_SECONDS = 2.0
@@ -263,7 +264,7 @@ def run_view(run_dir: Path, root: Path) -> str:
         st.caption("No metrics yet (the corpus, tokenizer and data are being prepared).")
         return status
     c1, c2 = st.columns(2)
-    x = c1.radio("x axis", list(X_AXES), format_func=X_AXES.get, horizontal=True, key="pretrain_x")
+    x = c1.radio("x axis", list(CURVE_X), format_func=CURVE_X.get, horizontal=True, key="pretrain_x")
     smoothing = c2.slider("Smoothing", 0.0, 0.99, 0.6, 0.01, key="pretrain_smooth",
                           help="debiased exponential moving average of the training curves (as TensorBoard); 0 = raw")
     for title, fig in pretraining_curves(train, evals, obj, x, smoothing):

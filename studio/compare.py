@@ -6,7 +6,7 @@
   ("bert-s0", "bert-seed1" -> "bert"), so a user's repeated runs group too.
 - `metrics_frame(entries)`: all their metrics.jsonl records in one long DataFrame (run, group, seed, kind, then
   the record's fields); `numeric_metrics` lists what can be plotted.
-- `X_AXES`: steps, tokens seen, wall time; each a field of the records (pre-training writes all three,
+- x axes: engine.records.CURVE_X (steps, tokens seen, training time), each a field of the records (pre-training writes all three,
   fine-tuning steps and elapsed time; a run without the chosen field is left out and the page says so).
 - `ema(values, weight)`: TensorBoard's debiased exponential moving average: s_t = w s_{t-1} + (1 - w) y_t from
   s_0 = 0, divided by 1 - w^t so the first points are not pulled towards 0. weight 0 = the raw curve.
@@ -25,9 +25,7 @@ import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
-from engine.records import RUN_JSON, read_json_or_empty
-
-X_AXES = {"step": "steps", "tokens": "tokens seen", "elapsed": "wall time (s)"}
+from engine.records import CURVE_X, RUN_JSON, read_json_or_empty
 COLOURS = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf"]
 NOT_METRICS = {"step", "tokens", "elapsed", "trial", "epoch", "phase", "seed"}  # x axes and bookkeeping
 NOT_SETTINGS = {"out"}  # config keys that always differ (the run's own folder)
@@ -190,6 +188,6 @@ def comparison_figure(cv: dict, metric: str, x: str, grouped: bool = False) -> g
             fig.add_trace(go.Scatter(x=grid, y=mean, mode="lines", line=dict(color=c, width=3),
                                      name=f"{g} (mean of {len(items)})",
                                      hovertemplate=f"{g} mean<br>%{{x}}: %{{y:.4f}}<extra></extra>"))
-    fig.update_layout(title=f"{metric} against {X_AXES.get(x, x)}", xaxis_title=X_AXES.get(x, x), yaxis_title=metric,
+    fig.update_layout(title=f"{metric} against {CURVE_X.get(x, x)}", xaxis_title=CURVE_X.get(x, x), yaxis_title=metric,
                       height=460, margin=dict(l=10, r=10, t=60, b=10), legend=dict(orientation="h", y=-0.18))
     return fig

@@ -3,9 +3,9 @@ objective (train and held-out), NSP, learning rate and throughput, against steps
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from engine.records import CURVE_X
 from studio.compare import ema
 
-X_AXES = {"step": "step", "tokens": "tokens seen", "elapsed": "training time (s)"}  # fields of the train records
 
 
 def series(recs: list, key: str, x: str = "step", x_at_step: dict = None):
@@ -23,7 +23,7 @@ def pretraining_curves(train: list, evals: list, obj, x: str = "step", smoothing
     learning rate and throughput, against `x` (step, tokens or elapsed). With `smoothing` > 0 each training curve is drawn faint with its debiased
     EMA (studio.compare.ema, as TensorBoard) on top; held-out points are few and stay raw."""
     at_step = {r["step"]: r.get(x) for r in train if r.get(x) is not None}
-    x_title = X_AXES.get(x, x)
+    x_title = CURVE_X.get(x, x)
 
     def train_traces(fig, key, name, colour, **where):
         xs, ys = series(train, key, x, at_step)

@@ -17,10 +17,7 @@ from engine.objectives import every
 best_score = records.best_dev_score
 combination_score = records.combination_score
 
-
-# the x axes of a pre-training curve: optimizer steps, tokens seen, training time in seconds (the training record's
-# `elapsed`: no evaluation or saving; a held-out point takes the values of the training record at its step)
-CURVE_X = {"step": "steps", "tokens": "tokens seen", "elapsed": "training time (s)"}
+CURVE_X = records.CURVE_X
 
 
 def pretrain_eval_records(recs: list) -> list:
