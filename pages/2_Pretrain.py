@@ -10,7 +10,7 @@ from pathlib import Path
 import streamlit as st
 
 from engine.records import CURVE_X
-from studio.common import chart_config, follow_queued_run, guard, precision_select, runs_root
+from studio.common import chart_config, follow_queued_run, guard, precision_select, resume_button, runs_root
 from studio.pretrain_figures import pretraining_curves
 from studio.uploads import save_upload
 
@@ -253,12 +253,8 @@ def run_view(run_dir: Path, root: Path) -> str:
         with guard("cancelling"):
             from engine import jobs
             st.toast(jobs.stop_run(run_dir, root=str(root)))
-    where = f"checkpoint {ck.name}" if ck is not None else "step 0 (it has no checkpoint yet)"
-    if status in ("cancelled", "dead", "failed") and b2.button("Resume", key=f"resume-{run_dir.name}",
-                                                               help=f"Continue from {where} with the run's own settings"):
-        with guard("resuming"):
-            how, _ = _launch(cli.resume_argv(PretrainConfig, run_dir, quiet=True), run_dir.name, run_dir, root)
-            st.toast(f"Resuming {run_dir.name} from {where} ({how})")
+    kept = f"checkpoint {ck.name} is" if ck is not None else "nothing is (no checkpoint yet: it starts from step 0)"
+    resume_button(root, run_dir, PretrainConfig, status, kept, where=b2, quiet=True)
 
     if not train and not evals:
         st.caption("No metrics yet (the corpus, tokenizer and data are being prepared).")

@@ -195,7 +195,7 @@ with tab_runs:
                 st.progress(prog["fraction"], text=f"step {prog['step'] or 0} of {prog['total'] or '?'}")
             if info.get("error"):
                 st.error(info["error"])
-            resume_button(root, run_dir, FinetuneConfig, status, "trials")
+            resume_button(root, run_dir, FinetuneConfig, status, "the finished trials are")
             parsed = (ev.get("data") or {}).get("parsed") or {}
             if parsed:
                 from engine.tasks.describe import describe_lines

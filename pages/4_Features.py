@@ -124,7 +124,7 @@ with tab_compare:
         ev = _eval(fx)
         if fx.get("error"):
             st.error(fx["error"])
-        resume_button(root, Path(fx["path"]), FeaturesConfig, fx["effective_status"], "combinations")
+        resume_button(root, Path(fx["path"]), FeaturesConfig, fx["effective_status"], "the finished combinations are")
         live_run = fx["effective_status"] in ("running", "queued")
         if live_run:
             @st.fragment(run_every=5)

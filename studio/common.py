@@ -174,17 +174,17 @@ def follow_queued_run(root: Path, prefix: str, listed) -> None:
     poll()
 
 
-def resume_button(root: Path, run_dir: Path, config_cls, status: str, what: str) -> None:
-    """A Resume button for a run of `config_cls`'s command (FinetuneConfig, FeaturesConfig) that stopped before it
-    finished: it queues `python -m engine COMMAND --out RUN --resume` (the run's own settings; the finished `what`
-    are kept)."""
+def resume_button(root: Path, run_dir: Path, config_cls, status: str, kept: str, where=st, **flags) -> None:
+    """The Resume button of every page, for a run of `config_cls`'s command (PretrainConfig, FinetuneConfig,
+    FeaturesConfig) that stopped before it finished: it queues `python -m engine COMMAND --out RUN --resume` plus
+    `flags` (the run's own settings; `kept` says what is kept, e.g. "the finished trials"). `where`: the column."""
     if status not in ("cancelled", "dead", "failed"):
         return
     kind = config_cls.command
-    if st.button("Resume", key=f"resume-{kind}-{run_dir.name}", help=f"continue with the run's own settings: the finished {what} are kept"):
+    if where.button("Resume", key=f"resume-{kind}-{run_dir.name}", help=f"continue with the run's own settings: {kept} kept"):
         from engine import jobs as Q
         from engine.cli import resume_argv
         with guard("resuming"):
-            rec = Q.submit(resume_argv(config_cls, run_dir), name=f"{kind} {run_dir.name} (resume)",
-                           run_dir=str(run_dir), root=root)
+            rec = Q.submit(resume_argv(config_cls, run_dir, **flags), name=f"{kind} {run_dir.name} (resume)",
+                           run_dir=str(run_dir), root=str(root))
             st.toast(f"queued {rec['id']}: {run_dir.name} continues")
