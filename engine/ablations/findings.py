@@ -44,5 +44,5 @@ def compare(means: dict, a: str, b: str, cols: list, every: bool, strict: bool) 
 
 
 def claim(text: str, result: dict) -> dict:
-    """One check: the claim in words with its result ({reproduced, detail})."""
+    """One check: the claim in words with its result ({holds, detail})."""
     return {"claim": text, **result}

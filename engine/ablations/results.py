@@ -33,7 +33,7 @@ class StudyResults:
     summary: "object"  # DataFrame: variant, column, step, mean, std, n (numbers behind `table`)
     scores: "object"  # DataFrame: variant, column, step, seed, value (one row per replicate: seed x restart)
     curves: "object"  # DataFrame: variant, seed, step, tokens, elapsed, metric, split (train|eval), value (pre-training curves)
-    checks: list  # [{claim, reproduced (True/False/None), detail}]
+    checks: list  # [{claim, holds (True/False/None), detail}]: the direction of the means, no uncertainty
     findings: list  # per Study.findings() contrast: verdict.judge's entry (statement, verdict, numbers, interval)
     finding: str
     jobs: list  # job_states()

@@ -93,7 +93,7 @@ class Study:
     # the base steps) or "time" (each run stops after `budget_minutes` of training time: pretrain --max-minutes)
     budget: str = "steps"
     budget_minutes: float = None
-    # the paper's finding checked against results: (study, summary) -> [{claim, reproduced, detail}]; not saved in
+    # the direction of the means for the paper's finding: (study, summary) -> [{claim, holds, detail}]; not saved in
     # study.json (`study_from_dict` takes it back from the built-in study of the same name)
     finding_check: Callable = field(default=None, compare=False, repr=False)
     # the paper's findings as comparisons of two rows on one column (engine.ablations.verdict.Contrast), each judged
@@ -113,7 +113,8 @@ class Study:
         return replace(self.finetune, **variant.finetune)
 
     def check_finding(self, summary) -> list:
-        """[{claim, reproduced (True/False/None), detail}] for the paper's finding, given `summary` (results.summarise)."""
+        """[{claim, holds (True/False/None), detail}]: the direction of the means for the paper's finding, given
+        `summary` (results.summarise); the verdicts are `findings` (engine.ablations.verdict)."""
         return self.finding_check(self, summary) if self.finding_check is not None else []
 
     def findings(self) -> tuple:
