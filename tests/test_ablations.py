@@ -140,7 +140,11 @@ def test_every_pretraining_study_evaluates_corpus_made_tasks_at_classroom_scale(
     masking = A.plan(A.get_study("masking", scale="classroom"), tmp_path)
     feats = [j for j in masking if j.kind == "features"]
     assert len(feats) == 6 and all(flag(j.argv, "--task") == "bbc-punct" and flag(j.argv, "--combine") == "concat"
-                                   and flag(j.argv, "--max-train") == "2000" for j in feats)
+                                   and flag(j.argv, "--max-train") == "1000" for j in feats)
+    # its fine-tuning has the same smaller cap (six 4-layer rows: the hour), the other studies the scale's 2,000
+    assert {flag(j.argv, "--max-train") for j in masking if j.kind == "finetune"} == {"1000"}
+    assert A.get_study("model-size", scale="classroom").finetune.max_train == 2000
+    assert A.get_study("masking", scale="lab").finetune.max_train is None
 
 
 def test_training_steps_evaluates_each_checkpoint(tmp_path):

@@ -93,6 +93,9 @@ class Study:
     # the base steps) or "time" (each run stops after `budget_minutes` of training time: pretrain --max-minutes)
     budget: str = "steps"
     budget_minutes: float = None
+    # a smaller cap on fine-tuning and feature-classifier training examples than the classroom scale's 2,000, for a
+    # study whose rows cost more (Table 8: six 4-layer pre-training runs, two evaluations each); None: the scale's
+    classroom_max_train: int = None
     # the direction of the means for the paper's finding: (study, summary) -> [{claim, holds, detail}]; not saved in
     # study.json (`study_from_dict` takes it back from the built-in study of the same name)
     finding_check: Callable = field(default=None, compare=False, repr=False)
@@ -163,7 +166,8 @@ def study_from_dict(d: dict) -> Study:
                  checkpoint_steps=tuple(d.get("checkpoint_steps") or ()), pretrain_columns=tuple(d.get("pretrain_columns") or ()),
                  scale=d.get("scale") or ("classroom" if d.get("classroom") else "paper"),  # older study.json: a flag
                  budget=d.get("budget") or "steps",
-                 budget_minutes=d.get("budget_minutes"), finding_check=check, contrasts=contrasts)
+                 budget_minutes=d.get("budget_minutes"), classroom_max_train=d.get("classroom_max_train"),
+                 finding_check=check, contrasts=contrasts)
 
 
 # ---------------------------------------------------------------------------------------------------------
