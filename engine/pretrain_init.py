@@ -24,6 +24,7 @@ import torch
 
 from engine.errors import EngineError
 from engine.objectives import OBJECTIVES
+from engine.records import RUN_JSON
 
 # the run settings an init decides, with the flag that would set them
 ARCH_FIELDS = {"vocab_size": "--vocab-size", "cased": "--cased", "max_positions": "--max-positions",
@@ -35,7 +36,7 @@ def init_kind(init: str) -> str:
     if str(init) == "minilm":
         return "minilm"
     p = Path(init).expanduser()
-    if (p / "run.json").is_file() or (p / "checkpoints").is_dir():
+    if (p / RUN_JSON).is_file() or (p / "checkpoints").is_dir():
         return "run"
     if (p / "training_state.json").is_file() or (p / "COMPLETE").is_file():
         return "checkpoint"

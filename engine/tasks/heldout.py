@@ -39,8 +39,8 @@ class Split:
 def bbc_documents() -> list:
     """[(file id, sentences)] of the BBC corpus: exactly `engine.corpora.load_bbc()`'s documents, in its order
     (the order pre-training's held-out indices refer to)."""
-    from engine.corpora import _text_to_document, load_bbc_labeled
-    docs = [(fid, _text_to_document(text)) for text, _, fid in load_bbc_labeled()]
+    from engine.corpora import document_sentences, load_bbc_labeled
+    docs = [(fid, document_sentences(text)) for text, _, fid in load_bbc_labeled()]
     return [(fid, d) for fid, d in docs if d]
 
 
