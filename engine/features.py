@@ -354,12 +354,7 @@ RUNTIME_FIELDS = ("out", "device", "num_threads", "batch_size", "save_features")
 def _finished_results(out: Path, combine: tuple) -> list:
     """The finished combinations' results from <out>/eval.json when resuming (in the order of `combine`)."""
     path = out / records.EVAL_JSON
-    if not path.exists():
-        return []
-    try:
-        results = list(json.loads(path.read_text(encoding="utf-8")).get("results") or [])
-    except (OSError, ValueError, AttributeError, TypeError) as e:
-        raise EngineError(f"cannot resume: {path} is unreadable ({e}); move it away to run the combinations again") from e
+    _, results = records.read_eval_to_resume(out, "results", "the combinations")
     if len(results) > len(combine) or any(not isinstance(r, dict) or r.get("combine") != c for r, c in zip(results, combine)):
         raise EngineError(f"cannot resume: {path} does not list this run's combinations in order; move it away to run them again")
     return results

@@ -435,13 +435,7 @@ def _train_epoch(ctx: TrialContext, model: TaskModel, opt, sched, g: torch.Gener
 def _finished_trials(out: Path, n_trials: int) -> list:
     """The finished trials' records from <out>/eval.json when resuming (EngineError when it cannot be read)."""
     path = out / records.EVAL_JSON
-    if not path.exists():
-        return []
-    try:
-        prev = json.loads(path.read_text(encoding="utf-8"))
-        trials = list(prev.get("trials") or [])
-    except (OSError, ValueError, AttributeError, TypeError) as e:
-        raise EngineError(f"cannot resume: {path} is unreadable ({e}); move it away to start the trials again") from e
+    prev, trials = records.read_eval_to_resume(out, "trials", "the trials")
     if any(not isinstance(t, dict) or t.get("trial") != i for i, t in enumerate(trials)) or len(trials) > n_trials:
         raise EngineError(f"cannot resume: {path} does not list the trials of this grid in order; move it away to start the trials again")
     best = (prev.get("best") or {}).get("trial")

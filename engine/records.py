@@ -23,6 +23,7 @@ import json
 import math
 from pathlib import Path
 
+from engine.errors import EngineError
 from engine.fileio import atomic_write_json
 
 RUN_JSON = "run.json"
@@ -116,6 +117,22 @@ def read_json_or_empty(path) -> dict:
 def read_eval(run_dir) -> dict:
     """eval.json of a run as a dict; {} when the run has none (yet) or it cannot be read."""
     return read_json_or_empty(Path(run_dir) / EVAL_JSON)
+
+
+def read_eval_to_resume(run_dir, key: str, what: str) -> tuple:
+    """(eval.json, its list `key`: the finished trials or combinations) of a run being resumed; ({}, []) when it
+    has none yet. A file that cannot be read, or whose `key` is not a list, is an EngineError telling the user to
+    move it away so that `what` run again (the finished work is never silently dropped)."""
+    path = Path(run_dir) / EVAL_JSON
+    if not path.exists():
+        return {}, []
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as e:
+        raise EngineError(f"cannot resume: {path} is unreadable ({e}); move it away to run {what} again") from e
+    if not isinstance(data, dict) or not isinstance(data.get(key) or [], list):
+        raise EngineError(f"cannot resume: {path} has no list of {key}; move it away to run {what} again")
+    return data, list(data.get(key) or [])
 
 
 def write_eval(run_dir, data: dict) -> None:

@@ -145,6 +145,14 @@ def test_features_resume_keeps_finished_combinations(tmp_path, tiny_checkpoint, 
     assert [r["combine"] for r in first["results"]] == ["last"]
     monkeypatch.setattr(FE, "logreg_eval", real)
     argv = retry_argv({"argv": [str(a) for a in _feat_args(tiny_checkpoint, task_files, out)], "run_dir": str(out)})
+    # a damaged eval.json: one line that says what to do, and the file is left for the user to look at
+    good = (out / "eval.json").read_bytes()
+    for bad in (b"{not json", b'{"results": 5}', b"[1, 2]"):
+        (out / "eval.json").write_bytes(bad)
+        code, _, err = engine_cli(argv)
+        assert code != 0 and "cannot resume" in err and "move it away" in err and "Traceback" not in err, err
+        assert (out / "eval.json").read_bytes() == bad
+    (out / "eval.json").write_bytes(good)
     code, _, err = engine_cli(argv)
     assert code == 0, err
     ev = json.loads((out / "eval.json").read_text())
