@@ -223,23 +223,27 @@ def resolve_checkpoint_dir(path) -> Path:
     raise EngineError(f"'{path}' has no config.json; it is not a BERT checkpoint (point to a run folder, a checkpoint folder or a Hugging Face BERT folder)")
 
 
-def load(path_or_name, device="cpu", tokenizer=None) -> Bundle:
-    """Load a model and its tokenizer: a run dir, a checkpoint dir, a Hugging Face BERT dir, or "minilm"."""
-    if str(path_or_name) == "minilm":
-        d, source = minilm_path(), "minilm"
-    else:
-        d = resolve_checkpoint_dir(path_or_name)
-        source = str(d)
+def read_config(path_or_name) -> tuple:
+    """(folder, BertConfig of its config.json) of a run dir, a checkpoint dir, a Hugging Face BERT dir or "minilm",
+    without reading the weights (heads not yet known: `load` sets them from the weights)."""
+    d = minilm_path() if str(path_or_name) == "minilm" else resolve_checkpoint_dir(path_or_name)
     try:
         hf_cfg = json.loads((d / "config.json").read_text(encoding="utf-8"))
     except (ValueError, UnicodeDecodeError) as e:
         raise EngineError(f"{d / 'config.json'} is not valid JSON; restore it or re-save the checkpoint") from e
-    if hf_cfg.get("model_type", "bert") != "bert":
-        raise EngineError(f"{d} holds a '{hf_cfg.get('model_type')}' model; only BERT checkpoints are supported")
+    if not isinstance(hf_cfg, dict) or hf_cfg.get("model_type", "bert") != "bert":
+        what = hf_cfg.get("model_type") if isinstance(hf_cfg, dict) else "non-BERT"
+        raise EngineError(f"{d} holds a '{what}' model; only BERT checkpoints are supported")
     try:
-        config = BertConfig.from_hf_dict(hf_cfg)
+        return d, BertConfig.from_hf_dict(hf_cfg)
     except KeyError as e:
         raise EngineError(f"{d / 'config.json'} lacks '{e.args[0]}'; it is not a BERT config") from e
+
+
+def load(path_or_name, device="cpu", tokenizer=None) -> Bundle:
+    """Load a model and its tokenizer: a run dir, a checkpoint dir, a Hugging Face BERT dir, or "minilm"."""
+    d, config = read_config(path_or_name)
+    source = "minilm" if str(path_or_name) == "minilm" else str(d)
     header = _weight_header(d)
     if header:
         check_weight_shapes(header, config, str(d))  # before any weight is read or the model allocated

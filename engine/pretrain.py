@@ -80,7 +80,7 @@ from engine.errors import EngineError
 from engine.optim import lr_at, param_groups  # noqa: F401  (re-exported: the schedule and groups of this loop)
 from engine.objectives import objective
 from engine.pretrain_config import CONTINUED_PRETRAINING, PretrainConfig, model_config, validate  # noqa: F401
-from engine.pretrain_init import ARCH_FIELDS, conflict, init_settings, init_tokenizer, load_init, resolve_init
+from engine.pretrain_init import ARCH_FIELDS, conflict, init_tokenizer, read_init_settings, resolve_init
 from engine.pretrain_loop import ltr_labels, log, train  # noqa: F401
 from engine.pretrain_run import preflight, resolve_out, run_entries
 from engine.pretraining_data import build_pretraining_data, token_info
@@ -277,7 +277,7 @@ def config_from_args(given: dict) -> PretrainConfig:
             raise EngineError(f"--preset conflicts with --init {given['init']}: the init decides the model's size; drop --preset")
         if given.get("tokenizer"):
             raise EngineError(f"--tokenizer conflicts with --init {given['init']}: the init brings its own vocabulary; drop --tokenizer")
-        own = init_settings(load_init(given["init"]))
+        own = read_init_settings(given["init"])
         for name in ARCH_FIELDS:  # any given flag that differs, even one equal to the classroom default
             if name in given and given[name] != own[name]:
                 raise EngineError(conflict(name, given[name], own[name], given["init"]))

@@ -69,8 +69,23 @@ def load_init(init: str):
 
 def init_settings(bundle) -> dict:
     """The run settings (ARCH_FIELDS) a loaded init decides."""
-    mc = bundle.config
-    return {"vocab_size": mc.vocab_size, "cased": not bundle.tokenizer.lowercase, "max_positions": mc.max_position_embeddings,
+    return _arch_settings(bundle.config, bundle.tokenizer.lowercase)
+
+
+def read_init_settings(init: str) -> dict:
+    """`init_settings` from the init's config.json and tokenizer files alone, its weights not read (the CLI's
+    check of the flags given; the run itself loads the init once more, whole)."""
+    from engine.checkpoint import read_config
+    from engine.tokenizer import Tokenizer
+    try:
+        d, mc = read_config(init)
+        return _arch_settings(mc, Tokenizer.from_file(d).lowercase)
+    except EngineError as e:
+        raise EngineError(f"--init {init}: {e}") from e
+
+
+def _arch_settings(mc, lowercase: bool) -> dict:
+    return {"vocab_size": mc.vocab_size, "cased": not lowercase, "max_positions": mc.max_position_embeddings,
             "layers": mc.num_layers, "hidden": mc.hidden_size, "heads": mc.num_heads}
 
 
