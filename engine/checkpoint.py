@@ -231,9 +231,10 @@ def read_config(path_or_name) -> tuple:
         hf_cfg = json.loads((d / "config.json").read_text(encoding="utf-8"))
     except (ValueError, UnicodeDecodeError) as e:
         raise EngineError(f"{d / 'config.json'} is not valid JSON; restore it or re-save the checkpoint") from e
-    if not isinstance(hf_cfg, dict) or hf_cfg.get("model_type", "bert") != "bert":
-        what = hf_cfg.get("model_type") if isinstance(hf_cfg, dict) else "non-BERT"
-        raise EngineError(f"{d} holds a '{what}' model; only BERT checkpoints are supported")
+    if not isinstance(hf_cfg, dict):
+        raise EngineError(f"{d / 'config.json'} is not a JSON object; restore it or re-save the checkpoint")
+    if hf_cfg.get("model_type", "bert") != "bert":
+        raise EngineError(f"{d} holds a '{hf_cfg.get('model_type')}' model; only BERT checkpoints are supported")
     try:
         return d, BertConfig.from_hf_dict(hf_cfg)
     except KeyError as e:

@@ -59,6 +59,9 @@ def test_config_that_does_not_fit_the_weights(tmp_path, tiny_checkpoint):
     (d / "config.json").write_text("{not json")
     with pytest.raises(engine.EngineError, match="not valid JSON"):
         engine.load(d)
+    (d / "config.json").write_text("[768, 12]")
+    with pytest.raises(engine.EngineError, match="config.json is not a JSON object"):
+        engine.load(d)
 
 
 def test_save_is_atomic_and_never_leaves_half_a_checkpoint(tmp_path, tiny_checkpoint, monkeypatch):
