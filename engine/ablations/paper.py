@@ -14,8 +14,9 @@ BERT-BASE for a million steps on 3.3B words; the downstream tasks are built-in: 
 extraction, for SQuAD), `bbc-punct` (a token task whose labels need the right context), `bbc-next` (same-article
 coherence, for the sentence-pair tasks) and `bbc-topic` as the control; Figure 5 `bbc-cloze`; Table 6 `bbc-cloze`
 and `bbc-topic` (for SQuAD and SST-2); Table 8 `bbc-punct` fine-tuned and feature-based (for CoNLL-2003 NER); Table 7 `wnut16` (real NER, MiniLM); plus RTE and CoLA from `../shared/data`
-when that folder is present (not at the classroom and lab scales, which keep to the built-in tasks). A "reproduced?" check (finding_check) is a direction (A ≥ B), never a
-size; each study's `contrasts` are judged with a bootstrap (engine.ablations.verdict), the paper's numbers beside.
+when that folder is present (not at the classroom and lab scales, which keep to the built-in tasks). Whether a
+finding is reproduced is decided only for each study's `contrasts`, with a bootstrap (engine.ablations.verdict),
+the paper's numbers beside; `finding_check` gives the direction of the means (A ≥ B), a hint and never a verdict.
 Table 8's rows are printed MASK/SAME/RND as in the paper, while `--mask-ratios` takes MASK,RANDOM,SAME:
 `mask_ratios_for_row` maps one to the other.
 """
