@@ -64,8 +64,10 @@ class Objective:
 
     @property
     def held_out_metrics(self) -> tuple:
-        """The held-out metrics a study table shows (without their eval_ prefix)."""
-        return (f"{self.token}_acc", f"{self.token}_ppl") + (("nsp_acc",) if self.nsp else ())
+        """The held-out metrics a study table shows (without their eval_ prefix); an MLM's accuracy where the input
+        is [MASK] and the most frequent token's share there (engine.pretrain_loop.mask_position_accuracy)."""
+        return ((f"{self.token}_acc", f"{self.token}_ppl") + (() if self.causal else ("mlm_mask_acc", "mlm_mask_baseline"))
+                + (("nsp_acc",) if self.nsp else ()))
 
     def record(self, sums: dict) -> dict:
         """Means of a window's `sums` (SUMS names) under the metrics.jsonl keys."""

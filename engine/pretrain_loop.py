@@ -62,9 +62,10 @@ def ltr_labels(input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.T
     return labels
 
 
-def forward_loss(model, batch: dict, obj: Objective, device, amp_ctx):
+def forward_loss(model, batch: dict, obj: Objective, device, amp_ctx, predictions: list = None):
     """(loss, sums) of a micro-batch: the mean cross-entropy of the token predictions (+ the NSP cross-entropy
-    when the objective has NSP), and its metric sums as a (len(SUMS),) float64 vector (engine.objectives.SUMS)."""
+    when the objective has NSP), and its metric sums as a (len(SUMS),) float64 vector (engine.objectives.SUMS).
+    `predictions`, when given, gets the (N,) predicted token ids at the labelled positions (held-out evaluation)."""
     input_ids = to_device(batch["input_ids"], device)  # (B, T)
     token_type = to_device(batch["token_type_ids"], device)
     attn = to_device(batch["attention_mask"], device)
@@ -77,6 +78,8 @@ def forward_loss(model, batch: dict, obj: Objective, device, amp_ctx):
     token_sum = F.cross_entropy(logits, target, reduction="sum")
     n = target.numel()
     loss = token_sum / max(n, 1)
+    if predictions is not None:
+        predictions.append(logits.detach().argmax(-1))
     sums = {"token_loss": token_sum.detach().double(), "token_correct": (logits.detach().argmax(-1) == target).sum().double(),
             "token_n": n}
     if obj.nsp:
@@ -124,7 +127,9 @@ def eval_batches(cache, cfg: PretrainConfig, batch_size: int) -> list:
         if seen >= n:
             break
         take = min(len(b["input_ids"]), n - seen)
-        out.append({k: v[:take] for k, v in b.items()})
+        b = {k: v[:take] for k, v in b.items()}
+        b["mask_input"] = b["input_ids"] == cache.mask_id  # (B, T): where the input is [MASK] (no copying there)
+        out.append(b)
         seen += take
     return out
 
@@ -171,16 +176,38 @@ def evaluate(model, batches: list, obj: Objective, device, amp_ctx_fn=contextlib
     was_training = model.training
     model.eval()
     total = torch.zeros(len(SUMS), dtype=torch.float64, device=device)
-    n_inst = 0
+    n_inst, preds = 0, []
     for b in batches:
-        _, sums = forward_loss(model, b, obj, device, amp_ctx_fn())
+        _, sums = forward_loss(model, b, obj, device, amp_ctx_fn(), predictions=preds)
         total += sums
         n_inst += len(b["input_ids"])
     model.train(was_training)
     rec = obj.eval_record(sums_of(total), n_inst)
     if obj.nsp:
         rec["eval_nsp_baseline"] = nsp_baseline(batches)  # the best no-model rule, beside the model's accuracy
+    if not obj.causal and batches and "mask_input" in batches[0]:
+        rec.update(mask_position_accuracy(batches, [p.cpu() for p in preds]))
     return rec
+
+
+def mask_position_accuracy(batches: list, predictions: list) -> dict:
+    """MLM accuracy where the held-out input is [MASK] (80% of the selected positions), beside the share of the
+    most frequent token there. Of the other 20% half keep their token, which a model can copy without reading any
+    context: a tiny model that has learned only the unigram distribution and copying scores about
+    0.8 x 0.045 + 0.1 = 0.135 on eval_mlm_acc and the bare most-frequent-token share here (BENCHMARKS.md,
+    "Classroom pre-training recipe"). eval_mlm_mask_acc above eval_mlm_mask_baseline is what context has taught."""
+    hits, targets = 0, []
+    for b, pred in zip(batches, predictions):  # pred (N,): at the labelled positions, in row-major order
+        sel = b["labels"] != IGNORE_INDEX  # (B, T)
+        at_mask = b["mask_input"][sel]  # (N,) the labelled positions whose input is [MASK]
+        target = b["labels"][sel][at_mask]
+        hits += int((pred[at_mask] == target).sum())
+        targets.append(target)
+    targets = torch.cat(targets) if targets else torch.zeros(0, dtype=torch.long)
+    if not len(targets):
+        return {}
+    top = int(torch.bincount(targets).max())
+    return {"eval_mlm_mask_acc": hits / len(targets), "eval_mlm_mask_baseline": top / len(targets)}
 
 
 # ================================================================ model and optimizer

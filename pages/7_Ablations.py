@@ -164,7 +164,8 @@ with tab_results:
             if res.study.checkpoint_steps:
                 st.plotly_chart(F.steps_lines(res.summary, variants), key="abl_steps_fig", config=chart_config("ablation-steps"))
             else:
-                st.plotly_chart(F.results_bars(res.summary, variants), key="abl_bars_fig", config=chart_config("ablation-results"))
+                st.plotly_chart(F.results_bars(res.summary, variants, list(res.table.columns)), key="abl_bars_fig",
+                                config=chart_config("ablation-results"))  # the table's column order: tasks first
             pairs = F.available_curve_metrics(res.curves)
             if pairs:
                 opts = [f"{m} ({'held-out' if s == 'eval' else 'train'})" for s, m in pairs]

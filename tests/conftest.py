@@ -189,7 +189,8 @@ def fake_pretrain(out: Path, final_loss: float, objective="mlm+nsp"):
         lines.append({"step": step, "split": "train", "loss": final_loss + 1 + (20 - step) / 10, f"{tok}_loss": final_loss + 0.5, f"{tok}_acc": 0.1,
                       "tokens": step * 2048, "elapsed": step * (2.5 if objective == "ltr" else 1.0)})
     lines.append({"step": 20, "split": "eval", f"eval_{tok}_loss": final_loss, f"eval_{tok}_acc": 0.2,
-                  f"eval_{tok}_ppl": math.exp(final_loss), "eval_instances": 512})
+                  f"eval_{tok}_ppl": math.exp(final_loss), "eval_instances": 512,
+                  **({} if objective == "ltr" else {"eval_mlm_mask_acc": 0.05, "eval_mlm_mask_baseline": 0.045})})
     (out / "metrics.jsonl").write_text("".join(json.dumps(l) + "\n" for l in lines))
     (out / "run.json").write_text(json.dumps({"kind": "pretrain", "status": "finished"}))
 

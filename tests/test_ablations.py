@@ -212,12 +212,15 @@ def test_collect_results_paper_layout(tmp_path, fake_runs):
     fake_runs.fill_table5(d, jobs)
     res = A.collect_results(d)
     assert list(res.table.index) == [v.name for v in study.variants]
-    assert list(res.table.columns) == [A.BBC.name, A.WNUT.name]
+    assert list(res.table.columns) == [A.BBC.name, A.WNUT.name, "held-out acc at [MASK]"]
     # mean of 0.90 and 0.91, sample std 0.00707, n=2, shown in percent
     assert res.table.loc["BERT (MLM + NSP)", A.BBC.name] == "90.5 ± 0.7 (n=2)"
+    # whether the MLM models learned any context; a left-to-right model has no [MASK]
+    assert res.table.loc["No NSP", "held-out acc at [MASK]"] == "5.0 ± 0.0 (n=2)"
+    assert res.table.loc["LTR & No NSP", "held-out acc at [MASK]"] == "–"
     row = res.summary[(res.summary["variant"] == "No NSP") & (res.summary["column"] == A.WNUT.name)].iloc[0]
     assert row["mean"] == pytest.approx(0.285) and row["std"] == pytest.approx(0.00707, abs=1e-4) and row["n"] == 2
-    assert len(res.scores) == 16
+    assert len(res.scores) == 16 + 4  # 8 cells x 2 seeds, and [MASK] accuracy of the two MLM runs x 2 seeds
     # pre-training curves of the three pre-trained variants, train and held-out
     assert set(res.curves["variant"]) == {"BERT (MLM + NSP)", "No NSP", "LTR & No NSP"}
     ev = res.curves[(res.curves["split"] == "eval") & (res.curves["metric"] == "mlm_loss")]
@@ -228,7 +231,7 @@ def test_collect_results_paper_layout(tmp_path, fake_runs):
     assert set(ev["tokens"]) == {40960} and set(ev["elapsed"]) == {20.0}
     assert res.progress["total"] == len(jobs) and res.progress["finished"] == len(jobs)
     final = A.final_pretrain_metrics(res.curves)
-    assert len(final) == 6 and set(final.columns) >= {"variant", "seed", "step", "mlm_acc", "mlm_ppl", "lm_acc"}
+    assert len(final) == 6 and set(final.columns) >= {"variant", "seed", "step", "mlm_acc", "mlm_ppl", "mlm_mask_acc", "lm_acc"}
     ltr = final[(final["variant"] == "LTR & No NSP") & (final["seed"] == 1)].iloc[0]
     assert ltr["step"] == 20 and ltr["lm_ppl"] == pytest.approx(math.exp(4.0), rel=1e-3)
 
@@ -286,7 +289,7 @@ def test_csv_export(tmp_path, fake_runs):
     res.to_csv(path)
     df = pd.read_csv(path)
     assert list(df.columns) == ["variant", "column", "step", "mean", "std", "n"]
-    assert len(df) == 8
+    assert len(df) == 8 + 2  # 4 variants x 2 columns, and [MASK] accuracy of the two MLM variants
     r = df[(df["variant"] == "LTR & No NSP") & (df["column"] == A.BBC.name)].iloc[0]
     assert r["mean"] == pytest.approx(0.705) and r["n"] == 2
 

@@ -58,7 +58,7 @@ def test_dashboard_shows_table_findings_and_charts(study_root):
     assert len(charts) == 2
     bars = json.loads(charts[0].proto.spec)
     assert [t["name"] for t in bars["data"]] == ["BERT (MLM + NSP)", "No NSP", "LTR & No NSP", "+ BiLSTM"]
-    assert bars["data"][0]["y"] == pytest.approx([90.5, 30.5])
+    assert bars["data"][0]["y"] == pytest.approx([90.5, 30.5, 5.0])  # the tasks, then held-out accuracy at [MASK]
     curve = json.loads(charts[1].proto.spec)
     assert {t["name"].rsplit(" (seed", 1)[0] for t in curve["data"]} == {"BERT (MLM + NSP)", "No NSP", "LTR & No NSP"}
     assert "16/16" not in at.get("progress")[0].proto.text and "27/27" not in at.get("progress")[0].proto.text

@@ -88,6 +88,20 @@ def test_schedule_and_param_groups():
 
 
 @pytest.mark.slow
+def test_accuracy_at_mask_counts_only_positions_whose_input_is_mask():
+    from engine.pretrain_loop import mask_position_accuracy
+    M = 3  # [MASK]'s id in this hand-made batch
+    b = {"input_ids": torch.tensor([[1, M, 9, M, 8], [1, M, 5, 6, M]]),
+         "labels": torch.tensor([[-100, 7, 9, 7, 4], [-100, 7, -100, -100, 5]])}
+    b["mask_input"] = b["input_ids"] == M
+    # labelled positions in row-major order: (0,1) 7 [MASK], (0,2) 9 kept, (0,3) 7 [MASK], (0,4) 4 random, (1,1) 7
+    # [MASK], (1,4) 5 [MASK]; the model copies the kept 9 and gets two of the four [MASK] positions right
+    pred = torch.tensor([7, 9, 2, 1, 7, 2])
+    got = mask_position_accuracy([b], [pred])
+    assert got == {"eval_mlm_mask_acc": 0.5, "eval_mlm_mask_baseline": 0.75}  # 7 is three of the four [MASK] labels
+    assert mask_position_accuracy([{**b, "mask_input": torch.zeros(2, 5, dtype=torch.bool)}], [pred]) == {}
+
+
 def test_objective_shapes_the_model():
     assert model_config(PretrainConfig(objective="mlm+nsp"), 100).has_nsp_head
     m = model_config(PretrainConfig(objective="mlm"), 100)
@@ -170,6 +184,8 @@ def test_tiny_run_learns(env):
     assert last["eval_mlm_loss"] < 0.5 * first["mlm_loss"], (first, last)
     assert last["eval_mlm_acc"] > baseline + 0.15, (baseline, last)
     assert last["eval_nsp_acc"] > 0.6, last
+    # where the input is [MASK] the model cannot copy: context must have taught it to beat the most frequent token
+    assert last["eval_mlm_mask_acc"] > last["eval_mlm_mask_baseline"] + 0.15, last
     assert last["eval_mlm_ppl"] == pytest.approx(np.exp(last["eval_mlm_loss"]), rel=1e-6)
     assert last["eval_instances"] > 20
     info = runs.read_run_json(cfg.out)
@@ -190,6 +206,7 @@ def test_mlm_and_ltr_objectives_run_and_record_their_metrics(env):
         assert {f"{key}_loss", f"{key}_acc", "loss", "lr", "tokens", "tokens_per_s"} <= set(rec[0])
         assert "nsp_acc" not in rec[0]
         assert {f"eval_{key}_loss", f"eval_{key}_acc", f"eval_{key}_ppl"} <= set(rec[-1])
+        assert ("eval_mlm_mask_acc" in rec[-1]) == (objective == "mlm")  # a left-to-right model has no [MASK]
         b = engine.load(cfg.out)
         assert b.config.causal == (objective == "ltr") and b.info["missing_heads"] == ["nsp"]
 

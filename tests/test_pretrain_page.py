@@ -71,7 +71,11 @@ def test_runs_table_curves_and_numbers(runs_root):
     nsp = next(m for m in at.metric if m.label == "Held-out NSP accuracy")  # beside the best no-model rule
     assert f"vs a no-model rule ({last_eval['eval_nsp_baseline']:.3f})" in nsp.proto.delta
     assert metrics["Held-out perplexity"] == f"{last_eval['eval_mlm_ppl']:.1f}"
+    at_mask = next(m for m in at.metric if m.label == "Held-out accuracy at [MASK]")  # beside the most frequent token
+    assert at_mask.value == f"{last_eval['eval_mlm_mask_acc']:.3f}"
+    assert f"vs the most frequent token ({last_eval['eval_mlm_mask_baseline']:.3f})" in at_mask.proto.delta
     fig = json.loads(charts[0].proto.spec)
+    assert {"held-out acc at [MASK]", "most frequent token at [MASK]"} <= {t["name"] for t in fig["data"]}
     train_loss = [t for t in fig["data"] if t["name"] == "train loss"][0]
     assert list(train_loss["x"]) == [1, 2, 3, 4] and train_loss["y"][-1] == pytest.approx(recs[-2]["mlm_loss"])
     assert not [b for b in at.button if b.label in ("Cancel", "Resume")]  # a finished run has neither
