@@ -70,6 +70,36 @@ def test_parity_with_transformers_pretraining_model(tmp_path, bbc_tokenizer):
     torch.testing.assert_close(part.mlm_logits, out.mlm_logits[sel], atol=1e-5, rtol=1e-5)
 
 
+def test_training_gradients_match_transformers(tmp_path, bbc_tokenizer):
+    """One pre-training step's loss (MLM at the selected positions + NSP) and every parameter's gradient equal
+    transformers' on copied weights: the engine trains the model transformers would."""
+    import torch.nn.functional as F
+    from engine.checkpoint import from_hf_state_dict
+
+    hf, d = _hf_tiny(tmp_path, bbc_tokenizer.vocab_size)
+    bbc_tokenizer.save(d)
+    ours = engine.load(d).model
+    ids, tt, am = _batch(bbc_tokenizer.vocab_size, B=4, T=32, seed=1)
+    g = torch.Generator().manual_seed(2)
+    sel = (torch.rand(ids.shape, generator=g) < 0.25) & am.bool()  # (B, T) the positions predicted
+    labels = ids[sel]
+    ids = ids.masked_fill(sel, 3)  # their input: a [MASK]-like id
+    nsp = torch.tensor([0, 1, 1, 0])
+    hf.eval()  # no dropout (gradients flow the same in eval mode)
+    ours.eval()
+    ref = hf(input_ids=ids, token_type_ids=tt, attention_mask=am)
+    out = ours(ids, tt, am, mlm_positions=sel)
+    loss_ref = F.cross_entropy(ref.prediction_logits[sel], labels) + F.cross_entropy(ref.seq_relationship_logits, nsp)
+    loss = F.cross_entropy(out.mlm_logits, labels) + F.cross_entropy(out.nsp_logits, nsp)
+    loss_ref.backward()
+    loss.backward()
+    torch.testing.assert_close(loss, loss_ref, atol=1e-5, rtol=1e-5)
+    grads = {k: p.grad if p.grad is not None else torch.zeros_like(p) for k, p in hf.named_parameters()}
+    want = from_hf_state_dict({**dict(hf.state_dict()), **grads}, ours.config, "gradients")
+    for name, p in ours.named_parameters():
+        torch.testing.assert_close(p.grad, want[name], atol=1e-6, rtol=1e-4, msg=lambda m: f"{name}: {m}")
+
+
 def test_engine_save_loads_in_transformers(tmp_path, bbc_tokenizer):
     cfg = engine.BertConfig.preset("tiny", vocab_size=bbc_tokenizer.vocab_size, max_position_embeddings=64)
     torch.manual_seed(3)
