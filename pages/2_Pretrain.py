@@ -119,8 +119,9 @@ def launch_form(root: Path) -> None:
         c1, c2, c3, c4, c5 = st.columns(5)
         steps = c1.number_input("Steps", 1, 10_000_000, R["steps"] if init else 2000)
         batch = c2.number_input("Batch size", 1, 4096, R["batch_size"] if init else 16)
-        lengths = [64, 128, 256, 512]
-        seq_len = c3.selectbox("Sequence length", lengths, index=lengths.index(R["seq_len"]) if init else 1)
+        lengths = [32, 64, 128, 256, 512]
+        seq_len = c3.selectbox("Sequence length", lengths, index=lengths.index(R["seq_len"] if init else D.seq_len),
+                               help="tokens per instance in the first phase (paper: 128)")
         lr = c4.number_input("Learning rate", 1e-6, 1e-1, R["lr"] if init else D.lr, format="%.5f")
         seed = c5.number_input("Seed", 0, 2**31 - 1, 0)
         c1, c2, c3, c4 = st.columns(4)
@@ -129,6 +130,12 @@ def launch_form(root: Path) -> None:
         save_every = c2.number_input("Checkpoint every (steps)", 0, 10_000_000, R["save_every"] if init else 400)
         eval_every = c3.number_input("Evaluate every (steps)", 0, 10_000_000, R["eval_every"] if init else 200)
         precision = precision_select(c4)
+        c1, c2, _ = st.columns([1, 1, 2])
+        phase2 = c1.selectbox("Second phase at", [None, 128, 256, 512], format_func=lambda t: "none" if t is None else f"{t} tokens",
+                              help="the paper's short-then-long schedule: the last share of the steps on longer sequences "
+                                   "(paper: 10% at 512). A tiny model learns context far sooner from short sequences: "
+                                   "32 tokens, batch 64, 3,000 steps, then 128 (BENCHMARKS.md)")
+        phase2_share = c2.number_input("Second phase share", 0.01, 0.99, D.phase2_fraction, 0.05, format="%.2f")
         submitted = st.form_submit_button("Launch", type="primary")
     if not submitted:
         return
@@ -162,7 +169,8 @@ def launch_form(root: Path) -> None:
         form = dict(corpus=corpus, objective=objective, steps=int(steps), batch_size=int(batch), seq_len=int(seq_len),
                     mask_rate=float(mask_rate), mask_ratios=(float(r_mask), float(r_rand), float(r_same)),
                     whole_word_mask=bool(whole_word), lr=float(lr), seed=int(seed), save_every=int(save_every),
-                    eval_every=int(eval_every), precision=precision, out=str(run_dir), quiet=True)
+                    eval_every=int(eval_every), precision=precision, out=str(run_dir), quiet=True,
+                    phase2_seq_len=int(phase2) if phase2 else None, phase2_fraction=float(phase2_share))
         if init:  # continued pre-training: the init's size and vocabulary, filled in (and checked) by resolve_init
             cfg = PretrainConfig.for_init(init, **form)
         else:
@@ -258,8 +266,9 @@ def run_view(run_dir: Path, root: Path) -> str:
         st.info(f"No context learned yet: at [MASK] the model is right {mask_acc:.1%} of the time, about as often as always "
                 f"answering the most frequent token ({mask_base:.1%}); its MLM accuracy comes from copying the tokens kept "
                 "unchanged. Tiny models on 128-token sequences stay on this plateau for thousands of steps; 32-token "
-                "sequences with a second phase at 128 leave it after about 2,000 (`--seq-len 32 --batch-size 64 --steps "
-                "3000 --phase2-seq-len 128`, BENCHMARKS.md).")
+                "sequences with a second phase at 128 leave it after about 2,000 (here: sequence length 32, batch 64, "
+                "3,000 steps, second phase at 128; `--seq-len 32 --batch-size 64 --steps 3000 --phase2-seq-len 128`; "
+                "BENCHMARKS.md).")
 
     b1, b2, _ = st.columns([1, 1, 4])
     if status == "running" and b1.button("Cancel", key=f"cancel-{run_dir.name}", help="Stop at the end of the current step, after a checkpoint"):

@@ -116,6 +116,9 @@ def test_launch_form_validates_and_submits_a_job(runs_root, monkeypatch):
     assert any("sum to" in e.value for e in at.error) and calls == []
     [n for n in at.number_input if n.label == "→ random token"][0].set_value(0.1)
     [n for n in at.number_input if n.label == "Steps"][0].set_value(50)
+    # the short-then-long schedule: 32 tokens, then 128 for the last 10%
+    [b for b in at.selectbox if b.label == "Sequence length"][0].set_value(32)
+    [b for b in at.selectbox if b.label == "Second phase at"][0].set_value(128)
     [b for b in at.button if b.label == "Launch"][0].click().run()
     assert not at.exception and not at.error, [e.value for e in at.error]
     assert len(calls) == 1
@@ -125,6 +128,7 @@ def test_launch_form_validates_and_submits_a_job(runs_root, monkeypatch):
     assert flags["--corpus"] == "bbc" and flags["--steps"] == "50" and flags["--mask-ratios"] == "0.8,0.1,0.1"
     assert flags["--objective"] == "mlm+nsp" and flags["--out"] == run_dir and root == str(runs_root)
     assert flags["--precision"] == "auto"  # bf16 where the machine has native bf16, else fp32
+    assert flags["--seq-len"] == "32" and flags["--phase2-seq-len"] == "128" and float(flags["--phase2-fraction"]) == 0.1
     assert any("Launched" in s.value for s in at.success)
 
 
