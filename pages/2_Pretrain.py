@@ -248,20 +248,20 @@ def run_view(run_dir: Path, root: Path) -> str:
     cols[1].metric(f"Held-out {obj.token_label} accuracy",
                    f"{last_eval[f'eval_{tok}_acc']:.3f}" if f"eval_{tok}_acc" in last_eval else "–")
     mask_acc, mask_base = last_eval.get("eval_mlm_mask_acc"), last_eval.get("eval_mlm_mask_baseline")
-    cols[5].metric("Held-out accuracy at [MASK]", f"{mask_acc:.3f}" if mask_acc is not None else "–",
+    cols[2].metric("Held-out accuracy at [MASK]", f"{mask_acc:.3f}" if mask_acc is not None else "–",
                    delta=f"{mask_acc - mask_base:+.3f} vs the most frequent token ({mask_base:.3f})"
                    if mask_acc is not None and mask_base is not None else None,
                    help="Only the held-out positions whose input is [MASK]: there the model cannot copy its input, so "
                         "only context helps. A model that has learned just the unigram distribution and copying scores "
                         "the most frequent token's share here (and about 0.13 on the MLM accuracy).")
-    cols[2].metric("Held-out perplexity", f"{last_eval[f'eval_{tok}_ppl']:.1f}" if f"eval_{tok}_ppl" in last_eval else "–")
+    cols[3].metric("Held-out perplexity", f"{last_eval[f'eval_{tok}_ppl']:.1f}" if f"eval_{tok}_ppl" in last_eval else "–")
     base = last_eval.get("eval_nsp_baseline")
-    cols[3].metric("Held-out NSP accuracy", f"{last_eval['eval_nsp_acc']:.3f}" if "eval_nsp_acc" in last_eval else "–",
+    cols[4].metric("Held-out NSP accuracy", f"{last_eval['eval_nsp_acc']:.3f}" if "eval_nsp_acc" in last_eval else "–",
                    delta=f"{last_eval['eval_nsp_acc'] - base:+.3f} vs a no-model rule ({base:.3f})"
                    if "eval_nsp_acc" in last_eval and base is not None else None,
                    help="The baseline is the best trivial rule (one class, or a threshold on a segment's length) fitted "
                         "on the held-out pairs: the model has learned NSP only where it beats it.")
-    cols[4].metric("Tokens / s", f"{last_train['tokens_per_s']:,.0f}" if "tokens_per_s" in last_train else "–")
+    cols[5].metric("Tokens / s", f"{last_train['tokens_per_s']:,.0f}" if "tokens_per_s" in last_train else "–")
     if mask_acc is not None and mask_base is not None and mask_acc < mask_base + NO_CONTEXT_MARGIN:
         st.info(f"No context learned yet: at [MASK] the model is right {mask_acc:.1%} of the time, about as often as always "
                 f"answering the most frequent token ({mask_base:.1%}); its MLM accuracy comes from copying the tokens kept "
