@@ -243,13 +243,13 @@ def run_view(run_dir: Path, root: Path) -> str:
     last_train = train[-1] if train else {}
     last_eval = evals[-1] if evals else {}
     tok = obj.token
-    cols = st.columns(6)
+    cols = st.columns(3) + st.columns(3)  # two rows of three: six in one row truncate the numbers
     cols[0].metric("Step", f"{last_train.get('step', 0)} / {info.get('total_steps', '?')}")
     cols[1].metric(f"Held-out {obj.token_label} accuracy",
                    f"{last_eval[f'eval_{tok}_acc']:.3f}" if f"eval_{tok}_acc" in last_eval else "–")
     mask_acc, mask_base = last_eval.get("eval_mlm_mask_acc"), last_eval.get("eval_mlm_mask_baseline")
     cols[2].metric("Held-out accuracy at [MASK]", f"{mask_acc:.3f}" if mask_acc is not None else "–",
-                   delta=f"{mask_acc - mask_base:+.3f} vs the most frequent token ({mask_base:.3f})"
+                   delta=f"{mask_acc - mask_base:+.3f} vs most frequent ({mask_base:.3f})"
                    if mask_acc is not None and mask_base is not None else None,
                    help="Only the held-out positions whose input is [MASK]: there the model cannot copy its input, so "
                         "only context helps. A model that has learned just the unigram distribution and copying scores "
