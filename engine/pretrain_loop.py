@@ -78,10 +78,10 @@ def forward_loss(model, batch: dict, obj: Objective, device, amp_ctx, prediction
     token_sum = F.cross_entropy(logits, target, reduction="sum")
     n = target.numel()
     loss = token_sum / max(n, 1)
+    pred = logits.detach().argmax(-1)  # (N,)
     if predictions is not None:
-        predictions.append(logits.detach().argmax(-1))
-    sums = {"token_loss": token_sum.detach().double(), "token_correct": (logits.detach().argmax(-1) == target).sum().double(),
-            "token_n": n}
+        predictions.append(pred)
+    sums = {"token_loss": token_sum.detach().double(), "token_correct": (pred == target).sum().double(), "token_n": n}
     if obj.nsp:
         nsp_logits = out.nsp_logits.float()  # (B, 2)
         nsp_target = to_device(batch["next_sentence_label"], device)

@@ -134,7 +134,7 @@ def launch_form(root: Path) -> None:
         phase2 = c1.selectbox("Second phase at", [None, 128, 256, 512], format_func=lambda t: "none" if t is None else f"{t} tokens",
                               help="the paper's short-then-long schedule: the last share of the steps on longer sequences "
                                    "(paper: 10% at 512). A tiny model learns context far sooner from short sequences: "
-                                   "32 tokens, batch 64, 3,000 steps, then 128 (BENCHMARKS.md)")
+                                   f"the classroom studies use {context_recipe_flags()} (BENCHMARKS.md)")
         phase2_share = c2.number_input("Second phase share", 0.01, 0.99, D.phase2_fraction, 0.05, format="%.2f")
         submitted = st.form_submit_button("Launch", type="primary")
     if not submitted:
@@ -265,10 +265,9 @@ def run_view(run_dir: Path, root: Path) -> str:
     if mask_acc is not None and mask_base is not None and mask_acc < mask_base + NO_CONTEXT_MARGIN:
         st.info(f"No context learned yet: at [MASK] the model is right {mask_acc:.1%} of the time, about as often as always "
                 f"answering the most frequent token ({mask_base:.1%}); its MLM accuracy comes from copying the tokens kept "
-                "unchanged. Tiny models on 128-token sequences stay on this plateau for thousands of steps; 32-token "
-                "sequences with a second phase at 128 leave it after about 2,000 (here: sequence length 32, batch 64, "
-                "3,000 steps, second phase at 128; `--seq-len 32 --batch-size 64 --steps 3000 --phase2-seq-len 128`; "
-                "BENCHMARKS.md).")
+                "unchanged. Tiny models on 128-token sequences stay on this plateau for thousands of steps; short "
+                "sequences with a second, longer phase leave it after about 2,000: the classroom studies' recipe, "
+                f"`{context_recipe_flags()}` (the form's sequence length, batch, steps and second phase; BENCHMARKS.md).")
 
     b1, b2, _ = st.columns([1, 1, 4])
     if status == "running" and b1.button("Cancel", key=f"cancel-{run_dir.name}", help="Stop at the end of the current step, after a checkpoint"):
@@ -291,6 +290,17 @@ def run_view(run_dir: Path, root: Path) -> str:
 
 
 NO_CONTEXT_MARGIN = 0.01  # accuracy at [MASK] within a point of the most frequent token's share: nothing from context
+
+
+def context_recipe_flags() -> str:
+    """The flags that turn `pretrain --classroom` into the classroom studies' pre-training (CLASSROOM_PRETRAIN),
+    which leaves the most-frequent-token plateau."""
+    from engine import cli
+    from engine.ablations import CLASSROOM_PRETRAIN
+    from engine.pretrain_config import PretrainConfig
+    D = PretrainConfig()
+    changed = tuple(k for k, v in CLASSROOM_PRETRAIN.items() if v != getattr(D, k))
+    return " ".join(cli.argv(PretrainConfig(**CLASSROOM_PRETRAIN), only=changed)[1:])
 
 
 # ------------------------------------------------------------------------------------------------- page

@@ -203,4 +203,4 @@ def describe(study: Study) -> str:
 def pretrain_column_name(col: str) -> str:
     """The table header of a held-out pre-training metric in `Study.pretrain_columns`."""
     return {"mlm_ppl": "held-out MLM ppl", "mlm_acc": "held-out MLM acc", "nsp_acc": "held-out NSP acc",
-            "mlm_mask_acc": "held-out acc at [MASK]", "mlm_mask_baseline": "most frequent token at [MASK]"}.get(col, col)
+            "mlm_mask_acc": "held-out acc at [MASK]"}.get(col, col)
