@@ -182,6 +182,9 @@ def validate(cfg: PretrainConfig) -> None:
     if cfg.phase2_seq_len is not None:
         if cfg.phase2_seq_len < 8:
             raise EngineError(f"--phase2-seq-len {cfg.phase2_seq_len} is too short; use e.g. 512")
+        if cfg.phase2_seq_len <= cfg.seq_len:
+            raise EngineError(f"--phase2-seq-len {cfg.phase2_seq_len} is not longer than --seq-len {cfg.seq_len}; the second "
+                              f"phase trains on longer sequences (paper: 128, then 512): raise it or drop it")
         if not 0.0 < cfg.phase2_fraction < 1.0:
             raise EngineError(f"--phase2-fraction {cfg.phase2_fraction} must be between 0 and 1; the paper uses 0.1")
     if not 0 < cfg.lr < 1:

@@ -155,11 +155,12 @@ def test_ltr_model_never_sees_the_right_context():
 @pytest.mark.slow
 def test_validation_errors_are_one_line():
     for bad in (dict(objective="nsp"), dict(preset="huge"), dict(mask_ratios=(0.5, 0.1, 0.1)), dict(seq_len=600),
-                dict(steps=0), dict(hidden=100, heads=3), dict(phase2_seq_len=1024)):
+                dict(steps=0), dict(hidden=100, heads=3), dict(phase2_seq_len=1024), dict(seq_len=256, phase2_seq_len=128)):
         with pytest.raises(EngineError) as e:
             from engine.pretrain import validate
             validate(replace(PretrainConfig(out="x"), **bad))
         assert "\n" not in str(e.value)
+    assert "is not longer than --seq-len 256" in str(e.value)  # a second phase shorter than the first: refused
 
 
 # ------------------------------------------------------------------------------------------------ learning

@@ -115,6 +115,11 @@ def test_launch_form_validates_and_submits_a_job(runs_root, monkeypatch):
     [b for b in at.button if b.label == "Launch"][0].click().run()
     assert any("sum to" in e.value for e in at.error) and calls == []
     [n for n in at.number_input if n.label == "→ random token"][0].set_value(0.1)
+    # a second phase shorter than the first: refused in one line, nothing submitted
+    [b for b in at.selectbox if b.label == "Sequence length"][0].set_value(256)
+    [b for b in at.selectbox if b.label == "Second phase at"][0].set_value(128)
+    [b for b in at.button if b.label == "Launch"][0].click().run()
+    assert any("is not longer than --seq-len 256" in e.value for e in at.error) and calls == []
     [n for n in at.number_input if n.label == "Steps"][0].set_value(50)
     # the short-then-long schedule: 32 tokens, then 128 for the last 10%
     [b for b in at.selectbox if b.label == "Sequence length"][0].set_value(32)
