@@ -37,9 +37,11 @@ The run folder (see engine/runs.py):
   eval_mlm_mask_acc and eval_mlm_mask_baseline (the accuracy where the input is [MASK], so no copying, beside
   the most frequent token's share there: `pretrain_loop.mask_position_accuracy`),
   eval_nsp_loss, eval_nsp_acc, eval_nsp_baseline (the best no-model rule on the same pairs,
-  `pretrain_loop.nsp_baseline`) (ltr: eval_lm_loss, eval_lm_acc, eval_lm_ppl), eval_loss, eval_instances.
-  The held-out documents are chosen by a fixed seed and masked once with a fixed seed using the standard
-  BERT masking (15%, 80/10/10) whatever the run's own masking, so every run is scored on the same positions.
+  `pretrain_loop.nsp_baseline`) (ltr: eval_lm_loss, eval_lm_acc, eval_lm_ppl), eval_loss, eval_instances,
+  eval_seq_len. The held-out documents are chosen by a fixed seed and masked once with a fixed seed using the
+  standard BERT masking (15%, 80/10/10) whatever the run's own masking, so every run is scored on the same
+  positions; at the length being trained (eval_seq_len: a two-phase run switches to the second length with
+  its training data, so its final evaluation scores text of the length downstream tasks read).
 - `tokenizer/`: the WordPiece vocabulary (trained on the corpus unless `--tokenizer` is given), reused on resume.
 - `checkpoints/step-N/`: Hugging Face layout (config.json, model.safetensors, vocab.txt) + training_state.json
   (step, phase, data position, tokens, elapsed) + training_state.pt (optimizer, scheduler, RNG states, the
@@ -51,13 +53,11 @@ the checkpoint's step first).
 
 Departures from the paper, on purpose:
 - Learning rate: the paper's 1e-4 with 10,000 warmup steps is for 1M steps of batch 256 x 512 on BERT-BASE.
-  The classroom default (tiny BERT, 2,000 steps of batch 16 x 128) uses 1e-3 with 6% warmup: tiny models
-  tolerate and need a larger rate to learn anything in minutes (3e-3 and 5e-3 stalled on the unigram plateau
-  longer in our trials). At equal tokens, batch 16 learned faster than batch 32 (more updates); 64-token
-  instances in batches of 32 learned faster still, and `--seq-len 64 --batch-size 32 --steps 3000
-  --phase2-seq-len 128` (the paper's short-then-long schedule, scaled down) is the better 7-minute run
-  (BENCHMARKS.md); the default stays single-phase. Warmup is given in steps (>= 1) or as a fraction of the
-  steps (< 1).
+  The classroom run (tiny BERT) uses 2e-3 with 6% warmup: tiny models tolerate and need a larger rate to learn
+  anything in minutes. Warmup is given in steps (>= 1) or as a fraction of the steps (< 1).
+- Sequence length: the classroom run (engine/pretrain_config.py, CLASSROOM_RECIPE) is the paper's short-then-long
+  schedule scaled down, 32 tokens then 128 for the last 10% (paper: 128 then 512), in batches of 64: on 128-token
+  sequences a tiny model does not leave the most-frequent-token solution in minutes (BENCHMARKS.md).
 - The vocabulary is 8,000 WordPieces trained on the corpus (paper: 30,000 on BooksCorpus + Wikipedia), on all
   of its documents, held-out ones included.
 - Masking is dynamic (a new draw per batch), as RoBERTa, instead of the released code's static dupe-factor
@@ -81,7 +81,8 @@ from engine.distributed import Dist, dist_from_env, setup, teardown, broadcast
 from engine.errors import EngineError
 from engine.optim import lr_at, param_groups  # noqa: F401  (re-exported: the schedule and groups of this loop)
 from engine.objectives import objective
-from engine.pretrain_config import CONTINUED_PRETRAINING, PretrainConfig, model_config, validate  # noqa: F401
+from engine.pretrain_config import (CLASSROOM_RECIPE, CONTINUED_PRETRAINING, PretrainConfig, classroom_defaults,  # noqa: F401
+                                    model_config, validate)
 from engine.pretrain_init import ARCH_FIELDS, conflict, init_tokenizer, read_init_settings, resolve_init
 from engine.pretrain_loop import ltr_labels, log, train  # noqa: F401
 from engine.pretrain_run import preflight, resolve_out, run_entries
@@ -243,12 +244,15 @@ def _micro_batch_size(cfg: PretrainConfig, dist: Dist) -> int:
 # ================================================================ CLI
 def build_parser():
     """The flags of `python -m engine pretrain`: PretrainConfig's settings (engine/cli.py), plus --classroom."""
+    recipe = " ".join(cli.argv(PretrainConfig(**CLASSROOM_RECIPE), only=tuple(CLASSROOM_RECIPE))[1:])
     ap = cli.parser(PretrainConfig,
                     "Pre-train BERT (MLM+NSP, MLM only, or LTR) into a run folder. Every flag left out takes the "
-                    "classroom default shown here: a tiny BERT on BBC News in under 10 minutes on 2 CPU cores. "
-                    "--resume continues a run with its own saved settings.")
+                    f"classroom run's value: the defaults shown here, except {recipe} (a tiny BERT on BBC News that "
+                    "learns to read context, about 5 minutes on 2 CPU cores; a given --seq-len or --phase2-seq-len "
+                    "replaces the two-phase schedule). --init has its own recipe; --resume continues a run with its "
+                    "own saved settings.")
     ap.add_argument("--classroom", action="store_true",
-                    help="the classroom default for every flag not given (the same values as leaving them out)")
+                    help="the classroom run for every flag not given (the same values as leaving them out)")
     return ap
 
 
@@ -267,7 +271,8 @@ def check_same_corpus(run_dir: Path, cfg: PretrainConfig, fingerprint: str, has_
 
 def config_from_args(given: dict) -> PretrainConfig:
     """A PretrainConfig from the flags actually given; with --resume, the rest comes from the run's run.json;
-    with --init, from the continued-pre-training recipe (CONTINUED_PRETRAINING)."""
+    with --init, from the continued-pre-training recipe (CONTINUED_PRETRAINING); otherwise from the classroom run
+    (CLASSROOM_RECIPE over the dataclass defaults)."""
     given = dict(given)
     classroom = given.pop("classroom", None)
     known = {f.name for f in fields(PretrainConfig)}
@@ -284,6 +289,8 @@ def config_from_args(given: dict) -> PretrainConfig:
             if name in given and given[name] != own[name]:
                 raise EngineError(conflict(name, given[name], own[name], given["init"]))
         base = dict(CONTINUED_PRETRAINING)  # the recipe for every flag not given
+    elif not given.get("resume"):
+        base = classroom_defaults(given)  # from scratch: the classroom run for every flag not given
     if given.get("resume"):
         probe = PretrainConfig(**{k: v for k, v in given.items() if k in ("out", "name")})
         run_dir = resolve_out(probe)

@@ -362,7 +362,7 @@ class Loop:
         self.phase1_end = cfg.steps - self.phase2_steps
         self.stop_at = min(cfg.steps, cfg.stop_after) if cfg.stop_after else cfg.steps
         self.time_up = False  # --max-minutes reached: the run is finished at this step
-        self.eval_batches = eval_batches(caches[0], cfg, micro) if dist.main else []
+        self.eval_batches, self.eval_phase = [], None  # the held-out batches of the phase being trained (_open_data)
         self.last_train, self.last_eval = {}, {}
         self.window_time, self.tokens_window_start = 0.0, state["tokens"]  # training time only (no eval / saving)
         self.pbar = None
@@ -371,8 +371,13 @@ class Loop:
         return amp(self.device, self.precision)
 
     def _open_data(self, phase: int, position) -> None:
+        """The phase's training batches from `position` on, and its held-out batches: evaluation is at the length
+        being trained, so a two-phase run's last evaluations (and its final one) score text of the final length,
+        the length downstream tasks read, while the first phase's curve scores the length it learns from."""
         self._close_data()
         self.cache = self.caches[0] if phase == 1 else self.caches[-1]
+        if self.dist.main and self.eval_phase != phase:
+            self.eval_batches, self.eval_phase = eval_batches(self.cache, self.cfg, self.micro), phase
         items = training_batches(self.cache, self.cfg, self.obj, self.step, position, self.dist.rank,
                                  self.dist.world_size, self.micro, pin=self.device.type == "cuda")
         self.it = Prefetcher(items, self.cfg.prefetch) if self.cfg.prefetch > 0 else items
@@ -515,7 +520,7 @@ class Loop:
         if self.dist.main and self.eval_batches:
             self.last_eval = {"step": self.step, "split": "eval",
                               **evaluate(self.raw_model, self.eval_batches, self.obj, self.device, self.amp_ctx),
-                              "tokens": self.state["tokens"]}
+                              "eval_seq_len": int(self.cache.config["seq_len"]), "tokens": self.state["tokens"]}
             runs.append_metrics(self.run_dir, self.last_eval)
         self.dist.barrier()
 

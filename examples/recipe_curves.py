@@ -7,6 +7,7 @@ For each run folder it prints one markdown row per held-out evaluation: the step
 time so far (the training records' `elapsed`: optimizer steps only, no evaluation or saving), held-out MLM
 accuracy (masked-token; an LTR run's next-token accuracy is not comparable and is printed as lm), the accuracy where
 the input is [MASK] beside the most frequent token's share there (what context taught: no copying) and NSP accuracy,
+at the held-out length (the length being trained: a two-phase run's last evaluations score the second length),
 then the run's wall time from run.json's started/ended (everything: vocabulary, data, evaluation, saving) and its settings that
 differ from the first run's. Held-out sets are the same for runs that share the corpus, vocabulary, sequence
 length and held-out fraction (engine.pretrain_loop.eval_batches masks them once with a fixed seed).
@@ -53,8 +54,8 @@ def main(argv=None) -> int:
             wall = f"wall {(datetime.fromisoformat(info['ended']) - datetime.fromisoformat(info['started'])).total_seconds():.0f} s, "
         print(f"\n### {d.name}: {wall}status {info.get('status')}"
               + (f"; differs: {diff}" if diff else ""))
-        print("| step | tokens | training time (s) | held-out MLM acc | acc at [MASK] (most frequent token) | held-out NSP acc |")
-        print("|---|---|---|---|---|---|")
+        print("| step | tokens | training time (s) | held-out length | held-out MLM acc | acc at [MASK] (most frequent token) | held-out NSP acc |")
+        print("|---|---|---|---|---|---|---|")
         pts = curve(d)
         for i, (step, tokens, elapsed, ev) in enumerate(pts):
             if i % a.every and i != len(pts) - 1:
@@ -64,7 +65,8 @@ def main(argv=None) -> int:
             nsp = f"{ev['nsp_acc']:.3f}" if "nsp_acc" in ev else ""
             at_mask = f"{ev['mlm_mask_acc']:.3f} ({ev.get('mlm_mask_baseline', float('nan')):.3f})" if "mlm_mask_acc" in ev else ""
             t = f"{elapsed:.0f}" if elapsed is not None else ""
-            print(f"| {step} | {tokens or ''} | {t} | {mlm_s} | {at_mask} | {nsp} |")
+            length = f"{ev['seq_len']:.0f}" if "seq_len" in ev else ""  # a two-phase run switches with its phase
+            print(f"| {step} | {tokens or ''} | {t} | {length} | {mlm_s} | {at_mask} | {nsp} |")
     return 0
 
 

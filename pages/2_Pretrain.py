@@ -67,7 +67,7 @@ def launch_form(root: Path) -> None:
     from engine.objectives import OBJECTIVES
     from engine.pretrain_config import CONTINUED_PRETRAINING as R
     from engine.pretrain_config import PretrainConfig
-    D = PretrainConfig()  # the classroom recipe's defaults
+    D = PretrainConfig.classroom()  # the classroom run's defaults (engine/pretrain_config.py, CLASSROOM_RECIPE)
     from studio.common import list_model_choices
 
     init_choice = st.selectbox(
@@ -84,9 +84,12 @@ def launch_form(root: Path) -> None:
                        f"continued-pre-training recipe ({R['steps']} steps of {R['batch_size']} x {R['seq_len']} at "
                        f"learning rate {R['lr']:g}, on {R['corpus']}).")
         else:
-            st.caption("The defaults are the classroom run: a tiny BERT (2 layers, hidden 128) on BBC News, MLM + NSP, "
-                       "2,000 steps of 16 x 128 tokens, a few minutes on 2 CPU cores; the classroom recipe masks 25% "
-                       "of the tokens at learning rate 2e-3 without dropout (the paper: 15%, 1e-4, dropout 0.1).")
+            st.caption(f"The defaults are the classroom run: a tiny BERT (2 layers, hidden 128) on BBC News, MLM + NSP, "
+                       f"{D.steps:,} steps of {D.batch_size} sequences, {D.seq_len} tokens then {D.phase2_seq_len} for the "
+                       f"last {D.phase2_fraction:.0%} (the paper's short-then-long schedule, scaled down: a tiny model "
+                       f"learns to read context far sooner from short sequences), about 5 minutes on 2 CPU cores; it masks "
+                       f"{D.mask_rate:.0%} of the tokens at learning rate {D.lr:g} without dropout (the paper: 15%, 1e-4, "
+                       "dropout 0.1).")
         c1, c2, c3 = st.columns(3)
         name = c1.text_input("Run name", placeholder="bert-tiny-bbc", key="pretrain_name",  # the Start page may fill it in
                              help="Letters, digits and - _ . + =; the folder under the runs folder")
@@ -117,8 +120,8 @@ def launch_form(root: Path) -> None:
         whole_word = c1.checkbox("Whole-word masking")
 
         c1, c2, c3, c4, c5 = st.columns(5)
-        steps = c1.number_input("Steps", 1, 10_000_000, R["steps"] if init else 2000)
-        batch = c2.number_input("Batch size", 1, 4096, R["batch_size"] if init else 16)
+        steps = c1.number_input("Steps", 1, 10_000_000, R["steps"] if init else D.steps)
+        batch = c2.number_input("Batch size", 1, 4096, R["batch_size"] if init else D.batch_size)
         lengths = [32, 64, 128, 256, 512]
         seq_len = c3.selectbox("Sequence length", lengths, index=lengths.index(R["seq_len"] if init else D.seq_len),
                                help="tokens per instance in the first phase (paper: 128)")
@@ -127,14 +130,17 @@ def launch_form(root: Path) -> None:
         c1, c2, c3, c4 = st.columns(4)
         vocab = c1.number_input("Vocabulary size", 200, 100_000, 8000, step=1000, disabled=bool(init),
                                 help="a WordPiece vocabulary trained on the corpus" + ("" if not init else " (ignored: the init brings its own)"))
-        save_every = c2.number_input("Checkpoint every (steps)", 0, 10_000_000, R["save_every"] if init else 400)
-        eval_every = c3.number_input("Evaluate every (steps)", 0, 10_000_000, R["eval_every"] if init else 200)
+        save_every = c2.number_input("Checkpoint every (steps)", 0, 10_000_000, R["save_every"] if init else D.save_every)
+        eval_every = c3.number_input("Evaluate every (steps)", 0, 10_000_000, R["eval_every"] if init else D.eval_every)
         precision = precision_select(c4)
         c1, c2, _ = st.columns([1, 1, 2])
-        phase2 = c1.selectbox("Second phase at", [None, 128, 256, 512], format_func=lambda t: "none" if t is None else f"{t} tokens",
+        phase2s = [None, 128, 256, 512]
+        phase2 = c1.selectbox("Second phase at", phase2s, index=phase2s.index(None if init or data else D.phase2_seq_len),
+                              format_func=lambda t: "none" if t is None else f"{t} tokens",
                               help="the paper's short-then-long schedule: the last share of the steps on longer sequences "
                                    "(paper: 10% at 512). A tiny model learns context far sooner from short sequences: "
-                                   f"the classroom studies use {context_recipe_flags()} (BENCHMARKS.md)")
+                                   f"the classroom run is {context_recipe_flags()} (BENCHMARKS.md)" +
+                                   (" (ignored with prepared data: they have one length)" if data else ""))
         phase2_share = c2.number_input("Second phase share", 0.01, 0.99, D.phase2_fraction, 0.05, format="%.2f")
         submitted = st.form_submit_button("Launch", type="primary")
     if not submitted:
@@ -170,7 +176,7 @@ def launch_form(root: Path) -> None:
                     mask_rate=float(mask_rate), mask_ratios=(float(r_mask), float(r_rand), float(r_same)),
                     whole_word_mask=bool(whole_word), lr=float(lr), seed=int(seed), save_every=int(save_every),
                     eval_every=int(eval_every), precision=precision, out=str(run_dir), quiet=True,
-                    phase2_seq_len=int(phase2) if phase2 else None, phase2_fraction=float(phase2_share))
+                    phase2_seq_len=int(phase2) if phase2 and not data else None, phase2_fraction=float(phase2_share))
         if init:  # continued pre-training: the init's size and vocabulary, filled in (and checked) by resolve_init
             cfg = PretrainConfig.for_init(init, **form)
         else:
@@ -230,7 +236,8 @@ def run_view(run_dir: Path, root: Path) -> str:
     ck = runs.latest_checkpoint(run_dir)
 
     st.markdown(f"**{run_dir.name}** — {STATUS_ICON.get(status, status)} · {OBJECTIVES[objective].label if objective in OBJECTIVES else objective} · "
-                f"{cfg.get('preset', '?')} on {Path(str(cfg.get('corpus', '?'))).name} · seq {cfg.get('seq_len', '?')} · "
+                f"{cfg.get('preset', '?')} on {Path(str(cfg.get('corpus', '?'))).name} · seq {cfg.get('seq_len', '?')}"
+                + (f" → {cfg['phase2_seq_len']}" if cfg.get("phase2_seq_len") else "") + " · "
                 f"batch {cfg.get('batch_size', '?')} · {info.get('device', '')}"
                 + {True: " · bf16", False: " · fp32"}.get(info.get("bf16"), ""))  # the precision the run really used
     if status == "failed":
@@ -253,7 +260,9 @@ def run_view(run_dir: Path, root: Path) -> str:
                    if mask_acc is not None and mask_base is not None else None,
                    help="Only the held-out positions whose input is [MASK]: there the model cannot copy its input, so "
                         "only context helps. A model that has learned just the unigram distribution and copying scores "
-                        "the most frequent token's share here (and about 0.13 on the MLM accuracy).")
+                        "the most frequent token's share here (and about 0.13 on the MLM accuracy)."
+                        + (f" Scored on {last_eval['eval_seq_len']}-token held-out text, the length being trained (a "
+                           "second phase switches to its own length)." if last_eval.get("eval_seq_len") else ""))
     cols[3].metric("Held-out perplexity", f"{last_eval[f'eval_{tok}_ppl']:.1f}" if f"eval_{tok}_ppl" in last_eval else "–")
     base = last_eval.get("eval_nsp_baseline")
     cols[4].metric("Held-out NSP accuracy", f"{last_eval['eval_nsp_acc']:.3f}" if "eval_nsp_acc" in last_eval else "–",
@@ -266,8 +275,8 @@ def run_view(run_dir: Path, root: Path) -> str:
         st.info(f"No context learned yet: at [MASK] the model is right {mask_acc:.1%} of the time, about as often as always "
                 f"answering the most frequent token ({mask_base:.1%}); its MLM accuracy comes from copying the tokens kept "
                 "unchanged. Tiny models on 128-token sequences stay on this plateau for thousands of steps; short "
-                "sequences with a second, longer phase leave it after about 2,000: the classroom studies' recipe, "
-                f"`{context_recipe_flags()}` (the form's sequence length, batch, steps and second phase; BENCHMARKS.md).")
+                "sequences with a second, longer phase leave it after about 2,000: the classroom run, the form's "
+                f"defaults, `{context_recipe_flags()}` (BENCHMARKS.md).")
 
     b1, b2, _ = st.columns([1, 1, 4])
     if status == "running" and b1.button("Cancel", key=f"cancel-{run_dir.name}", help="Stop at the end of the current step, after a checkpoint"):
@@ -293,14 +302,11 @@ NO_CONTEXT_MARGIN = 0.01  # accuracy at [MASK] within a point of the most freque
 
 
 def context_recipe_flags() -> str:
-    """The flags that turn `pretrain --classroom` into the classroom studies' pre-training (CLASSROOM_PRETRAIN),
-    which leaves the most-frequent-token plateau."""
+    """The classroom run's schedule as flags (CLASSROOM_RECIPE: steps, batch, the two lengths), the run that
+    leaves the most-frequent-token plateau."""
     from engine import cli
-    from engine.ablations import CLASSROOM_PRETRAIN
-    from engine.pretrain_config import PretrainConfig
-    D = PretrainConfig()
-    changed = tuple(k for k, v in CLASSROOM_PRETRAIN.items() if v != getattr(D, k))
-    return " ".join(cli.argv(PretrainConfig(**CLASSROOM_PRETRAIN), only=changed)[1:])
+    from engine.pretrain_config import CLASSROOM_RECIPE, PretrainConfig
+    return " ".join(cli.argv(PretrainConfig.classroom(), only=tuple(CLASSROOM_RECIPE))[1:])
 
 
 # ------------------------------------------------------------------------------------------------- page

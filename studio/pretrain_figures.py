@@ -18,6 +18,19 @@ def series(recs: list, key: str, x: str = "step", x_at_step: dict = None):
     return [p[0] for p in pts], [p[1] for p in pts]
 
 
+def eval_length_switch(evals: list, x: str = "step", x_at_step: dict = None):
+    """(x, new length) where the held-out set changes length (a two-phase run evaluates at the length being
+    trained: engine/pretrain_loop.py), or None."""
+    prev = None
+    for r in evals:
+        T = r.get("eval_seq_len")
+        if prev is not None and T is not None and T != prev:
+            xv = r.get(x) if r.get(x) is not None else (x_at_step or {}).get(r.get("step"))
+            return (xv, T) if xv is not None else None
+        prev = T if T is not None else prev
+    return None
+
+
 def pretraining_curves(train: list, evals: list, obj, x: str = "step", smoothing: float = 0.0) -> list:
     """(title, plotly figure) for the token prediction of objective `obj` (engine.objectives), its NSP, the
     learning rate and throughput, against `x` (step, tokens or elapsed). With `smoothing` > 0 each training curve is drawn faint with its debiased
@@ -49,6 +62,12 @@ def pretraining_curves(train: list, evals: list, obj, x: str = "step", smoothing
                 if ys:
                     fig.add_trace(go.Scatter(x=xs, y=ys, mode="lines+markers" if k.endswith("acc") else "lines", name=name,
                                              line=style), row=1, col=2)
+        switch = eval_length_switch(evals, x, at_step)
+        if switch is not None:  # the held-out points after it score longer text: a step down is not forgetting
+            for col in (1, 2):  # one line per panel, one label (on the accuracy panel)
+                fig.add_vline(x=switch[0], line_dash="dot", line_color="grey", row=1, col=col,
+                              **(dict(annotation_text=f"held-out at {switch[1]} tokens", annotation_position="top left")
+                                 if col == 2 else {}))
         fig.update_xaxes(title_text=x_title)
         fig.update_layout(height=300, margin=dict(l=10, r=10, t=40, b=10), showlegend=True)
         figs.append((f"{label}", fig))

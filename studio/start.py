@@ -10,10 +10,10 @@ on this machine, where each button goes with which fields filled in, and whether
    probes it; until then the step says how to make it.
 4. Run the paper's Table 5 at classroom scale: the Ablations page, New study tab, with the pre-training-tasks
    study at classroom scale selected (done once such a study has every job finished).
-Times are BENCHMARKS.md's measurements on the 2-core CPU this was built on: the classroom pre-training 2.8 min
-with bf16 autocast (CPUs with native bf16; empty cache, inside the Table 5 study) and 5.4 min in fp32 (the old
-recipe, whose steps cost the same); the classroom Table 5 study 59.5 min with bf16, not timed in fp32 (a CPU
-without native bf16 would take longer than the hour). A GPU is faster; that is not measured for these steps.
+Times are BENCHMARKS.md's measurements on the 2-core CPU this was built on: the classroom pre-training (two
+phases, 32 then 128 tokens) 4.3 min with bf16 autocast (CPUs with native bf16), not timed in fp32; the classroom
+Table 5 study 59.5 min with bf16, not timed in fp32 (a CPU without native bf16 would take longer than the hour).
+A GPU is faster; that is not measured for these steps.
 """
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,7 +22,7 @@ from engine.records import RUN_JSON, read_json_or_empty
 
 TABLE5 = "pretraining-tasks"
 MINUTES = {  # BENCHMARKS.md, idle 2-core CPU: (bf16, fp32); None: not measured
-    "pretrain": (2.8, 5.4),
+    "pretrain": (4.3, None),  # the two-phase classroom run, 2026-11-25 (the single-phase one before it: 2.8 / 5.4)
     "table5": (59.5, None),  # four tasks x four rows x 3 restarts, two-phase pre-training, 2026-11-25
 }
 
@@ -117,14 +117,16 @@ def guided_steps(root, visited: dict, precision: str = "fp32", device: str = "cp
     own, ready = pretrain_runs(root)
     finished = [r for r in own if r["effective_status"] == "finished"]
     running = [r for r in own if r["effective_status"] == "running"]
+    from engine.pretrain_config import CLASSROOM_RECIPE as R
     steps = [Step(1, "Look inside a real model",
                   "MiniLM's real pre-trained weights: its configuration, a sentence as WordPieces and segment ids, "
                   "the shape of every output.", "under a minute", "pages/1_Model.py", "Open the Model page",
                   {"model_page_model": "minilm"}, done=bool(visited.get("model")))]
 
     s2 = Step(2, "Pre-train a tiny BERT",
-              "2 layers, hidden 128, masked LM + next sentence prediction on BBC News, 2,000 steps (the classroom run). "
-              "Press Launch; the run goes on even if you close the tab.",
+              f"2 layers, hidden 128, masked LM + next sentence prediction on BBC News, {R['steps']:,} steps of "
+              f"{R['seq_len']} tokens then {R['phase2_seq_len']} (the classroom run). Press Launch; the run goes on even "
+              "if you close the tab.",
               _minutes("pretrain", precision, device), "pages/2_Pretrain.py", "Set up the classroom run",
               {"pretrain_name": _free_name(root, "first-bert")}, done=bool(finished))
     if finished:

@@ -100,6 +100,36 @@ def test_resume_keeps_the_run_settings_not_given_again(tmp_path):
     assert (cfg.steps, cfg.lr, cfg.mask_ratios, cfg.resume) == (80, 5e-4, (0.8, 0.1, 0.1), True)
 
 
+def test_pretrain_from_scratch_is_the_classroom_run_for_every_flag_left_out():
+    from engine.pretrain_config import CLASSROOM_RECIPE
+    given = lambda *argv: config_from_args(cli.given(PretrainConfig, pretrain_parser(), ["--out", "x", *argv]))
+    cfg = given()
+    assert cfg == given("--classroom") == PretrainConfig.classroom(out="x")
+    assert {k: getattr(cfg, k) for k in CLASSROOM_RECIPE} == CLASSROOM_RECIPE
+    assert (cfg.seq_len, cfg.phase2_seq_len, cfg.batch_size) == (32, 128, 64)  # two phases: short, then long
+    assert cfg.lr == PretrainConfig.lr and cfg.mask_rate == PretrainConfig.mask_rate  # the rest: the dataclass's
+    # a typed length replaces the recipe's schedule whole: one phase at 128, as `--seq-len 128` reads
+    one = given("--seq-len", "128")
+    assert (one.seq_len, one.phase2_seq_len, one.batch_size, one.steps) == (128, None, 64, 3000)
+    assert given("--phase2-seq-len", "512").seq_len == PretrainConfig.seq_len
+    assert given("--phase2-fraction", "0.2").phase2_seq_len == 128  # the share alone keeps the schedule
+    assert given("--max-positions", "64").phase2_seq_len is None  # no room for the second phase: one phase
+    assert (given("--steps", "50").steps, given("--steps", "50").seq_len) == (50, 32)  # other flags keep it
+    # a queued job's command line names every setting: it rebuilds the very config, schedule and all
+    for c in (cfg, one, PretrainConfig(), PretrainConfig(seq_len=64, phase2_seq_len=256)):
+        c = replace(c, out="x")
+        assert config_from_args(cli.given(PretrainConfig, pretrain_parser(), cli.argv(c)[1:])) == c
+
+
+def test_the_classroom_studies_pretrain_as_the_command_does():
+    from engine.ablations import get_study
+    cfg = PretrainConfig.classroom()
+    for name in ("pretraining-tasks", "model-size", "masking", "training-steps"):
+        base = get_study(name, scale="classroom").base
+        assert (base.steps, base.batch_size, base.seq_len, base.phase2_seq_len, base.phase2_fraction) == \
+               (cfg.steps, cfg.batch_size, cfg.seq_len, cfg.phase2_seq_len, cfg.phase2_fraction), name
+
+
 def test_a_setting_the_command_line_cannot_carry_is_refused():
     @dataclass
     class Toy:

@@ -432,6 +432,26 @@ def test_cli_second_run_into_a_live_folder_is_refused_then_sigterm_checkpoints(e
     assert runs.lock_holder(out) is None
 
 
+def test_a_two_phase_run_is_evaluated_at_the_length_it_trains(env, tmp_path, monkeypatch):
+    """Held-out batches follow the phase: the first phase's evaluations score its short text, the second's (and
+    the final one, what the studies' tables read) text of the final length, the length downstream tasks read."""
+    import engine.pretrain_loop as P
+    widths, real = [], P.eval_batches
+
+    def recording(cache, cfg, batch_size):
+        out = real(cache, cfg, batch_size)
+        widths.append(max(b["input_ids"].shape[1] for b in out))
+        return out
+
+    monkeypatch.setattr(P, "eval_batches", recording)
+    out = tmp_path / "two"
+    pretrain(replace(env["base"], out=str(out), seq_len=32, phase2_seq_len=64, phase2_fraction=0.5, steps=6,
+                     eval_every=2, save_every=0))
+    evals = [r for r in runs.read_metrics(out) if r["split"] == "eval"]
+    assert [(r["step"], r["eval_seq_len"]) for r in evals] == [(2, 32), (4, 64), (6, 64)]
+    assert widths[0] <= 32 < widths[1] <= 64  # built once per phase, from that phase's held-out instances
+
+
 @pytest.mark.slow
 def test_cli_resume_with_only_out_continues_across_the_phase_boundary(env, tmp_path, capsys):
     """`--out X --resume` alone restores the run's settings; a stop inside phase 2 resumes on the phase-2 data."""

@@ -34,8 +34,9 @@ def runs_root(tmp_path_factory):
     corpus = _corpus(base / "corpus.txt")
     tok = engine.train_tokenizer(engine.load_corpus(str(corpus)), vocab_size=120)
     pretrain(PretrainConfig(corpus=str(corpus), tokenizer=str(tok.save(base / "tok")), cache_dir=str(base / "cache"),
-                            hidden=32, heads=2, layers=1, max_positions=64, seq_len=32, batch_size=4, steps=4,
-                            log_every=1, eval_every=2, save_every=2, quiet=True, num_threads=1, out=str(root / "tiny-done")))
+                            hidden=32, heads=2, layers=1, max_positions=64, seq_len=32, phase2_seq_len=64, phase2_fraction=0.5,
+                            batch_size=4, steps=4, log_every=1, eval_every=2, save_every=2, quiet=True, num_threads=1,
+                            out=str(root / "tiny-done")))
     runs.write_run_json(root / "broken", kind="pretrain", status="failed", total_steps=10, created="2000-01-01T00:00:00+00:00",
                         error="could not write checkpoints/step-5: No space left on device; free disk space and retry",
                         config={"objective": "mlm", "preset": "tiny", "corpus": "bbc", "seq_len": 128, "batch_size": 32})
@@ -59,7 +60,7 @@ def test_runs_table_curves_and_numbers(runs_root):
     at.selectbox(key="pretrain_run").set_value("tiny-done").run()
     assert not at.exception and not at.error
     used = "bf16" if runs.read_run_json(runs_root / "tiny-done")["bf16"] else "fp32"  # auto resolves per machine
-    assert any(f"batch 4 · cpu · {used}" in m.value for m in at.markdown), [m.value for m in at.markdown]
+    assert any(f"seq 32 → 64 · batch 4 · cpu · {used}" in m.value for m in at.markdown), [m.value for m in at.markdown]
     charts = at.get("plotly_chart")
     assert len(charts) == 4  # MLM loss/acc, NSP loss/acc, learning rate, throughput
     recs = runs.read_metrics(runs_root / "tiny-done")
@@ -74,11 +75,15 @@ def test_runs_table_curves_and_numbers(runs_root):
     at_mask = next(m for m in at.metric if m.label == "Held-out accuracy at [MASK]")  # beside the most frequent token
     assert at_mask.value == f"{last_eval['eval_mlm_mask_acc']:.3f}"
     assert f"vs most frequent ({last_eval['eval_mlm_mask_baseline']:.3f})" in at_mask.proto.delta
+    assert "Scored on 64-token held-out text" in at_mask.proto.help  # the second phase's length: the final one
     # four steps teach no context: the page says so, and how to leave that plateau
     assert last_eval["eval_mlm_mask_acc"] < last_eval["eval_mlm_mask_baseline"] + 0.01
     assert any(i.value.startswith("No context learned yet") and "--phase2-seq-len 128" in i.value for i in at.info)
     fig = json.loads(charts[0].proto.spec)
     assert {"held-out acc at [MASK]", "most frequent token at [MASK]"} <= {t["name"] for t in fig["data"]}
+    # where the held-out set changes length (step 4, the second phase), marked so a drop is not read as forgetting
+    assert [a["text"] for a in fig["layout"]["annotations"] if "tokens" in a["text"]] == ["held-out at 64 tokens"]
+    assert [sh["x0"] for sh in fig["layout"]["shapes"]] == [4, 4]
     train_loss = [t for t in fig["data"] if t["name"] == "train loss"][0]
     assert list(train_loss["x"]) == [1, 2, 3, 4] and train_loss["y"][-1] == pytest.approx(recs[-2]["mlm_loss"])
     assert not [b for b in at.button if b.label in ("Cancel", "Resume")]  # a finished run has neither
@@ -102,6 +107,11 @@ def test_launch_form_validates_and_submits_a_job(runs_root, monkeypatch):
     calls = []
     monkeypatch.setattr(jobs, "submit", lambda argv, name=None, run_dir=None, root=None: calls.append((argv, name, run_dir, root)) or {"id": "j1", "status": "queued"})
     at = _app(runs_root)
+    # the form's defaults are the classroom run of `python -m engine pretrain` (PretrainConfig.classroom)
+    C = engine.PretrainConfig.classroom()
+    value = lambda kind, label: [w for w in getattr(at, kind) if w.label == label][0].value
+    assert (value("number_input", "Steps"), value("number_input", "Batch size")) == (C.steps, C.batch_size) == (3000, 64)
+    assert (value("selectbox", "Sequence length"), value("selectbox", "Second phase at")) == (C.seq_len, C.phase2_seq_len) == (32, 128)
     name = [t for t in at.text_input if t.label == "Run name"][0]
     launch = [b for b in at.button if b.label == "Launch"][0]
     # an unsafe name: one line, nothing submitted
@@ -239,7 +249,8 @@ def test_prepared_data_is_picked_with_its_statistics_and_launched_from(runs_root
     [b for b in at.button if b.label == "Launch"][0].click().run()
     assert not at.exception and not at.error, [e.value for e in at.error]
     flags = dict(zip(calls[0][1::2], calls[0][2::2]))
-    assert flags["--data"] == str(data.resolve()) and flags["--seq-len"] == "48"  # the data's length, not the form's 128
+    assert flags["--data"] == str(data.resolve()) and flags["--seq-len"] == "48"  # the data's length, not the form's 32
+    assert "--phase2-seq-len" not in flags  # prepared data have one length: no second phase
     # a folder that is not prepared data: one line, nothing launched
     at.selectbox(key="pretrain_data").set_value("a prepared folder at a path").run()
     [t for t in at.text_input if t.label == "Prepared data folder"][0].input(str(tmp_path)).run()

@@ -29,7 +29,7 @@ from engine.ablations.verdict import Contrast
 from engine.cli import text
 from engine.errors import EngineError
 from engine.objectives import LTR, MLM, MLM_NSP
-from engine.pretrain_config import PretrainConfig
+from engine.pretrain_config import CLASSROOM_RECIPE, PretrainConfig
 from engine.tasks.shared_files import SHARED_DATA, shared_tasks
 
 
@@ -349,16 +349,10 @@ STUDIES = {
     "training-steps": training_steps_study,
 }
 
-# Classroom scale: the paper's short-then-long schedule scaled down (the paper: 90% of the steps at 128 tokens, the
-# last 10% at 512; here 32, then 128 for the last 10%), batches of 64 sequences, 3,000 steps, the rest the classroom
-# recipe of `python -m engine pretrain` (tiny preset, dropout 0, 25% masking, lr 2e-3). Why not that command's own
-# default (2,000 steps of 16 x 128): its MLM models never leave the most-frequent-token solution; every classroom
-# study measured with it had held-out accuracy at [MASK] 0.044 (the share of "the") and an MLM accuracy of 0.13 that
-# is copying the 10% of kept tokens. At 32 tokens a [MASK]'s neighbours are a larger share of what uniform attention
-# averages, and the model leaves that plateau after about 2,000 steps (accuracy at [MASK] 0.10 at step 3,000, 0.068
-# on 128-token held-out text; BENCHMARKS.md, "Classroom pre-training recipe"). One seed, one fine-tuning grid point.
-CLASSROOM_PRETRAIN = dict(preset="tiny", steps=3000, batch_size=64, seq_len=32, phase2_seq_len=128, phase2_fraction=0.1,
-                          eval_every=250)
+# Classroom scale: the classroom run of `python -m engine pretrain` (engine/pretrain_config.py, CLASSROOM_RECIPE:
+# the tiny preset, 3,000 steps of 64 x 32 tokens then 128 for the last 10%, lr 2e-3, dropout 0, 25% masked), so a
+# study's base is what the command trains; one seed, one fine-tuning grid point.
+CLASSROOM_PRETRAIN = dict(preset="tiny", **CLASSROOM_RECIPE)
 # A tiny model trained for minutes wants a far larger fine-tuning rate than BERT-BASE's 5e-5 (Google's small
 # BERTs go up to 5e-4; at 3e-4 three epochs left the tiny models under-fitted in our trials, 1e-3 for five did not).
 # Three restarts per cell: the spread a verdict is judged against (engine.ablations.verdict resamples them); at most
