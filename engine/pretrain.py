@@ -245,7 +245,7 @@ def _micro_batch_size(cfg: PretrainConfig, dist: Dist) -> int:
 # ================================================================ CLI
 def build_parser():
     """The flags of `python -m engine pretrain`: PretrainConfig's settings (engine/cli.py), plus --classroom."""
-    recipe = " ".join(cli.argv(PretrainConfig(**CLASSROOM_RECIPE), only=tuple(CLASSROOM_RECIPE))[1:])
+    recipe = PretrainConfig.classroom_flags()
     ap = cli.parser(PretrainConfig,
                     "Pre-train BERT (MLM+NSP, MLM only, or LTR) into a run folder. Every flag left out takes the "
                     f"classroom run's value: the defaults shown here, except {recipe} (a tiny BERT on BBC News that "

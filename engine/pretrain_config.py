@@ -169,6 +169,13 @@ class PretrainConfig:
         trains from scratch); a given length schedule replaces the recipe's (classroom_defaults)."""
         return cls(**{**classroom_defaults(settings), **settings})
 
+    @staticmethod
+    def classroom_flags() -> str:
+        """The classroom run's own settings as command-line flags (`--steps 3000 --batch-size 64 ...`): what it
+        adds to the dataclass defaults, shown by `pretrain --help` and the Pre-train page."""
+        from engine import cli  # (engine.cli imports this module's `setting`)
+        return " ".join(cli.argv(PretrainConfig.classroom(), only=tuple(CLASSROOM_RECIPE))[1:])
+
     @classmethod
     def for_init(cls, init: str, **settings) -> "PretrainConfig":
         """Continued pre-training from `init` with the CONTINUED_PRETRAINING recipe for every setting not given

@@ -139,7 +139,7 @@ def launch_form(root: Path) -> None:
                               format_func=lambda t: "none" if t is None else f"{t} tokens",
                               help="the paper's short-then-long schedule: the last share of the steps on longer sequences "
                                    "(paper: 10% at 512). A tiny model learns context far sooner from short sequences: "
-                                   f"the classroom run is {context_recipe_flags()} (BENCHMARKS.md)" +
+                                   f"the classroom run is {PretrainConfig.classroom_flags()} (BENCHMARKS.md)" +
                                    (" (ignored with prepared data: they have one length)" if data else ""))
         phase2_share = c2.number_input("Second phase share", 0.01, 0.99, D.phase2_fraction, 0.05, format="%.2f")
         submitted = st.form_submit_button("Launch", type="primary")
@@ -275,8 +275,8 @@ def run_view(run_dir: Path, root: Path) -> str:
         st.info(f"No context learned yet: at [MASK] the model is right {mask_acc:.1%} of the time, about as often as always "
                 f"answering the most frequent token ({mask_base:.1%}); its MLM accuracy comes from copying the tokens kept "
                 "unchanged. Tiny models on 128-token sequences stay on this plateau for thousands of steps; short "
-                "sequences with a second, longer phase leave it after about 2,000: the classroom run, the form's "
-                f"defaults, `{context_recipe_flags()}` (BENCHMARKS.md).")
+                "sequences with a second, longer phase leave it after about 1,000: the classroom run, the form's "
+                f"defaults, `{PretrainConfig.classroom_flags()}` (BENCHMARKS.md).")
 
     b1, b2, _ = st.columns([1, 1, 4])
     if status == "running" and b1.button("Cancel", key=f"cancel-{run_dir.name}", help="Stop at the end of the current step, after a checkpoint"):
@@ -299,14 +299,6 @@ def run_view(run_dir: Path, root: Path) -> str:
 
 
 NO_CONTEXT_MARGIN = 0.01  # accuracy at [MASK] within a point of the most frequent token's share: nothing from context
-
-
-def context_recipe_flags() -> str:
-    """The classroom run's schedule as flags (CLASSROOM_RECIPE: steps, batch, the two lengths), the run that
-    leaves the most-frequent-token plateau."""
-    from engine import cli
-    from engine.pretrain_config import CLASSROOM_RECIPE, PretrainConfig
-    return " ".join(cli.argv(PretrainConfig.classroom(), only=tuple(CLASSROOM_RECIPE))[1:])
 
 
 # ------------------------------------------------------------------------------------------------- page
