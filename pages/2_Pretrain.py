@@ -88,7 +88,7 @@ def launch_form(root: Path) -> None:
                        f"{D.steps:,} steps of {D.batch_size} sequences, {D.seq_len} tokens then {D.phase2_seq_len} for the "
                        f"last {D.phase2_fraction:.0%} (the paper's short-then-long schedule, scaled down: a tiny model "
                        f"learns to read context far sooner from short sequences), about 5 minutes on 2 CPU cores; it masks "
-                       f"{D.mask_rate:.0%} of the tokens at learning rate {D.lr:g} without dropout (the paper: 15%, 1e-4, "
+                       f"{D.mask_rate:.0%} of the tokens at learning rate {D.lr:.0e} without dropout (the paper: 15%, 1e-04, "
                        "dropout 0.1).")
         c1, c2, c3 = st.columns(3)
         name = c1.text_input("Run name", placeholder="bert-tiny-bbc", key="pretrain_name",  # the Start page may fill it in
@@ -125,7 +125,7 @@ def launch_form(root: Path) -> None:
         lengths = [32, 64, 128, 256, 512]
         seq_len = c3.selectbox("Sequence length", lengths, index=lengths.index(R["seq_len"] if init else D.seq_len),
                                help="tokens per instance in the first phase (paper: 128)")
-        lr = c4.number_input("Learning rate", 1e-6, 1e-1, R["lr"] if init else D.lr, format="%.5f")
+        lr = c4.number_input("Learning rate", 1e-6, 1e-1, R["lr"] if init else D.lr, step=1e-4, format="%.1e")
         seed = c5.number_input("Seed", 0, 2**31 - 1, 0)
         c1, c2, c3, c4 = st.columns(4)
         vocab = c1.number_input("Vocabulary size", 200, 100_000, 8000, step=1000, disabled=bool(init),
