@@ -57,7 +57,7 @@ Departures from the paper, on purpose:
   minutes; at 2e-3 (the default until 2026-11-26) the MLM model leaves the most-frequent-token plateau later, at
   5e-4 it learns more slowly (BENCHMARKS.md). Warmup is given in steps (>= 1) or as a fraction of the steps (< 1).
 - Sequence length: the classroom run (engine/pretrain_config.py, CLASSROOM_RECIPE) is the paper's short-then-long
-  schedule scaled down, 32 tokens then 128 for the last 10% (paper: 128 then 512), in batches of 64: on 128-token
+  schedule scaled down, 32 tokens then 128 for the last 30% (paper: 128 then 512 for the last 10%), in batches of 64: on 128-token
   sequences a tiny model does not leave the most-frequent-token solution in minutes (BENCHMARKS.md).
 - The vocabulary is 8,000 WordPieces trained on the corpus (paper: 30,000 on BooksCorpus + Wikipedia), on all
   of its documents, held-out ones included.

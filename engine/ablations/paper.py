@@ -350,7 +350,7 @@ STUDIES = {
 }
 
 # Classroom scale: the classroom run of `python -m engine pretrain` (engine/pretrain_config.py, CLASSROOM_RECIPE:
-# the tiny preset, 3,000 steps of 64 x 32 tokens then 128 for the last 10%, lr 1e-3, dropout 0, 25% masked), so a
+# the tiny preset, 3,000 steps of 64 x 32 tokens then 128 for the last 30%, lr 1e-3, dropout 0, 25% masked), so a
 # study's base is what the command trains; one seed, one fine-tuning grid point.
 CLASSROOM_PRETRAIN = dict(preset="tiny", **CLASSROOM_RECIPE)
 # A tiny model trained for minutes wants a far larger fine-tuning rate than BERT-BASE's 5e-5 (Google's small
