@@ -11,8 +11,9 @@ on this machine, where each button goes with which fields filled in, and whether
 4. Run the paper's Table 5 at classroom scale: the Ablations page, New study tab, with the pre-training-tasks
    study at classroom scale selected (done once such a study has every job finished).
 Times are BENCHMARKS.md's measurements on the 2-core CPU this was built on: the classroom pre-training (two
-phases, 32 then 128 tokens) 4.3 min with bf16 autocast (CPUs with native bf16), not timed in fp32; the classroom
-Table 5 study 59.5 min with bf16, not timed in fp32 (a CPU without native bf16 would take longer than the hour).
+phases, 32 then 128 tokens for the last 30%) 5.4 min with bf16 autocast (CPUs with native bf16), not timed in fp32;
+the classroom Table 5 study 58.8 min with bf16 on an Intel Xeon, not timed in fp32 (a slower CPU, or one without
+native bf16, would take longer than the hour: the AMD EPYC of older figures took 1.2x the Xeon's time).
 A GPU is faster; that is not measured for these steps.
 """
 from dataclasses import dataclass, field
@@ -22,8 +23,8 @@ from engine.records import RUN_JSON, read_json_or_empty
 
 TABLE5 = "pretraining-tasks"
 MINUTES = {  # BENCHMARKS.md, idle 2-core CPU: (bf16, fp32); None: not measured
-    "pretrain": (4.3, None),  # the two-phase classroom run, 2026-11-25 (the single-phase one before it: 2.8 / 5.4)
-    "table5": (59.5, None),  # four tasks x four rows x 3 restarts, two-phase pre-training, 2026-11-25
+    "pretrain": (5.4, None),  # the classroom run (second phase the last 30%), 2026-11-26, Intel Xeon, empty cache
+    "table5": (58.8, None),  # four tasks x four rows x 3 restarts, the same pre-training, 2026-11-26, Intel Xeon
 }
 
 
@@ -163,7 +164,7 @@ def guided_steps(root, visited: dict, precision: str = "fp32", device: str = "cp
               "on tasks where the paper's gaps live: a cloze reading task (span extraction), punctuation restoration "
               "(needs the right context), next-sentence coherence (same-article negatives), and BBC topics as the "
               "control (`python -m engine ablate run pretraining-tasks --classroom`). What to expect, measured: the masked-LM "
-              "models learn to read their context (accuracy at [MASK] about 10%, against 4% for always answering the most "
+              "models learn to read their context (accuracy at [MASK] 10-15%, against 4% for always answering the most "
               "frequent word) and beat random init on topics, but at this scale the paper's ordering does not appear: "
               "the left-to-right model, trained on every token, transfers more after minutes than the masked-LM models. "
               "The verdicts say so, with their uncertainty (BENCHMARKS.md reads them).",

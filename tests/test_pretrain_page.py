@@ -131,7 +131,7 @@ def test_launch_form_validates_and_submits_a_job(runs_root, monkeypatch):
     [b for b in at.button if b.label == "Launch"][0].click().run()
     assert any("is not longer than --seq-len 256" in e.value for e in at.error) and calls == []
     [n for n in at.number_input if n.label == "Steps"][0].set_value(50)
-    # the short-then-long schedule: 32 tokens, then 128 for the last 10%
+    # the short-then-long schedule: 32 tokens, then 128 for the last 30%
     [b for b in at.selectbox if b.label == "Sequence length"][0].set_value(32)
     [b for b in at.selectbox if b.label == "Second phase at"][0].set_value(128)
     [b for b in at.button if b.label == "Launch"][0].click().run()
@@ -143,7 +143,7 @@ def test_launch_form_validates_and_submits_a_job(runs_root, monkeypatch):
     assert flags["--corpus"] == "bbc" and flags["--steps"] == "50" and flags["--mask-ratios"] == "0.8,0.1,0.1"
     assert flags["--objective"] == "mlm+nsp" and flags["--out"] == run_dir and root == str(runs_root)
     assert flags["--precision"] == "auto"  # bf16 where the machine has native bf16, else fp32
-    assert flags["--seq-len"] == "32" and flags["--phase2-seq-len"] == "128" and float(flags["--phase2-fraction"]) == 0.1
+    assert flags["--seq-len"] == "32" and flags["--phase2-seq-len"] == "128" and float(flags["--phase2-fraction"]) == C.phase2_fraction == 0.3
     assert any("Launched" in s.value for s in at.success)
 
 
