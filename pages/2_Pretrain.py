@@ -275,7 +275,7 @@ def run_view(run_dir: Path, root: Path) -> str:
         st.info(f"No context learned yet: at [MASK] the model is right {mask_acc:.1%} of the time, about as often as always "
                 f"answering the most frequent token ({mask_base:.1%}); its MLM accuracy comes from copying the tokens kept "
                 "unchanged. Tiny models on 128-token sequences stay on this plateau for thousands of steps; short "
-                "sequences with a second, longer phase leave it after about 1,000: the classroom run, the form's "
+                "sequences with a second, longer phase leave it after 1,000-1,500: the classroom run, the form's "
                 f"defaults, `{PretrainConfig.classroom_flags()}` (BENCHMARKS.md).")
 
     b1, b2, _ = st.columns([1, 1, 4])
