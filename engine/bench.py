@@ -11,7 +11,8 @@ the loss of the first batch in eval mode: they must agree (`same_start_loss`).
 Scenarios:
 - `pretrain`: one MLM+NSP training step, 15% of the non-special positions masked (80/10/10). transformers'
   BertForPreTraining projects every position onto the vocabulary and takes the loss over (B*T, V) logits (its
-  real behaviour); the engine evaluates the MLM head only at the masked positions (`mlm_positions`).
+  real behaviour); the engine evaluates the MLM head only at the masked positions (`mlm_positions`) and takes
+  its loss in blocks without keeping the logits (engine.vocab_loss, as pre-training does).
 - `infer`: the encoder forward as features and probes use it (eval, inference mode, all hidden states):
   batch throughput at --batch-size and, separately, batch-1 latency (`latency`).
 - `finetune`: one sequence-classification training step (dropout + linear on C, as BertForSequenceClassification).
@@ -343,8 +344,10 @@ def _engine_loss(bc, model, batch):
     if bc.scenario == "pretrain":
         labels = batch["labels"]
         sel = labels != -100  # (B, T)
-        out = model(batch["input_ids"], batch["token_type_ids"], batch["attention_mask"], mlm_positions=sel)
-        return (F.cross_entropy(out.mlm_logits.float(), labels[sel])
+        target = labels[sel]  # (N,): the loss as pre-training computes it (engine.vocab_loss, no (N, V) logits)
+        out = model(batch["input_ids"], batch["token_type_ids"], batch["attention_mask"], mlm_positions=sel,
+                    mlm_targets=target)
+        return (out.mlm_loss_sum / max(1, len(target))
                 + F.cross_entropy(out.nsp_logits.float(), batch["next_sentence_label"]))
     logits = model(batch["input_ids"], batch["token_type_ids"], batch["attention_mask"],
                    unpad=bc.scenario == "varlen" and bc.unpad)

@@ -44,6 +44,7 @@ import torch.nn.functional as F
 from engine.config import BertConfig
 from engine.errors import EngineError
 from engine.fast_linear import linear
+from engine.vocab_loss import vocab_cross_entropy
 
 UNPAD_MIN_PADDING = 0.10  # unpad only when at least this fraction of the (cut) batch is padding
 
@@ -55,6 +56,8 @@ class BertOutput:
     last_hidden_state: torch.Tensor  # (B, T, H)
     pooled_output: Optional[torch.Tensor] = None  # (B, H), C in the paper
     mlm_logits: Optional[torch.Tensor] = None  # (B, T, V), or (N, V) at mlm_positions; None without an MLM head
+    mlm_loss_sum: Optional[torch.Tensor] = None  # () fp32: summed cross-entropy at mlm_positions, given mlm_targets
+    mlm_predictions: Optional[torch.Tensor] = None  # (N,) argmax token ids at mlm_positions, given mlm_targets
     nsp_logits: Optional[torch.Tensor] = None  # (B, 2): index 0 IsNext, 1 NotNext (as google-research/bert)
     hidden_states: Optional[Tuple[torch.Tensor, ...]] = None  # L+1 of (B, T, H): embeddings, then each layer
     attentions: Optional[Tuple[torch.Tensor, ...]] = None  # L of (B, A, T, T)
@@ -238,10 +241,15 @@ class BertLMHead(nn.Module):
         self.word_embeddings = [word_embeddings]  # a list so the tied weight is not registered twice
         self.bias = nn.Parameter(torch.zeros(config.vocab_size))
 
-    def forward(self, x):  # (..., H) -> (..., V)
+    def transform(self, x):  # (..., H) -> (..., H): what the vocabulary projection reads
         x = linear(x, self.dense.weight, self.dense.bias, gelu=True)
-        x = F.layer_norm(x, self.norm.normalized_shape, self.norm.weight, self.norm.bias, self.norm.eps)
-        return linear(x, self.word_embeddings[0].weight, self.bias)
+        return F.layer_norm(x, self.norm.normalized_shape, self.norm.weight, self.norm.bias, self.norm.eps)
+
+    def forward(self, x):  # (..., H) -> (..., V)
+        return linear(self.transform(x), self.word_embeddings[0].weight, self.bias)
+
+    def loss(self, x, target):  # (N, H), (N,) -> summed cross-entropy (fp32 scalar), argmax (N,); no (N, V) logits
+        return vocab_cross_entropy(self.transform(x), self.word_embeddings[0].weight, self.bias, target)
 
 
 class BertForPreTraining(nn.Module):
@@ -271,13 +279,19 @@ class BertForPreTraining(nn.Module):
             nn.init.zeros_(m.bias)
 
     def forward(self, input_ids, token_type_ids=None, attention_mask=None, output_attentions=False,
-                output_hidden_states=False, mlm_positions=None, unpad=False) -> BertOutput:
+                output_hidden_states=False, mlm_positions=None, unpad=False, mlm_targets=None) -> BertOutput:
+        """`mlm_positions` (B, T) bool: the MLM head reads only those positions. `mlm_targets` (N,) token ids at
+        them: the head returns their summed cross-entropy and argmax instead of the (N, V) logits
+        (engine.vocab_loss: pre-training's loss without materialising the logits)."""
         out = self.bert(input_ids, token_type_ids, attention_mask, output_attentions, output_hidden_states, unpad)
         if self.mlm is not None:
             h = out.last_hidden_state
             if mlm_positions is not None:
                 h = h[mlm_positions]  # (N, H): only the positions that carry a label
-            out.mlm_logits = self.mlm(h)
+            if mlm_targets is not None:
+                out.mlm_loss_sum, out.mlm_predictions = self.mlm.loss(h, mlm_targets)
+            else:
+                out.mlm_logits = self.mlm(h)
         if self.nsp is not None:
             out.nsp_logits = self.nsp(out.pooled_output)
         return out

@@ -71,14 +71,12 @@ def forward_loss(model, batch: dict, obj: Objective, device, amp_ctx, prediction
     attn = to_device(batch["attention_mask"], device)
     labels = to_device(batch["labels"], device)  # (B, T), -100 where not predicted
     sel = labels != IGNORE_INDEX  # (B, T)
-    with amp_ctx:
-        out = model(input_ids, token_type, attn, mlm_positions=sel)
-    logits = out.mlm_logits.float()  # (N, V)
     target = labels[sel]  # (N,)
-    token_sum = F.cross_entropy(logits, target, reduction="sum")
+    with amp_ctx:  # the summed cross-entropy over the vocabulary without its (N, V) logits (engine.vocab_loss)
+        out = model(input_ids, token_type, attn, mlm_positions=sel, mlm_targets=target)
+    token_sum, pred = out.mlm_loss_sum, out.mlm_predictions  # (), (N,)
     n = target.numel()
     loss = token_sum / max(n, 1)
-    pred = logits.detach().argmax(-1)  # (N,)
     if predictions is not None:
         predictions.append(pred)
     sums = {"token_loss": token_sum.detach().double(), "token_correct": (pred == target).sum().double(), "token_n": n}

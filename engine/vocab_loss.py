@@ -1,0 +1,92 @@
+"""`vocab_cross_entropy(h, weight, bias, target)`: the MLM / LTR output layer and its cross-entropy in one step,
+a block of rows at a time, without keeping the (N, V) logits.
+
+Pre-training's loss is the cross-entropy of a projection onto the whole vocabulary (paper section 3.1: "the final
+hidden vectors ... are fed into an output softmax over the vocabulary"). Written plainly (`F.linear` then
+`F.cross_entropy`) it materialises N x V logits in fp32, their softmax and their gradient: for the left-to-right
+objective, which predicts at every position, 8,128 x 8,000 x 4 bytes = 260 MB per array at the classroom's 64 x
+128 tokens (4 GB at BERT-BASE's 256 x 128 x 30,522). Streaming those arrays through memory, not the multiplies,
+was most of an LTR step on the 2-core CPU (BENCHMARKS.md, "the vocabulary loss in blocks").
+
+Here the forward computes each block's logits, keeps only its log-sum-exp (N floats) and argmax, and drops the
+block; the backward recomputes the block's logits (one more N x H x V multiply) and forms the gradient
+softmax - onehot in place. Same mathematics as the plain form; the numerics match it within rounding: the
+multiplies run in the autocast dtype when autocast is on (bf16 inputs, as `F.linear` under autocast), the
+log-sum-exp, softmax and loss in fp32, as `.float()` then `F.cross_entropy`. Checked against the plain form in
+tests/test_vocab_loss.py. Under `torch.compile` (which fuses the plain form itself) the plain form is used.
+"""
+import torch
+import torch.nn.functional as F
+
+# logits kept at once, per device type: 8 MB of fp32 on a CPU (measured on the 2-core Xeon, 8,128 x 8,000 under bf16
+# autocast: blocks of 64 / 131 / 256 / 512 / 1,024 rows took 316 / 274 / 221 / 232 / 348 ms forward and backward),
+# 256 MB on a GPU (large enough that each block's multiply runs at full speed)
+BLOCK_ELEMENTS = {"cpu": 1 << 21, "cuda": 1 << 26}
+
+
+def block_rows(device: torch.device, vocab_size: int) -> int:
+    """Rows of h per block on `device` for a vocabulary of `vocab_size`."""
+    return max(16, BLOCK_ELEMENTS.get(device.type, 1 << 26) // max(1, vocab_size))
+
+
+def vocab_cross_entropy(h, weight, bias, target, rows: int = None):
+    """(loss_sum, predictions) of h (N, H) projected on weight (V, H) + bias (V,) against target (N,) token ids:
+    the summed cross-entropy (fp32 scalar, differentiable in h, weight and bias) and each row's argmax (N,),
+    exactly `F.cross_entropy(F.linear(h, weight, bias).float(), target, reduction="sum")` and `.argmax(-1)`
+    within rounding. `rows`: rows per block (default: block_rows)."""
+    if torch.compiler.is_compiling():
+        logits = F.linear(h, weight, bias).float()  # (N, V)
+        return F.cross_entropy(logits, target, reduction="sum"), logits.detach().argmax(-1)
+    dtype = torch.get_autocast_dtype(h.device.type) if torch.is_autocast_enabled(h.device.type) else h.dtype
+    rows = rows or block_rows(h.device, weight.shape[0])
+    return _VocabCrossEntropy.apply(h, weight, bias, target, dtype, rows)
+
+
+class _VocabCrossEntropy(torch.autograd.Function):
+    """The blocked projection + cross-entropy; `dtype` is the multiplies' dtype (bf16 under autocast)."""
+
+    @staticmethod
+    def forward(ctx, h, weight, bias, target, dtype, rows):
+        with torch.autocast(h.device.type, enabled=False):
+            hc, wc = h.to(dtype), weight.to(dtype)  # (N, H), (V, H) in the multiplies' dtype
+            bc = None if bias is None else bias.to(dtype)  # (V,)
+            N = h.shape[0]
+            lse = torch.empty(N, dtype=torch.float32, device=h.device)  # log-sum-exp of each row's logits
+            pred = torch.empty(N, dtype=torch.long, device=h.device)
+            loss = torch.zeros((), dtype=torch.float32, device=h.device)
+            for i in range(0, N, rows):
+                logits = F.linear(hc[i:i + rows], wc, bc).float()  # (n, V)
+                lse[i:i + rows] = torch.logsumexp(logits, -1)
+                pred[i:i + rows] = logits.argmax(-1)
+                picked = logits.gather(1, target[i:i + rows, None]).squeeze(1)  # (n,)
+                loss += (lse[i:i + rows] - picked).sum()
+        ctx.save_for_backward(hc, wc, bc, target, lse)
+        ctx.h_dtype, ctx.w_dtype, ctx.rows, ctx.has_bias = h.dtype, weight.dtype, rows, bias is not None
+        ctx.b_dtype = None if bias is None else bias.dtype
+        ctx.mark_non_differentiable(pred)
+        return loss, pred
+
+    @staticmethod
+    def backward(ctx, g_loss, g_pred):
+        hc, wc, bc, target, lse = ctx.saved_tensors
+        rows, N = ctx.rows, hc.shape[0]
+        need_h, need_w, need_b = ctx.needs_input_grad[:3]
+        gh = torch.empty_like(hc) if need_h else None  # (N, H)
+        gw = torch.zeros(wc.shape, dtype=torch.float32, device=wc.device) if need_w else None  # (V, H)
+        gb = torch.zeros(wc.shape[0], dtype=torch.float32, device=wc.device) if need_b and ctx.has_bias else None
+        with torch.autocast(hc.device.type, enabled=False):
+            for i in range(0, N, rows):
+                hb = hc[i:i + rows]  # (n, H)
+                p = F.linear(hb, wc, bc).float()  # (n, V): the block's logits again
+                p.sub_(lse[i:i + rows, None]).exp_()  # softmax
+                p[torch.arange(len(hb), device=p.device), target[i:i + rows]] -= 1.0  # - onehot
+                p.mul_(g_loss)
+                if gb is not None:
+                    gb += p.sum(0)
+                pc = p.to(wc.dtype)
+                if gh is not None:
+                    gh[i:i + rows] = pc @ wc  # (n, V) @ (V, H)
+                if gw is not None:
+                    gw += (pc.t() @ hb).float()  # (V, n) @ (n, H)
+        return (None if gh is None else gh.to(ctx.h_dtype), None if gw is None else gw.to(ctx.w_dtype),
+                None if gb is None else gb.to(ctx.b_dtype), None, None, None)
