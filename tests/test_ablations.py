@@ -38,11 +38,11 @@ def test_masking_study_passes_the_six_rows_in_cli_order(tmp_path):
     got = [flag(j.argv, "--mask-ratios") for j in pre]
     assert got == ["0.8,0.1,0.1", "1,0,0", "0.8,0.2,0", "0.8,0,0.2", "0,0.8,0.2", "0,1,0"]
     assert [j.variant for j in pre][4] == "MASK 0 / SAME 20 / RND 80"
-    # the feature-based NER column goes through `engine features` with the concat of the last four
+    # the feature-based column goes through `engine features` with the concat of the last three hidden states
     feats = [j for j in jobs if j.kind == "features"]
-    assert len(feats) == 6 and all(flag(j.argv, "--combine") == "concat" and flag(j.argv, "--layers") == "-1,-2,-3,-4" for j in feats)
-    # every variant keeps the base's four layers: the override touches the masking only
-    assert all(flag(j.argv, "--layers") == "4" for j in pre)
+    assert len(feats) == 6 and all(flag(j.argv, "--combine") == "concat" and flag(j.argv, "--layers") == "-1,-2,-3" for j in feats)
+    # every variant is the base model: the override touches the masking only
+    assert all("--layers" not in j.argv and flag(j.argv, "--preset") == "tiny" for j in pre)
 
 
 def test_bad_table8_row_is_refused():
@@ -367,7 +367,7 @@ def test_feature_based_and_masking_checks(tmp_path, fake_runs):
     for j in jobs:
         if j.kind == "pretrain":
             fake_runs.pretrain(d / j.out, 5.0)
-        elif j.kind == "features":  # the feature-based NER column: concat of the last four, MASK-only hurts
+        elif j.kind == "features":  # the feature-based column: concat of the last three, MASK-only hurts
             fake_runs.features(d / j.out, "f1", {"concat": 0.5 if j.variant == rows[1] else 0.6})
         else:
             fake_runs.eval(d / j.out, "accuracy" if j.evaluation == A.BBC.name else "f1", ft[rows.index(j.variant)])

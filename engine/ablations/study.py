@@ -94,7 +94,7 @@ class Study:
     budget: str = "steps"
     budget_minutes: float = None
     # a smaller cap on fine-tuning and feature-classifier training examples than the classroom scale's 2,000, for a
-    # study whose rows cost more (Table 8: six 4-layer pre-training runs, two evaluations each); None: the scale's
+    # study whose rows cost more (Table 8: six pre-training runs, two evaluations each); None: the scale's
     classroom_max_train: int = None
     # the direction of the means for the paper's finding: (study, summary) -> [{claim, holds, detail}]; not saved in
     # study.json (`study_from_dict` takes it back from the built-in study of the same name)
