@@ -66,3 +66,15 @@ def test_tour_on_minilm_says_it_has_no_heads(tmp_path, capsys):
     assert "fill_mask: MiniLM has no MLM head" in out and "next_sentence: MiniLM has no NSP head" in out
     assert "array shape (6, 12," in out and (tmp_path / "head_view.html").is_file()
     assert "head_importance: MiniLM has no MLM head" in out and "value-weighted: [CLS]/[SEP] get" in out
+
+
+def test_step_profile_times_both_losses():
+    """examples/step_profile.py (BENCHMARKS.md's command for the blocked vocabulary loss) runs and prints a row per
+    objective and length with a time per loss path."""
+    r = subprocess.run([sys.executable, str(REPO / "examples" / "step_profile.py"), "--objectives", "mlm,ltr",
+                        "--lengths", "16", "--batch-size", "2", "--vocab-size", "300", "--steps", "2", "--warmup", "1",
+                        "--threads", "1"], capture_output=True, text=True, timeout=300, cwd=REPO)
+    assert r.returncode == 0, r.stderr
+    rows = [line.split() for line in r.stdout.splitlines() if line.startswith(("mlm", "ltr"))]
+    assert [x[:2] for x in rows] == [["mlm", "16"], ["ltr", "16"]]
+    assert all(len(x) == 4 and float(x[2]) > 0 and float(x[3]) > 0 for x in rows)
