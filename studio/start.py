@@ -11,8 +11,8 @@ on this machine, where each button goes with which fields filled in, and whether
 4. Run the paper's Table 5 at classroom scale: the Ablations page, New study tab, with the pre-training-tasks
    study at classroom scale selected (done once such a study has every job finished).
 Times are BENCHMARKS.md's measurements on the 2-core CPU this was built on: the classroom pre-training (two
-phases, 32 then 128 tokens for the last 30%) 5.4 min with bf16 autocast (CPUs with native bf16), not timed in fp32;
-the classroom Table 5 study 58.8 min with bf16 on an Intel Xeon, not timed in fp32 (a slower CPU, or one without
+phases, 32 then 128 tokens for the last 30%) 5.0 min with bf16 autocast (CPUs with native bf16), not timed in fp32;
+the classroom Table 5 study 57.2 min with bf16 on an Intel Xeon, not timed in fp32 (a slower CPU, or one without
 native bf16, would take longer than the hour: the AMD EPYC of older figures took 1.2x the Xeon's time).
 A GPU is faster; that is not measured for these steps.
 """
@@ -23,8 +23,8 @@ from engine.records import RUN_JSON, read_json_or_empty
 
 TABLE5 = "pretraining-tasks"
 MINUTES = {  # BENCHMARKS.md, idle 2-core CPU: (bf16, fp32); None: not measured
-    "pretrain": (5.4, None),  # the classroom run (second phase the last 30%), 2026-11-26, Intel Xeon, empty cache
-    "table5": (58.8, None),  # four tasks x four rows x 3 restarts, the same pre-training, 2026-11-26, Intel Xeon
+    "pretrain": (5.0, None),  # the classroom run (second phase the last 30%), 2026-11-26 evening, Intel Xeon, empty cache
+    "table5": (57.2, None),  # four tasks x four rows x 3 restarts, the same pre-training, 2026-11-26 evening, Intel Xeon
 }
 
 
