@@ -61,8 +61,8 @@ class _VocabCrossEntropy(torch.autograd.Function):
                 picked = logits.gather(1, target[i:i + rows, None]).squeeze(1)  # (n,)
                 loss += (lse[i:i + rows] - picked).sum()
         ctx.save_for_backward(hc, wc, bc, target, lse)
-        ctx.h_dtype, ctx.w_dtype, ctx.rows, ctx.has_bias = h.dtype, weight.dtype, rows, bias is not None
-        ctx.b_dtype = None if bias is None else bias.dtype
+        ctx.h_dtype, ctx.w_dtype, ctx.rows = h.dtype, weight.dtype, rows
+        ctx.b_dtype = None if bias is None else bias.dtype  # None: no bias
         ctx.mark_non_differentiable(pred)
         return loss, pred
 
@@ -73,7 +73,7 @@ class _VocabCrossEntropy(torch.autograd.Function):
         need_h, need_w, need_b = ctx.needs_input_grad[:3]
         gh = torch.empty_like(hc) if need_h else None  # (N, H)
         gw = torch.zeros(wc.shape, dtype=torch.float32, device=wc.device) if need_w else None  # (V, H)
-        gb = torch.zeros(wc.shape[0], dtype=torch.float32, device=wc.device) if need_b and ctx.has_bias else None
+        gb = torch.zeros(wc.shape[0], dtype=torch.float32, device=wc.device) if need_b and ctx.b_dtype is not None else None
         with torch.autocast(hc.device.type, enabled=False):
             for i in range(0, N, rows):
                 hb = hc[i:i + rows]  # (n, H)

@@ -26,12 +26,12 @@ from engine.device import amp, default_precision  # noqa: E402
 from engine.model import BertForPreTraining  # noqa: E402
 
 
-def step_times(config: BertConfig, causal: bool, T: int, B: int, mask_rate: float, loss_path: str, steps: int,
-               warmup: int, precision: str, seed: int = 0) -> list:
-    """Seconds of each timed step (after `warmup` untimed ones)."""
+def step_times(config: BertConfig, T: int, B: int, mask_rate: float, loss_path: str, steps: int, warmup: int,
+               precision: str, seed: int = 0) -> list:
+    """Seconds of each timed step (after `warmup` untimed ones); `config.causal`: the LTR objective."""
     g = torch.Generator().manual_seed(seed)
     torch.manual_seed(seed)
-    config.causal = causal
+    causal = config.causal
     model = BertForPreTraining(config).train()
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
     ids = torch.randint(5, config.vocab_size, (B, T), generator=g)  # (B, T)
@@ -72,8 +72,10 @@ def main(argv=None) -> int:
     a = p.parse_args(argv)
     torch.set_num_threads(a.threads)
     precision = a.precision or default_precision(torch.device("cpu"))
-    L, H, A = PRESETS[a.preset]
-    print(f"L={a.layers or L} H={H} A={A} vocabulary {a.vocab_size}, batch {a.batch_size}, {a.threads} threads, "
+    base = BertConfig.preset(a.preset, vocab_size=a.vocab_size, hidden_dropout=0.0, attention_dropout=0.0,
+                             has_nsp_head=False, **({"num_layers": a.layers} if a.layers else {}))
+    L, H, A = base.num_layers, base.hidden_size, base.num_heads
+    print(f"L={L} H={H} A={A} vocabulary {a.vocab_size}, batch {a.batch_size}, {a.threads} threads, "
           f"{precision}; median of {a.steps} steps (ms)")
     print("objective  tokens  " + "  ".join(f"{x:>8}" for x in a.losses.split(",")))
     for obj in a.objectives.split(","):
@@ -83,11 +85,8 @@ def main(argv=None) -> int:
         for T in (int(x) for x in a.lengths.split(",")):
             row = []
             for path in a.losses.split(","):
-                cfg = BertConfig(vocab_size=a.vocab_size, hidden_size=H, num_layers=a.layers or L, num_heads=A,
-                                 intermediate_size=4 * H, max_position_embeddings=max(512, T), hidden_dropout=0.0,
-                                 attention_dropout=0.0)
-                cfg.has_nsp_head = False
-                ts = step_times(cfg, obj == "ltr", T, a.batch_size, a.mask_rate, path, a.steps, a.warmup, precision)
+                cfg = base.replace(causal=obj == "ltr", max_position_embeddings=max(base.max_position_embeddings, T))
+                ts = step_times(cfg, T, a.batch_size, a.mask_rate, path, a.steps, a.warmup, precision)
                 row.append(statistics.median(ts) * 1000)
             print(f"{obj:<9}  {T:>6}  " + "  ".join(f"{x:8.1f}" for x in row), flush=True)
     return 0
