@@ -117,3 +117,32 @@ def test_cached_training_gives_the_same_vocabulary_to_every_run(tmp_path, bbc_do
     assert len(list(tmp_path.iterdir())) == 1
     c = train_tokenizer_cached(docs[:50], vocab_size=800, cache_dir=tmp_path)  # another corpus, another entry
     assert len(list(tmp_path.iterdir())) == 2 and c.vocab_size == 800
+
+
+def test_training_gives_the_same_ids_in_every_process(tmp_path):
+    """The `tokenizers` trainer orders equally frequent pieces in hash-map order, which differs per process; the
+    vocabulary we save must not (the same seed must pre-train the same model on a fresh machine). Before the sorted
+    order, 4 processes gave 4 different vocab.txt files here; with it, 45 gave one (engine.tokenizer.canonical_order
+    says where ties can still matter)."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    code = ("import sys; import engine; from engine.tokenizer import train_tokenizer; "
+            "train_tokenizer(engine.load_corpus('bbc')[:400], vocab_size=2000).save(sys.argv[1])")
+    root = Path(__file__).resolve().parents[1]
+    vocabs = []
+    for i in range(3):
+        subprocess.run([sys.executable, "-c", code, str(tmp_path / str(i))], check=True, cwd=root)
+        vocabs.append((tmp_path / str(i) / "vocab.txt").read_text().splitlines())
+    assert vocabs[0][:5] == ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] and len(vocabs[0]) == 2000
+    assert vocabs[0] == vocabs[1] == vocabs[2]
+
+
+def test_canonical_order_keeps_specials_and_sorts_the_rest():
+    from engine.tokenizer import canonical_order
+
+    trained = {"[PAD]": 0, "[UNK]": 1, "[CLS]": 2, "[SEP]": 3, "[MASK]": 4, "the": 5, "##s": 6, "a": 7, "##he": 8, "t": 9}
+    order = canonical_order(trained)
+    assert list(order) == ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "a", "t", "##s", "##he", "the"]
+    assert sorted(order.values()) == list(range(len(trained)))
