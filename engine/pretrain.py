@@ -109,8 +109,9 @@ def _prepare(cfg: PretrainConfig, docs, run_dir: Path, dist: Dist, resuming: boo
             tok = Tokenizer.from_file(cfg.tokenizer)
         else:
             log(f"training a {cfg.vocab_size}-token WordPiece vocabulary on {len(docs)} documents ...", cfg, dist)
-            # cached by corpus and settings: WordPiece training is not reproducible across processes
-            # (tokenizers issue 1794), and runs with the same settings should share one vocabulary
+            # cached by corpus and settings: the pieces' ids are sorted (tokenizer.canonical_order), but on a small
+            # corpus the trainer's ties can still change which pieces it learns (tokenizers issue 1794), and runs
+            # with the same settings should share one vocabulary
             tok_cache = Path(cfg.cache_dir).expanduser() / "tokenizers" if cfg.cache_dir else None
             tok = train_tokenizer_cached(docs, vocab_size=cfg.vocab_size, lowercase=not cfg.cased, cache_dir=tok_cache)
         if tok_dir.exists():
