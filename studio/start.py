@@ -24,7 +24,8 @@ from engine.records import RUN_JSON, read_json_or_empty
 TABLE5 = "pretraining-tasks"
 MINUTES = {  # BENCHMARKS.md, idle 2-core CPU: (bf16, fp32); None: not measured
     "pretrain": (5.0, None),  # the classroom run (second phase the last 30%), 2026-11-26 evening, Intel Xeon, empty cache
-    "table5": (57.2, None),  # four tasks x four rows x 3 restarts, the same pre-training, 2026-11-26 evening, Intel Xeon
+    "table5": (57.2, None),  # four tasks x four rows x 3 restarts, 2026-11-26 evening, Intel Xeon: the slower of the
+    # last two measured runs (50.7 min on 2026-11-27, the same code path), so the page does not promise the faster one
 }
 
 
