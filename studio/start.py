@@ -167,8 +167,8 @@ def guided_steps(root, visited: dict, precision: str = "fp32", device: str = "cp
               "control (`python -m engine ablate run pretraining-tasks --classroom`). What to expect, measured: the masked-LM "
               "models learn to read their context (accuracy at [MASK] 10-15%, against 4% for always answering the most "
               "frequent word), but at this scale most of the paper's ordering does not appear: the left-to-right model, "
-              "trained on every token, leads on the span and topic tasks after minutes; BERT led on punctuation in one "
-              "run of three; NSP is not learned in this budget, so the coherence column stays at chance. The verdicts "
+              "trained on every token, leads on the span and topic tasks after minutes; BERT leads on punctuation with "
+              "today's recipe (in both of its last two runs); NSP is not learned in this budget, so the coherence column stays at chance. The verdicts "
               "say so, with their uncertainty (BENCHMARKS.md reads them).",
               _minutes("table5", precision, device),
               "pages/7_Ablations.py", "Set up the Table 5 study",
