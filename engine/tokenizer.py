@@ -28,6 +28,11 @@ def _pipeline(tok: _HFTokenizer, lowercase: bool) -> _HFTokenizer:
     return tok
 
 
+def _wordpiece(vocab: dict = None) -> models.WordPiece:
+    """The WordPiece model of every tokenizer here: `vocab` (piece -> id), or empty for the trainer to fill."""
+    return models.WordPiece(vocab, unk_token="[UNK]", max_input_chars_per_word=100)
+
+
 def _post_processor(tok: _HFTokenizer) -> None:
     cls_id, sep_id = tok.token_to_id("[CLS]"), tok.token_to_id("[SEP]")
     tok.post_processor = processors.TemplateProcessing(
@@ -154,7 +159,7 @@ class Tokenizer:
                 vocab_map[t] = i
         if not vocab_map:
             raise EngineError(f"{vocab} is empty; a vocab.txt has one token per line")
-        hf = _pipeline(_HFTokenizer(models.WordPiece(vocab_map, unk_token="[UNK]", max_input_chars_per_word=100)), lowercase)
+        hf = _pipeline(_HFTokenizer(_wordpiece(vocab_map)), lowercase)
         # special tokens are matched in raw text before normalisation, so "[MASK]" in a probe is one token
         hf.add_special_tokens([t for t in SPECIAL_TOKENS if t in vocab_map])
         tok = cls(hf, lowercase)
@@ -174,7 +179,7 @@ def train_tokenizer(docs, vocab_size: int = 8000, lowercase: bool = True, min_fr
             else:
                 yield from d
 
-    hf = _pipeline(_HFTokenizer(models.WordPiece(unk_token="[UNK]", max_input_chars_per_word=100)), lowercase)
+    hf = _pipeline(_HFTokenizer(_wordpiece()), lowercase)
     trainer = trainers.WordPieceTrainer(vocab_size=vocab_size, min_frequency=min_frequency, special_tokens=SPECIAL_TOKENS,
                                         continuing_subword_prefix="##", show_progress=False)
     n = 0
@@ -189,7 +194,7 @@ def train_tokenizer(docs, vocab_size: int = 8000, lowercase: bool = True, min_fr
     hf.train_from_iterator(counted(), trainer=trainer)
     if n == 0:
         raise EngineError("the corpus has no text to train a tokenizer on; give a corpus with at least one non-empty document")
-    hf.model = models.WordPiece(vocab=canonical_order(hf.get_vocab()), unk_token="[UNK]", max_input_chars_per_word=100)
+    hf.model = _wordpiece(canonical_order(hf.get_vocab()))
     _post_processor(hf)
     return Tokenizer(hf, lowercase)
 
@@ -207,7 +212,7 @@ def canonical_order(vocab: dict) -> dict:
     change which pieces are learnt (150 BBC articles at 1,000 pieces gave two vocabularies in 5 processes; 400 at
     2,000 gave one in 45, all 2,225 at 8,000 one in 5); `train_tokenizer_cached` covers that by reusing the first."""
     rest = sorted((t for t in vocab if t not in SPECIAL_TOKENS), key=lambda t: (len(t.removeprefix("##")), t.startswith("##"), t))
-    return {t: i for i, t in enumerate([t for t in SPECIAL_TOKENS if t in vocab] + rest)}
+    return {t: i for i, t in enumerate(SPECIAL_TOKENS + rest)}  # the trainer always holds every special token
 
 
 def corpus_fingerprint(docs) -> str:
