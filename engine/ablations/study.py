@@ -93,9 +93,12 @@ class Study:
     # the base steps) or "time" (each run stops after `budget_minutes` of training time: pretrain --max-minutes)
     budget: str = "steps"
     budget_minutes: float = None
-    # a smaller cap on fine-tuning and feature-classifier training examples than the classroom scale's 2,000, for a
+    # a smaller cap on fine-tuning and feature-classifier training examples than the classroom scale's 1,500, for a
     # study whose rows cost more (Table 8: six pre-training runs, two evaluations each); None: the scale's
     classroom_max_train: int = None
+    # more fine-tuning epochs than the classroom scale's 5, for a study whose fine-tuning does not reach its plateau
+    # in 5 (Table 7: MiniLM at the paper's 5e-5; Table 8: 1,000 examples); None: the scale's
+    classroom_epochs: int = None
     # the direction of the means for the paper's finding: (study, summary) -> [{claim, holds, detail}]; not saved in
     # study.json (`study_from_dict` takes it back from the built-in study of the same name)
     finding_check: Callable = field(default=None, compare=False, repr=False)
@@ -167,6 +170,7 @@ def study_from_dict(d: dict) -> Study:
                  scale=d.get("scale") or ("classroom" if d.get("classroom") else "paper"),  # older study.json: a flag
                  budget=d.get("budget") or "steps",
                  budget_minutes=d.get("budget_minutes"), classroom_max_train=d.get("classroom_max_train"),
+                 classroom_epochs=d.get("classroom_epochs"),
                  finding_check=check, contrasts=contrasts)
 
 
