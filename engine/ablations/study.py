@@ -96,8 +96,8 @@ class Study:
     # a smaller cap on fine-tuning and feature-classifier training examples than the classroom scale's 1,500, for a
     # study whose rows cost more (Table 8: six pre-training runs, two evaluations each); None: the scale's
     classroom_max_train: int = None
-    # more fine-tuning epochs than the classroom scale's 5, for a study whose fine-tuning does not reach its plateau
-    # in 5 (Table 7: MiniLM at the paper's 5e-5; Table 8: 1,000 examples); None: the scale's
+    # more epochs than the classroom scale's 5 for fine-tuning and the feature-based classifier (the BiLSTM), for a
+    # study whose downstream training does not reach its plateau in 5 (Tables 7 and 8); None: the scale's
     classroom_epochs: int = None
     # the direction of the means for the paper's finding: (study, summary) -> [{claim, holds, detail}]; not saved in
     # study.json (`study_from_dict` takes it back from the built-in study of the same name)
