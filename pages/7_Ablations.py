@@ -44,6 +44,8 @@ def base_frame(study: A.Study) -> pd.DataFrame:
     f = study.finetune
     rows += [("fine-tune lr", ", ".join(str(x) for x in f.lr)), ("fine-tune batch", ", ".join(str(x) for x in f.batch_size)),
              ("fine-tune epochs", ", ".join(str(x) for x in f.epochs)), ("fine-tune max train", f.max_train or "all")]
+    if any(v.features for v in study.variants) or any(e.features for e in study.evaluations):
+        rows.append(("feature classifier epochs", study.feature_epochs or "5 (the features command's)"))
     return pd.DataFrame([{"setting": k, "value": str(v)} for k, v in rows])
 
 
@@ -82,6 +84,12 @@ with tab_new:
         if not study.model:
             steps = o3.number_input("Pre-training steps per variant", min_value=10, max_value=1_000_000, value=study.base.steps,
                                     step=100, key=f"abl_steps_{name}_{scale}")
+        e1, _ = st.columns(2)
+        default_epochs = max(study.finetune.epochs)
+        epochs = e1.number_input("Downstream epochs (the fine-tuning and the feature classifier alike)", min_value=1,
+                                 max_value=100, value=default_epochs, key=f"abl_epochs_{name}_{scale}",
+                                 help="more epochs let each evaluation reach its plateau; each costs time in every row "
+                                      "(BENCHMARKS.md: the classroom Table 8 at 7 epochs)")
         budget, minutes = "steps", None
         if not study.model and not study.checkpoint_steps:
             b1, b2 = st.columns(2)
@@ -94,6 +102,8 @@ with tab_new:
         evals = tuple(e for e in all_evals if e.name in chosen)
         study = replace(study, seeds=tuple(range(int(seeds))), evaluations=evals or study.evaluations, budget=budget,
                         budget_minutes=float(minutes) if minutes is not None else None)
+        if int(epochs) != default_epochs:
+            study = A.with_epochs(study, int(epochs))
         if steps is not None and steps != study.base.steps:
             study = replace(study, base=replace(study.base, steps=int(steps)))
             if study.checkpoint_steps:

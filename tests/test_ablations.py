@@ -148,26 +148,38 @@ def test_every_pretraining_study_evaluates_corpus_made_tasks_at_classroom_scale(
     assert A.get_study("masking", scale="lab").finetune.max_train is None
 
 
-def test_classroom_epochs_reach_the_fine_tuning_plateau(tmp_path):
-    """Tables 7 and 8 train longer at classroom scale than the scale's 5 epochs (their 5-epoch runs stopped before
-    the plateau), the fine-tuning and the feature-based BiLSTM alike; the other studies, the lab scale and the study
-    as defined keep theirs, and the setting survives study.json."""
+def test_classroom_epochs_and_the_epochs_override(tmp_path):
+    """Table 7 trains longer at classroom scale than the scale's 5 epochs (its 5-epoch run stopped before the
+    plateau), the fine-tuning and the feature-based BiLSTM alike; `--epochs` sets both for any study; the other
+    studies, the lab scale and the study as defined keep theirs, and the setting survives study.json."""
     t7 = A.plan(A.get_study("feature-based", scale="classroom"), tmp_path / "t7")
-    assert {flag(j.argv, "--epochs") for j in t7 if j.kind == "finetune"} == {"15"}
-    assert {flag(j.argv, "--epochs") for j in t7 if j.kind == "features"} == {"15"}  # the BiLSTM as long
-    t8 = A.plan(A.get_study("masking", scale="classroom"), tmp_path / "t8")
-    assert {flag(j.argv, "--epochs") for j in t8 if j.kind in ("finetune", "features")} == {"7"}
-    lab = A.plan(A.get_study("masking", scale="lab"), tmp_path / "lab")
-    assert {flag(j.argv, "--epochs") for j in lab if j.kind == "features"} == {"5"}  # the command's own
-    for name in ("pretraining-tasks", "model-size", "training-steps"):
+    assert {flag(j.argv, "--epochs") for j in t7 if j.kind in ("finetune", "features")} == {"15"}
+    for name in ("pretraining-tasks", "model-size", "masking", "training-steps"):
         assert A.get_study(name, scale="classroom").finetune.epochs == (5,), name
+    t8 = A.plan(A.get_study("masking", scale="classroom"), tmp_path / "t8")
+    assert {flag(j.argv, "--epochs") for j in t8 if j.kind in ("finetune", "features")} == {"5"}  # features: its own
+    t8 = A.plan(A.get_study("masking", scale="classroom", epochs=7), tmp_path / "t8x")
+    assert {flag(j.argv, "--epochs") for j in t8 if j.kind in ("finetune", "features")} == {"7"}
     assert A.get_study("masking", scale="lab").finetune.epochs == (4,)
-    assert A.get_study("feature-based").finetune.epochs == (3,)
+    assert A.get_study("feature-based").finetune.epochs == (3,) and A.get_study("feature-based").feature_epochs is None
     from engine.ablations.study import study_from_dict
-    study = A.get_study("masking", scale="classroom")
+    study = A.get_study("masking", scale="classroom", epochs=7)
     back = study_from_dict(json.loads(json.dumps(study.to_dict())))
-    assert back.classroom_epochs == 7 and back.finetune == study.finetune
+    assert back.feature_epochs == 7 and back.finetune == study.finetune
+    for bad in (0, -2):
+        with pytest.raises(EngineError, match="--epochs"):
+            A.get_study("masking", scale="classroom", epochs=bad)
 
+
+def test_cli_epochs_flag(tmp_path, capsys):
+    assert A.main(["run", "masking", "--classroom", "--epochs", "7", "--dry-run", "--runs-root", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "epochs 7" in out and "feature classifier 7 epochs" in out  # the description says it
+    lines = [l.split() for l in out.splitlines() if l.startswith("python -m engine")]
+    evals = [l for l in lines if l[3] in ("finetune", "features")]
+    assert len(evals) == 12 and {flag(l, "--epochs") for l in evals} == {"7"}
+    with pytest.raises(EngineError, match="--epochs"):
+        A.main(["run", "masking", "--classroom", "--epochs", "0", "--dry-run", "--runs-root", str(tmp_path)])
 
 def test_training_steps_evaluates_each_checkpoint(tmp_path):
     study = A.get_study("training-steps", scale="classroom")

@@ -31,4 +31,4 @@ from engine.ablations.results import (CURVE_X, StudyResults, best_score, collect
 from engine.ablations.runner import REPO_ROOT, job_states, launch, run_foreground
 from engine.ablations.verdict import VERDICTS, Contrast, bootstrap_difference, describe_entry, judge, verdict
 from engine.ablations.study import (Evaluation, FeatureArgs, FinetuneArgs, Study, Variant, describe,
-                                    study_from_dict)
+                                    study_from_dict, with_epochs)

@@ -38,6 +38,9 @@ def main(argv: list) -> int:
     r.add_argument("--seeds", type=int, default=None, help="number of seeds (0..N-1); default: 3, 1 at classroom scale, 2 at lab scale")
     r.add_argument("--tasks", default=None, help="downstream evaluations, e.g. bbc-cloze,bbc-punct,bbc-next,bbc-topic,wnut16,rte,cola (default: the study's)")
     r.add_argument("--steps", type=int, default=None, help="override the pre-training steps of every variant")
+    r.add_argument("--epochs", type=int, default=None,
+                   help="train every downstream evaluation this many epochs: the fine-tuning and the feature-based "
+                        "classifier alike (default: the study's; 5 at classroom scale, 15 for Table 7)")
     r.add_argument("--budget", choices=("steps", "flops", "time"), default="steps",
                    help="what the variants' pre-training shares: steps (the paper's protocol, default), flops (each "
                         "variant's steps from its FLOPs per step) or time (--budget-minutes of training each)")
@@ -68,7 +71,7 @@ def main(argv: list) -> int:
     if a.cmd == "run":
         ev = _parse_tasks(a.tasks) if a.tasks else None
         scale = "classroom" if a.classroom else "lab" if a.lab else None
-        study = get_study(a.study, scale=scale, seeds=a.seeds, evaluations=ev)
+        study = get_study(a.study, scale=scale, seeds=a.seeds, evaluations=ev, epochs=a.epochs)
         if a.tasks and scale:
             study = replace(study, evaluations=ev)
         if a.steps is not None:

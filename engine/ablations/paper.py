@@ -25,7 +25,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from engine.ablations.findings import NOT_YET, claim, compare, means
-from engine.ablations.study import Evaluation, FeatureArgs, FinetuneArgs, Study, Variant, pretrain_column_name
+from engine.ablations.study import (Evaluation, FeatureArgs, FinetuneArgs, Study, Variant, pretrain_column_name,
+                                    with_epochs)
 from engine.ablations.verdict import Contrast
 from engine.cli import text
 from engine.errors import EngineError
@@ -277,14 +278,11 @@ def masking_study(evaluations=None) -> Study:
         # row's evaluations would take 1.5x the time of 1,000 and the study would leave too little margin in the hour
         # (estimated from per-step costs: 55 vs 48 min on the Intel Xeon; BENCHMARKS.md has the measurement)
         classroom_max_train=1000,
-        # 5 epochs of 1,000 windows (160 steps) left every restart at the all-"O" answer for two epochs and rising at
-        # the fifth, so the fine-tuned column recorded when a restart left it (restarts 13.6 / 11.5 / 4.3); fine-tuned
-        # 15 epochs, the same checkpoints' restarts levelled off by epoch 8-10 and agreed within 0.7 (BENCHMARKS.md,
-        # Table 8 diagnostic, 2026-11-27); the feature-based BiLSTM was rising at epoch 5 in every row too. 7 epochs
-        # for both columns: what the hour allows (per row about 295 s pre-training, 19 s an epoch of each column's
-        # training and dev pass; 5 epochs took the study 48.8 min on the Intel Xeon, 7 should take about 56, 8 about
-        # 60), short of the fine-tuning plateau; the curves a run logs show where it stops.
-        classroom_epochs=7,
+        # The classroom scale's 5 epochs stop both columns before their plateau (fine-tuned restarts leave the all-"O"
+        # answer at epoch 3-5; the BiLSTM on features still rising), but every epoch of both columns costs about 40 s
+        # a row against ~300 s of pre-training, so the hour holds no more: 7 epochs took the study 62 min on the Intel
+        # Xeon, 5 took it 48.8 (BENCHMARKS.md, Table 8, 2026-11-27). `ablate run masking --classroom --epochs 7` (or
+        # the page's "Downstream epochs") trains longer where the class has the time.
         finding_check=check_masking,
         contrasts=(Contrast("feature-based, MASK-only hurts", table8_label(80, 10, 10), table8_label(100, 0, 0),
                             PUNCT_FEATURES.name, (94.9, 94.0), "CoNLL-2003 NER feature-based dev F1"),
@@ -426,10 +424,9 @@ def at_scale(study: Study, scale: Scale) -> Study:
     fin = replace(scale.finetune, lr=(5e-5,)) if study.model else scale.finetune
     if scale == CLASSROOM and study.classroom_max_train:
         fin = replace(fin, max_train=study.classroom_max_train)
-    if scale == CLASSROOM and study.classroom_epochs:
-        fin = replace(fin, epochs=(study.classroom_epochs,))
-    return replace(study, base=base, finetune=fin, evaluations=ev or study.evaluations[:1], seeds=scale.seeds,
-                   checkpoint_steps=steps, scale=scale.name, title=f"{study.title} ({scale.label})")
+    study = replace(study, base=base, finetune=fin, evaluations=ev or study.evaluations[:1], seeds=scale.seeds,
+                    checkpoint_steps=steps, scale=scale.name, title=f"{study.title} ({scale.label})")
+    return with_epochs(study, study.classroom_epochs) if scale == CLASSROOM and study.classroom_epochs else study
 
 
 def classroom(study: Study) -> Study:
@@ -438,8 +435,9 @@ def classroom(study: Study) -> Study:
     return at_scale(study, CLASSROOM)
 
 
-def get_study(name: str, scale: str = None, seeds: int = None, evaluations=None) -> Study:
-    """A built-in study at `scale` (a key of SCALES: "classroom", "lab"), or as defined (None or "paper")."""
+def get_study(name: str, scale: str = None, seeds: int = None, evaluations=None, epochs: int = None) -> Study:
+    """A built-in study at `scale` (a key of SCALES: "classroom", "lab"), or as defined (None or "paper"); `epochs`:
+    every downstream training that long (fine-tuning and the feature classifier; `with_epochs`)."""
     if name not in STUDIES:
         raise EngineError(f"unknown study '{name}'; choose one of {', '.join(STUDIES)}")
     if scale not in (None, "paper") and scale not in SCALES:
@@ -451,4 +449,6 @@ def get_study(name: str, scale: str = None, seeds: int = None, evaluations=None)
         if seeds < 1:
             raise EngineError(f"--seeds must be at least 1 (got {seeds})")
         study = replace(study, seeds=tuple(range(seeds)))
+    if epochs is not None:
+        study = with_epochs(study, epochs)
     return study

@@ -71,9 +71,7 @@ def _eval_argv(study: Study, variant: Variant, ev: Evaluation, model: str, seed:
     fa = study.finetune_args(variant)
     task = dict(model=model, task=ev.task, train=ev.train, dev=ev.dev, max_train=fa.max_train, seed=seed, out=out)
     if feats is not None:
-        # a study's classroom epochs train the feature classifier as long as the fine-tuning (both arms to their
-        # plateau); otherwise the command's own (the BiLSTM's 5)
-        longer = dict(epochs=study.classroom_epochs) if study.scale == "classroom" and study.classroom_epochs else {}
+        longer = dict(epochs=study.feature_epochs) if study.feature_epochs else {}  # else the command's own
         cfg = FeaturesConfig(**task, layers=cli.ints(feats.layers), combine=feats.combine, classifier=feats.classifier,
                              **longer)
         return "features", cli.argv(cfg)

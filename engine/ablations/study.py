@@ -97,8 +97,11 @@ class Study:
     # study whose rows cost more (Table 8: six pre-training runs, two evaluations each); None: the scale's
     classroom_max_train: int = None
     # more epochs than the classroom scale's 5 for fine-tuning and the feature-based classifier (the BiLSTM), for a
-    # study whose downstream training does not reach its plateau in 5 (Tables 7 and 8); None: the scale's
+    # study whose downstream training does not reach its plateau in 5 (Table 7); None: the scale's
     classroom_epochs: int = None
+    # the feature-based classifier's training epochs (`features --epochs`); None: the command's own (the BiLSTM's 5).
+    # Set with the fine-tuning epochs by `with_epochs` (a study's classroom_epochs, `ablate run --epochs`)
+    feature_epochs: int = None
     # the direction of the means for the paper's finding: (study, summary) -> [{claim, holds, detail}]; not saved in
     # study.json (`study_from_dict` takes it back from the built-in study of the same name)
     finding_check: Callable = field(default=None, compare=False, repr=False)
@@ -133,6 +136,14 @@ class Study:
         d = asdict(replace(self, finding_check=None, contrasts=()))
         del d["finding_check"], d["contrasts"]
         return d
+
+
+def with_epochs(study: Study, epochs: int) -> Study:
+    """`study` with every downstream training `epochs` long: its fine-tuning (one grid point) and the feature-based
+    classifier alike, so that both arms of a comparison get the same passes over the data."""
+    if not isinstance(epochs, int) or epochs < 1:
+        raise EngineError(f"--epochs must be a whole number of at least 1 (got {epochs!r})")
+    return replace(study, finetune=replace(study.finetune, epochs=(epochs,)), feature_epochs=epochs)
 
 
 def study_from_dict(d: dict) -> Study:
@@ -170,7 +181,7 @@ def study_from_dict(d: dict) -> Study:
                  scale=d.get("scale") or ("classroom" if d.get("classroom") else "paper"),  # older study.json: a flag
                  budget=d.get("budget") or "steps",
                  budget_minutes=d.get("budget_minutes"), classroom_max_train=d.get("classroom_max_train"),
-                 classroom_epochs=d.get("classroom_epochs"),
+                 classroom_epochs=d.get("classroom_epochs"), feature_epochs=d.get("feature_epochs"),
                  finding_check=check, contrasts=contrasts)
 
 
@@ -198,6 +209,10 @@ def describe(study: Study) -> str:
                                                else f"training time ({study.budget_minutes:g} min per pre-training run)"))
     for v in study.variants:
         lines.append(f"  - {v.name}: {v.change() or 'base'}")
+    f = study.finetune
+    lines.append(f"  fine-tuning: lr {', '.join(map(str, f.lr))}, epochs {', '.join(map(str, f.epochs))}, "
+                 f"{f.restarts} restart(s), at most {f.max_train or 'all'} training examples"
+                 + (f"; feature classifier {study.feature_epochs} epochs" if study.feature_epochs else ""))
     lines.append("  evaluations: " + ", ".join(e.name for e in study.evaluations)
                  + (f" at steps {', '.join(map(str, study.checkpoint_steps))}" if study.checkpoint_steps else ""))
     lines.append(f"  seeds: {', '.join(map(str, study.seeds))}")
