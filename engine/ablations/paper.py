@@ -211,7 +211,7 @@ def feature_based_study(evaluations=None) -> Study:
         # restart still predicted "O" everywhere after epoch 2 and was rising at epoch 5, so the study measured how
         # far 235 steps get, not fine-tuning; run for 15 epochs, restarts level off from epoch 8-10 and agree within
         # 0.7 (BENCHMARKS.md, Table 7, 2026-11-27). The BiLSTM taggers on features were rising at epoch 5 too (all
-        # but concat), so both arms train 15 epochs, each to its plateau with margin: the study about 27 min.
+        # but concat), so both arms train 15 epochs, each to its plateau: the study took 29.6 min (BENCHMARKS.md).
         classroom_epochs=15,
         finding_check=check_feature_based,
         contrasts=(Contrast("fine-tuning beats the best feature-based combination (concat last four)", "Fine-tuning",
@@ -280,7 +280,7 @@ def masking_study(evaluations=None) -> Study:
         classroom_max_train=1000,
         # The classroom scale's 5 epochs stop both columns before their plateau (fine-tuned restarts leave the all-"O"
         # answer at epoch 3-5; the BiLSTM on features still rising), but every epoch of both columns costs about 40 s
-        # a row against ~300 s of pre-training, so the hour holds no more: 7 epochs took the study 62 min on the Intel
+        # a row against ~300 s of pre-training, so the hour holds no more: 7 epochs took the study 62.9 min on the Intel
         # Xeon, 5 took it 48.8 (BENCHMARKS.md, Table 8, 2026-11-27). `ablate run masking --classroom --epochs 7` (or
         # the page's "Downstream epochs") trains longer where the class has the time.
         finding_check=check_masking,
