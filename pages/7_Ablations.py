@@ -45,7 +45,7 @@ def base_frame(study: A.Study) -> pd.DataFrame:
     rows += [("fine-tune lr", ", ".join(str(x) for x in f.lr)), ("fine-tune batch", ", ".join(str(x) for x in f.batch_size)),
              ("fine-tune epochs", ", ".join(str(x) for x in f.epochs)), ("fine-tune max train", f.max_train or "all")]
     if any(v.features for v in study.variants) or any(e.features for e in study.evaluations):
-        rows.append(("feature classifier epochs", study.feature_epochs or "5 (the features command's)"))
+        rows.append(("feature classifier epochs", A.feature_epochs(study)))
     return pd.DataFrame([{"setting": k, "value": str(v)} for k, v in rows])
 
 

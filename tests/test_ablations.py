@@ -161,7 +161,7 @@ def test_classroom_epochs_and_the_epochs_override(tmp_path):
     t8 = A.plan(A.get_study("masking", scale="classroom", epochs=7), tmp_path / "t8x")
     assert {flag(j.argv, "--epochs") for j in t8 if j.kind in ("finetune", "features")} == {"7"}
     assert A.get_study("masking", scale="lab").finetune.epochs == (4,)
-    assert A.get_study("feature-based").finetune.epochs == (3,) and A.get_study("feature-based").feature_epochs is None
+    assert A.get_study("feature-based").finetune.epochs == (3,) and A.feature_epochs(A.get_study("feature-based")) == 5
     from engine.ablations.study import study_from_dict
     study = A.get_study("masking", scale="classroom", epochs=7)
     back = study_from_dict(json.loads(json.dumps(study.to_dict())))
@@ -180,6 +180,7 @@ def test_cli_epochs_flag(tmp_path, capsys):
     assert len(evals) == 12 and {flag(l, "--epochs") for l in evals} == {"7"}
     with pytest.raises(EngineError, match="--epochs"):
         A.main(["run", "masking", "--classroom", "--epochs", "0", "--dry-run", "--runs-root", str(tmp_path)])
+
 
 def test_training_steps_evaluates_each_checkpoint(tmp_path):
     study = A.get_study("training-steps", scale="classroom")

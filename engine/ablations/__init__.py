@@ -25,7 +25,7 @@ from engine.ablations.paper import (BBC, CLASSROOM, CLASSROOM_FINETUNE, CLASSROO
                                     SHARED_DATA, SMALL_GRID, STUDIES, TABLE5_FINDINGS, TABLE5_TASKS, TABLE6_TASKS,
                                     TABLE8_ROWS, TABLE8_TASKS, WNUT, Scale, at_scale, available_evaluations, classroom,
                                     get_study, mask_ratios_for_row, shared_evaluations, table8_label)
-from engine.ablations.planner import Job, plan
+from engine.ablations.planner import Job, feature_epochs, plan
 from engine.ablations.results import (CURVE_X, StudyResults, best_score, collect_results, combination_score,
                                       final_pretrain_metrics, fmt_cell, paper_table, pretrain_eval_records, summarise)
 from engine.ablations.runner import REPO_ROOT, job_states, launch, run_foreground

@@ -4,7 +4,7 @@
 A study's jobs run one at a time, in `plan`'s order, through the job queue or in the foreground
 (`engine.ablations.runner`); each writes its own run folder under `<study folder>/runs/`.
 """
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
 
 from engine import cli
@@ -64,6 +64,13 @@ class Job:
     combines: dict = None  # features jobs: {variant: --combine value} of every row whose score it produces
 
 
+def feature_epochs(study: Study) -> int:
+    """The feature-based classifier's training epochs in `study`'s jobs: its `feature_epochs` (`with_epochs`), else
+    the `features` command's default."""
+    from engine.features import FeaturesConfig  # (torch: engine.ablations itself loads without it)
+    return study.feature_epochs or next(f.default for f in fields(FeaturesConfig) if f.name == "epochs")
+
+
 def _eval_argv(study: Study, variant: Variant, ev: Evaluation, model: str, seed: int, out: str, feats: FeatureArgs = None):
     """(kind, argv) of one downstream evaluation of `model`: `engine features` when `feats`, else `engine finetune`."""
     from engine.features import FeaturesConfig  # (torch: engine.ablations itself loads without it)
@@ -71,9 +78,8 @@ def _eval_argv(study: Study, variant: Variant, ev: Evaluation, model: str, seed:
     fa = study.finetune_args(variant)
     task = dict(model=model, task=ev.task, train=ev.train, dev=ev.dev, max_train=fa.max_train, seed=seed, out=out)
     if feats is not None:
-        longer = dict(epochs=study.feature_epochs) if study.feature_epochs else {}  # else the command's own
         cfg = FeaturesConfig(**task, layers=cli.ints(feats.layers), combine=feats.combine, classifier=feats.classifier,
-                             **longer)
+                             epochs=feature_epochs(study))
         return "features", cli.argv(cfg)
     cfg = FinetuneConfig(**task, lr=fa.lr, batch_size=fa.batch_size, epochs=fa.epochs, restarts=fa.restarts,
                          max_seq_len=fa.max_seq_len, bilstm=fa.bilstm)
