@@ -115,7 +115,7 @@ with tab_new:
         st.write(f"**{len(jobs)} jobs**: {n_pre} pre-training runs and {len(jobs) - n_pre} downstream evaluations, run one at a time.")
         with st.expander("Job commands"):
             st.code("\n".join("python -m engine " + " ".join(j.argv) for j in jobs), language="bash")
-        run_name = st.text_input("Study name", value=study.name, key="abl_name",
+        run_name = st.text_input("Study name", value=study.name, key=f"abl_name_{name}",  # per study: a keyed widget keeps its first value
                                  help="its folder under <runs>/studies/; an existing name gets -2, -3, …")
         if st.button("Launch", type="primary", key="abl_launch"):
             with guard("launching the study"):

@@ -120,6 +120,23 @@ def test_new_study_tab_shows_study_and_launches(study_root, monkeypatch):
     assert (study_root / "studies" / "pretraining-tasks" / "study.json").is_file()
 
 
+def test_new_study_downstream_epochs_and_name_follow_the_study(study_root):
+    """'Downstream epochs' puts the same --epochs on every fine-tuning and features job; the study name follows
+    the chosen study (a keyed text box once kept the first study's name)."""
+    at = app(study_root).run()
+    at.selectbox(key="abl_study").set_value("masking").run()
+    assert [t.value for t in at.text_input if t.label == "Study name"] == ["masking"]
+    box = at.number_input(key="abl_epochs_masking_classroom")
+    assert box.value == 5
+    box.set_value(7).run()
+    assert not at.exception, at.exception
+    lines = at.code[0].value.splitlines()
+    evals = [l for l in lines if " finetune " in l or " features " in l]
+    assert len(evals) == 12 and all(" --epochs 7 " in l for l in evals)
+    base = frame_with(at, "setting").set_index("setting")["value"]
+    assert base["feature classifier epochs"] == "5"  # the study's own, before the choice
+
+
 def test_no_studies_says_so(tmp_path):
     at = app(tmp_path / "empty").run()
     assert not at.exception
