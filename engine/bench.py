@@ -205,6 +205,39 @@ def model_flops(cfg: BertConfig, lengths, n_mlm: int = 0, n_cls: int = 0, train:
     return 3 * f if train else f
 
 
+def pretrain_step_times(config: BertConfig, T: int, B: int, mask_rate: float, loss_path: str, steps: int,
+                        warmup: int, precision: str, seed: int = 0) -> list:
+    """Seconds of each timed pre-training step on the CPU (after `warmup` untimed ones): forward, loss, backward and
+    an AdamW step of a random (B, T) batch, the MLM head at `mask_rate` of the positions or, for `config.causal`
+    (the LTR objective), at every position. `loss_path`: "plain" (F.cross_entropy on the (N, V) logits) or
+    "blocked" (engine.vocab_loss, what pre-training does). examples/step_profile.py prints it; the studies' speed
+    check (engine.ablations.timing) uses it."""
+    g = torch.Generator().manual_seed(seed)
+    torch.manual_seed(seed)
+    causal = config.causal
+    model = BertForPreTraining(config).train()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    ids = torch.randint(5, config.vocab_size, (B, T), generator=g)  # (B, T)
+    tt, am = torch.zeros_like(ids), torch.ones_like(ids)
+    sel = torch.ones(B, T, dtype=torch.bool) if causal else torch.rand(B, T, generator=g) < mask_rate  # (B, T)
+    target = torch.randint(5, config.vocab_size, (int(sel.sum()),), generator=g)  # (N,)
+    out = []
+    for i in range(warmup + steps):
+        t0 = time.perf_counter()
+        with amp("cpu", precision):
+            if loss_path == "plain":
+                logits = model(ids, tt, am, mlm_positions=sel).mlm_logits.float()  # (N, V)
+                loss = F.cross_entropy(logits, target)
+            else:
+                loss = model(ids, tt, am, mlm_positions=sel, mlm_targets=target).mlm_loss_sum / len(target)
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        if i >= warmup:
+            out.append(time.perf_counter() - t0)
+    return out
+
+
 # ------------------------------------------------------------------ batches
 def _pretrain_batches(cfg: BenchConfig, device):
     """Full-length [CLS] A [SEP] B [SEP] rows, 15% masked (80% [MASK], 10% random, 10% kept), NSP labels."""

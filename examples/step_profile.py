@@ -13,46 +13,15 @@ another CPU-heavy job on the machine makes the figures meaningless.
 import argparse
 import statistics
 import sys
-import time
 from pathlib import Path
 
 import torch
-import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
+from engine.bench import pretrain_step_times  # noqa: E402
 from engine.config import PRESETS, BertConfig  # noqa: E402
-from engine.device import amp, default_precision  # noqa: E402
-from engine.model import BertForPreTraining  # noqa: E402
-
-
-def step_times(config: BertConfig, T: int, B: int, mask_rate: float, loss_path: str, steps: int, warmup: int,
-               precision: str, seed: int = 0) -> list:
-    """Seconds of each timed step (after `warmup` untimed ones); `config.causal`: the LTR objective."""
-    g = torch.Generator().manual_seed(seed)
-    torch.manual_seed(seed)
-    causal = config.causal
-    model = BertForPreTraining(config).train()
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
-    ids = torch.randint(5, config.vocab_size, (B, T), generator=g)  # (B, T)
-    tt, am = torch.zeros_like(ids), torch.ones_like(ids)
-    sel = torch.ones(B, T, dtype=torch.bool) if causal else torch.rand(B, T, generator=g) < mask_rate  # (B, T)
-    target = torch.randint(5, config.vocab_size, (int(sel.sum()),), generator=g)  # (N,)
-    out = []
-    for i in range(warmup + steps):
-        t0 = time.perf_counter()
-        with amp("cpu", precision):
-            if loss_path == "plain":
-                logits = model(ids, tt, am, mlm_positions=sel).mlm_logits.float()  # (N, V)
-                loss = F.cross_entropy(logits, target)
-            else:
-                loss = model(ids, tt, am, mlm_positions=sel, mlm_targets=target).mlm_loss_sum / len(target)
-        loss.backward()
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-        if i >= warmup:
-            out.append(time.perf_counter() - t0)
-    return out
+from engine.device import default_precision  # noqa: E402
 
 
 def main(argv=None) -> int:
@@ -86,7 +55,7 @@ def main(argv=None) -> int:
             row = []
             for path in a.losses.split(","):
                 cfg = base.replace(causal=obj == "ltr", max_position_embeddings=max(base.max_position_embeddings, T))
-                ts = step_times(cfg, T, a.batch_size, a.mask_rate, path, a.steps, a.warmup, precision)
+                ts = pretrain_step_times(cfg, T, a.batch_size, a.mask_rate, path, a.steps, a.warmup, precision)
                 row.append(statistics.median(ts) * 1000)
             print(f"{obj:<9}  {T:>6}  " + "  ".join(f"{x:8.1f}" for x in row), flush=True)
     return 0

@@ -49,6 +49,21 @@ def base_frame(study: A.Study) -> pd.DataFrame:
     return pd.DataFrame([{"setting": k, "value": str(v)} for k, v in rows])
 
 
+def time_estimate(study: A.Study) -> None:
+    """How long this classroom study should take here: a speed check (seconds, once per session) against the machine
+    its reference time was measured on (engine.ablations.timing)."""
+    check = st.session_state.get("abl_speed_check")
+    if check is None:
+        st.caption(f"The classroom times were measured on an {A.REFERENCE_MACHINE}; a CPU without bf16 units trains "
+                   "in fp32 and takes several times longer.")
+        if st.button("Estimate the time on this machine (a speed check of a few seconds)", key="abl_speed"):
+            with guard("timing this machine"), st.spinner("timing the classroom model's steps …"):
+                st.session_state["abl_speed_check"] = check = A.speed_check()
+    if check is not None:
+        est = A.estimate(study, check)
+        (st.warning if est.get("over_hour") else st.info)(f"**Time:** {est['text']}.")
+
+
 # ------------------------------------------------------------------ new study
 with tab_new:
     names = list(A.STUDIES)
@@ -67,7 +82,7 @@ with tab_new:
         paper_numbers(study.name)
         c1, c2 = st.columns([1, 2])
         c1.markdown("**Base configuration**")
-        c1.dataframe(base_frame(study), hide_index=True, width="stretch")
+        base_table = c1.empty()  # filled below, once the choices (steps, epochs) are made: it shows what will run
         c2.markdown("**Variants**")
         c2.dataframe(variants_frame(study), hide_index=True, width="stretch")
         o1, o2, o3 = st.columns(3)
@@ -110,6 +125,9 @@ with tab_new:
                 k = int(steps)
                 study = replace(study, checkpoint_steps=tuple(sorted({max(1, k // 4), k // 2, k})),
                                 base=replace(study.base, save_every=max(1, k // 4)))
+        base_table.dataframe(base_frame(study), hide_index=True, width="stretch")
+        if scale == "classroom":
+            time_estimate(study)
         jobs = A.plan(study, root / "studies" / "<name>")
         n_pre = sum(j.kind == "pretrain" for j in jobs)
         st.write(f"**{len(jobs)} jobs**: {n_pre} pre-training runs and {len(jobs) - n_pre} downstream evaluations, run one at a time.")

@@ -134,7 +134,25 @@ def test_new_study_downstream_epochs_and_name_follow_the_study(study_root):
     evals = [l for l in lines if " finetune " in l or " features " in l]
     assert len(evals) == 12 and all(" --epochs 7 " in l for l in evals)
     base = frame_with(at, "setting").set_index("setting")["value"]
-    assert base["feature classifier epochs"] == "5"  # the study's own, before the choice
+    assert base["feature classifier epochs"] == "7" and base["fine-tune epochs"] == "7"  # what will run, not the default
+
+
+def test_new_study_time_estimate(study_root, monkeypatch):
+    """The classroom scale offers a speed check; its estimate scales the study's reference time, and warns when
+    that is over the hour (here: a machine 3x slower than the reference, in fp32)."""
+    slow = A.SpeedCheck("fp32", 2, 3 * A.timing.REFERENCE_STEP_MS["mlm"], 3 * A.timing.REFERENCE_STEP_MS["ltr"])
+    monkeypatch.setattr(A, "speed_check", lambda: slow)
+    at = app(study_root).run()
+    at.selectbox(key="abl_study").set_value("training-steps").run()
+    assert not [w for w in at.warning if "**Time:**" in w.value]
+    at.button(key="abl_speed").click().run()
+    assert not at.exception, at.exception
+    ref = A.REFERENCE_MINUTES["training-steps"][0]
+    warn = next(w.value for w in at.warning if "**Time:**" in w.value)
+    assert f"about {ref * 3:.0f} min on this machine" in warn and "over the classroom hour" in warn and "fp32" in warn
+    at.number_input(key="abl_epochs_training-steps_classroom").set_value(8).run()  # kept for the session, re-estimated
+    warn = next(w.value for w in at.warning if "**Time:**" in w.value)
+    assert "your settings differ" in warn
 
 
 def test_no_studies_says_so(tmp_path):

@@ -15,7 +15,8 @@ One module per job, read in this order:
 - folders.py  study folders and study.json
 - runner.py   launching (queue or foreground) and each job's state (`launch`, `run_foreground`, `job_states`)
 - results.py  reading results back: tables, curves, checks (`collect_results`)
-- cli.py      `python -m engine ablate run|show|resume|list`
+- timing.py   how long a classroom study takes on this machine (`speed_check`, `estimate`)
+- cli.py      `python -m engine ablate run|show|resume|list|estimate`
 """
 from engine.ablations.cli import main
 from engine.ablations.folders import (STUDY_JSON, list_studies, new_study_dir, read_study, studies_root, update_job,
@@ -29,6 +30,8 @@ from engine.ablations.planner import Job, feature_epochs, plan
 from engine.ablations.results import (CURVE_X, StudyResults, best_score, collect_results, combination_score,
                                       final_pretrain_metrics, fmt_cell, paper_table, pretrain_eval_records, summarise)
 from engine.ablations.runner import REPO_ROOT, job_states, launch, run_foreground
+from engine.ablations.timing import (REFERENCE_MACHINE, REFERENCE_MINUTES, SpeedCheck, estimate,
+                                     speed_check)
 from engine.ablations.verdict import VERDICTS, Contrast, bootstrap_difference, describe_entry, judge, verdict
 from engine.ablations.study import (Evaluation, FeatureArgs, FinetuneArgs, Study, Variant, describe,
                                     study_from_dict, with_epochs)

@@ -1,4 +1,4 @@
-"""`python -m engine ablate run|show|resume|list`: plan and launch a study, print its table and the paper's finding."""
+"""`python -m engine ablate run|show|resume|list|estimate`: plan and launch a study, print its table and the paper's finding."""
 import argparse
 import json
 from dataclasses import replace
@@ -57,6 +57,11 @@ def main(argv: list) -> int:
     c = sub.add_parser("resume", help="run a study's unfinished jobs here (foreground)")
     c.add_argument("study_dir")
     sub.add_parser("list", help="list the built-in studies and the studies under the runs folder")
+    e = sub.add_parser("estimate", help="time the classroom model's steps here (seconds) and estimate each classroom "
+                       "study's wall time on this machine from its measured reference (engine/ablations/timing.py)")
+    e.add_argument("study", nargs="?", default=None, help="one study (default: every built-in study)")
+    e.add_argument("--epochs", type=int, default=None, help="the downstream epochs you will run it with (default: the study's)")
+    e.add_argument("--json", action="store_true", help="print one JSON object: the speed check and each estimate")
     a = p.parse_args(argv)
 
     if a.cmd == "list":
@@ -68,6 +73,8 @@ def main(argv: list) -> int:
             for s_ in found:
                 print(f"  {s_['path']}  ({s_['study']}, {s_['jobs']} jobs, created {s_['created']})")
         return 0
+    if a.cmd == "estimate":
+        return _estimate(a)
     if a.cmd == "run":
         ev = _parse_tasks(a.tasks) if a.tasks else None
         scale = "classroom" if a.classroom else "lab" if a.lab else None
@@ -105,6 +112,25 @@ def main(argv: list) -> int:
     if a.csv:
         res.to_csv(a.csv)
         print(f"wrote {a.csv}")
+    return 0
+
+
+def _estimate(a) -> int:
+    from dataclasses import asdict
+
+    from engine.ablations.timing import REFERENCE_MACHINE, estimate, speed_check
+    names = [a.study] if a.study else list(STUDIES)
+    studies = [get_study(n, scale="classroom", epochs=a.epochs) for n in names]  # a bad name or --epochs: one line first
+    check = speed_check()
+    out = {n: estimate(s, check) for n, s in zip(names, studies)}
+    if a.json:
+        print(json.dumps({"speed_check": {**asdict(check), "factor": check.factor()}, "reference_machine": REFERENCE_MACHINE,
+                          "estimates": out}, indent=1))
+        return 0
+    print(f"speed check: a classroom step takes {check.mlm_ms:.0f} ms (MLM) and {check.ltr_ms:.0f} ms (LTR) here "
+          f"({check.precision}, {check.threads} threads), {check.factor():.2f}x the reference machine's ({REFERENCE_MACHINE})")
+    for n in names:
+        print(f"  {n}: {out[n]['text']}")
     return 0
 
 

@@ -1,0 +1,104 @@
+"""How long a classroom study will take on this machine, said before it runs: a speed check against the machine
+the classroom studies were measured on.
+
+The classroom studies' wall times (BENCHMARKS.md, each study's section) were measured on one machine, REFERENCE: an
+Intel Xeon with 2 vCPUs whose AMX units run bf16 natively. A CPU without bf16 units (AVX2 only: most laptops
+before 2023) trains in fp32 (engine.device.default_precision) and is several times slower there: one classroom
+step took 3.3x (MLM) to 4.2x (left-to-right) as long on an AMD EPYC with AVX2 only (BENCHMARKS.md, "Classroom
+studies on a CPU without bf16"). So the page and `ablate estimate` time the steps that dominate the studies, here,
+and scale the reference minutes by the ratio:
+
+    estimate = reference minutes x (MLM step + LTR step here) / (MLM step + LTR step on REFERENCE)
+
+where a step is one pre-training step of the classroom model (tiny: L=2 H=128, vocabulary 8,000, batch 64 x 128
+tokens, blocked vocabulary loss) at the precision pre-training picks on this CPU: `engine.bench.pretrain_step_times`,
+the rows of examples/step_profile.py. The fine-tuning jobs run the same encoder at 128 tokens, so their time
+scales with the same ratio to the extent the encoder dominates them. What the estimate cannot see: other jobs on
+the machine (time it idle), memory bandwidth unlike the step's, and a study whose settings differ from its
+classroom defaults (more epochs, other tasks, seeds or steps): the estimate then says it is for the defaults.
+Table 7 evaluates MiniLM (6 layers, hidden 384), whose steps the tiny model's stand in for: a rough figure there.
+"""
+import statistics
+from dataclasses import dataclass
+
+
+# The machine the classroom wall times were measured on, and its step times (BENCHMARKS.md, "The vocabulary loss in
+# blocks": examples/step_profile.py, 2026-11-26 14:44 UTC, idle, bf16 autocast, 2 threads, median of 20 steps).
+REFERENCE_MACHINE = "Intel Xeon (family 6 model 167), 2 vCPUs, AVX-512 and AMX with native bf16"
+REFERENCE_STEP_MS = {"mlm": 189.8, "ltr": 375.9}
+# Each classroom study's wall time at its classroom defaults on that machine, idle, from an empty cache
+# (BENCHMARKS.md, "Classroom Tables 6, 7, 8 and Figure 5" and "Classroom Table 5 study"): (minutes, date).
+REFERENCE_MINUTES = {
+    "pretraining-tasks": (50.7, "2026-11-27"),
+    "model-size": (40.8, "2026-11-27"),
+    "feature-based": (29.6, "2026-11-27"),
+    "masking": (48.8, "2026-11-27"),
+    "training-steps": (24.5, "2026-11-27"),
+}
+CLASSROOM_HOUR = 60.0  # the issue's promise: each classroom study within the hour on an idle 2-core CPU
+SPEED_CHECK_TOKENS = 128
+SPEED_CHECK_BATCH = 64
+
+
+@dataclass(frozen=True)
+class SpeedCheck:
+    """One speed check of this machine: the classroom model's MLM and LTR step times (ms, median)."""
+    precision: str  # what pre-training uses here: bf16 (native units) or fp32
+    threads: int
+    mlm_ms: float
+    ltr_ms: float
+
+    def factor(self) -> float:
+        """How many times longer the studies' steps take here than on REFERENCE_MACHINE."""
+        return (self.mlm_ms + self.ltr_ms) / (REFERENCE_STEP_MS["mlm"] + REFERENCE_STEP_MS["ltr"])
+
+
+def speed_check(steps: int = 3, warmup: int = 1) -> SpeedCheck:
+    """Time the classroom model's steps on this CPU (a few seconds; about 10 on a 2-core CPU without bf16)."""
+    import torch
+
+    from engine.bench import pretrain_step_times
+    from engine.config import BertConfig
+    from engine.device import default_precision
+    precision = default_precision(torch.device("cpu"))
+    base = BertConfig.preset("tiny", vocab_size=8000, hidden_dropout=0.0, attention_dropout=0.0, has_nsp_head=False)
+    ms = {}
+    for name, causal in (("mlm", False), ("ltr", True)):
+        ts = pretrain_step_times(base.replace(causal=causal), SPEED_CHECK_TOKENS, SPEED_CHECK_BATCH, 0.25, "blocked",
+                                 steps, warmup, precision)
+        ms[name] = statistics.median(ts) * 1000
+    return SpeedCheck(precision, torch.get_num_threads(), ms["mlm"], ms["ltr"])
+
+
+def estimate(study, check: SpeedCheck) -> dict:
+    """{"minutes" (None when there is no reference), "reference_minutes", "measured" (its date), "factor",
+    "defaults" (the study is exactly its classroom defaults), "over_hour", "text"}: how long `study` (a classroom
+    study) should take here, from `check`."""
+    from engine.ablations.paper import get_study
+    if study.scale != "classroom":
+        return {"minutes": None, "text": f"no estimate at the {study.scale} scale: only the classroom studies have "
+                                         "reference times (BENCHMARKS.md)"}
+    if study.name not in REFERENCE_MINUTES:
+        return {"minutes": None, "text": f"no estimate for {study.name}: it has no reference time"}
+    ref, when = REFERENCE_MINUTES[study.name]
+    f = check.factor()
+    minutes = ref * f
+    defaults = study == get_study(study.name, scale="classroom")
+    text = (f"about {_hm(minutes)} on this machine ({check.precision}, {check.threads} threads: a classroom step takes "
+            f"{check.mlm_ms:.0f} ms MLM / {check.ltr_ms:.0f} ms LTR here against {REFERENCE_STEP_MS['mlm']:.0f} / "
+            f"{REFERENCE_STEP_MS['ltr']:.0f} ms on the reference machine, where this study took {ref:g} min on {when}: "
+            f"x{f:.2f})")
+    if not defaults:
+        text += "; for its classroom defaults: your settings differ (more epochs, seeds, tasks or steps cost more)"
+    if minutes > CLASSROOM_HOUR:
+        text += (f"; over the classroom hour here" + ("" if check.precision == "bf16" else
+                 ": this CPU has no bf16 units, so it trains in fp32"))
+    return {"minutes": minutes, "reference_minutes": ref, "measured": when, "factor": f, "defaults": defaults,
+            "over_hour": minutes > CLASSROOM_HOUR, "text": text}
+
+
+def _hm(minutes: float) -> str:
+    if minutes < 90:
+        return f"{minutes:.0f} min"
+    return f"{int(minutes // 60)} h {int(round(minutes % 60)):02d} min"
+

@@ -1,0 +1,58 @@
+"""The classroom studies' time estimate (engine.ablations.timing): a speed check of this machine scales each
+study's reference wall time; the estimate says when the settings are not the study's defaults and when the
+result is over the classroom hour."""
+import json
+
+import pytest
+
+from engine import ablations as A
+from engine.ablations import timing
+from engine.ablations.cli import main as ablate
+from engine.errors import EngineError
+
+
+def check(factor: float, precision: str = "fp32") -> A.SpeedCheck:
+    return A.SpeedCheck(precision, 2, factor * timing.REFERENCE_STEP_MS["mlm"], factor * timing.REFERENCE_STEP_MS["ltr"])
+
+
+def test_every_builtin_study_has_a_reference_time():
+    assert set(timing.REFERENCE_MINUTES) == set(A.STUDIES)
+
+
+def test_estimate_scales_the_reference_time():
+    study = A.get_study("masking", scale="classroom")
+    ref = timing.REFERENCE_MINUTES["masking"][0]
+    same = A.estimate(study, check(1.0, "bf16"))
+    assert same["minutes"] == pytest.approx(ref) and same["defaults"] and not same["over_hour"]
+    assert "over the classroom hour" not in same["text"]
+    slow = A.estimate(study, check(3.5))
+    assert slow["minutes"] == pytest.approx(3.5 * ref) and slow["over_hour"]
+    assert "2 h 51 min" in slow["text"] and "no bf16 units" in slow["text"]
+
+
+def test_estimate_says_when_settings_differ_or_no_reference():
+    study = A.get_study("pretraining-tasks", scale="classroom", epochs=9)
+    assert not A.estimate(study, check(1.0))["defaults"]
+    assert "your settings differ" in A.estimate(study, check(1.0))["text"]
+    lab = A.estimate(A.get_study("pretraining-tasks", scale="lab"), check(1.0))
+    assert lab["minutes"] is None and "lab scale" in lab["text"]
+
+
+def test_speed_check_times_both_steps():
+    c = A.speed_check(steps=1, warmup=0)
+    assert c.mlm_ms > 0 and c.ltr_ms > c.mlm_ms / 2 and c.precision in ("bf16", "fp32") and c.threads >= 1
+    assert c.factor() > 0
+
+
+def test_cli_estimate(monkeypatch, capsys):
+    monkeypatch.setattr(timing, "speed_check", lambda: check(2.0))
+    assert ablate(["estimate", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["speed_check"]["factor"] == pytest.approx(2.0)
+    assert set(out["estimates"]) == set(A.STUDIES)
+    assert out["estimates"]["training-steps"]["minutes"] == pytest.approx(2 * timing.REFERENCE_MINUTES["training-steps"][0])
+    assert ablate(["estimate", "masking"]) == 0
+    text = capsys.readouterr().out
+    assert "2.00x the reference machine" in text and "masking: about 98 min" not in text and "masking: about 1 h 38 min" in text
+    with pytest.raises(EngineError, match="unknown study"):
+        ablate(["estimate", "nope"])
