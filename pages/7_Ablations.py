@@ -62,6 +62,8 @@ def time_estimate(study: A.Study) -> None:
     if check is not None:
         est = A.estimate(study, check)
         (st.warning if est.get("over_hour") else st.info)(f"**Time:** {est['text']}.")
+        st.caption(f"Speed check: {A.describe_check(check)}. Idle machine assumed; engine/ablations/timing.py says "
+                   "what the estimate cannot see.")
 
 
 # ------------------------------------------------------------------ new study

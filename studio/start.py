@@ -10,10 +10,11 @@ on this machine, where each button goes with which fields filled in, and whether
    probes it; until then the step says how to make it.
 4. Run the paper's Table 5 at classroom scale: the Ablations page, New study tab, with the pre-training-tasks
    study at classroom scale selected (done once such a study has every job finished).
-Times are BENCHMARKS.md's measurements on the 2-core CPU this was built on: the classroom pre-training (two
-phases, 32 then 128 tokens for the last 30%) 5.0 min with bf16 autocast (CPUs with native bf16), not timed in fp32;
-the classroom Table 5 study 57.2 min with bf16 on an Intel Xeon, not timed in fp32 (a slower CPU, or one without
-native bf16, would take longer than the hour: the AMD EPYC of older figures took 1.2x the Xeon's time).
+Times are BENCHMARKS.md's measurements on 2-core CPUs: the classroom pre-training (two phases, 32 then 128 tokens
+for the last 30%) 5.0 min with bf16 autocast (an Intel Xeon with native bf16) and 15.7 min in fp32 (an AMD EPYC
+with AVX2 only, which has no bf16 units); the classroom Table 5 study 57.2 min with bf16 on the Xeon, not timed in
+fp32, where the page points to the speed check (`python -m engine ablate estimate`, the Ablations page's button:
+about 3 h 16 min on that EPYC, engine/ablations/timing.py).
 A GPU is faster; that is not measured for these steps.
 """
 from dataclasses import dataclass, field
@@ -23,7 +24,9 @@ from engine.records import RUN_JSON, read_json_or_empty
 
 TABLE5 = "pretraining-tasks"
 MINUTES = {  # BENCHMARKS.md, idle 2-core CPU: (bf16, fp32); None: not measured
-    "pretrain": (5.0, None),  # the classroom run (second phase the last 30%), 2026-11-26 evening, Intel Xeon, empty cache
+    # the classroom run (second phase the last 30%), empty cache: 2026-11-26 evening on an Intel Xeon (bf16);
+    # 2026-11-27 on an AMD EPYC with AVX2 only (fp32, 939 s)
+    "pretrain": (5.0, 15.7),
     "table5": (57.2, None),  # four tasks x four rows x 3 restarts, 2026-11-26 evening, Intel Xeon: the slower of the
     # last two measured runs (50.7 min on 2026-11-27, the same code path), so the page does not promise the faster one
 }
@@ -56,7 +59,7 @@ def _minutes(key: str, precision: str, device: str) -> str:
     where = "bf16 on this CPU" if precision == "bf16" else "fp32: this CPU has no native bf16"
     if m is None:
         return (f"about {bf16:.0f} minutes on a 2-core CPU with bf16 (BENCHMARKS.md); not measured in fp32, which this "
-                "CPU uses: expect longer")
+                "CPU uses: expect several times longer (the Ablations page's speed check estimates it for this machine)")
     if device == "cuda":
         return f"under {m:.0f} minutes (measured {m:.1f} min on a 2-core CPU; this GPU is faster)"
     return f"about {m:.0f} minutes on this machine ({where}; BENCHMARKS.md)"

@@ -36,6 +36,8 @@ def test_estimate_says_when_settings_differ_or_no_reference():
     assert "your settings differ" in A.estimate(study, check(1.0))["text"]
     lab = A.estimate(A.get_study("pretraining-tasks", scale="lab"), check(1.0))
     assert lab["minutes"] is None and "lab scale" in lab["text"]
+    gpu = A.SpeedCheck("bf16", 2, 100.0, 200.0, gpu=True)
+    assert A.estimate(A.get_study("masking", scale="classroom"), gpu)["minutes"] is None
 
 
 def test_speed_check_times_both_steps():
@@ -53,6 +55,6 @@ def test_cli_estimate(monkeypatch, capsys):
     assert out["estimates"]["training-steps"]["minutes"] == pytest.approx(2 * timing.REFERENCE_MINUTES["training-steps"][0])
     assert ablate(["estimate", "masking"]) == 0
     text = capsys.readouterr().out
-    assert "2.00x the reference machine" in text and "masking: about 98 min" not in text and "masking: about 1 h 38 min" in text
+    assert "x2.00" in text and "speed check: a classroom step takes" in text and "masking: about 98 min" not in text and "masking: about 1 h 38 min" in text
     with pytest.raises(EngineError, match="unknown study"):
         ablate(["estimate", "nope"])

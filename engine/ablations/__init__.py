@@ -30,7 +30,7 @@ from engine.ablations.planner import Job, feature_epochs, plan
 from engine.ablations.results import (CURVE_X, StudyResults, best_score, collect_results, combination_score,
                                       final_pretrain_metrics, fmt_cell, paper_table, pretrain_eval_records, summarise)
 from engine.ablations.runner import REPO_ROOT, job_states, launch, run_foreground
-from engine.ablations.timing import (REFERENCE_MACHINE, REFERENCE_MINUTES, SpeedCheck, estimate,
+from engine.ablations.timing import (REFERENCE_MACHINE, REFERENCE_MINUTES, SpeedCheck, describe_check, estimate,
                                      speed_check)
 from engine.ablations.verdict import VERDICTS, Contrast, bootstrap_difference, describe_entry, judge, verdict
 from engine.ablations.study import (Evaluation, FeatureArgs, FinetuneArgs, Study, Variant, describe,

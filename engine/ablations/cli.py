@@ -90,6 +90,8 @@ def main(argv: list) -> int:
         study = replace(study, budget=a.budget, budget_minutes=a.budget_minutes)
         plan(study, "/")  # a budget the study cannot take is one line before anything is written
         print(describe(study))
+        if scale == "classroom":
+            print(f"  time on this machine: python -m engine ablate estimate {study.name} (a speed check of seconds)")
         if a.dry_run:
             for j in plan(study, studies_root(a.runs_root) / study_dir_name(study, a.name)):
                 print(" ".join(["python -m engine"] + j.argv))
@@ -118,7 +120,7 @@ def main(argv: list) -> int:
 def _estimate(a) -> int:
     from dataclasses import asdict
 
-    from engine.ablations.timing import REFERENCE_MACHINE, estimate, speed_check
+    from engine.ablations.timing import REFERENCE_MACHINE, describe_check, estimate, speed_check
     names = [a.study] if a.study else list(STUDIES)
     studies = [get_study(n, scale="classroom", epochs=a.epochs) for n in names]  # a bad name or --epochs: one line first
     check = speed_check()
@@ -127,8 +129,7 @@ def _estimate(a) -> int:
         print(json.dumps({"speed_check": {**asdict(check), "factor": check.factor()}, "reference_machine": REFERENCE_MACHINE,
                           "estimates": out}, indent=1))
         return 0
-    print(f"speed check: a classroom step takes {check.mlm_ms:.0f} ms (MLM) and {check.ltr_ms:.0f} ms (LTR) here "
-          f"({check.precision}, {check.threads} threads), {check.factor():.2f}x the reference machine's ({REFERENCE_MACHINE})")
+    print(f"speed check: {describe_check(check)}")
     for n in names:
         print(f"  {n}: {out[n]['text']}")
     return 0

@@ -47,6 +47,7 @@ class SpeedCheck:
     threads: int
     mlm_ms: float
     ltr_ms: float
+    gpu: bool = False  # the jobs would run on a GPU here (`--device auto`); the check and the references are CPU times
 
     def factor(self) -> float:
         """How many times longer the studies' steps take here than on REFERENCE_MACHINE."""
@@ -67,7 +68,7 @@ def speed_check(steps: int = 3, warmup: int = 1) -> SpeedCheck:
         ts = pretrain_step_times(base.replace(causal=causal), SPEED_CHECK_TOKENS, SPEED_CHECK_BATCH, 0.25, "blocked",
                                  steps, warmup, precision)
         ms[name] = statistics.median(ts) * 1000
-    return SpeedCheck(precision, torch.get_num_threads(), ms["mlm"], ms["ltr"])
+    return SpeedCheck(precision, torch.get_num_threads(), ms["mlm"], ms["ltr"], torch.cuda.is_available())
 
 
 def estimate(study, check: SpeedCheck) -> dict:
@@ -78,23 +79,30 @@ def estimate(study, check: SpeedCheck) -> dict:
     if study.scale != "classroom":
         return {"minutes": None, "text": f"no estimate at the {study.scale} scale: only the classroom studies have "
                                          "reference times (BENCHMARKS.md)"}
+    if check.gpu:
+        return {"minutes": None, "text": "no estimate: the jobs run on this machine's GPU, and the reference times are "
+                                         "for a 2-core CPU (a GPU is faster; not measured for the classroom studies)"}
     if study.name not in REFERENCE_MINUTES:
         return {"minutes": None, "text": f"no estimate for {study.name}: it has no reference time"}
     ref, when = REFERENCE_MINUTES[study.name]
     f = check.factor()
     minutes = ref * f
     defaults = study == get_study(study.name, scale="classroom")
-    text = (f"about {_hm(minutes)} on this machine ({check.precision}, {check.threads} threads: a classroom step takes "
-            f"{check.mlm_ms:.0f} ms MLM / {check.ltr_ms:.0f} ms LTR here against {REFERENCE_STEP_MS['mlm']:.0f} / "
-            f"{REFERENCE_STEP_MS['ltr']:.0f} ms on the reference machine, where this study took {ref:g} min on {when}: "
-            f"x{f:.2f})")
+    text = f"about {_hm(minutes)} on this machine ({ref:g} min on the reference machine on {when}, x{f:.2f})"
     if not defaults:
-        text += "; for its classroom defaults: your settings differ (more epochs, seeds, tasks or steps cost more)"
+        text += "; that is for its classroom defaults, and your settings differ (epochs, seeds, tasks or steps)"
     if minutes > CLASSROOM_HOUR:
-        text += (f"; over the classroom hour here" + ("" if check.precision == "bf16" else
+        text += ("; over the classroom hour here" + ("" if check.precision == "bf16" else
                  ": this CPU has no bf16 units, so it trains in fp32"))
     return {"minutes": minutes, "reference_minutes": ref, "measured": when, "factor": f, "defaults": defaults,
             "over_hour": minutes > CLASSROOM_HOUR, "text": text}
+
+
+def describe_check(check: SpeedCheck) -> str:
+    """One line: what the speed check measured, against the reference machine."""
+    return (f"a classroom step takes {check.mlm_ms:.0f} ms (MLM) and {check.ltr_ms:.0f} ms (LTR) here ({check.precision}, "
+            f"{check.threads} threads) against {REFERENCE_STEP_MS['mlm']:.0f} / {REFERENCE_STEP_MS['ltr']:.0f} ms on the "
+            f"reference machine ({REFERENCE_MACHINE}): x{check.factor():.2f}")
 
 
 def _hm(minutes: float) -> str:
