@@ -12,7 +12,7 @@ from engine.errors import EngineError
 
 
 def check(factor: float, precision: str = "fp32") -> A.SpeedCheck:
-    return A.SpeedCheck(precision, 2, factor * timing.REFERENCE_STEP_MS["mlm"], factor * timing.REFERENCE_STEP_MS["ltr"])
+    return A.SpeedCheck(precision, 2, factor * timing.REFERENCE_STEP_MS)
 
 
 def test_every_builtin_study_has_a_reference_time():
@@ -36,13 +36,13 @@ def test_estimate_says_when_settings_differ_or_no_reference():
     assert "your settings differ" in A.estimate(study, check(1.0))["text"]
     lab = A.estimate(A.get_study("pretraining-tasks", scale="lab"), check(1.0))
     assert lab["minutes"] is None and "lab scale" in lab["text"]
-    gpu = A.SpeedCheck("bf16", 2, 100.0, 200.0, gpu=True)
+    gpu = A.SpeedCheck("bf16", 2, 100.0, gpu=True)
     assert A.estimate(A.get_study("masking", scale="classroom"), gpu)["minutes"] is None
 
 
 def test_speed_check_times_both_steps():
     c = A.speed_check(steps=1, warmup=0)
-    assert c.mlm_ms > 0 and c.ltr_ms > c.mlm_ms / 2 and c.precision in ("bf16", "fp32") and c.threads >= 1
+    assert c.step_ms > 0 and c.precision in ("bf16", "fp32") and c.threads >= 1
     assert c.factor() > 0
 
 
@@ -55,6 +55,6 @@ def test_cli_estimate(monkeypatch, capsys):
     assert out["estimates"]["training-steps"]["minutes"] == pytest.approx(2 * timing.REFERENCE_MINUTES["training-steps"][0])
     assert ablate(["estimate", "masking"]) == 0
     text = capsys.readouterr().out
-    assert "x2.00" in text and "speed check: a classroom step takes" in text and "masking: about 98 min" not in text and "masking: about 1 h 38 min" in text
+    assert "x2.00" in text and "speed check: a classroom MLM step takes" in text and "masking: about 98 min" not in text and "masking: about 1 h 38 min" in text
     with pytest.raises(EngineError, match="unknown study"):
         ablate(["estimate", "nope"])

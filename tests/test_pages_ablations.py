@@ -140,7 +140,7 @@ def test_new_study_downstream_epochs_and_name_follow_the_study(study_root):
 def test_new_study_time_estimate(study_root, monkeypatch):
     """The classroom scale offers a speed check; its estimate scales the study's reference time, and warns when
     that is over the hour (here: a machine 3x slower than the reference, in fp32)."""
-    slow = A.SpeedCheck("fp32", 2, 3 * A.timing.REFERENCE_STEP_MS["mlm"], 3 * A.timing.REFERENCE_STEP_MS["ltr"])
+    slow = A.SpeedCheck("fp32", 2, 3 * A.timing.REFERENCE_STEP_MS)
     monkeypatch.setattr(A, "speed_check", lambda: slow)
     at = app(study_root).run()
     at.selectbox(key="abl_study").set_value("training-steps").run()
