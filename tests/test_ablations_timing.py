@@ -40,7 +40,7 @@ def test_estimate_says_when_settings_differ_or_no_reference():
     assert A.estimate(A.get_study("masking", scale="classroom"), gpu)["minutes"] is None
 
 
-def test_speed_check_times_both_steps():
+def test_speed_check_times_a_step():
     c = A.speed_check(steps=1, warmup=0)
     assert c.step_ms > 0 and c.precision in ("bf16", "fp32") and c.threads >= 1
     assert c.factor() > 0

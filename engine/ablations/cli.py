@@ -27,7 +27,7 @@ def _parse_tasks(arg: str) -> tuple:
     return tuple(out)
 
 
-def main(argv: list) -> int:
+def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m engine ablate", description="Run or summarise an ablation study (paper Tables 5-8, Figure 5).")
     sub = p.add_subparsers(dest="cmd", required=True)
     r = sub.add_parser("run", help="plan a study and queue its jobs (or run them here with --foreground)")
@@ -62,8 +62,11 @@ def main(argv: list) -> int:
     e.add_argument("study", nargs="?", default=None, help="one study (default: every built-in study)")
     e.add_argument("--epochs", type=int, default=None, help="the downstream epochs you will run it with (default: the study's)")
     e.add_argument("--json", action="store_true", help="print one JSON object: the speed check and each estimate")
-    a = p.parse_args(argv)
+    return p
 
+
+def main(argv: list) -> int:
+    a = build_parser().parse_args(argv)
     if a.cmd == "list":
         for name in STUDIES:
             print(describe(get_study(name)) + "\n")
