@@ -62,8 +62,9 @@ def time_estimate(study: A.Study) -> None:
     if check is not None:
         est = A.estimate(study, check)
         (st.warning if est.get("over_hour") else st.info)(f"**Time:** {est['text']}.")
-        st.caption(f"Speed check: {A.describe_check(check)}. Idle machine assumed; engine/ablations/timing.py says "
-                   "what the estimate cannot see.")
+        st.caption(f"Speed check: {A.describe_check(check)}. Idle machine assumed: on a 2-core machine this browser "
+                   "competes with the check, so `python -m engine ablate estimate` in a terminal reads it more exactly "
+                   "(engine/ablations/timing.py says what else the estimate cannot see).")
 
 
 # ------------------------------------------------------------------ new study
