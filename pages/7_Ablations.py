@@ -123,11 +123,7 @@ with tab_new:
         if int(epochs) != default_epochs:
             study = A.with_epochs(study, int(epochs))
         if steps is not None and steps != study.base.steps:
-            study = replace(study, base=replace(study.base, steps=int(steps)))
-            if study.checkpoint_steps:
-                k = int(steps)
-                study = replace(study, checkpoint_steps=tuple(sorted({max(1, k // 4), k // 2, k})),
-                                base=replace(study.base, save_every=max(1, k // 4)))
+            study = A.with_steps(study, int(steps))
         base_table.dataframe(base_frame(study), hide_index=True, width="stretch")
         if scale == "classroom":
             time_estimate(study)

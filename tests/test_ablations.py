@@ -533,3 +533,17 @@ def test_tasks_flag_knows_the_corpus_made_tasks(tmp_path, capsys):
                    "--runs-root", str(tmp_path)]) == 0
     tasks = {flag(l.split(), "--task") for l in capsys.readouterr().out.splitlines() if l.startswith("python -m engine finetune")}
     assert tasks == {"bbc-cloze", "bbc-next"}
+
+
+def test_steps_override_moves_figure5_checkpoints_in_the_cli_and_the_planner(capsys):
+    """--steps on a study that evaluates checkpoints takes them at a quarter, half and all of the new steps (the CLI
+    once kept 750/1,500/3,000 for a 1,000-step run: checkpoints that never exist); one rule, `with_steps`."""
+    study = A.with_steps(A.get_study("training-steps", scale="classroom"), 1000)
+    assert study.checkpoint_steps == (250, 500, 1000) and study.base.save_every == 250
+    assert A.get_study("training-steps", scale="classroom").checkpoint_steps == (750, 1500, 3000)  # at_scale, same rule
+    from engine.ablations.cli import main
+    assert main(["run", "training-steps", "--classroom", "--steps", "1000", "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert "step-1000" in out and "step-3000" not in out and "--save-every 250" in out
+    with pytest.raises(EngineError, match="--steps must be"):
+        A.with_steps(study, 0)

@@ -47,7 +47,8 @@ def test_speed_check_times_a_step():
 
 
 def test_cli_estimate(monkeypatch, capsys):
-    monkeypatch.setattr(timing, "speed_check", lambda: check(2.0))
+    import engine.ablations.cli as cli
+    monkeypatch.setattr(cli, "speed_check", lambda: check(2.0))
     assert ablate(["estimate", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["speed_check"]["factor"] == pytest.approx(2.0)

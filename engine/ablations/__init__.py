@@ -34,4 +34,4 @@ from engine.ablations.timing import (REFERENCE_MACHINE, REFERENCE_MINUTES, Speed
                                      speed_check)
 from engine.ablations.verdict import VERDICTS, Contrast, bootstrap_difference, describe_entry, judge, verdict
 from engine.ablations.study import (Evaluation, FeatureArgs, FinetuneArgs, Study, Variant, describe,
-                                    study_from_dict, with_epochs)
+                                    study_from_dict, with_epochs, with_steps)

@@ -1,14 +1,15 @@
 """`python -m engine ablate run|show|resume|list|estimate`: plan and launch a study, print its table and the paper's finding."""
 import argparse
 import json
-from dataclasses import replace
+from dataclasses import asdict, replace
 
 from engine.ablations.folders import list_studies, studies_root, study_dir_name
 from engine.ablations.paper import SHARED_DATA, STUDIES, available_evaluations, get_study
 from engine.ablations.planner import plan
 from engine.ablations.results import StudyResults, collect_results, final_pretrain_metrics
 from engine.ablations.runner import launch, run_foreground
-from engine.ablations.study import describe
+from engine.ablations.study import describe, with_steps
+from engine.ablations.timing import REFERENCE_MACHINE, describe_check, estimate, speed_check
 from engine.ablations.verdict import describe_entry
 from engine.errors import EngineError
 
@@ -85,9 +86,7 @@ def main(argv: list) -> int:
         if a.tasks and scale:
             study = replace(study, evaluations=ev)
         if a.steps is not None:
-            if a.steps < 1:
-                raise EngineError(f"--steps must be positive (got {a.steps})")
-            study = replace(study, base=replace(study.base, steps=a.steps))
+            study = with_steps(study, a.steps)
         if a.budget_minutes is not None and a.budget != "time":
             raise EngineError("--budget-minutes goes with --budget time; drop it or add --budget time")
         study = replace(study, budget=a.budget, budget_minutes=a.budget_minutes)
@@ -121,9 +120,6 @@ def main(argv: list) -> int:
 
 
 def _estimate(a) -> int:
-    from dataclasses import asdict
-
-    from engine.ablations.timing import REFERENCE_MACHINE, describe_check, estimate, speed_check
     names = [a.study] if a.study else list(STUDIES)
     studies = [get_study(n, scale="classroom", epochs=a.epochs) for n in names]  # a bad name or --epochs: one line first
     check = speed_check()

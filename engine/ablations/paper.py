@@ -26,7 +26,7 @@ from pathlib import Path
 
 from engine.ablations.findings import NOT_YET, claim, compare, means
 from engine.ablations.study import (Evaluation, FeatureArgs, FinetuneArgs, Study, Variant, pretrain_column_name,
-                                    with_epochs)
+                                    with_epochs, with_steps)
 from engine.ablations.verdict import Contrast
 from engine.cli import text
 from engine.errors import EngineError
@@ -417,16 +417,11 @@ def at_scale(study: Study, scale: Scale) -> Study:
     pre-trained model such as MiniLM), its checkpoints at a quarter, half and all of the steps (Figure 5)."""
     base = replace(study.base, **scale.pretrain)
     ev = tuple(e for e in study.evaluations if e.train is None) if scale.builtin_tasks_only else study.evaluations
-    steps = study.checkpoint_steps
-    if steps:
-        k = base.steps
-        steps = tuple(sorted({max(1, k // 4), k // 2, k}))
-        base = replace(base, save_every=max(1, k // 4))
     fin = replace(scale.finetune, lr=(5e-5,)) if study.model else scale.finetune
     if scale == CLASSROOM and study.classroom_max_train:
         fin = replace(fin, max_train=study.classroom_max_train)
-    study = replace(study, base=base, finetune=fin, evaluations=ev or study.evaluations[:1], seeds=scale.seeds,
-                    checkpoint_steps=steps, scale=scale.name, title=f"{study.title} ({scale.label})")
+    study = with_steps(replace(study, base=base, finetune=fin, evaluations=ev or study.evaluations[:1], seeds=scale.seeds,
+                               scale=scale.name, title=f"{study.title} ({scale.label})"), base.steps)
     return with_epochs(study, study.classroom_epochs) if scale == CLASSROOM and study.classroom_epochs else study
 
 

@@ -146,6 +146,18 @@ def with_epochs(study: Study, epochs: int) -> Study:
     return replace(study, finetune=replace(study.finetune, epochs=(epochs,)), feature_epochs=epochs)
 
 
+def with_steps(study: Study, steps: int) -> Study:
+    """`study` with every variant pre-trained `steps` steps; a study that evaluates checkpoints (Figure 5) takes them
+    at a quarter, half and all of the steps, saving every quarter."""
+    if not isinstance(steps, int) or steps < 1:
+        raise EngineError(f"--steps must be a whole number of at least 1 (got {steps!r})")
+    base = replace(study.base, steps=steps)
+    if not study.checkpoint_steps:
+        return replace(study, base=base)
+    return replace(study, base=replace(base, save_every=max(1, steps // 4)),
+                   checkpoint_steps=tuple(sorted({max(1, steps // 4), steps // 2, steps})))
+
+
 def study_from_dict(d: dict) -> Study:
     """Rebuild a Study from its study.json form (asdict)."""
     def mk(cls, x):
