@@ -12,14 +12,15 @@ on this machine, where each button goes with which fields filled in, and whether
    study at classroom scale selected (done once such a study has every job finished).
 Times are BENCHMARKS.md's measurements on 2-core CPUs: the classroom pre-training (two phases, 32 then 128 tokens
 for the last 30%) 5.0 min with bf16 autocast (an Intel Xeon with native bf16) and 15.7 min in fp32 (an AMD EPYC
-with AVX2 only, which has no bf16 units); the classroom Table 5 study 57.2 min with bf16 on the Xeon, not timed in
+with AVX2 only, which has no bf16 units); the classroom Table 5 study 50.7 min with bf16 on the Xeon (its latest run; the one before took 57.2), not timed in
 fp32, where the page points to the speed check (`python -m engine ablate estimate`, the Ablations page's button:
-about 3 h 16 min on that EPYC, engine/ablations/timing.py).
+about 2 h 50 min on that EPYC, engine/ablations/timing.py).
 A GPU is faster; that is not measured for these steps.
 """
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from engine.ablations.timing import REFERENCE_MINUTES
 from engine.records import RUN_JSON, read_json_or_empty
 
 TABLE5 = "pretraining-tasks"
@@ -27,8 +28,8 @@ MINUTES = {  # BENCHMARKS.md, idle 2-core CPU: (bf16, fp32); None: not measured
     # the classroom run (second phase the last 30%), empty cache: 2026-11-26 evening on an Intel Xeon (bf16);
     # 2026-11-27 on an AMD EPYC with AVX2 only (fp32, 939 s)
     "pretrain": (5.0, 15.7),
-    "table5": (57.2, None),  # four tasks x four rows x 3 restarts, 2026-11-26 evening, Intel Xeon: the slower of the
-    # last two measured runs (50.7 min on 2026-11-27, the same code path), so the page does not promise the faster one
+    # the classroom Table 5 study on the Xeon: the reference the time estimate scales (engine.ablations.timing)
+    "table5": (REFERENCE_MINUTES[TABLE5][0], None),
 }
 
 
