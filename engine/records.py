@@ -63,7 +63,8 @@ FINETUNE_EVAL_FIELDS = (
     "best",  # the best trial: {trial, lr, batch_size, epochs, restart, seed, best_epoch, score, dev, seconds}
     "trials",  # every finished trial, as "best" plus "epochs_log" (per epoch: epoch, train_loss, score, metrics)
     "grid",  # per grid point across restarts: {lr, batch_size, epochs, n, mean, std, min, max}
-    "data",  # the task's sizes and details (train_examples, dev_examples, labels, max_seq_len, ...); "parsed": what
+    "data",  # the task's sizes and details (train_examples, dev_examples, labels, max_seq_len, ...; a classification
+    #   task's dev_majority_accuracy: always answering dev's most frequent label, the floor); "parsed": what
     #   the files were read as (engine.tasks.describe: type, columns, counts, labels with train counts, warnings)
     "warnings",  # when finished: the data's warnings, plus a classifier's one-class collapse on dev
     "device", "precision", "config", "seconds",

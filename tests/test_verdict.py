@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import engine.ablations as A
-from engine.ablations.verdict import VERDICTS, Contrast, bootstrap_difference, judge, metric_of, verdict
+from engine.ablations.verdict import VERDICTS, Contrast, above_floor, bootstrap_difference, judge, metric_of, verdict
 
 
 def correct(n: int, k: int, shift: int = 0) -> list:
@@ -61,7 +61,26 @@ def test_judge_puts_the_paper_beside_ours():
     assert empty["verdict"] == "inconclusive" and empty["ours"] is None
 
 
-def _eval_with_restarts(out, metric, per_restart):
+def test_a_comparison_of_two_rows_at_chance_says_the_task_was_not_learned():
+    c = Contrast("removing NSP hurts coherence", "BERT", "No NSP", "next")
+    at_chance = {("BERT", "next"): reps(2000, [1004, 1010, 998]), ("No NSP", "next"): reps(2000, [1002, 996, 1006])}
+    e = judge(c, at_chance, floor=0.5)
+    assert e["verdict"] == "inconclusive" and e["floor"]["majority_accuracy"] == 0.5
+    assert e["floor"]["BERT"]["learned"] is False and e["floor"]["No NSP"]["learned"] is False
+    assert "neither row is above the majority-class rate (50.0%)" in e["note"] and e["note"] in A.describe_entry(e)
+    # one row learned: no such note, and the verdict is still the interval's
+    learned = {**at_chance, ("BERT", "next"): reps(2000, [1200, 1210, 1190])}
+    e = judge(c, learned, floor=0.5)
+    assert e["verdict"] == "reproduced" and e["floor"]["BERT"]["learned"] is True and e["note"] == ""
+    assert e["floor"]["BERT"]["interval_95"][0] > 0 > e["floor"]["No NSP"]["interval_95"][0]
+    assert "floor" not in judge(c, at_chance)  # no floor known (an F1 column, an older eval.json): no check
+    # the floor is the majority rate, not 50%: 70% right on a 70/30 dev set is not above it
+    r = above_floor(reps(1000, [700, 702]), 0.7)
+    assert r["learned"] is False and r["low"] < 0 < r["high"]
+    assert above_floor([(0.9, None)], 0.5)["learned"] is None  # one replicate and no per-example scores
+
+
+def _eval_with_restarts(out, metric, per_restart, data=None):
     """An eval.json as engine.finetune writes it, one trial per restart with per-example scores."""
     out.mkdir(parents=True, exist_ok=True)
     trials = []
@@ -71,7 +90,8 @@ def _eval_with_restarts(out, metric, per_restart):
                        "score": dev[metric], "dev": dev, "epochs_log": [], "seconds": 1.0})
     best = max(trials, key=lambda t: t["score"])
     (out / "eval.json").write_text(json.dumps({"kind": "finetune", "status": "finished", "metric": metric,
-                                               "score": best["score"], "dev": best["dev"], "best": best, "trials": trials}))
+                                               "score": best["score"], "dev": best["dev"], "best": best, "trials": trials,
+                                               "data": data or {}}))
     (out / "run.json").write_text(json.dumps({"kind": "finetune", "status": "finished"}))
 
 
@@ -88,8 +108,9 @@ def test_show_json_prints_one_object_with_each_findings_verdict(tmp_path, capsys
         elif j.evaluation == A.CLOZE.name:
             k = ks[j.variant]
             _eval_with_restarts(d / j.out, "f1", [correct(1000, k + 5 * r, 11 * r) for r in range(3)])
-        else:  # the control: the same topic accuracy for every row
-            _eval_with_restarts(d / j.out, "accuracy", [correct(400, 360, 3 * r) for r in range(3)])
+        else:  # the control: the same topic accuracy for every row, well above the majority topic's 23%
+            _eval_with_restarts(d / j.out, "accuracy", [correct(400, 360, 3 * r) for r in range(3)],
+                                {"dev_majority_accuracy": 0.23})
     assert A.main(["show", str(d), "--json"]) == 0
     out = json.loads(capsys.readouterr().out)  # one JSON object, nothing else printed
     by = {(f["better"], f["worse"], f["column"]): f for f in out["findings"]}
@@ -101,6 +122,8 @@ def test_show_json_prints_one_object_with_each_findings_verdict(tmp_path, capsys
     assert by[("BERT (MLM + NSP)", "No NSP", A.CLOZE.name)]["verdict"] == "inconclusive"  # 1 point on 1,000 questions
     control = by[("BERT (MLM + NSP)", "LTR & No NSP", A.BBC.name)]
     assert control["verdict"] == "inconclusive" and control["ours"]["difference"] == pytest.approx(0)
+    assert control["floor"]["majority_accuracy"] == 0.23 and control["floor"]["LTR & No NSP"]["learned"] is True
+    assert "floor" not in span  # an F1 column has no majority-class floor
     assert all(c not in {k[2] for k in by} for c in (A.PUNCT.name, A.NEXT.name))  # columns the study does not have
     assert out["progress"]["total"] == len(jobs) and out["table"]
     assert A.main(["show", str(d)]) == 0  # the same verdicts as text
@@ -123,8 +146,10 @@ def test_dev_evaluators_record_per_example_scores_that_make_the_metric(monkeypat
     monkeypatch.setattr(glue, "predict", lambda *a, **k: [torch.tensor([0.0, 1.0])] * 3)  # always "1"
     monkeypatch.setattr(task, "lengths", lambda tok, ex, n: [1] * len(ex))
     monkeypatch.setattr(task, "collate", lambda tok, n: None)
-    dev = task.prepare(None, 8).evaluate(None, "cpu", 2)
+    prepared = task.prepare(None, 8)
+    dev = prepared.evaluate(None, "cpu", 2)
     assert dev[PER_EXAMPLE] == [1, 0, 1] and dev["accuracy"] == pytest.approx(np.mean(dev[PER_EXAMPLE]))
+    assert prepared.info["dev_majority_accuracy"] == pytest.approx(2 / 3)  # always "1": the floor
 
     gold = [TaggedSentence(["a", "b"], ["B-X", "O"]), TaggedSentence(["c", "d"], ["O", "B-X"])]
     pred = [["B-X", "O"], ["B-X", "O"]]

@@ -57,6 +57,7 @@ def collect_results(study_dir) -> StudyResults:
     jobs = data["jobs"]
     score_rows, curve_rows = [], []
     replicates = {}  # (variant, column, step) -> [(score, per-example values or None)], one per seed and restart
+    floors = {}  # accuracy column -> its dev set's majority-class rate, from a fine-tuning's eval.json (the same dev set)
     for j in jobs:
         out = study_dir / j["out"]
         if j["kind"] == "pretrain":
@@ -102,6 +103,8 @@ def collect_results(study_dir) -> StudyResults:
             for score, _ in reps:
                 score_rows.append({"variant": variant, "column": ev.name, "step": j.get("step"), "seed": j["seed"], "value": score})
             replicates.setdefault((variant, ev.name, j.get("step")), []).extend(reps)
+            if ev.metric == "accuracy" and not combine and (ev_data.get("data") or {}).get("dev_majority_accuracy") is not None:
+                floors[ev.name] = ev_data["data"]["dev_majority_accuracy"]
     scores = pd.DataFrame(score_rows, columns=["variant", "column", "step", "seed", "value"])
     curves = pd.DataFrame(curve_rows, columns=["variant", "seed", *CURVE_X, "metric", "split", "value"])
     summary = summarise(scores)
@@ -112,20 +115,20 @@ def collect_results(study_dir) -> StudyResults:
         progress[s] = sum(1 for r in states if r["state"] == s)
     progress["seconds"] = round(sum(j.get("seconds") or 0 for j in jobs), 1)  # foreground runs record each job's time
     return StudyResults(study=study, table=table, summary=summary, scores=scores, curves=curves,
-                        checks=study.check_finding(summary), findings=judge_findings(study, replicates),
+                        checks=study.check_finding(summary), findings=judge_findings(study, replicates, floors),
                         finding=study.finding, jobs=states, progress=progress)
 
 
-def judge_findings(study: Study, replicates: dict) -> list:
+def judge_findings(study: Study, replicates: dict, floors: dict = None) -> list:
     """Each of the study's findings judged (engine.ablations.verdict) on its replicates; Figure 5's at each row's
-    last evaluated step."""
+    last evaluated step. `floors`: {column: majority-class accuracy} for the columns whose fine-tuning recorded it."""
     last = {}
     for (variant, column, step) in replicates:
         k = (variant, column)
         if k not in last or (step is not None and (last[k] is None or step > last[k])):
             last[k] = step
     at_last = {k: replicates[(k[0], k[1], step)] for k, step in last.items()}
-    return [judge(c, at_last) for c in study.findings()]
+    return [judge(c, at_last, floor=(floors or {}).get(c.column)) for c in study.findings()]
 
 
 def final_pretrain_metrics(curves):

@@ -20,6 +20,13 @@ Verdict (exactly one of VERDICTS), with `direction` +1 when the paper says A > B
 - "reproduced": the interval lies entirely on the paper's side of 0;
 - "not reproduced": entirely on the other side;
 - "inconclusive": it contains 0.
+
+The floor (`above_floor`), for an accuracy column whose fine-tuning recorded its dev set's majority-class rate
+(eval.json data.dev_majority_accuracy): each row's score minus that rate, with the same bootstrap (its replicates,
+and its dev examples when it has per-example values; the rate itself is held fixed). A row "learned" the task when
+the interval lies above 0. When neither row did, the entry says so in its note: the verdict is still the
+interval's, but a comparison of two rows at chance cannot show a finding (the classroom Table 5's next-sentence
+column: every row at 50%, BENCHMARKS.md).
 """
 from dataclasses import dataclass
 
@@ -95,6 +102,28 @@ def bootstrap_difference(a: list, b: list, n_boot: int = N_BOOT, seed: int = 0) 
     return out
 
 
+def above_floor(reps: list, floor: float, n_boot: int = N_BOOT, seed: int = 0) -> dict:
+    """One row's score minus `floor` with its bootstrap interval: {difference, low, high, learned} (learned: the
+    interval lies above 0; None without anything to resample). `reps`: [(score, per-example values or None)]."""
+    mean = float(np.mean([s for s, _ in reps]))
+    out = {"difference": mean - floor, "low": None, "high": None, "learned": None}
+    rng = np.random.default_rng(seed)
+    per = [p for _, p in reps]
+    if all(p is not None for p in per) and len({len(p) for p in per}) == 1 and np.asarray(per[0]).ndim == 1:
+        vals = [np.asarray(p, dtype=float) for p in per]
+        idx = rng.integers(0, len(vals[0]), size=(n_boot, len(vals[0])))
+        s = np.stack([_per_example_metric(v, idx) for v in vals], axis=1)  # rounds x replicates
+        rounds = np.take_along_axis(s, rng.integers(0, len(vals), size=(n_boot, len(vals))), 1).mean(1)
+    elif len(reps) > 1:
+        sc = np.array([s for s, _ in reps])
+        rounds = sc[rng.integers(0, len(sc), size=(n_boot, len(sc)))].mean(1)
+    else:
+        return out
+    tail = (1 - LEVEL) / 2 * 100
+    lo, hi = float(np.percentile(rounds, tail)) - floor, float(np.percentile(rounds, 100 - tail)) - floor
+    return {**out, "low": lo, "high": hi, "learned": lo > 0}
+
+
 def verdict(low, high, direction: int = 1) -> str:
     """'reproduced' when [low, high] lies entirely on the paper's side of 0 (direction +1: A > B), 'not reproduced'
     when entirely on the other side, else (or without an interval) 'inconclusive'."""
@@ -108,9 +137,11 @@ def verdict(low, high, direction: int = 1) -> str:
     return "inconclusive"
 
 
-def judge(contrast: Contrast, replicates: dict, n_boot: int = N_BOOT, seed: int = 0) -> dict:
+def judge(contrast: Contrast, replicates: dict, n_boot: int = N_BOOT, seed: int = 0, floor: float = None) -> dict:
     """One finding's JSON entry: statement, verdict, our two numbers and their difference with its 95% interval,
-    the paper's numbers beside them. `replicates`: {(variant, column): [(score, per-example values or None)]}."""
+    the paper's numbers beside them. `replicates`: {(variant, column): [(score, per-example values or None)]}.
+    `floor`: the column's majority-class accuracy, when known: the entry then has "floor" (each row against it,
+    `above_floor`) and, when neither row is above it, a note that says so."""
     a, b = replicates.get((contrast.better, contrast.column)), replicates.get((contrast.worse, contrast.column))
     entry = {"statement": contrast.statement, "better": contrast.better, "worse": contrast.worse,
              "column": contrast.column,
@@ -123,6 +154,14 @@ def judge(contrast: Contrast, replicates: dict, n_boot: int = N_BOOT, seed: int 
             "interval_95": [r["low"], r["high"]] if r["low"] is not None else None, "resampled": r["resampled"],
             "replicates": [r["n_a"], r["n_b"]], "dev_examples": r["n_examples"]}
     note = "one replicate each and no per-example scores: no uncertainty to compare against" if r["resampled"] == "nothing" else ""
+    if floor is not None:
+        rows = {contrast.better: above_floor(a, floor, n_boot, seed), contrast.worse: above_floor(b, floor, n_boot, seed)}
+        entry["floor"] = {"majority_accuracy": floor, **{k: {"difference": x["difference"], "interval_95": [x["low"], x["high"]]
+                                                             if x["low"] is not None else None, "learned": x["learned"]}
+                                                         for k, x in rows.items()}}
+        if all(x["learned"] is False for x in rows.values()):
+            note = (f"neither row is above the majority-class rate ({100 * floor:.1f}%) beyond its uncertainty: the task "
+                    "was not learned here, so this comparison cannot show the finding")
     return {**entry, "verdict": verdict(r["low"], r["high"]), "ours": ours, "note": note}
 
 
@@ -137,4 +176,6 @@ def describe_entry(entry: dict) -> str:
     paper = entry.get("paper")
     if paper:
         text += f"; paper ({paper['task']}): {paper[entry['better']]} vs {paper[entry['worse']]}"
+    if ours and entry.get("note"):
+        text += f"; {entry['note']}"
     return text

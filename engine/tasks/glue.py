@@ -24,6 +24,7 @@ side). Departure from the paper: none on the data side; the GLUE test sets (no l
 """
 import functools
 import math
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -147,6 +148,10 @@ class TextTask:
             collapse = collapse_warning(preds, self.labels) if self.kind == "classification" else None
             return {**scores, "collapse": collapse} if collapse else scores  # a one-class collapse, said
         info = {"truncated_train": sum(n >= max_len for n in tr_len), "labels": list(self.labels)}
+        if self.kind == "classification" and self.dev:
+            # the accuracy of always answering the dev set's most frequent label: the floor a study checks a row
+            # against before reading a comparison on this column (engine.ablations.verdict.above_floor)
+            info["dev_majority_accuracy"] = max(Counter(e.label for e in self.dev).values()) / len(self.dev)
         return Prepared(self, self.kind, self.num_labels, self.metrics[0], self.train, tr_len, self.dev, dv_len,
                         collate, evaluate, info)
 
