@@ -1,4 +1,4 @@
-"""The corpus-made built-in tasks (bbc-cloze, bbc-punct, bbc-next): labels derived from the text, dev documents
+"""The corpus-made built-in tasks (bbc-cloze, bbc-punct, bbc-next, bbc-story): labels derived from the text, dev documents
 exactly the ones pre-training holds out, a deterministic split, the sizes."""
 
 import pytest
@@ -9,6 +9,7 @@ from engine.pretraining_data import build_pretraining_data
 from engine.tasks.bbc_cloze import BLANK, bbc_cloze_task, candidates, cloze_examples
 from engine.tasks.bbc_next import bbc_next_task, next_examples
 from engine.tasks.bbc_punct import bbc_punct_task, label_words, punct_examples
+from engine.tasks.bbc_story import bbc_story_task, topic_of
 from engine.tasks.heldout import Split, build, corpus_split, doc_rng
 from engine.tasks.registry import BUILTINS, load_task
 from engine.tokenizer import train_tokenizer
@@ -70,6 +71,32 @@ def test_next_pairs_are_balanced_with_negatives_from_the_same_document():
     assert next_examples("x", ["headline", "a.", "b."], doc_rng("x")) == []  # two sentences: no negative to draw
 
 
+def test_story_negatives_come_from_another_article_on_the_same_topic_and_side():
+    docs = [(f"{('sport', 'tech')[i % 2]}/{i:03d}.txt", sents) for i, (_, sents) in enumerate(fixture_docs(40))]
+    split = corpus_split(docs, eval_fraction=0.2, eval_seed=0)
+    sentences = {d: s[1:] for d, s in docs}  # bodies (the headline skipped)
+    dev_ids = {d for d, _ in split.dev}
+    assert len({topic_of(d) for d in dev_ids}) == 2  # both topics among the held-out articles
+    task = bbc_story_task(split)
+    for side, examples in (("train", task.train), ("dev", task.dev)):
+        labels = [e.label for e in examples]
+        assert labels.count("1") == labels.count("0") > 0
+        for e in examples:
+            doc = e.guid.split("#")[0]
+            body = sentences[doc]
+            i = body.index(e.text_a)
+            if e.label == "1":
+                assert e.text_b == body[i + 1]
+                continue
+            other = e.guid.split("-", 1)[1].split("#")[0]
+            assert other != doc and topic_of(other) == topic_of(doc) and e.text_b in sentences[other]
+            assert (other in dev_ids) == (doc in dev_ids)  # dev negatives only from held-out articles
+    assert {e.guid.split("#")[0] for e in task.dev} <= dev_ids
+    again = bbc_story_task(corpus_split(list(docs), eval_fraction=0.2, eval_seed=0))
+    assert again.train == task.train and again.dev == task.dev  # the same split and pairs every time
+    assert topic_of("business/001.txt") == "business" and topic_of("sotu:3") == "sotu"
+
+
 def test_dev_documents_are_exactly_the_ones_pretraining_holds_out(tmp_path):
     docs = fixture_docs(40)
     split = corpus_split(docs, eval_fraction=0.1, eval_seed=0)
@@ -109,13 +136,13 @@ def test_tasks_on_a_split_have_the_right_types_and_sizes():
     assert punct.kind == "tagging" and set(punct.labels) >= {"O", "B-COMMA", "B-PERIOD", "B-QUESTION"}
     assert 0.5 < punct.info["majority_accuracy"] < 1
     assert nxt.labels == ["0", "1"] and len(nxt.dev) == 24
-    assert {"bbc-cloze", "bbc-punct", "bbc-next"} <= set(BUILTINS)
+    assert {"bbc-cloze", "bbc-punct", "bbc-next", "bbc-story"} <= set(BUILTINS)
 
 
 @pytest.mark.slow
 def test_classroom_tasks_have_2000_unseen_dev_examples():
     try:
-        tasks = [load_task(n) for n in ("bbc-cloze", "bbc-punct", "bbc-next")]
+        tasks = [load_task(n) for n in ("bbc-cloze", "bbc-punct", "bbc-next", "bbc-story")]
     except EngineError as e:
         pytest.skip(f"corpora unavailable: {e}")
     from engine.corpora import load_corpus

@@ -18,6 +18,7 @@ from engine.errors import EngineError
 from engine.tasks.bbc_cloze import bbc_cloze_task
 from engine.tasks.bbc_next import bbc_next_task
 from engine.tasks.bbc_punct import bbc_punct_task
+from engine.tasks.bbc_story import bbc_story_task
 from engine.tasks.builtin import bbc_topic_task, wnut16_task
 from engine.tasks.glue import load_glue
 from engine.tasks.multiple_choice import load_multiple_choice
@@ -71,6 +72,8 @@ BUILTINS = {b.name: b for b in (
     BuiltinTask("bbc-punct", "restore punctuation in lower-cased BBC text (COMMA/PERIOD/QUESTION per word, F1)",
                 bbc_punct_task, "tagging"),
     BuiltinTask("bbc-next", "does sentence B follow A? negatives from the same article (accuracy)", bbc_next_task, "glue"),
+    BuiltinTask("bbc-story", "does sentence B continue A's story? negatives from another article on the same topic "
+                "(accuracy)", bbc_story_task, "glue"),
 )}
 
 
