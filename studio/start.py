@@ -167,12 +167,14 @@ def guided_steps(root, visited: dict, precision: str = "fp32", device: str = "cp
     s4 = Step(4, "Run the paper's Table 5 at classroom scale",
               "BERT vs No NSP vs left-to-right (and + BiLSTM), each pre-trained for minutes on BBC News and fine-tuned "
               "on tasks where the paper's gaps live: a cloze reading task (span extraction), punctuation restoration "
-              "(needs the right context), next-sentence coherence (same-article negatives), and BBC topics as the "
+              "(needs the right context), whether sentence B continues A's story (negatives from other articles on the "
+              "same topic), and BBC topics as the "
               "control (`python -m engine ablate run pretraining-tasks --classroom`). What to expect, measured: the masked-LM "
               "models learn to read their context (accuracy at [MASK] 10-15%, against 4% for always answering the most "
               "frequent word), but at this scale most of the paper's ordering does not appear: the left-to-right model, "
               "trained on every token, leads on the span and topic tasks after minutes; BERT leads on punctuation with "
-              "today's recipe (in both of its last two runs); NSP is not learned in this budget, so the coherence column stays at chance. The verdicts "
+              "today's recipe (in both of its last two runs); NSP is not learned in this budget (not at all at 32 tokens, "
+              "then the same pairs are memorised), so the sentence-pair column stays near chance. The verdicts "
               "say so, with their uncertainty (BENCHMARKS.md reads them).",
               _minutes("table5", precision, device),
               "pages/7_Ablations.py", "Set up the Table 5 study",

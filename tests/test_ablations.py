@@ -86,7 +86,7 @@ def test_lab_scale_is_one_flag_with_its_own_settings(tmp_path, capsys):
     assert study.scale == "lab" and study.seeds == (0, 1) and study.title.endswith("(lab scale)")
     assert (study.base.preset, study.base.steps, study.base.batch_size, study.base.dupe_factor) == ("mini", 5000, 128, 5)
     assert (study.base.dropout, study.base.mask_rate) == (0.1, 0.15)  # the paper's, for the longer run
-    assert [e.task for e in study.evaluations] == ["bbc-cloze", "bbc-punct", "bbc-next", "bbc-topic"]
+    assert [e.task for e in study.evaluations] == ["bbc-cloze", "bbc-punct", "bbc-story", "bbc-topic"]
     assert A.main(["run", "pretraining-tasks", "--lab", "--dry-run", "--runs-root", str(tmp_path)]) == 0
     lines = [l.split() for l in capsys.readouterr().out.splitlines() if l.startswith("python -m engine")]
     pre = [l for l in lines if l[3] == "pretrain"]
@@ -117,22 +117,22 @@ def test_classroom_scale_fits_the_hour():
     b = study.base
     assert (b.preset, b.steps, b.batch_size, b.seq_len, b.phase2_seq_len, b.phase2_fraction) == ("tiny", 3000, 64, 32, 128, 0.3)
     assert replace(b, steps=2000, batch_size=16, seq_len=128, phase2_seq_len=None, phase2_fraction=0.1, eval_every=200) == PretrainConfig()
-    # span, token (right context), coherence, and the topic control
-    assert [e.task for e in study.evaluations] == ["bbc-cloze", "bbc-punct", "bbc-next", "bbc-topic"]
+    # span, token (right context), a sentence pair (same story?), and the topic control
+    assert [e.task for e in study.evaluations] == ["bbc-cloze", "bbc-punct", "bbc-story", "bbc-topic"]
     jobs = A.plan(study, "/x")
     assert sum(j.kind == "pretrain" for j in jobs) == 3 and sum(j.kind == "finetune" for j in jobs) == 16
     ft = [j for j in jobs if j.kind == "finetune"]
     assert all(flag(j.argv, "--lr").count(",") == 0 and flag(j.argv, "--epochs").count(",") == 0 for j in ft)
     assert all(flag(j.argv, "--restarts") == "3" for j in ft)  # the replicates each verdict resamples
     assert {(c.better, c.worse, c.column) for c in study.findings()} >= {
-        ("BERT (MLM + NSP)", "LTR & No NSP", "BBC cloze span (F1)"), ("BERT (MLM + NSP)", "No NSP", "BBC next sentence (acc)"),
+        ("BERT (MLM + NSP)", "LTR & No NSP", "BBC cloze span (F1)"), ("BERT (MLM + NSP)", "No NSP", "BBC same story (acc)"),
         ("BERT (MLM + NSP)", "LTR & No NSP", "BBC punctuation (F1)"), ("+ BiLSTM", "LTR & No NSP", "BBC cloze span (F1)")}
 
 
 def test_every_pretraining_study_evaluates_corpus_made_tasks_at_classroom_scale(tmp_path):
     """Tables 6 and 8 and Figure 5 use the tasks made from BBC News (dev texts held out of pre-training), and
     every contrast a study judges names one of its own columns and two of its rows."""
-    made = {"bbc-cloze", "bbc-punct", "bbc-next", "bbc-topic"}
+    made = {"bbc-cloze", "bbc-punct", "bbc-next", "bbc-story", "bbc-topic"}
     for name, tasks in (("model-size", ["bbc-cloze", "bbc-topic"]), ("masking", ["bbc-punct", "bbc-punct"]),
                         ("training-steps", ["bbc-cloze"])):
         study = A.get_study(name, scale="classroom")

@@ -12,8 +12,10 @@ qualitative finding and its check against our results.
 
 Departures from the paper, all of scale: tiny/mini models pre-trained for minutes on the BBC corpus instead of
 BERT-BASE for a million steps on 3.3B words; the downstream tasks are built-in: Table 5 uses `bbc-cloze` (span
-extraction, for SQuAD), `bbc-punct` (a token task whose labels need the right context), `bbc-next` (same-article
-coherence, for the sentence-pair tasks) and `bbc-topic` as the control; Figure 5 `bbc-cloze`; Table 6 `bbc-cloze`
+extraction, for SQuAD), `bbc-punct` (a token task whose labels need the right context), `bbc-story` (is B from A's
+story, negatives from other articles on the same topic: the sentence-pair column) and `bbc-topic` as the control
+(until 2026-11-27 the pair column was `bbc-next`, same-article coherence, which even fine-tuned MiniLM does not
+learn: BENCHMARKS.md; it stays available through `--tasks`, with its own contrast); Figure 5 `bbc-cloze`; Table 6 `bbc-cloze`
 and `bbc-topic` (for SQuAD and SST-2); Table 8 `bbc-punct` fine-tuned and feature-based (for CoNLL-2003 NER); Table 7 `wnut16` (real NER, MiniLM); plus RTE and CoLA from `../shared/data`
 when that folder is present (not at the classroom and lab scales, which keep to the built-in tasks). Whether a
 finding is reproduced is decided only for each study's `contrasts`, with a bootstrap (engine.ablations.verdict),
@@ -59,12 +61,15 @@ def table8_label(mask: int, same: int, rnd: int) -> str:
 BBC = Evaluation("BBC topic (acc)", "bbc-topic", "accuracy")
 WNUT = Evaluation("WNUT-16 NER (F1)", "wnut16", "f1")
 # Table 5's classroom columns (engine/tasks/bbc_*.py; README's task cards): span extraction, a token task whose
-# labels depend on the right context, sentence-pair coherence; BBC topic stays as the control
+# labels depend on the right context, a sentence pair (is B from A's story?); BBC topic stays as the control.
+# The pair column is bbc-story, not bbc-next (same-article coherence): fine-tuned MiniLM stayed at chance on bbc-next
+# (51.5% with 1,500 pairs, 52.6% with 8,000) and learned bbc-story (BENCHMARKS.md, 2026-11-27), the criterion the
+# swap was decided on before any classroom row was fine-tuned on it
 CLOZE = Evaluation("BBC cloze span (F1)", "bbc-cloze", "f1")
 PUNCT = Evaluation("BBC punctuation (F1)", "bbc-punct", "f1")
 NEXT = Evaluation("BBC next sentence (acc)", "bbc-next", "accuracy")
 STORY = Evaluation("BBC same story (acc)", "bbc-story", "accuracy")
-TABLE5_TASKS = (CLOZE, PUNCT, NEXT, BBC)
+TABLE5_TASKS = (CLOZE, PUNCT, STORY, BBC)
 
 
 def shared_evaluations(data_dir=None) -> list:
@@ -376,7 +381,7 @@ CLASSROOM_PRETRAIN = dict(preset="tiny", **CLASSROOM_RECIPE)
 # A tiny model trained for minutes wants a far larger fine-tuning rate than BERT-BASE's 5e-5 (Google's small
 # BERTs go up to 5e-4; at 3e-4 three epochs left the tiny models under-fitted in our trials, 1e-3 for five did not).
 # Three restarts per cell: the spread a verdict is judged against (engine.ablations.verdict resamples them); at most
-# 1,500 training examples per task (bbc-punct and bbc-next have 8,000, bbc-cloze 2,627, bbc-topic 1,781; 2,000 until
+# 1,500 training examples per task (bbc-punct, bbc-next and bbc-story have 8,000, bbc-cloze 2,627, bbc-topic 1,781; 2,000 until
 # the two-phase pre-training above took 1.6x the time of the old one), so the classroom Table 5 (3 pre-training runs
 # + 16 fine-tuning jobs of 3 restarts) stays within its hour (measured: BENCHMARKS.md).
 CLASSROOM_FINETUNE = FinetuneArgs(lr=(1e-3,), batch_size=(32,), epochs=(5,), restarts=3, max_train=1500, max_seq_len=128)
