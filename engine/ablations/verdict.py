@@ -107,24 +107,13 @@ def bootstrap_difference(a: list, b: list, n_boot: int = N_BOOT, seed: int = 0) 
 
 def above_floor(reps: list, floor: float, n_boot: int = N_BOOT, seed: int = 0) -> dict:
     """One row's score minus `floor` with its bootstrap interval: {difference, low, high, learned} (learned: the
-    interval lies above 0; None without anything to resample). `reps`: [(score, per-example values or None)]."""
-    mean = float(np.mean([s for s, _ in reps]))
-    out = {"difference": mean - floor, "low": None, "high": None, "learned": None}
-    rng = np.random.default_rng(seed)
-    per = [p for _, p in reps]
-    if all(p is not None for p in per) and len({len(p) for p in per}) == 1 and np.asarray(per[0]).ndim == 1:
-        vals = [np.asarray(p, dtype=float) for p in per]
-        idx = rng.integers(0, len(vals[0]), size=(n_boot, len(vals[0])))
-        s = np.stack([_per_example_metric(v, idx) for v in vals], axis=1)  # rounds x replicates
-        rounds = np.take_along_axis(s, rng.integers(0, len(vals), size=(n_boot, len(vals))), 1).mean(1)
-    elif len(reps) > 1:
-        sc = np.array([s for s, _ in reps])
-        rounds = sc[rng.integers(0, len(sc), size=(n_boot, len(sc)))].mean(1)
-    else:
-        return out
-    tail = (1 - LEVEL) / 2 * 100
-    lo, hi = float(np.percentile(rounds, tail)) - floor, float(np.percentile(rounds, 100 - tail)) - floor
-    return {**out, "low": lo, "high": hi, "learned": lo > 0}
+    interval lies above 0; None without anything to resample). `reps`: [(score, per-example values or None)].
+    The floor is a row that scores `floor` on every dev example, compared with `bootstrap_difference`."""
+    per = reps[0][1]
+    fixed = [(floor, [floor] * len(per) if per is not None else None)]
+    r = bootstrap_difference(reps, fixed, n_boot, seed)
+    return {"difference": r["difference"], "low": r["low"], "high": r["high"],
+            "learned": None if r["low"] is None else r["low"] > 0}
 
 
 def verdict(low, high, direction: int = 1) -> str:
@@ -159,9 +148,10 @@ def judge(contrast: Contrast, replicates: dict, n_boot: int = N_BOOT, seed: int 
     note = "one replicate each and no per-example scores: no uncertainty to compare against" if r["resampled"] == "nothing" else ""
     if floor is not None:
         rows = {contrast.better: above_floor(a, floor, n_boot, seed), contrast.worse: above_floor(b, floor, n_boot, seed)}
-        entry["floor"] = {"majority_accuracy": floor, **{k: {"difference": x["difference"], "interval_95": [x["low"], x["high"]]
-                                                             if x["low"] is not None else None, "learned": x["learned"]}
-                                                         for k, x in rows.items()}}
+        entry["floor"] = {"majority_accuracy": floor}
+        for k, x in rows.items():
+            iv = [x["low"], x["high"]] if x["low"] is not None else None
+            entry["floor"][k] = {"difference": x["difference"], "interval_95": iv, "learned": x["learned"]}
         if all(x["learned"] is False for x in rows.values()):
             note = (f"neither row is above the majority-class rate ({100 * floor:.1f}%) beyond its uncertainty: the task "
                     "was not learned here, so this comparison cannot show the finding")
