@@ -178,7 +178,7 @@ with tab_results:
                 st.markdown("**The paper's finding**")
                 st.info(res.finding)
                 if res.findings:
-                    st.markdown("**Reproduced here?** (the difference's 95% bootstrap interval over seeds, restarts and dev examples)")
+                    st.markdown("**Reproduced here?** (the difference's 95% bootstrap interval over pre-training seeds, fine-tuning restarts and dev examples)")
                 for f in res.findings:
                     icon = {"reproduced": "✅", "not reproduced": "❌", "inconclusive": "❔"}[f["verdict"]]
                     st.markdown(f"{icon} {f['verdict']} — {f['statement']} ({f['column']})  \n"

@@ -52,6 +52,31 @@ def test_tagging_counts_give_micro_f1_and_are_resampled_by_sentence():
     assert r["resampled"] == "replicates+examples" and verdict(r["low"], r["high"]) == "reproduced"
 
 
+def test_several_pretraining_seeds_are_resampled_as_clusters():
+    """Restarts of one pre-trained model are not independent draws of the variant: with two pre-training seeds
+    whose gaps disagree, many tight restarts must not make the finding look certain."""
+    def seeded(n, ks_by_seed):
+        return [(k / n, correct(n, k, 7 * i + 3 * s), s) for s, ks in enumerate(ks_by_seed) for i, k in enumerate(ks)]
+
+    a = seeded(1000, [[850, 851, 849, 850, 852], [760, 761, 759, 760, 762]])  # seed 0: A far ahead; seed 1: behind
+    b = seeded(1000, [[700, 701, 699, 700, 702], [780, 781, 779, 780, 782]])
+    flat = bootstrap_difference([r[:2] for r in a], [r[:2] for r in b])  # the seeds forgotten: 10 "independent" runs
+    r = bootstrap_difference(a, b)
+    assert r["difference"] == pytest.approx(flat["difference"]) and (r["seeds_a"], r["seeds_b"]) == (2, 2)
+    assert verdict(flat["low"], flat["high"]) == "reproduced"
+    assert verdict(r["low"], r["high"]) == "inconclusive" and r["low"] < -0.01 and r["high"] > 0.14  # each seed's own gap
+    consistent = seeded(1000, [[850, 851, 849], [830, 831, 829]]), seeded(1000, [[700, 701, 699], [710, 711, 709]])
+    c = bootstrap_difference(*consistent)
+    assert verdict(c["low"], c["high"]) == "reproduced" and c["low"] > 0.1
+    # one pre-training seed: the same interval as replicates without a seed (the one-stage bootstrap)
+    one, plain = bootstrap_difference(a[:5], b[:5]), bootstrap_difference([x[:2] for x in a[:5]], [x[:2] for x in b[:5]])
+    assert (one["low"], one["high"]) == (plain["low"], plain["high"]) and one["seeds_a"] == 1
+    e = judge(Contrast("A beats B", "A", "B", "col"), {("A", "col"): a, ("B", "col"): b})
+    assert e["ours"]["pretraining_seeds"] == [2, 2] and "pre-training seeds 2 and 2" in A.describe_entry(e)
+    e1 = judge(Contrast("A beats B", "A", "B", "col"), {("A", "col"): a[:5], ("B", "col"): b[:5]})
+    assert "one pre-training seed" in A.describe_entry(e1)
+
+
 def test_judge_puts_the_paper_beside_ours():
     c = Contrast("MLM beats LTR on spans", "MLM", "LTR", "span", (88.5, 77.8), "SQuAD 1.1 F1")
     e = judge(c, {("MLM", "span"): reps(500, [400, 410]), ("LTR", "span"): reps(500, [300, 310])})
@@ -130,6 +155,28 @@ def test_show_json_prints_one_object_with_each_findings_verdict(tmp_path, capsys
     text = capsys.readouterr().out
     assert f"[reproduced] {span['statement']} ({A.CLOZE.name}): 70.5 vs 50.5, difference +20.0 [" in text
     assert "paper (SQuAD 1.1 F1): 88.5 vs 77.8" in text
+
+
+def test_show_json_resamples_a_studys_pretraining_seeds(tmp_path, capsys, fake_runs):
+    """A study with two pre-training seeds: each replicate keeps the seed of the run it was fine-tuned from, so a
+    gap that holds for seed 0 and reverses for seed 1 is inconclusive."""
+    study = A.get_study("pretraining-tasks", seeds=2, evaluations=(A.CLOZE,))
+    d = tmp_path / "studies" / study.name
+    d.mkdir(parents=True)
+    jobs = A.plan(study, d)
+    A.write_study(d, study, jobs, mode="foreground")
+    ks = {0: {"BERT (MLM + NSP)": 700, "LTR & No NSP": 500}, 1: {"BERT (MLM + NSP)": 480, "LTR & No NSP": 520}}
+    for j in jobs:
+        if j.kind == "pretrain":
+            fake_runs.pretrain(d / j.out, 5.0)
+        else:
+            k = ks[j.seed].get(j.variant, 600)
+            _eval_with_restarts(d / j.out, "f1", [correct(1000, k + r, 11 * r) for r in range(3)])
+    assert A.main(["show", str(d), "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    span = next(f for f in out["findings"] if (f["better"], f["worse"]) == ("BERT (MLM + NSP)", "LTR & No NSP"))
+    assert span["ours"]["replicates"] == [6, 6] and span["ours"]["pretraining_seeds"] == [2, 2]
+    assert span["ours"]["difference"] == pytest.approx(0.08, abs=0.002) and span["verdict"] == "inconclusive"
 
 
 def test_dev_evaluators_record_per_example_scores_that_make_the_metric(monkeypatch):

@@ -56,7 +56,7 @@ def collect_results(study_dir) -> StudyResults:
     study = study_from_dict(data["study"])
     jobs = data["jobs"]
     score_rows, curve_rows = [], []
-    replicates = {}  # (variant, column, step) -> [(score, per-example values or None)], one per seed and restart
+    replicates = {}  # (variant, column, step) -> [(score, per-example values or None, pre-training seed)], one per seed and restart
     floors = {}  # accuracy column -> its dev set's majority-class rate, from a fine-tuning's eval.json (the same dev set)
     for j in jobs:
         out = study_dir / j["out"]
@@ -83,7 +83,7 @@ def collect_results(study_dir) -> StudyResults:
                     if col in evals[-1]:
                         score_rows.append({"variant": j["variant"], "column": pretrain_column_name(col), "step": None,
                                            "seed": j["seed"], "value": evals[-1][col]})
-                        replicates.setdefault((j["variant"], pretrain_column_name(col), None), []).append((evals[-1][col], None))
+                        replicates.setdefault((j["variant"], pretrain_column_name(col), None), []).append((evals[-1][col], None, j["seed"]))
             continue
         ev_data = records.read_eval(out)
         if not ev_data:
@@ -102,7 +102,7 @@ def collect_results(study_dir) -> StudyResults:
             reps = reps or [(val, None)]
             for score, _ in reps:
                 score_rows.append({"variant": variant, "column": ev.name, "step": j.get("step"), "seed": j["seed"], "value": score})
-            replicates.setdefault((variant, ev.name, j.get("step")), []).extend(reps)
+            replicates.setdefault((variant, ev.name, j.get("step")), []).extend((s, p, j["seed"]) for s, p in reps)
             if ev.metric == "accuracy" and not combine and (ev_data.get("data") or {}).get("dev_majority_accuracy") is not None:
                 floors[ev.name] = ev_data["data"]["dev_majority_accuracy"]
     scores = pd.DataFrame(score_rows, columns=["variant", "column", "step", "seed", "value"])

@@ -1,15 +1,25 @@
 """A finding's verdict: is variant A better than variant B on a column, beyond the uncertainty of our numbers?
 
 The data of one variant on one column are its replicates: one per (pre-training seed, fine-tuning restart), each
-with its dev score and, where the task records them (engine.records.PER_EXAMPLE), its scores per dev example.
+`(score, per-example values or None, pre-training seed)`: its dev score, its scores per dev example where the task
+records them (engine.records.PER_EXAMPLE), and the pre-training run it was fine-tuned from (the third element may
+be left out: one pre-training run).
 
 The bootstrap (`bootstrap_difference`), `n_boot` rounds drawn from one numpy Generator(seed):
-1. resample each variant's replicates with replacement (independently: A's and B's runs are different models);
+1. resample each variant's replicates (independently: A's and B's runs are different models). With one
+   pre-training seed, its replicates with replacement. With several, in two stages, because restarts of one
+   pre-trained model are not independent draws of the variant (between two pre-training starts the classroom span
+   column moved by up to 4.7 F1 points, more than between restarts: BENCHMARKS.md): the pre-training seeds with
+   replacement, then each drawn seed's restarts with replacement; the variant's round score is the mean over the
+   drawn seeds of their restarts' mean (a cluster bootstrap). With two seeds its interval reaches each seed's own
+   result, so a finding is reproduced only when it holds from either pre-training start;
 2. resample the dev examples with replacement, ONE draw shared by both variants (they were scored on the same
    examples, so a hard example counts against both: a paired bootstrap over examples);
 3. a replicate's score on the resampled examples is the task's metric of them (the mean of the per-example values;
    for tagging, entity F1 = 2tp / (2tp + fp + fn) of the summed counts); a variant's score is the mean over its
-   resampled replicates; the round's difference is A - B.
+   resampled replicates (step 1); the round's difference is A - B.
+With one pre-training seed per variant the interval holds the fine-tuning restarts' and the dev set's uncertainty
+only, not the spread between pre-training runs; the judged entry says how many seeds each row had.
 The 95% interval is the 2.5th and 97.5th percentiles of the rounds' differences; the difference itself is the
 mean over replicates of A minus that of B on the full dev set. When a replicate has no per-example values (a
 features run, a metric such as MCC that is not a mean over examples) step 2 is skipped for the whole comparison and
@@ -69,33 +79,49 @@ def _per_example_metric(values: np.ndarray, idx: np.ndarray) -> np.ndarray:
     return picked.mean(1)
 
 
+def pretraining_seeds(reps: list) -> list:
+    """The pre-training seed of each replicate (its third element; 0 when a replicate has none)."""
+    return [r[2] if len(r) > 2 else 0 for r in reps]
+
+
+def _resampled_means(scores: np.ndarray, seeds: list, rng) -> np.ndarray:
+    """A variant's score in each round (module docstring, step 1). `scores`: rounds x replicates, each replicate's
+    score on the round's dev examples; `seeds`: each replicate's pre-training seed. Returns (rounds,)."""
+    n_boot = scores.shape[0]
+    groups = [np.flatnonzero(np.asarray(seeds) == g) for g in dict.fromkeys(seeds)]
+    # per seed: its restarts drawn with replacement, their mean -> rounds x seeds
+    per_seed = np.stack([np.take_along_axis(scores[:, g], rng.integers(0, len(g), size=(n_boot, len(g))), 1).mean(1)
+                         for g in groups], axis=1)
+    if len(groups) == 1:
+        return per_seed[:, 0]
+    return np.take_along_axis(per_seed, rng.integers(0, len(groups), size=(n_boot, len(groups))), 1).mean(1)
+
+
 def bootstrap_difference(a: list, b: list, n_boot: int = N_BOOT, seed: int = 0) -> dict:
     """A minus B with its bootstrap interval (module docstring). `a`, `b`: replicates as (score, per-example values
-    or None). Returns {difference, low, high, resampled ("replicates+examples" | "replicates" | "nothing"), n_a,
-    n_b, n_examples, a_mean, b_mean}."""
+    or None[, pre-training seed]). Returns {difference, low, high, resampled ("replicates+examples" | "replicates"
+    | "nothing"), n_a, n_b, seeds_a, seeds_b (pre-training seeds), n_examples, a_mean, b_mean}."""
     if not a or not b:
         raise ValueError("both variants need at least one replicate")
-    a_mean = float(np.mean([s for s, _ in a]))
-    b_mean = float(np.mean([s for s, _ in b]))
-    out = {"difference": a_mean - b_mean, "a_mean": a_mean, "b_mean": b_mean, "n_a": len(a), "n_b": len(b)}
+    a_mean = float(np.mean([r[0] for r in a]))
+    b_mean = float(np.mean([r[0] for r in b]))
+    ga, gb = pretraining_seeds(a), pretraining_seeds(b)
+    out = {"difference": a_mean - b_mean, "a_mean": a_mean, "b_mean": b_mean, "n_a": len(a), "n_b": len(b),
+           "seeds_a": len(set(ga)), "seeds_b": len(set(gb))}
     rng = np.random.default_rng(seed)
-    per = [p for _, p in a + b]
+    per = [r[1] for r in a + b]
     lengths = {len(p) for p in per if p is not None}
     if all(p is not None for p in per) and len(lengths) == 1:
         n = lengths.pop()
-        va = [np.asarray(p, dtype=float) for _, p in a]
-        vb = [np.asarray(p, dtype=float) for _, p in b]
         idx = rng.integers(0, n, size=(n_boot, n))  # shared by both variants
-        ra = rng.integers(0, len(va), size=(n_boot, len(va)))
-        rb = rng.integers(0, len(vb), size=(n_boot, len(vb)))
-        sa = np.stack([_per_example_metric(v, idx) for v in va], axis=1)  # rounds x replicates
-        sb = np.stack([_per_example_metric(v, idx) for v in vb], axis=1)
-        diffs = np.take_along_axis(sa, ra, 1).mean(1) - np.take_along_axis(sb, rb, 1).mean(1)
+        sa = np.stack([_per_example_metric(np.asarray(r[1], dtype=float), idx) for r in a], axis=1)  # rounds x replicates
+        sb = np.stack([_per_example_metric(np.asarray(r[1], dtype=float), idx) for r in b], axis=1)
+        diffs = _resampled_means(sa, ga, rng) - _resampled_means(sb, gb, rng)
         out.update(resampled="replicates+examples", n_examples=n)
     elif len(a) > 1 or len(b) > 1:
-        sa, sb = np.array([s for s, _ in a]), np.array([s for s, _ in b])
-        diffs = (sa[rng.integers(0, len(sa), size=(n_boot, len(sa)))].mean(1)
-                 - sb[rng.integers(0, len(sb), size=(n_boot, len(sb)))].mean(1))
+        sa = np.tile(np.array([r[0] for r in a]), (n_boot, 1))
+        sb = np.tile(np.array([r[0] for r in b]), (n_boot, 1))
+        diffs = _resampled_means(sa, ga, rng) - _resampled_means(sb, gb, rng)
         out.update(resampled="replicates", n_examples=None)
     else:
         out.update(resampled="nothing", n_examples=None, low=None, high=None)
@@ -144,7 +170,8 @@ def judge(contrast: Contrast, replicates: dict, n_boot: int = N_BOOT, seed: int 
     r = bootstrap_difference(a, b, n_boot, seed)
     ours = {contrast.better: r["a_mean"], contrast.worse: r["b_mean"], "difference": r["difference"],
             "interval_95": [r["low"], r["high"]] if r["low"] is not None else None, "resampled": r["resampled"],
-            "replicates": [r["n_a"], r["n_b"]], "dev_examples": r["n_examples"]}
+            "replicates": [r["n_a"], r["n_b"]], "pretraining_seeds": [r["seeds_a"], r["seeds_b"]],
+            "dev_examples": r["n_examples"]}
     note = "one replicate each and no per-example scores: no uncertainty to compare against" if r["resampled"] == "nothing" else ""
     if floor is not None:
         rows = {contrast.better: above_floor(a, floor, n_boot, seed), contrast.worse: above_floor(b, floor, n_boot, seed)}
@@ -166,6 +193,9 @@ def describe_entry(entry: dict) -> str:
         iv = ours["interval_95"]
         text = (f"{100 * ours[entry['better']]:.1f} vs {100 * ours[entry['worse']]:.1f}, difference "
                 f"{100 * ours['difference']:+.1f}" + (f" [{100 * iv[0]:+.1f}, {100 * iv[1]:+.1f}]" if iv else " (no interval)"))
+        seeds = ours.get("pretraining_seeds") or [1, 1]
+        text += (f"; pre-training seeds {seeds[0]} and {seeds[1]}" if max(seeds) > 1
+                 else "; one pre-training seed (the interval leaves out the spread between pre-training runs)")
     paper = entry.get("paper")
     if paper:
         text += f"; paper ({paper['task']}): {paper[entry['better']]} vs {paper[entry['worse']]}"
