@@ -91,7 +91,11 @@ with tab_new:
         o1, o2, o3 = st.columns(3)
         # keyed per study and scale: a keyed widget keeps its value, so one key would carry the classroom's seeds
         # and steps over to the lab scale
-        seeds = o1.number_input("Seeds", min_value=1, max_value=10, value=len(study.seeds), key=f"abl_seeds_{name}_{scale}")
+        seeds = o1.number_input("Seeds", min_value=1, max_value=10, value=len(study.seeds), key=f"abl_seeds_{name}_{scale}",
+                                help="a study that pre-trains pre-trains each row once per seed and fine-tunes each of those models "
+                                     "with the study's restarts; its verdicts draw seeds first, then their restarts, so two or "
+                                     "more seeds put the spread between pre-training runs into the interval (a study of a "
+                                     "fixed model: fine-tuning seeds)")
         all_evals = list(A.available_evaluations()) if not study.model else list(study.evaluations)
         for e in study.evaluations:
             if e not in all_evals:

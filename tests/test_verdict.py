@@ -179,6 +179,25 @@ def test_show_json_resamples_a_studys_pretraining_seeds(tmp_path, capsys, fake_r
     assert span["ours"]["difference"] == pytest.approx(0.08, abs=0.002) and span["verdict"] == "inconclusive"
 
 
+def test_a_fixed_models_seeds_are_not_pretraining_clusters(tmp_path, capsys, fake_runs):
+    """Table 7 fine-tunes one fixed model (MiniLM): its seeds are fine-tuning seeds of that one model, so they are
+    resampled as one pre-trained model's replicates."""
+    study = A.get_study("feature-based", seeds=2)
+    d = tmp_path / "studies" / study.name
+    d.mkdir(parents=True)
+    jobs = A.plan(study, d)
+    A.write_study(d, study, jobs, mode="foreground")
+    for j in jobs:
+        if j.kind == "finetune":
+            fake_runs.eval(d / j.out, "f1", None, "tagging", restarts=[0.40 + 0.01 * j.seed, 0.41 + 0.01 * j.seed])
+        else:
+            fake_runs.features(d / j.out, "f1", {c: 0.30 + 0.01 * j.seed for c in j.combines.values()})
+    assert A.main(["show", str(d), "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    ft = next(f for f in out["findings"] if f["better"] == "Fine-tuning")
+    assert ft["ours"]["replicates"] == [4, 2] and ft["ours"]["pretraining_seeds"] == [1, 1]
+
+
 def test_dev_evaluators_record_per_example_scores_that_make_the_metric(monkeypatch):
     import torch
 

@@ -36,7 +36,7 @@ def build_parser() -> argparse.ArgumentParser:
     size = r.add_mutually_exclusive_group()
     size.add_argument("--classroom", action="store_true", help="classroom scale: the classroom pre-training default, one seed, one fine-tuning grid point with 3 restarts (wall time: BENCHMARKS.md)")
     size.add_argument("--lab", action="store_true", help="lab scale, for one GPU: the mini preset for 5,000 steps of 128 x 128, two seeds, every training example (engine/ablations/paper.py LAB_PRETRAIN)")
-    r.add_argument("--seeds", type=int, default=None, help="number of seeds (0..N-1); default: 3, 1 at classroom scale, 2 at lab scale")
+    r.add_argument("--seeds", type=int, default=None, help="number of seeds (0..N-1): a study that pre-trains pre-trains each row once per seed (a fixed model's study: fine-tuning seeds); default: 3, 1 at classroom scale, 2 at lab scale")
     r.add_argument("--tasks", default=None, help="downstream evaluations, e.g. bbc-cloze,bbc-punct,bbc-next,bbc-topic,wnut16,rte,cola (default: the study's)")
     r.add_argument("--steps", type=int, default=None, help="override the pre-training steps of every variant")
     r.add_argument("--epochs", type=int, default=None,

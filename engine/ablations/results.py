@@ -102,7 +102,9 @@ def collect_results(study_dir) -> StudyResults:
             reps = reps or [(val, None)]
             for score, _ in reps:
                 score_rows.append({"variant": variant, "column": ev.name, "step": j.get("step"), "seed": j["seed"], "value": score})
-            replicates.setdefault((variant, ev.name, j.get("step")), []).extend((s, p, j["seed"]) for s, p in reps)
+            # the pre-trained model it came from (verdict.py resamples those first); a fixed model is one for all seeds
+            pre = j["seed"] if study.model is None else 0
+            replicates.setdefault((variant, ev.name, j.get("step")), []).extend((s, p, pre) for s, p in reps)
             if ev.metric == "accuracy" and not combine and (ev_data.get("data") or {}).get("dev_majority_accuracy") is not None:
                 floors[ev.name] = ev_data["data"]["dev_majority_accuracy"]
     scores = pd.DataFrame(score_rows, columns=["variant", "column", "step", "seed", "value"])
