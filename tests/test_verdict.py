@@ -72,9 +72,10 @@ def test_several_pretraining_seeds_are_resampled_as_clusters():
     one, plain = bootstrap_difference(a[:5], b[:5]), bootstrap_difference([x[:2] for x in a[:5]], [x[:2] for x in b[:5]])
     assert (one["low"], one["high"]) == (plain["low"], plain["high"]) and one["seeds_a"] == 1
     e = judge(Contrast("A beats B", "A", "B", "col"), {("A", "col"): a, ("B", "col"): b})
-    assert e["ours"]["pretraining_seeds"] == [2, 2] and "pre-training seeds 2 and 2" in A.describe_entry(e)
+    assert e["ours"]["pretraining_seeds"] == [2, 2] and "pre-training seeds 2 and 2 (difference by seed: 0: +15.0, 1: -2.0)" in A.describe_entry(e)
     e1 = judge(Contrast("A beats B", "A", "B", "col"), {("A", "col"): a[:5], ("B", "col"): b[:5]})
     assert "one pre-training seed" in A.describe_entry(e1)
+    assert "per_seed" not in e1["ours"] and e["ours"]["per_seed"]["A"]["1"] == pytest.approx(0.7604)
 
 
 def test_judge_puts_the_paper_beside_ours():
@@ -177,6 +178,8 @@ def test_show_json_resamples_a_studys_pretraining_seeds(tmp_path, capsys, fake_r
     span = next(f for f in out["findings"] if (f["better"], f["worse"]) == ("BERT (MLM + NSP)", "LTR & No NSP"))
     assert span["ours"]["replicates"] == [6, 6] and span["ours"]["pretraining_seeds"] == [2, 2]
     assert span["ours"]["difference"] == pytest.approx(0.08, abs=0.002) and span["verdict"] == "inconclusive"
+    per = span["ours"]["per_seed"]  # each start's own means: seed 0 far ahead, seed 1 behind
+    assert per["BERT (MLM + NSP)"]["0"] == pytest.approx(0.701) and per["LTR & No NSP"]["1"] == pytest.approx(0.521)
 
 
 def test_a_fixed_models_seeds_are_not_pretraining_clusters(tmp_path, capsys, fake_runs):

@@ -84,6 +84,12 @@ def pretraining_seeds(reps: list) -> list:
     return [r[2] if len(r) > 2 else 0 for r in reps]
 
 
+def seed_means(reps: list) -> dict:
+    """{pre-training seed: the mean score of its replicates} (seeds as strings, for JSON)."""
+    seeds = pretraining_seeds(reps)
+    return {str(g): float(np.mean([r[0] for r, k in zip(reps, seeds) if k == g])) for g in dict.fromkeys(seeds)}
+
+
 def _resampled_means(scores: np.ndarray, seeds: list, rng) -> np.ndarray:
     """A variant's score in each round (module docstring, step 1). `scores`: rounds x replicates, each replicate's
     score on the round's dev examples; `seeds`: each replicate's pre-training seed. Returns (rounds,)."""
@@ -172,6 +178,8 @@ def judge(contrast: Contrast, replicates: dict, n_boot: int = N_BOOT, seed: int 
             "interval_95": [r["low"], r["high"]] if r["low"] is not None else None, "resampled": r["resampled"],
             "replicates": [r["n_a"], r["n_b"]], "pretraining_seeds": [r["seeds_a"], r["seeds_b"]],
             "dev_examples": r["n_examples"]}
+    if max(r["seeds_a"], r["seeds_b"]) > 1:  # each pre-training seed's own mean: is the gap there from every start?
+        ours["per_seed"] = {contrast.better: seed_means(a), contrast.worse: seed_means(b)}
     note = "one replicate each and no per-example scores: no uncertainty to compare against" if r["resampled"] == "nothing" else ""
     if floor is not None:
         rows = {contrast.better: above_floor(a, floor, n_boot, seed), contrast.worse: above_floor(b, floor, n_boot, seed)}
@@ -196,6 +204,10 @@ def describe_entry(entry: dict) -> str:
         seeds = ours.get("pretraining_seeds") or [1, 1]
         text += (f"; pre-training seeds {seeds[0]} and {seeds[1]}" if max(seeds) > 1
                  else "; one pre-training seed (the interval leaves out the spread between pre-training runs)")
+        per = ours.get("per_seed") or {}
+        a, b = per.get(entry["better"]) or {}, per.get(entry["worse"]) or {}
+        if len(a) > 1 and a.keys() == b.keys():
+            text += " (difference by seed: " + ", ".join(f"{k}: {100 * (a[k] - b[k]):+.1f}" for k in a) + ")"
     paper = entry.get("paper")
     if paper:
         text += f"; paper ({paper['task']}): {paper[entry['better']]} vs {paper[entry['worse']]}"
