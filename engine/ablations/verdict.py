@@ -98,7 +98,7 @@ def _resampled_means(scores: np.ndarray, seeds: list, rng) -> np.ndarray:
     # per seed: its restarts drawn with replacement, their mean -> rounds x seeds
     per_seed = np.stack([np.take_along_axis(scores[:, g], rng.integers(0, len(g), size=(n_boot, len(g))), 1).mean(1)
                          for g in groups], axis=1)
-    if len(groups) == 1:
+    if len(groups) == 1:  # no seed draw: one seed's rounds use the generator exactly as the one-stage bootstrap did
         return per_seed[:, 0]
     return np.take_along_axis(per_seed, rng.integers(0, len(groups), size=(n_boot, len(groups))), 1).mean(1)
 
