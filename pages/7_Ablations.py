@@ -131,6 +131,8 @@ with tab_new:
         base_table.dataframe(base_frame(study), hide_index=True, width="stretch")
         if scale == "classroom":
             time_estimate(study)
+        elif scale == "lab":
+            st.caption(A.LAB_PARALLEL_HINT.format(name=study.name))
         jobs = A.plan(study, root / "studies" / "<name>")
         n_pre = sum(j.kind == "pretrain" for j in jobs)
         st.write(f"**{len(jobs)} jobs**: {n_pre} pre-training runs and {len(jobs) - n_pre} downstream evaluations, run one at a time.")

@@ -547,3 +547,79 @@ def test_steps_override_moves_figure5_checkpoints_in_the_cli_and_the_planner(cap
     assert "step-1000" in out and "step-3000" not in out and "--save-every 250" in out
     with pytest.raises(EngineError, match="--steps must be"):
         A.with_steps(study, 0)
+
+
+def _fake_jobs(tmp_path, monkeypatch, fail=()):
+    """Replace each job's command by a short Python process that logs its start and end and writes the output a
+    finished job leaves (run.json or eval.json); a key in `fail` exits 1 instead."""
+    import sys
+    from engine.ablations import runner
+    trace = tmp_path / "trace.txt"
+
+    def fake_command(study_dir, job):
+        out = Path(study_dir) / job["out"]
+        name = "run.json" if job["kind"] == "pretrain" else "eval.json"
+        code = (f"import time, pathlib, sys; t = pathlib.Path({str(trace)!r}); k = {job['key']!r}\n"
+                "with t.open('a') as f: f.write(f'start {k} {time.time()}\\n')\n"
+                "time.sleep(0.4)\n"
+                f"ok = k not in {list(fail)!r}\n"
+                f"if ok: pathlib.Path({str(out / name)!r}).write_text('{{}}')\n"
+                "with t.open('a') as f: f.write(f'end {k} {time.time()}\\n')\n"
+                "sys.exit(0 if ok else 1)\n")
+        return [sys.executable, "-c", code]
+    monkeypatch.setattr(runner, "job_command", fake_command)
+    return trace
+
+
+def _spans(trace):
+    spans = {}
+    for line in trace.read_text().splitlines():
+        what, key, t = line.split(" ")
+        spans.setdefault(key, {})[what] = float(t)
+    return spans
+
+
+def test_parallel_foreground_waits_for_each_model_and_caps_the_running_jobs(tmp_path, monkeypatch):
+    """--parallel 3: the three pre-training runs start together, no fine-tune starts before its model finished,
+    never more than three jobs run at once, and every job is recorded finished."""
+    trace = _fake_jobs(tmp_path, monkeypatch)
+    study = A.get_study("pretraining-tasks", scale="classroom", evaluations=(A.BBC,))
+    d = A.launch(study, runs_root=tmp_path, foreground=True, log=lambda *a: None, parallel=3)
+    spans = _spans(trace)
+    data = A.read_study(d)
+    assert len(data["jobs"]) == 7 and all(j["status"] == "finished" for j in data["jobs"])
+    pre = {j["key"]: j for j in data["jobs"] if j["kind"] == "pretrain"}
+    assert max(spans[k]["start"] for k in pre) < min(spans[k]["end"] for k in pre)  # all three ran together
+    for j in data["jobs"]:
+        if j["kind"] != "pretrain":
+            src = next(k for k, p in pre.items() if flag(j["argv"], "--model") == str(d / p["out"]))
+            assert spans[j["key"]]["start"] >= spans[src]["end"]
+    events = sorted((t, +1 if w == "start" else -1) for s in spans.values() for w, t in s.items())
+    running, peak = 0, 0
+    for _, step in events:
+        running += step
+        peak = max(peak, running)
+    assert peak == 3
+
+
+def test_a_failed_pretraining_skips_its_fine_tunes_and_resume_reruns_only_those(tmp_path, monkeypatch, capsys):
+    """The fine-tunes of a failed pre-training run are recorded failed with a one-line reason and not run; the
+    other rows go on; `ablate resume --parallel 2` then runs just the unfinished jobs."""
+    study = A.get_study("pretraining-tasks", scale="classroom", evaluations=(A.BBC,))
+    ltr = next(j.key for j in A.plan(study, tmp_path) if j.kind == "pretrain" and j.variant.startswith("LTR"))
+    trace = _fake_jobs(tmp_path, monkeypatch, fail=(ltr,))
+    d = A.launch(study, runs_root=tmp_path, foreground=True, log=lambda *a: None, parallel=2)
+    states = {j["key"]: j for j in A.read_study(d)["jobs"]}
+    assert states[ltr]["status"] == "failed"
+    skipped = [j for j in states.values() if j["status"] == "failed" and j["key"] != ltr]
+    assert len(skipped) == 2 and all(j["error"].startswith(f"not run: {ltr} failed") for j in skipped)
+    assert not any(j["key"] in _spans(trace) for j in skipped)
+    assert sum(j["status"] == "finished" for j in states.values()) == 4
+    trace = _fake_jobs(tmp_path, monkeypatch)
+    trace.write_text("")
+    from engine.ablations.cli import main
+    assert main(["resume", str(d), "--parallel", "2"]) == 0
+    assert set(_spans(trace)) == {ltr} | {j["key"] for j in skipped}
+    assert all(j["status"] == "finished" for j in A.read_study(d)["jobs"])
+    with pytest.raises(EngineError, match="--parallel 2.*--foreground"):
+        main(["run", "pretraining-tasks", "--classroom", "--parallel", "2", "--runs-root", str(tmp_path)])

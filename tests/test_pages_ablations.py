@@ -108,6 +108,8 @@ def test_new_study_tab_shows_study_and_launches(study_root, monkeypatch):
     base = frame_with(at, "setting").set_index("setting")["value"]
     assert base["preset"] == "mini" and base["steps"] == "5000" and base["fine-tune max train"] == "all"
     assert any("38 jobs" in m.value for m in at.markdown)  # 2 seeds x (3 pre-training runs + 16 fine-tunes)
+    # and how to run it several jobs at once on a GPU, with the command for this study
+    assert any("ablate run pretraining-tasks --lab --foreground --parallel 6" in c.value for c in at.caption)
     at.radio(key="abl_scale").set_value("classroom").run()
     at.selectbox(key="abl_budget").set_value("time").run()  # equal training time: every pre-training run stops at M minutes
     at.number_input(key="abl_budget_minutes").set_value(7.5).run()

@@ -28,6 +28,11 @@ def _parse_tasks(arg: str) -> tuple:
     return tuple(out)
 
 
+PARALLEL_HELP = ("with --foreground (or resume): run this many jobs at once, each fine-tuning once its model's "
+                 "pre-training has finished (default 1; more is for a GPU, which the tiny and mini models leave "
+                 "mostly idle)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m engine ablate", description="Run or summarise an ablation study (paper Tables 5-8, Figure 5).")
     sub = p.add_subparsers(dest="cmd", required=True)
@@ -49,6 +54,7 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--runs-root", default=None, help="runs folder (default $BERT_STUDIO_RUNS or ./runs)")
     r.add_argument("--name", default=None, help="study folder name (default: the study's name)")
     r.add_argument("--foreground", action="store_true", help="run the jobs here one after another instead of queueing them")
+    r.add_argument("--parallel", type=int, default=1, help=PARALLEL_HELP)
     r.add_argument("--dry-run", action="store_true", help="print the job command lines and stop")
     s = sub.add_parser("show", help="print a study's results table and the paper's finding")
     s.add_argument("study_dir")
@@ -57,6 +63,7 @@ def build_parser() -> argparse.ArgumentParser:
                    "verdict (reproduced | not reproduced | inconclusive) with the compared numbers and their 95%% interval")
     c = sub.add_parser("resume", help="run a study's unfinished jobs here (foreground)")
     c.add_argument("study_dir")
+    c.add_argument("--parallel", type=int, default=1, help=PARALLEL_HELP)
     sub.add_parser("list", help="list the built-in studies and the studies under the runs folder")
     e = sub.add_parser("estimate", help="time the classroom model's steps here (seconds) and estimate each classroom "
                        "study's wall time on this machine from its measured reference (engine/ablations/timing.py)")
@@ -90,6 +97,9 @@ def main(argv: list) -> int:
         if a.budget_minutes is not None and a.budget != "time":
             raise EngineError("--budget-minutes goes with --budget time; drop it or add --budget time")
         study = replace(study, budget=a.budget, budget_minutes=a.budget_minutes)
+        if a.parallel < 1 or (a.parallel > 1 and not a.foreground):
+            raise EngineError(f"--parallel {a.parallel}: give a number of jobs >= 1, with --foreground "
+                              "(queued jobs run one at a time)")
         plan(study, "/")  # a budget the study cannot take is one line before anything is written
         print(describe(study))
         if scale == "classroom":
@@ -98,13 +108,15 @@ def main(argv: list) -> int:
             for j in plan(study, studies_root(a.runs_root) / study_dir_name(study, a.name)):
                 print(" ".join(["python -m engine"] + j.argv))
             return 0
-        d = launch(study, runs_root=a.runs_root, name=a.name, foreground=a.foreground)
+        d = launch(study, runs_root=a.runs_root, name=a.name, foreground=a.foreground, parallel=a.parallel)
         if a.foreground:
             _print_results(collect_results(d))
         print(f"study folder: {d}")
         return 0
     if a.cmd == "resume":
-        counts = run_foreground(a.study_dir)
+        if a.parallel < 1:
+            raise EngineError(f"--parallel {a.parallel}: give a number of jobs >= 1")
+        counts = run_foreground(a.study_dir, parallel=a.parallel)
         print(json.dumps(counts))
         _print_results(collect_results(a.study_dir))
         return 0

@@ -387,14 +387,19 @@ CLASSROOM_PRETRAIN = dict(preset="tiny", **CLASSROOM_RECIPE)
 CLASSROOM_FINETUNE = FinetuneArgs(lr=(1e-3,), batch_size=(32,), epochs=(5,), restarts=3, max_train=1500, max_seq_len=128)
 
 
-# Lab scale: the same studies for one GPU, about an hour each on an H100 (not yet measured: BENCHMARKS.md says what
-# to run). The mini preset (4 layers, hidden 256) for 5,000 steps of 128 x 128 on BBC News (kept so the corpus-made
+# Lab scale: the same studies for one GPU. Measured once (BENCHMARKS.md, "Lab scale"): Table 5 with one seed took
+# 10.2 min on an H200 with 6-8 jobs at once (`--parallel`); the other studies are not measured. The mini preset (4 layers, hidden 256) for 5,000 steps of 128 x 128 on BBC News (kept so the corpus-made
 # tasks' dev texts stay unseen), five segmentations of each document so the ~70 passes over 1.2M tokens see fresh
 # masks and pairs, and the paper's dropout 0.1 and 15% masking for the longer run; two pre-training seeds for the
 # headline contrasts; fine-tuning on every training example at a rate for a 4-layer model.
 LAB_PRETRAIN = dict(preset="mini", steps=5000, batch_size=128, seq_len=128, eval_every=500, dupe_factor=5,
                     dropout=0.1, mask_rate=0.15, lr=1e-3)
 LAB_FINETUNE = FinetuneArgs(lr=(3e-4,), batch_size=(32,), epochs=(4,), restarts=3, max_train=None, max_seq_len=128)
+
+
+LAB_PARALLEL_HINT = ("The page queues the jobs one at a time. On a GPU the mini model leaves most of it idle: in a "
+                     "terminal, `python -m engine ablate run {name} --lab --foreground --parallel 6` runs six at once, "
+                     "each fine-tune after its model (Table 5, one seed: 10.2 min on an H200; BENCHMARKS.md).")
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,8 @@
 """Running a study: `launch` writes its folder and hands its jobs to the job queue (which runs them one at a time
-and survives restarts) or runs them here one after another (`run_foreground`); `job_states` reconciles what
+and survives restarts) or runs them here, one after another or several at once (`run_foreground`); `job_states` reconciles what
 study.json recorded with the queue's own records and the run folders.
 """
+import os
 import subprocess
 import sys
 import time
@@ -22,14 +23,16 @@ def _print(*a) -> None:
     print(*a, flush=True)
 
 
-def launch(study: Study, runs_root=None, name: str = None, foreground: bool = False, log=_print) -> Path:
-    """Write the study folder and queue its jobs (engine.jobs), or run them here one by one (`foreground`)."""
+def launch(study: Study, runs_root=None, name: str = None, foreground: bool = False, log=_print,
+           parallel: int = 1) -> Path:
+    """Write the study folder and queue its jobs (engine.jobs), or run them here (`foreground`), `parallel` at a
+    time (`run_foreground`)."""
     root = studies_root(runs_root).parent
     study_dir = new_study_dir(study, root, name)
     jobs = plan(study, study_dir)
     write_study(study_dir, study, jobs, mode="foreground" if foreground else "queue", runs_root=str(root))
     if foreground:
-        run_foreground(study_dir, log=log)
+        run_foreground(study_dir, log=log, parallel=parallel)
         return study_dir
     ids = {}
     for j in jobs:
@@ -44,36 +47,108 @@ def launch(study: Study, runs_root=None, name: str = None, foreground: bool = Fa
     return study_dir
 
 
-def run_foreground(study_dir, log=_print) -> dict:
-    """Run the study's unfinished jobs here, one at a time; each job's output goes to <out>/job.log."""
+def run_foreground(study_dir, log=_print, parallel: int = 1) -> dict:
+    """Run the study's unfinished jobs here; each job's output goes to <out>/job.log.
+
+    `parallel`: how many jobs run at once (default 1, one after another). A job starts only once every
+    pre-training run it reads (a path under that run's folder in its command line) has finished; one whose
+    pre-training failed is recorded as failed without running. More than one is for a GPU, which a small model
+    leaves mostly idle; on a CPU each job then gets cpu_count // parallel threads (OMP_NUM_THREADS)."""
     study_dir = Path(study_dir)
     data = read_study(study_dir)
     counts = {"finished": 0, "failed": 0, "skipped": 0}
+    todo = []
     for j in data["jobs"]:
-        out = study_dir / j["out"]
-        if j.get("status") == "finished" and _job_output_ok(j, out):
+        if j.get("status") == "finished" and _job_output_ok(j, study_dir / j["out"]):
             counts["skipped"] += 1
-            continue
-        out.mkdir(parents=True, exist_ok=True)
-        argv = list(j["argv"])
-        if "--resume" not in argv:
-            if ((out / RUN_JSON).is_file() and read_run_json(out).get("kind") == j["kind"]) or latest_checkpoint(out) is not None:
-                argv.append("--resume")  # an interrupted run continues (finished checkpoints/trials are kept)
-        cmd = [sys.executable, "-m", "engine"] + argv
-        log(f"[{time.strftime('%H:%M:%S')}] {j['key']}: {' '.join(j['argv'][:1])} ...")
-        t0 = time.time()
-        with open(out / "job.log", "ab") as logf:
-            try:
-                rc = subprocess.call(cmd, stdout=logf, stderr=subprocess.STDOUT, cwd=REPO_ROOT)
-            except KeyboardInterrupt:
-                update_job(study_dir, j["key"], status="cancelled")
-                raise
-        status = "finished" if rc == 0 else "failed"
-        err = None if rc == 0 else _last_error_line(out / "job.log")
-        update_job(study_dir, j["key"], status=status, rc=rc, seconds=round(time.time() - t0, 1), error=err)
-        counts[status] += 1
-        log(f"    {status} in {time.time() - t0:.0f}s" + (f": {err}" if err else ""))
+        else:
+            todo.append(j)
+    needs = _dependencies(study_dir, data["jobs"])
+    done = {j["key"]: "finished" for j in data["jobs"] if j not in todo}
+    running = {}  # key -> (job, process, log file, start time)
+    env = _job_env(parallel)
+    try:
+        while todo or running:
+            for j in list(todo):
+                if len(running) >= max(1, parallel):
+                    break
+                waiting = [k for k in needs[j["key"]] if k not in done]
+                failed = [k for k in needs[j["key"]] if done.get(k) == "failed"]
+                if failed:
+                    todo.remove(j)
+                    err = f"not run: {failed[0]} failed (fix it, then `python -m engine ablate resume {study_dir}`)"
+                    update_job(study_dir, j["key"], status="failed", rc=None, seconds=0, error=err)
+                    done[j["key"]] = "failed"
+                    counts["failed"] += 1
+                    log(f"    {j['key']}: {err}")
+                elif not waiting:
+                    todo.remove(j)
+                    running[j["key"]] = _start_job(study_dir, j, env, log)
+            for key, (j, proc, logf, t0) in list(running.items()):
+                if proc.poll() is None:
+                    continue
+                logf.close()
+                del running[key]
+                status = _finish_job(study_dir, j, proc.returncode, t0, log)
+                done[key] = status
+                counts[status] += 1
+            if running:
+                time.sleep(0.2)
+    except KeyboardInterrupt:
+        for key, (j, proc, logf, _) in running.items():
+            proc.terminate()
+            proc.wait()
+            logf.close()
+            update_job(study_dir, key, status="cancelled")
+        raise
     return counts
+
+
+def _dependencies(study_dir: Path, jobs: list) -> dict:
+    """{job key: [keys of the pre-training jobs whose run folder (or a checkpoint in it) its command line reads]}."""
+    runs = {j["key"]: (study_dir / j["out"]).absolute() for j in jobs if j["kind"] == "pretrain"}
+    needs = {}
+    for j in jobs:
+        paths = [Path(a).absolute() for a in j["argv"] if isinstance(a, str) and a.startswith(("/", "."))]
+        needs[j["key"]] = [k for k, run in runs.items() if k != j["key"]
+                           and any(p == run or run in p.parents for p in paths)]
+    return needs
+
+
+def _job_env(parallel: int) -> dict:
+    """The jobs' environment: with several at once on a CPU, each gets its share of the cores."""
+    env = dict(os.environ)
+    if parallel > 1 and "OMP_NUM_THREADS" not in env:
+        env["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // parallel))
+    return env
+
+
+def job_command(study_dir: Path, job: dict) -> list:
+    """The command that runs `job`: `python -m engine ARGV`, with --resume where an interrupted run continues."""
+    out = study_dir / job["out"]
+    argv = list(job["argv"])
+    if "--resume" not in argv:
+        if ((out / RUN_JSON).is_file() and read_run_json(out).get("kind") == job["kind"]) or latest_checkpoint(out) is not None:
+            argv.append("--resume")  # an interrupted run continues (finished checkpoints/trials are kept)
+    return [sys.executable, "-m", "engine"] + argv
+
+
+def _start_job(study_dir: Path, job: dict, env: dict, log) -> tuple:
+    out = study_dir / job["out"]
+    out.mkdir(parents=True, exist_ok=True)
+    cmd = job_command(study_dir, job)
+    log(f"[{time.strftime('%H:%M:%S')}] {job['key']}: {' '.join(job['argv'][:1])} ...")
+    logf = open(out / "job.log", "ab")
+    proc = subprocess.Popen(cmd, stdout=logf, stderr=subprocess.STDOUT, cwd=REPO_ROOT, env=env)
+    return job, proc, logf, time.time()
+
+
+def _finish_job(study_dir: Path, job: dict, rc: int, t0: float, log) -> str:
+    status = "finished" if rc == 0 else "failed"
+    err = None if rc == 0 else _last_error_line(study_dir / job["out"] / "job.log")
+    update_job(study_dir, job["key"], status=status, rc=rc, seconds=round(time.time() - t0, 1), error=err)
+    log(f"    {job['key']}: {status} in {time.time() - t0:.0f}s" + (f": {err}" if err else ""))
+    return status
 
 
 def _job_output_ok(job: dict, out: Path) -> bool:
