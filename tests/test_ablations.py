@@ -623,3 +623,30 @@ def test_a_failed_pretraining_skips_its_fine_tunes_and_resume_reruns_only_those(
     assert all(j["status"] == "finished" for j in A.read_study(d)["jobs"])
     with pytest.raises(EngineError, match="--parallel 2.*--foreground"):
         main(["run", "pretraining-tasks", "--classroom", "--parallel", "2", "--runs-root", str(tmp_path)])
+
+
+def test_sigterm_stops_the_running_jobs_and_marks_them_cancelled(tmp_path, monkeypatch):
+    """A SIGTERM to a foreground study (a `timeout`, a cluster's time limit) stops the jobs it started instead of
+    leaving them running, orphaned; they are recorded cancelled, so `ablate resume` picks them up again."""
+    import os
+    import signal
+    import sys
+    import threading
+    from engine.ablations import runner
+    pids = tmp_path / "pids.txt"
+
+    def slow_command(study_dir, job):
+        return [sys.executable, "-c", f"import os, time; open({str(pids)!r}, 'a').write(f'{{os.getpid()}}\\n'); time.sleep(60)"]
+    monkeypatch.setattr(runner, "job_command", slow_command)
+    study = A.get_study("pretraining-tasks", scale="classroom", evaluations=(A.BBC,))
+    threading.Timer(2.0, os.kill, (os.getpid(), signal.SIGTERM)).start()
+    before = signal.getsignal(signal.SIGTERM)
+    with pytest.raises(KeyboardInterrupt):
+        A.launch(study, runs_root=tmp_path, foreground=True, log=lambda *a: None, parallel=2)
+    assert signal.getsignal(signal.SIGTERM) is before  # the handler is put back
+    d = tmp_path / "studies" / "pretraining-tasks"
+    states = [j.get("status") for j in A.read_study(d)["jobs"]]
+    assert states.count("cancelled") == 2 and states.count(None) == 5
+    for pid in map(int, pids.read_text().split()):
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)

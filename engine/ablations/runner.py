@@ -3,8 +3,10 @@ and survives restarts) or runs them here, one after another or several at once (
 study.json recorded with the queue's own records and the run folders.
 """
 import os
+import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -67,6 +69,9 @@ def run_foreground(study_dir, log=_print, parallel: int = 1) -> dict:
     done = {j["key"]: "finished" for j in data["jobs"] if j not in todo}
     running = {}  # key -> (job, process, log file, start time)
     env = _job_env(parallel)
+    previous = None  # a SIGTERM to this process also stops the jobs it started (else they would run on, orphaned)
+    if threading.current_thread() is threading.main_thread():
+        previous = signal.signal(signal.SIGTERM, _sigterm_as_interrupt)
     try:
         while todo or running:
             for j in list(todo):
@@ -94,14 +99,30 @@ def run_foreground(study_dir, log=_print, parallel: int = 1) -> dict:
                 counts[status] += 1
             if running:
                 time.sleep(0.2)
-    except KeyboardInterrupt:
+    except KeyboardInterrupt:  # Ctrl-C, or SIGTERM (a `timeout`, a scheduler's limit): stop the jobs, keep their runs
         for key, (j, proc, logf, _) in running.items():
-            proc.terminate()
-            proc.wait()
+            _stop(proc)
             logf.close()
             update_job(study_dir, key, status="cancelled")
         raise
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
     return counts
+
+
+def _sigterm_as_interrupt(signum, frame):
+    raise KeyboardInterrupt
+
+
+def _stop(proc, timeout: float = 60.0) -> None:
+    """SIGTERM a job (a pre-training run finishes its step and saves a checkpoint), SIGKILL it after `timeout` s."""
+    proc.terminate()
+    try:
+        proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
 
 
 def _dependencies(study_dir: Path, jobs: list) -> dict:
