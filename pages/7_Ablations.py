@@ -106,7 +106,9 @@ with tab_new:
         if not study.model:
             steps = o3.number_input("Pre-training steps per variant", min_value=10, max_value=1_000_000, value=study.base.steps,
                                     step=100, key=f"abl_steps_{name}_{scale}")
-        e1, _ = st.columns(2)
+        e1, e2 = st.columns(2)
+        parallel = e2.number_input("Jobs at once", min_value=1, max_value=16, value=1, key=f"abl_parallel_{scale}",
+                                   help=A.PARALLEL_HELP)
         default_epochs = max(study.finetune.epochs)
         epochs = e1.number_input("Downstream epochs (the fine-tuning and the feature classifier alike)", min_value=1,
                                  max_value=100, value=default_epochs, key=f"abl_epochs_{name}_{scale}",
@@ -135,16 +137,19 @@ with tab_new:
             st.caption(A.LAB_PARALLEL_HINT.format(name=study.name))
         jobs = A.plan(study, root / "studies" / "<name>")
         n_pre = sum(j.kind == "pretrain" for j in jobs)
-        st.write(f"**{len(jobs)} jobs**: {n_pre} pre-training runs and {len(jobs) - n_pre} downstream evaluations, run one at a time.")
+        at_once = "run one at a time" if parallel == 1 else f"run {int(parallel)} at a time, each fine-tune after its model"
+        st.write(f"**{len(jobs)} jobs**: {n_pre} pre-training runs and {len(jobs) - n_pre} downstream evaluations, {at_once}.")
         with st.expander("Job commands"):
             st.code("\n".join("python -m engine " + " ".join(j.argv) for j in jobs), language="bash")
         run_name = st.text_input("Study name", value=study.name, key=f"abl_name_{name}",  # per study: a keyed widget keeps its first value
                                  help="its folder under <runs>/studies/; an existing name gets -2, -3, …")
         if st.button("Launch", type="primary", key="abl_launch"):
             with guard("launching the study"):
-                d = A.launch(study, runs_root=root, name=run_name.strip() or None, log=lambda *a: None)
+                d = A.launch(study, runs_root=root, name=run_name.strip() or None, log=lambda *a: None,
+                             parallel=int(parallel))
                 st.session_state["abl_show"] = d.name
-                st.success(f"Queued {len(jobs)} jobs as study **{d.name}**; follow them on the Jobs page or in Results.")
+                how = f"{len(jobs)} jobs" if parallel == 1 else f"one job that runs its {len(jobs)} jobs {int(parallel)} at a time"
+                st.success(f"Queued {how} as study **{d.name}**; follow them on the Jobs page or in Results.")
 
 # ------------------------------------------------------------------ results
 with tab_results:

@@ -615,14 +615,39 @@ def test_a_failed_pretraining_skips_its_fine_tunes_and_resume_reruns_only_those(
     assert len(skipped) == 2 and all(j["error"].startswith(f"not run: {ltr} failed") for j in skipped)
     assert not any(j["key"] in _spans(trace) for j in skipped)
     assert sum(j["status"] == "finished" for j in states.values()) == 4
+    from engine.ablations.cli import _failed_jobs, main
+    assert _failed_jobs(d) == 1  # the command's exit status: a script (or the queue) sees the failure
+    assert capsys.readouterr().err.startswith(f"error: 3 of 7 jobs did not finish (first: {ltr}: ")
     trace = _fake_jobs(tmp_path, monkeypatch)
     trace.write_text("")
-    from engine.ablations.cli import main
     assert main(["resume", str(d), "--parallel", "2"]) == 0
     assert set(_spans(trace)) == {ltr} | {j["key"] for j in skipped}
     assert all(j["status"] == "finished" for j in A.read_study(d)["jobs"])
-    with pytest.raises(EngineError, match="--parallel 2.*--foreground"):
-        main(["run", "pretraining-tasks", "--classroom", "--parallel", "2", "--runs-root", str(tmp_path)])
+    with pytest.raises(EngineError, match="--parallel 0: give a number of jobs >= 1"):
+        main(["run", "pretraining-tasks", "--classroom", "--parallel", "0", "--runs-root", str(tmp_path)])
+
+
+def test_a_queued_parallel_study_is_one_queue_job_that_resumes_it(tmp_path, monkeypatch):
+    """Without --foreground, --parallel N queues one job, `ablate resume STUDY --parallel N`, writing to the study
+    folder (the queue itself runs one job at a time and knows no dependencies); while it runs the jobs' states come
+    from study.json and the run folders, and when it was cancelled the jobs it never started say so."""
+    import engine.jobs as Q
+    calls = []
+    monkeypatch.setattr(Q, "submit", lambda argv, name=None, run_dir=None, root=None: calls.append((argv, run_dir)) or {"id": "r1"})
+    study = A.get_study("pretraining-tasks", scale="lab", seeds=1, evaluations=(A.BBC,))
+    d = A.launch(study, runs_root=tmp_path, log=lambda *a: None, parallel=4)
+    assert calls == [(["ablate", "resume", str(d.absolute()), "--parallel", "4"], str(d))]
+    assert A.read_study(d)["mode"] == "parallel"
+    runner = {"id": "r1", "status": "running", "run_dir": str(d.absolute()), "error": None}
+    monkeypatch.setattr(Q, "list_jobs", lambda root=None: [runner])
+    A.update_job(d, "pretrain/bert-mlm-nsp/s0", status="finished")
+    states = {s["key"]: s["state"] for s in A.job_states(d)}
+    assert states["pretrain/bert-mlm-nsp/s0"] == "finished" and states["pretrain/no-nsp/s0"] == "queued"
+    runner.update(status="cancelled", error="cancelled by the user")
+    rows = {s["key"]: s for s in A.job_states(d)}
+    assert rows["pretrain/bert-mlm-nsp/s0"]["state"] == "finished"
+    assert rows["pretrain/no-nsp/s0"]["state"] == "cancelled"
+    assert rows["pretrain/no-nsp/s0"]["error"] == "not run: the study's job cancelled: cancelled by the user"
 
 
 def test_sigterm_stops_the_running_jobs_and_marks_them_cancelled(tmp_path, monkeypatch):

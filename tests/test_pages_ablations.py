@@ -110,6 +110,8 @@ def test_new_study_tab_shows_study_and_launches(study_root, monkeypatch):
     assert any("38 jobs" in m.value for m in at.markdown)  # 2 seeds x (3 pre-training runs + 16 fine-tunes)
     # and how to run it several jobs at once on a GPU, with the command for this study
     assert any("ablate run pretraining-tasks --lab --foreground --parallel 6" in c.value for c in at.caption)
+    at.number_input(key="abl_parallel_lab").set_value(6).run()
+    assert any("38 jobs" in m.value and "run 6 at a time" in m.value for m in at.markdown)
     at.radio(key="abl_scale").set_value("classroom").run()
     at.selectbox(key="abl_budget").set_value("time").run()  # equal training time: every pre-training run stops at M minutes
     at.number_input(key="abl_budget_minutes").set_value(7.5).run()
@@ -120,6 +122,13 @@ def test_new_study_tab_shows_study_and_launches(study_root, monkeypatch):
     assert len(submitted) == 19 and submitted[0][0] == "pretrain"
     assert any("Queued 19 jobs" in s.value for s in at.success)
     assert (study_root / "studies" / "pretraining-tasks" / "study.json").is_file()
+    # at lab scale with 6 jobs at once: one queued job resumes the whole study 6 at a time
+    at.radio(key="abl_scale").set_value("lab").run()
+    at.number_input(key="abl_parallel_lab").set_value(6).run()
+    at.button(key="abl_launch").click().run()
+    assert not at.exception, at.exception
+    assert len(submitted) == 20 and submitted[-1][:2] == ["ablate", "resume"] and submitted[-1][-2:] == ["--parallel", "6"]
+    assert any("one job that runs its 38 jobs 6 at a time" in s.value for s in at.success)
 
 
 def test_new_study_downstream_epochs_and_name_follow_the_study(study_root):

@@ -1,10 +1,11 @@
 """`python -m engine ablate run|show|resume|list|estimate`: plan and launch a study, print its table and the paper's finding."""
 import argparse
 import json
+import sys
 from dataclasses import asdict, replace
 
-from engine.ablations.folders import list_studies, studies_root, study_dir_name
-from engine.ablations.paper import SHARED_DATA, STUDIES, available_evaluations, get_study
+from engine.ablations.folders import list_studies, read_study, studies_root, study_dir_name
+from engine.ablations.paper import PARALLEL_HELP, SHARED_DATA, STUDIES, available_evaluations, get_study
 from engine.ablations.planner import plan
 from engine.ablations.results import StudyResults, collect_results, final_pretrain_metrics
 from engine.ablations.runner import launch, run_foreground
@@ -26,11 +27,6 @@ def _parse_tasks(arg: str) -> tuple:
     if not out:
         raise EngineError("--tasks is empty; give e.g. bbc-topic,wnut16")
     return tuple(out)
-
-
-PARALLEL_HELP = ("with --foreground (or resume): run this many jobs at once, each fine-tuning once its model's "
-                 "pre-training has finished (default 1; more is for a GPU, which the tiny and mini models leave "
-                 "mostly idle)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -97,9 +93,8 @@ def main(argv: list) -> int:
         if a.budget_minutes is not None and a.budget != "time":
             raise EngineError("--budget-minutes goes with --budget time; drop it or add --budget time")
         study = replace(study, budget=a.budget, budget_minutes=a.budget_minutes)
-        if a.parallel < 1 or (a.parallel > 1 and not a.foreground):
-            raise EngineError(f"--parallel {a.parallel}: give a number of jobs >= 1, with --foreground "
-                              "(queued jobs run one at a time)")
+        if a.parallel < 1:
+            raise EngineError(f"--parallel {a.parallel}: give a number of jobs >= 1")
         plan(study, "/")  # a budget the study cannot take is one line before anything is written
         print(describe(study))
         if scale == "classroom":
@@ -112,14 +107,14 @@ def main(argv: list) -> int:
         if a.foreground:
             _print_results(collect_results(d))
         print(f"study folder: {d}")
-        return 0
+        return _failed_jobs(d) if a.foreground else 0
     if a.cmd == "resume":
         if a.parallel < 1:
             raise EngineError(f"--parallel {a.parallel}: give a number of jobs >= 1")
         counts = run_foreground(a.study_dir, parallel=a.parallel)
         print(json.dumps(counts))
         _print_results(collect_results(a.study_dir))
-        return 0
+        return _failed_jobs(a.study_dir)
     res = collect_results(a.study_dir)
     if a.json:
         print(json.dumps(results_json(a.study_dir, res), indent=1, default=str))
@@ -129,6 +124,18 @@ def main(argv: list) -> int:
         res.to_csv(a.csv)
         print(f"wrote {a.csv}")
     return 0
+
+
+def _failed_jobs(study_dir) -> int:
+    """Exit status of a run that ran the jobs here: 1, with one line saying how many failed and what to do, when
+    any did (so a script, or the job queue running a parallel study, sees it), else 0."""
+    jobs = read_study(study_dir)["jobs"]
+    failed = [j for j in jobs if j.get("status") in ("failed", "cancelled")]
+    if not failed:
+        return 0
+    print(f"error: {len(failed)} of {len(jobs)} jobs did not finish (first: {failed[0]['key']}: {failed[0].get('error')}); "
+          f"fix the cause, then `python -m engine ablate resume {study_dir}`", file=sys.stderr)
+    return 1
 
 
 def _estimate(a) -> int:

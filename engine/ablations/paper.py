@@ -397,9 +397,14 @@ LAB_PRETRAIN = dict(preset="mini", steps=5000, batch_size=128, seq_len=128, eval
 LAB_FINETUNE = FinetuneArgs(lr=(3e-4,), batch_size=(32,), epochs=(4,), restarts=3, max_train=None, max_seq_len=128)
 
 
-LAB_PARALLEL_HINT = ("The page queues the jobs one at a time. On a GPU the mini model leaves most of it idle: in a "
-                     "terminal, `python -m engine ablate run {name} --lab --foreground --parallel 6` runs six at once, "
-                     "each fine-tune after its model (Table 5, one seed: 10.2 min on an H200; BENCHMARKS.md).")
+LAB_PARALLEL_HINT = ("On a GPU the mini model leaves most of it idle: set **Jobs at once** to 6 (Table 5, one seed: "
+                     "10.2 min on an H200; BENCHMARKS.md), or in a terminal "
+                     "`python -m engine ablate run {name} --lab --foreground --parallel 6`.")
+# `ablate run/resume --parallel` and the Ablations page's "Jobs at once"
+PARALLEL_HELP = ("how many of the study's jobs run at once, each fine-tune starting once its model's pre-training has "
+                 "finished (1: one after another); more is for a GPU, which the tiny and mini models leave mostly "
+                 "idle; on a CPU the jobs share its cores. Without --foreground (and on the page) the study is "
+                 "queued as one job that runs them so")
 
 
 @dataclass(frozen=True)

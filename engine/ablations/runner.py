@@ -27,14 +27,24 @@ def _print(*a) -> None:
 
 def launch(study: Study, runs_root=None, name: str = None, foreground: bool = False, log=_print,
            parallel: int = 1) -> Path:
-    """Write the study folder and queue its jobs (engine.jobs), or run them here (`foreground`), `parallel` at a
-    time (`run_foreground`)."""
+    """Write the study folder, then run its jobs: here (`foreground`, `parallel` at a time: `run_foreground`);
+    else through the job queue (engine.jobs), each job queued on its own when `parallel` is 1, or as one queued
+    job, `ablate resume STUDY --parallel N`, that runs them `parallel` at a time (the queue knows nothing of a
+    fine-tune waiting for its model; this job does)."""
     root = studies_root(runs_root).parent
     study_dir = new_study_dir(study, root, name)
     jobs = plan(study, study_dir)
-    write_study(study_dir, study, jobs, mode="foreground" if foreground else "queue", runs_root=str(root))
+    mode = "foreground" if foreground else "queue" if parallel <= 1 else "parallel"
+    write_study(study_dir, study, jobs, mode=mode, runs_root=str(root))
     if foreground:
         run_foreground(study_dir, log=log, parallel=parallel)
+        return study_dir
+    if mode == "parallel":
+        queue.submit(["ablate", "resume", str(study_dir.absolute()), "--parallel", str(parallel)],
+                           name=f"{study_dir.name}: {len(jobs)} jobs, {parallel} at a time", run_dir=str(study_dir),
+                           root=root)  # the queue finds it by its run folder, the study folder
+        log(f"queued study {study_dir.name} as one job running its {len(jobs)} jobs {parallel} at a time (its log: "
+            f"{study_dir / 'job.log'}); follow it on the Jobs page or with `python -m engine ablate show {study_dir}`")
         return study_dir
     ids = {}
     for j in jobs:
@@ -193,27 +203,32 @@ def job_states(study_dir, data: dict = None) -> list:
     """Each job of the study with its state: finished | failed | running | queued | cancelled.
 
     A queued study asks the job queue (the newest queue job writing the job's run folder, so a Retry from the
-    Jobs page counts); a foreground study uses what study.json recorded, else the job's own run folder.
+    Jobs page counts); a foreground study uses what study.json recorded, else the job's own run folder; so does a
+    parallel one (one queued job runs them all), whose jobs that never started take that job's end when it ended
+    early (cancelled, or failed).
     `data`: study.json as the caller already read it (read here when None)."""
     study_dir = Path(study_dir)
     data = read_study(study_dir) if data is None else data
     by_dir = {}
-    if data.get("mode") == "queue":
+    if data.get("mode") in ("queue", "parallel"):
         try:
             for rec in reversed(queue.list_jobs(root=data.get("runs_root"))):  # oldest first: newest wins
                 if rec.get("run_dir"):
                     by_dir[str(Path(rec["run_dir"]))] = rec
         except Exception:  # the queue is unreadable: fall back to the run folders
             by_dir = {}
+    runner = by_dir.get(str(study_dir.absolute())) if data.get("mode") == "parallel" else None
     rows = []
     for j in data["jobs"]:
         out = study_dir / j["out"]
         state, error = j.get("status"), j.get("error")
-        rec = by_dir.get(str(out.absolute()))
+        rec = by_dir.get(str(out.absolute())) if data.get("mode") == "queue" else None
         if rec is not None:
             state, error = rec.get("status"), rec.get("error")
         if not state:
             state = _state_from_run(j, out)
+        if state == "queued" and runner is not None and runner.get("status") in ("failed", "cancelled"):
+            state, error = runner["status"], f"not run: the study's job {runner['status']}: {runner.get('error')}"
         rows.append({"key": j["key"], "kind": j["kind"], "variant": j["variant"], "seed": j["seed"],
                      "evaluation": j.get("evaluation"), "step": j.get("step"), "state": state, "error": error,
                      "job_id": rec.get("id") if rec else j.get("job_id"), "out": str(out)})
