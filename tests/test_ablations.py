@@ -675,3 +675,16 @@ def test_sigterm_stops_the_running_jobs_and_marks_them_cancelled(tmp_path, monke
     for pid in map(int, pids.read_text().split()):
         with pytest.raises(ProcessLookupError):
             os.kill(pid, 0)
+
+
+def test_jobs_that_wait_on_each_other_are_one_line_error_not_a_hang(tmp_path, monkeypatch):
+    """A hand-edited study.json where two pre-training runs read each other's folder: the runner says so at once."""
+    _fake_jobs(tmp_path, monkeypatch)
+    study = A.get_study("pretraining-tasks", scale="classroom", evaluations=(A.BBC,))
+    d = tmp_path / "studies" / "loop"
+    d.mkdir(parents=True)
+    a = A.Job("pretrain/a/s0", "pretrain", ["pretrain", "--init", str(d / "runs/b"), "--out", str(d / "runs/a")], "runs/a", "a", 0)
+    b = A.Job("pretrain/b/s0", "pretrain", ["pretrain", "--init", str(d / "runs/a"), "--out", str(d / "runs/b")], "runs/b", "b", 0)
+    A.write_study(d, study, [a, b], mode="foreground")
+    with pytest.raises(EngineError, match=r"pretrain/a/s0 waits on \['pretrain/b/s0'\], which never start"):
+        A.run_foreground(d, log=lambda *x: None, parallel=2)

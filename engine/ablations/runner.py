@@ -14,6 +14,7 @@ from engine import jobs as queue
 from engine.ablations.folders import STUDY_JSON, new_study_dir, read_study, studies_root, update_job, write_study
 from engine.ablations.planner import plan
 from engine.ablations.study import Study
+from engine.errors import EngineError
 from engine.fileio import atomic_write_json
 from engine.records import EVAL_JSON, RUN_JSON, read_json_or_empty
 from engine.runs import latest_checkpoint, read_run_json
@@ -41,8 +42,8 @@ def launch(study: Study, runs_root=None, name: str = None, foreground: bool = Fa
         return study_dir
     if mode == "parallel":
         queue.submit(["ablate", "resume", str(study_dir.absolute()), "--parallel", str(parallel)],
-                           name=f"{study_dir.name}: {len(jobs)} jobs, {parallel} at a time", run_dir=str(study_dir),
-                           root=root)  # the queue finds it by its run folder, the study folder
+                     name=f"{study_dir.name}: {len(jobs)} jobs, {parallel} at a time", run_dir=str(study_dir),
+                     root=root)  # the queue finds it by its run folder, the study folder
         log(f"queued study {study_dir.name} as one job running its {len(jobs)} jobs {parallel} at a time (its log: "
             f"{study_dir / 'job.log'}); follow it on the Jobs page or with `python -m engine ablate show {study_dir}`")
         return study_dir
@@ -99,6 +100,9 @@ def run_foreground(study_dir, log=_print, parallel: int = 1) -> dict:
                 elif not waiting:
                     todo.remove(j)
                     running[j["key"]] = _start_job(study_dir, j, env, log)
+            if todo and not running:  # every job left waits on another that waits: a study the planner cannot make
+                raise EngineError(f"{todo[0]['key']} waits on {needs[todo[0]['key']]}, which never start; "
+                                  "re-create the study with `python -m engine ablate run`")
             for key, (j, proc, logf, t0) in list(running.items()):
                 if proc.poll() is None:
                     continue
