@@ -30,6 +30,8 @@ RUN_JSON = "run.json"
 METRICS = "metrics.jsonl"
 METRICS_LABELS = ("split", "phase", "combine")  # the only text fields of a metrics.jsonl record; the rest are numbers
 EVAL_JSON = "eval.json"
+# a study folder's record (engine.ablations.folders writes it: the study, its jobs and each job's recorded "status")
+STUDY_JSON = "study.json"
 # the x axes of a training curve, each a field of a metrics.jsonl training record: optimizer steps, tokens seen,
 # training time in seconds (`elapsed`: no evaluation or saving; a held-out point takes the values of the training
 # record at its step). The Pre-train, Compare and Ablations pages all plot against these.
@@ -113,6 +115,15 @@ def read_json_or_empty(path) -> dict:
     except (OSError, ValueError):
         return {}
     return data if isinstance(data, dict) else {}
+
+
+def study_fraction_done(study_dir) -> float | None:
+    """The share of a study's jobs recorded finished in its study.json (None without one): the progress of the
+    queue job that runs a whole study (`ablate resume STUDY --parallel N`)."""
+    jobs = read_json_or_empty(Path(study_dir) / STUDY_JSON).get("jobs")
+    if not jobs:
+        return None
+    return sum(j.get("status") == "finished" for j in jobs) / len(jobs)
 
 
 def read_eval(run_dir) -> dict:

@@ -230,6 +230,11 @@ def test_progress_and_tail(q, tmp_path):
     assert q.job_progress({"status": "running", "run_dir": str(run_dir)}) == pytest.approx(0.4)
     assert q.job_progress({"status": "queued", "run_dir": None}) == 0.0
     assert q.job_progress({"status": "running", "run_dir": None}) is None
+    # the job that runs a whole study (`ablate resume STUDY --parallel N`): its share of the study's jobs done
+    study = tmp_path / "runs" / "studies" / "s"
+    study.mkdir(parents=True)
+    (study / "study.json").write_text(json.dumps({"jobs": [{"status": "finished"}, {"status": "failed"}, {}, {}]}))
+    assert q.job_progress({"status": "running", "run_dir": str(study)}) == pytest.approx(0.25)
     j = wait_done(q, q._submit_cmd(py("import sys\nfor i in range(100): print('line', i)\n"
                                       "sys.stdout.write('bar 10%\\rbar 50%\\rbar 100%\\n')"))["id"])
     tail = q.tail_log(j["id"], n=3).splitlines()

@@ -10,9 +10,8 @@ from pathlib import Path
 from engine.ablations.study import Study
 from engine.errors import EngineError
 from engine.fileio import atomic_write_json
+from engine.records import STUDY_JSON
 from engine.runs import safe_run_name
-
-STUDY_JSON = "study.json"
 
 
 def studies_root(runs_root=None) -> Path:
