@@ -45,7 +45,7 @@ from pathlib import Path
 from engine.errors import EngineError
 from engine.fileio import atomic_write_json
 from engine.procs import killpg, proc_stat, proven_alive
-from engine.records import RUN_JSON, STUDY_JSON, read_json_or_empty, study_fraction_done
+from engine.records import RUN_JSON, read_json_or_empty, study_fraction_done
 from engine.runs import latest_checkpoint, now_iso, run_progress, run_writer_pid, runs_root, set_status
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -213,9 +213,8 @@ class Jobs:
             return 0.0
         if not job.get("run_dir"):
             return None
-        if (Path(job["run_dir"]) / STUDY_JSON).is_file():  # a whole study run by one job: its share of jobs done
-            return study_fraction_done(job["run_dir"])
-        return run_progress(job["run_dir"])["fraction"]
+        study = study_fraction_done(job["run_dir"])  # a whole study run by one job: its share of jobs done
+        return study if study is not None else run_progress(job["run_dir"])["fraction"]
 
     # -- submitting ---------------------------------------------------------------------------------------
     def submit(self, argv, name: str | None = None, run_dir=None) -> dict:

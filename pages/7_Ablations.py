@@ -107,8 +107,8 @@ with tab_new:
             steps = o3.number_input("Pre-training steps per variant", min_value=10, max_value=1_000_000, value=study.base.steps,
                                     step=100, key=f"abl_steps_{name}_{scale}")
         e1, e2 = st.columns(2)
-        parallel = e2.number_input("Jobs at once", min_value=1, max_value=16, value=1, key=f"abl_parallel_{scale}",
-                                   help=A.PARALLEL_HELP)
+        parallel = int(e2.number_input("Jobs at once", min_value=1, max_value=16, value=1, key=f"abl_parallel_{scale}",
+                                       help=A.PARALLEL_HELP))
         default_epochs = max(study.finetune.epochs)
         epochs = e1.number_input("Downstream epochs (the fine-tuning and the feature classifier alike)", min_value=1,
                                  max_value=100, value=default_epochs, key=f"abl_epochs_{name}_{scale}",
@@ -137,7 +137,7 @@ with tab_new:
             st.caption(A.LAB_PARALLEL_HINT.format(name=study.name))
         jobs = A.plan(study, root / "studies" / "<name>")
         n_pre = sum(j.kind == "pretrain" for j in jobs)
-        at_once = "run one at a time" if parallel == 1 else f"run {int(parallel)} at a time, each fine-tune after its model"
+        at_once = "run one at a time" if parallel == 1 else f"run {parallel} at a time, each fine-tune after its model"
         st.write(f"**{len(jobs)} jobs**: {n_pre} pre-training runs and {len(jobs) - n_pre} downstream evaluations, {at_once}.")
         with st.expander("Job commands"):
             st.code("\n".join("python -m engine " + " ".join(j.argv) for j in jobs), language="bash")
@@ -146,9 +146,9 @@ with tab_new:
         if st.button("Launch", type="primary", key="abl_launch"):
             with guard("launching the study"):
                 d = A.launch(study, runs_root=root, name=run_name.strip() or None, log=lambda *a: None,
-                             parallel=int(parallel))
+                             parallel=parallel)
                 st.session_state["abl_show"] = d.name
-                how = f"{len(jobs)} jobs" if parallel == 1 else f"one job that runs its {len(jobs)} jobs {int(parallel)} at a time"
+                how = f"{len(jobs)} jobs" if parallel == 1 else f"one job that runs its {len(jobs)} jobs {parallel} at a time"
                 st.success(f"Queued {how} as study **{d.name}**; follow them on the Jobs page or in Results.")
 
 # ------------------------------------------------------------------ results

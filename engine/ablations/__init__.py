@@ -22,8 +22,8 @@ from engine.ablations.cli import main
 from engine.ablations.folders import (STUDY_JSON, list_studies, new_study_dir, read_study, studies_root, update_job,
                                       write_study)
 from engine.ablations.paper import (BBC, CLASSROOM, CLASSROOM_FINETUNE, CLASSROOM_PRETRAIN, CLOZE, FEATURE_ROWS, LAB,
-                                    LAB_FINETUNE, LAB_PARALLEL_HINT, LAB_PRETRAIN, NEXT, PARALLEL_HELP, PUNCT, PUNCT_FEATURES, ROBUST_SPREAD, SCALES, STORY,
-                                    SHARED_DATA, SMALL_GRID, STUDIES, TABLE5_FINDINGS, TABLE5_TASKS, TABLE6_TASKS,
+                                    LAB_FINETUNE, LAB_PARALLEL_HINT, LAB_PRETRAIN, NEXT, PARALLEL_HELP, PUNCT,
+                                    PUNCT_FEATURES, ROBUST_SPREAD, SCALES, STORY, SHARED_DATA, SMALL_GRID, STUDIES, TABLE5_FINDINGS, TABLE5_TASKS, TABLE6_TASKS,
                                     TABLE8_ROWS, TABLE8_TASKS, WNUT, Scale, at_scale, available_evaluations, classroom,
                                     get_study, mask_ratios_for_row, shared_evaluations, table8_label)
 from engine.ablations.planner import Job, feature_epochs, plan

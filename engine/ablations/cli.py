@@ -71,6 +71,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list) -> int:
     a = build_parser().parse_args(argv)
+    if getattr(a, "parallel", 1) < 1:  # run and resume
+        raise EngineError(f"--parallel {a.parallel}: give a number of jobs >= 1")
     if a.cmd == "list":
         for name in STUDIES:
             print(describe(get_study(name)) + "\n")
@@ -93,8 +95,6 @@ def main(argv: list) -> int:
         if a.budget_minutes is not None and a.budget != "time":
             raise EngineError("--budget-minutes goes with --budget time; drop it or add --budget time")
         study = replace(study, budget=a.budget, budget_minutes=a.budget_minutes)
-        if a.parallel < 1:
-            raise EngineError(f"--parallel {a.parallel}: give a number of jobs >= 1")
         plan(study, "/")  # a budget the study cannot take is one line before anything is written
         print(describe(study))
         if scale == "classroom":
@@ -109,8 +109,6 @@ def main(argv: list) -> int:
         print(f"study folder: {d}")
         return _failed_jobs(d) if a.foreground else 0
     if a.cmd == "resume":
-        if a.parallel < 1:
-            raise EngineError(f"--parallel {a.parallel}: give a number of jobs >= 1")
         counts = run_foreground(a.study_dir, parallel=a.parallel)
         print(json.dumps(counts))
         _print_results(collect_results(a.study_dir))

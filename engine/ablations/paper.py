@@ -388,8 +388,8 @@ CLASSROOM_FINETUNE = FinetuneArgs(lr=(1e-3,), batch_size=(32,), epochs=(5,), res
 
 
 # Lab scale: the same studies for one GPU. Measured once (BENCHMARKS.md, "Lab scale"): Table 5 with one seed took
-# 10.2 min on an H200 with 6-8 jobs at once (`--parallel`); the other studies are not measured. The mini preset (4 layers, hidden 256) for 5,000 steps of 128 x 128 on BBC News (kept so the corpus-made
-# tasks' dev texts stay unseen), five segmentations of each document so the ~70 passes over 1.2M tokens see fresh
+# 10.2 min on an H200 with 6-8 jobs at once (`--parallel`); the other studies are not measured. The mini preset
+# (4 layers, hidden 256) for 5,000 steps of 128 x 128 on BBC News (kept so the corpus-made tasks' dev texts stay unseen), five segmentations of each document so the ~70 passes over 1.2M tokens see fresh
 # masks and pairs, and the paper's dropout 0.1 and 15% masking for the longer run; two pre-training seeds for the
 # headline contrasts; fine-tuning on every training example at a rate for a 4-layer model.
 LAB_PRETRAIN = dict(preset="mini", steps=5000, batch_size=128, seq_len=128, eval_every=500, dupe_factor=5,
