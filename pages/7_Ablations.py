@@ -109,6 +109,7 @@ with tab_new:
         e1, e2 = st.columns(2)
         parallel = int(e2.number_input("Jobs at once", min_value=1, max_value=16, value=1, key=f"abl_parallel_{scale}",
                                        help=A.PARALLEL_HELP))
+        reuse = e2.checkbox("Reuse finished pre-trainings", value=True, key="abl_reuse", help=A.REUSE_HELP)
         default_epochs = max(study.finetune.epochs)
         epochs = e1.number_input("Downstream epochs (the fine-tuning and the feature classifier alike)", min_value=1,
                                  max_value=100, value=default_epochs, key=f"abl_epochs_{name}_{scale}",
@@ -146,10 +147,12 @@ with tab_new:
         if st.button("Launch", type="primary", key="abl_launch"):
             with guard("launching the study"):
                 d = A.launch(study, runs_root=root, name=run_name.strip() or None, log=lambda *a: None,
-                             parallel=parallel)
+                             parallel=parallel, reuse=reuse)
                 st.session_state["abl_show"] = d.name
-                how = f"{len(jobs)} jobs" if parallel == 1 else f"one job that runs its {len(jobs)} jobs {parallel} at a time"
-                st.success(f"Queued {how} as study **{d.name}**; follow them on the Jobs page or in Results.")
+                taken = sum(1 for j in A.read_study(d)["jobs"] if j.get("reused_from"))
+                how = f"{len(jobs) - taken} jobs" if parallel == 1 else f"one job that runs its {len(jobs)} jobs {parallel} at a time"
+                st.success(f"Queued {how} as study **{d.name}**" + (f" ({taken} pre-training(s) reused from finished runs)" if taken else "")
+                           + "; follow them on the Jobs page or in Results.")
 
 # ------------------------------------------------------------------ results
 with tab_results:
@@ -177,7 +180,8 @@ with tab_results:
             done = pr.get("finished", 0)
             st.progress(done / pr["total"] if pr["total"] else 0.0,
                         text=f"{done}/{pr['total']} jobs finished" + (f", {pr['failed']} failed" if pr.get("failed") else "")
-                        + (f", {pr['running']} running" if pr.get("running") else ""))
+                        + (f", {pr['running']} running" if pr.get("running") else "")
+                        + (f" ({pr['reused']} pre-training(s) reused from finished runs)" if pr.get("reused") else ""))
             st.subheader(res.study.title)
             left, right = st.columns([3, 2])
             with left:
@@ -220,7 +224,7 @@ with tab_results:
             elif not res.study.model:
                 st.caption("Pre-training curves appear here once the first run logs its metrics.")
             with st.expander("Jobs of this study"):
-                jt = pd.DataFrame(res.jobs)[["key", "kind", "state", "error", "out"]]
+                jt = pd.DataFrame(res.jobs)[["key", "kind", "state", "error", "reused_from", "out"]]
                 st.dataframe(jt, hide_index=True, width="stretch")
                 failed = [j for j in res.jobs if j["state"] == "failed"]
                 if failed:

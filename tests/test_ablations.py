@@ -116,7 +116,9 @@ def test_classroom_scale_fits_the_hour():
     from engine.pretrain import PretrainConfig
     b = study.base
     assert (b.preset, b.steps, b.batch_size, b.seq_len, b.phase2_seq_len, b.phase2_fraction) == ("tiny", 3000, 64, 32, 128, 0.3)
-    assert replace(b, steps=2000, batch_size=16, seq_len=128, phase2_seq_len=None, phase2_fraction=0.1, eval_every=200) == PretrainConfig()
+    assert b.save_every == 375  # every study's runs hold Figure 5's checkpoints (study.checkpoint_cadence)
+    assert replace(b, steps=2000, batch_size=16, seq_len=128, phase2_seq_len=None, phase2_fraction=0.1, eval_every=200,
+                   save_every=PretrainConfig.save_every) == PretrainConfig()
     # span, token (right context), a sentence pair (same story?), and the topic control
     assert [e.task for e in study.evaluations] == ["bbc-cloze", "bbc-punct", "bbc-story", "bbc-topic"]
     jobs = A.plan(study, "/x")
@@ -189,7 +191,7 @@ def test_training_steps_evaluates_each_checkpoint(tmp_path):
     ft = [j for j in jobs if j.kind == "finetune"]
     k = study.base.steps
     assert study.checkpoint_steps == (k // 4, k // 2, k)
-    assert all(int(flag(j.argv, "--save-every")) == k // 4 for j in pre)
+    assert all(int(flag(j.argv, "--save-every")) == k // 8 for j in pre)  # 375: the quarters among its checkpoints
     models = [flag(j.argv, "--model") for j in ft if j.variant == "LTR"]
     assert [Path(m).name for m in models] == [f"step-{s}" for s in study.checkpoint_steps]
     assert all(Path(m).parent.name == "checkpoints" for m in models)
@@ -539,12 +541,12 @@ def test_steps_override_moves_figure5_checkpoints_in_the_cli_and_the_planner(cap
     """--steps on a study that evaluates checkpoints takes them at a quarter, half and all of the new steps (the CLI
     once kept 750/1,500/3,000 for a 1,000-step run: checkpoints that never exist); one rule, `with_steps`."""
     study = A.with_steps(A.get_study("training-steps", scale="classroom"), 1000)
-    assert study.checkpoint_steps == (250, 500, 1000) and study.base.save_every == 250
+    assert study.checkpoint_steps == (250, 500, 1000) and study.base.save_every == 125  # checkpoint_cadence
     assert A.get_study("training-steps", scale="classroom").checkpoint_steps == (750, 1500, 3000)  # at_scale, same rule
     from engine.ablations.cli import main
     assert main(["run", "training-steps", "--classroom", "--steps", "1000", "--dry-run"]) == 0
     out = capsys.readouterr().out
-    assert "step-1000" in out and "step-3000" not in out and "--save-every 250" in out
+    assert "step-1000" in out and "step-3000" not in out and "--save-every 125" in out
     with pytest.raises(EngineError, match="--steps must be"):
         A.with_steps(study, 0)
 

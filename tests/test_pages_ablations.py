@@ -204,3 +204,33 @@ def test_dashboard_shows_the_papers_numbers_beside_ours(study_root):
     # the New study tab shows the paper's numbers of the study about to be launched
     at.selectbox(key="abl_study").set_value("masking").run()
     assert frame_with(at, "NER feature-based").equals(paper_tables.frame("masking"))
+
+
+def test_new_study_reuses_a_finished_pretraining_unless_told_not_to(study_root, monkeypatch):
+    """With a finished run of Table 5's BERT under the runs folder, launching the classroom Table 5 takes it over
+    (18 jobs queued, the success line says so, the study's jobs table names the source); with the box unticked all
+    19 are queued."""
+    import engine.jobs as Q
+    from engine.ablations import reuse
+    from engine.ablations.planner import plan
+    submitted = []
+    monkeypatch.setattr(Q, "submit", lambda argv, name=None, run_dir=None, root=None: submitted.append(argv) or {"id": f"j{len(submitted)}"})
+    monkeypatch.setattr(reuse, "_fingerprint", lambda key: "f" * 64)
+    bert = next(j for j in plan(A.get_study("pretraining-tasks", scale="classroom"), study_root / "x") if j.kind == "pretrain")
+    src = study_root / "classroom-bert"
+    (src / "tokenizer").mkdir(parents=True)
+    (src / "run.json").write_text(json.dumps({"kind": "pretrain", "status": "finished", "config": reuse.config_of(bert.argv),
+                                              "total_steps": 3000, "corpus_fingerprint": "f" * 64}))
+    at = app(study_root).run()
+    assert at.checkbox(key="abl_reuse").value is True
+    at.button(key="abl_launch").click().run()
+    assert not at.exception, at.exception
+    assert len(submitted) == 18 and bert.argv not in submitted
+    assert any("Queued 18 jobs" in s.value and "1 pre-training(s) reused" in s.value for s in at.success)
+    at.checkbox(key="abl_reuse").uncheck().run()
+    at.button(key="abl_launch").click().run()
+    assert len(submitted) == 18 + 19
+    at.selectbox(key="abl_pick").set_value("pretraining-tasks").run()
+    assert not at.exception, at.exception
+    jobs = frame_with(at, "reused_from")
+    assert list(jobs["reused_from"].dropna()) == [str(src)]

@@ -13,6 +13,7 @@ One module per job, read in this order:
 - paper.py    the built-in studies (`STUDIES`), each with the paper's finding and its check; classroom scale
 - planner.py  study -> jobs (`plan`)
 - folders.py  study folders and study.json
+- reuse.py    a pre-training another run has already done, taken over instead of trained again (`take_over`)
 - runner.py   launching (queue or foreground) and each job's state (`launch`, `run_foreground`, `job_states`)
 - results.py  reading results back: tables, curves, checks (`collect_results`)
 - timing.py   how long a classroom study takes on this machine (`speed_check`, `estimate`)
@@ -29,6 +30,7 @@ from engine.ablations.paper import (BBC, CLASSROOM, CLASSROOM_FINETUNE, CLASSROO
 from engine.ablations.planner import Job, feature_epochs, plan
 from engine.ablations.results import (CURVE_X, StudyResults, best_score, collect_results, combination_score,
                                       final_pretrain_metrics, fmt_cell, paper_table, pretrain_eval_records, summarise)
+from engine.ablations.reuse import REUSE_HELP, training_key
 from engine.ablations.runner import REPO_ROOT, job_states, launch, run_foreground
 from engine.ablations.timing import (REFERENCE_MACHINE, REFERENCE_MINUTES, SpeedCheck, describe_check, estimate,
                                      speed_check)

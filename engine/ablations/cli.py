@@ -7,6 +7,7 @@ from dataclasses import asdict, replace
 from engine.ablations.folders import list_studies, read_study, studies_root, study_dir_name
 from engine.ablations.paper import PARALLEL_HELP, SHARED_DATA, STUDIES, available_evaluations, get_study
 from engine.ablations.planner import plan
+from engine.ablations.reuse import REUSE_HELP
 from engine.ablations.results import StudyResults, collect_results, final_pretrain_metrics
 from engine.ablations.runner import launch, run_foreground
 from engine.ablations.study import describe, with_steps
@@ -51,6 +52,7 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--name", default=None, help="study folder name (default: the study's name)")
     r.add_argument("--foreground", action="store_true", help="run the jobs here one after another instead of queueing them")
     r.add_argument("--parallel", type=int, default=1, help=PARALLEL_HELP)
+    r.add_argument("--no-reuse", action="store_true", help="turn reuse off; by default " + REUSE_HELP)
     r.add_argument("--dry-run", action="store_true", help="print the job command lines and stop")
     s = sub.add_parser("show", help="print a study's results table and the paper's finding")
     s.add_argument("study_dir")
@@ -103,7 +105,8 @@ def main(argv: list) -> int:
             for j in plan(study, studies_root(a.runs_root) / study_dir_name(study, a.name)):
                 print(" ".join(["python -m engine"] + j.argv))
             return 0
-        d = launch(study, runs_root=a.runs_root, name=a.name, foreground=a.foreground, parallel=a.parallel)
+        d = launch(study, runs_root=a.runs_root, name=a.name, foreground=a.foreground, parallel=a.parallel,
+                   reuse=not a.no_reuse)
         if a.foreground:
             _print_results(collect_results(d))
         print(f"study folder: {d}")
@@ -152,10 +155,11 @@ def _estimate(a) -> int:
 
 
 def results_json(study_dir, res: StudyResults) -> dict:
-    """`ablate show --json`: {study, title, study_dir, progress, table (rows of the summary: variant, column, step,
+    """`ablate show --json`: {study, title, study_dir, progress, reused ({job key: the run it took over}), table (rows of the summary: variant, column, step,
     mean, std, n), finding, findings (engine.ablations.verdict.judge per finding: the verdicts), checks (the direction of the means,
     {claim, holds, detail}: no uncertainty, so not verdicts)}."""
     return {"study": res.study.name, "title": res.study.title, "study_dir": str(study_dir), "progress": res.progress,
+            "reused": {r["key"]: r["reused_from"] for r in res.jobs if r.get("reused_from")},
             "table": res.summary.to_dict(orient="records"), "finding": res.finding, "findings": res.findings,
             "checks": res.checks}
 
@@ -167,6 +171,8 @@ def _print_results(res: StudyResults) -> None:
     print(f"\n{res.study.title}: {pr.get('finished', 0)}/{pr['total']} jobs finished"
           + (f", {pr['failed']} failed" if pr.get("failed") else "")
           + (f" ({pr['seconds'] / 60:.1f} min of jobs)" if pr.get("seconds") else ""))
+    for r in (r for r in res.jobs if r.get("reused_from")):
+        print(f"  {r['key']}: reused the finished run {r['reused_from']} (same settings; --no-reuse trains afresh)")
     with pd.option_context("display.max_columns", None, "display.width", 200):
         print(res.table.to_string())
     final = final_pretrain_metrics(res.curves)

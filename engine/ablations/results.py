@@ -37,7 +37,7 @@ class StudyResults:
     findings: list  # per Study.findings() contrast: verdict.judge's entry (statement, verdict, numbers, interval)
     finding: str
     jobs: list  # job_states()
-    progress: dict  # {total, finished, failed, running, queued}
+    progress: dict  # {total, finished, failed, running, queued, cancelled, seconds, reused}
 
     def to_csv(self, path=None) -> str:
         """The summary as CSV (variant, column, step, mean, std, n); written atomically to `path` when given."""
@@ -116,6 +116,7 @@ def collect_results(study_dir) -> StudyResults:
     for s in ("finished", "failed", "running", "queued", "cancelled"):
         progress[s] = sum(1 for r in states if r["state"] == s)
     progress["seconds"] = round(sum(j.get("seconds") or 0 for j in jobs), 1)  # foreground runs record each job's time
+    progress["reused"] = sum(1 for r in states if r.get("reused_from"))  # pre-trainings taken over (engine.ablations.reuse)
     return StudyResults(study=study, table=table, summary=summary, scores=scores, curves=curves,
                         checks=study.check_finding(summary), findings=judge_findings(study, replicates, floors),
                         finding=study.finding, jobs=states, progress=progress)

@@ -13,6 +13,7 @@ from pathlib import Path
 from engine import jobs as queue
 from engine.ablations.folders import STUDY_JSON, new_study_dir, read_study, studies_root, update_job, write_study
 from engine.ablations.planner import plan
+from engine.ablations.reuse import take_over
 from engine.ablations.study import Study
 from engine.errors import EngineError
 from engine.fileio import atomic_write_json
@@ -27,16 +28,18 @@ def _print(*a) -> None:
 
 
 def launch(study: Study, runs_root=None, name: str = None, foreground: bool = False, log=_print,
-           parallel: int = 1) -> Path:
+           parallel: int = 1, reuse: bool = True) -> Path:
     """Write the study folder, then run its jobs: here (`foreground`, `parallel` at a time: `run_foreground`);
     else through the job queue (engine.jobs), each job queued on its own when `parallel` is 1, or as one queued
     job, `ablate resume STUDY --parallel N`, that runs them `parallel` at a time (the queue knows nothing of a
-    fine-tune waiting for its model; this job does)."""
+    fine-tune waiting for its model; this job does). `reuse`: a pre-training that a finished run under the runs
+    folder has already done is taken over instead of trained again (engine.ablations.reuse): when its job would
+    start, or, queued one job at a time, now."""
     root = studies_root(runs_root).parent
     study_dir = new_study_dir(study, root, name)
     jobs = plan(study, study_dir)
     mode = "foreground" if foreground else "queue" if parallel <= 1 else "parallel"
-    write_study(study_dir, study, jobs, mode=mode, runs_root=str(root))
+    write_study(study_dir, study, jobs, mode=mode, runs_root=str(root), reuse=reuse)
     if foreground:
         run_foreground(study_dir, log=log, parallel=parallel)
         return study_dir
@@ -47,15 +50,18 @@ def launch(study: Study, runs_root=None, name: str = None, foreground: bool = Fa
         log(f"queued study {study_dir.name} as one job running its {len(jobs)} jobs {parallel} at a time (its log: "
             f"{study_dir / 'job.log'}); follow it on the Jobs page or with `python -m engine ablate show {study_dir}`")
         return study_dir
+    data = read_study(study_dir)
+    taken = {j["key"] for j in data["jobs"] if reuse and _take_over(study_dir, j, data, log)}
     ids = {}
-    for j in jobs:
+    for j in (j for j in jobs if j.key not in taken):
         rec = queue.submit(j.argv, name=f"{study_dir.name}: {j.key}", run_dir=str(study_dir / j.out), root=root)
         ids[j.key] = rec["id"]
     data = read_study(study_dir)
     for j in data["jobs"]:
         j["job_id"] = ids.get(j["key"])
     atomic_write_json(study_dir / STUDY_JSON, data)
-    log(f"queued {len(jobs)} jobs for study {study_dir.name}; follow them on the Jobs page or with "
+    log(f"queued {len(ids)} jobs for study {study_dir.name}" + (f" ({len(taken)} pre-training(s) reused)" if taken else "")
+        + "; follow them on the Jobs page or with "
         f"`python -m engine ablate show {study_dir}`")
     return study_dir
 
@@ -69,7 +75,7 @@ def run_foreground(study_dir, log=_print, parallel: int = 1) -> dict:
     leaves mostly idle; on a CPU each job then gets cpu_count // parallel threads (OMP_NUM_THREADS)."""
     study_dir = Path(study_dir)
     data = read_study(study_dir)
-    counts = {"finished": 0, "failed": 0, "skipped": 0}
+    counts = {"finished": 0, "failed": 0, "skipped": 0, "reused": 0}
     todo = []
     for j in data["jobs"]:
         if j.get("status") == "finished" and _job_output_ok(j, study_dir / j["out"]):
@@ -99,6 +105,10 @@ def run_foreground(study_dir, log=_print, parallel: int = 1) -> dict:
                     log(f"    {j['key']}: {err}")
                 elif not waiting:
                     todo.remove(j)
+                    if data.get("reuse", True) and _take_over(study_dir, j, data, log):
+                        done[j["key"]] = "finished"
+                        counts["reused"] += 1
+                        continue
                     running[j["key"]] = _start_job(study_dir, j, env, log)
             if todo and not running:  # every job left waits on another that waits: a study the planner cannot make
                 raise EngineError(f"{todo[0]['key']} waits on {needs[todo[0]['key']]}, which never start; "
@@ -123,6 +133,21 @@ def run_foreground(study_dir, log=_print, parallel: int = 1) -> dict:
         if previous is not None:
             signal.signal(signal.SIGTERM, previous)
     return counts
+
+
+def _take_over(study_dir: Path, job: dict, data: dict, log) -> bool:
+    """Take over a finished pre-training for `job` (engine.ablations.reuse) and record it in study.json; False when
+    there is none, or when copying it failed (the job then trains, as without reuse)."""
+    try:
+        src = take_over(study_dir, job, data["jobs"], Path(data.get("runs_root") or studies_root().parent))
+    except (OSError, EngineError) as e:
+        log(f"    {job['key']}: could not reuse a finished pre-training ({e}); training it")
+        return False
+    if src is None:
+        return False
+    update_job(study_dir, job["key"], status="finished", rc=0, seconds=0, error=None, reused_from=str(src))
+    log(f"    {job['key']}: reused the finished pre-training {src} (same settings)")
+    return True
 
 
 def _sigterm_as_interrupt(signum, frame):
@@ -235,7 +260,8 @@ def job_states(study_dir, data: dict = None) -> list:
             state, error = runner["status"], f"not run: the study's job {runner['status']}: {runner.get('error')}"
         rows.append({"key": j["key"], "kind": j["kind"], "variant": j["variant"], "seed": j["seed"],
                      "evaluation": j.get("evaluation"), "step": j.get("step"), "state": state, "error": error,
-                     "job_id": rec.get("id") if rec else j.get("job_id"), "out": str(out)})
+                     "job_id": rec.get("id") if rec else j.get("job_id"), "out": str(out),
+                     "reused_from": j.get("reused_from")})
     return rows
 
 

@@ -146,16 +146,27 @@ def with_epochs(study: Study, epochs: int) -> Study:
     return replace(study, finetune=replace(study.finetune, epochs=(epochs,)), feature_epochs=epochs)
 
 
+def checkpoint_cadence(steps: int) -> int:
+    """Save every eighth of `steps` where a quarter of them is even (750 of 3,000: checkpoints at 750, 1,500, 2,250
+    and 3,000 among them), else every quarter: so every study's runs hold the checkpoints Figure 5 reads, and one
+    of them can be taken over by another study (engine.ablations.reuse)."""
+    q = max(1, steps // 4)
+    return q // 2 if q % 2 == 0 else q
+
+
 def with_steps(study: Study, steps: int) -> Study:
-    """`study` with every variant pre-trained `steps` steps; a study that evaluates checkpoints (Figure 5) takes them
-    at a quarter, half and all of the steps, saving every quarter."""
+    """`study` with every variant pre-trained `steps` steps. A study that evaluates checkpoints (Figure 5) takes
+    them at a quarter, half and all of the steps; it, and every study at the classroom or lab scale, saves at
+    `checkpoint_cadence` (a study at its own scale keeps its base's cadence: long runs want frequent checkpoints)."""
     if not isinstance(steps, int) or steps < 1:
         raise EngineError(f"--steps must be a whole number of at least 1 (got {steps!r})")
     base = replace(study.base, steps=steps)
+    if study.checkpoint_steps or study.scale != "paper":
+        base = replace(base, save_every=checkpoint_cadence(steps))
     if not study.checkpoint_steps:
         return replace(study, base=base)
-    return replace(study, base=replace(base, save_every=max(1, steps // 4)),
-                   checkpoint_steps=tuple(sorted({max(1, steps // 4), steps // 2, steps})))
+    q = max(1, steps // 4)
+    return replace(study, base=base, checkpoint_steps=tuple(sorted({q, 2 * q if 2 * q < steps else steps, steps})))
 
 
 def study_from_dict(d: dict) -> Study:

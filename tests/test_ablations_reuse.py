@@ -1,0 +1,188 @@
+"""A study's pre-training that a finished run has already done is taken over, not trained again
+(engine/ablations/reuse.py): what counts as the same run, what is copied, and what is never reused."""
+import json
+import os
+import sys
+from dataclasses import asdict, replace
+from pathlib import Path
+
+import pytest
+
+from engine import ablations as A
+from engine import cli
+from engine.ablations import reuse
+from engine.pretrain_config import PretrainConfig
+
+FINGERPRINT = "f" * 64
+
+
+def finished_run(run: Path, argv: list, checkpoints=(), status="finished", fingerprint=FINGERPRINT, **config) -> Path:
+    """A pre-training run folder as `pretrain` leaves it: run.json, the tokenizer, checkpoints (COMPLETE, weights)."""
+    cfg = {**reuse.config_of(argv), **config, "out": str(run)}
+    (run / "tokenizer").mkdir(parents=True)
+    (run / "tokenizer" / "vocab.txt").write_text("[PAD]\n")
+    for step in checkpoints:
+        ck = run / "checkpoints" / f"step-{step}"
+        ck.mkdir(parents=True)
+        (ck / "model.safetensors").write_bytes(b"w" * 64)
+        (ck / "COMPLETE").write_text("ok")
+    (run / "metrics.jsonl").write_text('{"step": 1, "split": "train", "loss": 9.0}\n')
+    (run / "run.json").write_text(json.dumps({"kind": "pretrain", "status": status, "config": cfg,
+                                              "total_steps": cfg["steps"], "tokenizer": str(run / "tokenizer"),
+                                              "corpus_fingerprint": fingerprint}))
+    return run
+
+
+def pretrain_jobs(study, study_dir):
+    return {j.variant: j for j in A.plan(study, study_dir) if j.kind == "pretrain"}
+
+
+@pytest.fixture
+def fake_jobs(tmp_path, monkeypatch):
+    """Each job's command replaced by a short process that records its key and writes what a finished job leaves;
+    the corpus fingerprint fixed (no BBC read)."""
+    from engine.ablations import runner
+    trace = tmp_path / "trace.txt"
+    trace.write_text("")
+
+    def fake_command(study_dir, job):
+        out = Path(study_dir) / job["out"]
+        name = "run.json" if job["kind"] == "pretrain" else "eval.json"
+        code = (f"import pathlib; pathlib.Path({str(trace)!r}).open('a').write({job['key']!r} + '\\n'); "
+                f"pathlib.Path({str(out / name)!r}).write_text('{{}}')")
+        return [sys.executable, "-c", code]
+    monkeypatch.setattr(runner, "job_command", fake_command)
+    monkeypatch.setattr(reuse, "_fingerprint", lambda key: FINGERPRINT)
+    return trace
+
+
+def test_the_training_key_ignores_where_and_how_often_but_not_what():
+    base = PretrainConfig.classroom(seed=0)
+    key = reuse.training_key(asdict(base))
+    same = [replace(base, out="/elsewhere", save_every=750, keep=2, num_threads=1, eval_every=100, log_every=1,
+                    precision="fp32", device="cpu", prefetch=0, quiet=True),
+            replace(base, layers=2, hidden=128, heads=2)]  # the tiny preset spelled out: one model
+    for cfg in same:
+        assert reuse.training_key(asdict(cfg)) == key
+    other = [replace(base, seed=1), replace(base, lr=2e-3), replace(base, mask_ratios=(1.0, 0.0, 0.0)),
+             replace(base, objective="ltr"), replace(base, layers=4), replace(base, steps=1500),
+             replace(base, max_minutes=10.0), replace(base, corpus="wiki"), replace(base, dupe_factor=5)]
+    for cfg in other:
+        assert reuse.training_key(asdict(cfg)) != key
+
+
+def test_every_study_saves_the_checkpoints_figure5_reads():
+    """One cadence at classroom and lab scale (an eighth of the steps when a quarter is even), so any study's run
+    holds Figure 5's checkpoints and the pre-training command lines of the studies agree but for their folders."""
+    assert [A.study.checkpoint_cadence(n) for n in (3000, 5000, 20, 1000, 2)] == [375, 625, 5, 125, 1]
+    for scale, steps in (("classroom", 3000), ("lab", 5000)):
+        fig5 = A.get_study("training-steps", scale=scale)
+        assert all(k % A.study.checkpoint_cadence(steps) == 0 for k in fig5.checkpoint_steps)
+        for name in ("pretraining-tasks", "model-size", "masking", "training-steps"):
+            assert A.get_study(name, scale=scale).base.save_every == A.study.checkpoint_cadence(steps), (name, scale)
+    assert A.get_study("pretraining-tasks").base.save_every == PretrainConfig.save_every  # its own scale: unchanged
+    t5 = pretrain_jobs(A.get_study("pretraining-tasks", scale="classroom"), Path("/s/t5"))
+    f5 = pretrain_jobs(A.get_study("training-steps", scale="classroom"), Path("/s/f5"))
+    strip = lambda argv: [a for a in argv if not a.startswith("/s/")]
+    assert strip(t5["BERT (MLM + NSP)"].argv) == strip(f5["MLM (BERT)"].argv)
+    assert strip(t5["LTR & No NSP"].argv) == strip(f5["LTR"].argv)
+
+
+def test_a_second_study_takes_over_a_finished_pretraining_and_trains_the_rest(tmp_path, fake_jobs):
+    """Figure 5 after Table 5: its MLM row is Table 5's BERT run (copied in with the checkpoints it reads, the
+    weights hard-linked, run.json naming its source); its LTR row, with no finished twin, is trained; the
+    fine-tunes of both run; deleting the source study afterwards loses nothing."""
+    fig5 = A.get_study("training-steps", scale="classroom", evaluations=(A.BBC,))
+    t5_dir = tmp_path / "studies" / "pretraining-tasks"
+    t5_argv = pretrain_jobs(A.get_study("pretraining-tasks", scale="classroom"), t5_dir)["BERT (MLM + NSP)"].argv
+    src = finished_run(t5_dir / "runs" / "bert-mlm-nsp-s0", t5_argv, checkpoints=(375, 750, 1500, 2250, 3000))
+    lines = []
+    d = A.launch(fig5, runs_root=tmp_path, foreground=True, log=lines.append)
+    jobs = {j["variant"] + "/" + j["kind"]: j for j in A.read_study(d)["jobs"] if j["kind"] == "pretrain"}
+    mlm, ltr = jobs["MLM (BERT)/pretrain"], jobs["LTR/pretrain"]
+    trained = set(fake_jobs.read_text().split())
+    assert mlm["status"] == "finished" and mlm["reused_from"] == str(src) and mlm["seconds"] == 0
+    assert mlm["key"] not in trained and ltr["key"] in trained and "reused_from" not in ltr
+    assert all(j["status"] == "finished" for j in A.read_study(d)["jobs"])
+    assert len([k for k in trained if k.startswith("eval/")]) == 6  # every checkpoint of both rows fine-tuned
+    copy = d / mlm["out"]
+    info = json.loads((copy / "run.json").read_text())
+    assert info["reused_from"] == str(src) and info["config"]["out"] == str(copy.absolute())
+    assert info["tokenizer"] == str(copy.absolute() / "tokenizer")  # its own folder, not the source's
+    weights = copy / "checkpoints" / "step-750" / "model.safetensors"
+    assert os.stat(weights).st_ino == os.stat(src / "checkpoints" / "step-750" / "model.safetensors").st_ino
+    (copy / "metrics.jsonl").write_text("")  # copied, not linked: the two runs' records stay apart
+    assert (src / "metrics.jsonl").read_text()
+    assert any("reused the finished pre-training" in str(x) for x in lines)
+    res = A.collect_results(d)
+    assert res.progress["reused"] == 1
+    from engine.ablations.cli import results_json
+    assert results_json(d, res)["reused"] == {mlm["key"]: str(src)}
+    import shutil
+    shutil.rmtree(t5_dir)
+    assert weights.read_bytes() == b"w" * 64
+
+
+@pytest.mark.parametrize("why", ["running", "checkpoint missing", "other seed", "other text", "no-reuse"])
+def test_what_is_never_taken_over(tmp_path, fake_jobs, why):
+    """An unfinished run, one without a checkpoint the study reads, other settings, another corpus text, or
+    `--no-reuse`: the pre-training is trained."""
+    fig5 = A.get_study("training-steps", scale="classroom", evaluations=(A.BBC,))
+    argv = pretrain_jobs(fig5, tmp_path / "x")["MLM (BERT)"].argv
+    kw = {"running": dict(status="running"), "other seed": dict(seed=7), "other text": dict(fingerprint="0" * 64),
+          "checkpoint missing": dict(checkpoints=(750, 3000))}.get(why, {})
+    finished_run(tmp_path / "plain-run", argv, **{"checkpoints": (750, 1500, 3000), **kw})
+    d = A.launch(fig5, runs_root=tmp_path, foreground=True, log=lambda *a: None, reuse=why != "no-reuse")
+    data = A.read_study(d)
+    assert data["reuse"] is (why != "no-reuse")
+    assert not any(j.get("reused_from") for j in data["jobs"])
+    assert sum(k.startswith("pretrain/") for k in fake_jobs.read_text().split()) == 2
+
+
+def test_a_queued_study_takes_over_what_is_finished_when_it_is_queued(tmp_path, monkeypatch):
+    """Queued one job at a time (the page's default), the finished twin is taken over at launch: its job is not
+    queued, study.json says finished and where from; the fine-tunes of it are queued."""
+    import engine.jobs as Q
+    calls = []
+    monkeypatch.setattr(Q, "submit", lambda argv, name=None, run_dir=None, root=None: calls.append(argv) or {"id": f"q{len(calls)}"})
+    monkeypatch.setattr(Q, "list_jobs", lambda root=None: [])
+    monkeypatch.setattr(reuse, "_fingerprint", lambda key: FINGERPRINT)
+    t5 = A.get_study("pretraining-tasks", scale="classroom", evaluations=(A.BBC,))
+    bert = pretrain_jobs(t5, tmp_path / "x")["BERT (MLM + NSP)"]
+    src = finished_run(tmp_path / "classroom-bert", bert.argv, checkpoints=(3000,))
+    d = A.launch(t5, runs_root=tmp_path, log=lambda *a: None)
+    data = A.read_study(d)
+    job = next(j for j in data["jobs"] if j["key"] == bert.key)
+    assert job["reused_from"] == str(src) and job["job_id"] is None
+    assert len(calls) == len(data["jobs"]) - 1 and bert.argv not in calls
+    assert {s["key"]: s["state"] for s in A.job_states(d)}[bert.key] == "finished"
+
+
+def test_the_real_corpus_text_decides(tmp_path):
+    """The fingerprint is the one pre-training records (engine.tokenizer.corpus_fingerprint of the corpus as it
+    reads now): a corpus folder edited since the run is not the same text."""
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    for i in range(4):
+        (corpus / f"d{i}.txt").write_text(f"Sentence one of document {i}. Sentence two of it.\n")
+    cfg = PretrainConfig.classroom(corpus=str(corpus), out=str(tmp_path / "new"))
+    argv = cli.argv(cfg)
+    from engine.corpora import load_corpus
+    from engine.tokenizer import corpus_fingerprint
+    run = finished_run(tmp_path / "runs" / "old", argv, fingerprint=corpus_fingerprint(load_corpus(str(corpus))))
+    assert reuse.matching_run(argv, [""], tmp_path / "runs", tmp_path / "study") == run
+    (corpus / "d0.txt").write_text("Another text entirely. With two sentences.\n")
+    assert reuse.matching_run(argv, [""], tmp_path / "runs", tmp_path / "study") is None
+
+
+def test_the_cli_flag_and_a_half_copied_run(tmp_path, capsys, monkeypatch):
+    """`ablate run --no-reuse` is a flag of its own; a copy that fails part-way leaves the job's folder empty and
+    the job trains (a failure to reuse is never a lost study)."""
+    from engine.ablations.cli import main
+    assert main(["run", "pretraining-tasks", "--classroom", "--no-reuse", "--dry-run", "--runs-root", str(tmp_path)]) == 0
+    assert "--save-every 375" in capsys.readouterr().out
+    src = finished_run(tmp_path / "src", ["pretrain"], checkpoints=(10,))
+    monkeypatch.setattr(reuse.shutil, "copy2", lambda *a, **k: (_ for _ in ()).throw(OSError("disk full")))
+    with pytest.raises(OSError, match="disk full"):
+        reuse.adopt(src, tmp_path / "dst")
+    assert not (tmp_path / "dst").exists() and not (tmp_path / "dst.reusing").exists() and (src / "run.json").is_file()
