@@ -66,6 +66,11 @@ def classroom_defaults(given: dict) -> dict:
     return dict(CLASSROOM_RECIPE)
 
 
+# What this code trains from a given PretrainConfig. Raise it with any change that makes the same settings train
+# another model (as the sorted vocabulary of 2026-11-27 did: every run's ids, so its start, moved). run.json records
+# it ("training_version"; "mixed" when a resume crossed versions); a study takes over a finished run only of this
+# version (engine/ablations/reuse.py). 1: since stop 33, 2026-11-27; runs before it record none.
+TRAINING_VERSION = 1
 PROBE_READY_RUN = "minilm-continued"  # the run folder the studio's one-step button writes under the runs root
 PROBE_READY_INIT = "minilm"
 

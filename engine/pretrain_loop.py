@@ -31,7 +31,7 @@ from engine.errors import EngineError, as_engine_error
 from engine.model import BertForPreTraining
 from engine.objectives import SUMS, Objective, objective
 from engine.optim import adamw, lr_at
-from engine.pretrain_config import PretrainConfig, config_dict, model_config
+from engine.pretrain_config import TRAINING_VERSION, PretrainConfig, config_dict, model_config
 from engine.pretrain_init import init_model, init_record, load_init, model_config_from_init
 from engine.pretrain_run import StopFlag, checkpoint, last_eval, load_training_state, remove_partial_checkpoints, set_rng_state
 from engine.pretraining_data import IGNORE_INDEX, fixed_eval_masking, mask_batch
@@ -554,7 +554,9 @@ def train(cfg: PretrainConfig, dist: Dist, device, run_dir: Path, ckpt, tok: Tok
     precision = resolve_precision(cfg.precision, device)
     loop = Loop(cfg, dist, device, run_dir, tok, caches, micro, raw_model, model, optimizer, state, window, precision)
     if dist.main:
+        before = runs.read_run_json(run_dir).get("training_version") if ckpt else TRAINING_VERSION
         runs.start_run(run_dir, "pretrain", config=config_dict(cfg), total_steps=int(cfg.steps),
+                       training_version=TRAINING_VERSION if before == TRAINING_VERSION else "mixed",
                        tokenizer=str(run_dir / "tokenizer"), objective=cfg.objective, world_size=dist.world_size,
                        device=str(device), bf16=precision == "bf16", model=mcfg.to_dict(), parameters=raw_model.num_parameters(),
                        resumed_from=str(ckpt) if ckpt else None, init=init_info, corpus_fingerprint=corpus_fingerprint)

@@ -50,7 +50,8 @@ RUN_FIELDS = (
 )
 PRETRAIN_RUN_FIELDS = ("tokenizer", "objective", "world_size", "device", "bf16", "model", "parameters", "resumed_from",
                        "init",  # with --init: {source, kind, path, heads_from_init, heads_new} (engine.pretrain_init), else None
-                       "corpus_fingerprint")  # the hash of the corpus text (engine.tokenizer.corpus_fingerprint): resume checks it
+                       "corpus_fingerprint",  # the hash of the corpus text (engine.tokenizer.corpus_fingerprint): resume checks it
+                       "training_version")  # engine.pretrain_config.TRAINING_VERSION of the code that trained it ("mixed")
 FINETUNE_RUN_FIELDS = ("task", "model", "n_trials", "best_score", "metric")
 FEATURES_RUN_FIELDS = ("task", "model", "n_combinations", "best_score", "metric")
 

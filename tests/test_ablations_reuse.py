@@ -11,12 +11,13 @@ import pytest
 from engine import ablations as A
 from engine import cli
 from engine.ablations import reuse
-from engine.pretrain_config import PretrainConfig
+from engine.pretrain_config import TRAINING_VERSION, PretrainConfig
 
 FINGERPRINT = "f" * 64
 
 
-def finished_run(run: Path, argv: list, checkpoints=(), status="finished", fingerprint=FINGERPRINT, **config) -> Path:
+def finished_run(run: Path, argv: list, checkpoints=(), status="finished", fingerprint=FINGERPRINT,
+                 version=TRAINING_VERSION, **config) -> Path:
     """A pre-training run folder as `pretrain` leaves it: run.json, the tokenizer, checkpoints (COMPLETE, weights)."""
     cfg = {**reuse.config_of(argv), **config, "out": str(run)}
     (run / "tokenizer").mkdir(parents=True)
@@ -29,7 +30,7 @@ def finished_run(run: Path, argv: list, checkpoints=(), status="finished", finge
     (run / "metrics.jsonl").write_text('{"step": 1, "split": "train", "loss": 9.0}\n')
     (run / "run.json").write_text(json.dumps({"kind": "pretrain", "status": status, "config": cfg,
                                               "total_steps": cfg["steps"], "tokenizer": str(run / "tokenizer"),
-                                              "corpus_fingerprint": fingerprint}))
+                                              "corpus_fingerprint": fingerprint, "training_version": version}))
     return run
 
 
@@ -123,13 +124,14 @@ def test_a_second_study_takes_over_a_finished_pretraining_and_trains_the_rest(tm
     assert weights.read_bytes() == b"w" * 64
 
 
-@pytest.mark.parametrize("why", ["running", "checkpoint missing", "other seed", "other text", "no-reuse"])
+@pytest.mark.parametrize("why", ["running", "checkpoint missing", "other seed", "other text", "older code", "mixed", "no-reuse"])
 def test_what_is_never_taken_over(tmp_path, fake_jobs, why):
-    """An unfinished run, one without a checkpoint the study reads, other settings, another corpus text, or
-    `--no-reuse`: the pre-training is trained."""
+    """An unfinished run, one without a checkpoint the study reads, other settings, another corpus text, a run of
+    code that trained these settings otherwise (or partly), or `--no-reuse`: the pre-training is trained."""
     fig5 = A.get_study("training-steps", scale="classroom", evaluations=(A.BBC,))
     argv = pretrain_jobs(fig5, tmp_path / "x")["MLM (BERT)"].argv
     kw = {"running": dict(status="running"), "other seed": dict(seed=7), "other text": dict(fingerprint="0" * 64),
+          "older code": dict(version=None), "mixed": dict(version="mixed"),
           "checkpoint missing": dict(checkpoints=(750, 3000))}.get(why, {})
     finished_run(tmp_path / "plain-run", argv, **{"checkpoints": (750, 1500, 3000), **kw})
     d = A.launch(fig5, runs_root=tmp_path, foreground=True, log=lambda *a: None, reuse=why != "no-reuse")
@@ -186,3 +188,25 @@ def test_the_cli_flag_and_a_half_copied_run(tmp_path, capsys, monkeypatch):
     with pytest.raises(OSError, match="disk full"):
         reuse.adopt(src, tmp_path / "dst")
     assert not (tmp_path / "dst").exists() and not (tmp_path / "dst.reusing").exists() and (src / "run.json").is_file()
+
+
+@pytest.mark.slow
+def test_a_real_finished_run_matches_and_a_resume_across_code_versions_does_not(tmp_path, bbc_docs, monkeypatch):
+    """A real pre-training run: run.json records this code's training_version and the corpus fingerprint, and the
+    run matches its own command line (no fake fields); resumed after its record lost the version (a run of older
+    code), it becomes "mixed" and is never taken over."""
+    import engine
+    from engine import runs
+    monkeypatch.setenv("BERT_STUDIO_CACHE", str(tmp_path / "cache"))
+    corpus = tmp_path / "c.txt"
+    corpus.write_text("\n\n".join(" ".join(d) for d in bbc_docs[::50]), encoding="utf-8")
+    cfg = PretrainConfig(corpus=str(corpus), vocab_size=600, hidden=32, heads=2, layers=1, seq_len=32, batch_size=8,
+                         steps=3, eval_every=0, save_every=0, num_threads=1, quiet=True, out=str(tmp_path / "runs" / "pre"))
+    run_dir = engine.pretrain(cfg)
+    assert runs.read_run_json(run_dir)["training_version"] == TRAINING_VERSION
+    argv = cli.argv(replace(cfg, out=str(tmp_path / "study" / "runs" / "x"), save_every=375, num_threads=2))
+    assert reuse.matching_run(argv, [""], tmp_path / "runs", tmp_path / "study") == run_dir
+    runs.write_run_json(run_dir, training_version=None)
+    engine.pretrain(replace(cfg, steps=4, resume=True))
+    assert runs.read_run_json(run_dir)["training_version"] == "mixed"
+    assert reuse.matching_run(cli.argv(replace(cfg, steps=4)), [""], tmp_path / "runs", tmp_path / "study") is None

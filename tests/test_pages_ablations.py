@@ -220,7 +220,8 @@ def test_new_study_reuses_a_finished_pretraining_unless_told_not_to(study_root, 
     src = study_root / "classroom-bert"
     (src / "tokenizer").mkdir(parents=True)
     (src / "run.json").write_text(json.dumps({"kind": "pretrain", "status": "finished", "config": reuse.config_of(bert.argv),
-                                              "total_steps": 3000, "corpus_fingerprint": "f" * 64}))
+                                              "total_steps": 3000, "corpus_fingerprint": "f" * 64,
+                                              "training_version": reuse.TRAINING_VERSION}))
     at = app(study_root).run()
     assert at.checkbox(key="abl_reuse").value is True
     at.button(key="abl_launch").click().run()

@@ -12,6 +12,8 @@ engine.ablations.runner), the runs folder is searched for a run that
   (`IGNORED`: where it is written, how often it logs, evaluates and saves, threads, device; engine.pretrain_config
   RUNTIME_FIELDS less the steps and the time budget), with the architecture compared as the model it builds
   (`--preset tiny` and `--preset tiny --layers 2 --hidden 128 --heads 2` are one model);
+- was trained by code that trains these settings as today's does (run.json training_version, engine.pretrain_config
+  TRAINING_VERSION: a run from before the sorted vocabulary started elsewhere);
 - was trained on the same text (run.json corpus_fingerprint against the corpus as it reads now: a corpus folder may
   have changed since);
 - holds every checkpoint the study's other jobs read (Figure 5 fine-tunes `checkpoints/step-750`).
@@ -31,6 +33,7 @@ import shutil
 from pathlib import Path
 
 from engine.errors import EngineError
+from engine.pretrain_config import TRAINING_VERSION
 from engine.fileio import atomic_write_json
 from engine.records import RUN_JSON, read_json_or_empty
 
@@ -83,6 +86,8 @@ def matching_run(argv: list, needed: list, runs_root: Path, exclude: Path):
     for run in candidate_runs(runs_root, exclude):
         info = read_json_or_empty(run / RUN_JSON)
         if info.get("kind") != "pretrain" or info.get("status") != "finished" or not info.get("config"):
+            continue
+        if info.get("training_version") != TRAINING_VERSION:  # trained by code that trains these settings otherwise
             continue
         if info.get("total_steps") not in (None, key["steps"]):  # resumed to another length
             continue
