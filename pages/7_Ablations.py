@@ -49,7 +49,7 @@ def base_frame(study: A.Study) -> pd.DataFrame:
     return pd.DataFrame([{"setting": k, "value": str(v)} for k, v in rows])
 
 
-def time_estimate(study: A.Study) -> None:
+def time_estimate(study: A.Study, root) -> None:
     """How long this classroom study should take here: a speed check (seconds, once per session) against the machine
     its reference time was measured on (engine.ablations.timing)."""
     check = st.session_state.get("abl_speed_check")
@@ -60,7 +60,7 @@ def time_estimate(study: A.Study) -> None:
             with guard("timing this machine"), st.spinner("timing the classroom model's steps …"):
                 st.session_state["abl_speed_check"] = check = A.speed_check()
     if check is not None:
-        est = A.estimate(study, check)
+        est = A.estimate(study, check, runs_root=root)
         (st.warning if est.get("over_hour") else st.info)(f"**Time:** {est['text']}.")
         st.caption(f"Speed check: {A.describe_check(check)}. Idle machine assumed: on a 2-core machine this browser "
                    "competes with the check, so `python -m engine ablate estimate` in a terminal reads it more exactly "
@@ -133,7 +133,7 @@ with tab_new:
             study = A.with_steps(study, int(steps))
         base_table.dataframe(base_frame(study), hide_index=True, width="stretch")
         if scale == "classroom":
-            time_estimate(study)
+            time_estimate(study, root)
         elif scale == "lab":
             st.caption(A.LAB_PARALLEL_HINT.format(name=study.name))
         jobs = A.plan(study, root / "studies" / "<name>")

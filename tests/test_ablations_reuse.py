@@ -210,3 +210,22 @@ def test_a_real_finished_run_matches_and_a_resume_across_code_versions_does_not(
     engine.pretrain(replace(cfg, steps=4, resume=True))
     assert runs.read_run_json(run_dir)["training_version"] == "mixed"
     assert reuse.matching_run(cli.argv(replace(cfg, steps=4)), [""], tmp_path / "runs", tmp_path / "study") is None
+
+
+def test_the_estimate_counts_what_is_done_already(tmp_path, monkeypatch):
+    """`ablate estimate` and the page: a pre-training a finished run has done is taken off the study's estimate (that
+    run's own training time); nothing under the runs folder, the estimate of the study alone."""
+    from engine.ablations.timing import SpeedCheck
+    monkeypatch.setattr(reuse, "_fingerprint", lambda key: FINGERPRINT)
+    check = SpeedCheck("fp32", 2, A.timing.REFERENCE_STEP_MS * 3)  # a machine 3x slower than the reference
+    fig5 = A.get_study("training-steps", scale="classroom")
+    alone = A.estimate(fig5, check, runs_root=tmp_path)
+    assert alone["reused"] == [] and alone["minutes"] == pytest.approx(24.5 * 3)
+    argv = pretrain_jobs(fig5, tmp_path / "x")["MLM (BERT)"].argv
+    run = finished_run(tmp_path / "bert", argv, checkpoints=(750, 1500, 3000))
+    (run / "metrics.jsonl").write_text('{"step": 3000, "split": "train", "elapsed": 900.0}\n'
+                                       '{"step": 3000, "split": "eval", "eval_loss": 5.0}\n')
+    est = A.estimate(fig5, check, runs_root=tmp_path)
+    assert [r["run"] for r in est["reused"]] == [str(run)] and est["reused"][0]["minutes"] == pytest.approx(15.0)
+    assert est["minutes"] == pytest.approx(24.5 * 3 - 15.0)
+    assert "1 of its pre-trainings are done already" in est["text"] and "15 min of their training" in est["text"]

@@ -68,6 +68,8 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("study", nargs="?", default=None, help="one study (default: every built-in study)")
     e.add_argument("--epochs", type=int, default=None, help="the downstream epochs you will run it with (default: the study's)")
     e.add_argument("--json", action="store_true", help="print one JSON object: the speed check and each estimate")
+    e.add_argument("--runs-root", default=None, help="count the pre-trainings finished runs here have already done "
+                   "(default $BERT_STUDIO_RUNS or ./runs)")
     return p
 
 
@@ -143,7 +145,8 @@ def _estimate(a) -> int:
     names = [a.study] if a.study else list(STUDIES)
     studies = [get_study(n, scale="classroom", epochs=a.epochs) for n in names]  # a bad name or --epochs: one line first
     check = speed_check()
-    out = {n: estimate(s, check) for n, s in zip(names, studies)}
+    root = studies_root(a.runs_root).parent
+    out = {n: estimate(s, check, runs_root=root) for n, s in zip(names, studies)}
     if a.json:
         print(json.dumps({"speed_check": {**asdict(check), "factor": check.factor()}, "reference_machine": REFERENCE_MACHINE,
                           "estimates": out}, indent=1))

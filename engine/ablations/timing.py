@@ -18,6 +18,8 @@ which this step mixes in about that share. On the AVX2 EPYC the whole Figure 5 t
 parts 3.0x (fine-tuning) to 3.4x (pre-training), this step 3.3x. A first version added the left-to-right step
 (every position on the vocabulary: 4.2x there) and estimated 95 min for the study that took 79, 20% too high; the
 MLM step alone, chosen after that measurement, gives 81. One study checked, on one other machine.
+A pre-training the study would take over from a finished run (engine.ablations.reuse) is taken off the estimate:
+that run's own training time, as it ran (`reusable`; with `runs_root`, as `ablate estimate` and the page give it).
 What the estimate cannot see: other jobs on
 the machine (time it idle), memory bandwidth unlike the step's, and a study whose settings differ from its
 classroom defaults (more epochs, other tasks, seeds or steps): the estimate then says it is for the defaults.
@@ -80,10 +82,32 @@ def speed_check(steps: int = 5, warmup: int = 1) -> SpeedCheck:
     return SpeedCheck(precision, torch.get_num_threads(), statistics.median(ts) * 1000, torch.cuda.is_available())
 
 
-def estimate(study, check: SpeedCheck) -> dict:
+def reusable(study, runs_root) -> list:
+    """[{key, run, minutes}] for each of `study`'s pre-trainings that a finished run under `runs_root` has already
+    done (engine.ablations.reuse: what launching it now would take over), `minutes` that run's own training time
+    (its last "elapsed": steps only, not its data, evaluation or saving)."""
+    from dataclasses import asdict
+    from pathlib import Path
+
+    from engine.ablations.planner import plan
+    from engine.ablations.reuse import matching_run, needed_paths
+    from engine.runs import read_metrics
+    where = Path(runs_root).absolute() / "studies" / f".estimate-{study.name}"  # a study folder never written
+    jobs = [asdict(j) for j in plan(study, where)]
+    out = []
+    for j in (j for j in jobs if j["kind"] == "pretrain"):
+        run = matching_run(j["argv"], needed_paths(where, j, jobs), runs_root, where)
+        if run is not None:
+            elapsed = [r["elapsed"] for r in read_metrics(run) if r.get("split") == "train" and r.get("elapsed")]
+            out.append({"key": j["key"], "run": str(run), "minutes": max(elapsed, default=0.0) / 60})
+    return out
+
+
+def estimate(study, check: SpeedCheck, runs_root=None) -> dict:
     """{"minutes" (None when there is no reference), "reference_minutes", "measured" (its date), "factor",
-    "defaults" (the study is exactly its classroom defaults), "over_hour", "text"}: how long `study` (a classroom
-    study) should take here, from `check`."""
+    "defaults" (the study is exactly its classroom defaults), "reused" (`reusable`, with `runs_root`), "over_hour",
+    "text"}: how long `study` (a classroom study) should take here, from `check`; less the training time of the
+    pre-trainings it would take over from finished runs under `runs_root` (their own time, as they ran)."""
     from engine.ablations.paper import get_study
     if study.scale != "classroom":
         return {"minutes": None, "text": f"no estimate at the {study.scale} scale: only the classroom studies have "
@@ -100,11 +124,17 @@ def estimate(study, check: SpeedCheck) -> dict:
     text = f"about {_hm(minutes)} on this machine ({ref:g} min on the reference machine on {when}, x{f:.2f})"
     if not defaults:
         text += "; that is for its classroom defaults, and your settings differ (epochs, seeds, tasks or steps)"
+    reused = reusable(study, runs_root) if runs_root is not None else []
+    if reused:
+        saved = sum(r["minutes"] for r in reused)
+        minutes = max(0.0, minutes - saved)
+        text += (f"; {len(reused)} of its pre-trainings are done already (finished runs with the same settings, "
+                 f"{saved:.0f} min of their training), so about {_hm(minutes)}")
     if minutes > CLASSROOM_HOUR:
         text += ("; over the classroom hour here" + ("" if check.precision == "bf16" else
                  ": this CPU has no bf16 units, so it trains in fp32"))
     return {"minutes": minutes, "reference_minutes": ref, "measured": when, "factor": f, "defaults": defaults,
-            "over_hour": minutes > CLASSROOM_HOUR, "text": text}
+            "reused": reused, "over_hour": minutes > CLASSROOM_HOUR, "text": text}
 
 
 def describe_check(check: SpeedCheck) -> str:
