@@ -33,7 +33,7 @@ import shutil
 from pathlib import Path
 
 from engine.errors import EngineError
-from engine.pretrain_config import TRAINING_VERSION
+from engine.pretrain_config import RUNTIME_FIELDS, TRAINING_VERSION
 from engine.fileio import atomic_write_json
 from engine.records import RUN_JSON, read_json_or_empty
 
@@ -41,8 +41,7 @@ from engine.records import RUN_JSON, read_json_or_empty
 REUSE_HELP = ("a pre-training that a finished run under the runs folder has already done with the same settings (another "
               "study's, or a plain run's) is copied into the study instead of trained again, with the checkpoints the "
               "study reads; off, every pre-training is trained afresh (e.g. to see the spread between two starts)")
-IGNORED = {"out", "name", "resume", "stop_after", "quiet", "device", "precision", "num_threads", "compile", "prefetch",
-           "cache_dir", "log_every", "eval_every", "save_every", "keep"}  # do not change the trained model
+IGNORED = RUNTIME_FIELDS - {"steps", "max_minutes"}  # what a resume may change, less how long it trains: not the model
 LINKED_SUFFIXES = (".safetensors", ".pt", ".bin")  # written once, never modified: hard-linked
 
 
