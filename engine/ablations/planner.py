@@ -64,6 +64,19 @@ class Job:
     combines: dict = None  # features jobs: {variant: --combine value} of every row whose score it produces
 
 
+def paths_read(argv: list, run: Path) -> list:
+    """The paths under the run folder `run` (itself included) that a job's command line `argv` names, relative to it
+    ("" for the run itself, "checkpoints/step-750" for a checkpoint): what the job reads of that run."""
+    run = Path(run).absolute()
+    out = []
+    for a in argv:
+        if isinstance(a, str) and a.startswith(("/", ".")):
+            p = Path(a).absolute()
+            if p == run or run in p.parents:
+                out.append("" if p == run else str(p.relative_to(run)))
+    return out
+
+
 def feature_epochs(study: Study) -> int:
     """The feature-based classifier's training epochs in `study`'s jobs: its `feature_epochs` (`with_epochs`), else
     the `features` command's default."""

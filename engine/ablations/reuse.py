@@ -7,7 +7,7 @@ Figure 5's. On a 2-core CPU without bf16 units each such run is 15 (MLM) to 35 (
 Table 5 and then Figure 5 would train both of Figure 5's models a second time (BENCHMARKS.md, "Classroom studies on
 a CPU without bf16 units"). Before a study's pre-training job starts (`take_over`, called by
 engine.ablations.runner), the runs folder is searched for a run that
-- is a finished `pretrain` run (run.json status "finished", at its last step), not one of this study's own;
+- is a finished `pretrain` run (run.json status "finished"), not one of this study's own;
 - has the same training settings: every PretrainConfig field except those that do not change what is trained
   (`IGNORED`: where it is written, how often it logs, evaluates and saves, threads, device; engine.pretrain_config
   RUNTIME_FIELDS less the steps and the time budget), with the architecture compared as the model it builds
@@ -28,6 +28,7 @@ finished when it is queued; a pre-training still waiting in the queue is trained
 once, or in a terminal, and the check is made when the job would start). `ablate run --no-reuse` (the page's
 "Reuse finished pre-trainings" box) trains every run afresh, e.g. to measure the spread between two starts.
 """
+import functools
 import os
 import shutil
 from pathlib import Path
@@ -88,8 +89,6 @@ def matching_run(argv: list, needed: list, runs_root: Path, exclude: Path):
             continue
         if info.get("training_version") != TRAINING_VERSION:  # trained by code that trains these settings otherwise
             continue
-        if info.get("total_steps") not in (None, key["steps"]):  # resumed to another length
-            continue
         try:
             if training_key(info["config"]) != key:
                 continue
@@ -106,10 +105,20 @@ def matching_run(argv: list, needed: list, runs_root: Path, exclude: Path):
 
 
 def _fingerprint(key: dict) -> str:
-    """The corpus's fingerprint as pre-training computes it (engine.tokenizer.corpus_fingerprint of its documents)."""
+    """The corpus's fingerprint as pre-training computes it (engine.tokenizer.corpus_fingerprint of its documents).
+    A built-in corpus is an installed package's, read once per process (the page's estimate asks on every rerun); a
+    path is read each time (its files may have changed)."""
+    from engine.corpora import BUILTIN
+    return _builtin_fingerprint(key["corpus"]) if key["corpus"] in BUILTIN else _read_fingerprint(key["corpus"])
+
+
+def _read_fingerprint(corpus: str) -> str:
     from engine.corpora import load_corpus
     from engine.tokenizer import corpus_fingerprint
-    return corpus_fingerprint(load_corpus(key["corpus"]))
+    return corpus_fingerprint(load_corpus(corpus))
+
+
+_builtin_fingerprint = functools.lru_cache(maxsize=None)(_read_fingerprint)
 
 
 def _link_or_copy(src, dst) -> None:
@@ -147,17 +156,9 @@ def adopt(src: Path, dst: Path) -> None:
 
 
 def needed_paths(study_dir: Path, job: dict, jobs: list) -> list:
-    """The paths under `job`'s run folder that the study's other jobs read, relative to it ("" for the run itself,
-    "checkpoints/step-750" for a Figure 5 checkpoint)."""
-    run = (Path(study_dir) / job["out"]).absolute()
-    out = set()
-    for j in jobs:
-        for a in j["argv"]:
-            if isinstance(a, str) and a.startswith(("/", ".")):
-                p = Path(a).absolute()
-                if p == run or run in p.parents:
-                    out.add(str(p.relative_to(run)) if p != run else "")
-    return sorted(out)
+    """The paths under `job`'s run folder that the study's other jobs read (engine.ablations.planner.paths_read)."""
+    from engine.ablations.planner import paths_read
+    return sorted({rel for j in jobs if j is not job for rel in paths_read(j["argv"], Path(study_dir) / job["out"])})
 
 
 def take_over(study_dir: Path, job: dict, jobs: list, runs_root: Path):

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from engine import jobs as queue
 from engine.ablations.folders import STUDY_JSON, new_study_dir, read_study, studies_root, update_job, write_study
-from engine.ablations.planner import plan
+from engine.ablations.planner import paths_read, plan
 from engine.ablations.reuse import take_over
 from engine.ablations.study import Study
 from engine.errors import EngineError
@@ -166,13 +166,8 @@ def _stop(proc, timeout: float = 60.0) -> None:
 
 def _dependencies(study_dir: Path, jobs: list) -> dict:
     """{job key: [keys of the pre-training jobs whose run folder (or a checkpoint in it) its command line reads]}."""
-    runs = {j["key"]: (study_dir / j["out"]).absolute() for j in jobs if j["kind"] == "pretrain"}
-    needs = {}
-    for j in jobs:
-        paths = [Path(a).absolute() for a in j["argv"] if isinstance(a, str) and a.startswith(("/", "."))]
-        needs[j["key"]] = [k for k, run in runs.items() if k != j["key"]
-                           and any(p == run or run in p.parents for p in paths)]
-    return needs
+    runs = {j["key"]: study_dir / j["out"] for j in jobs if j["kind"] == "pretrain"}
+    return {j["key"]: [k for k, run in runs.items() if k != j["key"] and paths_read(j["argv"], run)] for j in jobs}
 
 
 def _job_env(parallel: int) -> dict:
