@@ -356,8 +356,8 @@ class Jobs:
     # -- cancelling ---------------------------------------------------------------------------------------
     def cancel(self, job_id: str, timeout: float | None = None) -> dict:
         """Cancel a job: a queued one is just marked; a running one gets SIGTERM to its process group,
-        then SIGKILL after `timeout` (default `cancel_timeout`; at least 60 s for a pre-training job, which
-        finishes its step and saves a checkpoint on SIGTERM) seconds. Returns the job record. It returns as soon
+        then SIGKILL after `timeout` (default `cancel_timeout`; at least 60 s for a job that may be pre-training,
+        SAVES_ON_SIGTERM, which finishes its step and saves a checkpoint on SIGTERM) seconds. Returns the job record. It returns as soon
         as the process is gone."""
         explicit = timeout is not None
         timeout = self.cancel_timeout if timeout is None else timeout
@@ -369,7 +369,7 @@ class Jobs:
             if job["status"] != "running":
                 return dict(job)
             job["cancel_requested"] = True
-            if not explicit and job.get("cmd") is None and (job.get("argv") or [None])[0] == "pretrain":
+            if not explicit and job.get("cmd") is None and (job.get("argv") or [None])[0] in SAVES_ON_SIGTERM:
                 timeout = max(timeout, 60.0)
             pgid = job["pgid"]
             snapshot = dict(job)
@@ -415,6 +415,7 @@ def _flag_value(argv: list[str], flag: str) -> str | None:
 
 
 RESUMABLE = ("pretrain", "finetune", "features")  # commands whose run folders `--resume` continues
+SAVES_ON_SIGTERM = ("pretrain", "ablate")  # commands that may be pre-training (a study's job: `ablate job`, `ablate resume`)
 
 
 def _run_json(run_dir) -> dict:

@@ -486,9 +486,11 @@ def test_launch_queues_jobs(tmp_path, monkeypatch):
     study = A.get_study("pretraining-tasks", scale="classroom")
     d = A.launch(study, runs_root=tmp_path, log=lambda *a: None)
     assert len(calls) == 19 and all(c[3] == tmp_path.absolute() for c in calls)
-    assert [c[0][0] for c in calls[:3]] == ["pretrain", "finetune", "finetune"]
-    assert all(c[2] == flag(c[0], "--out") for c in calls)
     data = A.read_study(d)
+    first = data["jobs"][0]  # a pre-training is queued as `ablate job` (reuse's check when it starts), then fine-tunes
+    assert [c[0][0] for c in calls[:3]] == ["ablate", "finetune", "finetune"] and calls[0][0][1] == "job"
+    assert calls[0][0][2:] == [str(d.absolute()), first["key"]] and calls[0][2] == str(d / first["out"])
+    assert all(c[2] == flag(c[0], "--out") for c in calls[1:] if c[0][0] != "ablate")
     assert [j["job_id"] for j in data["jobs"]] == [f"id{i}" for i in range(1, 20)]
     states = A.job_states(d)
     assert states[0]["state"] == "running" and states[1]["state"] == "failed" and states[1]["error"] == "error: boom"

@@ -158,6 +158,80 @@ def test_a_queued_study_takes_over_what_is_finished_when_it_is_queued(tmp_path, 
     assert job["reused_from"] == str(src) and job["job_id"] is None
     assert len(calls) == len(data["jobs"]) - 1 and bert.argv not in calls
     assert {s["key"]: s["state"] for s in A.job_states(d)}[bert.key] == "finished"
+    others = [j["key"] for j in data["jobs"] if j["kind"] == "pretrain" and j["key"] != bert.key]
+    assert [c for c in calls if c[0] == "ablate"] == [["ablate", "job", str(d.absolute()), k] for k in others]
+    assert all(c[0] == "finetune" for c in calls if c[0] != "ablate")  # a fine-tune is queued as its own command
+
+
+def queued_table5(tmp_path, monkeypatch, reuse_on=True):
+    """Table 5 queued one job at a time (the queue itself replaced by a list) with nothing to take over at launch."""
+    import engine.jobs as Q
+    calls = []
+    monkeypatch.setattr(Q, "submit", lambda argv, name=None, run_dir=None, root=None: calls.append(argv) or {"id": f"q{len(calls)}"})
+    monkeypatch.setattr(reuse, "_fingerprint", lambda key: FINGERPRINT)
+    t5 = A.get_study("pretraining-tasks", scale="classroom", evaluations=(A.BBC,))
+    d = A.launch(t5, runs_root=tmp_path, log=lambda *a: None, reuse=reuse_on)
+    bert = next(j for j in A.read_study(d)["jobs"] if j["variant"] == "BERT (MLM + NSP)" and j["kind"] == "pretrain")
+    return d, bert, calls
+
+
+def test_a_queued_pretraining_takes_over_a_run_that_finished_after_launch(tmp_path, monkeypatch):
+    """Queued one job at a time, the check is made again when the job starts (`ablate job`, runner.run_job): a twin
+    that finished while the study waited in the queue is taken over; the queue's log, already in the job's folder
+    and open, stays there; nothing is trained."""
+    from engine.ablations import runner
+    from engine.ablations.cli import main
+    d, bert, calls = queued_table5(tmp_path, monkeypatch)
+    assert ["ablate", "job", str(d.absolute()), bert["key"]] in calls and not bert.get("reused_from")
+    src = finished_run(tmp_path / "classroom-bert", bert["argv"], checkpoints=(375, 3000))  # finished after launch
+    out = d / bert["out"]
+    out.mkdir(parents=True)
+    with open(out / "job.log", "a") as log:  # what the queue writes before it starts the job, and keeps open
+        log.write("[job q1] header\n")
+        log.flush()
+        monkeypatch.setattr(runner.os, "execv", lambda *a: pytest.fail("trained although a twin had finished"))
+        assert main(["job", str(d), bert["key"]]) == 0
+        log.write("after\n")
+    job = next(j for j in A.read_study(d)["jobs"] if j["key"] == bert["key"])
+    assert job["status"] == "finished" and job["reused_from"] == str(src)
+    assert json.loads((out / "run.json").read_text())["reused_from"] == str(src)
+    assert (out / "checkpoints" / "step-3000" / "COMPLETE").is_file()
+    assert (out / "job.log").read_text() == "[job q1] header\nafter\n"  # the same file, moved with the folder
+    assert not out.with_name(out.name + ".reusing").exists()
+
+
+@pytest.mark.parametrize("case", ["nothing finished", "reuse off", "begun"])
+def test_a_queued_pretraining_with_nothing_to_take_over_becomes_its_command(tmp_path, monkeypatch, case):
+    """No twin, a study launched with reuse off, or a run folder holding a start of its own (a retry): `ablate job`
+    becomes the job's own command (exec: the queue's pid, cancel and log are the pre-training's), from the repo
+    root, with --resume where its run has begun; nothing is copied."""
+    from engine.ablations import runner
+    d, bert, calls = queued_table5(tmp_path, monkeypatch, reuse_on=case != "reuse off")
+    if case == "reuse off":
+        assert bert["argv"] in calls  # with reuse off the plain command is queued; `ablate job` still runs it
+    if case != "nothing finished":
+        finished_run(tmp_path / "classroom-bert", bert["argv"], checkpoints=(375, 3000))
+    out = d / bert["out"]
+    if case == "begun":
+        ck = out / "checkpoints" / "step-375"
+        ck.mkdir(parents=True)
+        (ck / "COMPLETE").write_text("ok")
+    seen = {}
+    monkeypatch.setattr(runner.os, "chdir", lambda p: seen.setdefault("cwd", p))
+
+    def execv(path, args):
+        seen["cmd"] = args
+        raise SystemExit(0)
+    monkeypatch.setattr(runner.os, "execv", execv)
+    with pytest.raises(SystemExit):
+        runner.run_job(d, bert["key"], log=lambda *a: None)
+    assert seen["cwd"] == runner.REPO_ROOT
+    assert seen["cmd"][:3] == [sys.executable, "-m", "engine"] and seen["cmd"][3:3 + len(bert["argv"])] == bert["argv"]
+    assert ("--resume" in seen["cmd"]) is (case == "begun")
+    assert not any(j.get("reused_from") for j in A.read_study(d)["jobs"])
+    from engine.errors import EngineError
+    with pytest.raises(EngineError, match="has no job 'pretrain/nope'"):
+        runner.run_job(d, "pretrain/nope")
 
 
 def test_the_real_corpus_text_decides(tmp_path):
@@ -229,3 +303,71 @@ def test_the_estimate_counts_what_is_done_already(tmp_path, monkeypatch):
     assert [r["run"] for r in est["reused"]] == [str(run)] and est["reused"][0]["minutes"] == pytest.approx(15.0)
     assert est["minutes"] == pytest.approx(24.5 * 3 - 15.0)
     assert "1 of its pre-trainings are done already" in est["text"] and "15 min of their training" in est["text"]
+
+
+@pytest.mark.slow
+def test_the_real_queue_runs_the_check_when_the_job_starts(tmp_path):
+    """End to end through the job queue (detached runner, `python -m engine ablate job`, the real BBC fingerprint):
+    the queued pre-training takes over a twin that finished after the study was written; the queue records the
+    job finished, study.json where from, and the job's log says so."""
+    import time
+    from engine.ablations.folders import write_study
+    from engine.jobs import TERMINAL, Jobs
+    t5 = A.get_study("pretraining-tasks", scale="classroom", evaluations=(A.BBC,))
+    d = tmp_path / "studies" / "pretraining-tasks"
+    d.mkdir(parents=True)
+    jobs = A.plan(t5, d)
+    write_study(d, t5, jobs, mode="queue", runs_root=str(tmp_path), reuse=True)
+    bert = next(j for j in jobs if j.kind == "pretrain" and j.variant == "BERT (MLM + NSP)")
+    src = finished_run(tmp_path / "classroom-bert", bert.argv, checkpoints=(375, 750),
+                       fingerprint=reuse._read_fingerprint("bbc"))
+    q = Jobs(tmp_path)
+    rec = q.submit(["ablate", "job", str(d.absolute()), bert.key], name="t5: bert", run_dir=str(d / bert.out))
+    deadline = time.monotonic() + 120
+    while q.get(rec["id"])["status"] not in TERMINAL and time.monotonic() < deadline:
+        time.sleep(0.2)
+    done = q.get(rec["id"])
+    assert done["status"] == "finished", q.tail_log(rec["id"])
+    assert "reused the finished pre-training" in q.tail_log(rec["id"])
+    assert {s["key"]: (s["state"], s["reused_from"]) for s in A.job_states(d)}[bert.key] == ("finished", str(src))
+    assert json.loads((d / bert.out / "run.json").read_text())["reused_from"] == str(src)
+
+
+@pytest.mark.slow
+def test_a_queued_study_pretraining_cancelled_keeps_its_checkpoint_and_its_retry_resumes(tmp_path, bbc_docs):
+    """A real fault through the queue: the study's pre-training runs as `ablate job`, which becomes `pretrain` (no
+    twin to take over); Cancel gives it the pre-training's grace (it saves a checkpoint; the queue's own timeout
+    here is 10 ms), and the Jobs page's Retry of the same `ablate job` resumes it to the end."""
+    import time
+    from engine import runs
+    from engine.jobs import TERMINAL, Jobs
+    corpus = tmp_path / "c.txt"
+    corpus.write_text("\n\n".join(" ".join(d) for d in bbc_docs[::37]), encoding="utf-8")
+    d = tmp_path / "studies" / "mine"
+    out = d / "runs" / "bert"
+    argv = ["pretrain", "--corpus", str(corpus), "--preset", "tiny", "--hidden", "32", "--heads", "2", "--vocab-size",
+            "500", "--seq-len", "32", "--batch-size", "4", "--steps", "400", "--save-every", "0", "--log-every", "1",
+            "--eval-every", "0", "--num-threads", "1", "--quiet", "--out", str(out)]
+    job = {"key": "pretrain/bert/s0", "kind": "pretrain", "variant": "BERT", "seed": 0, "argv": argv, "out": "runs/bert"}
+    d.mkdir(parents=True)
+    (d / "study.json").write_text(json.dumps({"study": {"name": "mine"}, "jobs": [job], "mode": "queue",
+                                              "runs_root": str(tmp_path), "reuse": True}))
+    q = Jobs(tmp_path, cancel_timeout=0.01)
+
+    def wait(pred, timeout=120):
+        deadline = time.monotonic() + timeout
+        while not pred() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert pred()
+    rec = q.submit(["ablate", "job", str(d), job["key"]], name="mine: bert", run_dir=str(out))
+    wait(lambda: (runs.run_progress(out)["step"] or 0) >= 5)
+    assert q.cancel(rec["id"])["status"] == "cancelled"
+    info = runs.read_run_json(out)  # the run's own record of the cancel, and its checkpoint (none saved before)
+    assert info["status"] == "cancelled" and "cancelled by SIGTERM at step" in info["error"], info
+    assert runs.latest_checkpoint(out) is not None
+    again = q.retry(rec["id"])
+    wait(lambda: q.get(again["id"])["status"] in TERMINAL, timeout=300)
+    assert q.get(again["id"])["status"] == "finished", q.tail_log(again["id"])
+    info = runs.read_run_json(out)
+    assert info["status"] == "finished" and "reused_from" not in info
+    assert runs.checkpoint_step(runs.latest_checkpoint(out)) == 400

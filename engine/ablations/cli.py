@@ -1,4 +1,4 @@
-"""`python -m engine ablate run|show|resume|list|estimate`: plan and launch a study, print its table and the paper's finding."""
+"""`python -m engine ablate run|show|resume|job|list|estimate`: plan and launch a study, print its table and the paper's finding."""
 import argparse
 import json
 import sys
@@ -9,7 +9,7 @@ from engine.ablations.paper import PARALLEL_HELP, SHARED_DATA, STUDIES, availabl
 from engine.ablations.planner import plan
 from engine.ablations.reuse import REUSE_HELP
 from engine.ablations.results import StudyResults, collect_results, final_pretrain_metrics
-from engine.ablations.runner import launch, run_foreground
+from engine.ablations.runner import launch, run_foreground, run_job
 from engine.ablations.study import describe, with_steps
 from engine.ablations.timing import REFERENCE_MACHINE, describe_check, estimate, speed_check
 from engine.ablations.verdict import describe_entry
@@ -62,6 +62,11 @@ def build_parser() -> argparse.ArgumentParser:
     c = sub.add_parser("resume", help="run a study's unfinished jobs here (foreground)")
     c.add_argument("study_dir")
     c.add_argument("--parallel", type=int, default=1, help=PARALLEL_HELP)
+    j = sub.add_parser("job", help="run one job of a study (what the job queue runs for a queued study's pre-training): "
+                       "take over a finished pre-training with the same settings when the study allows it, else run "
+                       "the job's command")
+    j.add_argument("study_dir")
+    j.add_argument("key", help="the job's key, e.g. pretrain/bert-mlm-nsp/s0 (study.json lists them)")
     sub.add_parser("list", help="list the built-in studies and the studies under the runs folder")
     e = sub.add_parser("estimate", help="time the classroom model's steps here (seconds) and estimate each classroom "
                        "study's wall time on this machine from its measured reference (engine/ablations/timing.py)")
@@ -88,6 +93,8 @@ def main(argv: list) -> int:
         return 0
     if a.cmd == "estimate":
         return _estimate(a)
+    if a.cmd == "job":
+        return run_job(a.study_dir, a.key)
     if a.cmd == "run":
         ev = _parse_tasks(a.tasks) if a.tasks else None
         scale = "classroom" if a.classroom else "lab" if a.lab else None

@@ -23,10 +23,12 @@ loses nothing of the other), its run.json says `reused_from`, and study.json rec
 `reused_from` and 0 seconds. Same settings, so the same model in all but rounding: a run trained under bf16 on
 another machine is reused as it is (its run.json says where and how it ran).
 
-What is not shared: a study queued one job at a time (the default on the Ablations page) takes over what is
-finished when it is queued; a pre-training still waiting in the queue is trained again (run the study with Jobs at
-once, or in a terminal, and the check is made when the job would start). `ablate run --no-reuse` (the page's
-"Reuse finished pre-trainings" box) trains every run afresh, e.g. to measure the spread between two starts.
+When the check is made: at launch (a run finished by then is taken over and its job never queued), then again
+when the job would start, in every mode: in a terminal or with Jobs at once by engine.ablations.runner, and queued
+one job at a time (the Ablations page's default) by the queued command itself, `ablate job STUDY_DIR KEY`, which
+takes over or else becomes the job's `pretrain` command (runner.run_job). So a study queued behind another takes
+over the other's runs once they have finished. `ablate run --no-reuse` (the page's "Reuse finished pre-trainings"
+box) trains every run afresh, e.g. to measure the spread between two starts.
 """
 import functools
 import os
@@ -44,6 +46,7 @@ REUSE_HELP = ("a pre-training that a finished run under the runs folder has alre
               "study reads; off, every pre-training is trained afresh (e.g. to see the spread between two starts)")
 IGNORED = RUNTIME_FIELDS - {"steps", "max_minutes"}  # what a resume may change, less how long it trains: not the model
 LINKED_SUFFIXES = (".safetensors", ".pt", ".bin")  # written once, never modified: hard-linked
+KEPT = ("job.log",)  # what a job's run folder may hold before it starts: the queue's log, written by the job itself
 
 
 def training_key(config: dict) -> dict:
@@ -134,10 +137,8 @@ def _link_or_copy(src, dst) -> None:
 def adopt(src: Path, dst: Path) -> None:
     """Copy the finished run `src` into the empty (or absent) run folder `dst`; dst/run.json names its source."""
     dst = Path(dst)
-    if dst.exists():
-        if any(dst.iterdir()):
-            raise EngineError(f"{dst} is not empty; a reused run goes into a fresh run folder")
-        dst.rmdir()
+    if _started(dst):
+        raise EngineError(f"{dst} is not empty; a reused run goes into a fresh run folder")
     tmp = dst.with_name(dst.name + ".reusing")
     shutil.rmtree(tmp, ignore_errors=True)
     try:
@@ -152,7 +153,15 @@ def adopt(src: Path, dst: Path) -> None:
     info["config"] = {**{k: moved(v) for k, v in info.get("config", {}).items()}, "out": new}
     info["reused_from"] = old
     atomic_write_json(tmp / RUN_JSON, info)
-    os.replace(tmp, dst)  # all or nothing: a crash leaves no half-copied run in the job's folder
+    for name in KEPT:  # the job's own log (open, being written) moves with the folder: the same file
+        if (dst / name).is_file():
+            os.replace(dst / name, tmp / name)
+    os.replace(tmp, dst)  # all or nothing (onto an empty folder): a crash leaves no half-copied run in the job's folder
+
+
+def _started(run: Path) -> bool:
+    """The run folder holds a start of its own (anything but what the queue writes there before the job starts)."""
+    return run.is_dir() and any(p.name not in KEPT for p in run.iterdir())
 
 
 def needed_paths(study_dir: Path, job: dict, jobs: list) -> list:
@@ -165,7 +174,7 @@ def take_over(study_dir: Path, job: dict, jobs: list, runs_root: Path):
     """Before `job` (a study's pre-training) starts: the finished run it takes over (copied into its run folder),
     or None (nothing matches, or its run folder already holds a start of its own)."""
     out = Path(study_dir) / job["out"]
-    if job["kind"] != "pretrain" or (out.exists() and any(out.iterdir())):
+    if job["kind"] != "pretrain" or _started(out):
         return None
     src = matching_run(job["argv"], needed_paths(study_dir, job, jobs), runs_root, study_dir)
     if src is not None:

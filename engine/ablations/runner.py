@@ -34,7 +34,8 @@ def launch(study: Study, runs_root=None, name: str = None, foreground: bool = Fa
     job, `ablate resume STUDY --parallel N`, that runs them `parallel` at a time (the queue knows nothing of a
     fine-tune waiting for its model; this job does). `reuse`: a pre-training that a finished run under the runs
     folder has already done is taken over instead of trained again (engine.ablations.reuse): when its job would
-    start, or, queued one job at a time, now."""
+    start; queued one job at a time, also now (the queue then runs `ablate job STUDY_DIR KEY`, `run_job`, which
+    checks again when the job starts)."""
     root = studies_root(runs_root).parent
     study_dir = new_study_dir(study, root, name)
     jobs = plan(study, study_dir)
@@ -54,7 +55,8 @@ def launch(study: Study, runs_root=None, name: str = None, foreground: bool = Fa
     taken = {j["key"] for j in data["jobs"] if reuse and _take_over(study_dir, j, data, log)}
     ids = {}
     for j in (j for j in jobs if j.key not in taken):
-        rec = queue.submit(j.argv, name=f"{study_dir.name}: {j.key}", run_dir=str(study_dir / j.out), root=root)
+        argv = ["ablate", "job", str(study_dir.absolute()), j.key] if reuse and j.kind == "pretrain" else j.argv
+        rec = queue.submit(argv, name=f"{study_dir.name}: {j.key}", run_dir=str(study_dir / j.out), root=root)
         ids[j.key] = rec["id"]
     data = read_study(study_dir)
     for j in data["jobs"]:
@@ -133,6 +135,26 @@ def run_foreground(study_dir, log=_print, parallel: int = 1) -> dict:
         if previous is not None:
             signal.signal(signal.SIGTERM, previous)
     return counts
+
+
+def run_job(study_dir, key: str, log=_print) -> int:
+    """`ablate job STUDY_DIR KEY`: what the job queue runs for a queued study's pre-training. Takes over a finished
+    pre-training with the same settings (engine.ablations.reuse) when the study allows it, and returns 0; else this
+    process becomes the job's own command (`python -m engine pretrain ...`, with --resume where its run has begun:
+    `job_command`), so the queue's record, its cancel (SIGTERM: the run saves a checkpoint) and its log are those of
+    that command, as when the queue runs it directly."""
+    study_dir = Path(study_dir)
+    data = read_study(study_dir)
+    job = next((j for j in data["jobs"] if j["key"] == key), None)
+    if job is None:
+        raise EngineError(f"study {study_dir} has no job {key!r}; `python -m engine ablate show {study_dir}` lists its jobs")
+    if job["kind"] == "pretrain" and data.get("reuse", True) and _take_over(study_dir, job, data, log):
+        return 0
+    cmd = job_command(study_dir, job)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.chdir(REPO_ROOT)  # where the study's command lines are read from, as `_start_job` runs them
+    os.execv(cmd[0], cmd)
 
 
 def _take_over(study_dir: Path, job: dict, data: dict, log) -> bool:
