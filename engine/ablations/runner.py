@@ -147,7 +147,7 @@ def run_job(study_dir, key: str, log=_print) -> int:
     data = read_study(study_dir)
     job = next((j for j in data["jobs"] if j["key"] == key), None)
     if job is None:
-        raise EngineError(f"study {study_dir} has no job {key!r}; `python -m engine ablate show {study_dir}` lists its jobs")
+        raise EngineError(f"study {study_dir} has no job {key!r}; its study.json lists the jobs it has (their \"key\")")
     if job["kind"] == "pretrain" and data.get("reuse", True) and _take_over(study_dir, job, data, log):
         return 0
     cmd = job_command(study_dir, job)
