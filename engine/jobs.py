@@ -357,8 +357,8 @@ class Jobs:
     def cancel(self, job_id: str, timeout: float | None = None) -> dict:
         """Cancel a job: a queued one is just marked; a running one gets SIGTERM to its process group,
         then SIGKILL after `timeout` (default `cancel_timeout`; at least 60 s for a job that may be pre-training,
-        SAVES_ON_SIGTERM, which finishes its step and saves a checkpoint on SIGTERM) seconds. Returns the job record. It returns as soon
-        as the process is gone."""
+        SAVES_ON_SIGTERM, which finishes its step and saves a checkpoint on SIGTERM) seconds. Returns the job
+        record. It returns as soon as the process is gone."""
         explicit = timeout is not None
         timeout = self.cancel_timeout if timeout is None else timeout
         with self._transaction() as q:

@@ -52,7 +52,7 @@ def launch(study: Study, runs_root=None, name: str = None, foreground: bool = Fa
             f"{study_dir / 'job.log'}); follow it on the Jobs page or with `python -m engine ablate show {study_dir}`")
         return study_dir
     data = read_study(study_dir)
-    taken = {j["key"] for j in data["jobs"] if reuse and _take_over(study_dir, j, data, log)}
+    taken = {j["key"] for j in data["jobs"] if _take_over(study_dir, j, data, log)}
     ids = {}
     for j in (j for j in jobs if j.key not in taken):
         argv = ["ablate", "job", str(study_dir.absolute()), j.key] if reuse and j.kind == "pretrain" else j.argv
@@ -107,7 +107,7 @@ def run_foreground(study_dir, log=_print, parallel: int = 1) -> dict:
                     log(f"    {j['key']}: {err}")
                 elif not waiting:
                     todo.remove(j)
-                    if data.get("reuse", True) and _take_over(study_dir, j, data, log):
+                    if _take_over(study_dir, j, data, log):
                         done[j["key"]] = "finished"
                         counts["reused"] += 1
                         continue
@@ -148,7 +148,7 @@ def run_job(study_dir, key: str, log=_print) -> int:
     job = next((j for j in data["jobs"] if j["key"] == key), None)
     if job is None:
         raise EngineError(f"study {study_dir} has no job {key!r}; its study.json lists the jobs it has (their \"key\")")
-    if job["kind"] == "pretrain" and data.get("reuse", True) and _take_over(study_dir, job, data, log):
+    if _take_over(study_dir, job, data, log):
         return 0
     cmd = job_command(study_dir, job)
     sys.stdout.flush()
@@ -159,7 +159,10 @@ def run_job(study_dir, key: str, log=_print) -> int:
 
 def _take_over(study_dir: Path, job: dict, data: dict, log) -> bool:
     """Take over a finished pre-training for `job` (engine.ablations.reuse) and record it in study.json; False when
-    there is none, or when copying it failed (the job then trains, as without reuse)."""
+    there is none, when the study was launched with reuse off (study.json "reuse"), or when copying it failed (the
+    job then trains, as without reuse)."""
+    if not data.get("reuse", True):
+        return False
     try:
         src = take_over(study_dir, job, data["jobs"], Path(data.get("runs_root") or studies_root().parent))
     except (OSError, EngineError) as e:
