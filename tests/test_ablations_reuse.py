@@ -301,8 +301,77 @@ def test_the_estimate_counts_what_is_done_already(tmp_path, monkeypatch):
                                        '{"step": 3000, "split": "eval", "eval_loss": 5.0}\n')
     est = A.estimate(fig5, check, runs_root=tmp_path)
     assert [r["run"] for r in est["reused"]] == [str(run)] and est["reused"][0]["minutes"] == pytest.approx(15.0)
-    assert est["minutes"] == pytest.approx(24.5 * 3 - 15.0)
-    assert "1 of its pre-trainings are done already" in est["text"] and "15 min of their training" in est["text"]
+    # what is taken off is what it would train here (its FLOPs at the check's rate), not the run's own 15 minutes
+    here = A.timing.training_seconds(PretrainConfig(**reuse.config_of(argv)), check) / 60
+    assert est["reused"][0]["here_minutes"] == pytest.approx(here) and 5 < here < 100
+    assert est["minutes"] == pytest.approx(24.5 * 3 - here)
+    assert "1 of its pre-trainings needs no training of its own (1 done already by finished runs" in est["text"]
+    assert f"less the {here:.0f} min it would train here" in est["text"]
+
+
+def test_training_seconds_follows_the_flops_of_each_phase():
+    """The modelled training time: the speed check's step (tiny, 64 x 128, MLM at 25%) is one check-step of time;
+    the two-phase classroom run splits its steps as the training loop does; a left-to-right run, its projection onto
+    the vocabulary at every position, costs more; a time budget caps it."""
+    from engine.ablations.timing import SpeedCheck, training_seconds
+    check = SpeedCheck("fp32", 2, 500.0)
+    step = PretrainConfig(preset="tiny", vocab_size=8000, batch_size=64, seq_len=128, mask_rate=0.25, objective="mlm",
+                          steps=10)
+    assert training_seconds(step, check) == pytest.approx(10 * 0.5)
+    assert training_seconds(replace(step, steps=20), replace(check, step_ms=250.0)) == pytest.approx(10 * 0.5)
+    two = replace(step, seq_len=32, phase2_seq_len=128, phase2_fraction=0.3, steps=1000)
+    short = training_seconds(replace(two, phase2_seq_len=None, steps=700), check)
+    assert training_seconds(two, check) == pytest.approx(short + 300 * 0.5)
+    assert 0.2 * 0.5 < short / 700 < 0.3 * 0.5  # a quarter of the tokens, a little more than a quarter of the FLOPs
+    assert training_seconds(replace(two, objective="ltr"), check) > 1.8 * training_seconds(two, check)
+    assert training_seconds(replace(two, max_minutes=0.5), check) == pytest.approx(30.0)
+
+
+def queue_file(root: Path, jobs: list) -> None:
+    """The job queue under `root` as engine.jobs writes it, with these (id, name, argv, status) jobs."""
+    (root / ".jobs").mkdir(parents=True, exist_ok=True)
+    (root / ".jobs" / "queue.json").write_text(json.dumps({"version": 1, "jobs": [
+        {"id": i, "name": n, "argv": argv, "status": st} for i, n, argv, st in jobs]}))
+
+
+def test_the_estimate_counts_what_jobs_queued_ahead_will_do(tmp_path):
+    """A class queues Table 5, then asks how long Figure 5 will take: Table 5's two pre-trainings it shares (BERT,
+    LTR), queued as `ablate job`, are taken off; so is one queued as a plain `pretrain` job that saves the
+    checkpoints Figure 5 reads, or one a study run with jobs at once (`ablate resume`) has still to train; not a job
+    that has ended, one that would not save step 750, or a study folder deleted since."""
+    from engine.ablations.folders import write_study
+    from engine.ablations.timing import SpeedCheck, queued_twins
+    check = SpeedCheck("fp32", 2, A.timing.REFERENCE_STEP_MS * 3)
+    fig5 = A.get_study("training-steps", scale="classroom")
+    t5 = A.get_study("pretraining-tasks", scale="classroom")
+    d = tmp_path / "studies" / "pretraining-tasks"
+    d.mkdir(parents=True)
+    jobs = A.plan(t5, d)
+    write_study(d, t5, jobs, mode="queue", runs_root=str(tmp_path), reuse=True)
+    t5pre = {j.variant: j for j in jobs if j.kind == "pretrain"}
+    queue_file(tmp_path, [("a", "t5: bert", ["ablate", "job", str(d), t5pre["BERT (MLM + NSP)"].key], "running"),
+                          ("b", "t5: ltr", ["ablate", "job", str(d), t5pre["LTR & No NSP"].key], "queued")])
+    est = A.estimate(fig5, check, runs_root=tmp_path)
+    here = {k: A.timing.training_seconds(PretrainConfig(**reuse.config_of(j.argv)), check) / 60
+            for k, j in ((j.key, j) for j in A.plan(fig5, tmp_path / "x") if j.kind == "pretrain")}
+    assert sorted(q["job"] for q in est["queued"]) == ["a", "b"] and est["reused"] == []
+    assert est["minutes"] == pytest.approx(24.5 * 3 - sum(here.values()))
+    assert "2 to be done by jobs queued ahead of it with the same settings (t5: bert, t5: ltr)" in est["text"]
+    # ended jobs are not ahead; a Jobs-at-once study's unfinished pre-trainings are
+    queue_file(tmp_path, [("a", "t5", ["ablate", "resume", str(d), "--parallel", "2"], "queued"),
+                          ("b", "old", ["ablate", "job", str(d), t5pre["LTR & No NSP"].key], "finished")])
+    assert len(queued_twins(fig5, tmp_path)) == 2
+    assert queued_twins(fig5, tmp_path, skip={q["key"] for q in est["queued"]}) == []
+    # a plain pretrain job: a twin only where it saves the checkpoints Figure 5 reads (750, 1,500, 3,000)
+    mlm = PretrainConfig(**reuse.config_of(pretrain_jobs(fig5, tmp_path / "x")["MLM (BERT)"].argv))
+    for every, twin in ((375, True), (400, False)):
+        argv = cli.argv(replace(mlm, out=str(tmp_path / "r"), save_every=every))
+        queue_file(tmp_path, [("p", "plain", argv, "queued")])
+        assert [q["job"] for q in queued_twins(fig5, tmp_path)] == (["p"] if twin else []), every
+    argv = cli.argv(replace(mlm, out=str(tmp_path / "r"), seed=1))  # another seed: another model
+    queue_file(tmp_path, [("p", "plain", argv, "queued"), ("g", "gone", ["ablate", "job", str(tmp_path / "gone"), "k"], "queued"),
+                          ("w", "typo", ["pretrain", "--stepz", "3"], "queued")])  # fails when it runs; no error here
+    assert queued_twins(fig5, tmp_path) == []
 
 
 @pytest.mark.slow

@@ -166,6 +166,32 @@ def test_new_study_time_estimate(study_root, monkeypatch):
     assert "your settings differ" in warn
 
 
+def test_the_estimate_takes_off_what_jobs_queued_ahead_will_train(study_root, monkeypatch):
+    """A pre-training of Figure 5's queued ahead of it in the job queue (here a plain `pretrain` job with the same
+    settings, saving the checkpoints Figure 5 reads) is taken off the page's estimate, and the page says which job."""
+    from dataclasses import replace
+
+    from engine import cli
+    from engine.ablations import reuse
+    from engine.pretrain_config import PretrainConfig
+    slow = A.SpeedCheck("fp32", 2, 3 * A.timing.REFERENCE_STEP_MS)
+    monkeypatch.setattr(A, "speed_check", lambda: slow)
+    fig5 = A.get_study("training-steps", scale="classroom")
+    mlm = next(j for j in A.plan(fig5, study_root / "x") if j.kind == "pretrain" and j.variant == "MLM (BERT)")
+    argv = cli.argv(replace(PretrainConfig(**reuse.config_of(mlm.argv)), out=str(study_root / "bert")))
+    (study_root / ".jobs").mkdir(parents=True, exist_ok=True)
+    (study_root / ".jobs" / "queue.json").write_text(json.dumps({"version": 1, "jobs": [
+        {"id": "j1", "name": "class bert", "argv": argv, "status": "queued"}]}))
+    at = app(study_root).run()
+    at.selectbox(key="abl_study").set_value("training-steps").run()
+    at.button(key="abl_speed").click().run()
+    assert not at.exception, at.exception
+    warn = next(w.value for w in at.warning if "**Time:**" in w.value)
+    assert "1 to be done by jobs queued ahead of it with the same settings (class bert)" in warn
+    ref = A.REFERENCE_MINUTES["training-steps"][0] * 3
+    assert f"about {ref:.0f} min on this machine" in warn and "min it would train here" in warn
+
+
 def test_no_studies_says_so(tmp_path):
     at = app(tmp_path / "empty").run()
     assert not at.exception

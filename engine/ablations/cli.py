@@ -73,8 +73,8 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("study", nargs="?", default=None, help="one study (default: every built-in study)")
     e.add_argument("--epochs", type=int, default=None, help="the downstream epochs you will run it with (default: the study's)")
     e.add_argument("--json", action="store_true", help="print one JSON object: the speed check and each estimate")
-    e.add_argument("--runs-root", default=None, help="count the pre-trainings finished runs here have already done "
-                   "(default $BERT_STUDIO_RUNS or ./runs)")
+    e.add_argument("--runs-root", default=None, help="take off the pre-trainings finished runs here have already done "
+                   "and those jobs queued in its job queue will do (default $BERT_STUDIO_RUNS or ./runs)")
     return p
 
 

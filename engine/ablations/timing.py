@@ -18,8 +18,17 @@ which this step mixes in about that share. On the AVX2 EPYC the whole Figure 5 t
 parts 3.0x (fine-tuning) to 3.4x (pre-training), this step 3.3x. A first version added the left-to-right step
 (every position on the vocabulary: 4.2x there) and estimated 95 min for the study that took 79, 20% too high; the
 MLM step alone, chosen after that measurement, gives 81. One study checked, on one other machine.
-A pre-training the study would take over from a finished run (engine.ablations.reuse) is taken off the estimate:
-that run's own training time, as it ran (`reusable`; with `runs_root`, as `ablate estimate` and the page give it).
+A pre-training the study would take over (engine.ablations.reuse) is taken off the estimate, with `runs_root` (as
+`ablate estimate` and the page give it): one a finished run under the runs folder has done (`reusable`), and one a
+job queued or running in that folder's job queue will have done by the time the study's own pre-training starts
+when the queue runs one job at a time (`queued_twins`: a class that queues Table 5 and then Figure 5). What is
+taken off is what that pre-training would train here (`training_seconds`: its FLOPs at the speed check's rate), not
+the finished run's own time, which another machine or a loaded one makes shorter or longer (a classroom BERT run whose
+steps took twice their idle time, another job sharing the 2 cores, reported 26 min of training where this model says
+14 and the same run alone took 14-16).
+Checked on the AVX2 EPYC (check 577-634 ms): the classroom MLM + NSP run 834 s modelled at 0.6 s against 863-939
+measured alone, the left-to-right run 1,762 against 2,108 (the projection onto the vocabulary at every position
+runs slower per FLOP than the encoder: 17% short).
 What the estimate cannot see: other jobs on
 the machine (time it idle), memory bandwidth unlike the step's, and a study whose settings differ from its
 classroom defaults (more epochs, other tasks, seeds or steps): the estimate then says it is for the defaults.
@@ -103,11 +112,90 @@ def reusable(study, runs_root) -> list:
     return out
 
 
+def training_seconds(cfg, check: SpeedCheck) -> float:
+    """About how many seconds pre-training `cfg` (a PretrainConfig) trains on the machine `check` timed: each phase's
+    steps x its FLOPs per step (engine.ablations.planner.step_flops, at that phase's length) over the FLOPs of the
+    check's step, x the check's time (module docstring: how close it came); a --max-minutes budget caps it."""
+    from dataclasses import replace
+
+    from engine.ablations.planner import step_flops
+    from engine.pretrain_config import PretrainConfig
+    ref = PretrainConfig(preset="tiny", vocab_size=8000, batch_size=SPEED_CHECK_BATCH, seq_len=SPEED_CHECK_TOKENS,
+                         mask_rate=0.25, objective="mlm")  # the speed check's step
+    second = int(round(cfg.steps * cfg.phase2_fraction)) if cfg.phase2_seq_len else 0  # as the training loop splits
+    flops = (cfg.steps - second) * step_flops(cfg)
+    if second:
+        flops += second * step_flops(replace(cfg, seq_len=cfg.phase2_seq_len))
+    seconds = flops / step_flops(ref) * check.step_ms / 1000
+    return min(seconds, 60.0 * cfg.max_minutes) if cfg.max_minutes else seconds
+
+
+def queued_twins(study, runs_root, skip=()) -> list:
+    """[{key, job, name}] for each of `study`'s pre-trainings (but the keys in `skip`: those a finished run has done)
+    that a job queued or running in the job queue under `runs_root` (engine.jobs) will train with the same settings
+    (engine.ablations.reuse.training_key), saving every checkpoint the study reads: a `pretrain` job, a study's
+    pre-training queued as `ablate job STUDY KEY`, or one a study run with jobs at once (`ablate resume STUDY`) has
+    still to train. Queued one job at a time, that job finishes before this study's pre-training starts, which then
+    takes it over."""
+    from dataclasses import asdict
+    from pathlib import Path
+
+    from engine.ablations.planner import plan
+    from engine.ablations.reuse import config_of, needed_paths, training_key
+    from engine.jobs import Jobs
+    where = Path(runs_root).absolute() / "studies" / f".estimate-{study.name}"  # a study folder never written
+    jobs = [asdict(j) for j in plan(study, where)]
+    ahead = [(job, cfg) for job in Jobs(runs_root).list_jobs() if job.get("status") in ("queued", "running")
+             for cfg in _pretrain_configs(job.get("argv") or [])]
+    out = []
+    for j in (j for j in jobs if j["kind"] == "pretrain" and j["key"] not in skip):
+        key, needed = training_key(config_of(j["argv"])), needed_paths(where, j, jobs)
+        twin = next((job for job, cfg in ahead if training_key(cfg) == key and _would_save(cfg, needed)), None)
+        if twin is not None:
+            out.append({"key": j["key"], "job": twin["id"], "name": twin.get("name")})
+    return out
+
+
+def _pretrain_configs(argv: list) -> list:
+    """The pre-trainings (PretrainConfigs as dicts) a queued job will run: its own `pretrain` command, or a study's
+    it runs (`ablate job STUDY KEY`: that job; `ablate resume STUDY`: those not finished, read from study.json). A
+    command line that does not parse (it will fail when it runs) or a study folder deleted since: none."""
+    from engine.ablations.folders import read_study
+    from engine.ablations.reuse import config_of
+    from engine.errors import EngineError
+    try:
+        if argv[:1] == ["pretrain"]:
+            return [config_of(argv)]
+        if argv[:2] not in (["ablate", "job"], ["ablate", "resume"]) or len(argv) < 3:
+            return []
+        jobs = read_study(argv[2])["jobs"]
+        if argv[1] == "job":
+            return [config_of(j["argv"]) for j in jobs if j["key"] in argv[3:4] and j["kind"] == "pretrain"]
+        return [config_of(j["argv"]) for j in jobs if j["kind"] == "pretrain" and j.get("status") != "finished"]
+    except (OSError, EngineError, SystemExit, TypeError, ValueError, KeyError):
+        return []
+
+
+def _would_save(cfg, needed: list) -> bool:
+    """Whether a pre-training with settings `cfg` (a dict) will leave the run paths `needed` ("" for the run,
+    "checkpoints/step-N"): a step is saved at the end, or every save_every steps when none is pruned (keep 0)."""
+    for rel in needed:
+        if not rel:
+            continue
+        step = int(rel.rsplit("-", 1)[1]) if rel.startswith("checkpoints/step-") else None
+        if step is None:
+            return False
+        every = cfg["save_every"] if not cfg["keep"] else 0
+        if step != cfg["steps"] and not (every and step % every == 0 and step < cfg["steps"]):
+            return False
+    return True
+
+
 def estimate(study, check: SpeedCheck, runs_root=None) -> dict:
     """{"minutes" (None when there is no reference), "reference_minutes", "measured" (its date), "factor",
-    "defaults" (the study is exactly its classroom defaults), "reused" (`reusable`, with `runs_root`), "over_hour",
-    "text"}: how long `study` (a classroom study) should take here, from `check`; less the training time of the
-    pre-trainings it would take over from finished runs under `runs_root` (their own time, as they ran)."""
+    "defaults" (the study is exactly its classroom defaults), "reused" (`reusable`) and "queued" (`queued_twins`),
+    with `runs_root`, each entry with "here_minutes" (`training_seconds`), "over_hour", "text"}: how long `study` (a
+    classroom study) should take here, from `check`; less what the pre-trainings it would take over would train here."""
     from engine.ablations.paper import get_study
     if study.scale != "classroom":
         return {"minutes": None, "text": f"no estimate at the {study.scale} scale: only the classroom studies have "
@@ -125,16 +213,37 @@ def estimate(study, check: SpeedCheck, runs_root=None) -> dict:
     if not defaults:
         text += "; that is for its classroom defaults, and your settings differ (epochs, seeds, tasks or steps)"
     reused = reusable(study, runs_root) if runs_root is not None else []
-    if reused:
-        saved = sum(r["minutes"] for r in reused)
+    queued = queued_twins(study, runs_root, skip={r["key"] for r in reused}) if runs_root is not None else []
+    if reused or queued:
+        here = _training_minutes(study, check)
+        for r in reused + queued:
+            r["here_minutes"] = here[r["key"]]
+        saved = sum(r["here_minutes"] for r in reused + queued)
         minutes = max(0.0, minutes - saved)
-        text += (f"; {len(reused)} of its pre-trainings are done already (finished runs with the same settings, "
-                 f"{saved:.0f} min of their training), so about {_hm(minutes)}")
+        n = len(reused) + len(queued)
+        done = f"{len(reused)} done already by finished runs with the same settings" if reused else ""
+        ahead = (f"{len(queued)} to be done by jobs queued ahead of it with the same settings "
+                 f"({', '.join(sorted({q['name'] or q['job'] for q in queued}))}), taken over once they have run"
+                 if queued else "")
+        text += (f"; {n} of its pre-trainings {'needs' if n == 1 else 'need'} no training of its own "
+                 f"({', '.join(p for p in (done, ahead) if p)}): less the {saved:.0f} min {'it' if n == 1 else 'they'} "
+                 f"would train here, about {_hm(minutes)}")
     if minutes > CLASSROOM_HOUR:
         text += ("; over the classroom hour here" + ("" if check.precision == "bf16" else
                  ": this CPU has no bf16 units, so it trains in fp32"))
     return {"minutes": minutes, "reference_minutes": ref, "measured": when, "factor": f, "defaults": defaults,
-            "reused": reused, "over_hour": minutes > CLASSROOM_HOUR, "text": text}
+            "reused": reused, "queued": queued, "over_hour": minutes > CLASSROOM_HOUR, "text": text}
+
+
+def _training_minutes(study, check: SpeedCheck) -> dict:
+    """{job key: minutes} of each of `study`'s pre-trainings here (`training_seconds`)."""
+    from pathlib import Path
+
+    from engine.ablations.planner import plan
+    from engine.ablations.reuse import config_of
+    from engine.pretrain_config import PretrainConfig
+    return {j.key: training_seconds(PretrainConfig(**config_of(j.argv)), check) / 60
+            for j in plan(study, Path("/nonexistent-estimate")) if j.kind == "pretrain"}
 
 
 def describe_check(check: SpeedCheck) -> str:
