@@ -17,7 +17,7 @@ BUDGETS = ("steps", "flops", "time")
 
 def step_flops(cfg) -> float:
     """Training FLOPs of one pre-training step of a PretrainConfig (engine.bench.model_flops, 3x the forward): every
-    sequence at full --seq-len; the LM head at every position for a left-to-right objective, at --mask-rate of them
+    sequence at full --seq-len (a second phase's steps: `run_flops`); the LM head at every position for a left-to-right objective, at --mask-rate of them
     (15%) for MLM; the pooler and the 2-way NSP classifier only with NSP."""
     from engine.bench import model_flops  # (torch: engine.ablations itself loads without it)
     from engine.pretrain_config import model_config
@@ -28,10 +28,20 @@ def step_flops(cfg) -> float:
                        train=True, pooler=obj.nsp)
 
 
+def run_flops(cfg) -> float:
+    """Training FLOPs of a whole pre-training run: each phase's steps (the second phase the last --phase2-fraction of
+    them, split as the training loop splits them) x `step_flops` at that phase's length."""
+    second = int(round(cfg.steps * cfg.phase2_fraction)) if cfg.phase2_seq_len else 0
+    flops = (cfg.steps - second) * step_flops(cfg)
+    return flops + (second * step_flops(replace(cfg, seq_len=cfg.phase2_seq_len)) if second else 0.0)
+
+
 def pretrain_config(study: Study, variant: Variant):
     """The variant's PretrainConfig under the study's budget: "steps" as given; "flops": steps scaled so that
     steps x step_flops equals the first pre-trained variant's at its steps (a cheaper step gets more steps);
-    "time": the same steps (the learning-rate schedule spans them) and --max-minutes budget_minutes."""
+    "time": the same steps (the learning-rate schedule spans them) and --max-minutes budget_minutes. FLOPs are the
+    whole run's (`run_flops`: both phases of a two-phase run; before 2026-11-28 the first phase's length stood for
+    every step, which gave the classroom LTR row 2% fewer steps than equal FLOPs)."""
     cfg = study.pretrain_args(variant)
     from engine.tasks.heldout import HELD_OUT_TASKS, check_unseen
     if any(e.task in HELD_OUT_TASKS for e in study.evaluations):
@@ -47,7 +57,7 @@ def pretrain_config(study: Study, variant: Variant):
             raise EngineError("an equal-time study needs a positive --budget-minutes (training minutes per pre-training run)")
         return replace(cfg, max_minutes=float(study.budget_minutes))
     ref = study.pretrain_args(next(v for v in study.variants if not v.reuse))
-    steps = max(1, int(round(ref.steps * step_flops(ref) / step_flops(cfg))))
+    steps = max(1, int(round(run_flops(ref) / (run_flops(cfg) / cfg.steps))))  # the variant's FLOPs per step, averaged
     return replace(cfg, steps=steps)
 
 

@@ -114,19 +114,13 @@ def reusable(study, runs_root) -> list:
 
 def training_seconds(cfg, check: SpeedCheck) -> float:
     """About how many seconds pre-training `cfg` (a PretrainConfig) trains on the machine `check` timed: each phase's
-    steps x its FLOPs per step (engine.ablations.planner.step_flops, at that phase's length) over the FLOPs of the
+    steps x its FLOPs per step (engine.ablations.planner.run_flops) over the FLOPs of the
     check's step, x the check's time (module docstring: how close it came); a --max-minutes budget caps it."""
-    from dataclasses import replace
-
-    from engine.ablations.planner import step_flops
+    from engine.ablations.planner import run_flops, step_flops
     from engine.pretrain_config import PretrainConfig
     ref = PretrainConfig(preset="tiny", vocab_size=8000, batch_size=SPEED_CHECK_BATCH, seq_len=SPEED_CHECK_TOKENS,
                          mask_rate=0.25, objective="mlm")  # the speed check's step
-    second = int(round(cfg.steps * cfg.phase2_fraction)) if cfg.phase2_seq_len else 0  # as the training loop splits
-    flops = (cfg.steps - second) * step_flops(cfg)
-    if second:
-        flops += second * step_flops(replace(cfg, seq_len=cfg.phase2_seq_len))
-    seconds = flops / step_flops(ref) * check.step_ms / 1000
+    seconds = run_flops(cfg) / step_flops(ref) * check.step_ms / 1000
     return min(seconds, 60.0 * cfg.max_minutes) if cfg.max_minutes else seconds
 
 
