@@ -401,7 +401,8 @@ def run_features(cfg: FeaturesConfig, progress_bar: bool = False) -> dict:
     device = resolve_device(cfg.device)
     out.mkdir(parents=True, exist_ok=True)
     t_start = time.time()
-    with Run(out, kind="features", config=config, task=cfg.task, model=cfg.model) as run:
+    with Run(out, kind="features", config=config, task=cfg.task, model=cfg.model,
+             evaluation_version=records.EVALUATION_VERSION) as run:
         truncate_metrics(out, after_step=len(done) + 1 if done else -1)  # step 1 extraction, k + 2 combination k
         bundle = load(cfg.model, device=device)
         fd = _feature_data(cfg, bundle, run, device, progress_bar)

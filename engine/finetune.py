@@ -263,7 +263,8 @@ def finetune(cfg: FinetuneConfig, progress: Callable = None, progress_bar: bool 
     done = _finished_trials(out, len(grid)) if cfg.resume else []
     out.mkdir(parents=True, exist_ok=True)
     t_start = time.time()
-    with Run(out, kind="finetune", config=cfg.to_dict(), task=cfg.task, model=cfg.model) as run:
+    with Run(out, kind="finetune", config=cfg.to_dict(), task=cfg.task, model=cfg.model,
+             evaluation_version=records.EVALUATION_VERSION) as run:
         bundle, base = _load_encoder(cfg)
         max_len = min(cfg.max_seq_len, bundle.config.max_position_embeddings)
         data = prepare(load_task(cfg), bundle.tokenizer, cfg, max_len)

@@ -109,7 +109,7 @@ with tab_new:
         e1, e2 = st.columns(2)
         parallel = int(e2.number_input("Jobs at once", min_value=1, max_value=16, value=1, key=f"abl_parallel_{scale}",
                                        help=A.PARALLEL_HELP))
-        reuse = e2.checkbox("Reuse finished pre-trainings", value=True, key="abl_reuse", help=A.REUSE_HELP)
+        reuse = e2.checkbox("Reuse finished runs", value=True, key="abl_reuse", help=A.REUSE_HELP)
         default_epochs = max(study.finetune.epochs)
         epochs = e1.number_input("Downstream epochs (the fine-tuning and the feature classifier alike)", min_value=1,
                                  max_value=100, value=default_epochs, key=f"abl_epochs_{name}_{scale}",
@@ -151,7 +151,7 @@ with tab_new:
                 st.session_state["abl_show"] = d.name
                 taken = sum(1 for j in A.read_study(d)["jobs"] if j.get("reused_from"))
                 how = f"{len(jobs) - taken} jobs" if parallel == 1 else f"one job that runs its {len(jobs)} jobs {parallel} at a time"
-                st.success(f"Queued {how} as study **{d.name}**" + (f" ({taken} pre-training(s) reused from finished runs)" if taken else "")
+                st.success(f"Queued {how} as study **{d.name}**" + (f" ({taken} job(s) reused from finished runs)" if taken else "")
                            + "; follow them on the Jobs page or in Results.")
 
 # ------------------------------------------------------------------ results
@@ -181,7 +181,7 @@ with tab_results:
             st.progress(done / pr["total"] if pr["total"] else 0.0,
                         text=f"{done}/{pr['total']} jobs finished" + (f", {pr['failed']} failed" if pr.get("failed") else "")
                         + (f", {pr['running']} running" if pr.get("running") else "")
-                        + (f" ({pr['reused']} pre-training(s) reused from finished runs)" if pr.get("reused") else ""))
+                        + (f" ({pr['reused']} job(s) reused from finished runs)" if pr.get("reused") else ""))
             st.subheader(res.study.title)
             left, right = st.columns([3, 2])
             with left:

@@ -440,3 +440,100 @@ def test_a_queued_study_pretraining_cancelled_keeps_its_checkpoint_and_its_retry
     info = runs.read_run_json(out)
     assert info["status"] == "finished" and "reused_from" not in info
     assert runs.checkpoint_step(runs.latest_checkpoint(out)) == 400
+
+
+@pytest.fixture
+def recording_jobs(tmp_path, monkeypatch):
+    """Each job's command replaced by a short process that records its key and leaves what the real command does
+    for reuse to read: a pre-training's run.json (finished, its config, fingerprint and training version), an
+    evaluation's run.json (finished, its model, the evaluation version) and eval.json (the model's path)."""
+    from engine.ablations import runner
+    from engine.records import EVALUATION_VERSION
+    trace = tmp_path / "trace.txt"
+    trace.write_text("")
+
+    def fake_command(study_dir, job):
+        out = Path(study_dir) / job["out"]
+        if job["kind"] == "pretrain":
+            cfg = {**reuse.config_of(job["argv"]), "out": str(out)}
+            files = {"run.json": {"kind": "pretrain", "status": "finished", "config": cfg, "corpus_fingerprint": FINGERPRINT,
+                                  "training_version": TRAINING_VERSION}}
+        else:
+            model = job["argv"][job["argv"].index("--model") + 1]
+            files = {"run.json": {"kind": job["kind"], "status": "finished", "model": model, "evaluation_version": EVALUATION_VERSION,
+                                  "config": {"model": model, "out": str(out)}},
+                     "eval.json": {"model_path": model, "score": 0.5, "key": job["key"]}}
+        code = (f"import json, pathlib; pathlib.Path({str(trace)!r}).open('a').write({job['key']!r} + '\\n'); "
+                f"[pathlib.Path({str(out)!r}, n).write_text(json.dumps(v)) for n, v in {files!r}.items()]")
+        return [sys.executable, "-c", code]
+    monkeypatch.setattr(runner, "job_command", fake_command)
+    monkeypatch.setattr(reuse, "_fingerprint", lambda key: FINGERPRINT)
+    return trace
+
+
+def test_a_second_seed_takes_over_the_first_seeds_pretrainings_and_finetunings(tmp_path, recording_jobs):
+    """`ablate run pretraining-tasks --classroom --seeds 2` after the one-seed study: seed 0's pre-trainings and
+    fine-tunings (the + BiLSTM row's too, which reads the LTR run) are copied in, their paths moved to the new
+    study's folders; only seed 1 runs. A third study with other fine-tuning settings takes over the pre-trainings
+    only."""
+    one = A.launch(A.get_study("pretraining-tasks", scale="classroom", evaluations=(A.BBC,)), runs_root=tmp_path,
+                   foreground=True, log=lambda *a: None)
+    recording_jobs.write_text("")
+    two = A.launch(A.get_study("pretraining-tasks", scale="classroom", evaluations=(A.BBC,), seeds=2), runs_root=tmp_path,
+                   name="two-seeds", foreground=True, log=lambda *a: None)
+    ran = recording_jobs.read_text().split()
+    jobs = A.read_study(two)["jobs"]
+    assert sorted(ran) == sorted(j["key"] for j in jobs if j["seed"] == 1) and len(ran) == 7  # 3 pre-trainings, 4 fine-tunes
+    for j in (j for j in jobs if j["seed"] == 0):
+        assert j["status"] == "finished" and j["reused_from"] == str((one / j["out"]).absolute()), j["key"]
+        if j["kind"] != "pretrain":
+            info = json.loads((two / j["out"] / "run.json").read_text())
+            ev = json.loads((two / j["out"] / "eval.json").read_text())
+            model = [a for a in j["argv"] if a.startswith(str(two))][0]  # the model it reads: this study's run
+            assert info["model"] == info["config"]["model"] == ev["model_path"] == model != str(one)
+            assert info["config"]["out"] == str((two / j["out"]).absolute()) and ev["key"] == j["key"]
+    assert A.collect_results(two).progress["reused"] == 7
+    recording_jobs.write_text("")
+    three = A.launch(A.get_study("pretraining-tasks", scale="classroom", evaluations=(A.BBC,), epochs=2), runs_root=tmp_path,
+                     name="two-epochs", foreground=True, log=lambda *a: None)
+    evals = [j["key"] for j in A.read_study(three)["jobs"] if j["kind"] != "pretrain"]
+    assert sorted(recording_jobs.read_text().split()) == sorted(evals) and len(evals) == 4, "other epochs: fine-tuned"
+
+
+@pytest.mark.parametrize("why", ["older code", "not finished", "data file", "no-reuse", "other model"])
+def test_what_evaluation_is_never_taken_over(tmp_path, recording_jobs, why):
+    """A fine-tuning of code before EVALUATION_VERSION (or none recorded), one that did not finish, one that reads a
+    data file, `--no-reuse`, or one of another training of its model (the same settings, trained twice) is run again."""
+    t5 = A.get_study("pretraining-tasks", scale="classroom", evaluations=(A.BBC,))
+    one = A.launch(t5, runs_root=tmp_path, foreground=True, log=lambda *a: None)
+    data = A.read_study(one)
+    ft = next(j for j in data["jobs"] if j["variant"] == "BERT (MLM + NSP)" and j["kind"] == "finetune")
+    run = json.loads((one / ft["out"] / "run.json").read_text())
+    if why == "older code":
+        run.pop("evaluation_version")
+    if why == "not finished":
+        run["status"] = "failed"
+    (one / ft["out"] / "run.json").write_text(json.dumps(run))
+    if why == "data file":
+        for j in data["jobs"]:
+            j["argv"] += ["--train", "/tmp/mine.tsv"]
+        (one / "study.json").write_text(json.dumps(data))
+    if why == "other model":  # the next study takes over another training of its BERT row (a plain run, found first)
+        finished_run(tmp_path / "a-plain-bert", next(j for j in data["jobs"] if j["key"] == "pretrain/bert-mlm-nsp/s0")["argv"],
+                     checkpoints=(3000,))
+    recording_jobs.write_text("")
+    two = A.launch(t5, runs_root=tmp_path, name="again", foreground=True, log=lambda *a: None, reuse=why != "no-reuse")
+    ran = recording_jobs.read_text().split()
+    assert ft["key"] in ran
+    others = [j["key"] for j in A.read_study(two)["jobs"] if j["kind"] == "finetune" and j["variant"] != "BERT (MLM + NSP)"]
+    assert all((k in ran) == (why in ("no-reuse", "data file")) for k in others), ran
+
+
+def test_origin_follows_reused_from_back_and_stops_at_a_cycle(tmp_path):
+    a, b, c = (tmp_path / n for n in "abc")
+    for run, src in ((a, None), (b, a), (c, b)):
+        run.mkdir()
+        (run / "run.json").write_text(json.dumps({"kind": "pretrain"} | ({"reused_from": str(src)} if src else {})))
+    assert reuse.origin(c) == reuse.origin(b) == reuse.origin(a) == str(a)
+    (a / "run.json").write_text(json.dumps({"reused_from": str(c)}))  # a broken record: no endless loop
+    assert reuse.origin(a) in {str(a), str(b), str(c)}

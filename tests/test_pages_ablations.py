@@ -253,7 +253,7 @@ def test_new_study_reuses_a_finished_pretraining_unless_told_not_to(study_root, 
     at.button(key="abl_launch").click().run()
     assert not at.exception, at.exception
     assert len(submitted) == 18 and bert.argv not in submitted
-    assert any("Queued 18 jobs" in s.value and "1 pre-training(s) reused" in s.value for s in at.success)
+    assert any("Queued 18 jobs" in s.value and "1 job(s) reused" in s.value for s in at.success)
     at.checkbox(key="abl_reuse").uncheck().run()
     at.button(key="abl_launch").click().run()
     assert len(submitted) == 18 + 19

@@ -13,7 +13,7 @@ One module per job, read in this order:
 - paper.py    the built-in studies (`STUDIES`), each with the paper's finding and its check; classroom scale
 - planner.py  study -> jobs (`plan`)
 - folders.py  study folders and study.json
-- reuse.py    a pre-training another run has already done, taken over instead of trained again (`take_over`)
+- reuse.py    a pre-training another run has already done (or a fine-tuning another study has), taken over instead of run again (`take_over`)
 - runner.py   launching (queue or foreground) and each job's state (`launch`, `run_foreground`, `job_states`)
 - results.py  reading results back: tables, curves, checks (`collect_results`)
 - timing.py   how long a classroom study takes on this machine (`speed_check`, `estimate`)

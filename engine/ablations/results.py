@@ -116,7 +116,7 @@ def collect_results(study_dir) -> StudyResults:
     for s in ("finished", "failed", "running", "queued", "cancelled"):
         progress[s] = sum(1 for r in states if r["state"] == s)
     progress["seconds"] = round(sum(j.get("seconds") or 0 for j in jobs), 1)  # foreground runs record each job's time
-    progress["reused"] = sum(1 for r in states if r.get("reused_from"))  # pre-trainings taken over (engine.ablations.reuse)
+    progress["reused"] = sum(1 for r in states if r.get("reused_from"))  # pre-trainings and evaluations taken over (engine.ablations.reuse)
     return StudyResults(study=study, table=table, summary=summary, scores=scores, curves=curves,
                         checks=study.check_finding(summary), findings=judge_findings(study, replicates, floors),
                         finding=study.finding, jobs=states, progress=progress)

@@ -1,5 +1,5 @@
-"""A study's pre-training that another run has already done: found under the runs folder and taken over instead of
-trained again.
+"""A study's pre-training that another run has already done, or an evaluation of it that another study has: found
+under the runs folder and taken over instead of run again.
 
 The classroom studies pre-train the same models: Table 5's BERT row is Figure 5's MLM row, Table 6's L=2 row and
 Table 8's 80/10/10 row (the same command line but for its run folder and checkpoint cadence), Table 5's LTR row is
@@ -23,14 +23,33 @@ loses nothing of the other), its run.json says `reused_from`, and study.json rec
 `reused_from` and 0 seconds. Same settings, so the same model in all but rounding: a run trained under bf16 on
 another machine is reused as it is (its run.json says where and how it ran).
 
+A study's evaluation (a fine-tuning or feature-based job) is taken over the same way (`take_over`,
+`matching_evaluation`) from a finished job of another study under the runs folder that
+- has the same kind and, with --out set aside, the same command line, where a path into one of its study's
+  pre-training runs counts as the same path into ours when both runs are one training (`origin`: the run itself,
+  or the run it was taken over from, followed back): so `ablate run pretraining-tasks --classroom --seeds 2` after
+  the one-seed study takes over seed 0's pre-trainings and then their fine-tunings, and trains seed 1 only;
+- reads no data file (`--train`, `--dev`: a file may have changed since; the built-in tasks are made from pinned
+  packages);
+- finished (its run.json) with its eval.json, run by code of this EVALUATION_VERSION (engine.records:
+  what a fine-tuning computes from the same command line; runs before it record none and are never taken over).
+A fine-tuning is deterministic on one machine (BENCHMARKS.md, "Classroom Table 5 study", 2026-11-29: every seed-0
+fine-tuning of a two-seed study reproduced the one-seed study's dev records exactly), so this changes no number;
+what it saves is the time (21.5 of the two-seed study's 58.4 minutes there). Its files are copied (they are small),
+paths in its run.json and eval.json moved to the study's own folders.
+
 When the check is made: at launch (a run finished by then is taken over and its job never queued), then again
 when the job would start, in every mode: in a terminal or with Jobs at once by engine.ablations.runner, and queued
 one job at a time (the Ablations page's default) by the queued command itself, `ablate job STUDY_DIR KEY`, which
 takes over or else becomes the job's `pretrain` command (runner.run_job). So a study queued behind another takes
-over the other's runs once they have finished. `ablate run --no-reuse` (the page's "Reuse finished pre-trainings"
-box) trains every run afresh, e.g. to measure the spread between two starts.
+over the other's runs once they have finished. `ablate run --no-reuse` (the page's "Reuse finished runs"
+box) trains every run afresh, e.g. to measure the spread between two starts. An evaluation is checked at launch
+and, in a terminal or with Jobs at once, when it would start; queued one job at a time it is queued as its own
+command, so one whose pre-training is taken over only when that job starts (a twin still training at launch) runs.
+`ablate estimate` takes off the pre-trainings taken over, not the evaluations.
 """
 import functools
+import json
 import os
 import shutil
 from pathlib import Path
@@ -38,12 +57,14 @@ from pathlib import Path
 from engine.errors import EngineError
 from engine.pretrain_config import RUNTIME_FIELDS, TRAINING_VERSION
 from engine.fileio import atomic_write_json
-from engine.records import RUN_JSON, read_json_or_empty
+from engine.records import EVAL_JSON, EVALUATION_VERSION, RUN_JSON, STUDY_JSON, read_json_or_empty
 
-# `ablate run --no-reuse` and the Ablations page's "Reuse finished pre-trainings"
+# `ablate run --no-reuse` and the Ablations page's "Reuse finished runs"
 REUSE_HELP = ("a pre-training that a finished run under the runs folder has already done with the same settings (another "
               "study's, or a plain run's) is copied into the study instead of trained again, with the checkpoints the "
-              "study reads; off, every pre-training is trained afresh (e.g. to see the spread between two starts)")
+              "study reads, and so is a fine-tuning another study has already done of the same model with the same "
+              "settings (a second seed after a one-seed study trains the second seed only); off, every job is trained "
+              "afresh (e.g. to see the spread between two starts)")
 IGNORED = RUNTIME_FIELDS - {"steps", "max_minutes"}  # what a resume may change, less how long it trains: not the model
 LINKED_SUFFIXES = (".safetensors", ".pt", ".bin")  # written once, never modified: hard-linked
 KEPT = ("job.log",)  # what a job's run folder may hold before it starts: the queue's log, written by the job itself
@@ -171,12 +192,133 @@ def needed_paths(study_dir: Path, job: dict, jobs: list) -> list:
 
 
 def take_over(study_dir: Path, job: dict, jobs: list, runs_root: Path):
-    """Before `job` (a study's pre-training) starts: the finished run it takes over (copied into its run folder),
-    or None (nothing matches, or its run folder already holds a start of its own)."""
+    """Before `job` (a study's pre-training or evaluation) starts: the finished run it takes over (copied into its
+    run folder), or None (nothing matches, or its run folder already holds a start of its own)."""
     out = Path(study_dir) / job["out"]
-    if job["kind"] != "pretrain" or _started(out):
+    if _started(out):
         return None
+    if job["kind"] != "pretrain":
+        found = matching_evaluation(study_dir, job, jobs, runs_root)
+        if found is None:
+            return None
+        src, moves = found
+        adopt_evaluation(src, out, moves)
+        return src
     src = matching_run(job["argv"], needed_paths(study_dir, job, jobs), runs_root, study_dir)
     if src is not None:
         adopt(src, out)
     return src
+
+
+DATA_FLAGS = ("--train", "--dev")  # an evaluation that reads a file is never taken over: the file may have changed
+
+
+def origin(run: Path) -> str:
+    """The run whose training `run` holds: `run` itself, or the run it was taken over from (run.json "reused_from"),
+    followed back to the one that trained (an absolute path, which need not exist any more)."""
+    run, seen = Path(run).absolute(), set()
+    while str(run) not in seen:
+        seen.add(str(run))
+        src = read_json_or_empty(run / RUN_JSON).get("reused_from")
+        if not isinstance(src, str) or not src:
+            break
+        run = Path(src).absolute()
+    return str(run)
+
+
+def _pretrain_runs(study_dir: Path, jobs: list) -> dict:
+    """{absolute run folder of each of the study's pre-training jobs: its `origin`}."""
+    runs = (Path(study_dir).absolute() / j["out"] for j in jobs if j.get("kind") == "pretrain" and j.get("out"))
+    return {run: origin(run) for run in runs}
+
+
+def evaluation_key(job: dict, study_dir: Path, runs: dict):
+    """What an evaluation job computes, comparable across studies: (kind, combines, its command line with --out
+    dropped and every path into one of its study's pre-training runs `runs` ({run: origin}) written from that run's
+    origin); None when it reads a data file (DATA_FLAGS)."""
+    argv = list(job.get("argv") or [])
+    if any(f in argv for f in DATA_FLAGS):
+        return None
+    if "--out" in argv:
+        i = argv.index("--out")
+        del argv[i:i + 2]
+    key = []
+    for a in argv:
+        if isinstance(a, str) and a.startswith(("/", ".")):
+            p = Path(a) if a.startswith("/") else Path(study_dir).absolute() / a
+            for run, src in runs.items():
+                if p == run or run in p.parents:
+                    a = "<run " + src + ">" + ("" if p == run else "/" + str(p.relative_to(run)))
+                    break
+        key.append(a)
+    return job.get("kind"), json.dumps(job.get("combines"), sort_keys=True), tuple(key)
+
+
+def matching_evaluation(study_dir: Path, job: dict, jobs: list, runs_root: Path):
+    """(the run folder of a finished evaluation of another study under `runs_root` that computed what `job` would,
+    {its study's paths: ours} to move in its records), else None (module docstring)."""
+    study_dir = Path(study_dir).absolute()
+    ours = _pretrain_runs(study_dir, jobs)
+    key = evaluation_key(job, study_dir, ours)
+    if key is None:
+        return None
+    by_origin = {src: run for run, src in ours.items()}
+    for other in sorted(Path(runs_root).absolute().glob(f"studies/*/{STUDY_JSON}")):
+        other_dir = other.parent
+        if other_dir == study_dir:
+            continue
+        data = read_json_or_empty(other)
+        their_jobs = [j for j in data.get("jobs") or [] if isinstance(j, dict)]
+        candidates = [j for j in their_jobs if j.get("kind") == job["kind"]]  # finished: its run.json says (below;
+        # a study queued one job at a time records the status in the job queue, not in study.json)
+        if not candidates:
+            continue
+        theirs = _pretrain_runs(other_dir, their_jobs)
+        for j in candidates:
+            src = other_dir / str(j.get("out"))
+            if evaluation_key(j, other_dir, theirs) != key or not (src / EVAL_JSON).is_file():
+                continue
+            info = read_json_or_empty(src / RUN_JSON)
+            if info.get("status") != "finished" or info.get("evaluation_version") != EVALUATION_VERSION:
+                continue
+            moves = {str(src): str(study_dir / job["out"])}
+            moves.update({str(run): str(by_origin[o]) for run, o in theirs.items() if o in by_origin})
+            return src, moves
+    return None
+
+
+def _moved(value, moves: dict):
+    """`value` with a path that lies in one of `moves`' keys moved to its value (the longest key first)."""
+    if not isinstance(value, str):
+        return value
+    for old in sorted(moves, key=len, reverse=True):
+        if value == old or value.startswith(old + os.sep):
+            return moves[old] + value[len(old):]
+    return value
+
+
+def adopt_evaluation(src: Path, dst: Path, moves: dict) -> None:
+    """Copy the finished evaluation `src` into the empty (or absent) run folder `dst`, its run.json's and
+    eval.json's paths moved by `moves` ({old: new}); dst/run.json names its source (`reused_from`)."""
+    dst = Path(dst)
+    if _started(dst):
+        raise EngineError(f"{dst} is not empty; a reused run goes into a fresh run folder")
+    tmp = dst.with_name(dst.name + ".reusing")
+    shutil.rmtree(tmp, ignore_errors=True)
+    try:
+        shutil.copytree(src, tmp, ignore=shutil.ignore_patterns("run.lock", ".run.json.lock", "job.log", "*.tmp"))
+        for name in (RUN_JSON, EVAL_JSON):
+            data = read_json_or_empty(tmp / name)
+            data = {k: _moved(v, moves) for k, v in data.items()}
+            if isinstance(data.get("config"), dict):
+                data["config"] = {k: _moved(v, moves) for k, v in data["config"].items()}
+            if name == RUN_JSON:
+                data["reused_from"] = str(Path(src).absolute())
+            atomic_write_json(tmp / name, data)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)  # nothing half-copied stays behind; the job then runs
+        raise
+    for name in KEPT:
+        if (dst / name).is_file():
+            os.replace(dst / name, tmp / name)
+    os.replace(tmp, dst)

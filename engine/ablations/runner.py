@@ -62,7 +62,7 @@ def launch(study: Study, runs_root=None, name: str = None, foreground: bool = Fa
     for j in data["jobs"]:
         j["job_id"] = ids.get(j["key"])
     atomic_write_json(study_dir / STUDY_JSON, data)
-    log(f"queued {len(ids)} jobs for study {study_dir.name}" + (f" ({len(taken)} pre-training(s) reused)" if taken else "")
+    log(f"queued {len(ids)} jobs for study {study_dir.name}" + (f" ({len(taken)} job(s) reused from finished runs)" if taken else "")
         + "; follow them on the Jobs page or with "
         f"`python -m engine ablate show {study_dir}`")
     return study_dir
@@ -158,7 +158,7 @@ def run_job(study_dir, key: str, log=_print) -> int:
 
 
 def _take_over(study_dir: Path, job: dict, data: dict, log) -> bool:
-    """Take over a finished pre-training for `job` (engine.ablations.reuse) and record it in study.json; False when
+    """Take over a finished pre-training or evaluation for `job` (engine.ablations.reuse) and record it in study.json; False when
     there is none, when the study was launched with reuse off (study.json "reuse"), or when copying it failed (the
     job then trains, as without reuse)."""
     if not data.get("reuse", True):
@@ -166,12 +166,13 @@ def _take_over(study_dir: Path, job: dict, data: dict, log) -> bool:
     try:
         src = take_over(study_dir, job, data["jobs"], Path(data.get("runs_root") or studies_root().parent))
     except (OSError, EngineError) as e:
-        log(f"    {job['key']}: could not reuse a finished pre-training ({e}); training it")
+        log(f"    {job['key']}: could not reuse a finished run ({e}); running it")
         return False
     if src is None:
         return False
     update_job(study_dir, job["key"], status="finished", rc=0, seconds=0, error=None, reused_from=str(src))
-    log(f"    {job['key']}: reused the finished pre-training {src} (same settings)")
+    what = "pre-training" if job["kind"] == "pretrain" else "evaluation of the same model"
+    log(f"    {job['key']}: reused the finished {what} {src} (same settings)")
     return True
 
 

@@ -50,7 +50,8 @@ REFERENCE_STEP_MS = 189.8  # the MLM row at 128 tokens
 REFERENCE_MINUTES = {
     # the latest run; the one before, the same code path, took 57.2. Measured with bbc-next as the pair column;
     # bbc-story, the default since, has the same sizes (1,500 train / 3,428 dev pairs) and fine-tuned as fast (MiniLM
-    # on the AVX2 EPYC: 150 s for its first epoch and dev pass, bbc-next 144 s)
+    # on the AVX2 EPYC: 150 s for its first epoch and dev pass, bbc-next 144 s). Checked with bbc-story on an AMD EPYC
+    # Zen 5 (bf16), 2026-11-29: estimated 44 min (x0.87), measured 39.6
     "pretraining-tasks": (50.7, "2026-11-27"),
     "model-size": (40.8, "2026-11-27"),
     "feature-based": (29.6, "2026-11-27"),
