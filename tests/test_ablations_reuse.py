@@ -38,23 +38,28 @@ def pretrain_jobs(study, study_dir):
     return {j.variant: j for j in A.plan(study, study_dir) if j.kind == "pretrain"}
 
 
-@pytest.fixture
-def fake_jobs(tmp_path, monkeypatch):
-    """Each job's command replaced by a short process that records its key and writes what a finished job leaves;
-    the corpus fingerprint fixed (no BBC read)."""
+def replace_job_commands(tmp_path, monkeypatch, files_of):
+    """Each job's command replaced by a short process that records its key in the returned trace file and writes
+    `files_of(job, out)` ({file name: JSON}) into its run folder; the corpus fingerprint fixed (no BBC read)."""
     from engine.ablations import runner
     trace = tmp_path / "trace.txt"
     trace.write_text("")
 
     def fake_command(study_dir, job):
         out = Path(study_dir) / job["out"]
-        name = "run.json" if job["kind"] == "pretrain" else "eval.json"
-        code = (f"import pathlib; pathlib.Path({str(trace)!r}).open('a').write({job['key']!r} + '\\n'); "
-                f"pathlib.Path({str(out / name)!r}).write_text('{{}}')")
+        files = files_of(job, out)
+        code = (f"import json, pathlib; pathlib.Path({str(trace)!r}).open('a').write({job['key']!r} + '\\n'); "
+                f"[pathlib.Path({str(out)!r}, n).write_text(json.dumps(v)) for n, v in {files!r}.items()]")
         return [sys.executable, "-c", code]
     monkeypatch.setattr(runner, "job_command", fake_command)
     monkeypatch.setattr(reuse, "_fingerprint", lambda key: FINGERPRINT)
     return trace
+
+
+@pytest.fixture
+def fake_jobs(tmp_path, monkeypatch):
+    """A finished job leaves an empty run.json (pre-training) or eval.json (evaluation): nothing another study takes over."""
+    return replace_job_commands(tmp_path, monkeypatch, lambda job, out: {"run.json" if job["kind"] == "pretrain" else "eval.json": {}})
 
 
 def test_the_training_key_ignores_where_and_how_often_but_not_what():
@@ -444,31 +449,20 @@ def test_a_queued_study_pretraining_cancelled_keeps_its_checkpoint_and_its_retry
 
 @pytest.fixture
 def recording_jobs(tmp_path, monkeypatch):
-    """Each job's command replaced by a short process that records its key and leaves what the real command does
-    for reuse to read: a pre-training's run.json (finished, its config, fingerprint and training version), an
-    evaluation's run.json (finished, its model, the evaluation version) and eval.json (the model's path)."""
-    from engine.ablations import runner
+    """A finished job leaves what the real command does for reuse to read: a pre-training's run.json (finished, its
+    config, fingerprint and training version), an evaluation's run.json (finished, its model, the evaluation version)
+    and eval.json (the model's path)."""
     from engine.records import EVALUATION_VERSION
-    trace = tmp_path / "trace.txt"
-    trace.write_text("")
 
-    def fake_command(study_dir, job):
-        out = Path(study_dir) / job["out"]
+    def files_of(job, out):
         if job["kind"] == "pretrain":
-            cfg = {**reuse.config_of(job["argv"]), "out": str(out)}
-            files = {"run.json": {"kind": "pretrain", "status": "finished", "config": cfg, "corpus_fingerprint": FINGERPRINT,
-                                  "training_version": TRAINING_VERSION}}
-        else:
-            model = job["argv"][job["argv"].index("--model") + 1]
-            files = {"run.json": {"kind": job["kind"], "status": "finished", "model": model, "evaluation_version": EVALUATION_VERSION,
-                                  "config": {"model": model, "out": str(out)}},
-                     "eval.json": {"model_path": model, "score": 0.5, "key": job["key"]}}
-        code = (f"import json, pathlib; pathlib.Path({str(trace)!r}).open('a').write({job['key']!r} + '\\n'); "
-                f"[pathlib.Path({str(out)!r}, n).write_text(json.dumps(v)) for n, v in {files!r}.items()]")
-        return [sys.executable, "-c", code]
-    monkeypatch.setattr(runner, "job_command", fake_command)
-    monkeypatch.setattr(reuse, "_fingerprint", lambda key: FINGERPRINT)
-    return trace
+            return {"run.json": {"kind": "pretrain", "status": "finished", "config": {**reuse.config_of(job["argv"]), "out": str(out)},
+                                 "corpus_fingerprint": FINGERPRINT, "training_version": TRAINING_VERSION}}
+        model = job["argv"][job["argv"].index("--model") + 1]
+        return {"run.json": {"kind": job["kind"], "status": "finished", "model": model, "evaluation_version": EVALUATION_VERSION,
+                             "config": {"model": model, "out": str(out)}},
+                "eval.json": {"model_path": model, "score": 0.5, "key": job["key"]}}
+    return replace_job_commands(tmp_path, monkeypatch, files_of)
 
 
 def test_a_second_seed_takes_over_the_first_seeds_pretrainings_and_finetunings(tmp_path, recording_jobs):

@@ -155,29 +155,45 @@ def _link_or_copy(src, dst) -> None:
     shutil.copy2(src, dst)
 
 
-def adopt(src: Path, dst: Path) -> None:
-    """Copy the finished run `src` into the empty (or absent) run folder `dst`; dst/run.json names its source."""
+def adopt(src: Path, dst: Path, moves: dict = None) -> None:
+    """Copy the finished run `src` (a pre-training or an evaluation) into the empty (or absent) run folder `dst`,
+    paths in its run.json and eval.json that lie in `src` or in a key of `moves` ({old: new}: an evaluation's model,
+    another study's pre-training run) moved to `dst` or to the new path; dst/run.json names its source."""
     dst = Path(dst)
     if _started(dst):
         raise EngineError(f"{dst} is not empty; a reused run goes into a fresh run folder")
+    old, new = str(Path(src).absolute()), str(dst.absolute())
+    moves = {**(moves or {}), old: new}
     tmp = dst.with_name(dst.name + ".reusing")
     shutil.rmtree(tmp, ignore_errors=True)
     try:
-        shutil.copytree(src, tmp, copy_function=_link_or_copy, ignore=shutil.ignore_patterns("run.lock", "job.log", "*.tmp"))
+        shutil.copytree(src, tmp, copy_function=_link_or_copy,
+                        ignore=shutil.ignore_patterns("run.lock", ".run.json.lock", "job.log", "*.tmp"))
+        for name in (RUN_JSON, EVAL_JSON):  # e.g. "tokenizer": the run's own tokenizer folder; "model_path"
+            if not (tmp / name).is_file():
+                continue
+            data = {k: _moved(v, moves) for k, v in read_json_or_empty(tmp / name).items()}
+            if name == RUN_JSON:
+                data["config"] = {**{k: _moved(v, moves) for k, v in (data.get("config") or {}).items()}, "out": new}
+                data["reused_from"] = old
+            atomic_write_json(tmp / name, data)
     except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)  # nothing half-copied stays behind; the job then trains
+        shutil.rmtree(tmp, ignore_errors=True)  # nothing half-copied stays behind; the job then runs
         raise
-    info = read_json_or_empty(tmp / RUN_JSON)
-    old, new = str(Path(src).absolute()), str(dst.absolute())
-    moved = lambda v: new + v[len(old):] if isinstance(v, str) and (v == old or v.startswith(old + os.sep)) else v
-    info = {k: moved(v) for k, v in info.items()}  # e.g. "tokenizer": the run's own tokenizer folder
-    info["config"] = {**{k: moved(v) for k, v in info.get("config", {}).items()}, "out": new}
-    info["reused_from"] = old
-    atomic_write_json(tmp / RUN_JSON, info)
     for name in KEPT:  # the job's own log (open, being written) moves with the folder: the same file
         if (dst / name).is_file():
             os.replace(dst / name, tmp / name)
     os.replace(tmp, dst)  # all or nothing (onto an empty folder): a crash leaves no half-copied run in the job's folder
+
+
+def _moved(value, moves: dict):
+    """`value` with a path that lies in one of `moves`' keys moved to its value (the longest key first)."""
+    if not isinstance(value, str):
+        return value
+    for old in sorted(moves, key=len, reverse=True):
+        if value == old or value.startswith(old + os.sep):
+            return moves[old] + value[len(old):]
+    return value
 
 
 def _started(run: Path) -> bool:
@@ -202,7 +218,7 @@ def take_over(study_dir: Path, job: dict, jobs: list, runs_root: Path):
         if found is None:
             return None
         src, moves = found
-        adopt_evaluation(src, out, moves)
+        adopt(src, out, moves)
         return src
     src = matching_run(job["argv"], needed_paths(study_dir, job, jobs), runs_root, study_dir)
     if src is not None:
@@ -256,9 +272,12 @@ def evaluation_key(job: dict, study_dir: Path, runs: dict):
 
 def matching_evaluation(study_dir: Path, job: dict, jobs: list, runs_root: Path):
     """(the run folder of a finished evaluation of another study under `runs_root` that computed what `job` would,
-    {its study's paths: ours} to move in its records), else None (module docstring)."""
+    {its study's pre-training runs: ours} to move in its records), else None (module docstring)."""
+    from engine.ablations.planner import paths_read
     study_dir = Path(study_dir).absolute()
     ours = _pretrain_runs(study_dir, jobs)
+    if any(read_json_or_empty(run / RUN_JSON).get("status") != "finished" for run in ours if paths_read(job["argv"], run)):
+        return None  # its model is not there yet (at launch, a pre-training still to train): nothing to look for
     key = evaluation_key(job, study_dir, ours)
     if key is None:
         return None
@@ -281,44 +300,5 @@ def matching_evaluation(study_dir: Path, job: dict, jobs: list, runs_root: Path)
             info = read_json_or_empty(src / RUN_JSON)
             if info.get("status") != "finished" or info.get("evaluation_version") != EVALUATION_VERSION:
                 continue
-            moves = {str(src): str(study_dir / job["out"])}
-            moves.update({str(run): str(by_origin[o]) for run, o in theirs.items() if o in by_origin})
-            return src, moves
+            return src, {str(run): str(by_origin[o]) for run, o in theirs.items() if o in by_origin}
     return None
-
-
-def _moved(value, moves: dict):
-    """`value` with a path that lies in one of `moves`' keys moved to its value (the longest key first)."""
-    if not isinstance(value, str):
-        return value
-    for old in sorted(moves, key=len, reverse=True):
-        if value == old or value.startswith(old + os.sep):
-            return moves[old] + value[len(old):]
-    return value
-
-
-def adopt_evaluation(src: Path, dst: Path, moves: dict) -> None:
-    """Copy the finished evaluation `src` into the empty (or absent) run folder `dst`, its run.json's and
-    eval.json's paths moved by `moves` ({old: new}); dst/run.json names its source (`reused_from`)."""
-    dst = Path(dst)
-    if _started(dst):
-        raise EngineError(f"{dst} is not empty; a reused run goes into a fresh run folder")
-    tmp = dst.with_name(dst.name + ".reusing")
-    shutil.rmtree(tmp, ignore_errors=True)
-    try:
-        shutil.copytree(src, tmp, ignore=shutil.ignore_patterns("run.lock", ".run.json.lock", "job.log", "*.tmp"))
-        for name in (RUN_JSON, EVAL_JSON):
-            data = read_json_or_empty(tmp / name)
-            data = {k: _moved(v, moves) for k, v in data.items()}
-            if isinstance(data.get("config"), dict):
-                data["config"] = {k: _moved(v, moves) for k, v in data["config"].items()}
-            if name == RUN_JSON:
-                data["reused_from"] = str(Path(src).absolute())
-            atomic_write_json(tmp / name, data)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)  # nothing half-copied stays behind; the job then runs
-        raise
-    for name in KEPT:
-        if (dst / name).is_file():
-            os.replace(dst / name, tmp / name)
-    os.replace(tmp, dst)
