@@ -42,6 +42,11 @@ def dist_from_env() -> Dist:
 def setup(dist: Dist, device: torch.device, num_threads) -> None:
     """Start the process group (once), pin the GPU, and share the CPU threads among the local ranks."""
     if dist.enabled and not torch.distributed.is_initialized():
+        # imported first on purpose: DDP imports torch.distributed.nn, whose functions take `group=group.WORLD` as a
+        # default argument; imported after the group exists, those defaults keep it alive past
+        # destroy_process_group, its gloo threads run on into interpreter exit and can abort the process (SIGABRT,
+        # "terminate called without an active exception") after a run that finished
+        from torch.distributed import nn as _defaults_bound_now  # noqa: F401
         torch.distributed.init_process_group("nccl" if device.type == "cuda" else "gloo")
     if device.type == "cuda":
         torch.cuda.set_device(device)

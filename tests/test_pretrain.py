@@ -510,6 +510,41 @@ def test_torchrun_two_processes_train_and_checkpoint(env, tmp_path):
     assert b.info["training_state"]["step"] == 4
 
 
+TEARDOWN_SCRIPT = """
+import os, sys, torch
+from engine.distributed import Dist, setup, teardown
+from engine.pretrain_loop import wrap_model
+from engine.pretrain import PretrainConfig
+def gloo_threads():
+    return [t for t in os.listdir("/proc/self/task") if "gloo" in open(f"/proc/self/task/{t}/comm").read()]
+dist = Dist(rank=0, world_size=2)  # enabled; the group itself is one process (WORLD_SIZE=1 in the environment)
+setup(dist, torch.device("cpu"), 1)
+model = wrap_model(torch.nn.Linear(4, 4), PretrainConfig(), dist, torch.device("cpu"))
+model(torch.randn(2, 4)).sum().backward()
+assert gloo_threads(), "the gloo group should be running"
+del model
+teardown(dist)
+print(len(gloo_threads()))
+"""
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="counts threads through /proc")
+def test_teardown_stops_the_gloo_threads_of_a_run_wrapped_in_ddp(tmp_path):
+    """After teardown no gloo thread is left: a group that outlived destroy_process_group (held by
+    torch.distributed.nn's default arguments) ran its threads into interpreter exit, where one could abort a
+    finished rank (SIGABRT) and fail the whole torchrun job."""
+    if not _free_port_possible():
+        pytest.skip("cannot bind a local port for the gloo rendezvous")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    e = dict(os.environ, RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
+             OMP_NUM_THREADS="1")
+    p = subprocess.run([sys.executable, "-c", TEARDOWN_SCRIPT], cwd=REPO, env=e, capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert p.stdout.split()[-1] == "0", "gloo threads still run after teardown"
+
+
 @pytest.mark.slow
 def test_torchrun_sigterm_stops_every_rank_with_a_checkpoint_then_resumes(env, tmp_path):
     """SIGTERM to torchrun reaches both ranks; they agree at the next log step, save one checkpoint and stop
