@@ -473,8 +473,17 @@ def test_a_second_seed_takes_over_the_first_seeds_pretrainings_and_finetunings(t
     one = A.launch(A.get_study("pretraining-tasks", scale="classroom", evaluations=(A.BBC,)), runs_root=tmp_path,
                    foreground=True, log=lambda *a: None)
     recording_jobs.write_text("")
-    two = A.launch(A.get_study("pretraining-tasks", scale="classroom", evaluations=(A.BBC,), seeds=2), runs_root=tmp_path,
-                   name="two-seeds", foreground=True, log=lambda *a: None)
+    # the estimate says so first: seed 0's pre-trainings and fine-tunings are taken off, at what they would take here
+    study_two = A.get_study("pretraining-tasks", scale="classroom", evaluations=(A.BBC,), seeds=2)
+    check = A.SpeedCheck("fp32", 2, A.timing.REFERENCE_STEP_MS * 2)
+    est = A.estimate(study_two, check, runs_root=tmp_path)
+    seed0 = {j.key for j in A.plan(study_two, tmp_path / "x") if j.seed == 0}
+    assert {r["key"] for r in est["reused"] + est["reused_evaluations"]} == seed0 and len(est["reused_evaluations"]) == 4
+    assert est["minutes"] == pytest.approx(sum(m for k, m in est["jobs"].items() if k not in seed0))
+    assert "4 of its evaluations are done already by another study's finished jobs" in est["text"]
+    other = A.estimate(A.get_study("pretraining-tasks", scale="classroom", evaluations=(A.BBC,), epochs=2), check, runs_root=tmp_path)
+    assert len(other["reused"]) == 3 and other["reused_evaluations"] == []  # other epochs: the fine-tunings run
+    two = A.launch(study_two, runs_root=tmp_path, name="two-seeds", foreground=True, log=lambda *a: None)
     ran = recording_jobs.read_text().split()
     jobs = A.read_study(two)["jobs"]
     assert sorted(ran) == sorted(j["key"] for j in jobs if j["seed"] == 1) and len(ran) == 7  # 3 pre-trainings, 4 fine-tunes

@@ -40,6 +40,23 @@ def test_estimate_says_when_settings_differ_or_no_reference():
     assert A.estimate(A.get_study("masking", scale="classroom"), gpu)["minutes"] is None
 
 
+def test_an_estimate_for_other_settings_is_summed_job_by_job():
+    """Not the defaults: each pre-training from its FLOPs, each evaluation from its counterpart's share of the
+    defaults' time, scaled by its epochs; a second seed adds a copy of every job."""
+    c = check(1.5)
+    one = A.estimate(A.get_study("pretraining-tasks", scale="classroom"), c)
+    assert one["minutes"] == pytest.approx(1.5 * timing.REFERENCE_MINUTES["pretraining-tasks"][0])
+    assert one["minutes"] == pytest.approx(sum(one["jobs"].values()))
+    two = A.estimate(A.get_study("pretraining-tasks", scale="classroom", seeds=2), c)
+    assert two["minutes"] == pytest.approx(2 * one["minutes"]) and len(two["jobs"]) == 2 * len(one["jobs"])
+    assert "summed job by job" in two["text"] and "over the classroom hour" in two["text"]
+    ten = A.estimate(A.get_study("training-steps", scale="classroom", epochs=10), c)["jobs"]
+    five = A.estimate(A.get_study("training-steps", scale="classroom"), c)["jobs"]
+    assert set(ten) == set(five)
+    for k in five:  # the classroom default is 5 epochs: an evaluation twice as long, a pre-training the same
+        assert ten[k] == pytest.approx(five[k] * (1 if k.startswith("pretrain/") else 2)), k
+
+
 def test_speed_check_times_a_step():
     c = A.speed_check(steps=1, warmup=0)
     assert c.step_ms > 0 and c.precision in ("bf16", "fp32") and c.threads >= 1
@@ -57,5 +74,10 @@ def test_cli_estimate(monkeypatch, capsys):
     assert ablate(["estimate", "masking"]) == 0
     text = capsys.readouterr().out
     assert "x2.00" in text and "speed check: a classroom MLM step takes" in text and "masking: about 98 min" not in text and "masking: about 1 h 38 min" in text
+    assert ablate(["estimate", "training-steps", "--seeds", "2", "--json"]) == 0
+    two = json.loads(capsys.readouterr().out)["estimates"]["training-steps"]
+    assert two["minutes"] == pytest.approx(4 * timing.REFERENCE_MINUTES["training-steps"][0]) and not two["defaults"]
+    with pytest.raises(EngineError, match="--seeds must be at least 1"):
+        ablate(["estimate", "masking", "--seeds", "0"])
     with pytest.raises(EngineError, match="unknown study"):
         ablate(["estimate", "nope"])

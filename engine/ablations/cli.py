@@ -72,9 +72,11 @@ def build_parser() -> argparse.ArgumentParser:
                        "study's wall time on this machine from its measured reference (engine/ablations/timing.py)")
     e.add_argument("study", nargs="?", default=None, help="one study (default: every built-in study)")
     e.add_argument("--epochs", type=int, default=None, help="the downstream epochs you will run it with (default: the study's)")
+    e.add_argument("--seeds", type=int, default=None, help="the seeds you will run it with (default: the study's, 1 at classroom scale)")
     e.add_argument("--json", action="store_true", help="print one JSON object: the speed check and each estimate")
-    e.add_argument("--runs-root", default=None, help="take off the pre-trainings finished runs here have already done "
-                   "and those jobs queued in its job queue will do (default $BERT_STUDIO_RUNS or ./runs)")
+    e.add_argument("--runs-root", default=None, help="take off the pre-trainings finished runs here have already done, "
+                   "those jobs queued in its job queue will do, and the evaluations other studies here have already "
+                   "done of the models it takes over (default $BERT_STUDIO_RUNS or ./runs)")
     return p
 
 
@@ -150,7 +152,7 @@ def _failed_jobs(study_dir) -> int:
 
 def _estimate(a) -> int:
     names = [a.study] if a.study else list(STUDIES)
-    studies = [get_study(n, scale="classroom", epochs=a.epochs) for n in names]  # a bad name or --epochs: one line first
+    studies = [get_study(n, scale="classroom", epochs=a.epochs, seeds=a.seeds) for n in names]  # a bad name or --epochs: one line first
     check = speed_check()
     root = studies_root(a.runs_root).parent
     out = {n: estimate(s, check, runs_root=root) for n, s in zip(names, studies)}

@@ -46,7 +46,7 @@ over the other's runs once they have finished. `ablate run --no-reuse` (the page
 box) trains every run afresh, e.g. to measure the spread between two starts. An evaluation is checked at launch
 and, in a terminal or with Jobs at once, when it would start; queued one job at a time it is queued as its own
 command, so one whose pre-training is taken over only when that job starts (a twin still training at launch) runs.
-`ablate estimate` takes off the pre-trainings taken over, not the evaluations.
+`ablate estimate` takes off the pre-trainings and the evaluations a launch now would take over (engine.ablations.timing).
 """
 import functools
 import json
@@ -278,6 +278,14 @@ def matching_evaluation(study_dir: Path, job: dict, jobs: list, runs_root: Path)
     ours = _pretrain_runs(study_dir, jobs)
     if any(read_json_or_empty(run / RUN_JSON).get("status") != "finished" for run in ours if paths_read(job["argv"], run)):
         return None  # its model is not there yet (at launch, a pre-training still to train): nothing to look for
+    return finished_evaluation(study_dir, job, ours, runs_root)
+
+
+def finished_evaluation(study_dir: Path, job: dict, ours: dict, runs_root: Path):
+    """`matching_evaluation` once the runs `job` reads are known: `ours` is {each of the study's pre-training run
+    folders: its origin}. Also asked by `ablate estimate` (engine.ablations.timing) before the study exists, with the
+    origins of the runs its pre-trainings would take over."""
+    study_dir = Path(study_dir).absolute()
     key = evaluation_key(job, study_dir, ours)
     if key is None:
         return None

@@ -18,6 +18,10 @@ which this step mixes in about that share. On the AVX2 EPYC the whole Figure 5 t
 parts 3.0x (fine-tuning) to 3.4x (pre-training), this step 3.3x. A first version added the left-to-right step
 (every position on the vocabulary: 4.2x there) and estimated 95 min for the study that took 79, 20% too high; the
 MLM step alone, chosen after that measurement, gives 81. One study checked, on one other machine.
+A study whose settings differ from its classroom defaults (a second seed, more epochs, other tasks or steps) is
+estimated job by job (`job_minutes`): each pre-training from its FLOPs (`training_seconds`), and each evaluation
+from its counterpart's equal share of what the defaults' reference time leaves after their pre-trainings, scaled by
+its epochs, restarts and training examples; at the defaults that sum is the reference time x the factor.
 A pre-training the study would take over (engine.ablations.reuse) is taken off the estimate, with `runs_root` (as
 `ablate estimate` and the page give it): one a finished run under the runs folder has done (`reusable`), and one a
 job queued or running in that folder's job queue will have done by the time the study's own pre-training starts
@@ -25,13 +29,14 @@ when the queue runs one job at a time (`queued_twins`: a class that queues Table
 taken off is what that pre-training would train here (`training_seconds`: its FLOPs at the speed check's rate), not
 the finished run's own time, which another machine or a loaded one makes shorter or longer (a classroom BERT run whose
 steps took twice their idle time, another job sharing the 2 cores, reported 26 min of training where this model says
-14 and the same run alone took 14-16).
+14 and the same run alone took 14-16). So is an evaluation another study has already done of a model this study
+takes over (`reusable_evaluations`: `ablate run --seeds 2` after the one-seed study), at its `job_minutes`.
 Checked on the AVX2 EPYC (check 577-634 ms): the classroom MLM + NSP run 834 s modelled at 0.6 s against 863-939
 measured alone, the left-to-right run 1,762 against 2,108 (the projection onto the vocabulary at every position
 runs slower per FLOP than the encoder: 17% short).
 What the estimate cannot see: other jobs on
-the machine (time it idle), memory bandwidth unlike the step's, and a study whose settings differ from its
-classroom defaults (more epochs, other tasks, seeds or steps): the estimate then says it is for the defaults.
+the machine (time it idle), memory bandwidth unlike the step's, and how one evaluation's time differs from
+another's (equal shares: a classroom Table 5 fine-tuning took 54 to 133 s on the Zen 5, 2026-11-29).
 Table 7 evaluates MiniLM (6 layers, hidden 384), whose steps the tiny model's stand in for: a rough figure there.
 On a 2-core machine the browser showing the page competes with the check: the page's check read 880-910 ms on
 the AVX2 EPYC where the command read 630-690 (the spinner animates while it runs), so the page's estimate is
@@ -188,9 +193,10 @@ def _would_save(cfg, needed: list) -> bool:
 
 def estimate(study, check: SpeedCheck, runs_root=None) -> dict:
     """{"minutes" (None when there is no reference), "reference_minutes", "measured" (its date), "factor",
-    "defaults" (the study is exactly its classroom defaults), "reused" (`reusable`) and "queued" (`queued_twins`),
-    with `runs_root`, each entry with "here_minutes" (`training_seconds`), "over_hour", "text"}: how long `study` (a
-    classroom study) should take here, from `check`; less what the pre-trainings it would take over would train here."""
+    "defaults" (the study is exactly its classroom defaults), "jobs" ({job key: minutes here}, `job_minutes`),
+    "reused" (`reusable`), "queued" (`queued_twins`) and "reused_evaluations" (`reusable_evaluations`), with
+    `runs_root`, each entry with "here_minutes", "over_hour", "text"}: how long `study` (a classroom study) should
+    take here, from `check`; less what the jobs it would take over would take here."""
     from engine.ablations.paper import get_study
     if study.scale != "classroom":
         return {"minutes": None, "text": f"no estimate at the {study.scale} scale: only the classroom studies have "
@@ -202,17 +208,22 @@ def estimate(study, check: SpeedCheck, runs_root=None) -> dict:
         return {"minutes": None, "text": f"no estimate for {study.name}: it has no reference time"}
     ref, when = REFERENCE_MINUTES[study.name]
     f = check.factor()
-    minutes = ref * f
+    here = job_minutes(study, check)
+    minutes = sum(here.values())
     defaults = study == get_study(study.name, scale="classroom")
     text = f"about {_hm(minutes)} on this machine ({ref:g} min on the reference machine on {when}, x{f:.2f})"
     if not defaults:
-        text += "; that is for its classroom defaults, and your settings differ (epochs, seeds, tasks or steps)"
+        text = (f"about {_hm(minutes)} on this machine; your settings differ from its classroom defaults (epochs, "
+                f"seeds, tasks or steps), so that is summed job by job: each pre-training from its FLOPs, each "
+                f"evaluation from its share of the defaults' time scaled by its epochs, restarts and examples: a "
+                f"rougher figure than for the defaults (they took {ref:g} min on the reference machine on {when}; "
+                f"this machine x{f:.2f})")
     reused = reusable(study, runs_root) if runs_root is not None else []
     queued = queued_twins(study, runs_root, skip={r["key"] for r in reused}) if runs_root is not None else []
+    evals = reusable_evaluations(study, runs_root, reused) if runs_root is not None else []
+    for r in reused + queued + evals:
+        r["here_minutes"] = here[r["key"]]
     if reused or queued:
-        here = _training_minutes(study, check)
-        for r in reused + queued:
-            r["here_minutes"] = here[r["key"]]
         saved = sum(r["here_minutes"] for r in reused + queued)
         minutes = max(0.0, minutes - saved)
         n = len(reused) + len(queued)
@@ -223,22 +234,98 @@ def estimate(study, check: SpeedCheck, runs_root=None) -> dict:
         text += (f"; {n} of its pre-trainings {'needs' if n == 1 else 'need'} no training of its own "
                  f"({', '.join(p for p in (done, ahead) if p)}): less the {saved:.0f} min {'it' if n == 1 else 'they'} "
                  f"would train here, about {_hm(minutes)}")
+    if evals:
+        saved = sum(r["here_minutes"] for r in evals)
+        minutes = max(0.0, minutes - saved)
+        n = len(evals)
+        text += (f"; {n} of its evaluations {'is' if n == 1 else 'are'} done already by another study's finished "
+                 f"{'job' if n == 1 else 'jobs'} with the same model and settings: less the {saved:.0f} min "
+                 f"{'it' if n == 1 else 'they'} would take here, about {_hm(minutes)}")
     if minutes > CLASSROOM_HOUR:
         text += ("; over the classroom hour here" + ("" if check.precision == "bf16" else
                  ": this CPU has no bf16 units, so it trains in fp32"))
     return {"minutes": minutes, "reference_minutes": ref, "measured": when, "factor": f, "defaults": defaults,
-            "reused": reused, "queued": queued, "over_hour": minutes > CLASSROOM_HOUR, "text": text}
+            "jobs": here, "reused": reused, "queued": queued, "reused_evaluations": evals,
+            "over_hour": minutes > CLASSROOM_HOUR, "text": text}
 
 
-def _training_minutes(study, check: SpeedCheck) -> dict:
-    """{job key: minutes} of each of `study`'s pre-trainings here (`training_seconds`)."""
+def job_minutes(study, check: SpeedCheck) -> dict:
+    """{job key: minutes here} for each of `study`'s jobs (a classroom study with a reference time): a pre-training
+    is `training_seconds`; the rest of the reference time of the study's classroom defaults (their evaluations, and
+    their pre-trainings' data, held-out evaluation and saving) is shared equally among the defaults' evaluation jobs,
+    and each of `study`'s evaluations takes the share of its counterpart there (the same row, column and checkpoint,
+    any seed), scaled by `_work` and by the check's factor. So the study at its defaults sums to the reference time x
+    the factor, and a second seed or more epochs add their jobs' share. Equal shares are rough: a classroom Table 5
+    fine-tuning took 54 to 133 s (BENCHMARKS.md, 2026-11-29)."""
     from pathlib import Path
 
+    from engine.ablations.paper import get_study
     from engine.ablations.planner import plan
     from engine.ablations.reuse import config_of
     from engine.pretrain_config import PretrainConfig
-    return {j.key: training_seconds(PretrainConfig(**config_of(j.argv)), check) / 60
-            for j in plan(study, Path("/nonexistent-estimate")) if j.kind == "pretrain"}
+    where = Path("/nonexistent-estimate")
+    reference = SpeedCheck(check.precision, check.threads, REFERENCE_STEP_MS)
+
+    def pretraining(job, c):
+        return training_seconds(PretrainConfig(**config_of(job.argv)), c) / 60
+
+    default = plan(get_study(study.name, scale="classroom"), where)
+    default_evals = [j for j in default if j.kind != "pretrain"]
+    rest = max(0.0, REFERENCE_MINUTES[study.name][0] - sum(pretraining(j, reference) for j in default if j.kind == "pretrain"))
+    share = rest / max(1, len(default_evals))
+    counterpart = {(j.variant, j.evaluation, j.step): j for j in default_evals}
+    out = {}
+    for j in plan(study, where):
+        if j.kind == "pretrain":
+            out[j.key] = pretraining(j, check)
+            continue
+        c = counterpart.get((j.variant, j.evaluation, j.step)) or next(
+            (d for d in default_evals if d.kind == j.kind), default_evals[0] if default_evals else None)
+        out[j.key] = share * check.factor() * (_work(j.argv) / _work(c.argv, like=j.argv) if c else 1.0)
+    return out
+
+
+def _work(argv: list, like: list = None) -> float:
+    """How much downstream training an evaluation's command line asks for, up to a constant: grid points x the
+    epochs (summed over the grid's) x restarts x training examples (--max-train). A flag given on only one of `argv`
+    and `like` (say --max-train: the whole task) counts as equal on both."""
+    def values(a, flag):
+        return [float(x) for x in str(a[a.index(flag) + 1]).split(",")] if a and flag in a[:-1] else None
+
+    out = 1.0
+    for flag, fold in (("--lr", len), ("--batch-size", len), ("--epochs", sum), ("--restarts", max), ("--max-train", max)):
+        v = values(argv, flag)
+        if v is not None and (like is None or values(like, flag) is not None):
+            out *= fold(v)
+    return out
+
+
+def reusable_evaluations(study, runs_root, reused: list) -> list:
+    """[{key, run}] for each of `study`'s evaluations (fine-tunings, feature jobs) that launching it now would take
+    over (engine.ablations.reuse.matching_evaluation): another study's finished job under `runs_root` that computed
+    it from a model this study takes over (`reused`: `reusable`'s entries) or from a fixed model."""
+    from dataclasses import asdict
+    from pathlib import Path
+
+    from engine.ablations.planner import paths_read, plan
+    from engine.ablations.reuse import finished_evaluation, origin
+    where = Path(runs_root).absolute() / "studies" / f".estimate-{study.name}"  # a study folder never written
+    jobs = [asdict(j) for j in plan(study, where)]
+    taken = {r["key"]: r["run"] for r in reused}
+    ours, untrained = {}, set()
+    for j in (j for j in jobs if j["kind"] == "pretrain"):
+        run = where / j["out"]
+        ours[run] = origin(Path(taken[j["key"]])) if j["key"] in taken else str(run)
+        if j["key"] not in taken:
+            untrained.add(run)  # trained by this study: no other study has evaluated it
+    out = []
+    for j in (j for j in jobs if j["kind"] != "pretrain"):
+        if any(paths_read(j["argv"], run) for run in untrained):
+            continue
+        found = finished_evaluation(where, j, ours, runs_root)
+        if found is not None:
+            out.append({"key": j["key"], "run": str(found[0])})
+    return out
 
 
 def describe_check(check: SpeedCheck) -> str:
