@@ -57,6 +57,15 @@ def test_an_estimate_for_other_settings_is_summed_job_by_job():
         assert ten[k] == pytest.approx(five[k] * (1 if k.startswith("pretrain/") else 2)), k
 
 
+def test_an_evaluations_work_counts_only_what_both_command_lines_say():
+    """Grid points x epochs x restarts x examples; a --max-train on one side only (the other: the whole task) is
+    not a factor of the ratio."""
+    one = ["finetune", "--lr", "1e-3", "--epochs", "5", "--restarts", "3", "--max-train", "1500"]
+    grid = ["finetune", "--lr", "1e-3,2e-3", "--epochs", "2,3", "--restarts", "3"]
+    assert timing._work(grid, like=one) / timing._work(one, like=grid) == pytest.approx(2 * 5 / 5)
+    assert timing._work(one) == pytest.approx(5 * 3 * 1500)
+
+
 def test_speed_check_times_a_step():
     c = A.speed_check(steps=1, warmup=0)
     assert c.step_ms > 0 and c.precision in ("bf16", "fp32") and c.threads >= 1

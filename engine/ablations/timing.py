@@ -281,7 +281,7 @@ def job_minutes(study, check: SpeedCheck) -> dict:
             continue
         c = counterpart.get((j.variant, j.evaluation, j.step)) or next(
             (d for d in default_evals if d.kind == j.kind), default_evals[0] if default_evals else None)
-        out[j.key] = share * check.factor() * (_work(j.argv) / _work(c.argv, like=j.argv) if c else 1.0)
+        out[j.key] = share * check.factor() * (_work(j.argv, like=c.argv) / _work(c.argv, like=j.argv) if c else 1.0)
     return out
 
 
