@@ -111,7 +111,9 @@ def main(argv: list) -> int:
         plan(study, "/")  # a budget the study cannot take is one line before anything is written
         print(describe(study))
         if scale == "classroom":
-            print(f"  time on this machine: python -m engine ablate estimate {study.name} (a speed check of seconds)")
+            flags = "".join(f" --{k} {v}" for k, v in (("seeds", a.seeds), ("epochs", a.epochs), ("runs-root", a.runs_root))
+                            if v is not None)
+            print(f"  time on this machine: python -m engine ablate estimate {study.name}{flags} (a speed check of seconds)")
         if a.dry_run:
             for j in plan(study, studies_root(a.runs_root) / study_dir_name(study, a.name)):
                 print(" ".join(["python -m engine"] + j.argv))
