@@ -278,30 +278,31 @@ def matching_evaluation(study_dir: Path, job: dict, jobs: list, runs_root: Path)
     ours = _pretrain_runs(study_dir, jobs)
     if any(read_json_or_empty(run / RUN_JSON).get("status") != "finished" for run in ours if paths_read(job["argv"], run)):
         return None  # its model is not there yet (at launch, a pre-training still to train): nothing to look for
-    return finished_evaluation(study_dir, job, ours, runs_root)
+    return finished_evaluation(study_dir, job, ours, other_studies(runs_root, study_dir))
 
 
-def finished_evaluation(study_dir: Path, job: dict, ours: dict, runs_root: Path):
+def other_studies(runs_root: Path, study_dir: Path) -> list:
+    """[(study folder, its jobs, {its pre-training runs: their origin})] of every study under `runs_root` but
+    `study_dir`: what `finished_evaluation` searches, read once for all of a study's evaluations."""
+    study_dir, out = Path(study_dir).absolute(), []
+    for other in sorted(Path(runs_root).absolute().glob(f"studies/*/{STUDY_JSON}")):
+        if other.parent != study_dir:
+            jobs = [j for j in read_json_or_empty(other).get("jobs") or [] if isinstance(j, dict)]
+            out.append((other.parent, jobs, _pretrain_runs(other.parent, jobs)))
+    return out
+
+
+def finished_evaluation(study_dir: Path, job: dict, ours: dict, others: list):
     """`matching_evaluation` once the runs `job` reads are known: `ours` is {each of the study's pre-training run
-    folders: its origin}. Also asked by `ablate estimate` (engine.ablations.timing) before the study exists, with the
-    origins of the runs its pre-trainings would take over."""
-    study_dir = Path(study_dir).absolute()
-    key = evaluation_key(job, study_dir, ours)
+    folders: its origin}, `others` the studies to search (`other_studies`). Also asked by `ablate estimate`
+    (engine.ablations.timing) before the study exists, with the origins of the runs its pre-trainings would take over."""
+    key = evaluation_key(job, Path(study_dir).absolute(), ours)
     if key is None:
         return None
     by_origin = {src: run for run, src in ours.items()}
-    for other in sorted(Path(runs_root).absolute().glob(f"studies/*/{STUDY_JSON}")):
-        other_dir = other.parent
-        if other_dir == study_dir:
-            continue
-        data = read_json_or_empty(other)
-        their_jobs = [j for j in data.get("jobs") or [] if isinstance(j, dict)]
-        candidates = [j for j in their_jobs if j.get("kind") == job["kind"]]  # finished: its run.json says (below;
-        # a study queued one job at a time records the status in the job queue, not in study.json)
-        if not candidates:
-            continue
-        theirs = _pretrain_runs(other_dir, their_jobs)
-        for j in candidates:
+    for other_dir, their_jobs, theirs in others:
+        # finished: its run.json says (a study queued one job at a time records the status in its queue, not study.json)
+        for j in (j for j in their_jobs if j.get("kind") == job["kind"]):
             src = other_dir / str(j.get("out"))
             if evaluation_key(j, other_dir, theirs) != key or not (src / EVAL_JSON).is_file():
                 continue

@@ -308,7 +308,7 @@ def reusable_evaluations(study, runs_root, reused: list) -> list:
     from pathlib import Path
 
     from engine.ablations.planner import paths_read, plan
-    from engine.ablations.reuse import finished_evaluation, origin
+    from engine.ablations.reuse import finished_evaluation, origin, other_studies
     where = Path(runs_root).absolute() / "studies" / f".estimate-{study.name}"  # a study folder never written
     jobs = [asdict(j) for j in plan(study, where)]
     taken = {r["key"]: r["run"] for r in reused}
@@ -318,11 +318,11 @@ def reusable_evaluations(study, runs_root, reused: list) -> list:
         ours[run] = origin(Path(taken[j["key"]])) if j["key"] in taken else str(run)
         if j["key"] not in taken:
             untrained.add(run)  # trained by this study: no other study has evaluated it
-    out = []
+    out, others = [], other_studies(runs_root, where)
     for j in (j for j in jobs if j["kind"] != "pretrain"):
         if any(paths_read(j["argv"], run) for run in untrained):
             continue
-        found = finished_evaluation(where, j, ours, runs_root)
+        found = finished_evaluation(where, j, ours, others)
         if found is not None:
             out.append({"key": j["key"], "run": str(found[0])})
     return out
