@@ -474,7 +474,7 @@ def test_torchrun_two_ranks_train_from_prepared_shards(corpus, tmp_path):
            "--data", str(tmp_path / "data"), "--hidden", "32", "--heads", "2", "--layers", "1", "--max-positions", "32",
            "--batch-size", "8", "--steps", "4", "--save-every", "2", "--eval-every", "4", "--log-every", "2",
            "--eval-max-instances", "16", "--num-threads", "1", "--quiet", "--out", str(out)]
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1", "TMPDIR": str(tmp_path)}  # torchrun's log folder
     p = subprocess.run(cmd, cwd=Path(__file__).resolve().parents[1], env=env, capture_output=True, text=True, timeout=300)
     if p.returncode != 0 and ("EADDRINUSE" in p.stderr or "address already in use" in p.stderr.lower()):
         pytest.skip("torchrun could not bind its rendezvous port")

@@ -492,7 +492,7 @@ def test_torchrun_two_processes_train_and_checkpoint(env, tmp_path):
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "-m", "engine",
            "pretrain", *_common(env, out, "--steps", "4", "--save-every", "2", "--eval-every", "4", "--log-every", "2",
                                 "--grad-accum", "2", "--objective", "mlm")]  # no NSP: the unused pooler must not trip DDP
-    e = dict(os.environ, HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1")
+    e = dict(os.environ, HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1", TMPDIR=str(tmp_path))  # torchrun's log folder
     p = subprocess.run(cmd, cwd=REPO, env=e, capture_output=True, text=True, timeout=240)
     if p.returncode != 0 and ("EADDRINUSE" in p.stderr or "address already in use" in p.stderr.lower()):
         pytest.skip("torchrun could not bind its rendezvous port")
@@ -554,7 +554,7 @@ def test_torchrun_sigterm_stops_every_rank_with_a_checkpoint_then_resumes(env, t
     out = tmp_path / "ddp"
     args = _common(env, out, "--steps", "400", "--save-every", "0", "--eval-every", "0", "--log-every", "2", "--objective", "mlm")
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "-m", "engine", "pretrain", *args]
-    e = dict(os.environ, HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1")
+    e = dict(os.environ, HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1", TMPDIR=str(tmp_path))  # torchrun's log folder
     p = subprocess.Popen(cmd, cwd=REPO, env=e, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         deadline = time.time() + 180
