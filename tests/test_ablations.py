@@ -173,25 +173,6 @@ def test_classroom_epochs_and_the_epochs_override(tmp_path):
             A.get_study("masking", scale="classroom", epochs=bad)
 
 
-def test_table8_fine_tunes_at_batch_16_at_classroom_scale_only(tmp_path, capsys):
-    """Table 8's small fine-tuning set (1,000 windows) gets 320 updates in its 5 classroom epochs at batch 16 instead
-    of 160 at 32; its feature-based column keeps the `features` command's batch, the other studies and the lab scale
-    keep 32, and the setting survives study.json."""
-    t8 = A.plan(A.get_study("masking", scale="classroom"), tmp_path / "t8")
-    assert {flag(j.argv, "--batch-size") for j in t8 if j.kind == "finetune"} == {"16"}
-    assert len([j for j in t8 if j.kind == "finetune"]) == 6
-    assert all(flag(j.argv, "--batch-size") != "16" for j in t8 if j.kind == "features")
-    for name in ("pretraining-tasks", "model-size", "feature-based", "training-steps"):
-        assert A.get_study(name, scale="classroom").finetune.batch_size == (32,), name
-    assert A.get_study("masking", scale="lab").finetune.batch_size == (32,)
-    from engine.ablations.study import study_from_dict
-    study = A.get_study("masking", scale="classroom")
-    back = study_from_dict(json.loads(json.dumps(study.to_dict())))
-    assert back.finetune.batch_size == (16,) and back.classroom_batch_size == 16
-    assert A.main(["run", "masking", "--classroom", "--dry-run", "--runs-root", str(tmp_path)]) == 0
-    assert "fine-tuning: lr 0.001, batch 16, epochs 5" in capsys.readouterr().out
-
-
 def test_cli_epochs_flag(tmp_path, capsys):
     assert A.main(["run", "masking", "--classroom", "--epochs", "7", "--dry-run", "--runs-root", str(tmp_path)]) == 0
     out = capsys.readouterr().out

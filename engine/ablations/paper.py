@@ -290,11 +290,6 @@ def masking_study(evaluations=None) -> Study:
         # a row against ~300 s of pre-training, so the hour holds no more: 7 epochs took the study 62.9 min on the Intel
         # Xeon, 5 took it 48.8 (BENCHMARKS.md, Table 8, 2026-11-27). `ablate run masking --classroom --epochs 7` (or
         # the page's "Downstream epochs") trains longer where the class has the time.
-        # The fine-tuned column at batch 16 (the paper's grid holds 16 and 32): 1,000 windows are 160 steps in 5
-        # epochs at 32, after which restarts were still leaving the all-"O" answer; 16 gives 320 steps over the same
-        # examples in about the same time (BENCHMARKS.md, Table 8, 2026-11-29: the trial and the rule it was adopted by,
-        # written down before it ran). The feature-based column keeps the `features` command's batch.
-        classroom_batch_size=16,
         finding_check=check_masking,
         contrasts=(Contrast("feature-based, MASK-only hurts", table8_label(80, 10, 10), table8_label(100, 0, 0),
                             PUNCT_FEATURES.name, (94.9, 94.0), "CoNLL-2003 NER feature-based dev F1"),
@@ -442,16 +437,14 @@ def at_scale(study: Study, scale: Scale) -> Study:
     fin = replace(scale.finetune, lr=(5e-5,)) if study.model else scale.finetune
     if scale == CLASSROOM and study.classroom_max_train:
         fin = replace(fin, max_train=study.classroom_max_train)
-    if scale == CLASSROOM and study.classroom_batch_size:
-        fin = replace(fin, batch_size=(study.classroom_batch_size,))
     study = with_steps(replace(study, base=base, finetune=fin, evaluations=ev or study.evaluations[:1], seeds=scale.seeds,
                                scale=scale.name, title=f"{study.title} ({scale.label})"), base.steps)
     return with_epochs(study, study.classroom_epochs) if scale == CLASSROOM and study.classroom_epochs else study
 
 
 def classroom(study: Study) -> Study:
-    """The study at classroom scale: tiny pre-training, one seed, one fine-tuning grid point (lr 1e-3, 5 epochs,
-    batch 32; a study's `classroom_epochs`, `classroom_max_train` and `classroom_batch_size` where it sets them)."""
+    """The study at classroom scale: tiny pre-training, one seed, one fine-tuning grid point (lr 1e-3, 5 epochs; a
+    study's `classroom_epochs` and `classroom_max_train` where it sets them)."""
     return at_scale(study, CLASSROOM)
 
 

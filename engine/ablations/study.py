@@ -99,9 +99,6 @@ class Study:
     # more epochs than the classroom scale's 5 for fine-tuning and the feature-based classifier (the BiLSTM), for a
     # study whose downstream training does not reach its plateau in 5 (Table 7); None: the scale's
     classroom_epochs: int = None
-    # another fine-tuning batch size than the classroom scale's 32, for a study whose fine-tuning set is small enough
-    # that 5 epochs at 32 are too few updates to leave the constant answer (Table 8); None: the scale's
-    classroom_batch_size: int = None
     # the feature-based classifier's training epochs (`features --epochs`); None: the command's own (the BiLSTM's 5).
     # Set with the fine-tuning epochs by `with_epochs` (a study's classroom_epochs, `ablate run --epochs`)
     feature_epochs: int = None
@@ -207,8 +204,7 @@ def study_from_dict(d: dict) -> Study:
                  scale=d.get("scale") or ("classroom" if d.get("classroom") else "paper"),  # older study.json: a flag
                  budget=d.get("budget") or "steps",
                  budget_minutes=d.get("budget_minutes"), classroom_max_train=d.get("classroom_max_train"),
-                 classroom_epochs=d.get("classroom_epochs"),
-                 classroom_batch_size=d.get("classroom_batch_size"), feature_epochs=d.get("feature_epochs"),
+                 classroom_epochs=d.get("classroom_epochs"), feature_epochs=d.get("feature_epochs"),
                  finding_check=check, contrasts=contrasts)
 
 
@@ -237,8 +233,7 @@ def describe(study: Study) -> str:
     for v in study.variants:
         lines.append(f"  - {v.name}: {v.change() or 'base'}")
     f = study.finetune
-    lines.append(f"  fine-tuning: lr {', '.join(map(str, f.lr))}, batch {', '.join(map(str, f.batch_size))}, "
-                 f"epochs {', '.join(map(str, f.epochs))}, "
+    lines.append(f"  fine-tuning: lr {', '.join(map(str, f.lr))}, epochs {', '.join(map(str, f.epochs))}, "
                  f"{f.restarts} restart(s), at most {f.max_train or 'all'} training examples"
                  + (f"; feature classifier {study.feature_epochs} epochs" if study.feature_epochs else ""))
     lines.append("  evaluations: " + ", ".join(e.name for e in study.evaluations)
