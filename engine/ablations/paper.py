@@ -289,7 +289,9 @@ def masking_study(evaluations=None) -> Study:
         # answer at epoch 3-5; the BiLSTM on features still rising), but every epoch of both columns costs about 40 s
         # a row against ~300 s of pre-training, so the hour holds no more: 7 epochs took the study 62.9 min on the Intel
         # Xeon, 5 took it 48.8 (BENCHMARKS.md, Table 8, 2026-11-27). `ablate run masking --classroom --epochs 7` (or
-        # the page's "Downstream epochs") trains longer where the class has the time.
+        # the page's "Downstream epochs") trains longer where the class has the time. Fine-tuning at batch 16 (320
+        # steps in the same 5 epochs) was tried under a rule written down before it ran and not adopted: restarts of
+        # three rows still left the all-"O" answer only at epoch 4 (BENCHMARKS.md, Table 8, 2026-11-29).
         finding_check=check_masking,
         contrasts=(Contrast("feature-based, MASK-only hurts", table8_label(80, 10, 10), table8_label(100, 0, 0),
                             PUNCT_FEATURES.name, (94.9, 94.0), "CoNLL-2003 NER feature-based dev F1"),
