@@ -178,6 +178,8 @@ def test_cli_epochs_flag(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "epochs 7" in out and "feature classifier 7 epochs" in out  # the description says it
     assert f"python -m engine ablate estimate masking --epochs 7 --runs-root {tmp_path} (" in out  # estimates these settings
+    assert A.main(["run", "training-steps", "--classroom", "--steps", "12000", "--dry-run", "--runs-root", str(tmp_path)]) == 0
+    assert f"ablate estimate training-steps --steps 12000 --runs-root {tmp_path} (" in capsys.readouterr().out
     lines = [l.split() for l in out.splitlines() if l.startswith("python -m engine")]
     evals = [l for l in lines if l[3] in ("finetune", "features")]
     assert len(evals) == 12 and {flag(l, "--epochs") for l in evals} == {"7"}

@@ -86,6 +86,13 @@ def test_cli_estimate(monkeypatch, capsys):
     assert ablate(["estimate", "training-steps", "--seeds", "2", "--json"]) == 0
     two = json.loads(capsys.readouterr().out)["estimates"]["training-steps"]
     assert two["minutes"] == pytest.approx(4 * timing.REFERENCE_MINUTES["training-steps"][0]) and not two["defaults"]
+    # four times the steps: four times each pre-training's FLOPs, the same fine-tunings (Figure 5's checkpoints move)
+    assert ablate(["estimate", "training-steps", "--steps", "12000", "--json"]) == 0
+    long = json.loads(capsys.readouterr().out)["estimates"]["training-steps"]
+    one = 2 * timing.REFERENCE_MINUTES["training-steps"][0]
+    assert one * 1.5 < long["minutes"] < 4 * one and not long["defaults"]
+    with pytest.raises(EngineError, match="--steps must be"):
+        ablate(["estimate", "training-steps", "--steps", "0"])
     with pytest.raises(EngineError, match="--seeds must be at least 1"):
         ablate(["estimate", "masking", "--seeds", "0"])
     with pytest.raises(EngineError, match="unknown study"):

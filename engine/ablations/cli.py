@@ -73,6 +73,7 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("study", nargs="?", default=None, help="one study (default: every built-in study)")
     e.add_argument("--epochs", type=int, default=None, help="the downstream epochs you will run it with (default: the study's)")
     e.add_argument("--seeds", type=int, default=None, help="the seeds you will run it with (default: the study's, 1 at classroom scale)")
+    e.add_argument("--steps", type=int, default=None, help="the pre-training steps you will run it with (default: the study's)")
     e.add_argument("--json", action="store_true", help="print one JSON object: the speed check and each estimate")
     e.add_argument("--runs-root", default=None, help="take off the pre-trainings finished runs here have already done, "
                    "those jobs queued in its job queue will do, and the evaluations other studies here have already "
@@ -111,7 +112,8 @@ def main(argv: list) -> int:
         plan(study, "/")  # a budget the study cannot take is one line before anything is written
         print(describe(study))
         if scale == "classroom":
-            flags = "".join(f" --{k} {v}" for k, v in (("seeds", a.seeds), ("epochs", a.epochs), ("runs-root", a.runs_root))
+            flags = "".join(f" --{k} {v}" for k, v in (("seeds", a.seeds), ("epochs", a.epochs), ("steps", a.steps),
+                                                    ("runs-root", a.runs_root))
                             if v is not None)
             print(f"  time on this machine: python -m engine ablate estimate {study.name}{flags} (a speed check of seconds)")
         if a.dry_run:
@@ -155,6 +157,8 @@ def _failed_jobs(study_dir) -> int:
 def _estimate(a) -> int:
     names = [a.study] if a.study else list(STUDIES)
     studies = [get_study(n, scale="classroom", epochs=a.epochs, seeds=a.seeds) for n in names]  # a bad name or --epochs: one line first
+    if a.steps is not None:
+        studies = [with_steps(s, a.steps) for s in studies]
     check = speed_check()
     root = studies_root(a.runs_root).parent
     out = {n: estimate(s, check, runs_root=root) for n, s in zip(names, studies)}
