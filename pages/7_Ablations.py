@@ -67,8 +67,50 @@ def time_estimate(study: A.Study, root) -> None:
                    "(engine/ablations/timing.py says what else the estimate cannot see).")
 
 
+def first_value(key: str, value):
+    """Give the keyed widget `key` its first value through session state, not its `value` argument, so that a lesson
+    can set it as well (a widget given both warns) and the user's choice is kept for the session."""
+    st.session_state.setdefault(key, value)
+    return key
+
+
+def set_up_lesson(key: str) -> None:
+    """Fill the New-study form below with a lesson's study and settings (a button's callback: it runs before the
+    widgets are drawn, so they show the lesson's values)."""
+    lesson = A.get_lesson(key)
+    study = lesson.build()
+    ss, where = st.session_state, f"{lesson.study}_classroom"
+    ss["abl_study"], ss["abl_scale"] = lesson.study, "classroom"
+    ss[f"abl_seeds_{where}"] = len(study.seeds)
+    ss[f"abl_steps_{where}"] = study.base.steps
+    ss[f"abl_epochs_{where}"] = max(study.finetune.epochs)
+    ss[f"abl_evals_{where}"] = [e.name for e in study.evaluations]
+    ss[f"abl_name_{lesson.study}"] = lesson.name
+    if not study.checkpoint_steps:
+        ss["abl_budget"] = lesson.budget
+    ss["abl_lesson_set"] = key
+
+
+def lesson_picker() -> None:
+    """Start from a lesson (engine/ablations/lessons.py): what it showed when measured, what it took, its command; a
+    button fills the form below with it, the Launch button launches it."""
+    with st.expander("Start from a lesson: a classroom study with the settings measured to show something", expanded=True):
+        keys = [lesson.key for lesson in A.LESSONS]
+        key = st.selectbox("Lesson", keys, key="abl_lesson", format_func=lambda k: A.get_lesson(k).title)
+        lesson = A.get_lesson(key)
+        after = (f"  \n**Run it after** the lesson \"{A.get_lesson(lesson.after).title}\", in the same runs folder: its "
+                 "finished runs are taken over, which is what keeps this one short." if lesson.after else "")
+        st.markdown(f"**What it showed when we measured it:** {lesson.shows}  \n**It took:** {lesson.cost}.{after}")
+        st.code(lesson.command(), language="bash")
+        st.button("Set up this lesson below", key="abl_lesson_setup", on_click=set_up_lesson, args=(key,))
+        if st.session_state.get("abl_lesson_set") == key:
+            st.success("The form below holds this lesson's study and settings: check the time estimate, then **Launch**. "
+                       "The verdicts of your run are your machine's; the text above is ours.")
+
+
 # ------------------------------------------------------------------ new study
 with tab_new:
+    lesson_picker()
     names = list(A.STUDIES)
     name = st.selectbox("Study", names, key="abl_study",
                         format_func=lambda n: f"{A.STUDIES[n]().title}  ({n})")
@@ -91,7 +133,7 @@ with tab_new:
         o1, o2, o3 = st.columns(3)
         # keyed per study and scale: a keyed widget keeps its value, so one key would carry the classroom's seeds
         # and steps over to the lab scale
-        seeds = o1.number_input("Seeds", min_value=1, max_value=10, value=len(study.seeds), key=f"abl_seeds_{name}_{scale}",
+        seeds = o1.number_input("Seeds", min_value=1, max_value=10, key=first_value(f"abl_seeds_{name}_{scale}", len(study.seeds)),
                                 help="a study that pre-trains pre-trains each row once per seed and fine-tunes each of those models "
                                      "with the study's restarts; its verdicts draw seeds first, then their restarts, so two or "
                                      "more seeds put the spread between pre-training runs into the interval (a study of a "
@@ -100,19 +142,19 @@ with tab_new:
         for e in study.evaluations:
             if e not in all_evals:
                 all_evals.append(e)
-        chosen = o2.multiselect("Downstream evaluations", [e.name for e in all_evals],
-                                default=[e.name for e in study.evaluations], key=f"abl_evals_{name}_{scale}")  # per study: its own tasks
+        chosen = o2.multiselect("Downstream evaluations", [e.name for e in all_evals],  # per study: its own tasks
+                                key=first_value(f"abl_evals_{name}_{scale}", [e.name for e in study.evaluations]))
         steps = None
         if not study.model:
-            steps = o3.number_input("Pre-training steps per variant", min_value=10, max_value=1_000_000, value=study.base.steps,
-                                    step=100, key=f"abl_steps_{name}_{scale}")
+            steps = o3.number_input("Pre-training steps per variant", min_value=10, max_value=1_000_000, step=100,
+                                    key=first_value(f"abl_steps_{name}_{scale}", study.base.steps))
         e1, e2 = st.columns(2)
         parallel = int(e2.number_input("Jobs at once", min_value=1, max_value=16, value=1, key=f"abl_parallel_{scale}",
                                        help=A.PARALLEL_HELP))
         reuse = e2.checkbox("Reuse finished runs", value=True, key="abl_reuse", help=A.REUSE_HELP)
         default_epochs = max(study.finetune.epochs)
         epochs = e1.number_input("Downstream epochs (the fine-tuning and the feature classifier alike)", min_value=1,
-                                 max_value=100, value=default_epochs, key=f"abl_epochs_{name}_{scale}",
+                                 max_value=100, key=first_value(f"abl_epochs_{name}_{scale}", default_epochs),
                                  help="more epochs let each evaluation reach its plateau; each costs time in every row "
                                       "(BENCHMARKS.md: the classroom Table 8 at 7 epochs)")
         budget, minutes = "steps", None
@@ -142,7 +184,7 @@ with tab_new:
         st.write(f"**{len(jobs)} jobs**: {n_pre} pre-training runs and {len(jobs) - n_pre} downstream evaluations, {at_once}.")
         with st.expander("Job commands"):
             st.code("\n".join("python -m engine " + " ".join(j.argv) for j in jobs), language="bash")
-        run_name = st.text_input("Study name", value=study.name, key=f"abl_name_{name}",  # per study: a keyed widget keeps its first value
+        run_name = st.text_input("Study name", key=first_value(f"abl_name_{name}", study.name),  # per study: a keyed widget keeps its first value
                                  help="its folder under <runs>/studies/; an existing name gets -2, -3, …")
         if st.button("Launch", type="primary", key="abl_launch"):
             with guard("launching the study"):

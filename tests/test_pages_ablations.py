@@ -115,7 +115,7 @@ def test_new_study_tab_shows_study_and_launches(study_root, monkeypatch):
     at.radio(key="abl_scale").set_value("classroom").run()
     at.selectbox(key="abl_budget").set_value("time").run()  # equal training time: every pre-training run stops at M minutes
     at.number_input(key="abl_budget_minutes").set_value(7.5).run()
-    assert not at.exception and "--max-minutes 7.5" in at.code[0].value
+    assert not at.exception and "--max-minutes 7.5" in at.code[-1].value
     at.selectbox(key="abl_budget").set_value("steps").run()
     at.button(key="abl_launch").click().run()
     assert not at.exception, at.exception
@@ -141,7 +141,7 @@ def test_new_study_downstream_epochs_and_name_follow_the_study(study_root):
     assert box.value == 5
     box.set_value(7).run()
     assert not at.exception, at.exception
-    lines = at.code[0].value.splitlines()
+    lines = at.code[-1].value.splitlines()
     evals = [l for l in lines if " finetune " in l or " features " in l]
     assert len(evals) == 12 and all(" --epochs 7 " in l for l in evals)
     base = frame_with(at, "setting").set_index("setting")["value"]
@@ -261,3 +261,40 @@ def test_new_study_reuses_a_finished_pretraining_unless_told_not_to(study_root, 
     assert not at.exception, at.exception
     jobs = frame_with(at, "reused_from")
     assert list(jobs["reused_from"].dropna()) == [str(src)]
+
+
+def test_a_lesson_fills_the_new_study_form_and_launches(study_root, monkeypatch):
+    """'Start from a lesson': the span lesson sets Figure 5 at classroom scale with 12,000 steps and its folder name;
+    Launch queues exactly the lesson's study; the equal-FLOPs lesson sets the budget. No widget warns that it got a
+    value twice (its default and the lesson's)."""
+    import engine.jobs as Q
+    submitted = []
+    monkeypatch.setattr(Q, "submit", lambda argv, name=None, run_dir=None, root=None: submitted.append(argv) or {"id": f"j{len(submitted)}"})
+    at = app(study_root).run()
+    assert not at.exception, at.exception
+    span = A.get_lesson("span")
+    at.selectbox(key="abl_lesson").set_value("span").run()
+    assert any(span.command() in c.value for c in at.code)
+    assert any("65.9 min" in m.value and "What it showed" in m.value for m in at.markdown)
+    at.button(key="abl_lesson_setup").click().run()
+    assert not at.exception, at.exception
+    assert at.selectbox(key="abl_study").value == "training-steps" and at.radio(key="abl_scale").value == "classroom"
+    assert at.number_input(key="abl_steps_training-steps_classroom").value == 12000
+    assert [t.value for t in at.text_input if t.label == "Study name"] == ["figure5-12k"]
+    assert any("holds this lesson's study" in s.value for s in at.success)
+    assert not [w for w in at.warning if "Session State API" in w.value]
+    planned = A.plan(span.build(), study_root / "studies" / "figure5-12k")
+    assert any(" --steps 12000 " in l for l in at.code[-1].value.splitlines())
+    at.button(key="abl_launch").click().run()
+    assert not at.exception, at.exception
+    assert len(submitted) == len(planned)
+    saved = A.read_study(study_root / "studies" / "figure5-12k")
+    assert saved["study"]["base"]["steps"] == 12000 and [j["key"] for j in saved["jobs"]] == [j.key for j in planned]
+    # a lesson on another study: the study, its name and the budget follow
+    at.selectbox(key="abl_lesson").set_value("table5-equal-flops").run()
+    at.button(key="abl_lesson_setup").click().run()
+    assert not at.exception, at.exception
+    assert at.selectbox(key="abl_study").value == "pretraining-tasks"
+    assert at.selectbox(key="abl_budget").value == "flops"
+    assert [t.value for t in at.text_input if t.label == "Study name"] == ["table5-equal-flops"]
+    assert any("Run it after" in m.value for m in at.markdown)

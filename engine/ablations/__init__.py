@@ -16,12 +16,14 @@ One module per job, read in this order:
 - reuse.py    a pre-training another run has already done (or a fine-tuning another study has), taken over instead of run again (`take_over`)
 - runner.py   launching (queue or foreground) and each job's state (`launch`, `run_foreground`, `job_states`)
 - results.py  reading results back: tables, curves, checks (`collect_results`)
+- lessons.py  classroom studies with the settings a class runs them with, what each showed and cost (`LESSONS`)
 - timing.py   how long a classroom study takes on this machine (`speed_check`, `estimate`)
-- cli.py      `python -m engine ablate run|show|resume|list|estimate`
+- cli.py      `python -m engine ablate run|lesson|show|resume|list|estimate`
 """
 from engine.ablations.cli import main
 from engine.ablations.folders import (STUDY_JSON, list_studies, new_study_dir, read_study, studies_root, update_job,
                                       write_study)
+from engine.ablations.lessons import LESSONS, Lesson, describe_lesson, get_lesson
 from engine.ablations.paper import (BBC, CLASSROOM, CLASSROOM_FINETUNE, CLASSROOM_PRETRAIN, CLOZE, FEATURE_ROWS, LAB,
                                     LAB_FINETUNE, LAB_PARALLEL_HINT, LAB_PRETRAIN, NEXT, PARALLEL_HELP, PUNCT,
                                     PUNCT_FEATURES, ROBUST_SPREAD, SCALES, STORY, SHARED_DATA, SMALL_GRID, STUDIES, TABLE5_FINDINGS, TABLE5_TASKS, TABLE6_TASKS,

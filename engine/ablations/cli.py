@@ -1,10 +1,11 @@
-"""`python -m engine ablate run|show|resume|job|list|estimate`: plan and launch a study, print its table and the paper's finding."""
+"""`python -m engine ablate run|lesson|show|resume|job|list|estimate`: plan and launch a study, print its table and the paper's finding."""
 import argparse
 import json
 import sys
 from dataclasses import asdict, replace
 
 from engine.ablations.folders import list_studies, read_study, studies_root, study_dir_name
+from engine.ablations.lessons import LESSONS, describe_lesson, get_lesson
 from engine.ablations.paper import PARALLEL_HELP, SHARED_DATA, STUDIES, available_evaluations, get_study
 from engine.ablations.planner import plan
 from engine.ablations.reuse import REUSE_HELP
@@ -54,6 +55,13 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--parallel", type=int, default=1, help=PARALLEL_HELP)
     r.add_argument("--no-reuse", action="store_true", help="turn reuse off; by default " + REUSE_HELP)
     r.add_argument("--dry-run", action="store_true", help="print the job command lines and stop")
+    le = sub.add_parser("lesson", help="run a lesson: a classroom study with the settings measured to show something "
+                        "(engine/ablations/lessons.py); without KEY, list the lessons with their commands and times")
+    le.add_argument("key", nargs="?", default=None, help=", ".join(l.key for l in LESSONS))
+    le.add_argument("--runs-root", default=None, help="runs folder (default $BERT_STUDIO_RUNS or ./runs); a lesson that "
+                    "builds on another takes over its runs here")
+    le.add_argument("--foreground", action="store_true", help="run the jobs here one after another instead of queueing them")
+    le.add_argument("--dry-run", action="store_true", help="print the job command lines and stop")
     s = sub.add_parser("show", help="print a study's results table and the paper's finding")
     s.add_argument("study_dir")
     s.add_argument("--csv", default=None, help="also write the results (mean, std, n per variant and task) to this CSV file")
@@ -96,6 +104,13 @@ def main(argv: list) -> int:
         return 0
     if a.cmd == "estimate":
         return _estimate(a)
+    if a.cmd == "lesson":
+        if a.key is None:
+            print("\n\n".join(describe_lesson(l) for l in LESSONS))
+            return 0
+        extra = [f for f, on in (("--foreground", a.foreground), ("--dry-run", a.dry_run)) if on]
+        extra += ["--runs-root", a.runs_root] if a.runs_root else []
+        return main(get_lesson(a.key).argv() + extra)  # a lesson is an `ablate run` command line
     if a.cmd == "job":
         return run_job(a.study_dir, a.key)
     if a.cmd == "run":

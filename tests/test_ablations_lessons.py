@@ -1,0 +1,61 @@
+"""Lessons (engine/ablations/lessons.py): each is one `ablate run` command, `ablate lesson KEY` runs exactly the
+study the lesson builds, a lesson that builds on another can take over its runs, and a bad key is one line."""
+import json
+
+import pytest
+
+from engine import ablations as A
+from engine.ablations import reuse
+from engine.errors import EngineError
+
+
+def job_lines(out: str) -> list:
+    return [l for l in out.splitlines() if l.startswith("python -m engine")]
+
+
+@pytest.mark.parametrize("lesson", A.LESSONS, ids=lambda l: l.key)
+def test_a_lesson_runs_the_study_it_describes(lesson, tmp_path, capsys):
+    """`ablate lesson KEY --dry-run` plans the same jobs as `ablate run` with the lesson's command line, and those are
+    the jobs of `lesson.build()` in the lesson's study folder."""
+    assert A.main(["lesson", lesson.key, "--dry-run", "--runs-root", str(tmp_path)]) == 0
+    via_lesson = job_lines(capsys.readouterr().out)
+    assert A.main(lesson.argv() + ["--dry-run", "--runs-root", str(tmp_path)]) == 0
+    via_run = job_lines(capsys.readouterr().out)
+    planned = [" ".join(["python -m engine"] + j.argv)
+               for j in A.plan(lesson.build(), tmp_path / "studies" / lesson.name)]
+    assert via_lesson == via_run == planned and planned
+    study = lesson.build()
+    assert study.scale == "classroom" and study.budget == lesson.budget
+    assert study.base.steps == (lesson.steps or A.get_study(lesson.study, scale="classroom").base.steps)
+
+
+def test_the_span_lesson_is_figure5_at_12000_steps():
+    study = A.get_lesson("span").build()
+    assert study.name == "training-steps" and study.base.steps == 12000
+    assert study.checkpoint_steps == (3000, 6000, 12000)
+
+
+def test_a_lesson_built_on_another_takes_over_its_pretrainings(tmp_path):
+    """The 'after' lesson's pre-trainings have the training keys of this lesson's seed-0 rows (equal steps) or of
+    BERT's row (equal FLOPs gives the others other steps), so run in one runs folder they are taken over."""
+    keys = {l.key for l in A.LESSONS}
+    for lesson in A.LESSONS:
+        if not lesson.after:
+            continue
+        assert lesson.after in keys and A.get_lesson(lesson.after).study == lesson.study
+        first, mine = (
+            {json.dumps(reuse.training_key(reuse.config_of(j.argv)), sort_keys=True)
+             for j in A.plan(study, tmp_path / n) if j.kind == "pretrain"}
+            for n, study in (("a", A.get_lesson(lesson.after).build()), ("b", lesson.build())))
+        shared = first & mine
+        assert shared, lesson.key
+        assert len(shared) == (len(first) if lesson.budget == "steps" else 1)
+
+
+def test_lesson_list_and_bad_key(capsys):
+    assert A.main(["lesson"]) == 0
+    out = capsys.readouterr().out
+    for lesson in A.LESSONS:
+        assert lesson.command() in out and lesson.cost in out
+    with pytest.raises(EngineError, match="unknown lesson 'nope'; choose one of table5, "):
+        A.main(["lesson", "nope"])
