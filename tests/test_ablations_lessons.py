@@ -36,13 +36,14 @@ def test_the_span_lesson_is_figure5_at_12000_steps():
 
 
 def test_a_lesson_built_on_another_takes_over_its_pretrainings(tmp_path):
-    """The 'after' lesson's pre-trainings have the training keys of this lesson's seed-0 rows (equal steps) or of
-    BERT's row (equal FLOPs gives the others other steps), so run in one runs folder they are taken over."""
+    """Every pre-training of the 'after' lesson has the training key of one of this lesson's (equal steps; Figure 5's
+    two models are Table 5's BERT and LTR rows) or, at equal FLOPs, only BERT's does (the others get other steps), so
+    run in one runs folder they are taken over."""
     keys = {l.key for l in A.LESSONS}
     for lesson in A.LESSONS:
         if not lesson.after:
             continue
-        assert lesson.after in keys and A.get_lesson(lesson.after).study == lesson.study
+        assert lesson.after in keys
         first, mine = (
             {json.dumps(reuse.training_key(reuse.config_of(j.argv)), sort_keys=True)
              for j in A.plan(study, tmp_path / n) if j.kind == "pretrain"}
