@@ -175,7 +175,8 @@ def guided_steps(root, visited: dict, precision: str = "fp32", device: str = "cp
               "trained on every token, leads on the span and topic tasks after minutes; BERT leads on punctuation, "
               "beyond the uncertainty, on every pre-training start measured; NSP is barely learned in this budget, so the "
               "sentence-pair column stays near chance. The verdicts say so, with their uncertainty (BENCHMARKS.md reads "
-              "them). The Ablations page's lessons go further: a second seed, equal compute, the span lesson "
+              "them). The Ablations page's lessons go further: Table 5 inside the hour at twice the steps and equal "
+              "compute (the span findings reproduced on two pre-training seeds), a second seed, equal compute, the span lesson "
               "(Figure 5 at 12,000 steps, about an hour on its own), where the masked-LM model overtakes the "
               "left-to-right one on span extraction, and after it the whole Table 5 at that budget (42 min more), "
               "where removing NSP hurts the same-story task too.",
