@@ -11,7 +11,7 @@ from engine.ablations.planner import plan
 from engine.ablations.reuse import REUSE_HELP
 from engine.ablations.results import StudyResults, collect_results, final_pretrain_metrics
 from engine.ablations.runner import launch, run_foreground, run_job
-from engine.ablations.study import describe, with_steps
+from engine.ablations.study import Study, describe, with_steps
 from engine.ablations.timing import REFERENCE_MACHINE, describe_check, estimate, speed_check
 from engine.ablations.verdict import describe_entry
 from engine.errors import EngineError
@@ -114,17 +114,8 @@ def main(argv: list) -> int:
     if a.cmd == "job":
         return run_job(a.study_dir, a.key)
     if a.cmd == "run":
-        ev = _parse_tasks(a.tasks) if a.tasks else None
-        scale = "classroom" if a.classroom else "lab" if a.lab else None
-        study = get_study(a.study, scale=scale, seeds=a.seeds, evaluations=ev, epochs=a.epochs)
-        if a.tasks and scale:
-            study = replace(study, evaluations=ev)
-        if a.steps is not None:
-            study = with_steps(study, a.steps)
-        if a.budget_minutes is not None and a.budget != "time":
-            raise EngineError("--budget-minutes goes with --budget time; drop it or add --budget time")
-        study = replace(study, budget=a.budget, budget_minutes=a.budget_minutes)
-        plan(study, "/")  # a budget the study cannot take is one line before anything is written
+        study = study_of_run(a)
+        scale = study.scale if study.scale in ("classroom", "lab") else None
         print(describe(study))
         if scale == "classroom":
             flags = "".join(f" --{k} {v}" for k, v in (("seeds", a.seeds), ("epochs", a.epochs), ("steps", a.steps),
@@ -155,6 +146,22 @@ def main(argv: list) -> int:
         res.to_csv(a.csv)
         print(f"wrote {a.csv}")
     return 0
+
+
+def study_of_run(a) -> Study:
+    """The study `ablate run` runs, from its parsed arguments (a lesson's `build` parses its argv through this too)."""
+    ev = _parse_tasks(a.tasks) if a.tasks else None
+    scale = "classroom" if a.classroom else "lab" if a.lab else None
+    study = get_study(a.study, scale=scale, seeds=a.seeds, evaluations=ev, epochs=a.epochs)
+    if a.tasks and scale:
+        study = replace(study, evaluations=ev)
+    if a.steps is not None:
+        study = with_steps(study, a.steps)
+    if a.budget_minutes is not None and a.budget != "time":
+        raise EngineError("--budget-minutes goes with --budget time; drop it or add --budget time")
+    study = replace(study, budget=a.budget, budget_minutes=a.budget_minutes)
+    plan(study, "/")  # a budget the study cannot take is one line before anything is written
+    return study
 
 
 def _failed_jobs(study_dir) -> int:

@@ -6,10 +6,9 @@ The texts quote measurements, each from the BENCHMARKS.md section it names (mach
 elsewhere reports its own verdicts, which may differ. Lessons that build on another take over its finished runs
 (engine/ablations/reuse.py) when run in the same runs folder, which is what keeps them inside a lesson's time.
 """
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
-from engine.ablations.paper import get_study
-from engine.ablations.study import Study, with_steps
+from engine.ablations.study import Study
 from engine.errors import EngineError
 
 
@@ -41,11 +40,9 @@ class Lesson:
         return "python -m engine ablate " + " ".join(self.argv())
 
     def build(self) -> Study:
-        """The study this lesson runs (what `ablate run` builds from `argv`)."""
-        study = get_study(self.study, scale="classroom", seeds=self.seeds)
-        if self.steps is not None:
-            study = with_steps(study, self.steps)
-        return replace(study, budget=self.budget)
+        """The study this lesson runs: `argv` parsed and built by `ablate run`'s own code."""
+        from engine.ablations.cli import build_parser, study_of_run  # cli imports this module
+        return study_of_run(build_parser().parse_args(self.argv()))
 
 
 LESSONS = (
@@ -63,7 +60,8 @@ LESSONS = (
                  "alone above LTR on span (+5.5), removing NSP hurting the same-story task (+3.6 [+1.3, +6.0]; NSP "
                  "0.734); + BiLSTM ahead but inconclusive (+3.2); the topic control a small gap (-0.7). With a second seed "
                  "(`--seeds 2`, about 50 min more) the span findings held (+9.0 [+5.7, +12.7] pooled) and NSP's did not "
-                 "clear its interval (+2.3 [-0.1, +5.0]; +3.6 and +1.0 by seed). This budget was chosen after the 12,000-step result was known; it is a lesson, not the default "
+                 "clear its interval (+2.3 [-0.1, +5.0]; +3.6 and +1.0 by seed). This budget was chosen after the "
+                 "12,000-step result was known; it is a lesson, not the default "
                  "(BENCHMARKS.md, Classroom Table 5 study, stop 41, twice the steps at equal FLOPs).",
            cost="49.7 min from scratch on an idle 2-core AMD EPYC Zen 5 with bf16, 2026-11-29"),
     Lesson("table5-second-seed", "A second pre-training start (Table 5, two seeds)", "pretraining-tasks",
@@ -84,7 +82,8 @@ LESSONS = (
            steps=12000,
            shows="With four times the classroom steps the MLM model overtakes the left-to-right one on span "
                  "extraction: +10.8 F1 [+7.1, +14.9] at 12,000 steps (the paper's SQuAD gap: 10.7; the run's "
-                 "checkpoints at 6,000 and 3,000: +6.7, +2.0); BERT also learns NSP (held-out 0.775 against the no-model rule's 0.604). The "
+                 "checkpoints at 6,000 and 3,000: +6.7, +2.0); BERT also learns NSP (held-out 0.775 against the "
+                 "no-model rule's 0.604). The "
                  "lesson after it runs the whole Table 5 at this budget on these two models "
                  "(BENCHMARKS.md, Classroom Table 5 study, stop 40, four times the steps).",
            cost="65.9 min on the Zen 5, 2026-11-29: over the classroom hour, a lesson of its own"),
