@@ -129,7 +129,8 @@ def test_guided_first_class_by_clicks(tmp_path, bbc_docs):
                 page.get_by_text("Launched").first.wait_for()
                 page.get_by_text("first-bert").first.wait_for()  # queued at once, then the run itself
                 page.screenshot(path=str(shots / "2-pretrain-launched.png"), full_page=True)
-                page.get_by_text("✅ finished").first.wait_for(timeout=300_000)
+                # visible only: the jobs grid keeps a hidden copy of its cells, which `.first` could pick and wait on
+                page.locator("text=✅ finished >> visible=true").first.wait_for(timeout=300_000)
                 page.locator(".js-plotly-plot").first.wait_for()
                 page.screenshot(path=str(shots / "2-pretrain-finished.png"), full_page=True)
                 start_page()
