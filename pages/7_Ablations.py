@@ -87,7 +87,7 @@ def set_up_lesson(key: str) -> None:
     ss[f"abl_evals_{where}"] = [e.name for e in study.evaluations]
     ss[f"abl_name_{lesson.study}"] = lesson.name
     if not study.checkpoint_steps:
-        ss["abl_budget"] = lesson.budget
+        ss[f"abl_budget_{where}"] = study.budget
     ss["abl_lesson_set"] = key
 
 
@@ -157,10 +157,11 @@ with tab_new:
                                  max_value=100, key=first_value(f"abl_epochs_{name}_{scale}", default_epochs),
                                  help="more epochs let each evaluation reach its plateau; each costs time in every row "
                                       "(BENCHMARKS.md: the classroom Table 8 at 7 epochs)")
-        budget, minutes = "steps", None
+        budget, minutes = study.budget, None
         if not study.model and not study.checkpoint_steps:
             b1, b2 = st.columns(2)
-            budget = b1.selectbox("Compare the variants at equal", ["steps", "flops", "time"], key="abl_budget",
+            budget = b1.selectbox("Compare the variants at equal", ["steps", "flops", "time"],
+                                  key=first_value(f"abl_budget_{name}_{scale}", study.budget),
                                   format_func={"steps": "steps (the paper's protocol)", "flops": "FLOPs (steps per variant "
                                                "from its cost per step)", "time": "training time (minutes per run)"}.get)
             if budget == "time":

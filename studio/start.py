@@ -12,9 +12,9 @@ on this machine, where each button goes with which fields filled in, and whether
    study at classroom scale selected (done once such a study has every job finished).
 Times are BENCHMARKS.md's measurements on 2-core CPUs: the classroom pre-training (two phases, 32 then 128 tokens
 for the last 30%) 5.0 min with bf16 autocast (an Intel Xeon with native bf16) and 15.7 min in fp32 (an AMD EPYC
-with AVX2 only, which has no bf16 units); the classroom Table 5 study 50.7 min with bf16 on the Xeon (its latest run; the one before took 57.2), not timed in
-fp32, where the page points to the speed check (`python -m engine ablate estimate`, the Ablations page's button:
-about 2 h 50 min on that EPYC, engine/ablations/timing.py).
+with AVX2 only, which has no bf16 units); the classroom Table 5 study (6,000 steps at equal FLOPs) 49.7 min with bf16
+on an AMD EPYC Zen 5, not timed in fp32, where the page points to the speed check (`python -m engine ablate
+estimate`, the Ablations page's button, engine/ablations/timing.py).
 A GPU is faster; that is not measured for these steps.
 """
 from dataclasses import dataclass, field
@@ -28,7 +28,7 @@ MINUTES = {  # BENCHMARKS.md, idle 2-core CPU: (bf16, fp32); None: not measured
     # the classroom run (second phase the last 30%), empty cache: 2026-11-26 evening on an Intel Xeon (bf16);
     # 2026-11-27 on an AMD EPYC with AVX2 only (fp32, 939 s)
     "pretrain": (5.0, 15.7),
-    # the classroom Table 5 study on the Xeon: the reference the time estimate scales (engine.ablations.timing)
+    # the classroom Table 5 study on the Zen 5: the reference the time estimate scales (engine.ablations.timing)
     "table5": (REFERENCE_MINUTES[TABLE5][0], None),
 }
 
@@ -169,17 +169,17 @@ def guided_steps(root, visited: dict, precision: str = "fp32", device: str = "cp
               "on tasks where the paper's gaps live: a cloze reading task (span extraction), punctuation restoration "
               "(needs the right context), whether sentence B continues A's story (negatives from other articles on the "
               "same topic), and BBC topics as the "
-              "control (`python -m engine ablate run pretraining-tasks --classroom`). What to expect, measured: the masked-LM "
-              "models learn to read their context (accuracy at [MASK] 10-15%, against 4% for always answering the most "
-              "frequent word), but at this scale most of the paper's ordering does not appear: the left-to-right model, "
-              "trained on every token, leads on the span and topic tasks after minutes; BERT leads on punctuation, "
-              "beyond the uncertainty, on every pre-training start measured; NSP is barely learned in this budget, so the "
-              "sentence-pair column stays near chance. The verdicts say so, with their uncertainty (BENCHMARKS.md reads "
-              "them). The Ablations page's lessons go further: Table 5 inside the hour at twice the steps and equal "
-              "compute (the span findings reproduced on two pre-training seeds), a second seed, equal compute, the span lesson "
-              "(Figure 5 at 12,000 steps, about an hour on its own), where the masked-LM model overtakes the "
-              "left-to-right one on span extraction, and after it the whole Table 5 at that budget (42 min more), "
-              "where removing NSP hurts the same-story task too.",
+              "control (`python -m engine ablate run pretraining-tasks --classroom`: BERT pre-trained 6,000 steps, "
+              "the other two at its compute, so the left-to-right model, which learns from every token, gets 2,840). "
+              "What to expect, measured on three pre-training starts: BERT beats the left-to-right model on the span "
+              "and punctuation tasks beyond the uncertainty on every start, and so does the masked LM without NSP on "
+              "span; NSP is learned (0.67-0.73 held out, against 0.60 for the no-model rule) and removing it hurts the "
+              "same-story task on two starts of three (+3.6, +2.7; +1.0 on the third); the topic control shows a small "
+              "gap, as the paper's SST-2. The verdicts say what your run shows, with their uncertainty (BENCHMARKS.md "
+              "reads ours). The Ablations page's lessons go further: a second seed, the paper's equal steps at 3,000 "
+              "(where the left-to-right model leads on span), the span lesson (Figure 5 at 12,000 steps, about an "
+              "hour on its own) and after it the whole Table 5 at that budget, where removing NSP hurts the "
+              "same-story task by +7.9.",
               _minutes("table5", precision, device),
               "pages/7_Ablations.py", "Set up the Table 5 study",
               {"abl_study": TABLE5, "abl_scale": "classroom"})

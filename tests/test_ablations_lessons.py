@@ -6,6 +6,7 @@ import pytest
 
 from engine import ablations as A
 from engine.ablations import reuse
+from engine.ablations.planner import pretrain_config
 from engine.errors import EngineError
 
 
@@ -25,8 +26,22 @@ def test_a_lesson_runs_the_study_it_describes(lesson, tmp_path, capsys):
                for j in A.plan(lesson.build(), tmp_path / "studies" / lesson.name)]
     assert via_lesson == via_run == planned and planned
     study = lesson.build()
-    assert study.scale == "classroom" and study.budget == lesson.budget
-    assert study.base.steps == (lesson.steps or A.get_study(lesson.study, scale="classroom").base.steps)
+    default = A.get_study(lesson.study, scale="classroom")
+    assert study.scale == "classroom" and study.budget == (lesson.budget or default.budget)
+    assert study.base.steps == (lesson.steps or default.base.steps)
+
+
+def test_the_table5_lesson_is_the_classroom_default_and_the_3000_step_one_is_equal_steps():
+    """`table5` is `ablate run pretraining-tasks --classroom` as it stands (6,000 steps at equal FLOPs: LTR gets
+    fewer steps); `table5-3k` keeps the recipe's 3,000 steps at equal steps, the paper's protocol."""
+    assert A.get_lesson("table5").build() == A.get_study("pretraining-tasks", scale="classroom")
+    study = A.get_study("pretraining-tasks", scale="classroom")
+    assert (study.base.steps, study.budget) == (6000, "flops")
+    steps = {v.name: pretrain_config(study, v).steps for v in study.variants if not v.reuse}
+    assert steps["BERT (MLM + NSP)"] == 6000 and steps["LTR & No NSP"] < 3000 < steps["No NSP"]
+    old = A.get_lesson("table5-3k").build()
+    assert (old.base.steps, old.budget) == (3000, "steps")
+    assert A.get_lesson("table5-12k").build().budget == "steps"  # takes over Figure 5's equal-step runs
 
 
 def test_the_span_lesson_is_figure5_at_12000_steps():
@@ -50,7 +65,8 @@ def test_a_lesson_built_on_another_takes_over_its_pretrainings(tmp_path):
             for n, study in (("a", A.get_lesson(lesson.after).build()), ("b", lesson.build())))
         shared = first & mine
         assert shared, lesson.key
-        assert len(shared) == (len(first) if lesson.budget == "steps" else 1)
+        same_budget = A.get_lesson(lesson.after).build().budget == lesson.build().budget
+        assert len(shared) == (len(first) if same_budget else 1), lesson.key
 
 
 def test_lesson_list_and_bad_key(capsys):

@@ -85,9 +85,14 @@ def test_every_study_saves_the_checkpoints_figure5_reads():
         fig5 = A.get_study("training-steps", scale=scale)
         assert all(k % A.study.checkpoint_cadence(steps) == 0 for k in fig5.checkpoint_steps)
         for name in ("pretraining-tasks", "model-size", "masking", "training-steps"):
-            assert A.get_study(name, scale=scale).base.save_every == A.study.checkpoint_cadence(steps), (name, scale)
+            study = A.get_study(name, scale=scale)
+            assert study.base.save_every == A.study.checkpoint_cadence(study.base.steps), (name, scale)
+            # Table 5's classroom default is 6,000 steps (its runs cannot stand in for Figure 5's 3,000: another
+            # schedule); every other study at a scale shares the scale's steps
+            assert study.base.steps == (6000 if (name, scale) == ("pretraining-tasks", "classroom") else steps)
     assert A.get_study("pretraining-tasks").base.save_every == PretrainConfig.save_every  # its own scale: unchanged
-    t5 = pretrain_jobs(A.get_study("pretraining-tasks", scale="classroom"), Path("/s/t5"))
+    # the 3,000-step lesson (equal steps): Table 5's BERT and LTR runs are Figure 5's two
+    t5 = pretrain_jobs(A.get_lesson("table5-3k").build(), Path("/s/t5"))
     f5 = pretrain_jobs(A.get_study("training-steps", scale="classroom"), Path("/s/f5"))
     strip = lambda argv: [a for a in argv if not a.startswith("/s/")]
     assert strip(t5["BERT (MLM + NSP)"].argv) == strip(f5["MLM (BERT)"].argv)
@@ -95,12 +100,12 @@ def test_every_study_saves_the_checkpoints_figure5_reads():
 
 
 def test_a_second_study_takes_over_a_finished_pretraining_and_trains_the_rest(tmp_path, fake_jobs):
-    """Figure 5 after Table 5: its MLM row is Table 5's BERT run (copied in with the checkpoints it reads, the
+    """Figure 5 after Table 5 at 3,000 equal steps (the table5-3k lesson): its MLM row is Table 5's BERT run (copied in with the checkpoints it reads, the
     weights hard-linked, run.json naming its source); its LTR row, with no finished twin, is trained; the
     fine-tunes of both run; deleting the source study afterwards loses nothing."""
     fig5 = A.get_study("training-steps", scale="classroom", evaluations=(A.BBC,))
     t5_dir = tmp_path / "studies" / "pretraining-tasks"
-    t5_argv = pretrain_jobs(A.get_study("pretraining-tasks", scale="classroom"), t5_dir)["BERT (MLM + NSP)"].argv
+    t5_argv = pretrain_jobs(A.get_lesson("table5-3k").build(), t5_dir)["BERT (MLM + NSP)"].argv
     src = finished_run(t5_dir / "runs" / "bert-mlm-nsp-s0", t5_argv, checkpoints=(375, 750, 1500, 2250, 3000))
     lines = []
     d = A.launch(fig5, runs_root=tmp_path, foreground=True, log=lines.append)
@@ -261,7 +266,7 @@ def test_the_cli_flag_and_a_half_copied_run(tmp_path, capsys, monkeypatch):
     the job trains (a failure to reuse is never a lost study)."""
     from engine.ablations.cli import main
     assert main(["run", "pretraining-tasks", "--classroom", "--no-reuse", "--dry-run", "--runs-root", str(tmp_path)]) == 0
-    assert "--save-every 375" in capsys.readouterr().out
+    assert "--save-every 750" in capsys.readouterr().out  # an eighth of Table 5's 6,000 classroom steps
     src = finished_run(tmp_path / "src", ["pretrain"], checkpoints=(10,))
     monkeypatch.setattr(reuse.shutil, "copy2", lambda *a, **k: (_ for _ in ()).throw(OSError("disk full")))
     with pytest.raises(OSError, match="disk full"):
@@ -340,7 +345,8 @@ def queue_file(root: Path, jobs: list) -> None:
 
 
 def test_the_estimate_counts_what_jobs_queued_ahead_will_do(tmp_path):
-    """A class queues Table 5, then asks how long Figure 5 will take: Table 5's two pre-trainings it shares (BERT,
+    """A class queues Table 5 at 3,000 equal steps (the table5-3k lesson), then asks how long Figure 5 will take:
+    Table 5's two pre-trainings it shares (BERT,
     LTR), queued as `ablate job`, are taken off; so is one queued as a plain `pretrain` job that saves the
     checkpoints Figure 5 reads, or one a study run with jobs at once (`ablate resume`) has still to train; not a job
     that has ended, one that would not save step 750, or a study folder deleted since."""
@@ -348,7 +354,7 @@ def test_the_estimate_counts_what_jobs_queued_ahead_will_do(tmp_path):
     from engine.ablations.timing import SpeedCheck, queued_twins
     check = SpeedCheck("fp32", 2, A.timing.REFERENCE_STEP_MS * 3)
     fig5 = A.get_study("training-steps", scale="classroom")
-    t5 = A.get_study("pretraining-tasks", scale="classroom")
+    t5 = A.get_lesson("table5-3k").build()
     d = tmp_path / "studies" / "pretraining-tasks"
     d.mkdir(parents=True)
     jobs = A.plan(t5, d)

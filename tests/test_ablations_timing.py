@@ -11,8 +11,10 @@ from engine.ablations.cli import main as ablate
 from engine.errors import EngineError
 
 
-def check(factor: float, precision: str = "fp32") -> A.SpeedCheck:
-    return A.SpeedCheck(precision, 2, factor * timing.REFERENCE_STEP_MS)
+def check(factor: float, precision: str = "fp32", study: str = None) -> A.SpeedCheck:
+    """A machine `factor` times slower than the reference machine, or than the machine `study` was timed on."""
+    ms = timing.REFERENCE_MINUTES[study].step_ms if study else timing.REFERENCE_STEP_MS
+    return A.SpeedCheck(precision, 2, factor * ms)
 
 
 def test_every_builtin_study_has_a_reference_time():
@@ -30,6 +32,19 @@ def test_estimate_scales_the_reference_time():
     assert "2 h 51 min" in slow["text"] and "no bf16 units" in slow["text"]
 
 
+def test_a_study_timed_on_another_machine_scales_by_that_machines_check():
+    """Table 5's classroom default was timed on a Zen 5, not on REFERENCE_MACHINE: a machine whose check reads what
+    the Zen 5's did is estimated at exactly its minutes, and the text names the machine."""
+    ref = timing.REFERENCE_MINUTES["pretraining-tasks"]
+    assert ref.machine != timing.REFERENCE_MACHINE and ref.step_ms != timing.REFERENCE_STEP_MS
+    study = A.get_study("pretraining-tasks", scale="classroom")
+    same = A.estimate(study, A.SpeedCheck("bf16", 2, ref.step_ms))
+    assert same["minutes"] == pytest.approx(ref.minutes) and same["defaults"] and same["factor"] == pytest.approx(1.0)
+    assert f"{ref.minutes:g} min on AMD EPYC Zen 5 on {ref.date}" in same["text"]
+    xeon = A.estimate(study, A.SpeedCheck("bf16", 2, timing.REFERENCE_STEP_MS))
+    assert xeon["minutes"] == pytest.approx(ref.minutes * timing.REFERENCE_STEP_MS / ref.step_ms)
+
+
 def test_estimate_says_when_settings_differ_or_no_reference():
     study = A.get_study("pretraining-tasks", scale="classroom", epochs=9)
     assert not A.estimate(study, check(1.0))["defaults"]
@@ -43,7 +58,7 @@ def test_estimate_says_when_settings_differ_or_no_reference():
 def test_an_estimate_for_other_settings_is_summed_job_by_job():
     """Not the defaults: each pre-training from its FLOPs, each evaluation from its counterpart's share of the
     defaults' time, scaled by its epochs; a second seed adds a copy of every job."""
-    c = check(1.5)
+    c = check(1.5, study="pretraining-tasks")
     one = A.estimate(A.get_study("pretraining-tasks", scale="classroom"), c)
     assert one["minutes"] == pytest.approx(1.5 * timing.REFERENCE_MINUTES["pretraining-tasks"][0])
     assert one["minutes"] == pytest.approx(sum(one["jobs"].values()))
@@ -91,6 +106,14 @@ def test_cli_estimate(monkeypatch, capsys):
     long = json.loads(capsys.readouterr().out)["estimates"]["training-steps"]
     one = 2 * timing.REFERENCE_MINUTES["training-steps"][0]
     assert one * 1.5 < long["minutes"] < 4 * one and not long["defaults"]
+    # --budget: Table 5 at equal steps instead of its classroom default's equal FLOPs: LTR trains all 6,000 steps
+    assert ablate(["estimate", "pretraining-tasks", "--budget", "steps", "--json"]) == 0
+    steps = json.loads(capsys.readouterr().out)["estimates"]["pretraining-tasks"]
+    assert ablate(["estimate", "pretraining-tasks", "--json"]) == 0
+    flops = json.loads(capsys.readouterr().out)["estimates"]["pretraining-tasks"]
+    assert flops["defaults"] and not steps["defaults"]
+    ltr = "pretrain/ltr-no-nsp/s0"
+    assert steps["jobs"][ltr] > 1.8 * flops["jobs"][ltr] and steps["minutes"] > flops["minutes"]
     with pytest.raises(EngineError, match="--steps must be"):
         ablate(["estimate", "training-steps", "--steps", "0"])
     with pytest.raises(EngineError, match="--seeds must be at least 1"):

@@ -113,10 +113,13 @@ def test_new_study_tab_shows_study_and_launches(study_root, monkeypatch):
     at.number_input(key="abl_parallel_lab").set_value(6).run()
     assert any("38 jobs" in m.value and "run 6 at a time" in m.value for m in at.markdown)
     at.radio(key="abl_scale").set_value("classroom").run()
-    at.selectbox(key="abl_budget").set_value("time").run()  # equal training time: every pre-training run stops at M minutes
+    budget = "abl_budget_pretraining-tasks_classroom"
+    assert at.selectbox(key=budget).value == "flops"  # the classroom Table 5 compares at equal FLOPs by default
+    assert any(" --steps 2840 " in l and "--objective ltr" in l for l in at.code[-1].value.splitlines())
+    at.selectbox(key=budget).set_value("time").run()  # equal training time: every pre-training run stops at M minutes
     at.number_input(key="abl_budget_minutes").set_value(7.5).run()
     assert not at.exception and "--max-minutes 7.5" in at.code[-1].value
-    at.selectbox(key="abl_budget").set_value("steps").run()
+    at.selectbox(key=budget).set_value("steps").run()
     at.button(key="abl_launch").click().run()
     assert not at.exception, at.exception
     assert len(submitted) == 19 and submitted[0][:2] == ["ablate", "job"]  # a pre-training checks reuse when it starts
@@ -290,11 +293,16 @@ def test_a_lesson_fills_the_new_study_form_and_launches(study_root, monkeypatch)
     assert len(submitted) == len(planned)
     saved = A.read_study(study_root / "studies" / "figure5-12k")
     assert saved["study"]["base"]["steps"] == 12000 and [j["key"] for j in saved["jobs"]] == [j.key for j in planned]
-    # a lesson on another study: the study, its name and the budget follow
-    at.selectbox(key="abl_lesson").set_value("table5-equal-flops").run()
+    # a lesson on another study: the study, its name, steps and budget follow (the 3,000-step lesson sets equal steps
+    # against Table 5's classroom default of equal FLOPs)
+    at.selectbox(key="abl_lesson").set_value("table5-3k").run()
     at.button(key="abl_lesson_setup").click().run()
     assert not at.exception, at.exception
     assert at.selectbox(key="abl_study").value == "pretraining-tasks"
-    assert at.selectbox(key="abl_budget").value == "flops"
-    assert [t.value for t in at.text_input if t.label == "Study name"] == ["table5-equal-flops"]
+    assert at.selectbox(key="abl_budget_pretraining-tasks_classroom").value == "steps"
+    assert at.number_input(key="abl_steps_pretraining-tasks_classroom").value == 3000
+    assert [t.value for t in at.text_input if t.label == "Study name"] == ["table5-3k"]
+    at.selectbox(key="abl_lesson").set_value("table5-3k-equal-flops").run()
+    at.button(key="abl_lesson_setup").click().run()
+    assert at.selectbox(key="abl_budget_pretraining-tasks_classroom").value == "flops"
     assert any("Run it after" in m.value for m in at.markdown)

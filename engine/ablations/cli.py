@@ -37,7 +37,7 @@ def build_parser() -> argparse.ArgumentParser:
     r = sub.add_parser("run", help="plan a study and queue its jobs (or run them here with --foreground)")
     r.add_argument("study", help=", ".join(STUDIES))
     size = r.add_mutually_exclusive_group()
-    size.add_argument("--classroom", action="store_true", help="classroom scale: the classroom pre-training default, one seed, one fine-tuning grid point with 3 restarts (wall time: BENCHMARKS.md)")
+    size.add_argument("--classroom", action="store_true", help="classroom scale: the classroom pre-training default (Table 5: BERT 6,000 steps, the other rows at its FLOPs), one seed, one fine-tuning grid point with 3 restarts (wall time: BENCHMARKS.md)")
     size.add_argument("--lab", action="store_true", help="lab scale, for one GPU: the mini preset for 5,000 steps of 128 x 128, two seeds, every training example (engine/ablations/paper.py LAB_PRETRAIN)")
     r.add_argument("--seeds", type=int, default=None, help="number of seeds (0..N-1): a study that pre-trains pre-trains each row once per seed (a fixed model's study: fine-tuning seeds); default: 3, 1 at classroom scale, 2 at lab scale")
     r.add_argument("--tasks", default=None, help="downstream evaluations, e.g. bbc-cloze,bbc-punct,bbc-next,bbc-topic,wnut16,rte,cola (default: the study's)")
@@ -45,9 +45,10 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--epochs", type=int, default=None,
                    help="train every downstream evaluation this many epochs: the fine-tuning and the feature-based "
                         "classifier alike (default: the study's; 5 at classroom scale, 15 for Table 7)")
-    r.add_argument("--budget", choices=("steps", "flops", "time"), default="steps",
-                   help="what the variants' pre-training shares: steps (the paper's protocol, default), flops (each "
-                        "variant's steps from its FLOPs per step) or time (--budget-minutes of training each)")
+    r.add_argument("--budget", choices=("steps", "flops", "time"), default=None,
+                   help="what the variants' pre-training shares: steps (the paper's protocol), flops (each variant's "
+                        "steps from its FLOPs per step) or time (--budget-minutes of training each); default: the "
+                        "study's: steps, but flops for Table 5 at classroom scale (engine/ablations/paper.py)")
     r.add_argument("--budget-minutes", type=float, default=None, help="with --budget time: training minutes per pre-training run")
     r.add_argument("--runs-root", default=None, help="runs folder (default $BERT_STUDIO_RUNS or ./runs)")
     r.add_argument("--name", default=None, help="study folder name (default: the study's name)")
@@ -82,6 +83,8 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--epochs", type=int, default=None, help="the downstream epochs you will run it with (default: the study's)")
     e.add_argument("--seeds", type=int, default=None, help="the seeds you will run it with (default: the study's, 1 at classroom scale)")
     e.add_argument("--steps", type=int, default=None, help="the pre-training steps you will run it with (default: the study's)")
+    e.add_argument("--budget", choices=("steps", "flops"), default=None,
+                   help="the budget you will run it with (default: the study's: flops for Table 5, steps for the others)")
     e.add_argument("--json", action="store_true", help="print one JSON object: the speed check and each estimate")
     e.add_argument("--runs-root", default=None, help="take off the pre-trainings finished runs here have already done, "
                    "those jobs queued in its job queue will do, and the evaluations other studies here have already "
@@ -119,6 +122,7 @@ def main(argv: list) -> int:
         print(describe(study))
         if scale == "classroom":
             flags = "".join(f" --{k} {v}" for k, v in (("seeds", a.seeds), ("epochs", a.epochs), ("steps", a.steps),
+                                                    ("budget", a.budget if a.budget in ("steps", "flops") else None),
                                                     ("runs-root", a.runs_root))
                             if v is not None)
             print(f"  time on this machine: python -m engine ablate estimate {study.name}{flags} (a speed check of seconds)")
@@ -157,9 +161,10 @@ def study_of_run(a) -> Study:
         study = replace(study, evaluations=ev)
     if a.steps is not None:
         study = with_steps(study, a.steps)
-    if a.budget_minutes is not None and a.budget != "time":
+    budget = a.budget or study.budget
+    if a.budget_minutes is not None and budget != "time":
         raise EngineError("--budget-minutes goes with --budget time; drop it or add --budget time")
-    study = replace(study, budget=a.budget, budget_minutes=a.budget_minutes)
+    study = replace(study, budget=budget, budget_minutes=a.budget_minutes)
     plan(study, "/")  # a budget the study cannot take is one line before anything is written
     return study
 
@@ -181,6 +186,9 @@ def _estimate(a) -> int:
     studies = [get_study(n, scale="classroom", epochs=a.epochs, seeds=a.seeds) for n in names]  # a bad name or --epochs: one line first
     if a.steps is not None:
         studies = [with_steps(s, a.steps) for s in studies]
+    if a.budget is not None:
+        # a study of a fixed model or of checkpoints (Figure 5) has one budget, steps
+        studies = [replace(s, budget=a.budget) if not (s.model or s.checkpoint_steps) else s for s in studies]
     check = speed_check()
     root = studies_root(a.runs_root).parent
     out = {n: estimate(s, check, runs_root=root) for n, s in zip(names, studies)}

@@ -99,6 +99,10 @@ class Study:
     # more epochs than the classroom scale's 5 for fine-tuning and the feature-based classifier (the BiLSTM), for a
     # study whose downstream training does not reach its plateau in 5 (Table 7); None: the scale's
     classroom_epochs: int = None
+    # the classroom scale's pre-training steps and budget for a study whose findings need more than the classroom
+    # recipe's 3,000 steps at equal steps (Table 5: 6,000 at equal FLOPs); None: the scale's steps, and equal steps
+    classroom_steps: int = None
+    classroom_budget: str = None
     # the feature-based classifier's training epochs (`features --epochs`); None: the command's own (the BiLSTM's 5).
     # Set with the fine-tuning epochs by `with_epochs` (a study's classroom_epochs, `ablate run --epochs`)
     feature_epochs: int = None
@@ -204,7 +208,8 @@ def study_from_dict(d: dict) -> Study:
                  scale=d.get("scale") or ("classroom" if d.get("classroom") else "paper"),  # older study.json: a flag
                  budget=d.get("budget") or "steps",
                  budget_minutes=d.get("budget_minutes"), classroom_max_train=d.get("classroom_max_train"),
-                 classroom_epochs=d.get("classroom_epochs"), feature_epochs=d.get("feature_epochs"),
+                 classroom_epochs=d.get("classroom_epochs"), classroom_steps=d.get("classroom_steps"),
+                 classroom_budget=d.get("classroom_budget"), feature_epochs=d.get("feature_epochs"),
                  finding_check=check, contrasts=contrasts)
 
 

@@ -1,8 +1,8 @@
 """How long a classroom study will take on this machine, said before it runs: a speed check against the machine
 the classroom studies were measured on.
 
-The classroom studies' wall times (BENCHMARKS.md, each study's section) were measured on one machine, REFERENCE: an
-Intel Xeon with 2 vCPUs whose AMX units run bf16 natively. A CPU without bf16 units (AVX2 only: most laptops
+The classroom studies' wall times (BENCHMARKS.md, each study's section) were measured on one machine, REFERENCE (all
+but Table 5's, below): an Intel Xeon with 2 vCPUs whose AMX units run bf16 natively. A CPU without bf16 units (AVX2 only: most laptops
 before 2023) trains in fp32 (engine.device.default_precision) and is several times slower: on an AMD EPYC with
 AVX2 only the classroom Figure 5 took 79 min against 24.5 (BENCHMARKS.md, "Classroom studies on a CPU without bf16
 units"). So the page and `ablate estimate` time one step of the kind the studies are made of, here, and scale the
@@ -10,6 +10,8 @@ reference minutes by the ratio:
 
     estimate = reference minutes x (MLM step here) / (MLM step on REFERENCE)
 
+(for a study measured on another machine, REFERENCE_MINUTES holds that machine's check and it scales by that
+instead: the classroom Table 5 since its default became 6,000 steps at equal FLOPs, timed on an AMD EPYC Zen 5),
 where the step is one MLM pre-training step of the classroom model (tiny: L=2 H=128, vocabulary 8,000, batch 64 x
 128 tokens, 25% of the positions on the blocked vocabulary loss) at the precision pre-training picks on this CPU:
 `engine.bench.pretrain_step_times`, a row of examples/step_profile.py. Why that step: a study's time is mostly the
@@ -44,24 +46,39 @@ about a third high there; `python -m engine ablate estimate` in a terminal gives
 """
 import statistics
 from dataclasses import dataclass
+from typing import NamedTuple
 
 
 # The machine the classroom wall times were measured on, and its step times (BENCHMARKS.md, "The vocabulary loss in
 # blocks": examples/step_profile.py, 2026-11-26 14:44 UTC, idle, bf16 autocast, 2 threads, median of 20 steps).
 REFERENCE_MACHINE = "Intel Xeon (family 6 model 167), 2 vCPUs, AVX-512 and AMX with native bf16"
 REFERENCE_STEP_MS = 189.8  # the MLM row at 128 tokens
-# Each classroom study's wall time at its classroom defaults on that machine, idle, from an empty cache
-# (BENCHMARKS.md, "Classroom Tables 6, 7, 8 and Figure 5" and "Classroom Table 5 study"): (minutes, date).
+
+
+class Reference(NamedTuple):
+    """A classroom study's wall time at its classroom defaults, idle, on the machine it was measured on, with that
+    machine's speed check (the estimate scales by the ratio of the checks)."""
+    minutes: float
+    date: str
+    step_ms: float = REFERENCE_STEP_MS
+    machine: str = REFERENCE_MACHINE
+
+
+ZEN5 = "AMD EPYC Zen 5 (family 26 model 2), 2 vCPUs, AVX-512 with avx512_bf16"
+ZEN5_STEP_MS = 195.0  # the median of three speed checks (183, 195, 201 ms) idle right after the Table 5 run below
+# Each classroom study's wall time at its classroom defaults, idle, from an empty cache (BENCHMARKS.md, "Classroom
+# Tables 6, 7, 8 and Figure 5" and "Classroom Table 5 study").
 REFERENCE_MINUTES = {
-    # the latest run; the one before, the same code path, took 57.2. Measured with bbc-next as the pair column;
-    # bbc-story, the default since, has the same sizes (1,500 train / 3,428 dev pairs) and fine-tuned as fast (MiniLM
-    # on the AVX2 EPYC: 150 s for its first epoch and dev pass, bbc-next 144 s). Checked with bbc-story on an AMD EPYC
-    # Zen 5 (bf16), 2026-11-29: estimated 44 min (x0.87), measured 39.6
-    "pretraining-tasks": (50.7, "2026-11-27"),
-    "model-size": (40.8, "2026-11-27"),
-    "feature-based": (29.6, "2026-11-27"),
-    "masking": (48.8, "2026-11-27"),
-    "training-steps": (24.5, "2026-11-27"),
+    # 6,000 steps at equal FLOPs (the classroom Table 5's default since stop 42): 49.7 min from scratch with the
+    # vocabulary and data cached (add about 20 s), 2026-11-29 on the Zen 5; its second and third seeds took 51.5 and
+    # 51.4 (BENCHMARKS.md, Classroom Table 5 study, stops 41 and 42). The old default, 3,000 equal steps, took 50.7
+    # min on the Xeon and 39.6 on the Zen 5, where the checks' ratio (x0.87 then) said 44: the Xeon ran that study
+    # slower than its check predicts, so this study may take over 55 min there (not measured)
+    "pretraining-tasks": Reference(49.7, "2026-11-29", ZEN5_STEP_MS, ZEN5),
+    "model-size": Reference(40.8, "2026-11-27"),
+    "feature-based": Reference(29.6, "2026-11-27"),
+    "masking": Reference(48.8, "2026-11-27"),
+    "training-steps": Reference(24.5, "2026-11-27"),
 }
 CLASSROOM_HOUR = 60.0  # the issue's promise: each classroom study within the hour on an idle 2-core CPU
 SPEED_CHECK_TOKENS = 128
@@ -76,9 +93,10 @@ class SpeedCheck:
     step_ms: float
     gpu: bool = False  # the jobs would run on a GPU here (`--device auto`); the check and the references are CPU times
 
-    def factor(self) -> float:
-        """How many times longer the studies' steps take here than on REFERENCE_MACHINE."""
-        return self.step_ms / REFERENCE_STEP_MS
+    def factor(self, reference_ms: float = REFERENCE_STEP_MS) -> float:
+        """How many times longer the studies' steps take here than on the machine whose check read `reference_ms`
+        (REFERENCE_MACHINE by default)."""
+        return self.step_ms / reference_ms
 
 
 def speed_check(steps: int = 5, warmup: int = 1) -> SpeedCheck:
@@ -206,17 +224,18 @@ def estimate(study, check: SpeedCheck, runs_root=None) -> dict:
                                          "for a 2-core CPU (a GPU is faster; not measured for the classroom studies)"}
     if study.name not in REFERENCE_MINUTES:
         return {"minutes": None, "text": f"no estimate for {study.name}: it has no reference time"}
-    ref, when = REFERENCE_MINUTES[study.name]
-    f = check.factor()
+    ref, when, ref_ms, machine = REFERENCE_MINUTES[study.name]
+    f = check.factor(ref_ms)
+    on = "the reference machine" if machine == REFERENCE_MACHINE else machine.split(" (")[0]
     here = job_minutes(study, check)
     minutes = sum(here.values())
     defaults = study == get_study(study.name, scale="classroom")
-    text = f"about {_hm(minutes)} on this machine ({ref:g} min on the reference machine on {when}, x{f:.2f})"
+    text = f"about {_hm(minutes)} on this machine ({ref:g} min on {on} on {when}, x{f:.2f})"
     if not defaults:
         text = (f"about {_hm(minutes)} on this machine; your settings differ from its classroom defaults (epochs, "
                 f"seeds, tasks or steps), so that is summed job by job: each pre-training from its FLOPs, each "
                 f"evaluation from its share of the defaults' time scaled by its epochs, restarts and examples: a "
-                f"rougher figure than for the defaults (they took {ref:g} min on the reference machine on {when}; "
+                f"rougher figure than for the defaults (they took {ref:g} min on {on} on {when}; "
                 f"this machine x{f:.2f})")
     reused = reusable(study, runs_root) if runs_root is not None else []
     queued = queued_twins(study, runs_root, skip={r["key"] for r in reused}) if runs_root is not None else []
@@ -264,14 +283,15 @@ def job_minutes(study, check: SpeedCheck) -> dict:
     from engine.ablations.reuse import config_of
     from engine.pretrain_config import PretrainConfig
     where = Path("/nonexistent-estimate")
-    reference = SpeedCheck(check.precision, check.threads, REFERENCE_STEP_MS)
+    ref = REFERENCE_MINUTES[study.name]
+    reference = SpeedCheck(check.precision, check.threads, ref.step_ms)
 
     def pretraining(job, c):
         return training_seconds(PretrainConfig(**config_of(job.argv)), c) / 60
 
     default = plan(get_study(study.name, scale="classroom"), where)
     default_evals = [j for j in default if j.kind != "pretrain"]
-    rest = max(0.0, REFERENCE_MINUTES[study.name][0] - sum(pretraining(j, reference) for j in default if j.kind == "pretrain"))
+    rest = max(0.0, ref.minutes - sum(pretraining(j, reference) for j in default if j.kind == "pretrain"))
     share = rest / max(1, len(default_evals))
     counterpart = {(j.variant, j.evaluation, j.step): j for j in default_evals}
     out = {}
@@ -281,7 +301,7 @@ def job_minutes(study, check: SpeedCheck) -> dict:
             continue
         c = counterpart.get((j.variant, j.evaluation, j.step)) or next(
             (d for d in default_evals if d.kind == j.kind), default_evals[0] if default_evals else None)
-        out[j.key] = share * check.factor() * (_work(j.argv, like=c.argv) / _work(c.argv, like=j.argv) if c else 1.0)
+        out[j.key] = share * check.factor(ref.step_ms) * (_work(j.argv, like=c.argv) / _work(c.argv, like=j.argv) if c else 1.0)
     return out
 
 
