@@ -157,6 +157,15 @@ def test_guided_first_class_by_clicks(tmp_path, bbc_docs):
                 page.get_by_text("Table 5").first.wait_for()
                 assert page.get_by_label("Classroom scale", exact=False).is_checked()  # the Scale radio's first option
                 page.get_by_text("The paper's finding").first.wait_for()
+                # the classroom Table 5 compares at equal FLOPs: the budget box shows it, the job list LTR's 2,840 steps
+                budget = page.get_by_role("combobox", name="Compare the variants at equal").first
+                budget.wait_for()
+                assert budget.input_value().startswith("FLOPs"), budget.input_value()
+                page.get_by_text("Job commands").first.click()
+                code = page.locator("pre", has_text="--objective ltr").first
+                code.wait_for()
+                ltr = [line for line in code.inner_text().splitlines() if "--objective ltr" in line]
+                assert ltr and "--steps 2840" in ltr[0], ltr
                 page.screenshot(path=str(shots / "4-table5.png"), full_page=True)
 
                 # beyond the class: the Attention page's per-head statistics grid opens the head that is clicked
