@@ -29,7 +29,7 @@ MINUTES = {  # BENCHMARKS.md, idle 2-core CPU: (bf16, fp32); None: not measured
     # 2026-11-27 on an AMD EPYC with AVX2 only (fp32, 939 s)
     "pretrain": (5.0, 15.7),
     # the classroom Table 5 study on the Zen 5: the reference the time estimate scales (engine.ablations.timing)
-    "table5": (REFERENCE_MINUTES[TABLE5][0], None),
+    "table5": (REFERENCE_MINUTES[TABLE5].minutes, None),
 }
 
 

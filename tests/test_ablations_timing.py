@@ -114,6 +114,8 @@ def test_cli_estimate(monkeypatch, capsys):
     assert flops["defaults"] and not steps["defaults"]
     ltr = "pretrain/ltr-no-nsp/s0"
     assert steps["jobs"][ltr] > 1.8 * flops["jobs"][ltr] and steps["minutes"] > flops["minutes"]
+    with pytest.raises(EngineError, match="budget steps"):  # Figure 5 compares checkpoints: steps only
+        ablate(["estimate", "training-steps", "--budget", "flops"])
     with pytest.raises(EngineError, match="--steps must be"):
         ablate(["estimate", "training-steps", "--steps", "0"])
     with pytest.raises(EngineError, match="--seeds must be at least 1"):

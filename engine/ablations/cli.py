@@ -187,8 +187,11 @@ def _estimate(a) -> int:
     if a.steps is not None:
         studies = [with_steps(s, a.steps) for s in studies]
     if a.budget is not None:
-        # a study of a fixed model or of checkpoints (Figure 5) has one budget, steps
-        studies = [replace(s, budget=a.budget) if not (s.model or s.checkpoint_steps) else s for s in studies]
+        # every study but one of a fixed model or of checkpoints (Figure 5), which has one budget, steps; named alone,
+        # such a study is told so in one line (plan's check, as `ablate run` does)
+        studies = [replace(s, budget=a.budget) if a.study or not (s.model or s.checkpoint_steps) else s for s in studies]
+        for s in studies:
+            plan(s, "/")
     check = speed_check()
     root = studies_root(a.runs_root).parent
     out = {n: estimate(s, check, runs_root=root) for n, s in zip(names, studies)}

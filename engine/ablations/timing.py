@@ -64,8 +64,10 @@ class Reference(NamedTuple):
     machine: str = REFERENCE_MACHINE
 
 
-ZEN5 = "AMD EPYC Zen 5 (family 26 model 2), 2 vCPUs, AVX-512 with avx512_bf16"
-ZEN5_STEP_MS = 195.0  # the median of three speed checks (183, 195, 201 ms) idle right after the Table 5 run below
+# an AMD EPYC Zen 5 (family 26 model 2), 2 vCPUs, AVX-512 with avx512_bf16; its check: the median of three (183, 195,
+# 201 ms) read idle right after the Table 5 run below
+ZEN5 = "AMD EPYC Zen 5"
+ZEN5_STEP_MS = 195.0
 # Each classroom study's wall time at its classroom defaults, idle, from an empty cache (BENCHMARKS.md, "Classroom
 # Tables 6, 7, 8 and Figure 5" and "Classroom Table 5 study").
 REFERENCE_MINUTES = {
@@ -226,7 +228,7 @@ def estimate(study, check: SpeedCheck, runs_root=None) -> dict:
         return {"minutes": None, "text": f"no estimate for {study.name}: it has no reference time"}
     ref, when, ref_ms, machine = REFERENCE_MINUTES[study.name]
     f = check.factor(ref_ms)
-    on = "the reference machine" if machine == REFERENCE_MACHINE else machine.split(" (")[0]
+    on = "the reference machine" if machine == REFERENCE_MACHINE else machine
     here = job_minutes(study, check)
     minutes = sum(here.values())
     defaults = study == get_study(study.name, scale="classroom")
