@@ -54,8 +54,9 @@ def time_estimate(study: A.Study, root) -> None:
     its reference time was measured on (engine.ablations.timing)."""
     check = st.session_state.get("abl_speed_check")
     if check is None:
-        st.caption(f"The classroom times were measured on an {A.REFERENCE_MACHINE}; a CPU without bf16 units trains "
-                   "in fp32 and takes several times longer.")
+        ref = A.REFERENCE_MINUTES.get(study.name)
+        st.caption(f"This study's classroom time was measured on an {ref.machine if ref else A.REFERENCE_MACHINE}; a "
+                   "CPU without bf16 units trains in fp32 and takes several times longer.")
         if st.button("Estimate the time on this machine (a speed check of a few seconds)", key="abl_speed"):
             with guard("timing this machine"), st.spinner("timing the classroom model's steps …"):
                 st.session_state["abl_speed_check"] = check = A.speed_check()
