@@ -103,7 +103,8 @@ def main(argv: list) -> int:
         if found:
             print("studies under the runs folder:")
             for s_ in found:
-                print(f"  {s_['path']}  ({s_['study']}, {s_['jobs']} jobs, created {s_['created']})")
+                print(f"  {s_['path']}  " + (f"(unreadable: {s_['error']})" if s_["error"] else
+                                             f"({s_['study']}, {s_['jobs']} jobs, created {s_['created']})"))
         return 0
     if a.cmd == "estimate":
         return _estimate(a)

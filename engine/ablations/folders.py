@@ -7,7 +7,7 @@ import time
 from dataclasses import asdict
 from pathlib import Path
 
-from engine.ablations.study import Study
+from engine.ablations.study import Study, study_from_dict
 from engine.errors import EngineError
 from engine.fileio import atomic_write_json
 from engine.records import STUDY_JSON
@@ -53,7 +53,45 @@ def read_study(study_dir) -> dict:
         raise EngineError(f"{path} is not valid JSON ({e}); fix or delete it") from e
     if not isinstance(data, dict) or "study" not in data:
         raise EngineError(f"{path} does not describe a study; give a folder written by `ablate run`")
+    damage = what_is_damaged(data)
+    if damage:
+        raise EngineError(f"{path} is damaged: {damage}; restore it from a backup, or delete {Path(study_dir)} and "
+                          "run the study again")
     return data
+
+
+JOB_FIELDS = {"key": str, "kind": str, "argv": list, "out": str, "variant": str, "seed": int}  # what every reader needs
+
+
+def what_is_damaged(data: dict):
+    """What is wrong with a study.json `data` that every reader of it would trip on (a hand edit, a torn copy), in a
+    few words; None when nothing is."""
+    study = data.get("study")
+    if not isinstance(study, dict):
+        return f'"study" is {type(study).__name__}, not the study\'s settings'
+    for k in ("name", "base", "finetune", "variants", "evaluations"):
+        if k not in study or (k == "name" and not isinstance(study[k], str)):
+            return f'the study has no "{k}"'
+    if not isinstance(data.get("jobs"), list):
+        return 'it has no "jobs" list'
+    for i, j in enumerate(data["jobs"]):
+        if not isinstance(j, dict):
+            return f"job {i + 1} is {type(j).__name__}, not an object"
+        for k, kind in JOB_FIELDS.items():
+            if not isinstance(j.get(k), kind) or (kind is int and isinstance(j.get(k), bool)):
+                return f'job {i + 1} ({j.get("key", "no key")}) has no "{k}" ({kind.__name__})'
+    return None
+
+
+def study_of(study_dir, data: dict) -> Study:
+    """The Study a study.json `data` describes (engine.ablations.study.study_from_dict); settings that do not make
+    one are one line naming the file."""
+    try:
+        return study_from_dict(data["study"])
+    except (KeyError, TypeError, ValueError, AttributeError) as e:
+        raise EngineError(f"{Path(study_dir) / STUDY_JSON} is damaged: its study's settings do not make a study "
+                          f"({type(e).__name__}: {e}); restore it from a backup, or delete {Path(study_dir)} and run "
+                          "the study again") from None
 
 
 def update_job(study_dir, key: str, **fields) -> None:
@@ -66,7 +104,9 @@ def update_job(study_dir, key: str, **fields) -> None:
 
 
 def list_studies(runs_root=None) -> list:
-    """[{name, path, study, title, created, jobs}] for every study folder, newest first."""
+    """[{name, path, study, title, created, jobs, error}] for every study folder, newest first. A study whose
+    study.json cannot be read is listed too, with `error` (one line naming the file and what is wrong) as its title
+    and no jobs, so one bad study costs one line and the others still list."""
     root = studies_root(runs_root)
     out = []
     if root.is_dir():
@@ -74,11 +114,13 @@ def list_studies(runs_root=None) -> list:
             if (d / STUDY_JSON).is_file():
                 try:
                     data = read_study(d)
-                except EngineError:
+                except EngineError as e:
+                    out.append({"name": d.name, "path": str(d), "study": None, "title": str(e), "created": "",
+                                "jobs": 0, "error": str(e)})
                     continue
                 s = data["study"]
-                out.append({"name": d.name, "path": str(d), "study": s.get("name"), "title": s.get("title"),
-                            "created": data.get("created", ""), "jobs": len(data.get("jobs", []))})
+                out.append({"name": d.name, "path": str(d), "study": s["name"], "title": s.get("title"),
+                            "created": str(data.get("created") or ""), "jobs": len(data["jobs"]), "error": None})
     out.sort(key=lambda r: (r["created"], r["name"]), reverse=True)
     return out
 

@@ -5,9 +5,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from engine import records, runs
-from engine.ablations.folders import read_study
+from engine.ablations.folders import read_study, study_of
 from engine.ablations.runner import job_states
-from engine.ablations.study import Study, pretrain_column_name, study_from_dict
+from engine.ablations.study import Study, pretrain_column_name
 from engine.ablations.verdict import judge
 from engine.fileio import atomic_write_text
 from engine.objectives import every
@@ -53,7 +53,7 @@ def collect_results(study_dir) -> StudyResults:
 
     study_dir = Path(study_dir)
     data = read_study(study_dir)
-    study = study_from_dict(data["study"])
+    study = study_of(study_dir, data)
     jobs = data["jobs"]
     score_rows, curve_rows = [], []
     replicates = {}  # (variant, column, step) -> [(score, per-example values or None, pre-training seed)], one per seed and restart

@@ -1,0 +1,126 @@
+"""Faults in the ablation studies (engine/ablations/): an evaluation taken over from another model trained in the
+same folder, a study's status that contradicts its jobs' own records, two `ablate resume` of one study at once, and
+a damaged study.json."""
+import hashlib
+import io
+import json
+import shutil
+import time
+from dataclasses import replace
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from engine import ablations as A
+from engine.ablations import reuse, runner
+from engine.errors import EngineError
+from engine.pretrain_config import TRAINING_VERSION
+from engine.records import EVALUATION_VERSION
+
+
+# --------------------------------------------------------------------------------------------- in-process fake jobs
+class Done:
+    """A finished process, as run_foreground polls it."""
+
+    def __init__(self, rc: int):
+        self.returncode = rc
+
+    def poll(self):
+        return self.returncode
+
+
+def fake_job(out: Path, job: dict, fail: bool = False, log: str = "") -> None:
+    """What the job's real command leaves in its run folder: a pre-training's run.json (finished, its config, the
+    corpus fingerprint, the training version) and a checkpoint whose weights depend on what it trained (its steps:
+    another training, other weights); an evaluation's run.json and eval.json, whose score is read from the weights
+    of the model it evaluated (so an evaluation of another model has another score)."""
+    out.mkdir(parents=True, exist_ok=True)
+    if log:
+        (out / "job.log").write_text(log)
+    if fail:
+        (out / "run.json").write_text(json.dumps({"kind": job["kind"], "status": "failed", "error": "ValueError: the real cause"}))
+        return
+    if job["kind"] == "pretrain":
+        cfg = {**reuse.config_of(job["argv"]), "out": str(out)}
+        ck = out / "checkpoints" / f"step-{cfg['steps']}"
+        ck.mkdir(parents=True)
+        (ck / "model.safetensors").write_bytes(json.dumps(reuse.training_key(cfg), sort_keys=True).encode())
+        (ck / "COMPLETE").write_text("{}")
+        (out / "run.json").write_text(json.dumps({"kind": "pretrain", "status": "finished", "config": cfg,
+                                                  "corpus_fingerprint": "f" * 64, "training_version": TRAINING_VERSION}))
+        return
+    model = Path(job["argv"][job["argv"].index("--model") + 1])
+    weights = next(model.glob("checkpoints/step-*/model.safetensors")).read_bytes()
+    score = int(hashlib.sha256(weights).hexdigest()[:6], 16) / 16 ** 6
+    (out / "run.json").write_text(json.dumps({"kind": job["kind"], "status": "finished", "model": str(model),
+                                              "evaluation_version": EVALUATION_VERSION,
+                                              "config": {"model": str(model), "out": str(out)}}))
+    (out / "eval.json").write_text(json.dumps({"model_path": str(model), "score": score, "metric": "f1",
+                                               "dev": {"f1": score}}))
+
+
+@pytest.fixture
+def in_process_jobs(monkeypatch):
+    """Each job of a study run here (launch --foreground, ablate resume) is `fake_job`, in this process; returns the
+    .ran: the keys run, in order; .fail: keys that fail (their run.json says why; their log ends in a progress
+    bar)."""
+    jobs = SimpleNamespace(ran=[], fail=set())
+
+    def start(study_dir, job, env, log):
+        jobs.ran.append(job["key"])
+        bad = job["key"] in jobs.fail
+        fake_job(Path(study_dir) / job["out"], job, fail=bad,
+                 log="loading\nstep 3/8 loss 2.10 | 40%|████      | 3/8 [00:01<00:02]\n" if bad else "")
+        return job, Done(1 if bad else 0), io.BytesIO(), time.time()
+    monkeypatch.setattr(runner, "_start_job", start)
+    monkeypatch.setattr(reuse, "_fingerprint", lambda key: "f" * 64)
+    return jobs
+
+
+def small_study(steps: int):
+    """Table 6 at classroom scale, its first row only, evaluated on WNUT-16 for one epoch: one pre-training and
+    one fine-tuning."""
+    study = A.get_study("model-size", scale="classroom", evaluations=(A.WNUT,), epochs=1)
+    return A.with_steps(replace(study, variants=study.variants[:1]), steps)
+
+
+# --------------------------------------------------------------------------------------------- a damaged study.json
+def damage(d: Path, how: str) -> None:
+    data = json.loads((d / "study.json").read_text())
+    if how == "no jobs":
+        del data["jobs"]
+    elif how == "a job without out":
+        del data["jobs"][1]["out"]
+    elif how == "study null":
+        data["study"] = None
+    elif how == "study without base":
+        del data["study"]["base"]
+    (d / "study.json").write_text(json.dumps(data))
+
+
+@pytest.mark.parametrize("how", ["no jobs", "a job without out", "study null", "study without base"])
+def test_a_damaged_study_is_one_line_and_the_others_still_list(tmp_path, in_process_jobs, monkeypatch, capsys, how):
+    """study.json without `jobs`, a job without `out`, `"study": null`, a study without its base settings:
+    `ablate show` and `resume` of it are one line naming the file; `ablate list` and list_studies list the good
+    study and the bad one as one line saying what is wrong."""
+    good = A.launch(small_study(4), runs_root=tmp_path, name="good", foreground=True, log=lambda *a: None)
+    bad = A.launch(small_study(4), runs_root=tmp_path, name="bad", foreground=True, log=lambda *a: None)
+    damage(bad, how)
+    for cmd in (["show", str(bad)], ["show", str(bad), "--json"], ["resume", str(bad)]):
+        with pytest.raises(EngineError) as e:
+            A.main(cmd)
+        msg = str(e.value)
+        assert "\n" not in msg and str(bad / "study.json") in msg and "damaged" in msg, (cmd, msg)
+    listed = {s["name"]: s for s in A.list_studies(tmp_path)}
+    assert set(listed) == {"good", "bad"}
+    assert listed["good"]["error"] is None and listed["good"]["jobs"] == 2 and listed["good"]["study"] == "model-size"
+    assert str(bad / "study.json") in listed["bad"]["error"] and "\n" not in listed["bad"]["error"]
+    monkeypatch.setenv("BERT_STUDIO_RUNS", str(tmp_path))
+    capsys.readouterr()
+    assert A.main(["list"]) == 0
+    lines = [l for l in capsys.readouterr().out.splitlines() if str(tmp_path) in l]
+    assert len(lines) == 2 and any(str(good) in l and "2 jobs" in l for l in lines)
+    assert any(str(bad) in l and "damaged" in l for l in lines)
+    # the good study is still taken over from, and reads, as before
+    assert A.collect_results(good).progress["finished"] == 2
