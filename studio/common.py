@@ -126,7 +126,9 @@ def model_picker(label="Model", key="model", allow_path=True, help=None, probe_r
     choices = list_model_choices(probe_ready_first=probe_ready_first)
     choice = st.selectbox(label, choices, key=key, help=help or "MiniLM (real pretrained weights, no MLM/NSP heads) or a checkpoint of one of your runs")
     if allow_path:
-        custom = st.text_input("…or a checkpoint / Hugging Face BERT folder", key=f"{key}_path", value="")
+        custom = st.text_input("…or a checkpoint / Hugging Face BERT folder, or a Hugging Face Hub id", key=f"{key}_path", value="",
+                               help="a folder path, or a Hub id of a BERT model such as google-bert/bert-base-uncased: "
+                                    "downloaded once into your Hugging Face cache, then it loads offline too")
         if custom.strip():
             return custom.strip()
     return choice

@@ -221,3 +221,18 @@ def test_mlm_bias_saved_as_decoder_bias_maps_too(hf_model):
     assert torch.equal(from_hf_state_dict({**sd, "cls.predictions.bias": bias}, cfg, "t")["mlm.bias"], bias)
     with pytest.raises(EngineError, match="cls.predictions.bias"):
         from_hf_state_dict(sd, cfg, "t")
+
+
+@pytest.mark.slow  # AppTest runs the whole page
+def test_model_page_takes_a_hub_id(cache, tmp_path, hf_model):
+    from streamlit.testing.v1 import AppTest
+    put_in_cache(cache, "org/tiny-bert", bert_files(hf_model, tmp_path))
+    at = AppTest.from_file(str(Path(__file__).resolve().parents[1] / "pages" / "1_Model.py"), default_timeout=60)
+    at.session_state["runs_root"] = str(tmp_path / "runs")
+    at.run()
+    at.text_input(key="model_page_model_path").input("org/tiny-bert").run()
+    assert not at.exception and not at.error
+    metrics = {m.label: m.value for m in at.metric}
+    assert metrics["Layers (L)"] == "2" and metrics["Hidden (H)"] == "32"
+    at.text_input(key="model_page_model_path").input("org/not-downloaded").run()
+    assert not at.exception and len(at.error) == 1 and "minilm-continued" in at.error[0].value
