@@ -49,7 +49,8 @@ def replace_job_commands(tmp_path, monkeypatch, files_of):
         out = Path(study_dir) / job["out"]
         files = files_of(job, out)
         code = (f"import json, pathlib; pathlib.Path({str(trace)!r}).open('a').write({job['key']!r} + '\\n'); "
-                f"[pathlib.Path({str(out)!r}, n).write_text(json.dumps(v)) for n, v in {files!r}.items()]")
+                f"[(pathlib.Path({str(out)!r}, n).parent.mkdir(parents=True, exist_ok=True), "
+                f"pathlib.Path({str(out)!r}, n).write_text(json.dumps(v))) for n, v in {files!r}.items()]")
         return [sys.executable, "-c", code]
     monkeypatch.setattr(runner, "job_command", fake_command)
     monkeypatch.setattr(reuse, "_fingerprint", lambda key: FINGERPRINT)
@@ -456,14 +457,18 @@ def test_a_queued_study_pretraining_cancelled_keeps_its_checkpoint_and_its_retry
 @pytest.fixture
 def recording_jobs(tmp_path, monkeypatch):
     """A finished job leaves what the real command does for reuse to read: a pre-training's run.json (finished, its
-    config, fingerprint and training version), an evaluation's run.json (finished, its model, the evaluation version)
-    and eval.json (the model's path)."""
+    config, fingerprint and training version) and its last checkpoint, whose weights are what it trained (the same
+    settings, the same weights, as one machine trains them), an evaluation's run.json (finished, its model, the
+    evaluation version) and eval.json (the model's path)."""
     from engine.records import EVALUATION_VERSION
 
     def files_of(job, out):
         if job["kind"] == "pretrain":
-            return {"run.json": {"kind": "pretrain", "status": "finished", "config": {**reuse.config_of(job["argv"]), "out": str(out)},
-                                 "corpus_fingerprint": FINGERPRINT, "training_version": TRAINING_VERSION}}
+            cfg = {**reuse.config_of(job["argv"]), "out": str(out)}
+            ck = f"checkpoints/step-{cfg['steps']}"
+            return {"run.json": {"kind": "pretrain", "status": "finished", "config": cfg,
+                                 "corpus_fingerprint": FINGERPRINT, "training_version": TRAINING_VERSION},
+                    f"{ck}/model.safetensors": reuse.training_key(cfg), f"{ck}/COMPLETE": {}}
         model = job["argv"][job["argv"].index("--model") + 1]
         return {"run.json": {"kind": job["kind"], "status": "finished", "model": model, "evaluation_version": EVALUATION_VERSION,
                              "config": {"model": model, "out": str(out)}},
@@ -538,11 +543,14 @@ def test_what_evaluation_is_never_taken_over(tmp_path, recording_jobs, why):
     assert all((k in ran) == (why in ("no-reuse", "data file")) for k in others), ran
 
 
-def test_origin_follows_reused_from_back_and_stops_at_a_cycle(tmp_path):
-    a, b, c = (tmp_path / n for n in "abc")
-    for run, src in ((a, None), (b, a), (c, b)):
-        run.mkdir()
-        (run / "run.json").write_text(json.dumps({"kind": "pretrain"} | ({"reused_from": str(src)} if src else {})))
-    assert reuse.origin(c) == reuse.origin(b) == reuse.origin(a) == str(a)
-    (a / "run.json").write_text(json.dumps({"reused_from": str(c)}))  # a broken record: no endless loop
-    assert reuse.origin(a) in {str(a), str(b), str(c)}
+def test_origin_is_the_weights_content_not_the_folder(tmp_path):
+    """The model a run holds is named by its latest checkpoint's weights: a copy names the same model, another
+    training in the same folder another one, a run without a checkpoint none."""
+    a = finished_run(tmp_path / "a", ["pretrain", "--steps", "4"], checkpoints=(2, 4))
+    first = reuse.origin(a)
+    assert first is not None and reuse.origin(a) == first
+    reuse.adopt(a, tmp_path / "copy")
+    assert reuse.origin(tmp_path / "copy") == first
+    (a / "checkpoints" / "step-4" / "model.safetensors").write_bytes(b"v" * 65)  # trained again, other weights
+    assert reuse.origin(a) not in (None, first)
+    assert reuse.origin(finished_run(tmp_path / "b", ["pretrain"])) is None

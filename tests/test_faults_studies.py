@@ -124,3 +124,36 @@ def test_a_damaged_study_is_one_line_and_the_others_still_list(tmp_path, in_proc
     assert any(str(bad) in l and "damaged" in l for l in lines)
     # the good study is still taken over from, and reads, as before
     assert A.collect_results(good).progress["finished"] == 2
+
+
+# --------------------------------------------------------------------------------------------- model identity
+def launch(root: Path, name: str, steps: int) -> Path:
+    return A.launch(small_study(steps), runs_root=root, name=name, foreground=True, log=lambda *a: None)
+
+
+def test_a_new_training_in_a_deleted_studys_folder_is_another_model(tmp_path, in_process_jobs):
+    """`ablate run model-size --classroom --steps 4 --name A`, the same `--name B` (takes over both jobs), A's folder
+    deleted, then `--steps 8 --name A`: A's new pre-training lies in the folder B's was taken over from, but it is
+    another model, so A's fine-tuning runs on it instead of taking over B's evaluation of the 4-step model. A study
+    of the 8-step model then takes over both of A's jobs (the same weights)."""
+    a = launch(tmp_path, "A", 4)
+    assert len(in_process_jobs.ran) == 2
+    b = launch(tmp_path, "B", 4)
+    assert len(in_process_jobs.ran) == 2 and all(j["reused_from"] for j in A.read_study(b)["jobs"])  # both taken over
+    shutil.rmtree(a)
+    in_process_jobs.ran.clear()
+    a = launch(tmp_path, "A", 8)
+    jobs = {j["kind"]: j for j in A.read_study(a)["jobs"]}
+    assert in_process_jobs.ran == [jobs["pretrain"]["key"], jobs["finetune"]["key"]]  # nothing taken over
+    assert jobs["finetune"].get("reused_from") is None
+    ev = json.loads((a / jobs["finetune"]["out"] / "eval.json").read_text())
+    ck = next((a / jobs["pretrain"]["out"]).glob("checkpoints/step-*"))
+    assert ck.name == "step-8" and ev["model_path"] == str(a / jobs["pretrain"]["out"])
+    own = int(hashlib.sha256((ck / "model.safetensors").read_bytes()).hexdigest()[:6], 16) / 16 ** 6
+    b_ev = json.loads((b / jobs["finetune"]["out"] / "eval.json").read_text())
+    assert ev["score"] == own != b_ev["score"]  # its own model's score, not the 4-step model's
+    in_process_jobs.ran.clear()
+    c = launch(tmp_path, "C", 8)
+    assert in_process_jobs.ran == []
+    assert {j["kind"]: j["reused_from"] for j in A.read_study(c)["jobs"]} == {
+        k: str((a / j["out"]).absolute()) for k, j in jobs.items()}

@@ -26,16 +26,16 @@ another machine is reused as it is (its run.json says where and how it ran).
 A study's evaluation (a fine-tuning or feature-based job) is taken over the same way (`take_over`,
 `matching_evaluation`) from a finished job of another study under the runs folder that
 - has the same kind and, with --out set aside, the same command line, where a path into one of its study's
-  pre-training runs counts as the same path into ours when both runs are one training (`origin`: the run itself,
-  or the run it was taken over from, followed back): so `ablate run pretraining-tasks --classroom --seeds 2` after
-  the one-seed study takes over seed 0's pre-trainings and then their fine-tunings, and trains seed 1 only;
+  pre-training runs counts as the same path into ours when both runs hold the same model (`origin`: the content of
+  its latest checkpoint's weights, never its folder: a study deleted and run again with other settings trains other
+  weights into the same folders): so `ablate run pretraining-tasks --classroom --seeds 2` after the one-seed study
+  takes over seed 0's pre-trainings (the same weights, copied) and then their fine-tunings, and trains seed 1 only;
 - reads no data file (`--train`, `--dev`: a file may have changed since; the built-in tasks are made from pinned
   packages);
 - finished (its run.json) with its eval.json, run by code of this EVALUATION_VERSION (engine.records:
   what a fine-tuning computes from the same command line; runs before it record none and are never taken over).
-A fine-tuning is deterministic on one machine (BENCHMARKS.md, "Classroom Table 5 study", 2026-11-29: every seed-0
-fine-tuning of a two-seed study reproduced the one-seed study's dev records exactly), so this changes no number;
-what it saves is the time (21.5 of the two-seed study's 58.4 minutes there). Its files are copied (they are small),
+A fine-tuning is deterministic on one machine (every seed-0 fine-tuning of a two-seed study reproduced the one-seed
+study's dev records exactly: docs/lab-notes/table5.md), so this changes no number; what it saves is the time. Its files are copied (they are small),
 paths in its run.json and eval.json moved to the study's own folders.
 
 When the check is made: at launch (a run finished by then is taken over and its job never queued), then again
@@ -49,6 +49,7 @@ command, so one whose pre-training is taken over only when that job starts (a tw
 `ablate estimate` takes off the pre-trainings and the evaluations a launch now would take over (engine.ablations.timing).
 """
 import functools
+import hashlib
 import json
 import os
 import shutil
@@ -58,6 +59,7 @@ from engine.errors import EngineError
 from engine.pretrain_config import RUNTIME_FIELDS, TRAINING_VERSION
 from engine.fileio import atomic_write_json
 from engine.records import EVAL_JSON, EVALUATION_VERSION, RUN_JSON, STUDY_JSON, read_json_or_empty
+from engine.runs import latest_checkpoint
 
 # `ablate run --no-reuse` and the Ablations page's "Reuse finished runs"
 REUSE_HELP = ("a pre-training that a finished run under the runs folder has already done with the same settings (another "
@@ -229,29 +231,45 @@ def take_over(study_dir: Path, job: dict, jobs: list, runs_root: Path):
 DATA_FLAGS = ("--train", "--dev")  # an evaluation that reads a file is never taken over: the file may have changed
 
 
-def origin(run: Path) -> str:
-    """The run whose training `run` holds: `run` itself, or the run it was taken over from (run.json "reused_from"),
-    followed back to the one that trained (an absolute path, which need not exist any more)."""
-    run, seen = Path(run).absolute(), set()
-    while str(run) not in seen:
-        seen.add(str(run))
-        src = read_json_or_empty(run / RUN_JSON).get("reused_from")
-        if not isinstance(src, str) or not src:
-            break
-        run = Path(src).absolute()
-    return str(run)
+_FILE_HASHES = {}  # (device, inode, size, mtime) of a weights file -> its sha256: each file read once per process
 
 
-def _pretrain_runs(study_dir: Path, jobs: list) -> dict:
-    """{absolute run folder of each of the study's pre-training jobs: its `origin`}."""
-    runs = (Path(study_dir).absolute() / j["out"] for j in jobs if j.get("kind") == "pretrain" and j.get("out"))
-    return {run: origin(run) for run in runs}
+def origin(run: Path):
+    """The model the pre-training run `run` holds, named by its content: a hash of the weights (*.safetensors) of its
+    latest complete checkpoint (engine.runs.latest_checkpoint), None without one. A run taken over holds the same
+    files, hard-linked or copied, so it names the same model as the run it came from; a new training in the same
+    folder names another."""
+    ck = latest_checkpoint(run)
+    files = sorted(ck.glob("*.safetensors")) if ck is not None else []
+    if not files:
+        return None
+    h = hashlib.sha256()
+    for f in files:
+        h.update(f"{f.name}={_file_hash(f)};".encode())
+    return h.hexdigest()
 
 
-def evaluation_key(job: dict, study_dir: Path, runs: dict):
+def _file_hash(path: Path) -> str:
+    st = path.stat()
+    key = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+    if key not in _FILE_HASHES:
+        h = hashlib.sha256()
+        with open(path, "rb") as f:
+            for block in iter(lambda: f.read(1 << 20), b""):
+                h.update(block)
+        _FILE_HASHES[key] = h.hexdigest()
+    return _FILE_HASHES[key]
+
+
+def _pretrain_runs(study_dir: Path, jobs: list) -> list:
+    """The absolute run folders of the study's pre-training jobs."""
+    return [Path(study_dir).absolute() / j["out"] for j in jobs if j.get("kind") == "pretrain" and j.get("out")]
+
+
+def evaluation_key(job: dict, study_dir: Path, runs, model=origin):
     """What an evaluation job computes, comparable across studies: (kind, combines, its command line with --out
-    dropped and every path into one of its study's pre-training runs `runs` ({run: origin}) written from that run's
-    origin); None when it reads a data file (DATA_FLAGS)."""
+    dropped and every path into one of its study's pre-training run folders `runs` written from the model that run
+    holds, `model(run)`: `origin`); None when it reads a data file (DATA_FLAGS) or a run that holds no model."""
     argv = list(job.get("argv") or [])
     if any(f in argv for f in DATA_FLAGS):
         return None
@@ -262,9 +280,12 @@ def evaluation_key(job: dict, study_dir: Path, runs: dict):
     for a in argv:
         if isinstance(a, str) and a.startswith(("/", ".")):
             p = Path(a) if a.startswith("/") else Path(study_dir).absolute() / a
-            for run, src in runs.items():
+            for run in runs:
                 if p == run or run in p.parents:
-                    a = "<run " + src + ">" + ("" if p == run else "/" + str(p.relative_to(run)))
+                    held = model(run)
+                    if held is None:
+                        return None
+                    a = "<model " + held + ">" + ("" if p == run else "/" + str(p.relative_to(run)))
                     break
         key.append(a)
     return job.get("kind"), json.dumps(job.get("combines"), sort_keys=True), tuple(key)
@@ -275,39 +296,49 @@ def matching_evaluation(study_dir: Path, job: dict, jobs: list, runs_root: Path)
     {its study's pre-training runs: ours} to move in its records), else None (module docstring)."""
     from engine.ablations.planner import paths_read
     study_dir = Path(study_dir).absolute()
-    ours = _pretrain_runs(study_dir, jobs)
-    if any(read_json_or_empty(run / RUN_JSON).get("status") != "finished" for run in ours if paths_read(job["argv"], run)):
+    runs = _pretrain_runs(study_dir, jobs)
+    if any(read_json_or_empty(run / RUN_JSON).get("status") != "finished" for run in runs if paths_read(job["argv"], run)):
         return None  # its model is not there yet (at launch, a pre-training still to train): nothing to look for
-    return finished_evaluation(study_dir, job, ours, other_studies(runs_root, study_dir))
+    return finished_evaluation(study_dir, job, {run: origin(run) for run in runs}, other_studies(runs_root, study_dir))
 
 
 def other_studies(runs_root: Path, study_dir: Path) -> list:
-    """[(study folder, its jobs, {its pre-training runs: their origin})] of every study under `runs_root` but
+    """[(study folder, its jobs, its pre-training run folders)] of every readable study under `runs_root` but
     `study_dir`: what `finished_evaluation` searches, read once for all of a study's evaluations."""
+    from engine.ablations.folders import read_study
     study_dir, out = Path(study_dir).absolute(), []
     for other in sorted(Path(runs_root).absolute().glob(f"studies/*/{STUDY_JSON}")):
-        if other.parent != study_dir:
-            jobs = [j for j in read_json_or_empty(other).get("jobs") or [] if isinstance(j, dict)]
-            out.append((other.parent, jobs, _pretrain_runs(other.parent, jobs)))
+        if other.parent == study_dir:
+            continue
+        try:
+            jobs = read_study(other.parent)["jobs"]
+        except EngineError:  # a damaged study.json: nothing of it is taken over (its listing says what is wrong)
+            continue
+        out.append((other.parent, jobs, _pretrain_runs(other.parent, jobs)))
     return out
 
 
 def finished_evaluation(study_dir: Path, job: dict, ours: dict, others: list):
     """`matching_evaluation` once the runs `job` reads are known: `ours` is {each of the study's pre-training run
-    folders: its origin}, `others` the studies to search (`other_studies`). Also asked by `ablate estimate`
-    (engine.ablations.timing) before the study exists, with the origins of the runs its pre-trainings would take over."""
-    key = evaluation_key(job, Path(study_dir).absolute(), ours)
+    folders: the model it holds (`origin`)}, `others` the studies to search (`other_studies`). Also asked by
+    `ablate estimate` (engine.ablations.timing) before the study exists, with the models of the runs its
+    pre-trainings would take over."""
+    study_dir = Path(study_dir).absolute()
+    key = evaluation_key(job, study_dir, ours, model=ours.get)
     if key is None:
         return None
-    by_origin = {src: run for run, src in ours.items()}
+    shape = evaluation_key(job, study_dir, ours, model=lambda run: "")  # the command line alone: no weights read
+    by_model = {m: run for run, m in ours.items() if m is not None}
     for other_dir, their_jobs, theirs in others:
         # finished: its run.json says (a study queued one job at a time records the status in its queue, not study.json)
         for j in (j for j in their_jobs if j.get("kind") == job["kind"]):
             src = other_dir / str(j.get("out"))
-            if evaluation_key(j, other_dir, theirs) != key or not (src / EVAL_JSON).is_file():
+            if evaluation_key(j, other_dir, theirs, model=lambda run: "") != shape or not (src / EVAL_JSON).is_file():
                 continue
             info = read_json_or_empty(src / RUN_JSON)
             if info.get("status") != "finished" or info.get("evaluation_version") != EVALUATION_VERSION:
                 continue
-            return src, {str(run): str(by_origin[o]) for run, o in theirs.items() if o in by_origin}
+            if evaluation_key(j, other_dir, theirs) != key:  # another model behind the same command line
+                continue
+            return src, {str(run): str(by_model[origin(run)]) for run in theirs if origin(run) in by_model}
     return None
