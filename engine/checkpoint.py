@@ -81,6 +81,8 @@ def _normalise_hf_keys(sd: dict) -> dict:
         if not (k.startswith("bert.") or k.startswith("cls.")):
             k = "bert." + k  # BertModel weights (sentence-transformers, MiniLM) have no prefix
         out[k] = v
+    if "bert.embeddings.word_embeddings.weight" not in out and "cls.predictions.decoder.weight" in out:
+        out["bert.embeddings.word_embeddings.weight"] = out["cls.predictions.decoder.weight"]  # a tied pair saved once
     return out
 
 

@@ -69,9 +69,15 @@ def _not_cached(repo_id: str, cache: str) -> EngineError:
                        f"and {why}; {offline_choices()}; or {fix}")
 
 
+BERT_KEYS = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads")
+
+
 def _check_bert(config_path: str, repo_id: str) -> None:
+    """config.json names a BERT: model_type "bert", or no model_type and BERT's fields (older uploads such as
+    prajjwal1/bert-tiny predate model_type; engine.checkpoint.read_config reads them as BERT too)."""
     try:
-        model_type = json.loads(Path(config_path).read_text(encoding="utf-8")).get("model_type")
+        cfg = json.loads(Path(config_path).read_text(encoding="utf-8"))
+        model_type = cfg.get("model_type", "bert" if all(k in cfg for k in BERT_KEYS) else None)
     except (ValueError, UnicodeDecodeError, AttributeError) as e:
         raise EngineError(f"'{repo_id}' on the Hugging Face Hub has a config.json that is not a JSON object; it is not a BERT checkpoint") from e
     if model_type != "bert":

@@ -45,18 +45,24 @@ def put_in_cache(cache, repo_id, files: dict) -> str:
     return commit
 
 
-def bert_files(model, tmp_path, legacy=False) -> dict:
+def bert_files(model, tmp_path, legacy=False, model_type=True) -> dict:
     """save_pretrained's files plus vocab.txt. `legacy`: bert-base-uncased's older layout instead (LayerNorm
-    gamma/beta names, the tied decoder stored, only pytorch_model.bin)."""
+    gamma/beta names, the tied decoder stored, only pytorch_model.bin); "decoder-only": the tied pair stored under
+    the decoder's name alone. `model_type=False`: config.json without it (as prajjwal1/bert-tiny's)."""
     out = tmp_path / ("saved-legacy" if legacy else "saved")
     model.save_pretrained(out)
-    files = {"config.json": (out / "config.json").read_bytes(), "vocab.txt": "\n".join(VOCAB).encode(),
+    config = json.loads((out / "config.json").read_text())
+    if not model_type:
+        del config["model_type"]
+    files = {"config.json": json.dumps(config).encode(), "vocab.txt": "\n".join(VOCAB).encode(),
              "tokenizer_config.json": json.dumps({"do_lower_case": True}).encode()}
     if not legacy:
         files["model.safetensors"] = (out / "model.safetensors").read_bytes()
         return files
     sd = {k.replace("LayerNorm.weight", "LayerNorm.gamma").replace("LayerNorm.bias", "LayerNorm.beta"): v.clone()
           for k, v in model.state_dict().items() if k != "cls.predictions.decoder.bias"}
+    if legacy == "decoder-only":
+        del sd["bert.embeddings.word_embeddings.weight"]
     torch.save(sd, out / "pytorch_model.bin")
     files["pytorch_model.bin"] = (out / "pytorch_model.bin").read_bytes()
     return files
@@ -90,7 +96,8 @@ def test_is_hub_id_only_for_names_that_are_not_paths(tmp_path, monkeypatch):
     assert not hub.is_hub_id(tmp_path / "org")  # a Path object is a path
 
 
-@pytest.mark.parametrize("legacy", [False, True], ids=["safetensors", "legacy-bin-gamma-beta-tied-decoder"])
+@pytest.mark.parametrize("legacy", [False, True, "decoder-only"], ids=["safetensors", "legacy-bin-gamma-beta-tied-decoder",
+                                                                       "tied-pair-saved-as-decoder"])
 def test_cached_hub_bert_loads_offline_and_matches_transformers(cache, tmp_path, hf_model, legacy):
     commit = put_in_cache(cache, "org/tiny-bert", bert_files(hf_model, tmp_path, legacy))
     found = huggingface_hub.try_to_load_from_cache("org/tiny-bert", "config.json", cache_dir=str(cache))
@@ -114,7 +121,7 @@ def test_cached_hub_bert_loads_offline_and_matches_transformers(cache, tmp_path,
 
 
 def test_hub_cache_from_hf_home_alone(cache, tmp_path, hf_model, monkeypatch):
-    put_in_cache(cache, "solo-bert", bert_files(hf_model, tmp_path))
+    put_in_cache(cache, "solo-bert", bert_files(hf_model, tmp_path, model_type=False))  # an upload without model_type
     monkeypatch.delenv("HF_HUB_CACHE")
     monkeypatch.delenv("HUGGINGFACE_HUB_CACHE", raising=False)
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(tmp_path / "elsewhere"))  # read at import
