@@ -301,6 +301,8 @@ def load(path_or_name, device="cpu", tokenizer=None) -> Bundle:
     check_finite(model, str(d))
     model.to(device).eval()
     info = {"source": source, "missing_heads": missing}
+    if is_hub_id(path_or_name):
+        info["hub_id"] = str(path_or_name)
     state = d / "training_state.json"
     if state.is_file():
         try:

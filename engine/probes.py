@@ -90,6 +90,8 @@ def model_name(bundle) -> str:
     """A short human name: "MiniLM", "<run>/step-N" or the folder name."""
     if bundle.info.get("source") == "minilm":
         return "MiniLM"
+    if bundle.info.get("hub_id"):
+        return bundle.info["hub_id"]  # its folder in the hub cache is named by a commit hash
     p = Path(bundle.path or "model")
     if p.parent.name == "checkpoints":
         return f"{p.parent.parent.name}/{p.name}"
@@ -706,7 +708,8 @@ def _cli_parser():
 
     ap = argparse.ArgumentParser(prog="python -m engine probe",
                                  description="Masked-token predictions, next-sentence probability, attention maps, the built-in probe set.")
-    ap.add_argument("--model", default="minilm", help="a run folder, checkpoint folder, Hugging Face BERT folder, or minilm")
+    ap.add_argument("--model", default="minilm", help="a run folder, checkpoint folder, Hugging Face BERT folder, minilm, "
+                    "or a Hugging Face Hub id (google-bert/bert-base-uncased)")
     g = ap.add_mutually_exclusive_group(required=True)
     g.add_argument("--fill", metavar="TEXT", help="a sentence with one or more [MASK]")
     g.add_argument("--nsp", nargs=2, metavar=("A", "B"), help="P(IsNext) that B follows A")

@@ -243,3 +243,18 @@ def test_model_page_takes_a_hub_id(cache, tmp_path, hf_model):
     assert metrics["Layers (L)"] == "2" and metrics["Hidden (H)"] == "32"
     at.text_input(key="model_page_model_path").input("org/not-downloaded").run()
     assert not at.exception and len(at.error) == 1 and "minilm-continued" in at.error[0].value
+
+
+def test_cli_probe_takes_a_hub_id(cache, tmp_path, hf_model, capsys):
+    from engine.__main__ import run
+    put_in_cache(cache, "org/tiny-bert", bert_files(hf_model, tmp_path))
+    assert run(["probe", "--model", "org/tiny-bert", "--fill", TEXT, "--top-k", "1", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    b = engine.load("org/tiny-bert")
+    enc = b.tokenizer.encode(TEXT)
+    with torch.no_grad():
+        ref = hf_model(input_ids=torch.tensor([enc.ids])).prediction_logits[0, enc.ids.index(VOCAB.index("[MASK]"))]
+    assert out["model"] == "org/tiny-bert" and out["masks"][0][0]["token"] == VOCAB[int(ref.argmax())]
+    assert run(["probe", "--model", "org/not-downloaded", "--fill", TEXT]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: ") and "\n" not in err and "'minilm'" in err
