@@ -91,7 +91,7 @@ def test_is_hub_id_only_for_names_that_are_not_paths(tmp_path, monkeypatch):
     (tmp_path / "here" / "model").mkdir(parents=True)
     assert hub.is_hub_id("bert-base-uncased") and hub.is_hub_id("google-bert/bert-base-uncased") and hub.is_hub_id("prajjwal1/bert-tiny")
     for path in ("here/model", "./org/name", "../org/name", "/org/name", "~/org/name", "runs/x/checkpoints/step-3",
-                 "org--name/x", "org/na..me", "", "org/", "a b"):
+                 "org--name/x", "org/na..me", "", "org/", "a b", "minilm"):
         assert not hub.is_hub_id(path), path
     assert not hub.is_hub_id(tmp_path / "org")  # a Path object is a path
 
