@@ -65,13 +65,12 @@ JOB_FIELDS = {"key": str, "kind": str, "argv": list, "out": str, "variant": str,
 
 def what_is_damaged(data: dict):
     """What is wrong with a study.json `data` that every reader of it would trip on (a hand edit, a torn copy), in a
-    few words; None when nothing is."""
+    few words; None when nothing is. The study's settings are checked where they are read (`study_of`)."""
     study = data.get("study")
     if not isinstance(study, dict):
         return f'"study" is {type(study).__name__}, not the study\'s settings'
-    for k in ("name", "base", "finetune", "variants", "evaluations"):
-        if k not in study or (k == "name" and not isinstance(study[k], str)):
-            return f'the study has no "{k}"'
+    if not isinstance(study.get("name"), str):
+        return 'the study has no "name"'
     if not isinstance(data.get("jobs"), list):
         return 'it has no "jobs" list'
     for i, j in enumerate(data["jobs"]):
@@ -114,6 +113,7 @@ def list_studies(runs_root=None) -> list:
             if (d / STUDY_JSON).is_file():
                 try:
                     data = read_study(d)
+                    study_of(d, data)  # settings that make no study: listed as what is wrong, as show would say
                 except EngineError as e:
                     out.append({"name": d.name, "path": str(d), "study": None, "title": str(e), "created": "",
                                 "jobs": 0, "error": str(e)})
