@@ -570,11 +570,12 @@ def _fake_jobs(tmp_path, monkeypatch, fail=()):
     def fake_command(study_dir, job):
         out = Path(study_dir) / job["out"]
         name = "run.json" if job["kind"] == "pretrain" else "eval.json"
+        record = '{"kind": "pretrain", "status": "finished"}' if job["kind"] == "pretrain" else "{}"
         code = (f"import time, pathlib, sys; t = pathlib.Path({str(trace)!r}); k = {job['key']!r}\n"
                 "with t.open('a') as f: f.write(f'start {k} {time.time()}\\n')\n"
                 "time.sleep(0.4)\n"
                 f"ok = k not in {list(fail)!r}\n"
-                f"if ok: pathlib.Path({str(out / name)!r}).write_text('{{}}')\n"
+                f"if ok: pathlib.Path({str(out / name)!r}).write_text({record!r})\n"
                 "with t.open('a') as f: f.write(f'end {k} {time.time()}\\n')\n"
                 "sys.exit(0 if ok else 1)\n")
         return [sys.executable, "-c", code]
@@ -638,7 +639,7 @@ def test_a_failed_pretraining_skips_its_fine_tunes_and_resume_reruns_only_those(
         main(["run", "pretraining-tasks", "--classroom", "--parallel", "0", "--runs-root", str(tmp_path)])
 
 
-def test_a_queued_parallel_study_is_one_queue_job_that_resumes_it(tmp_path, monkeypatch):
+def test_a_queued_parallel_study_is_one_queue_job_that_resumes_it(tmp_path, monkeypatch, fake_runs):
     """Without --foreground, --parallel N queues one job, `ablate resume STUDY --parallel N`, writing to the study
     folder (the queue itself runs one job at a time and knows no dependencies); while it runs the jobs' states come
     from study.json and the run folders, and when it was cancelled the jobs it never started say so."""
@@ -651,7 +652,7 @@ def test_a_queued_parallel_study_is_one_queue_job_that_resumes_it(tmp_path, monk
     assert A.read_study(d)["mode"] == "parallel"
     runner = {"id": "r1", "status": "running", "run_dir": str(d.absolute()), "error": None}
     monkeypatch.setattr(Q, "list_jobs", lambda root=None: [runner])
-    A.update_job(d, "pretrain/bert-mlm-nsp/s0", status="finished")
+    fake_runs.pretrain(d / next(j["out"] for j in A.read_study(d)["jobs"] if j["key"] == "pretrain/bert-mlm-nsp/s0"), 4.0)
     states = {s["key"]: s["state"] for s in A.job_states(d)}
     assert states["pretrain/bert-mlm-nsp/s0"] == "finished" and states["pretrain/no-nsp/s0"] == "queued"
     runner.update(status="cancelled", error="cancelled by the user")

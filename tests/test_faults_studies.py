@@ -3,6 +3,7 @@ same folder, a study's status that contradicts its jobs' own records, two `ablat
 a damaged study.json."""
 import hashlib
 import io
+import os
 import json
 import shutil
 import time
@@ -157,3 +158,89 @@ def test_a_new_training_in_a_deleted_studys_folder_is_another_model(tmp_path, in
     assert in_process_jobs.ran == []
     assert {j["kind"]: j["reused_from"] for j in A.read_study(c)["jobs"]} == {
         k: str((a / j["out"]).absolute()) for k, j in jobs.items()}
+
+
+# --------------------------------------------------------------------------------------------- status from the truth
+def test_a_studys_status_is_its_jobs_own_records(tmp_path, in_process_jobs, monkeypatch, capsys):
+    """A queued study whose queue jobs were cancelled, then finished by `ablate resume`: `ablate show --json` says
+    every job finished (its run folder has the result), not cancelled beside a full table. With the run folders
+    deleted, a foreground study says none finished (over its empty table), where study.json still says finished;
+    `ablate resume` runs them again."""
+    import engine.jobs as Q
+    submitted = []
+    monkeypatch.setattr(Q, "submit", lambda argv, name=None, run_dir=None, root=None:
+                        submitted.append(run_dir) or {"id": f"q{len(submitted)}"})
+    monkeypatch.setattr(Q, "list_jobs", lambda root=None: [
+        {"id": f"q{i + 1}", "status": "cancelled", "run_dir": r, "error": "cancelled by the user"}
+        for i, r in enumerate(submitted)])
+    d = A.launch(small_study(4), runs_root=tmp_path, name="queued", log=lambda *a: None)
+    assert len(submitted) == 2 and in_process_jobs.ran == []
+    assert A.collect_results(d).progress["cancelled"] == 2
+    assert A.main(["resume", str(d)]) == 0 and len(in_process_jobs.ran) == 2
+    capsys.readouterr()
+    A.main(["show", str(d), "--json"])
+    shown = json.loads(capsys.readouterr().out)
+    assert shown["progress"]["finished"] == 2 and shown["progress"]["cancelled"] == 0
+    assert len(shown["table"]) == 1  # the fine-tuning's score
+    f = A.launch(small_study(5), runs_root=tmp_path, name="fg", foreground=True, log=lambda *a: None)  # nothing to take over
+    assert A.collect_results(f).progress["finished"] == 2
+    for j in A.read_study(f)["jobs"]:
+        shutil.rmtree(f / j["out"])
+    assert all(j["status"] == "finished" for j in A.read_study(f)["jobs"])  # what study.json recorded
+    res = A.collect_results(f)
+    assert res.progress["finished"] == 0 and res.progress["queued"] == 2 and len(res.summary) == 0
+    assert all("deleted?" in r["error"] for r in res.jobs)
+    in_process_jobs.ran.clear()
+    assert A.main(["resume", str(f)]) == 0 and len(in_process_jobs.ran) == 2
+    assert A.collect_results(f).progress["finished"] == 2
+
+
+def test_a_failed_jobs_error_is_its_runs_not_the_logs_last_line(tmp_path, in_process_jobs):
+    """A job that fails with a progress bar as the last line of its job.log: the error recorded is the one its
+    run.json says."""
+    study = small_study(4)
+    pre = next(j.key for j in A.plan(study, tmp_path) if j.kind == "pretrain")
+    in_process_jobs.fail.add(pre)
+    d = A.launch(study, runs_root=tmp_path, name="x", foreground=True, log=lambda *a: None)
+    rows = {r["key"]: r for r in A.job_states(d)}
+    assert A.read_study(d)["jobs"][0]["error"] == rows[pre]["error"] == "ValueError: the real cause"
+    assert rows[pre]["state"] == "failed"
+
+
+def test_two_resumes_of_one_study_run_one_at_a_time(tmp_path, in_process_jobs, monkeypatch):
+    """While one `ablate resume` runs a study's jobs, a second is refused in one line naming the first's process
+    (two would start the same jobs and write into one job.log); once the first ends, the study can be resumed."""
+    import threading
+    study = small_study(4)
+    pre = next(j.key for j in A.plan(study, tmp_path) if j.kind == "pretrain")
+    in_process_jobs.fail.add(pre)
+    d = A.launch(study, runs_root=tmp_path, name="x", foreground=True, log=lambda *a: None)
+    in_process_jobs.fail.clear()
+    in_process_jobs.ran.clear()
+    started, release = threading.Event(), threading.Event()
+
+    class Running:
+        returncode = 0
+
+        def poll(self):
+            return 0 if release.is_set() else None
+    real_start = runner._start_job
+
+    def start(study_dir, job, env, log):
+        real_start(study_dir, job, env, log)
+        started.set()
+        return job, Running(), io.BytesIO(), time.time()
+    monkeypatch.setattr(runner, "_start_job", start)
+    first = threading.Thread(target=A.main, args=(["resume", str(d)],))
+    first.start()
+    try:
+        assert started.wait(30)
+        with pytest.raises(EngineError) as e:
+            A.main(["resume", str(d)])
+        assert f"process {os.getpid()}" in str(e.value) and "\n" not in str(e.value)
+        assert in_process_jobs.ran == [pre]  # the second started nothing
+    finally:
+        release.set()
+        first.join(30)
+    assert A.collect_results(d).progress["finished"] == 2
+    assert A.main(["resume", str(d)]) == 0  # the lock went with the first

@@ -2,12 +2,15 @@
 and survives restarts) or runs them here, one after another or several at once (`run_foreground`); `job_states` reconciles what
 study.json recorded with the queue's own records and the run folders.
 """
+import fcntl
 import os
 import signal
+import socket
 import subprocess
 import sys
 import threading
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 from engine import jobs as queue
@@ -18,7 +21,7 @@ from engine.ablations.study import Study
 from engine.errors import EngineError
 from engine.fileio import atomic_write_json
 from engine.records import EVAL_JSON, RUN_JSON, read_json_or_empty
-from engine.runs import latest_checkpoint, read_run_json
+from engine.runs import effective_status, latest_checkpoint, now_iso, read_run_json
 
 REPO_ROOT = Path(__file__).resolve().parents[2]  # `python -m engine` runs from here
 
@@ -68,19 +71,57 @@ def launch(study: Study, runs_root=None, name: str = None, foreground: bool = Fa
     return study_dir
 
 
+STUDY_LOCK = "study.lock"  # held (fcntl.flock) by the one process running a study's jobs here: `hold_study`
+
+
 def run_foreground(study_dir, log=_print, parallel: int = 1) -> dict:
-    """Run the study's unfinished jobs here; each job's output goes to <out>/job.log.
+    """Run the study's unfinished jobs here; each job's output goes to <out>/job.log. One process at a time runs
+    a study's jobs (`hold_study`): a second `ablate resume` of it is one line naming the first.
 
     `parallel`: how many jobs run at once (default 1, one after another). A job starts only once every
     pre-training run it reads (a path under that run's folder in its command line) has finished; one whose
     pre-training failed is recorded as failed without running. More than one is for a GPU, which a small model
     leaves mostly idle; on a CPU each job then gets cpu_count // parallel threads (OMP_NUM_THREADS)."""
     study_dir = Path(study_dir)
+    read_study(study_dir)  # not a study folder, or a damaged one: one line before any lock file is made
+    with hold_study(study_dir):
+        return _run_jobs(study_dir, log, parallel)
+
+
+@contextmanager
+def hold_study(study_dir):
+    """Hold the study's lock (STUDY_LOCK in its folder) while this process runs its jobs, else refuse in one line
+    naming the holder: two runners of one study would start the same jobs twice and write into one job.log. An
+    flock, so the kernel drops it when its holder dies (a SIGKILLed resume leaves nothing to clean up)."""
+    path = Path(study_dir) / STUDY_LOCK
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError as e:
+        raise EngineError(f"could not open {path}: {e.strerror or e}; check the study folder's permissions") from None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        holder = os.pread(fd, 500, 0).decode(errors="replace").strip() or "another process"
+        os.close(fd)
+        raise EngineError(f"study {study_dir} is being run by {holder}; wait for it to end (or stop it), then "
+                          f"`python -m engine ablate resume {study_dir}`") from None
+    try:
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"process {os.getpid()} on {socket.gethostname()} (since {now_iso()})".encode(), 0)
+        yield
+    finally:
+        os.ftruncate(fd, 0)  # the file stays (deleting an flock file races with a new opener); empty = free
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        os.close(fd)
+
+
+def _run_jobs(study_dir: Path, log, parallel: int) -> dict:
+    """`run_foreground`, with the study's lock held."""
     data = read_study(study_dir)
     counts = {"finished": 0, "failed": 0, "skipped": 0, "reused": 0}
     todo = []
     for j in data["jobs"]:
-        if j.get("status") == "finished" and _job_output_ok(j, study_dir / j["out"]):
+        if _from_run(j, study_dir / j["out"])[0] == "finished":  # its own records say so, whatever study.json does
             counts["skipped"] += 1
         else:
             todo.append(j)
@@ -226,16 +267,25 @@ def _start_job(study_dir: Path, job: dict, env: dict, log) -> tuple:
 
 def _finish_job(study_dir: Path, job: dict, rc: int, t0: float, log) -> str:
     status = "finished" if rc == 0 else "failed"
-    err = None if rc == 0 else _last_error_line(study_dir / job["out"] / "job.log")
+    out = study_dir / job["out"]
+    err = None if rc == 0 else _run_error(job, out, t0) or _last_error_line(out / "job.log")
     update_job(study_dir, job["key"], status=status, rc=rc, seconds=round(time.time() - t0, 1), error=err)
     log(f"    {job['key']}: {status} in {time.time() - t0:.0f}s" + (f": {err}" if err else ""))
     return status
 
 
-def _job_output_ok(job: dict, out: Path) -> bool:
-    if job["kind"] == "pretrain":
-        return (out / RUN_JSON).is_file()
-    return (out / EVAL_JSON).is_file()
+def _run_error(job: dict, out: Path, t0: float):
+    """The error the job's run recorded in its run.json, when it wrote one since it started at `t0` (a refusal
+    before the run began writes none; the log's `error:` line says it then)."""
+    try:
+        if (out / RUN_JSON).stat().st_mtime < t0 - 1:
+            return None
+    except OSError:
+        return None
+    info = read_json_or_empty(out / RUN_JSON)
+    if info.get("kind") not in (None, job["kind"]) or info.get("status") not in ("failed", "cancelled"):
+        return None
+    return info.get("error") or None
 
 
 def _last_error_line(log_path: Path) -> str:
@@ -250,12 +300,10 @@ def _last_error_line(log_path: Path) -> str:
 
 
 def job_states(study_dir, data: dict = None) -> list:
-    """Each job of the study with its state: finished | failed | running | queued | cancelled.
-
-    A queued study asks the job queue (the newest queue job writing the job's run folder, so a Retry from the
-    Jobs page counts); a foreground study uses what study.json recorded, else the job's own run folder; so does a
-    parallel one (one queued job runs them all), whose jobs that never started take that job's end when it ended
-    early (cancelled, or failed).
+    """Each job of the study with its state: finished | failed | running | queued | cancelled, from the truth first:
+    the job's own run folder (`_from_run`), then the job queue's record (the newest queue job writing the job's run
+    folder, so a Retry from the Jobs page counts) or the study's one queue job that runs them all (a parallel
+    study), then what study.json recorded of a job that never started (`_state`).
     `data`: study.json as the caller already read it (read here when None)."""
     study_dir = Path(study_dir)
     data = read_study(study_dir) if data is None else data
@@ -271,14 +319,8 @@ def job_states(study_dir, data: dict = None) -> list:
     rows = []
     for j in data["jobs"]:
         out = study_dir / j["out"]
-        state, error = j.get("status"), j.get("error")
         rec = by_dir.get(str(out.absolute())) if data.get("mode") == "queue" else None
-        if rec is not None:
-            state, error = rec.get("status"), rec.get("error")
-        if not state:
-            state = _state_from_run(j, out)
-        if state == "queued" and runner is not None and runner.get("status") in ("failed", "cancelled"):
-            state, error = runner["status"], f"not run: the study's job {runner['status']}: {runner.get('error')}"
+        state, error = _state(j, out, rec, runner)
         rows.append({"key": j["key"], "kind": j["kind"], "variant": j["variant"], "seed": j["seed"],
                      "evaluation": j.get("evaluation"), "step": j.get("step"), "state": state, "error": error,
                      "job_id": rec.get("id") if rec else j.get("job_id"), "out": str(out),
@@ -286,8 +328,49 @@ def job_states(study_dir, data: dict = None) -> list:
     return rows
 
 
-def _state_from_run(job: dict, out: Path) -> str:
+def _state(job: dict, out: Path, rec, runner) -> tuple:
+    """(state, error) of one job: finished when its result is in its run folder, whatever else was recorded; else
+    queued or running as its queue job `rec` is (it will run, or runs, the job); else how its run ended (its
+    run.json); else how its queue job, or the study's one queue job `runner`, ended; else what study.json recorded
+    (a job not run because its model failed). A job recorded finished whose result is gone is to run again."""
+    state, error = _from_run(job, out)
+    if state == "finished":
+        return state, None
+    if rec is not None and rec.get("status") in ("queued", "running"):
+        return rec["status"], None
+    if state is not None:
+        return state, error
+    for status, why in ((rec or {}).get("status"), (rec or {}).get("error")), (job.get("status"), job.get("error")):
+        if status in ("failed", "cancelled"):
+            return status, why
+    if runner is not None and runner.get("status") in ("failed", "cancelled"):
+        return runner["status"], f"not run: the study's job {runner['status']}: {runner.get('error')}"
+    if "finished" in ((rec or {}).get("status"), job.get("status")):
+        return "queued", f"recorded finished, but its result is not in {out} (deleted?); `ablate resume` runs it again"
+    return "queued", None
+
+
+def _from_run(job: dict, out: Path) -> tuple:
+    """(state, error) of a job from its own run folder: finished when its result is there (a pre-training's
+    run.json says finished; an evaluation's eval.json is there and its run.json, if any, says finished), running
+    while its writer lives, failed or cancelled as its run.json says (left running by a process that is gone:
+    failed), else (None, None): nothing of its own yet."""
     info = read_json_or_empty(out / RUN_JSON)
-    if job["kind"] != "pretrain" and (out / EVAL_JSON).is_file() and info.get("status") in (None, "finished"):
-        return "finished"
-    return info.get("status") or "queued"
+    if info.get("kind") not in (None, job["kind"]):
+        return None, None
+    status = info.get("status")
+    if status == "running":
+        try:
+            status = effective_status(out, info)
+        except EngineError:
+            status = "dead"
+    if status in ("finished", None) and job["kind"] != "pretrain" and (out / EVAL_JSON).is_file():
+        return "finished", None
+    if status == "finished" and job["kind"] == "pretrain":
+        return "finished", None
+    if status == "dead":
+        return "failed", (f"interrupted: its process ended without recording how (killed?); `python -m engine "
+                          f"ablate resume {out.parent.parent}` continues it")
+    if status in ("running", "failed", "cancelled"):
+        return status, info.get("error") if status != "running" else None
+    return None, None
