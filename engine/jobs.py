@@ -23,6 +23,12 @@ Only processes proved to be the job's (pid plus kernel start time, recorded for 
 child) are ever signalled: a pid or process group read from the queue file alone may have been reused.
 `cancel()` sends SIGTERM to the job's whole process group, then SIGKILL after `cancel_timeout` seconds.
 
+Whoever can write the queue file chooses what runs, so nothing in it is ever a command: a job only ever runs
+`[sys.executable, "-m", "engine", *argv]` with `argv` checked (`argv_problem`: a list of strings starting with one of
+the engine's commands) when it is queued, when it is launched and by the runner; a job that fails the check is
+marked failed without starting anything. A queue file that another user owns, or that group or others may write,
+is refused with one line (`_read_queue`); nothing is read from it.
+
 This module and what it imports (engine.runs, engine.procs, engine.fileio, engine.errors) use the standard library
 only, and `engine/__init__` imports lazily, so the runner starts in tens of milliseconds without torch
 (tests/test_layering.py checks it). The studio's pages and the ablation studies (`engine.ablations`) queue their
@@ -32,7 +38,6 @@ import argparse
 import fcntl
 import json
 import os
-import re
 import secrets
 import shlex
 import signal
@@ -42,6 +47,7 @@ import time
 from contextlib import contextmanager
 from pathlib import Path
 
+from engine.__main__ import COMMANDS as _ENGINE_HELP
 from engine.errors import EngineError
 from engine.fileio import atomic_write_json
 from engine.procs import killpg, proc_stat, proven_alive
@@ -51,7 +57,7 @@ from engine.runs import latest_checkpoint, now_iso, run_progress, run_writer_pid
 REPO_ROOT = Path(__file__).resolve().parents[1]
 STATUSES = ("queued", "running", "finished", "failed", "cancelled")
 TERMINAL = ("finished", "failed", "cancelled")
-_COMMAND_RE = re.compile(r"[a-z][a-z0-9_-]*")
+ENGINE_COMMANDS = tuple(ln.split()[0] for ln in _ENGINE_HELP.splitlines() if ln.startswith("  "))  # `python -m engine --help`
 _LAUNCHED: dict[int, subprocess.Popen] = {}  # runners started by this process, polled so none stays a zombie
 
 
@@ -106,6 +112,42 @@ def _error_line(job: dict) -> str | None:
 
 
 # ---------------------------------------------------------------------------------------------------------
+# what a job may run
+
+def argv_problem(argv) -> str | None:
+    """Why `argv` may not run as `python -m engine *argv` (None when it may): a job is a list of strings that starts
+    with one of the engine's commands. Checked on submit, on launch and in the runner, whatever the queue file says."""
+    if isinstance(argv, (str, bytes)) or not isinstance(argv, (list, tuple)) or not argv:
+        return "a job is an engine command as a list of arguments, e.g. ['pretrain', '--corpus', 'bbc']"
+    if not all(isinstance(a, str) for a in argv):
+        return "every job argument must be a string; convert numbers with str()"
+    if any("\x00" in a for a in argv):
+        return "a job argument contains a NUL character; remove it"
+    if argv[0] not in ENGINE_COMMANDS:
+        return f"{str(argv[0])[:80]!r} is not an engine command; start the list with one of {', '.join(ENGINE_COMMANDS)}"
+    return None
+
+
+def engine_command(argv) -> list[str]:
+    """The one command line a job runs (EngineError when `argv` may not run)."""
+    problem = argv_problem(argv)
+    if problem:
+        raise EngineError(problem)
+    return [sys.executable, "-m", "engine", *argv]
+
+
+def _refuse_untrusted(path: Path, st: os.stat_result) -> None:
+    """A queue file's owner and mode must be this user's alone: whoever can write it chooses what runs."""
+    if st.st_uid != os.geteuid():
+        raise EngineError(f"refusing the job queue {path}: it belongs to user id {st.st_uid}, not to you (user id "
+                          f"{os.geteuid()}), and whoever writes it chooses what runs; remove it, or chown it to yourself "
+                          f"if you trust what it holds")
+    if st.st_mode & 0o022:
+        raise EngineError(f"refusing the job queue {path}: group or others may write it (mode {st.st_mode & 0o777:o}), "
+                          f"and whoever writes it chooses what runs; run chmod go-w on it if you trust what it holds")
+
+
+# ---------------------------------------------------------------------------------------------------------
 # the queue
 
 class Jobs:
@@ -113,6 +155,8 @@ class Jobs:
 
     def __init__(self, root=None, max_concurrent: int = 1, repo_root=None, cancel_timeout: float = 10.0,
                  lock_timeout: float = 30.0):
+        """`repo_root`: the engine commands' working directory, where `python -m engine` is found (default: this
+        repository; the runners this object starts are given it on their command line, never by the queue file)."""
         self.root = Path(root).absolute() if root is not None else runs_root()
         self.dir = self.root / ".jobs"
         self.queue_path = self.dir / "queue.json"
@@ -122,13 +166,25 @@ class Jobs:
         self.lock_timeout = lock_timeout
 
     # -- storage ------------------------------------------------------------------------------------------
+    def _read_queue(self) -> bytes | None:
+        """The queue file's bytes (None when there is none); EngineError for a file this user does not alone control.
+        Owner and mode are those of the file opened (fstat), so a file swapped in after the check is never read."""
+        try:
+            fd = os.open(self.queue_path, os.O_RDONLY)
+        except FileNotFoundError:
+            return None
+        with os.fdopen(fd, "rb") as f:
+            _refuse_untrusted(self.queue_path, os.fstat(f.fileno()))
+            return f.read()
+
     def _load(self) -> dict:
         try:
-            q = json.loads(self.queue_path.read_text(encoding="utf-8"))
+            data = self._read_queue()
+            if data is None:
+                return {"version": 1, "jobs": []}
+            q = json.loads(data.decode("utf-8"))
             if isinstance(q, dict) and isinstance(q.get("jobs"), list):
                 return q
-        except FileNotFoundError:
-            return {"version": 1, "jobs": []}
         except (OSError, ValueError):
             pass
         # unreadable (edited by hand?): keep it aside and start a fresh queue rather than brick the studio
@@ -184,7 +240,7 @@ class Jobs:
 
     def _load_readonly(self) -> dict:
         try:
-            q = json.loads(self.queue_path.read_text(encoding="utf-8"))
+            q = json.loads((self._read_queue() or b"{}").decode("utf-8"))
             if isinstance(q, dict) and isinstance(q.get("jobs"), list):
                 return q
         except (OSError, ValueError):
@@ -222,24 +278,14 @@ class Jobs:
 
         `run_dir` (default: the value of `--out` in argv; a relative path is taken from the repo root, the
         engine's working directory) is where job.log goes and progress is read from. One active job per run dir."""
-        if isinstance(argv, (str, bytes)) or not isinstance(argv, (list, tuple)) or not argv:
-            raise EngineError("a job is an engine command as a list of arguments, e.g. ['pretrain', '--corpus', 'bbc']")
+        engine_command(argv)  # EngineError unless it is an engine command
         argv = list(argv)
-        if not all(isinstance(a, str) for a in argv):
-            raise EngineError("every job argument must be a string; convert numbers with str()")
-        if any("\x00" in a for a in argv):
-            raise EngineError("a job argument contains a NUL character; remove it")
-        if not _COMMAND_RE.fullmatch(argv[0]):
-            raise EngineError(f"{argv[0]!r} is not an engine command; start the list with one such as 'pretrain' or 'finetune'")
         if run_dir is None:
             run_dir = _flag_value(argv, "--out")
-        return self._add(argv=argv, cmd=None, name=name, run_dir=run_dir)
+        return self._add(argv=argv, name=name, run_dir=run_dir)
 
-    def _submit_cmd(self, cmd: list[str], name: str | None = None, run_dir=None) -> dict:
-        """Tests only: queue an arbitrary full command instead of `python -m engine ...`."""
-        return self._add(argv=list(cmd), cmd=list(cmd), name=name, run_dir=run_dir)
-
-    def _add(self, argv, cmd, name, run_dir) -> dict:
+    def _add(self, argv, name, run_dir) -> dict:
+        engine_command(argv)
         job_id = f"{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(3)}"
         if run_dir is not None:
             run_dir = Path(run_dir)
@@ -251,8 +297,6 @@ class Jobs:
                "status": "queued", "pid": None, "pgid": None, "proc_start": None, "child_pid": None, "child_start": None,
                "created": now_iso(), "started": None, "ended": None, "returncode": None, "error": None,
                "log": log, "log_offset": None, "run_dir": run_dir, "cancel_requested": False}
-        if cmd is not None:
-            job["cmd"] = cmd
         with self._transaction() as q:
             for other in q["jobs"]:
                 if run_dir is not None and other.get("run_dir") == run_dir and other["status"] in ("queued", "running"):
@@ -270,7 +314,8 @@ class Jobs:
             raise EngineError(f"there is no job {job_id!r} in {self.queue_path}; refresh the job list")
         if job["status"] not in TERMINAL:
             raise EngineError(f"job {job_id} is still {job['status']}; cancel it first, then retry")
-        return self._add(argv=retry_argv(job), cmd=job.get("cmd"), name=job.get("name"), run_dir=job.get("run_dir"))
+        engine_command(job.get("argv"))  # a job the queue refused is refused again
+        return self._add(argv=retry_argv(job), name=job.get("name"), run_dir=job.get("run_dir"))
 
     def remove(self, job_id: str) -> None:
         """Forget a finished/failed/cancelled job (its log and run folder stay)."""
@@ -317,14 +362,18 @@ class Jobs:
                 running += job["status"] == "running"
 
     def _launch(self, job: dict) -> None:
-        """Start the detached runner for `job` (called with the queue lock held)."""
+        """Start the detached runner for `job` (called with the queue lock held); a job whose argv may not run
+        (`argv_problem`) is marked failed and nothing is started."""
+        problem = argv_problem(job.get("argv"))
+        if problem or not isinstance(job.get("log"), str):
+            job.update(status="failed", ended=now_iso(), error=f"refused to run this job: {problem or 'it names no log file'}")
+            return
         log = Path(job["log"])
         try:
             log.parent.mkdir(parents=True, exist_ok=True)
             with open(log, "ab") as f:
                 job["log_offset"] = f.seek(0, os.SEEK_END)
-                shown = job["cmd"] if job.get("cmd") else ["python", "-m", "engine", *job["argv"]]
-                f.write(f"[job {job['id']}] {now_iso()} $ {shlex.join(shown)}\n".encode())
+                f.write(f"[job {job['id']}] {now_iso()} $ {shlex.join(['python', '-m', 'engine', *job['argv']])}\n".encode())
             logf = open(log, "ab")
         except OSError as e:
             job.update(status="failed", ended=now_iso(), error=f"could not open the job log {log}: {e.strerror or e}")
@@ -332,9 +381,9 @@ class Jobs:
         try:
             env = dict(os.environ, PYTHONUNBUFFERED="1")
             p = subprocess.Popen(
-                [sys.executable, "-m", "engine.jobs", "run", "--root", str(self.root),
+                [sys.executable, "-m", "engine.jobs", "run", "--root", str(self.root), "--repo-root", str(self.repo_root),
                  "--max-concurrent", str(self.max_concurrent), job["id"]],
-                cwd=self.repo_root, stdin=subprocess.DEVNULL, stdout=logf, stderr=subprocess.STDOUT,
+                cwd=REPO_ROOT, stdin=subprocess.DEVNULL, stdout=logf, stderr=subprocess.STDOUT,
                 start_new_session=True, close_fds=True, env=env)
         except OSError as e:
             job.update(status="failed", ended=now_iso(), error=f"could not start the job: {e.strerror or e}")
@@ -346,8 +395,8 @@ class Jobs:
         job.update(status="running", pid=p.pid, pgid=p.pid, proc_start=st[2] if st else None, started=now_iso())
         try:  # the watcher, outside the job's process group, notices when the whole group is killed
             w = subprocess.Popen([sys.executable, "-m", "engine.jobs", "watch", "--root", str(self.root),
-                                  "--max-concurrent", str(self.max_concurrent), job["id"]],
-                                 cwd=self.repo_root, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                  "--repo-root", str(self.repo_root), "--max-concurrent", str(self.max_concurrent), job["id"]],
+                                 cwd=REPO_ROOT, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                                  stderr=subprocess.DEVNULL, start_new_session=True, close_fds=True)
             _LAUNCHED[w.pid] = w
         except OSError:
@@ -369,7 +418,7 @@ class Jobs:
             if job["status"] != "running":
                 return dict(job)
             job["cancel_requested"] = True
-            if not explicit and job.get("cmd") is None and (job.get("argv") or [None])[0] in SAVES_ON_SIGTERM:
+            if not explicit and (job.get("argv") or [None])[0] in SAVES_ON_SIGTERM:
                 timeout = max(timeout, 60.0)
             pgid = job["pgid"]
             snapshot = dict(job)
@@ -397,7 +446,7 @@ def retry_argv(job: dict) -> list[str]:
     fine-tune and features keep their finished trials/combinations, and a finished run stays as it is).
     A retry never starts a command afresh over an existing run's results."""
     argv = list(job["argv"])
-    if job.get("cmd") is None and argv and argv[0] in RESUMABLE and job.get("run_dir") \
+    if argv and argv[0] in RESUMABLE and job.get("run_dir") \
             and "--resume" not in argv and not any(a.startswith("--resume=") for a in argv):
         run_dir = job["run_dir"]
         if _run_json(run_dir).get("kind") == argv[0] or (argv[0] == "pretrain" and latest_checkpoint(run_dir) is not None):
@@ -439,7 +488,7 @@ def _finalize_run_json(run_dir, status: str, error: str | None) -> None:
 # ---------------------------------------------------------------------------------------------------------
 # the runner: python -m engine.jobs run --root ROOT JOB_ID
 
-def _run_job(root: str, job_id: str, max_concurrent: int) -> int:
+def _run_job(root: str, job_id: str, max_concurrent: int, repo_root=None) -> int:
     stop = {"sig": None}
 
     def on_signal(signum, frame):
@@ -448,16 +497,19 @@ def _run_job(root: str, job_id: str, max_concurrent: int) -> int:
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
     signal.signal(signal.SIGHUP, signal.SIG_IGN)
-    jobs = Jobs(root, max_concurrent=max_concurrent)
+    jobs = Jobs(root, max_concurrent=max_concurrent, repo_root=repo_root)
+    rc, error, cmd = None, None, None
     with jobs._transaction() as q:
         job = jobs._find(q, job_id)
         if job is None or job["status"] != "running" or job.get("pid") != os.getpid():
             print(f"[job {job_id}] runner {os.getpid()} does not own this job; exiting", flush=True)
             return 1
-        cmd = job["cmd"] if job.get("cmd") else [sys.executable, "-m", "engine", *job["argv"]]
+        try:  # checked again here: the file may have changed since the launch
+            cmd = engine_command(job.get("argv"))
+        except EngineError as e:
+            error = f"refused to run this job: {e}"
         early_cancel = job.get("cancel_requested")
-    rc, error = None, None
-    if not early_cancel and stop["sig"] is None:
+    if cmd is not None and not early_cancel and stop["sig"] is None:
         env = dict(os.environ, PYTHONUNBUFFERED="1", BERT_STUDIO_RUNS=str(jobs.root), BERT_STUDIO_JOB=job_id)
         try:
             child = subprocess.Popen(cmd, cwd=jobs.repo_root, stdin=subprocess.DEVNULL, env=env)
@@ -504,12 +556,12 @@ def _run_job(root: str, job_id: str, max_concurrent: int) -> int:
     return 0
 
 
-def _watch_job(root: str, job_id: str, max_concurrent: int, interval: float = 0.5) -> int:
+def _watch_job(root: str, job_id: str, max_concurrent: int, repo_root=None, interval: float = 0.5) -> int:
     """Wait until job `job_id` ends. If its runner recorded the end, it also started the next job: nothing to do.
     If the job's processes are gone with the job still `running` (its whole process group was killed), reap it
     and start the next queued job, so the queue advances with no studio open."""
     signal.signal(signal.SIGHUP, signal.SIG_IGN)
-    jobs = Jobs(root, max_concurrent=max_concurrent)
+    jobs = Jobs(root, max_concurrent=max_concurrent, repo_root=repo_root)
     while True:
         job = jobs.get(job_id)
         if job is None or job["status"] in TERMINAL:
@@ -525,23 +577,28 @@ def main(argv=None) -> int:
     sub = ap.add_subparsers(dest="cmd", required=True)
     r = sub.add_parser("run", help="run one queued job (started by the studio; not for direct use)")
     r.add_argument("--root", required=True, help="runs root holding .jobs/queue.json")
+    r.add_argument("--repo-root", default=None, help="the engine's working directory (default: this repository)")
     r.add_argument("--max-concurrent", type=int, default=1)
     r.add_argument("job_id")
     w = sub.add_parser("watch", help="advance the queue if this job's processes are killed (started by the studio)")
     w.add_argument("--root", required=True)
+    w.add_argument("--repo-root", default=None)
     w.add_argument("--max-concurrent", type=int, default=1)
     w.add_argument("job_id")
     ls = sub.add_parser("list", help="print the queue")
     ls.add_argument("--root", default=None)
     args = ap.parse_args(argv)
-    if args.cmd == "run":
-        return _run_job(args.root, args.job_id, args.max_concurrent)
-    if args.cmd == "watch":
-        return _watch_job(args.root, args.job_id, args.max_concurrent)
-    jobs = Jobs(args.root)
-    for j in jobs.refresh():
-        print(f"{j['id']}  {j['status']:<9}  {j['name']}  {j.get('error') or ''}")
-    return 0
+    try:
+        if args.cmd == "run":
+            return _run_job(args.root, args.job_id, args.max_concurrent, args.repo_root)
+        if args.cmd == "watch":
+            return _watch_job(args.root, args.job_id, args.max_concurrent, args.repo_root)
+        for j in Jobs(args.root).refresh():
+            print(f"{j['id']}  {j['status']:<9}  {j['name']}  {j.get('error') or ''}")
+        return 0
+    except EngineError as e:  # a refused queue file, a lock held too long: one line
+        print(f"error: {e}", file=sys.stderr, flush=True)
+        return 2
 
 
 # ---------------------------------------------------------------------------------------------------------

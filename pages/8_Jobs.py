@@ -42,9 +42,7 @@ def _progress(job) -> float | None:
 
 
 def command_line(job) -> str:
-    if job.get("cmd"):
-        return shlex.join(job["cmd"])
-    return shlex.join(["python", "-m", "engine", *job["argv"]])
+    return shlex.join(["python", "-m", "engine", *map(str, job.get("argv") or [])])
 
 
 def jobs_table(jobs) -> pd.DataFrame:
@@ -66,9 +64,11 @@ def job_list():
     msg = st.session_state.pop("jobs_msg", None)
     if msg:
         getattr(st, msg[0])(msg[1])
-    jobs = []
-    with guard("reading the job queue"):
+    jobs = None
+    with guard("reading the job queue"):  # a refused queue file: its one line, nothing else
         jobs = Q.refresh(root)
+    if jobs is None:
+        return
     if not jobs:
         st.info(f"No jobs yet in {root}. Launch one from the Pre-train, Fine-tune, Features or Ablations page.")
         return

@@ -272,3 +272,21 @@ def one_line_error():
         assert "Traceback" not in err, err
         assert pattern.lower() in lines[-1].lower(), lines[-1]
     return check
+
+
+_FAKE_ENGINE_MAIN = "import sys\n_cmd, _code, *_args = sys.argv[1:]\nsys.argv = ['-c', *_args]\nexec(compile(_code, '<job>', 'exec'))\n"
+
+
+@pytest.fixture
+def fake_engine(tmp_path):
+    """A stand-in for `python -m engine` in the job queue's tests, so they run tiny programs (sleep, print, fail,
+    ignore SIGTERM) through the real queue, runners and watchers: `.repo`, a folder holding a package `engine` whose
+    `__main__` runs the job's second argument as Python code; `.py(CODE, *args)`, that job's argv
+    (`["bench", CODE, *args]`: an engine command first, as the queue demands; it runs like `python -c CODE *args`).
+    The queue reaches it only through `Jobs(repo_root=fake_engine.repo)`, an in-process setting handed to the runners
+    on their command line: nothing in the queue file can name it."""
+    repo = tmp_path / "fake-engine-repo"
+    (repo / "engine").mkdir(parents=True, exist_ok=True)
+    (repo / "engine" / "__init__.py").write_text("")
+    (repo / "engine" / "__main__.py").write_text(_FAKE_ENGINE_MAIN)
+    return SimpleNamespace(repo=repo, py=lambda code, *args: ["bench", code, *map(str, args)])

@@ -285,12 +285,12 @@ def test_a_run_whose_writer_cannot_be_proved_is_dead_and_never_signalled(tmp_pat
         stranger.wait()
 
 
-def test_job_cancel_never_signals_a_reused_process_group(tmp_path):
+def test_job_cancel_never_signals_a_reused_process_group(tmp_path, fake_engine):
     from engine.jobs import Jobs
     stranger = _stranger()
     try:
-        q = Jobs(tmp_path / "runs", cancel_timeout=1.0)
-        job = q._submit_cmd([sys.executable, "-c", "import time; time.sleep(60)"], name="a")
+        q = Jobs(tmp_path / "runs", cancel_timeout=1.0, repo_root=fake_engine.repo)
+        job = q.submit(fake_engine.py("import time; time.sleep(60)"), name="a")
         # as if the runner had died long ago and its pid/pgid now belonged to another process group
         os.killpg(job["pgid"], 9)
         with q._transaction() as queue:
@@ -305,12 +305,12 @@ def test_job_cancel_never_signals_a_reused_process_group(tmp_path):
         stranger.wait()
 
 
-def test_queue_advances_without_a_browser_when_a_jobs_process_group_is_killed(tmp_path):
+def test_queue_advances_without_a_browser_when_a_jobs_process_group_is_killed(tmp_path, fake_engine):
     from engine.jobs import Jobs
     root = tmp_path / "runs"
-    q = Jobs(root)
-    a = q._submit_cmd([sys.executable, "-c", "import time; time.sleep(60)"], name="a")
-    b = q._submit_cmd([sys.executable, "-c", "print('b done')"], name="b")
+    q = Jobs(root, repo_root=fake_engine.repo)
+    a = q.submit(fake_engine.py("import time; time.sleep(60)"), name="a")
+    b = q.submit(fake_engine.py("print('b done')"), name="b")
     for _ in range(200):  # the runner has started its engine child
         if (q.get(a["id"]) or {}).get("child_pid"):
             break

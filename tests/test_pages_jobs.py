@@ -1,9 +1,8 @@
 """The Jobs page (AppTest): lists queued / running / finished / failed jobs of a fake queue with counts, command,
-log tail and error line; Cancel and Retry act on the queue. One real (tiny, `python -c`) job checks that a failure
-shows its error line."""
+log tail and error line; Cancel and Retry act on the queue. One real tiny job (under conftest's `fake_engine`)
+checks that a failure shows its error line."""
 import json
 import os
-import sys
 import time
 from pathlib import Path
 
@@ -97,11 +96,11 @@ def test_status_filter(queue_root):
     assert [e.label for e in at.expander] == ["❌ job b2 — failed"]
 
 
-def test_a_real_failing_job_shows_its_error_line(tmp_path):
+def test_a_real_failing_job_shows_its_error_line(tmp_path, fake_engine):
     root = tmp_path / "runs"
-    q = Jobs(root)
-    rec = q._submit_cmd([sys.executable, "-c", "import sys; print('working'); print('error: the answer was 41; retry with 42', flush=True); sys.exit(2)"],
-                        name="tiny", run_dir=root / "tiny")
+    q = Jobs(root, repo_root=fake_engine.repo)
+    rec = q.submit(fake_engine.py("import sys; print('working'); print('error: the answer was 41; retry with 42', flush=True); sys.exit(2)"),
+                   name="tiny", run_dir=root / "tiny")
     deadline = time.monotonic() + 30
     while q.get(rec["id"])["status"] not in TERMINAL and time.monotonic() < deadline:
         time.sleep(0.1)
