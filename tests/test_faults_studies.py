@@ -244,3 +244,34 @@ def test_two_resumes_of_one_study_run_one_at_a_time(tmp_path, in_process_jobs, m
         first.join(30)
     assert A.collect_results(d).progress["finished"] == 2
     assert A.main(["resume", str(d)]) == 0  # the lock went with the first
+
+
+@pytest.mark.slow
+def test_the_ablations_page_lists_the_good_studies_beside_a_damaged_one(tmp_path, monkeypatch, fake_runs):
+    """The Ablations page (AppTest) with one study whose study.json says `"study": null`: the other study is listed
+    and shown with its table; the bad one is listed as what is wrong, and picking it is one error line."""
+    from streamlit.testing.v1 import AppTest
+    root = tmp_path / "runs"
+    monkeypatch.setenv("BERT_STUDIO_RUNS", str(root))
+    study = A.get_study("pretraining-tasks", seeds=1, evaluations=(A.BBC,))
+    for name in ("good", "bad"):
+        d = root / "studies" / name
+        d.mkdir(parents=True)
+        jobs = A.plan(study, d)
+        A.write_study(d, study, jobs, mode="foreground")
+        fake_runs.fill_table5(d, jobs)
+    damage(root / "studies" / "bad", "study null")
+    at = AppTest.from_file(str(Path(__file__).resolve().parents[1] / "pages" / "7_Ablations.py"), default_timeout=60)
+    at.session_state["runs_root"] = str(root)
+    at.session_state["abl_show"] = "good"
+    at.run()
+    assert not at.exception, at.exception
+    assert not any("listing studies failed" in e.value for e in at.error)
+    pick = next(s for s in at.selectbox if s.key == "abl_pick")
+    assert len(pick.options) == 2 and pick.value == "good"
+    assert [o.startswith("bad — ") and "damaged" in o for o in sorted(pick.options)] == [True, False]
+    assert at.dataframe[0].value.loc["BERT (MLM + NSP)", A.BBC.name] == "90.0 ± 0.0 (n=1)"
+    pick.set_value("bad").run()
+    assert not at.exception, at.exception
+    errors = [e.value for e in at.error]
+    assert len(errors) == 1 and "damaged" in errors[0] and "\n" not in errors[0]
