@@ -54,7 +54,7 @@ the checkpoint's step first).
 Departures from the paper, on purpose:
 - Learning rate: the paper's 1e-4 with 10,000 warmup steps is for 1M steps of batch 256 x 512 on BERT-BASE.
   The classroom run (tiny BERT) uses 1e-3 with 6% warmup: tiny models need a larger rate to learn anything in
-  minutes; at 2e-3 (the default until 2026-11-26) the MLM model leaves the most-frequent-token plateau later, at
+  minutes; at 2e-3 the MLM model leaves the most-frequent-token plateau later, at
   5e-4 it learns more slowly (BENCHMARKS.md). Warmup is given in steps (>= 1) or as a fraction of the steps (< 1).
 - Sequence length: the classroom run (engine/pretrain_config.py, CLASSROOM_RECIPE) is the paper's short-then-long
   schedule scaled down, 32 tokens then 128 for the last 30% (paper: 128 then 512 for the last 10%), in batches of 64: on 128-token
@@ -110,7 +110,7 @@ def _prepare(cfg: PretrainConfig, docs, run_dir: Path, dist: Dist, resuming: boo
         else:
             log(f"training a {cfg.vocab_size}-token WordPiece vocabulary on {len(docs)} documents ...", cfg, dist)
             # cached by corpus and settings: the pieces' ids are sorted (tokenizer.canonical_order), but on a small
-            # corpus the trainer's ties can still change which pieces it learns (tokenizers issue 1794), and runs
+            # corpus the trainer's ties can still change which pieces it learns (huggingface/tokenizers#1794), and runs
             # with the same settings should share one vocabulary
             tok_cache = Path(cfg.cache_dir).expanduser() / "tokenizers" if cfg.cache_dir else None
             tok = train_tokenizer_cached(docs, vocab_size=cfg.vocab_size, lowercase=not cfg.cased, cache_dir=tok_cache)

@@ -42,7 +42,7 @@ CONTINUED_PRETRAINING = dict(corpus="all", objective=MLM_NSP.name, seq_len=128, 
 # laid over the dataclass defaults below (tiny preset, lr 1e-3, dropout 0, 25% masked). The paper's short-then-long
 # schedule scaled down: 3,000 steps of 64 sequences, 32 tokens, then 128 for the last 30% (the paper: 128, then
 # 512 for the last 10%). Why short sequences: a tiny model on 128-token sequences (the single-phase 2,000 x 16 x 128
-# run that was the default until 2026-11-25) never leaves the most-frequent-token solution in a classroom budget:
+# run, an earlier default) never leaves the most-frequent-token solution in a classroom budget:
 # held-out accuracy at [MASK] stays at the share of "the" (0.044) and its MLM accuracy of 0.13 is copying the 10%
 # of kept tokens. At 32 tokens a [MASK]'s neighbours are a larger share of what near-uniform attention averages, and
 # the model leaves that plateau: at lr 1e-3 after about 1,000-1,500 steps; at 2e-3 only after 2,000-2,500. Why the
@@ -67,9 +67,9 @@ def classroom_defaults(given: dict) -> dict:
 
 
 # What this code trains from a given PretrainConfig. Raise it with any change that makes the same settings train
-# another model (as the sorted vocabulary of 2026-11-27 did: every run's ids, so its start, moved). run.json records
+# another model (as sorting the vocabulary's ids did: every run's start moved). run.json records
 # it ("training_version"; "mixed" when a resume crossed versions); a study takes over a finished run only of this
-# version (engine/ablations/reuse.py). 1: since stop 33, 2026-11-27; runs before it record none.
+# version (engine/ablations/reuse.py); runs that record none are never taken over.
 TRAINING_VERSION = 1
 PROBE_READY_RUN = "minilm-continued"  # the run folder the studio's one-step button writes under the runs root
 PROBE_READY_INIT = "minilm"
@@ -86,7 +86,7 @@ class PretrainConfig:
     The classroom recipe departs from the paper in four settings, found by measuring held-out MLM and NSP
     accuracy against wall time on the 2-core CPU (BENCHMARKS.md, "Classroom pre-training recipe"): dropout 0
     (paper 0.1), 25% of the tokens masked (paper 15%; eval masking stays at 15%), a peak learning rate of 1e-3
-    (paper 1e-4 for BERT-BASE; 2e-3 until 2026-11-26, which delays leaving the most-frequent-token plateau) and
+    (paper 1e-4 for BERT-BASE; 2e-3 delays leaving the most-frequent-token plateau) and
     the longer second phase for the last 30% of the steps (paper: the last 10%; CLASSROOM_RECIPE says why).
     The architecture stays the paper's post-LN BERT. For a paper-faithful run give
     `--dropout 0.1 --mask-rate 0.15 --lr 1e-4`; continued pre-training (`--init`) has its own recipe."""

@@ -136,7 +136,7 @@ def nsp_baseline(batches: list) -> float:
     """The held-out NSP accuracy of the best trivial rule, no model: always one class, or a threshold on a
     segment's length ("NotNext when B has at most t tokens", or at least; on A, on B, on the shorter of the two),
     the rule and threshold fitted on these same pairs (so an upper bound for such a rule). A corpus whose
-    documents are lone headings or one-sentence snippets lets such a rule score high (issue 18: 0.86 against the
+    documents are lone headings or one-sentence snippets lets such a rule score high (one such corpus: 0.86 against the
     model's 0.82); the model's eval_nsp_acc means something only above it. NaN without NSP labels."""
     la, lb, y = [], [], []
     for b in batches:

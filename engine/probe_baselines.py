@@ -78,6 +78,10 @@ def probe_set_baselines(bundle, top_k: int = 5, corpus: str = None, probe_set: d
 
 def reading(scores: dict, baselines: dict) -> list:
     """Sentences saying what the scores mean at this stage of training (scores: probe_set_accuracy's dict)."""
+    from engine.measured import fact
+    run_mask, frequent = fact("classroom_run.mask_accuracy"), fact("classroom_run.frequent_token")
+    run_nsp, rule, ready_nsp = (fact("classroom_run.nsp_accuracy"), fact("classroom_run.nsp_rule"),
+                                fact("probe_ready.nsp_accuracy"))
     out = []
     top1, b1 = scores.get("cloze_top1"), baselines.get("unigram_top1")
     if top1 is not None:
@@ -85,9 +89,9 @@ def reading(scores: dict, baselines: dict) -> list:
         if top1 <= (b1 or 0.0) + 0.05:
             out.append(f"Cloze: at the unigram baseline ({top1:.0%} vs {b1:.0%}): the model still answers with frequent "
                        f"words ({words}) whatever the sentence, the plateau every masked LM passes through first. A "
-                       "classroom run (3,000 steps, about 5 minutes) has left it but not by far (held-out accuracy at [MASK] "
-                       "about 0.15 against 0.04 for always answering 'the', BENCHMARKS.md); a real pre-trained BERT "
-                       "gets most of these items.")
+                       f"classroom run has left it but not by far (held-out accuracy at [MASK] {run_mask.text()} "
+                       f"against {frequent.text()} for always answering the most frequent token); a real pre-trained "
+                       "BERT gets most of these items.")
         else:
             out.append(f"Cloze: above the unigram baseline ({top1:.0%} vs {b1:.0%}): the model uses the context, not only "
                        "word frequency. Longer pre-training keeps raising this; a real pre-trained BERT gets most items.")
@@ -96,9 +100,9 @@ def reading(scores: dict, baselines: dict) -> list:
     if nsp is not None:
         if abs(nsp - 0.5) <= NSP_NOISE:
             out.append(f"Next sentence: {nsp:.0%}, at chance (50%; {n_pairs} pairs, so ±{100 * (0.25 / max(n_pairs, 1)) ** 0.5:.0f} "
-                       "points is noise). NSP is learned "
-                       "late: the classroom run ends near held-out 0.55, a 15,000-step run (about 40 minutes) reaches 0.83 "
-                       "(BENCHMARKS.md). A P(IsNext) near 0.50 for every pair is what a barely trained model shows.")
+                       f"points is noise). NSP is learned late: the classroom run ends at held-out {run_nsp.text()} "
+                       f"(a rule that uses no model: {rule.text()}), the probe-ready model at {ready_nsp.text()}. A "
+                       "P(IsNext) near 0.50 for every pair is what a barely trained model shows.")
         elif nsp > 0.5:
             out.append(f"Next sentence: {nsp:.0%}, above chance (50%): the model tells a following sentence from a random one.")
         else:

@@ -53,13 +53,13 @@ PRETRAIN_RUN_FIELDS = ("tokenizer", "objective", "world_size", "device", "bf16",
                        "corpus_fingerprint",  # the hash of the corpus text (engine.tokenizer.corpus_fingerprint): resume checks it
                        "training_version")  # engine.pretrain_config.TRAINING_VERSION of the code that trained it ("mixed")
 FINETUNE_RUN_FIELDS = ("task", "model", "n_trials", "best_score", "metric",
-                       "evaluation_version")  # EVALUATION_VERSION of the code that ran it (none before stop 38)
+                       "evaluation_version")  # EVALUATION_VERSION of the code that ran it (older runs: none)
 FEATURES_RUN_FIELDS = ("task", "model", "n_combinations", "best_score", "metric", "evaluation_version")
 # The version of what a fine-tuning or feature-based evaluation computes from the same command line: the built-in
 # tasks' data and splits, the training loop, the metrics. Raise it with any change that moves a score of the same
 # command (a task's split, a default the command line does not spell out, the optimizer); a study takes over a
-# finished evaluation of another study only of this version (engine/ablations/reuse.py). 1: since stop 38,
-# 2026-11-29; runs before it record none, and are never taken over.
+# finished evaluation of another study only of this version (engine/ablations/reuse.py); runs that record none
+# are never taken over.
 EVALUATION_VERSION = 1
 
 FINETUNE_EVAL_FIELDS = (

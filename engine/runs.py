@@ -45,7 +45,7 @@ _STEP_DIR_RE = re.compile(r"step-(\d+)")
 
 
 def now_iso() -> str:
-    """Local time with its UTC offset, to the second: 2025-01-31T14:05:09+01:00."""
+    """Local time with its UTC offset, to the second, as YYYY-MM-DDTHH:MM:SS+HH:MM."""
     return datetime.now().astimezone().isoformat(timespec="seconds")
 
 

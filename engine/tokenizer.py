@@ -204,7 +204,7 @@ def canonical_order(vocab: dict) -> dict:
     then every other piece by its length without "##", whole words before continuations, then by text.
 
     Why: the `tokenizers` WordPiece trainer lays out its alphabet and its equally frequent pieces in hash-map order
-    (huggingface/tokenizers issue 1794), so two processes training on the same corpus got the same pieces under
+    (huggingface/tokenizers#1794), so two processes training on the same corpus got the same pieces under
     different ids (measured: 165 of 8,000 BBC pieces moved between two runs), and the same seed then pre-trained a
     different model (a different embedding row per piece). WordPiece tokenizes by greedy longest match and never
     reads the order, so only the ids change. Google's vocab.txt lists pieces in the order its trainer made them;
@@ -232,7 +232,7 @@ def train_tokenizer_cached(docs, vocab_size: int = 8000, lowercase: bool = True,
     """`train_tokenizer`, stored under `cache_dir` keyed by (corpus text, vocab size, case, min frequency).
 
     Why a cache and not just training again: the `tokenizers` WordPiece trainer breaks frequency ties in
-    hash-map order (huggingface/tokenizers issue 1794). `canonical_order` makes the ids independent of that, but
+    hash-map order (huggingface/tokenizers#1794). `canonical_order` makes the ids independent of that, but
     a tie at the vocabulary's size limit could in principle still change which pieces make the cut; reusing the
     first vocabulary makes runs with the same settings comparable whatever happens (and saves the training). The
     key names the sorted order, so a vocabulary cached before it was introduced is not reused."""

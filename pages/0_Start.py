@@ -4,7 +4,7 @@ numbers for Tables 5-8 (engine.paper_tables), visible before anything has run.""
 import streamlit as st
 
 from engine import paper_tables
-from studio import start
+from studio import measured_tables, start
 from studio.common import guard, runs_root
 
 st.title("BERT Studio")
@@ -62,3 +62,10 @@ for tab, (name, t) in zip(tabs, paper_tables.PAPER_TABLES.items()):
                 res = ablations.collect_results(d)
                 st.markdown(f"**Your classroom Table 5** (`{d.name}`, {n_done} of {n} jobs finished; dev scores in %)")
                 st.dataframe(res.table, width="stretch")
+        elif (ours := measured_tables.measured_frames(name)) is not None:  # until then, ours as measured
+            table, findings, caption = ours
+            st.markdown("**At classroom scale, as we measured it**")
+            if table is not None:
+                st.dataframe(table, width="stretch")
+            st.dataframe(findings, hide_index=True, width="stretch")
+            st.caption(caption)

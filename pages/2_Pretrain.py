@@ -9,12 +9,14 @@ from pathlib import Path
 
 import streamlit as st
 
+from engine.measured import fact
 from engine.records import CURVE_X
 from studio.common import chart_config, follow_queued_run, guard, precision_select, resume_button, runs_root
 from studio.pretrain_figures import pretraining_curves
 from studio.uploads import save_upload
 
 REFRESH_SECONDS = 2.0
+CLASSROOM_MINUTES = fact("classroom_run.minutes_bf16")
 PRESETS = ["tiny", "mini", "small", "medium", "base", "large"]
 STATUS_ICON = {"running": "🟢 running", "finished": "✅ finished", "failed": "❌ failed", "cancelled": "⏹️ cancelled",
                "dead": "💀 dead (process gone; resume it)", "unreadable": "⚠️ unreadable"}
@@ -87,7 +89,8 @@ def launch_form(root: Path) -> None:
             st.caption(f"The defaults are the classroom run: a tiny BERT (2 layers, hidden 128) on BBC News, MLM + NSP, "
                        f"{D.steps:,} steps of {D.batch_size} sequences, {D.seq_len} tokens then {D.phase2_seq_len} for the "
                        f"last {D.phase2_fraction:.0%} (the paper's short-then-long schedule, scaled down: a tiny model "
-                       f"learns to read context far sooner from short sequences), about 5 minutes on 2 CPU cores; it masks "
+                       f"learns to read context far sooner from short sequences), {CLASSROOM_MINUTES.text()} on "
+                       f"{CLASSROOM_MINUTES.where}; it masks "
                        f"{D.mask_rate:.0%} of the tokens at learning rate {D.lr:.0e} without dropout (the paper: 15%, 1e-04, "
                        "dropout 0.1).")
         c1, c2, c3 = st.columns(3)
@@ -260,7 +263,7 @@ def run_view(run_dir: Path, root: Path) -> str:
                    if mask_acc is not None and mask_base is not None else None,
                    help="Only the held-out positions whose input is [MASK]: there the model cannot copy its input, so "
                         "only context helps. A model that has learned just the unigram distribution and copying scores "
-                        "the most frequent token's share here (and about 0.13 on the MLM accuracy)."
+                        "the most frequent token's share here."
                         + (f" Scored on {last_eval['eval_seq_len']}-token held-out text, the length being trained (a "
                            "second phase switches to its own length)." if last_eval.get("eval_seq_len") else ""))
     cols[3].metric("Held-out perplexity", f"{last_eval[f'eval_{tok}_ppl']:.1f}" if f"eval_{tok}_ppl" in last_eval else "–")

@@ -8,7 +8,7 @@ from pathlib import Path
 import pandas as pd
 import streamlit as st
 
-from engine import probe_baselines, probes
+from engine import measured, probe_baselines, probes
 from studio import mask_watch, probe_ready
 from studio.common import chart_config, guard, list_model_choices, load_bundle, model_picker, runs_root
 from studio.figures import fill_mask_figure, over_steps_figure, probe_set_comparison_figure
@@ -103,7 +103,9 @@ with guard("Scoring the pair"):
         st.warning(n)
     st.metric("P(IsNext)", f"{float(p):.3f}", help="probability that B is the sentence that follows A (NSP head on [CLS])")
     st.caption(f"{name} says **{'IsNext' if p > 0.5 else 'NotNext'}**. Chance is 0.50: a model that has not learned "
-               "NSP yet (the 3-minute classroom run has not: held-out 0.52) gives about 0.50 to every pair.")
+               "NSP gives about 0.50 to every pair (the classroom run ends at held-out "
+               f"{measured.fact('classroom_run.nsp_accuracy').text()}, the probe-ready model at "
+               f"{measured.fact('probe_ready.nsp_accuracy').text()}).")
 
 # ---------------------------------------------------------------------------------------------- over training steps
 st.header("Over training steps")

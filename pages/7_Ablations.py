@@ -9,6 +9,7 @@ import streamlit as st
 from engine import ablations as A
 from engine import paper_tables
 from studio import ablation_figures as F
+from studio import measured_tables
 from studio.common import chart_config, guard, runs_root
 
 st.title("Ablation studies")
@@ -32,6 +33,19 @@ def paper_numbers(study_name: str) -> None:
     with st.expander(f"The paper's numbers: {t.title}"):
         st.dataframe(paper_tables.frame(study_name), hide_index=True, width="stretch")
         st.caption(t.note)
+        measured_results(study_name)
+
+
+def measured_results(study_name: str) -> None:
+    """This study at classroom scale as we measured it (engine/measured.py), when the table holds it."""
+    ours = measured_tables.measured_frames(study_name)
+    if ours is not None:
+        table, findings, caption = ours
+        st.markdown("**At classroom scale, as we measured it**")
+        if table is not None:
+            st.dataframe(table, width="stretch")
+        st.dataframe(findings, hide_index=True, width="stretch")
+        st.caption(caption)
 
 
 def base_frame(study: A.Study) -> pd.DataFrame:
@@ -55,8 +69,9 @@ def time_estimate(study: A.Study, root) -> None:
     check = st.session_state.get("abl_speed_check")
     if check is None:
         ref = A.REFERENCE_MINUTES.get(study.name)
-        st.caption(f"This study's classroom time was measured on an {ref.machine if ref else A.REFERENCE_MACHINE}; a "
-                   "CPU without bf16 units trains in fp32 and takes several times longer.")
+        if ref is not None:
+            st.caption(f"This study took {ref.minutes:g} min at its classroom defaults on {ref.machine}, {ref.date}; a "
+                       "CPU without bf16 units trains in fp32 and takes several times longer.")
         if st.button("Estimate the time on this machine (a speed check of a few seconds)", key="abl_speed"):
             with guard("timing this machine"), st.spinner("timing the classroom model's steps …"):
                 st.session_state["abl_speed_check"] = check = A.speed_check()
@@ -205,6 +220,10 @@ with tab_results:
         studies = A.list_studies(root)
     if not studies:
         st.info(f"No studies yet under {root / 'studies'}. Launch one in the **New study** tab.")
+        for key in A.STUDIES:
+            if measured_tables.measured_frames(key) is not None:
+                st.subheader(A.STUDIES[key]().title)
+                measured_results(key)
     else:
         labels = [s["name"] for s in studies]
         default = labels.index(st.session_state["abl_show"]) if st.session_state.get("abl_show") in labels else 0

@@ -83,12 +83,15 @@ def _status(d: Path):
 
 def panel(root) -> None:
     """Build (or follow, or resume) the probe-ready model."""
+    from engine.measured import fact
     from engine.pretrain_config import CONTINUED_PRETRAINING as R
+    BUILD, MLM, NSP = fact("probe_ready.minutes"), fact("probe_ready.mlm_accuracy"), fact("probe_ready.nsp_accuracy")
     d = run_dir(root)
     st.caption(f"MiniLM has real weights but no MLM or NSP head. This continues its pre-training with the paper's "
                f"objectives (MLM + NSP) on the built-in text (BBC News + Wikipedia extract + State of the Union, about "
                f"3.3M words): {R['steps']} steps of {R['batch_size']} x {R['seq_len']} tokens at learning rate "
-               f"{R['lr']:g}, on this machine's CPU (about 25 minutes on 2 cores), as its own process. "
+               f"{R['lr']:g}, as its own process ({BUILD.text()} on {BUILD.where}; held-out MLM "
+               f"{MLM.text()} and NSP {NSP.text()} at the end). "
                f"Command: `python -m engine {' '.join(argv(root))}`")
     status, info = _status(d)
     job_id = st.session_state.get("probe_ready_job")

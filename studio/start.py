@@ -10,26 +10,19 @@ on this machine, where each button goes with which fields filled in, and whether
    probes it; until then the step says how to make it.
 4. Run the paper's Table 5 at classroom scale: the Ablations page, New study tab, with the pre-training-tasks
    study at classroom scale selected (done once such a study has every job finished).
-Times are BENCHMARKS.md's measurements on 2-core CPUs: the classroom pre-training (two phases, 32 then 128 tokens
-for the last 30%) 5.0 min with bf16 autocast (an Intel Xeon with native bf16) and 15.7 min in fp32 (an AMD EPYC
-with AVX2 only, which has no bf16 units); the classroom Table 5 study (6,000 steps at equal FLOPs) 49.7 min with bf16
-on an AMD EPYC Zen 5, not timed in fp32, where the page points to the speed check (`python -m engine ablate
-estimate`, the Ablations page's button, engine/ablations/timing.py).
-A GPU is faster; that is not measured for these steps.
+Times and findings are read from engine/measured.py (the one table of measured facts): measured on 2-core CPUs,
+with bf16 where the CPU has native bf16 units and in fp32 where it has not.
 """
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from engine.ablations.timing import REFERENCE_MINUTES
+from engine import measured
 from engine.records import RUN_JSON, read_json_or_empty
 
 TABLE5 = "pretraining-tasks"
-MINUTES = {  # BENCHMARKS.md, idle 2-core CPU: (bf16, fp32); None: not measured
-    # the classroom run (second phase the last 30%), empty cache: 2026-11-26 evening on an Intel Xeon (bf16);
-    # 2026-11-27 on an AMD EPYC with AVX2 only (fp32, 939 s)
-    "pretrain": (5.0, 15.7),
-    # the classroom Table 5 study on the Zen 5: the reference the time estimate scales (engine.ablations.timing)
-    "table5": (REFERENCE_MINUTES[TABLE5].minutes, None),
+MINUTES = {  # step -> (bf16, fp32) measurements on an idle 2-core CPU (engine/measured.py); None: not measured
+    "pretrain": (measured.fact("classroom_run.minutes_bf16"), measured.fact("classroom_run.minutes_fp32")),
+    "table5": (measured.study(TABLE5).minutes, None),
 }
 
 
@@ -59,11 +52,11 @@ def _minutes(key: str, precision: str, device: str) -> str:
     m = bf16 if precision == "bf16" else fp32
     where = "bf16 on this CPU" if precision == "bf16" else "fp32: this CPU has no native bf16"
     if m is None:
-        return (f"about {bf16:.0f} minutes on a 2-core CPU with bf16 (BENCHMARKS.md); not measured in fp32, which this "
-                "CPU uses: expect several times longer (the Ablations page's speed check estimates it for this machine)")
+        return (f"about {bf16.value:.0f} minutes on a 2-core CPU with bf16 ({bf16.where}); not measured in fp32, which "
+                "this CPU uses: expect several times longer (the Ablations page's speed check estimates it here)")
     if device == "cuda":
-        return f"under {m:.0f} minutes (measured {m:.1f} min on a 2-core CPU; this GPU is faster)"
-    return f"about {m:.0f} minutes on this machine ({where}; BENCHMARKS.md)"
+        return f"under {m.value:.0f} minutes (measured {m.text()} on a 2-core CPU; this GPU is faster)"
+    return f"about {m.value:.0f} minutes on this machine ({where}; measured on {m.where})"
 
 
 def probe_ready_command(root) -> str:
@@ -117,6 +110,17 @@ def checkpoint_choice(root, run_path) -> str:
     return str(Path(root) / Path(run_path).name / "checkpoints" / ck.name)
 
 
+def _table5_what() -> str:
+    """Step 4 in three sentences: what the study is, what it showed when measured (engine/measured.py)."""
+    m = measured.study(TABLE5)
+    reproduced = sum(f.verdict == "reproduced" for f in m.findings)
+    return ("BERT against the same model without NSP and a left-to-right model, each pre-trained for minutes on BBC "
+            "News and fine-tuned on span extraction, punctuation, a sentence-pair task and the topic control. "
+            f"Measured on {m.minutes.where} over {m.seeds} pre-training starts: {reproduced} of the paper's "
+            f"{len(m.findings)} findings reproduced (the paper's Table 5 below shows ours beside it). "
+            "The Ablations page's lessons go further: a second seed, the paper's equal steps, and longer runs.")
+
+
 def guided_steps(root, visited: dict, precision: str = "fp32", device: str = "cpu") -> list:
     """The four steps with their state; `visited`: session flags {"model": bool, "probed": bool}."""
     root = Path(root)
@@ -165,21 +169,7 @@ def guided_steps(root, visited: dict, precision: str = "fp32", device: str = "cp
 
     studies = table5_studies(root)
     s4 = Step(4, "Run the paper's Table 5 at classroom scale",
-              "BERT vs No NSP vs left-to-right (and + BiLSTM), each pre-trained for minutes on BBC News and fine-tuned "
-              "on tasks where the paper's gaps live: a cloze reading task (span extraction), punctuation restoration "
-              "(needs the right context), whether sentence B continues A's story (negatives from other articles on the "
-              "same topic), and BBC topics as the "
-              "control (`python -m engine ablate run pretraining-tasks --classroom`: BERT pre-trained 6,000 steps, "
-              "the other two at its compute, so the left-to-right model, which learns from every token, gets 2,840). "
-              "What to expect, measured on three pre-training starts: BERT beats the left-to-right model on the span "
-              "and punctuation tasks beyond the uncertainty on every start, and so does the masked LM without NSP on "
-              "span; NSP is learned (0.67-0.73 held out, against 0.60 for the no-model rule) and removing it hurts the "
-              "same-story task on two starts of three (+3.6, +2.7; +1.0 on the third); the topic control shows a small "
-              "gap, as the paper's SST-2. The verdicts say what your run shows, with their uncertainty (BENCHMARKS.md "
-              "reads ours). The Ablations page's lessons go further: a second seed, the paper's equal steps at 3,000 "
-              "(where the left-to-right model leads on span), the span lesson (Figure 5 at 12,000 steps, about an "
-              "hour on its own) and after it the whole Table 5 at that budget, where removing NSP hurts the "
-              "same-story task by +7.9.",
+              _table5_what(),
               _minutes("table5", precision, device),
               "pages/7_Ablations.py", "Set up the Table 5 study",
               {"abl_study": TABLE5, "abl_scale": "classroom"})

@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from engine import paper_tables
+from engine import measured, paper_tables
 from engine.runs import mark_complete, write_run_json
 from studio import start
 
@@ -41,8 +41,8 @@ def test_empty_runs_folder_shows_four_open_steps_times_and_the_paper_tables(tmp_
                                                 "3. Probe it and the probe-ready model",
                                                 "4. Run the paper's Table 5 at classroom scale"]
     precision, device = start.machine_precision()
-    minutes = start.MINUTES["pretrain"][0 if precision == "bf16" else 1]
-    assert f"{minutes:.0f} minutes" in steps[1] and "BENCHMARKS.md" in steps[1] or device == "cuda"
+    m = measured.fact("classroom_run.minutes_bf16" if precision == "bf16" else "classroom_run.minutes_fp32")
+    assert f"{m.value:.0f} minutes" in steps[1] and m.where in steps[1] or device == "cuda"
     assert not any("✅" in m.value for m in at.markdown)  # nothing done yet
     cmd = f"python -m engine pretrain --corpus all --init minilm --out {tmp_path / 'runs' / 'minilm-continued'}"
     assert start.probe_ready_command(tmp_path / "runs") == cmd
@@ -51,7 +51,16 @@ def test_empty_runs_folder_shows_four_open_steps_times_and_the_paper_tables(tmp_
     t5 = at.dataframe[0].value
     assert list(t5.columns) == ["Tasks", "MNLI-m", "QNLI", "MRPC", "SST-2", "SQuAD"]
     assert t5.iloc[0].tolist() == ["BERT-BASE", 84.4, 88.4, 86.7, 92.7, 88.5]
-    assert len(at.dataframe) == 4 and at.dataframe[3].value.iloc[0]["MNLI fine-tune"] == 84.2
+    # Table 5 at classroom scale as measured (the table's values), beside the paper's, before anything has run
+    ours = measured.study("pretraining-tasks")
+    table, findings = at.dataframe[1].value, at.dataframe[2].value
+    assert table.loc["BERT (MLM + NSP)", "BBC cloze span (F1)"] == ours.table["BERT (MLM + NSP)"]["BBC cloze span (F1)"]
+    assert list(findings["verdict"]) == [f.verdict for f in ours.findings]
+    table8 = [d.value for d in at.dataframe if "MNLI fine-tune" in d.value.columns]
+    assert len(table8) == 1 and table8[0].iloc[0]["MNLI fine-tune"] == 84.2
+    shown = [list(d.value["verdict"]) for d in at.dataframe if "verdict" in d.value.columns]
+    assert shown == [[f.verdict for f in measured.study(k).findings] for k in paper_tables.PAPER_TABLES
+                     if measured.study(k) and measured.study(k).findings]
 
 
 def test_steps_check_off_from_the_runs_folder_and_session(tmp_path, fake_runs):

@@ -14,8 +14,8 @@ Departures from the paper, all of scale: tiny/mini models pre-trained for minute
 BERT-BASE for a million steps on 3.3B words; the downstream tasks are built-in: Table 5 uses `bbc-cloze` (span
 extraction, for SQuAD), `bbc-punct` (a token task whose labels need the right context), `bbc-story` (is B from A's
 story, negatives from other articles on the same topic: the sentence-pair column) and `bbc-topic` as the control
-(until 2026-11-27 the pair column was `bbc-next`, same-article coherence, which even fine-tuned MiniLM does not
-learn: BENCHMARKS.md; it stays available through `--tasks`, with its own contrast); Figure 5 `bbc-cloze`; Table 6 `bbc-cloze`
+(`bbc-next`, same-article coherence, which even fine-tuned MiniLM does not learn, stays available through
+`--tasks`, with its own contrast; docs/lab-notes/table5.md); Figure 5 `bbc-cloze`; Table 6 `bbc-cloze`
 and `bbc-topic` (for SQuAD and SST-2); Table 8 `bbc-punct` fine-tuned and feature-based (for CoNLL-2003 NER); Table 7 `wnut16` (real NER, MiniLM); plus RTE and CoLA from `../shared/data`
 when that folder is present (not at the classroom and lab scales, which keep to the built-in tasks). Whether a
 finding is reproduced is decided only for each study's `contrasts`, with a bootstrap (engine.ablations.verdict),
@@ -62,9 +62,9 @@ BBC = Evaluation("BBC topic (acc)", "bbc-topic", "accuracy")
 WNUT = Evaluation("WNUT-16 NER (F1)", "wnut16", "f1")
 # Table 5's classroom columns (engine/tasks/bbc_*.py; README's task cards): span extraction, a token task whose
 # labels depend on the right context, a sentence pair (is B from A's story?); BBC topic stays as the control.
-# The pair column is bbc-story, not bbc-next (same-article coherence): fine-tuned MiniLM stayed at chance on bbc-next
-# (51.5% with 1,500 pairs, 52.6% with 8,000) and learned bbc-story (BENCHMARKS.md, 2026-11-27), the criterion the
-# swap was decided on before any classroom row was fine-tuned on it
+# The pair column is bbc-story, not bbc-next (same-article coherence): fine-tuned MiniLM stays at chance on bbc-next
+# and learns bbc-story, the criterion the choice was made on before any classroom row was fine-tuned on it
+# (docs/lab-notes/table5.md)
 CLOZE = Evaluation("BBC cloze span (F1)", "bbc-cloze", "f1")
 PUNCT = Evaluation("BBC punctuation (F1)", "bbc-punct", "f1")
 NEXT = Evaluation("BBC next sentence (acc)", "bbc-next", "accuracy")
@@ -116,12 +116,10 @@ def pretraining_tasks_study(evaluations=None) -> Study:
         evaluations=evaluations if evaluations is not None else TABLE5_TASKS + tuple(shared_evaluations()),
         pretrain_columns=("mlm_mask_acc",),  # did the MLM models learn any context? (LTR has no [MASK]: "–")
         # At classroom scale: BERT 6,000 steps, the other rows at BERT's FLOPs (No NSP 6,002, LTR 2,840), a departure
-        # from the paper's equal steps (the issue allows either; `--budget steps` or the page's choice gives the
-        # paper's protocol). Why: at the recipe's 3,000 equal steps the left-to-right model, with a loss on every
-        # token, led on span extraction (-7.8 F1 on a Zen 5, -6.2 pooled over three starts) and NSP was not learned
-        # (0.600 against the no-model rule's 0.604); at 6,000 at equal FLOPs the span findings reproduced on three
-        # pre-training starts, in 49.7 min from scratch on the Zen 5 (BENCHMARKS.md, Classroom Table 5 study, stops
-        # 41 and 42: the budget was chosen after a 12,000-step run and adopted on a third start it was not chosen on)
+        # from the paper's equal steps (`--budget steps` or the page's choice gives the paper's protocol). Why: at
+        # 3,000 equal steps the left-to-right model, with a loss on every token, leads on span extraction and NSP is
+        # not learned; at 6,000 at equal FLOPs the span findings reproduce on each of three pre-training starts within
+        # the classroom hour (engine/measured.py has the figures, docs/lab-notes/table5.md how the budget was chosen)
         classroom_steps=6000,
         classroom_budget="flops",
         finding_check=check_pretraining_tasks,
@@ -223,11 +221,9 @@ def feature_based_study(evaluations=None) -> Study:
         + tuple(Variant(name, features=fa, note=f"--combine {fa.combine} --layers {fa.layers}") for name, fa in FEATURE_ROWS),
         evaluations=evaluations if evaluations is not None else (WNUT,),
         model="minilm",
-        # at classroom scale (at most 1,500 tweets, the paper's 5e-5) fine-tuning for 5 epochs is 235 steps: every
-        # restart still predicted "O" everywhere after epoch 2 and was rising at epoch 5, so the study measured how
-        # far 235 steps get, not fine-tuning; run for 15 epochs, restarts level off from epoch 8-10 and agree within
-        # 0.7 (BENCHMARKS.md, Table 7, 2026-11-27). The BiLSTM taggers on features were rising at epoch 5 too (all
-        # but concat), so both arms train 15 epochs, each to its plateau: the study took 29.6 min (BENCHMARKS.md).
+        # at classroom scale (at most 1,500 tweets, the paper's 5e-5) fine-tuning for 5 epochs is 235 steps, which
+        # stops every restart before its plateau; at 15 epochs restarts level off and agree, and the BiLSTM taggers
+        # on features reach theirs too, so both arms train 15 epochs (docs/lab-notes/tables-6-7-8-figure5.md)
         classroom_epochs=15,
         finding_check=check_feature_based,
         contrasts=(Contrast("fine-tuning beats the best feature-based combination (concat last four)", "Fine-tuning",
@@ -292,15 +288,11 @@ def masking_study(evaluations=None) -> Study:
         pretrain_columns=("mlm_mask_acc",),
         # six pre-training runs and two evaluations each: at 1,500 training examples (the classroom scale's cap) the
         # row's evaluations would take 1.5x the time of 1,000 and the study would leave too little margin in the hour
-        # (estimated from per-step costs: 55 vs 48 min on the Intel Xeon; BENCHMARKS.md has the measurement)
         classroom_max_train=1000,
-        # The classroom scale's 5 epochs stop both columns before their plateau (fine-tuned restarts leave the all-"O"
-        # answer at epoch 3-5; the BiLSTM on features still rising), but every epoch of both columns costs about 40 s
-        # a row against ~300 s of pre-training, so the hour holds no more: 7 epochs took the study 62.9 min on the Intel
-        # Xeon, 5 took it 48.8 (BENCHMARKS.md, Table 8, 2026-11-27). `ablate run masking --classroom --epochs 7` (or
-        # the page's "Downstream epochs") trains longer where the class has the time. Fine-tuning at batch 16 (320
-        # steps in the same 5 epochs) was tried under a rule written down before it ran and not adopted: restarts of
-        # three rows still left the all-"O" answer only at epoch 4 (BENCHMARKS.md, Table 8, 2026-11-29).
+        # The classroom scale's 5 epochs stop both columns before their plateau, but every epoch of both columns
+        # costs a large share of a row's pre-training, so the hour holds no more; `ablate run masking --classroom
+        # --epochs 7` (or the page's "Downstream epochs") trains longer where the class has the time. What was
+        # measured and tried is in docs/lab-notes/tables-6-7-8-figure5.md.
         finding_check=check_masking,
         contrasts=(Contrast("feature-based, MASK-only hurts", table8_label(80, 10, 10), table8_label(100, 0, 0),
                             PUNCT_FEATURES.name, (94.9, 94.0), "CoNLL-2003 NER feature-based dev F1"),

@@ -40,8 +40,7 @@ def pretrain_config(study: Study, variant: Variant):
     """The variant's PretrainConfig under the study's budget: "steps" as given; "flops": steps scaled so that
     steps x step_flops equals the first pre-trained variant's at its steps (a cheaper step gets more steps);
     "time": the same steps (the learning-rate schedule spans them) and --max-minutes budget_minutes. FLOPs are the
-    whole run's (`run_flops`: both phases of a two-phase run; before 2026-11-28 the first phase's length stood for
-    every step, which gave the classroom LTR row 2% fewer steps than equal FLOPs)."""
+    whole run's (`run_flops`: both phases of a two-phase run, each at its own length)."""
     cfg = study.pretrain_args(variant)
     from engine.tasks.heldout import HELD_OUT_TASKS, check_unseen
     if any(e.task in HELD_OUT_TASKS for e in study.evaluations):

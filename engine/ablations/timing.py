@@ -1,25 +1,18 @@
 """How long a classroom study will take on this machine, said before it runs: a speed check against the machine
-the classroom studies were measured on.
+the classroom study was measured on.
 
-The classroom studies' wall times (BENCHMARKS.md, each study's section) were measured on one machine, REFERENCE (all
-but Table 5's, below): an Intel Xeon with 2 vCPUs whose AMX units run bf16 natively. A CPU without bf16 units (AVX2 only: most laptops
-before 2023) trains in fp32 (engine.device.default_precision) and is several times slower: on an AMD EPYC with
-AVX2 only the classroom Figure 5 took 79 min against 24.5 (BENCHMARKS.md, "Classroom studies on a CPU without bf16
-units"). So the page and `ablate estimate` time one step of the kind the studies are made of, here, and scale the
-reference minutes by the ratio:
+Each classroom study's wall time is measured once, on one machine, and kept in engine/measured.py with that
+machine's speed check. A CPU without bf16 units (AVX2 only: most laptops before 2023) trains in fp32
+(engine.device.default_precision) and is several times slower. So the page and `ablate estimate` time one step of
+the kind the studies are made of, here, and scale the reference minutes by the ratio:
 
-    estimate = reference minutes x (MLM step here) / (MLM step on REFERENCE)
+    estimate = reference minutes x (MLM step here) / (MLM step on the machine the study was measured on)
 
-(for a study measured on another machine, REFERENCE_MINUTES holds that machine's check and it scales by that
-instead: the classroom Table 5 since its default became 6,000 steps at equal FLOPs, timed on an AMD EPYC Zen 5),
 where the step is one MLM pre-training step of the classroom model (tiny: L=2 H=128, vocabulary 8,000, batch 64 x
-128 tokens, 25% of the positions on the blocked vocabulary loss) at the precision pre-training picks on this CPU:
-`engine.bench.pretrain_step_times`, a row of examples/step_profile.py. Why that step: a study's time is mostly the
-encoder at 32 and 128 tokens (pre-training, and fine-tuning at 128) with some projection onto the vocabulary,
-which this step mixes in about that share. On the AVX2 EPYC the whole Figure 5 took 3.23x the Xeon's time, its
-parts 3.0x (fine-tuning) to 3.4x (pre-training), this step 3.3x. A first version added the left-to-right step
-(every position on the vocabulary: 4.2x there) and estimated 95 min for the study that took 79, 20% too high; the
-MLM step alone, chosen after that measurement, gives 81. One study checked, on one other machine.
+128 tokens, 25% of the positions on the blocked vocabulary loss) at the precision pre-training picks on this CPU
+(`engine.bench.pretrain_step_times`). A study's time is mostly the encoder at 32 and 128 tokens with some
+projection onto the vocabulary, which this step mixes in about that share (docs/lab-notes/time-estimate.md has how
+the step was chosen and how well it predicted a study on another machine).
 A study whose settings differ from its classroom defaults (a second seed, more epochs, other tasks or steps) is
 estimated job by job (`job_minutes`): each pre-training from its FLOPs (`training_seconds`), and each evaluation
 from its counterpart's equal share of what the defaults' reference time leaves after their pre-trainings, scaled by
@@ -27,32 +20,26 @@ its epochs, restarts and training examples; at the defaults that sum is the refe
 A pre-training the study would take over (engine.ablations.reuse) is taken off the estimate, with `runs_root` (as
 `ablate estimate` and the page give it): one a finished run under the runs folder has done (`reusable`), and one a
 job queued or running in that folder's job queue will have done by the time the study's own pre-training starts
-when the queue runs one job at a time (`queued_twins`: a class that queues Table 5 and then Figure 5). What is
-taken off is what that pre-training would train here (`training_seconds`: its FLOPs at the speed check's rate), not
-the finished run's own time, which another machine or a loaded one makes shorter or longer (a classroom BERT run whose
-steps took twice their idle time, another job sharing the 2 cores, reported 26 min of training where this model says
-14 and the same run alone took 14-16). So is an evaluation another study has already done of a model this study
-takes over (`reusable_evaluations`: `ablate run --seeds 2` after the one-seed study), at its `job_minutes`.
-Checked on the AVX2 EPYC (check 577-634 ms): the classroom MLM + NSP run 834 s modelled at 0.6 s against 863-939
-measured alone, the left-to-right run 1,762 against 2,108 (the projection onto the vocabulary at every position
-runs slower per FLOP than the encoder: 17% short).
-What the estimate cannot see: other jobs on
-the machine (time it idle), memory bandwidth unlike the step's, and how one evaluation's time differs from
-another's (equal shares: a classroom Table 5 fine-tuning took 54 to 133 s on the Zen 5, 2026-11-29).
-Table 7 evaluates MiniLM (6 layers, hidden 384), whose steps the tiny model's stand in for: a rough figure there.
-On a 2-core machine the browser showing the page competes with the check: the page's check read 880-910 ms on
-the AVX2 EPYC where the command read 630-690 (the spinner animates while it runs), so the page's estimate is
-about a third high there; `python -m engine ablate estimate` in a terminal gives the idle figure.
+when the queue runs one job at a time (`queued_twins`). What is taken off is what that pre-training would train
+here (`training_seconds`: its FLOPs at the speed check's rate), not the finished run's own time, which another
+machine or a loaded one makes shorter or longer. So is an evaluation another study has already done of a model this
+study takes over (`reusable_evaluations`), at its `job_minutes`.
+What the estimate cannot see: other jobs on the machine (time it idle), memory bandwidth unlike the step's, and how
+one evaluation's time differs from another's (equal shares). Table 7 evaluates MiniLM (6 layers, hidden 384), whose
+steps the tiny model's stand in for: a rough figure there. On a 2-core machine the browser showing the page competes
+with the check, so the page's estimate runs high there; `python -m engine ablate estimate` in a terminal gives the
+idle figure.
 """
 import statistics
 from dataclasses import dataclass
 from typing import NamedTuple
 
+from engine.measured import MACHINES, STUDIES
 
-# The machine the classroom wall times were measured on, and its step times (BENCHMARKS.md, "The vocabulary loss in
-# blocks": examples/step_profile.py, 2026-11-26 14:44 UTC, idle, bf16 autocast, 2 threads, median of 20 steps).
-REFERENCE_MACHINE = "Intel Xeon (family 6 model 167), 2 vCPUs, AVX-512 and AMX with native bf16"
-REFERENCE_STEP_MS = 189.8  # the MLM row at 128 tokens
+
+# The machine most classroom wall times were measured on, and its speed check (engine/measured.py).
+REFERENCE_MACHINE = MACHINES["xeon"].description
+REFERENCE_STEP_MS = MACHINES["xeon"].check_ms  # the MLM row at 128 tokens
 
 
 class Reference(NamedTuple):
@@ -64,25 +51,14 @@ class Reference(NamedTuple):
     machine: str = REFERENCE_MACHINE
 
 
-# an AMD EPYC Zen 5 (family 26 model 2), 2 vCPUs, AVX-512 with avx512_bf16; its check: the median of three (183, 195,
-# 201 ms) read idle right after the Table 5 run below
-ZEN5 = "AMD EPYC Zen 5"
-ZEN5_STEP_MS = 195.0
-# Each classroom study's wall time at its classroom defaults, idle, from an empty cache (BENCHMARKS.md, "Classroom
-# Tables 6, 7, 8 and Figure 5" and "Classroom Table 5 study").
-REFERENCE_MINUTES = {
-    # 6,000 steps at equal FLOPs (the classroom Table 5's default since stop 42): 49.7 min from scratch with the
-    # vocabulary and data cached (add about 20 s), 2026-11-29 on the Zen 5; its second and third seeds took 51.5 and
-    # 51.4 (BENCHMARKS.md, Classroom Table 5 study, stops 41 and 42). The old default, 3,000 equal steps, took 50.7
-    # min on the Xeon and 39.6 on the Zen 5, where the checks' ratio (x0.87 then) said 44: the Xeon ran that study
-    # slower than its check predicts, so this study may take over 55 min there (not measured)
-    "pretraining-tasks": Reference(49.7, "2026-11-29", ZEN5_STEP_MS, ZEN5),
-    "model-size": Reference(40.8, "2026-11-27"),
-    "feature-based": Reference(29.6, "2026-11-27"),
-    "masking": Reference(48.8, "2026-11-27"),
-    "training-steps": Reference(24.5, "2026-11-27"),
-}
-CLASSROOM_HOUR = 60.0  # the issue's promise: each classroom study within the hour on an idle 2-core CPU
+def _reference(m) -> Reference:
+    machine = MACHINES[m.machine]
+    return Reference(m.value, m.date, machine.check_ms, machine.name)
+
+
+# Each classroom study's wall time at its classroom defaults, idle, from an empty cache (engine/measured.py).
+REFERENCE_MINUTES = {key: _reference(s.minutes) for key, s in STUDIES.items()}
+CLASSROOM_HOUR = 60.0  # the promise: each classroom study within the hour on an idle 2-core CPU
 SPEED_CHECK_TOKENS = 128
 SPEED_CHECK_BATCH = 64
 
@@ -220,7 +196,7 @@ def estimate(study, check: SpeedCheck, runs_root=None) -> dict:
     from engine.ablations.paper import get_study
     if study.scale != "classroom":
         return {"minutes": None, "text": f"no estimate at the {study.scale} scale: only the classroom studies have "
-                                         "reference times (BENCHMARKS.md)"}
+                                         "reference times (engine/measured.py)"}
     if check.gpu:
         return {"minutes": None, "text": "no estimate: the jobs run on this machine's GPU, and the reference times are "
                                          "for a 2-core CPU (a GPU is faster; not measured for the classroom studies)"}
@@ -228,7 +204,7 @@ def estimate(study, check: SpeedCheck, runs_root=None) -> dict:
         return {"minutes": None, "text": f"no estimate for {study.name}: it has no reference time"}
     ref, when, ref_ms, machine = REFERENCE_MINUTES[study.name]
     f = check.factor(ref_ms)
-    on = "the reference machine" if machine == REFERENCE_MACHINE else machine
+    on = machine
     here = job_minutes(study, check)
     minutes = sum(here.values())
     defaults = study == get_study(study.name, scale="classroom")
@@ -276,8 +252,8 @@ def job_minutes(study, check: SpeedCheck) -> dict:
     their pre-trainings' data, held-out evaluation and saving) is shared equally among the defaults' evaluation jobs,
     and each of `study`'s evaluations takes the share of its counterpart there (the same row, column and checkpoint,
     any seed), scaled by `_work` and by the check's factor. So the study at its defaults sums to the reference time x
-    the factor, and a second seed or more epochs add their jobs' share. Equal shares are rough: a classroom Table 5
-    fine-tuning took 54 to 133 s (BENCHMARKS.md, 2026-11-29)."""
+    the factor, and a second seed or more epochs add their jobs' share. Equal shares are rough: one classroom Table 5
+    fine-tuning can take over twice another's time."""
     from pathlib import Path
 
     from engine.ablations.paper import get_study

@@ -53,12 +53,12 @@ def length_batches(lengths: list, batch_size: int, generator: torch.Generator = 
     batches of the whole epoch are then shuffled. Without (evaluation): every index in ascending length order, so
     each batch pads little.
 
-    Why windows, and why small ones. Sorting inside chunks of 50 batches (as this did up to 2026-11-24) made every
+    Why windows, and why small ones. Sorting inside chunks of 50 batches (an earlier version) made every
     batch of a small data set one length band of the whole epoch (2,000 examples at batch 32 are 63 batches, all
     in one chunk), so the same examples met in the same batch epoch after epoch: on 2,000 RTE pairs, 32% of the
     pairs that shared a batch in epoch 1 shared one again in epoch 2 (1.4% with random batches). With that
     bucketing MiniLM on 2,000 sentence pairs scored 0.68-0.69 where a plain transformers loop scored 0.71-0.72
-    (issue 18); fed identical batches (dropout off), the engine's model and optimizer give that loop's losses to
+    (docs/lab-notes/finetune-parity.md); fed identical batches (dropout off), the engine's model and optimizer give that loop's losses to
     1e-6, so the batching was what differed. Fully random batches removed the gap but cost 27% of the wall time
     on RTE (padding: the encoder's `unpad` keeps it off the linear layers, not off the attention). A window of
     4 batches is drawn afresh each epoch from the whole permutation, so batch mates are random neighbours in

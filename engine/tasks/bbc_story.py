@@ -4,17 +4,12 @@
 What it tests: whether two sentences belong to one story, among stories on one subject. It is the sentence-pair
 task closest to what NSP's pre-training teaches (is B from A's document? with random-document negatives) made
 harder than NSP by one step: the topic is the same, so topic words alone cannot answer, while the people, places,
-firms and numbers of a story can. Why it exists beside `bbc-next` (negatives from the same article, the coherence
-task the issue describes first): on the 2-core CPU, in 2026-11-27's measurement, even a real pre-trained sentence
-model (MiniLM) fine-tuned on `bbc-next` stayed at chance, 51.5% with 1,500 training pairs, 52.6% with 8,000
-(BENCHMARKS.md, "Classroom Table 5 study"), so a comparison of two classroom models on it cannot show whether NSP
-helps. `bbc-story` is a pair task that can: fine-tuned the same way (1,500 pairs) MiniLM reaches 70.1%, while
-the tiny model from random initialisation stays at 51.5% (task card, README.md). BERT and No NSP models pre-trained
-3,000 steps (the classroom default until stop 42) stay near chance on it too (51.6 and 51.2%): NSP itself is not
-learned at that budget. At today's classroom default (BERT 6,000 steps; NSP 0.67-0.73) BERT scores 53.4% and No NSP
-51.0% over three pre-training starts (+2.4 [+0.6, +4.4]); at 12,000 steps, where BERT's NSP reaches 0.775, 59.0%
-and 51.0%: the classroom's "removing NSP hurts a sentence-pair task" (BENCHMARKS.md, Classroom Table 5 study, stops
-41 and 42).
+firms and numbers of a story can. Why it exists beside `bbc-next` (negatives from the same article, a coherence
+task): even a real pre-trained sentence model (MiniLM) fine-tuned on `bbc-next` stays at chance, so a comparison of
+two classroom models on it cannot show whether NSP helps. `bbc-story` is a pair task that can: fine-tuned MiniLM
+learns it while the tiny model from random initialisation stays at chance, and a classroom BERT scores above a No
+NSP model once its NSP is learned (the classroom Table 5's "removing NSP hurts a sentence-pair task": the figures
+are in engine/measured.py, how the task was chosen in docs/lab-notes/table5.md).
 
 How an example is made, per document (the BBC headline skipped): for every sentence A that has a next sentence,
 one positive pair (A, the next sentence), label "1", and one negative (A, a sentence of another document of the

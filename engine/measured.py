@@ -1,0 +1,277 @@
+"""The one table of measured facts: every figure the product states to a user, with where, when and how it was
+measured.
+
+A figure a page, a caption, a lesson, a time estimate or the README shows is read from here; nothing else in
+engine/, studio/ or pages/ types a measured number. Each entry names the machine (MACHINES), the date and the
+command that measures it again. BENCHMARKS.md holds the same figures with their context; docs/lab-notes/ how they
+were reached. When a figure is re-measured, change it here (and in BENCHMARKS.md): the README's generated section
+(`python -m engine measured --write README.md`) and every page follow, and tests/test_measured.py fails until the README is
+regenerated.
+"""
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class Machine:
+    name: str  # short, as pages show it
+    description: str
+    check_ms: float = None  # the speed check (engine.ablations.timing.speed_check): the classroom MLM step, ms
+
+
+MACHINES = {
+    "xeon": Machine("Intel Xeon, AMX bf16",
+                    "Intel Xeon (family 6 model 167), 2 vCPUs, AVX-512 and AMX with native bf16", 189.8),
+    "zen5": Machine("AMD EPYC Zen 5, bf16",
+                    "AMD EPYC Zen 5 (family 26 model 2), 2 vCPUs, AVX-512 with avx512_bf16", 195.0),
+    "zen4": Machine("AMD EPYC Zen 4, bf16",
+                    "AMD EPYC Zen 4 (family 25 model 17), 2 vCPUs under KVM, AVX-512 with native bf16"),
+    "avx2": Machine("AMD EPYC, AVX2 only (fp32)",
+                    "AMD EPYC, 2 vCPUs, AVX2 only: no bf16 units, so pre-training runs in fp32"),
+    "h100": Machine("NVIDIA H100", "one NVIDIA H100 80GB HBM3, bf16"),
+    "h200": Machine("NVIDIA H200", "one NVIDIA H200 (141 GB), bf16"),
+}
+
+
+@dataclass(frozen=True)
+class Measured:
+    """One measured figure."""
+    value: float
+    unit: str  # "min", "s", "x", "" (an accuracy or a ratio in [0, 1]), "%"
+    machine: str  # a key of MACHINES
+    date: str
+    command: str  # the command that measures it again
+    what: str = ""  # one line: what the figure is
+
+    @property
+    def where(self) -> str:
+        """'<machine>, <date>': the label a page shows beside the figure."""
+        return f"{MACHINES[self.machine].name}, {self.date}"
+
+    def text(self, digits: int = None) -> str:
+        """The figure as the product prints it ('12.5 min', '0.311', '2.05x')."""
+        if digits is None:
+            digits = {"min": 1, "s": 0, "x": 2, "%": 1}.get(self.unit, 3)
+        number = f"{self.value:,.{digits}f}"
+        return number + {"min": " min", "s": " s", "x": "x", "%": "%", "": ""}[self.unit]
+
+
+@dataclass(frozen=True)
+class Finding:
+    """A finding of the paper as a classroom study measured it (the study's `ablate show` verdict)."""
+    finding: str
+    ours: str  # "39.6 vs 31.8, +7.8 [+4.6, +10.8]"
+    verdict: str  # reproduced | not reproduced | inconclusive (engine/ablations/verdict.py)
+
+
+@dataclass(frozen=True)
+class StudyMeasurement:
+    """A classroom study at its classroom defaults, from an empty runs folder, idle: its wall time, the results
+    table in the paper's layout (dev scores, mean ± spread over the replicates) and each finding's verdict."""
+    minutes: Measured
+    seeds: int = 1  # pre-training starts the table and the verdicts pool
+    results_command: str = None  # the command the table and verdicts came from, when not `minutes.command`
+    table: dict = field(default_factory=dict)  # variant -> {column: "mean ± spread"}
+    findings: tuple = ()
+
+
+_TABLE5 = Measured(49.7, "min", "zen5", "2026-11-29", "python -m engine ablate run pretraining-tasks --classroom",
+                   "Table 5 at classroom scale, from scratch")
+
+STUDIES = {  # the key of engine.ablations.paper.STUDIES -> its classroom measurement
+    "pretraining-tasks": StudyMeasurement(
+        _TABLE5, seeds=3, results_command="python -m engine ablate run pretraining-tasks --classroom --seeds 3",
+        table={
+            "BERT (MLM + NSP)": {"BBC cloze span (F1)": "39.6 ± 2.4", "BBC punctuation (F1)": "25.1 ± 1.6",
+                                 "BBC same story (acc)": "53.4 ± 1.4", "BBC topic (acc)": "95.2 ± 0.5"},
+            "No NSP": {"BBC cloze span (F1)": "39.0 ± 2.0", "BBC punctuation (F1)": "23.4 ± 2.4",
+                       "BBC same story (acc)": "51.0 ± 0.5", "BBC topic (acc)": "94.9 ± 0.9"},
+            "LTR & No NSP": {"BBC cloze span (F1)": "31.8 ± 2.5", "BBC punctuation (F1)": "6.3 ± 0.8",
+                             "BBC same story (acc)": "51.1 ± 0.6", "BBC topic (acc)": "95.5 ± 0.8"},
+            "+ BiLSTM": {"BBC cloze span (F1)": "36.5 ± 2.6", "BBC punctuation (F1)": "15.4 ± 1.4",
+                         "BBC same story (acc)": "52.0 ± 0.4", "BBC topic (acc)": "95.4 ± 0.8"},
+        },
+        findings=(
+            Finding("bidirectional beats LTR on span extraction", "39.6 vs 31.8, +7.8 [+4.6, +10.8]", "reproduced"),
+            Finding("bidirectional beats LTR on the token task", "25.1 vs 6.3, +18.8 [+16.9, +20.5]", "reproduced"),
+            Finding("MLM alone beats LTR on span extraction", "39.0 vs 31.8, +7.2 [+4.1, +10.1]", "reproduced"),
+            Finding("removing NSP hurts a sentence-pair task", "53.4 vs 51.0, +2.4 [+0.6, +4.4]", "reproduced"),
+            Finding("removing NSP hurts span extraction", "39.6 vs 39.0, +0.6 [-2.5, +3.9]", "inconclusive"),
+            Finding("+ BiLSTM recovers part of LTR's loss on span", "36.5 vs 31.8, +4.7 [+1.5, +8.0]", "reproduced"),
+            Finding("control: the gap on topic is small", "95.2 vs 95.5, -0.3 [-1.7, +1.1]", "inconclusive"),
+        )),
+    "model-size": StudyMeasurement(
+        Measured(40.8, "min", "xeon", "2026-11-27", "python -m engine ablate run model-size --classroom",
+                 "Table 6 at classroom scale"),
+        findings=(Finding("larger models are better (cloze span)", "+6.7 [+4.0, +9.2]", "reproduced"),
+                  Finding("larger models are better (topic)", "+2.6 [+0.4, +5.0]", "reproduced"))),
+    "feature-based": StudyMeasurement(
+        Measured(29.6, "min", "xeon", "2026-11-27", "python -m engine ablate run feature-based --classroom",
+                 "Table 7 at classroom scale (MiniLM)"),
+        findings=(Finding("fine-tuning beats the best feature-based combination", "43.5 vs 48.3, -4.8 [-9.0, -0.9]",
+                          "not reproduced"),
+                  Finding("concatenating the last four layers beats the embeddings alone", "+7.5 [+2.9, +12.4]",
+                          "reproduced"))),
+    "masking": StudyMeasurement(
+        Measured(48.8, "min", "xeon", "2026-11-27", "python -m engine ablate run masking --classroom",
+                 "Table 8 at classroom scale"),
+        findings=(Finding("feature-based, MASK-only hurts", "+1.1 [+0.7, +1.6]", "reproduced"),
+                  Finding("RND-only is worse than 80/10/10", "+5.3 [-0.1, +9.0]", "inconclusive"))),
+    "training-steps": StudyMeasurement(
+        Measured(24.5, "min", "xeon", "2026-11-27", "python -m engine ablate run training-steps --classroom",
+                 "Figure 5 at classroom scale"),
+        findings=(Finding("MLM above LTR at the last checkpoint (cloze span)", "-10.5 [-12.9, -7.7]",
+                          "not reproduced"),)),
+}
+
+
+@dataclass(frozen=True)
+class LessonMeasurement:
+    """What a lesson (engine/ablations/lessons.py) showed when it was measured, in one or two sentences, and what
+    it took."""
+    shows: str
+    minutes: Measured
+    from_scratch: float = None  # minutes without the lesson it follows (None: it follows none)
+
+
+def _lesson_time(minutes, date="2026-11-29", machine="zen5", command=""):
+    return Measured(minutes, "min", machine, date, command)
+
+
+LESSONS = {
+    "table5": LessonMeasurement(
+        "On each of three pre-training starts BERT beat the left-to-right model on span extraction (+8.0, +10.1, "
+        "+5.4 F1) and on restoring punctuation, each beyond its uncertainty; removing NSP hurt the same-story task "
+        "on two starts of three.",
+        _TABLE5),  # the lesson is the classroom default
+    "table5-second-seed": LessonMeasurement(
+        "A second pre-training start: span held (+9.0 [+5.7, +12.7] pooled over two seeds) and NSP's value on the "
+        "same-story task did not clear its interval (+2.3 [-0.1, +5.0]).",
+        _lesson_time(51.5, command="python -m engine ablate lesson table5-second-seed"), from_scratch=100),
+    "table5-3k": LessonMeasurement(
+        "At the paper's equal steps and 3,000 of them, BERT beats the left-to-right model on punctuation (+10.2 F1) "
+        "but the span column goes the other way (-7.8): a loss on every token learns faster per step early on.",
+        _lesson_time(39.6, command="python -m engine ablate lesson table5-3k")),
+    "table5-3k-equal-flops": LessonMeasurement(
+        "At equal FLOPs the left-to-right model gets 1,420 steps to BERT's 3,000; its span lead narrows (-7.8 to "
+        "-5.3) but stays beyond the uncertainty.",
+        _lesson_time(26.3, command="python -m engine ablate lesson table5-3k-equal-flops"), from_scratch=36),
+    "span": LessonMeasurement(
+        "With four times the classroom steps the MLM model overtakes the left-to-right one on span extraction: "
+        "+10.8 F1 [+7.1, +14.9] at 12,000 steps (the paper's SQuAD gap: 10.7); BERT learns NSP (0.775 held out).",
+        _lesson_time(65.9, command="python -m engine ablate lesson span")),
+    "table5-12k": LessonMeasurement(
+        "At 12,000 equal steps Table 5 comes out as the paper's, removing NSP hurting the same-story task by +7.9 "
+        "[+5.4, +10.3] once NSP is well learned; the paper's two small gaps stay inconclusive (one seed).",
+        _lesson_time(41.5, command="python -m engine ablate lesson table5-12k"), from_scratch=100),
+}
+
+_CLASSROOM_RUN = "python -m engine pretrain --out runs/bert-tiny"
+_PROBE_READY = "python -m engine pretrain --init minilm --corpus all --out runs/minilm-continued"
+
+FACTS = {
+    # the classroom run: `python -m engine pretrain` with every flag left out (engine/pretrain_config.py)
+    "classroom_run.minutes_bf16": Measured(4.7, "min", "xeon", "2026-11-27", _CLASSROOM_RUN,
+                                           "the classroom pre-training run's wall time with bf16, empty cache"),
+    "classroom_run.minutes_fp32": Measured(15.7, "min", "avx2", "2026-11-27", _CLASSROOM_RUN,
+                                           "the classroom pre-training run's wall time in fp32"),
+    "classroom_run.mask_accuracy": Measured(0.129, "", "xeon", "2026-11-27", _CLASSROOM_RUN,
+                                            "held-out accuracy at [MASK] at the end (128 tokens)"),
+    "classroom_run.nsp_accuracy": Measured(0.613, "", "xeon", "2026-11-27", _CLASSROOM_RUN,
+                                           "held-out NSP accuracy at the end"),
+    "classroom_run.nsp_rule": Measured(0.604, "", "xeon", "2026-11-27", _CLASSROOM_RUN,
+                                       "held-out NSP accuracy of the best rule that uses no model"),
+    "classroom_run.frequent_token": Measured(0.044, "", "xeon", "2026-11-27", _CLASSROOM_RUN,
+                                             "the most frequent token's share of the held-out [MASK] positions"),
+    # the probe-ready model: MiniLM continued with MLM + NSP (studio/probe_ready.py, the Model page's button)
+    "probe_ready.minutes": Measured(23.9, "min", "zen4", "2026-11-24", _PROBE_READY,
+                                    "building the probe-ready model, wall time from a cold cache"),
+    "probe_ready.mlm_accuracy": Measured(0.311, "", "zen4", "2026-11-24", _PROBE_READY,
+                                         "the probe-ready model's held-out MLM accuracy"),
+    "probe_ready.nsp_accuracy": Measured(0.869, "", "zen4", "2026-11-24", _PROBE_READY,
+                                         "the probe-ready model's held-out NSP accuracy"),
+    # the engine against transformers (python -m engine bench): both sides from the same weights and loss
+    "bench.cpu_pretrain_ratio": Measured(
+        3.38, "x", "zen4", "2026-11-22",
+        "python -m engine bench --threads 1 --scenario pretrain --preset mini --seq-len 128 --batch-size 32 "
+        "--precision fp32", "BERT-mini pre-training step, 1 CPU thread, fp32: engine / transformers"),
+    "bench.gpu_base_ratio_eager": Measured(
+        1.34, "x", "h100", "2026-11-24",
+        "python -m engine bench --scenario pretrain --preset base --seq-len 128 --batch-size 256 --precision bf16 "
+        "--device cuda", "BERT-base pre-training step, 128 x 256, bf16: engine / transformers"),
+    "bench.gpu_base_ratio_compiled": Measured(
+        1.75, "x", "h100", "2026-11-24",
+        "python -m engine bench --scenario pretrain --preset base --seq-len 128 --batch-size 256 --precision bf16 "
+        "--device cuda --compile", "the same step, torch.compile on both sides"),
+    "bench.gpu_base_mfu": Measured(
+        39.4, "%", "h100", "2026-11-24",
+        "python -m engine bench --scenario pretrain --preset base --seq-len 128 --batch-size 256 --precision bf16 "
+        "--device cuda --compile", "the engine's MFU on that compiled step"),
+}
+
+
+def fact(key: str) -> Measured:
+    return FACTS[key]
+
+
+def study(key: str) -> StudyMeasurement:
+    """The classroom measurement of a study (a key of engine.ablations.paper.STUDIES), or None."""
+    return STUDIES.get(key)
+
+
+def lesson(key: str) -> LessonMeasurement:
+    return LESSONS[key]
+
+
+README_START = "<!-- measured facts: generated by `python -m engine measured --write README.md` from engine/measured.py -->"
+README_END = "<!-- end of measured facts -->"
+
+
+def readme_table() -> str:
+    """README.md's table of measured figures, between README_START and README_END (a test keeps them equal)."""
+    rows = [("the classroom pre-training run, bf16", FACTS["classroom_run.minutes_bf16"]),
+            ("the classroom pre-training run, fp32", FACTS["classroom_run.minutes_fp32"]),
+            (f"its held-out accuracy at [MASK] (most frequent token {FACTS['classroom_run.frequent_token'].text()})",
+             FACTS["classroom_run.mask_accuracy"]),
+            (f"its held-out NSP accuracy (a no-model rule {FACTS['classroom_run.nsp_rule'].text()})",
+             FACTS["classroom_run.nsp_accuracy"]),
+            ("building the probe-ready model", FACTS["probe_ready.minutes"]),
+            ("its held-out MLM accuracy", FACTS["probe_ready.mlm_accuracy"]),
+            ("its held-out NSP accuracy", FACTS["probe_ready.nsp_accuracy"])]
+    rows += [(s.minutes.what, s.minutes) for s in STUDIES.values()]
+    rows += [(m.what, m) for k, m in FACTS.items() if k.startswith("bench.")]
+    lines = [README_START, "", "| what (CPUs: 2 vCPUs, idle) | measured | machine, date |", "| --- | --- | --- |"]
+    lines += [f"| {what} | {m.text()} | {m.where} |" for what, m in rows]
+    return "\n".join(lines + ["", README_END])
+
+
+def main(argv: list = None) -> int:
+    """`python -m engine measured [--readme]`: every measured fact with its machine, date and command."""
+    import argparse
+    ap = argparse.ArgumentParser(prog="python -m engine measured", description=main.__doc__)
+    ap.add_argument("--readme", action="store_true", help="print README.md's generated table of measured figures")
+    ap.add_argument("--write", metavar="README", help="replace the generated table in this README file")
+    args = ap.parse_args(argv)
+    if args.write:
+        from pathlib import Path
+
+        from engine.errors import EngineError
+        path = Path(args.write)
+        text = path.read_text(encoding="utf-8") if path.is_file() else ""
+        if README_START not in text or README_END not in text:
+            raise EngineError(f"{path} has no generated table (the lines {README_START} and {README_END}); add "
+                              "them where the table goes")
+        start, end = text.index(README_START), text.index(README_END) + len(README_END)
+        path.write_text(text[:start] + readme_table() + text[end:], encoding="utf-8")
+        return 0
+    if args.readme:
+        print(readme_table())
+        return 0
+    for key, m in FACTS.items():
+        print(f"{key}: {m.text(3)} | {m.where} | {m.command}")
+    for key, s in STUDIES.items():
+        print(f"studies.{key}.minutes: {s.minutes.text()} | {s.minutes.where} | {s.minutes.command}")
+        for f in s.findings:
+            print(f"  {f.finding}: {f.ours} ({f.verdict})")
+    for key, lesson in LESSONS.items():
+        print(f"lessons.{key}.minutes: {lesson.minutes.text()} | {lesson.minutes.where} | {lesson.minutes.command}")
+    return 0

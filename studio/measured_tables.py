@@ -1,0 +1,21 @@
+"""A classroom study's results as we measured them (engine/measured.py), as tables a page shows beside the
+paper's numbers before the user's own study exists (the Start page's paper tables, the Ablations page)."""
+import pandas as pd
+
+from engine import measured
+
+
+def measured_frames(study_key: str):
+    """(results table or None, findings table, caption) of a classroom study as measured, or None for a study the
+    table has no findings of."""
+    m = measured.study(study_key)
+    if m is None or not m.findings:
+        return None
+    table = pd.DataFrame(m.table).T if m.table else None
+    findings = pd.DataFrame([{"finding of the paper": f.finding, "ours [95%]": f.ours, "verdict": f.verdict}
+                             for f in m.findings])
+    starts = f"{m.seeds} pre-training start{'s' if m.seeds != 1 else ''}"
+    caption = (f"Measured at classroom scale on {m.minutes.where}: {starts}, dev scores in % "
+               f"(`{m.results_command or m.minutes.command}`; one start takes {m.minutes.text()}). "
+               "Your own study replaces this once it exists.")
+    return table, findings, caption
