@@ -31,6 +31,7 @@ import importlib.resources as resources
 import importlib.util
 import json
 import lzma
+import os
 import re
 from pathlib import Path
 
@@ -371,10 +372,16 @@ def _load_builtin(name: str) -> Corpus:
 def _load_path(path: Path) -> Corpus:
     info = {"name": str(path)}
     docs = []
+    if path.is_file() and is_binary(path):
+        raise EngineError(f"corpus file {path} is binary, not text (NUL bytes or bytes that are not UTF-8); give a .txt or "
+                          ".jsonl file of UTF-8 text")
     if path.is_dir():
-        files = sorted(p for p in path.rglob("*.txt") if p.is_file())
+        files, binary = skip_binary(sorted(p for p in walk_files(path) if p.suffix == ".txt"))
+        for f in binary:
+            info.setdefault("warnings", []).append(binary_warning(f))
         if not files:
-            raise EngineError(f"the folder {path} holds no .txt files; put one document per .txt file in it")
+            raise EngineError(f"the folder {path} holds no .txt files{' of text' if binary else ''}; put one document per "
+                              ".txt file in it")
         for f in files:
             doc = _text_to_document(_decode(f.read_bytes(), f, info))
             if doc:
@@ -424,6 +431,10 @@ def load_corpus(name_or_path) -> Corpus:
 # ---------------------------------------------------------------- streaming (engine.prepare reads big corpora this way)
 STREAM_SUFFIXES = (".txt", ".jsonl")  # each optionally compressed: .gz, .bz2, .xz
 COMPRESSED = (".gz", ".bz2", ".xz")
+PIECE_CHARS = 1_000_000  # a streamed document longer than this is cut into pieces (each counted as a document)
+BINARY_SAMPLE = 8192  # bytes read from the start of a file to tell text from binary
+BINARY_SHARE = 0.3  # a file whose sample has more than this share of NUL, control or non-UTF-8 bytes is binary
+_PART_FOLDER = re.compile(r"part-\d+-of-\d+")
 
 
 def _stream_kind(path: Path):
@@ -435,9 +446,60 @@ def _stream_kind(path: Path):
     return (kind, comp) if kind else None
 
 
+def is_cache_folder(d: Path) -> bool:
+    """A part folder of data `engine.prepare` wrote (part-I-of-N holding its settings.json or manifest.json): its
+    tokenizer/vocab.txt is not corpus text, so a corpus walk never enters one."""
+    return bool(_PART_FOLDER.fullmatch(d.name)) and ((d / "settings.json").is_file() or (d / "manifest.json").is_file())
+
+
+def walk_files(folder: Path) -> list:
+    """Every file under `folder` (recursively, symlinked folders not followed), prepared-data folders left out."""
+    out = []
+    for root, dirs, names in os.walk(folder):
+        dirs[:] = sorted(x for x in dirs if not is_cache_folder(Path(root) / x))
+        out.extend(Path(root) / n for n in names if (Path(root) / n).is_file())
+    return out
+
+
+def _open_bytes(path: Path):
+    import gzip
+
+    comp = (_stream_kind(path) or ("", ""))[1]
+    return {".gz": gzip.open, ".bz2": bz2.open, ".xz": lzma.open, "": open}[comp](path, "rb")
+
+
+def is_binary(path) -> bool:
+    """Whether a corpus file is binary rather than text: more than BINARY_SHARE of the first BINARY_SAMPLE bytes
+    (decompressed) are NUL or other control bytes, or bytes that are not UTF-8. A text file with a few stray
+    Latin-1 bytes (one BBC article) is text, read with replacement characters as before."""
+    try:
+        with _open_bytes(Path(path)) as f:
+            data = f.read(BINARY_SAMPLE)
+    except (OSError, EOFError, lzma.LZMAError):
+        return False  # unreadable or damaged: reading it says so (iter_documents)
+    text = data.decode("utf-8", errors="replace")
+    if len(data) == BINARY_SAMPLE:
+        text = text[:-1]  # a character cut by the sample's end is not the file's fault
+    bad = sum(ch == "\ufffd" or (ch < " " and ch not in "\t\n\r\f\v") for ch in text)
+    return bad > BINARY_SHARE * max(1, len(text))
+
+
+def skip_binary(files) -> tuple:
+    """(text files, binary files) of `files`, each in the given order."""
+    text, binary = [], []
+    for f in files:
+        (binary if is_binary(f) else text).append(f)
+    return text, binary
+
+
+def binary_warning(path) -> str:
+    return f"skipped {path}: it is binary, not text (NUL bytes or bytes that are not UTF-8); remove it or convert it to UTF-8 text"
+
+
 def corpus_files(spec) -> list:
     """The files of a streamed corpus, sorted by path: `spec` is a file, a folder (searched recursively) or a
-    glob pattern ("data/*.jsonl.gz"); only .txt and .jsonl files count, each optionally .gz/.bz2/.xz."""
+    glob pattern ("data/*.jsonl.gz"); only .txt and .jsonl files count, each optionally .gz/.bz2/.xz. Folders of
+    prepared data (`is_cache_folder`) are left out."""
     import glob
 
     text = str(spec)
@@ -445,9 +507,10 @@ def corpus_files(spec) -> list:
     if path.is_file():
         files = [path]
     elif path.is_dir():
-        files = [p for p in path.rglob("*") if p.is_file()]
+        files = walk_files(path)
     elif any(ch in text for ch in "*?["):
         files = [Path(p) for p in glob.glob(str(Path(text).expanduser()), recursive=True) if Path(p).is_file()]
+        files = [p for p in files if not any(is_cache_folder(a) for a in p.parents)]
     else:
         raise EngineError(f"corpus '{spec}' not found; give a file, a folder or a glob pattern of .txt / .jsonl files (optionally .gz, .bz2, .xz)")
     files = sorted(p for p in files if _stream_kind(p))
@@ -455,6 +518,22 @@ def corpus_files(spec) -> list:
         raise EngineError(f"corpus '{spec}' holds no .txt or .jsonl files (optionally .gz, .bz2, .xz); "
                           "put documents in .txt files (blank line between documents) or .jsonl files (a \"text\" field per line)")
     return files
+
+
+def corpus_root(spec) -> Path:
+    """The folder a streamed corpus's file names are counted from: a folder itself, a file's folder, or a glob
+    pattern's leading components without a wildcard."""
+    path = Path(str(spec)).expanduser()
+    if path.is_dir():
+        return path
+    if path.is_file():
+        return path.parent
+    lead = []
+    for comp in path.parts:
+        if any(ch in comp for ch in "*?["):
+            break
+        lead.append(comp)
+    return Path(*lead) if lead else Path(".")
 
 
 def _open_text(path: Path):
@@ -468,6 +547,83 @@ def _open_text(path: Path):
         raise EngineError(f"cannot read corpus file {path}: {e.strerror or e}")
 
 
+def _cut(text: str, start: int, limit: int) -> int:
+    """Where to cut `text[start:]` to keep at most `limit` characters: after its last line end or space within
+    them, or at `limit` when there is none."""
+    end = start + limit
+    for sep in ("\n", " ", "\t"):
+        k = text.rfind(sep, start, end)
+        if k > start:
+            return k
+    return end
+
+
+def _pieces(text: str, limit: int):
+    """`text` in pieces of at most `limit` characters, cut at line ends or spaces (`_cut`), which are dropped."""
+    start = 0
+    while len(text) - start > limit:
+        k = _cut(text, start, limit)
+        yield text[start:k]
+        start = k + 1 if text[k:k + 1] in ("\n", " ", "\t") else k
+    yield text[start:]
+
+
+def _lines(f, limit: int):
+    """The lines of an open text file without their line ends; a line over `limit` characters comes as several of at
+    most `limit` (`_pieces`), so less than 2 x `limit` characters of one line are held at once."""
+    carry = ""
+    while True:
+        chunk = f.readline(limit)
+        text = carry + chunk
+        if not chunk or text.endswith("\n") or len(chunk) < limit:  # a whole line, or the file's end
+            if text:
+                yield from _pieces(text.rstrip("\r\n"), limit)
+            if not chunk:
+                return
+            carry = ""
+            continue
+        start = 0  # a line longer than `limit`: give what is surely complete, keep the rest
+        while len(text) - start >= limit:
+            k = _cut(text, start, limit)
+            yield text[start:k]
+            start = k + 1 if text[k:k + 1] in ("\n", " ", "\t") else k
+        carry = text[start:]
+
+
+def _bounded(paragraphs, limit: int):
+    """Documents from (line, ends_document) pairs: lines are joined until a document ends, and a document is cut
+    before a line that would take it over `limit` characters."""
+    lines, chars = [], 0
+    for line, ends in paragraphs:
+        if line is not None:
+            if lines and chars + len(line) > limit:
+                yield "\n".join(lines)
+                lines, chars = [], 0
+            lines.append(line)
+            chars += len(line) + 1
+        if ends and lines:
+            yield "\n".join(lines)
+            lines, chars = [], 0
+    if lines:
+        yield "\n".join(lines)
+
+
+def _txt_paragraphs(f, limit: int, by_headings: bool):
+    """(line or None, ends_document) of a .txt file: blank lines end documents, or with `by_headings` a
+    top-level `= Title =` line does (heading lines and blank lines dropped)."""
+    for line in _lines(f, limit):
+        if by_headings:
+            level = heading_level(line)
+            if level:
+                yield None, level == 1
+            elif line.strip():
+                yield line, False
+        elif line.strip(" \t\r\n"):
+            yield line, False
+        else:
+            yield None, True
+
+
 def iter_documents(files, text_field: str = "text"):
     """Yield each document's raw text, file by file, holding one document in memory at a time.
 
@@ -477,7 +633,11 @@ def iter_documents(files, text_field: str = "text"):
     article per top-level heading, heading lines dropped. A .jsonl file
     holds one JSON object per line whose `text_field` string is a document (its lines are paragraphs).
     Turn a document into sentences with `document_sentences`. Undecodable bytes become U+FFFD.
+    Memory stays bounded whatever the document: one longer than PIECE_CHARS characters comes in pieces of at most
+    that many, cut at line ends (a line longer than that: at spaces), each a document of its own (a .jsonl line
+    is held whole: it is one JSON value).
     """
+    limit = PIECE_CHARS
     for path in files:
         path = Path(path)
         kind = _stream_kind(path)[0]
@@ -493,29 +653,9 @@ def iter_documents(files, text_field: str = "text"):
                             raise EngineError(f"{path} line {n} is not valid JSON; a .jsonl corpus has one JSON object with a \"{text_field}\" field per line")
                         if not isinstance(obj, dict) or not isinstance(obj.get(text_field), str):
                             raise EngineError(f"{path} line {n} has no \"{text_field}\" string field; each line must look like {{\"{text_field}\": \"...\"}}")
-                        yield obj[text_field]
-                elif _has_top_heading(path):  # articles by `= Title =` headings, as load_corpus reads such a file
-                    lines = []
-                    for line in f:
-                        line = line.rstrip("\r\n")
-                        level = heading_level(line)
-                        if level == 1 and lines:
-                            yield "\n".join(lines)
-                            lines = []
-                        elif not level and line.strip():
-                            lines.append(line)
-                    if lines:
-                        yield "\n".join(lines)
-                else:
-                    lines = []
-                    for line in f:
-                        if line.strip(" \t\r\n"):
-                            lines.append(line.rstrip("\r\n"))
-                        elif lines:
-                            yield "\n".join(lines)
-                            lines = []
-                    if lines:
-                        yield "\n".join(lines)
+                        yield from _pieces(obj[text_field], limit)
+                else:  # by `= Title =` headings when it has one, as load_corpus reads such a file
+                    yield from _bounded(_txt_paragraphs(f, limit, _has_top_heading(path)), limit)
         except (OSError, EOFError, lzma.LZMAError) as e:  # a damaged or truncated .gz / .xz / .bz2 stream
             raise EngineError(f"corpus file {path} is damaged or truncated ({e}); fix or remove it")
 
@@ -524,7 +664,7 @@ def _has_top_heading(path: Path) -> bool:
     """Whether a .txt corpus file has a top-level `= Title =` line (read up to the first one: a pass over a file
     without headings, cheap next to tokenizing it)."""
     with _open_text(path) as f:
-        return any(heading_level(line.rstrip("\r\n")) == 1 for line in f)
+        return any(heading_level(line) == 1 for line in _lines(f, PIECE_CHARS))
 
 
 def document_sentences(text: str) -> list:

@@ -74,7 +74,8 @@ import numpy as np
 
 from engine import cli
 from engine.cli import setting
-from engine.corpora import SINGLE_SENTENCE_WARN, corpus_files, document_sentences, iter_documents
+from engine.corpora import (SINGLE_SENTENCE_WARN, binary_warning, corpus_files, corpus_root, document_sentences,
+                            iter_documents, skip_binary)
 from engine.errors import EngineError
 from engine.fileio import atomic_write_json
 from engine.objectives import MLM_NSP, OBJECTIVES, objective as get_objective
@@ -96,8 +97,8 @@ class PrepareConfig:
     corpus: str = setting("", "a file, folder or glob of .txt (blank line between documents) or .jsonl files, "
                           "optionally .gz/.bz2/.xz", group="data")
     out: str = setting("", "the cache folder to write (with --synthetic-copies: the corpus folder to write)", group="data")
-    tokenizer: Optional[str] = setting(None, "a tokenizer folder or vocab.txt (default: train one on a sample of the corpus)",
-                                       group="tokenizer")
+    tokenizer: Optional[str] = setting(None, "a tokenizer folder or vocab.txt, or minilm (MiniLM's vocabulary, for pretrain "
+                                       "--init minilm) (default: train one on a sample of the corpus)", group="tokenizer")
     vocab_size: int = setting(8000, "vocabulary size when training one", group="tokenizer")
     cased: bool = setting(False, "keep case when training the vocabulary", group="tokenizer")
     tokenizer_sample_words: int = setting(TOKENIZER_SAMPLE_WORDS, "words the vocabulary is trained on, spread over the files",
@@ -111,8 +112,8 @@ class PrepareConfig:
     eval_fraction: float = setting(0.05, "share of documents held out (per block)", group="instances")
     eval_seed: int = setting(0, "which documents are held out", group="instances")
     workers: int = setting(1, "worker processes", group="scale")
-    part: str = setting("0/1", "i/n: prepare only this share of the files (file k goes to part k mod n), parts numbered "
-                        "from 0", group="scale")
+    part: str = setting("0/1", "i/n: prepare only this share of the files (each file goes to the part a hash of its name "
+                        "picks, so files added later do not move the others), parts numbered from 0", group="scale")
     block_docs: int = setting(BLOCK_DOCS, "documents per block: one shard and the NSP random-document pool", group="scale")
     block_chars: int = setting(BLOCK_CHARS, "a block closes early at this many characters", group="scale")
     text_field: str = setting("text", "the .jsonl field holding a document", group="data")
@@ -141,9 +142,29 @@ def parse_part(text: str) -> tuple:
     return i, n
 
 
-def part_files(files: list, part: int, parts: int) -> list:
-    """This part's share of the (sorted) files: file k goes to part k mod n."""
-    return [f for k, f in enumerate(files) if k % parts == part]
+def file_names(files: list, spec) -> list:
+    """The corpus files' names relative to the corpus's folder (`corpus_root`), with / between folders: what
+    decides a file's part, the same on every machine whatever the corpus's location."""
+    root = corpus_root(spec)
+    return [Path(os.path.relpath(f, root)).as_posix() for f in files]
+
+
+def part_of(name: str, parts: int) -> int:
+    """The part a file goes to: a hash of its name (`file_names`) modulo the number of parts, so a file's part
+    never depends on the other files (one added later moves no other file to another part)."""
+    return int(hashlib.sha256(name.encode("utf-8", "surrogatepass")).hexdigest()[:15], 16) % parts
+
+
+def part_files(files: list, part: int, parts: int, spec) -> list:
+    """This part's share of the (sorted) files of corpus `spec` (`part_of`)."""
+    return [f for f, name in zip(files, file_names(files, spec)) if part_of(name, parts) == part]
+
+
+def file_list_record(files: list, spec) -> dict:
+    """What a part records about the whole file list it was cut from: the count and a sha256 of the names. Parts
+    merge only when these agree (`read_manifests`)."""
+    names = file_names(files, spec)
+    return {"count": len(names), "sha256": hashlib.sha256("\n".join(names).encode("utf-8", "surrogatepass")).hexdigest()}
 
 
 def blocks(texts, block_docs: int, block_chars: int, hasher=None):
@@ -200,7 +221,7 @@ def build_shard(job: dict, tokenizer=None) -> dict:
     if len(train_docs) >= need:
         train = _make_instances(train_docs, obj.nsp, seq_len, s["short_seq_prob"], s["dupe_factor"], rng)
     else:
-        train = []  # a lone document cannot pair with another for NotNext
+        train = []  # a lone document cannot pair with another for NotNext (reported: "lone_document")
     ev = _make_instances(eval_docs, obj.nsp, seq_len, s["short_seq_prob"], 1,
                          random.Random(block_seed(s["eval_seed"], job["part"], job["block"]))) if n_eval else []
     meta = {"name": job["final"].name, "block": job["block"], "first_doc": job["first_doc"],
@@ -210,14 +231,15 @@ def build_shard(job: dict, tokenizer=None) -> dict:
             "instances": {"train": len(train), "eval": len(ev)},
             "tokens": {"train": sum(len(a) + len(b) + (3 if b else 2) for a, b, _, _ in train),
                        "eval": sum(len(a) + len(b) + (3 if b else 2) for a, b, _, _ in ev)},
-            "eval_documents": [d for d, _ in eval_docs]}
+            "eval_documents": [d for d, _ in eval_docs],
+            "lone_document": bool(obj.nsp and 0 < len(train_docs) < need)}
     final = Path(job["final"])
     tmp = final.parent / f".tmp-{final.name}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
     dtype = token_dtype(tok.vocab_size)
     try:
         tmp.mkdir(parents=True)
-        _write_split(tmp / "train", train, tok.cls_id, tok.sep_id, dtype)
-        _write_split(tmp / "eval", ev, tok.cls_id, tok.sep_id, dtype)
+        checks = {name: _write_split(tmp / name, inst, tok.cls_id, tok.sep_id, dtype) for name, inst in (("train", train), ("eval", ev))}
+        meta["checks"] = checks  # what open_prepared verifies the arrays against
         atomic_write_json(tmp / "meta.json", meta)
         try:
             os.rename(tmp, final)  # the shard exists only complete
@@ -295,27 +317,70 @@ def _check_prepare_args(cfg: PrepareConfig) -> None:
         raise EngineError("--dupe-factor and --workers must be at least 1, --block-docs at least 2")
     if not 0.0 <= cfg.eval_fraction < 1.0:
         raise EngineError(f"--eval-fraction {cfg.eval_fraction} must be in [0, 1)")
+    spec = Path(str(cfg.corpus)).expanduser()
+    if not spec.is_file():  # a folder or a glob: an --out inside it would become corpus text
+        root, out = corpus_root(cfg.corpus).resolve(), Path(cfg.out).expanduser().resolve()
+        if out == root or root in out.parents:
+            raise EngineError(f"--out {cfg.out} is inside the corpus folder {root}: its vocabulary and shards would sit among "
+                              "the documents; choose an --out outside the corpus")
 
 
 def _part_tokenizer(cfg: PrepareConfig, folder: Path, files: list, log):
-    """The part's vocabulary: --tokenizer, else an interrupted run's (saved before its settings.json), else one
-    trained on a sample of the part's files."""
+    """The part's vocabulary: --tokenizer, else the one this folder was started with (saved before its
+    settings.json), else one trained on a sample of the part's files."""
     from engine.tokenizer import Tokenizer
     if cfg.tokenizer:
         return Tokenizer.from_file(cfg.tokenizer)
-    if (folder / "settings.json").is_file():
+    if (folder / "settings.json").is_file() or (folder / "manifest.json").is_file():
         return Tokenizer.from_file(folder / "tokenizer")
     log(f"training a {cfg.vocab_size}-token WordPiece vocabulary on about {cfg.tokenizer_sample_words:,} words ...")
     return train_sampled_tokenizer(files, cfg.vocab_size, not cfg.cased, cfg.tokenizer_sample_words, cfg.text_field)
+
+
+NOT_KEYED = ("files", "corpus_files", "vocab_training")  # settings compared on a rerun, but not part of the key
+
+
+def part_settings(cfg: PrepareConfig, tok, files: list, every: list, part: int, parts: int) -> dict:
+    """What part `part` is built from (its settings.json): the vocabulary, every instance setting, its files
+    (sizes, modification times), the whole file list it was cut from, and how the vocabulary was trained."""
+    tinfo = token_info(tok)
+    return {"format": FORMAT_VERSION, "vocab_sha256": tinfo["vocab_sha256"], "lowercase": tinfo["lowercase"],
+            "seq_len": int(cfg.seq_len), "objective": cfg.objective, "seed": int(cfg.seed),
+            "dupe_factor": int(cfg.dupe_factor), "short_seq_prob": float(cfg.short_seq_prob),
+            "eval_fraction": float(cfg.eval_fraction), "eval_seed": int(cfg.eval_seed),
+            "block_docs": int(cfg.block_docs), "block_chars": int(cfg.block_chars), "text_field": cfg.text_field,
+            "part": part, "parts": parts, "files": _file_stats(files), "corpus_files": file_list_record(every, cfg.corpus),
+            "vocab_training": None if cfg.tokenizer else {"vocab_size": int(cfg.vocab_size), "cased": bool(cfg.cased),
+                                                          "sample_words": int(cfg.tokenizer_sample_words)}}
+
+
+def _differences(old: dict, new: dict) -> list:
+    """How settings `new` differ from `old` (a part's settings.json), one phrase each; a setting `old` does not
+    record (an older version wrote it) is not compared."""
+    out = []
+    for k, v in new.items():
+        if k not in old or old[k] == v:
+            continue
+        if k == "files":
+            out.append("the part's corpus files changed (names, sizes or modification times)")
+        elif k == "corpus_files":
+            out.append(f"the corpus has {v['count']} files, {old[k]['count']} when it was prepared" if v["count"] != old[k]["count"]
+                       else "the corpus's file names changed")
+        elif k == "vocab_sha256":
+            out.append("another vocabulary")
+        else:
+            out.append(f"{k.replace('_', '-')} {old[k]} there, {v} now")
+    return out
 
 
 def _open_part_folder(folder: Path, settings: dict, tok, log) -> None:
     """Continue an unfinished preparation with the same settings (its finished shards kept, half-written ones
     removed), or start the part's folder afresh: its tokenizer, the continuation ids, then settings.json."""
     if (folder / "settings.json").is_file():
-        old = json.loads((folder / "settings.json").read_text(encoding="utf-8"))
-        if old != settings:
-            raise EngineError(f"{folder} holds an unfinished preparation with other settings or files; delete it or choose another --out")
+        diff = _differences(json.loads((folder / "settings.json").read_text(encoding="utf-8")), settings)
+        if diff:
+            raise EngineError(f"{folder} holds an unfinished preparation with other settings or files ({'; '.join(diff[:3])}); "
+                              "delete it or choose another --out")
         for p in folder.glob(".tmp-*"):
             shutil.rmtree(p, ignore_errors=True)  # a killed run's half-written shard
         log(f"continuing the unfinished preparation in {folder}: finished shards are kept")
@@ -328,40 +393,36 @@ def _open_part_folder(folder: Path, settings: dict, tok, log) -> None:
     atomic_write_json(folder / "settings.json", settings)
 
 
-def prepare(cfg: PrepareConfig, log=print) -> dict:
-    """Prepare part i/n of `cfg.corpus` into `cfg.out` (see the module docstring). Returns the part's
-    manifest, plus this run's "seconds" (reading, tokenizing, building and writing: the preparation proper),
-    "tokenizer_training_s" (reading the corpus files' list and training the vocabulary, when not given) and
-    "peak_rss_mb" (`peak_rss_mb`)."""
-    obj = get_objective(cfg.objective)
-    _check_prepare_args(cfg)
-    part, parts = parse_part(cfg.part)
-    if parts > 1 and not cfg.tokenizer:
-        raise EngineError("--part needs --tokenizer: every part must use the same vocabulary (train one first with "
-                          "python -m engine tokenizer, or prepare part 0/1 once and use CACHE/part-0-of-1/tokenizer)")
-    t0 = time.time()
-    files = part_files(corpus_files(cfg.corpus), part, parts)
+def _finished_part(folder: Path, settings: dict, log) -> dict:
+    """The manifest of a part already prepared with exactly `settings`; refused (one line) when it was prepared
+    with others or from other files: it never reports success for settings it did not apply."""
+    manifest = json.loads((folder / "manifest.json").read_text(encoding="utf-8"))
+    old = (json.loads((folder / "settings.json").read_text(encoding="utf-8")) if (folder / "settings.json").is_file()
+           else {k: v for k, v in manifest.items() if k in settings})
+    diff = _differences(old, settings)
+    if diff:
+        raise EngineError(f"{folder} is already prepared with other settings or files ({'; '.join(diff[:3])}); prepare into "
+                          f"another --out, or delete {folder} to prepare it again with these")
+    log(f"{folder} is already prepared with these settings ({manifest['instances']['train']} training instances)")
+    return manifest
+
+
+def _part_files(cfg: PrepareConfig, every: list, part: int, parts: int) -> tuple:
+    """(this part's text files, warnings about the binary ones skipped)."""
+    picked = part_files(every, part, parts, cfg.corpus)
+    if not picked:
+        raise EngineError(f"part {part}/{parts} gets no file of corpus '{cfg.corpus}' ({len(every)} files; each goes to the "
+                          "part a hash of its name picks); use fewer parts or split the corpus into more files")
+    files, binary = skip_binary(picked)
     if not files:
-        raise EngineError(f"part {part}/{parts} gets no file of corpus '{cfg.corpus}' (it has fewer files than parts); use fewer parts")
-    out = Path(cfg.out).expanduser()
-    folder = out / f"part-{part}-of-{parts}"
-    if (folder / "manifest.json").is_file():
-        manifest = json.loads((folder / "manifest.json").read_text(encoding="utf-8"))
-        log(f"{folder} is already prepared ({manifest['instances']['train']} training instances)")
-        return manifest
+        raise EngineError(f"part {part}/{parts} of corpus '{cfg.corpus}' has only binary files ({binary[0]} ...), no text; "
+                          "give .txt or .jsonl files of UTF-8 text")
+    return files, [binary_warning(f) for f in binary]
 
-    tok = _part_tokenizer(cfg, folder, files, log)
-    tinfo = token_info(tok)
-    settings = {"format": FORMAT_VERSION, "vocab_sha256": tinfo["vocab_sha256"], "lowercase": tinfo["lowercase"],
-                "seq_len": int(cfg.seq_len), "objective": cfg.objective, "seed": int(cfg.seed),
-                "dupe_factor": int(cfg.dupe_factor), "short_seq_prob": float(cfg.short_seq_prob),
-                "eval_fraction": float(cfg.eval_fraction), "eval_seed": int(cfg.eval_seed),
-                "block_docs": int(cfg.block_docs), "block_chars": int(cfg.block_chars), "text_field": cfg.text_field,
-                "part": part, "parts": parts, "files": _file_stats(files)}
-    _open_part_folder(folder, settings, tok, log)
 
+def _build_shards(cfg: PrepareConfig, folder: Path, files: list, settings: dict, tok, part: int, t0: float, log) -> tuple:
+    """Every shard of the part, finished ones kept: (their metas in order, the sha256 of the documents read)."""
     hasher = hashlib.sha256()
-    t_build = time.time()  # preparation proper, without training the vocabulary
 
     def jobs():
         texts = iter_documents(files, cfg.text_field)
@@ -378,28 +439,74 @@ def prepare(cfg: PrepareConfig, log=print) -> dict:
         words += meta["words"]
         if len(shards) % 20 == 0:
             log(f"  {len(shards)} shards, {words:,} words, {time.time() - t0:.0f} s")
+    return shards, hasher.hexdigest()
+
+
+def _check_shards(cfg: PrepareConfig, obj, shards: list) -> list:
+    """Refuse a part that gives nothing to train on, saying why; else the warnings about its documents."""
     total = lambda k, s: sum(m[k][s] for m in shards)  # noqa: E731
-    if total("instances", "train") == 0:
-        raise EngineError("the corpus gives no training instance (documents too short or empty); give longer documents or a lower --seq-len")
-    if total("documents", "usable") < obj.min_documents:
+    usable = total("documents", "usable")
+    if usable < obj.min_documents:
         raise EngineError(f"{obj.name} needs at least 2 documents (NotNext takes B from another document); add documents or use --objective mlm")
+    lone = sum(bool(m.get("lone_document")) for m in shards)
+    why = (f"{lone} of {len(shards)} blocks hold a single document (documents long next to --block-chars {cfg.block_chars}), "
+           f"and {obj.name}'s NotNext takes segment B from another document of the same block")
+    if total("instances", "train") == 0:
+        if lone:
+            raise EngineError(f"the corpus gives no training instance: {why}; raise --block-chars so a block holds several "
+                              "documents, or use --objective mlm")
+        raise EngineError("the corpus gives no training instance (documents too short or empty); give longer documents or a lower --seq-len")
     warnings = []
-    single, usable = sum(m.get("single_sentence_documents", 0) for m in shards), total("documents", "usable")
+    if lone:
+        warnings.append(f"{why}, so those documents gave no training instance; raise --block-chars, or use --objective mlm")
+    single = sum(m.get("single_sentence_documents", 0) for m in shards)
     if usable >= 5 and single > SINGLE_SENTENCE_WARN * usable:  # the warning load_corpus gives
         warnings.append(f"{single} of {usable} documents ({single / usable:.0%}) have a single sentence: next-sentence "
                         "pairs from them are all NotNext, an easy shortcut; put blank lines only between documents (or "
                         "`= Title =` headings before each article), or prepare with --objective mlm")
+    return warnings
+
+
+def prepare(cfg: PrepareConfig, log=print) -> dict:
+    """Prepare part i/n of `cfg.corpus` into `cfg.out` (see the module docstring). Returns the part's
+    manifest, plus this run's "seconds" (reading, tokenizing, building and writing: the preparation proper),
+    "tokenizer_training_s" (reading the corpus files' list and training the vocabulary, when not given) and
+    "peak_rss_mb" (`peak_rss_mb`)."""
+    obj = get_objective(cfg.objective)
+    _check_prepare_args(cfg)
+    part, parts = parse_part(cfg.part)
+    if parts > 1 and not cfg.tokenizer:
+        raise EngineError("--part needs --tokenizer: every part must use the same vocabulary (train one first with "
+                          "python -m engine tokenizer, or prepare part 0/1 once and use CACHE/part-0-of-1/tokenizer)")
+    t0 = time.time()
+    every = corpus_files(cfg.corpus)
+    files, warnings = _part_files(cfg, every, part, parts)
+    folder = Path(cfg.out).expanduser() / f"part-{part}-of-{parts}"
+    tok = _part_tokenizer(cfg, folder, files, log)
+    settings = part_settings(cfg, tok, files, every, part, parts)
+    if (folder / "manifest.json").is_file():
+        return _finished_part(folder, settings, log)
+    _open_part_folder(folder, settings, tok, log)
     for w in warnings:
         log(f"warning: {w}")
-    keyed = {k: v for k, v in settings.items() if k != "files"}
-    keyed["corpus_sha256"] = hasher.hexdigest()
+
+    t_build = time.time()  # preparation proper, without training the vocabulary
+    shards, corpus_sha256 = _build_shards(cfg, folder, files, settings, tok, part, t0, log)
+    for w in _check_shards(cfg, obj, shards):
+        log(f"warning: {w}")
+        warnings.append(w)
+    total = lambda k, s: sum(m[k][s] for m in shards)  # noqa: E731
+    keyed = {k: v for k, v in settings.items() if k not in NOT_KEYED}
+    keyed["corpus_sha256"] = corpus_sha256
     key = hashlib.sha256(json.dumps(keyed, sort_keys=True).encode()).hexdigest()[:16]
-    manifest = {**keyed, "key": key, "corpus": str(cfg.corpus), "tokenizer": tinfo, "token_dtype": np.dtype(token_dtype(tok.vocab_size)).name,
+    manifest = {**keyed, "key": key, "corpus": str(cfg.corpus), "corpus_files": settings["corpus_files"],
+                "tokenizer": token_info(tok), "token_dtype": np.dtype(token_dtype(tok.vocab_size)).name,
                 "documents": {k: total("documents", k) for k in ("total", "usable", "train", "eval")},
                 "instances": {k: total("instances", k) for k in ("train", "eval")},
                 "tokens": {k: total("tokens", k) for k in ("train", "eval")},
-                "words": words, "files": len(files), "warnings": warnings,
-                "shards": [{k: m[k] for k in ("name", "documents", "instances", "tokens", "words")} for m in shards]}
+                "words": sum(m["words"] for m in shards), "files": len(files), "warnings": warnings,
+                "shards": [{k: m[k] for k in ("name", "documents", "instances", "tokens", "words", "checks") if k in m}
+                           for m in shards]}
     atomic_write_json(folder / "manifest.json", manifest)  # written last: the part is complete
     return {**manifest, "seconds": round(time.time() - t_build, 2), "tokenizer_training_s": round(t_build - t0, 2),
             "peak_rss_mb": peak_rss_mb(cfg.workers)}
@@ -455,6 +562,12 @@ def read_manifests(path) -> list:
     for m in manifests[1:]:
         if any(m.get(k) != v for k, v in base.items()):
             raise EngineError(f"the parts in {path} were prepared with different settings or vocabularies; prepare them again alike")
+    lists = {json.dumps(m.get("corpus_files"), sort_keys=True) for m in manifests}
+    if len(lists) > 1:  # files added or removed between parts: the parts' files would overlap or miss some
+        counts = ", ".join(f"part {m['part']}/{parts}: {(m.get('corpus_files') or {}).get('count', 'unrecorded')} files"
+                           for m in sorted(manifests, key=lambda m: m["part"]))
+        raise EngineError(f"the parts in {path} were cut from different lists of corpus files ({counts}); prepare every "
+                          "part again from the same files")
     return sorted(manifests, key=lambda m: m["part"])
 
 
@@ -495,14 +608,16 @@ def open_prepared(path) -> PretrainingCache:
         cont = np.load(folder0 / "continuation.npy")
         split = {}
         for name in ("train", "eval"):
-            folders, counts = [], []
+            folders, counts, checks = [], [], []
             for m in ms:
                 for sh in m["shards"]:
                     if sh["instances"][name]:
                         folders.append(path / f"part-{m['part']}-of-{m['parts']}" / sh["name"] / name)
                         counts.append(sh["instances"][name])
+                        checks.append((sh.get("checks") or {}).get(name))  # none recorded by an older version
             seed = first["seed"] if name == "train" else first["eval_seed"]
-            split[name] = PretrainingData(folders, first["objective"], t["pad_id"], cont, seed, counts=counts) if folders else None
+            split[name] = (PretrainingData(folders, first["objective"], t["pad_id"], cont, seed, counts=counts,
+                                           vocab_size=t["vocab_size"], checks=checks) if folders else None)
     except (OSError, ValueError, KeyError) as e:
         raise EngineError(f"prepared data in {path} is damaged ({e}); prepare it again")
     key = _key(ms)  # the manifests read above, not read again
@@ -597,7 +712,8 @@ def main(argv) -> int:
         from engine.tokenizer import Tokenizer
         part, parts = parse_part(cfg.part)
         tok = Tokenizer.from_file(Path(cfg.out).expanduser() / f"part-{part}-of-{parts}" / "tokenizer")
-        wps = tokenizer_words_per_s(part_files(corpus_files(cfg.corpus), part, parts), tok, a.compare_tokenizer, cfg.text_field)
+        wps = tokenizer_words_per_s(part_files(corpus_files(cfg.corpus), part, parts, cfg.corpus), tok, a.compare_tokenizer,
+                                    cfg.text_field)
         report["tokenizer_words_per_s"] = round(wps)
         if "words_per_s" in report:
             report["ratio_prepare_to_tokenizer"] = round(report["words_per_s"] / wps, 3)

@@ -152,7 +152,7 @@ PREPARED_FIELDS = ("objective", "seq_len", "short_seq_prob", "dupe_factor", "eva
 def with_prepared_data(cfg: PretrainConfig, given: tuple = ()) -> PretrainConfig:
     """`cfg` with the settings of its --data folder (objective, seq_len, short_seq_prob, dupe_factor,
     eval_fraction, corpus): the shards were made with them. A setting in `given` (flags typed) that differs is
-    refused; --tokenizer is ignored with --data (the data's own vocabulary is used)."""
+    refused, and so are --tokenizer and a --corpus other than the data's own (the data's vocabulary and text are used)."""
     if not cfg.data:
         return cfg
     from dataclasses import replace
@@ -168,6 +168,9 @@ def with_prepared_data(cfg: PretrainConfig, given: tuple = ()) -> PretrainConfig
                           "from its own prepared folder, or leave --data out")
     if "tokenizer" in given:
         raise EngineError(f"--data {cfg.data} brings its own vocabulary; leave out --tokenizer")
+    if "corpus" in given and str(cfg.corpus) != str(m["corpus"]):  # (a queued job names the data's own corpus)
+        raise EngineError(f"--corpus {cfg.corpus} and --data {cfg.data} both name the text to train on (the data was prepared "
+                          f"from {m['corpus']}); drop --corpus to train on the prepared data, or drop --data")
     return replace(cfg, data=str(Path(cfg.data).expanduser().resolve()), corpus=str(m["corpus"]), tokenizer=None,
                    **{k: m[k] for k in PREPARED_FIELDS})
 

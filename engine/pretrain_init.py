@@ -43,13 +43,34 @@ def init_kind(init: str) -> str:
     return "huggingface"
 
 
+def check_init_source(init: str) -> None:
+    """Refuse a run folder of another kind (a fine-tune or features run): it holds no pre-training checkpoint, and
+    waiting for one would never help."""
+    p = Path(init).expanduser()
+    if str(init) == "minilm" or not (p / RUN_JSON).is_file() or (p / "config.json").is_file():
+        return
+    from engine.runs import read_run_json
+    kind = read_run_json(p).get("kind")
+    if kind and kind != "pretrain":
+        best = p / "best"
+        also = f" (its fine-tuned encoder, {best}, is a Hugging Face BERT folder)" if (best / "config.json").is_file() else ""
+        raise EngineError(f"--init {init} is a {kind} run, and a {kind} run cannot be a pre-training init; give a pre-training "
+                          f"run, one of its checkpoint folders, a Hugging Face BERT folder{also} or minilm")
+
+
 def init_dir(init: str) -> Path:
     """The folder the init's files are read from (a run: its latest complete checkpoint)."""
     from engine.checkpoint import minilm_path, resolve_checkpoint_dir
+    check_init_source(init)
     try:
         return minilm_path() if str(init) == "minilm" else resolve_checkpoint_dir(init)
     except EngineError as e:
         raise EngineError(f"--init {init}: {e}") from e
+
+
+def init_tokenizer_arg(init: str) -> str:
+    """What `prepare --tokenizer` takes to use the init's vocabulary: minilm, or the folder holding its vocab.txt."""
+    return "minilm" if str(init) == "minilm" else str(init_dir(init))
 
 
 def init_tokenizer(init: str):
@@ -61,6 +82,7 @@ def init_tokenizer(init: str):
 def load_init(init: str):
     """The init's Bundle (engine.checkpoint.load: weights, tokenizer, config, missing heads), its errors one line."""
     from engine.checkpoint import load
+    check_init_source(init)
     try:
         return load(init)
     except EngineError as e:
@@ -77,6 +99,7 @@ def read_init_settings(init: str) -> dict:
     check of the flags given; the run itself loads the init once more, whole)."""
     from engine.checkpoint import read_config
     from engine.tokenizer import Tokenizer
+    check_init_source(init)
     try:
         d, mc = read_config(init)
         return _arch_settings(mc, Tokenizer.from_file(d).lowercase)
@@ -103,8 +126,8 @@ def resolve_init(cfg, bundle=None):
         from engine.prepare import prepared_tokenizer_dir
         from engine.tokenizer import Tokenizer
         if Tokenizer.from_file(prepared_tokenizer_dir(cfg.data)).vocab() != b.tokenizer.vocab():
-            raise EngineError(f"--data {cfg.data} was prepared with another vocabulary than {what}'s; prepare it with "
-                              f"--tokenizer set to the init's folder, or drop --data")
+            raise EngineError(f"--data {cfg.data} was prepared with another vocabulary than {what}'s; prepare it again with "
+                              f"--tokenizer {init_tokenizer_arg(cfg.init)}, or drop --data")
     if cfg.preset != "tiny":
         raise EngineError(f"{what} decides the model's size ({mc.num_layers} layers, hidden {mc.hidden_size}); drop --preset")
     own = init_settings(b)

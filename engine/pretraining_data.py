@@ -75,6 +75,8 @@ from engine.procs import pid_alive
 
 FORMAT_VERSION = 1
 IGNORE_INDEX = -100  # label of positions the MLM loss skips (PyTorch cross_entropy default)
+# the fix a damaged data folder's error names
+DAMAGED_FIX = "delete the data folder and build it again (prepared data: run the same prepare command again)"
 DEFAULT_CACHE_DIR = Path(os.environ.get("BERT_STUDIO_CACHE", "~/.cache/bert_studio")).expanduser() / "pretraining_data"
 
 
@@ -295,7 +297,8 @@ def _save_npy(path: Path, arr: np.ndarray) -> None:
     atomic_save_with(path, write)
 
 
-def _write_split(folder: Path, instances: list, cls_id: int, sep_id: int, dtype) -> None:
+def _write_split(folder: Path, instances: list, cls_id: int, sep_id: int, dtype) -> dict:
+    """The instances as the split's arrays in `folder`; returns `split_checks` of them."""
     n = len(instances)
     lengths = np.array([len(a) + len(b) + (3 if b else 2) for a, b, _, _ in instances], dtype=np.int64)
     offsets = np.zeros(n + 1, dtype=np.int64)
@@ -313,9 +316,25 @@ def _write_split(folder: Path, instances: list, cls_id: int, sep_id: int, dtype)
     folder.mkdir(parents=True, exist_ok=True)
     for name, arr in (("tokens", tokens), ("offsets", offsets), ("b_start", b_start), ("nsp_label", nsp), ("source", source)):
         _save_npy(folder / f"{name}.npy", arr)
+    return split_checks(tokens, offsets)
+
+
+def split_checks(tokens: np.ndarray, offsets: np.ndarray) -> dict:
+    """What a split's arrays are checked against when opened: its largest token id and shortest instance
+    (-1 and 0 when it has none)."""
+    return {"max_token_id": int(tokens.max()) if len(tokens) else -1,
+            "min_length": int(np.diff(offsets).min()) if len(offsets) > 1 else 0}
 
 
 # ================================================================ the data a training loop reads
+def _load_array(folder: Path, name: str) -> np.ndarray:
+    """One array of a split folder, memory-mapped; a damaged or truncated file is one line naming it."""
+    try:
+        return np.load(folder / f"{name}.npy", mmap_mode="r")
+    except (OSError, ValueError, EOFError) as e:
+        raise EngineError(f"{folder / (name + '.npy')} is damaged or truncated ({e}); {DAMAGED_FIX}") from e
+
+
 def _as_position(p) -> tuple:
     if p is None:
         return 0, 0
@@ -340,8 +359,12 @@ class PretrainingData:
     with several shards).
     """
     MAX_OPEN = 256  # token memmaps held open at once (each holds a file descriptor)
+    MIN_LENGTH = 3  # the shortest instance: [CLS], a token, [SEP]
 
-    def __init__(self, folder, objective: str, pad_id: int, continuation: np.ndarray, seed: int = 0, counts=None):
+    def __init__(self, folder, objective: str, pad_id: int, continuation: np.ndarray, seed: int = 0, counts=None,
+                 vocab_size: Optional[int] = None, checks=None):
+        """`vocab_size`: every token id must be below it; `checks`: per folder, the `split_checks` its writer
+        recorded (or None), compared with the arrays (`_check`) when opened."""
         folders = [Path(folder)] if isinstance(folder, (str, Path)) else [Path(f) for f in folder]
         if not folders:
             raise EngineError("a pre-training data split needs at least one folder")
@@ -357,6 +380,9 @@ class PretrainingData:
             counts = [len(np.load(f / "nsp_label.npy", mmap_mode="r")) for f in folders]
         self.starts = np.zeros(len(folders) + 1, dtype=np.int64)  # (S+1,) first instance of each shard
         np.cumsum(np.asarray(counts, dtype=np.int64), out=self.starts[1:])
+        self.vocab_size = vocab_size
+        for s in range(len(folders)):
+            self._check(s, checks[s] if checks else None)
         self.b_start = np.concatenate([self._shard(s)[2] for s in range(len(folders))])  # (N,)
         self.nsp_label = np.concatenate([self._shard(s)[3] for s in range(len(folders))])  # (N,)
         if len(folders) == 1:
@@ -370,14 +396,35 @@ class PretrainingData:
         got = self._open.pop(s, None)
         if got is None:
             f = self.folders[s]
-            load = lambda name: np.load(f / f"{name}.npy", mmap_mode="r")  # noqa: E731
-            got = (load("tokens"), np.asarray(load("offsets")), np.asarray(load("b_start")), np.asarray(load("nsp_label")))
+            got = (_load_array(f, "tokens"), np.asarray(_load_array(f, "offsets")), np.asarray(_load_array(f, "b_start")),
+                   np.asarray(_load_array(f, "nsp_label")))
             if len(got[1]) - 1 != self.starts[s + 1] - self.starts[s]:
                 raise EngineError(f"shard {f} holds {len(got[1]) - 1} instances, its manifest says {self.starts[s + 1] - self.starts[s]}; prepare the data again")
             while len(self._open) >= self.MAX_OPEN:
                 self._open.pop(next(iter(self._open)))
         self._open[s] = got
         return got
+
+    def _check(self, s: int, expect: Optional[dict]) -> None:
+        """Shard s against what a sound shard holds, one pass over its tokens: offsets from 0 to its token count,
+        every instance at least MIN_LENGTH long, every id in [0, vocab_size), and the `split_checks` its writer
+        recorded (`expect`). A damaged shard is refused when opened, naming it, not mid-training."""
+        tokens, offsets = self._shard(s)[:2]
+        f = self.folders[s]
+        fix = DAMAGED_FIX
+        if len(offsets) == 0 or offsets[0] != 0 or offsets[-1] != len(tokens):
+            raise EngineError(f"shard {f} is damaged: its offsets do not span its {len(tokens)} tokens; {fix}")
+        got = split_checks(tokens, offsets)
+        if len(offsets) > 1 and got["min_length"] < self.MIN_LENGTH:
+            raise EngineError(f"shard {f} is damaged: an instance holds {got['min_length']} tokens (at least "
+                              f"{self.MIN_LENGTH}: [CLS], a token, [SEP]); {fix}")
+        low = int(tokens.min()) if len(tokens) and tokens.dtype.kind == "i" else 0
+        if low < 0 or (self.vocab_size is not None and got["max_token_id"] >= self.vocab_size):
+            bad = low if low < 0 else got["max_token_id"]
+            raise EngineError(f"shard {f} is damaged: token id {bad} is outside the vocabulary of {self.vocab_size} ids; {fix}")
+        for k, v in (expect or {}).items():
+            if v is not None and got[k] != v:
+                raise EngineError(f"shard {f} is damaged: its {k.replace('_', ' ')} is {got[k]}, its manifest recorded {v}; {fix}")
 
     def _locate(self, indices: np.ndarray) -> tuple:
         """Global instance numbers -> (shard numbers, numbers within the shard)."""
@@ -538,8 +585,9 @@ def open_pretraining_data(path) -> PretrainingCache:
         config = json.loads(conf_file.read_text(encoding="utf-8"))
         cont = np.load(path / "continuation.npy")
         t = config["tokenizer"]
-        train = PretrainingData(path / "train", config["objective"], t["pad_id"], cont, config["seed"])
-        ev = PretrainingData(path / "eval", config["objective"], t["pad_id"], cont, config["eval_seed"]) if config["has_eval"] else None
+        train = PretrainingData(path / "train", config["objective"], t["pad_id"], cont, config["seed"], vocab_size=t["vocab_size"])
+        ev = (PretrainingData(path / "eval", config["objective"], t["pad_id"], cont, config["eval_seed"], vocab_size=t["vocab_size"])
+              if config["has_eval"] else None)
     except (OSError, ValueError, KeyError) as e:
         raise EngineError(f"pre-training data in {path} is damaged ({e}); delete the folder and build it again")
     return PretrainingCache(path, config["key"], config, train, ev, from_cache=True)

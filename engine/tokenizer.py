@@ -131,8 +131,12 @@ class Tokenizer:
 
     @classmethod
     def from_file(cls, path, lowercase: bool = None) -> "Tokenizer":
-        """Load from a folder (vocab.txt, tokenizer_config.json) or a vocab.txt file. `lowercase=None`
-        reads `do_lower_case` from tokenizer_config.json when present, else lowercases."""
+        """Load from a folder (vocab.txt, tokenizer_config.json) or a vocab.txt file, or "minilm" (MiniLM's own
+        folder, as `--init minilm` names it). `lowercase=None` reads `do_lower_case` from tokenizer_config.json
+        when present, else lowercases."""
+        if str(path) == "minilm":
+            from engine.checkpoint import minilm_path
+            path = minilm_path()
         p = Path(path)
         if p.is_dir():
             vocab = p / "vocab.txt"
@@ -140,7 +144,7 @@ class Tokenizer:
         else:
             vocab, conf = p, p.with_name("tokenizer_config.json")
         if not vocab.is_file():
-            raise EngineError(f"no vocab.txt at {p}; point to a tokenizer folder or a BERT vocab.txt (train one with `python -m engine tokenizer`)")
+            raise EngineError(f"no vocab.txt at {p}; point to a tokenizer folder or a BERT vocab.txt, or give minilm (train one with `python -m engine tokenizer`)")
         if lowercase is None:
             lowercase = True
             if conf.is_file():
