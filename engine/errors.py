@@ -33,6 +33,9 @@ def as_engine_error(e: BaseException):
     if isinstance(e, EngineError):
         return e
     text = str(e)
+    if isinstance(e, MemoryError):  # the host's memory: most often an input read whole, or a batch too large
+        return EngineError(f"out of memory ({_first_line(e) or 'MemoryError'}); give smaller input files, or lower "
+                           f"--batch-size or --max-seq-len / --seq-len, or use a smaller model")
     if type(e).__name__ == "OutOfMemoryError" or "out of memory" in text.lower() or "can't allocate memory" in text:
         return EngineError(f"out of memory ({_first_line(e)}); lower --batch-size (pre-training: raise --grad-accum to keep "
                            f"the effective batch), or --max-seq-len / --seq-len, or use a smaller model")

@@ -72,6 +72,8 @@ class FinetuneConfig:
                           "and content)", choices=tuple(HEADER_CHOICES))
     task_type: Optional[str] = setting(None, "glue: force classification or regression (default: detect)",
                                        choices=TASK_TYPES)
+    max_task_file_mb: Optional[int] = setting(None, "the most text (MB, once decompressed) a task file may hold before "
+                                              "it is refused (default: engine.tasks.tables.MAX_TASK_FILE_MB, 512)")
     metric: Optional[str] = setting(None, "the selection metric: accuracy | f1 | f1_macro | mcc (classification), pearson | "
                                     "spearman (regression), f1 | precision | recall (tagging), f1 | exact (squad); "
                                     "default: the task's")
@@ -130,6 +132,8 @@ class FinetuneConfig:
             raise EngineError(f"--max-train {self.max_train} must be at least 1")
         if self.max_dev is not None and self.max_dev < 1:
             raise EngineError(f"--max-dev {self.max_dev} must be at least 1")
+        if self.max_task_file_mb is not None and self.max_task_file_mb < 1:
+            raise EngineError(f"--max-task-file-mb {self.max_task_file_mb} must be at least 1 (MB)")
         check_device(self.device)
         check_precision(self.precision)
         if not 0 <= self.warmup < 1:
@@ -151,7 +155,7 @@ class FinetuneConfig:
 
 
 # settings that may differ between the first start and a resume without changing what is trained
-RUNTIME_FIELDS = ("out", "device", "precision", "num_threads", "eval_batch_size", "log_every")
+RUNTIME_FIELDS = ("out", "device", "precision", "num_threads", "eval_batch_size", "log_every", "max_task_file_mb")
 
 
 # ------------------------------------------------------------------ small helpers
@@ -183,10 +187,13 @@ def _scalars(d: dict, prefix: str = "") -> dict:
 
 # ------------------------------------------------------------------ tasks -> training data
 def load_task(cfg: FinetuneConfig):
-    """The task object of engine.tasks for a FinetuneConfig (built-in name or file format + files)."""
+    """The task object of engine.tasks for a FinetuneConfig (built-in name or file format + files), its files read
+    under the `max_task_file_mb` cap."""
     from engine.tasks.registry import load_task_files
-    return load_task_files(cfg.task, cfg.train, cfg.dev, cfg.text_cols, cfg.label_col, cfg.task_type,
-                           token_col=cfg.token_col, header=HEADER_CHOICES[cfg.header], metric=cfg.metric)
+    from engine.tasks.tables import text_cap
+    with text_cap(cfg.max_task_file_mb):
+        return load_task_files(cfg.task, cfg.train, cfg.dev, cfg.text_cols, cfg.label_col, cfg.task_type,
+                               token_col=cfg.token_col, header=HEADER_CHOICES[cfg.header], metric=cfg.metric)
 
 
 def prepare(task, tok, cfg: FinetuneConfig, max_len: int) -> Prepared:

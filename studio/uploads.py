@@ -8,6 +8,7 @@ from engine.errors import EngineError
 from engine.fileio import atomic_write_bytes
 
 MAX_UPLOAD_MB = 50  # also .streamlit/config.toml's server.maxUploadSize
+BINARY_CHECK_BYTES = 1 << 16  # a NUL byte among an upload's first bytes: binary (the engine's readers check it all)
 
 
 def safe_upload_name(name: str, data: bytes, extensions, what: str = "file") -> str:
@@ -30,6 +31,9 @@ def save_upload(root: Path, name: str, data: bytes, extensions, what: str = "fil
         raise EngineError(f"{name} is {len(data) / 2**20:.0f} MB; upload at most {MAX_UPLOAD_MB} MB (or give its path on the server)")
     if not data.strip():
         raise EngineError(f"{name} is empty; upload a file with content")
+    nul = data.find(b"\x00", 0, BINARY_CHECK_BYTES)
+    if nul >= 0:  # every upload is text: refused here rather than after the page has read it
+        raise EngineError(f"{name} is not a text file (a NUL byte at byte {nul}: binary, or UTF-16 text); upload UTF-8 text")
     path = Path(root) / "uploads" / safe_upload_name(name, data, extensions, what)
     if not (path.is_file() and path.read_bytes() == data):
         atomic_write_bytes(path, data)

@@ -146,3 +146,155 @@ def test_a_queue_file_of_another_user_is_refused(tmp_path, monkeypatch):
     if os.geteuid() == 0:
         with pytest.raises(EngineError, match="belongs to user id 65534"):
             Jobs(root).refresh()
+
+
+# ------------------------------------------------------------------ task files: streamed, capped, binary refused
+def _rows(n: int) -> bytes:
+    return b"".join(b"a fine sentence number %d\t%d\n" % (i, i % 2) for i in range(n))
+
+
+@pytest.fixture
+def counted(monkeypatch):
+    """Small chunks, and a count of the bytes the reader decompressed or read."""
+    from engine.tasks import tables
+    monkeypatch.setattr(tables, "CHUNK", 64 * 1024)
+    seen = {"bytes": 0}
+
+    class Counting:
+        def __init__(self, f):
+            self.f = f
+
+        def read(self, n=-1):
+            data = self.f.read(n)
+            seen["bytes"] += len(data)
+            return data
+    for ext, opener in list(tables.COMPRESSED.items()):
+        monkeypatch.setitem(tables.COMPRESSED, ext, lambda raw, opener=opener: Counting(opener(raw)))
+    return seen
+
+
+@pytest.mark.parametrize("ext", [".gz", ".bz2"])
+def test_a_compressed_task_file_is_refused_past_the_cap_while_it_is_read(tmp_path, monkeypatch, counted, ext):
+    import bz2
+    import gzip
+    from engine.tasks import tables
+    monkeypatch.setattr(tables, "MAX_TASK_FILE_MB", 1)
+    data = _rows(200_000)  # ~5.4 MB of text, a few hundred kB compressed
+    path = tmp_path / f"train.tsv{ext}"
+    path.write_bytes((gzip.compress if ext == ".gz" else bz2.compress)(data))
+    assert path.stat().st_size < 2**20 < len(data)
+    with pytest.raises(EngineError, match=r"more than 1 MB of text once decompressed") as e:
+        tables.read_text(path)
+    assert "--max-task-file-mb" in str(e.value) and "\n" not in str(e.value)
+    assert counted["bytes"] <= 2**20 + tables.CHUNK  # stopped at the cap, not decompressed whole
+    with tables.text_cap(8):  # the flag's setting lifts it
+        assert tables.read_text(path) == data.decode()
+
+
+def test_a_huge_plain_task_file_is_refused_before_it_is_read(tmp_path, monkeypatch):
+    from engine.tasks import tables
+    monkeypatch.setattr(tables, "MAX_TASK_FILE_MB", 1)
+    path = tmp_path / "train.tsv"
+    with open(path, "wb") as f:
+        f.truncate(3 * 2**20)  # sparse: costs no disk
+    opened = []
+    monkeypatch.setattr(tables, "_read_chunks", lambda *a: opened.append(1))
+    with pytest.raises(EngineError, match=r"more than 1 MB of text") as e:
+        tables.read_text(path)
+    assert "--max-task-file-mb" in str(e.value) and not opened
+
+
+def test_a_binary_task_file_is_refused_at_its_first_nul_byte(tmp_path, monkeypatch, counted):
+    from engine.tasks import tables
+    monkeypatch.setattr(tables, "MAX_TASK_FILE_MB", 64)
+    plain = tmp_path / "train.tsv"
+    with open(plain, "wb") as f:
+        f.write(_rows(10))
+        f.truncate(32 * 2**20)  # then 32 MB of NUL bytes (sparse)
+    seen = []
+    real_open = open
+
+    def spy_open(p, mode="r", *a, **k):
+        f = real_open(p, mode, *a, **k)
+        if "b" in mode:
+            read = f.read
+            f.read = lambda n=-1: seen.append(len(d := read(n))) or d
+        return f
+    monkeypatch.setattr("builtins.open", spy_open)
+    with pytest.raises(EngineError, match=rf"not a text file \(a NUL byte at byte {len(_rows(10))}:") as e:
+        tables.read_text(plain)
+    monkeypatch.setattr("builtins.open", real_open)
+    assert "\n" not in str(e.value) and sum(seen) <= 3 + tables.CHUNK  # the head, then one chunk
+    import gzip
+    packed = tmp_path / "dev.tsv.gz"
+    packed.write_bytes(gzip.compress(b"\x00" * (8 * 2**20)))
+    with pytest.raises(EngineError, match="NUL byte at byte 0 of its decompressed text"):
+        tables.read_text(packed)
+    assert counted["bytes"] <= tables.CHUNK
+
+
+def test_finetune_names_the_cap_and_its_flag_lifts_it(tmp_path, monkeypatch, tiny_checkpoint, engine_cli, one_line_error):
+    import gzip
+    from engine.finetune import FinetuneConfig, load_task
+    from engine.tasks import tables
+    train, dev = tmp_path / "train.tsv.gz", tmp_path / "dev.tsv"
+    train.write_bytes(gzip.compress(b"sentence\tlabel\n" + _rows(60_000)))  # ~1.6 MB of text
+    dev.write_bytes(b"sentence\tlabel\n" + _rows(8))
+    code, _, err = engine_cli(["finetune", "--model", tiny_checkpoint, "--task", "glue", "--train", train, "--dev", dev,
+                               "--max-task-file-mb", "1", "--out", tmp_path / "ft"])
+    one_line_error(code, err, "more than 1 MB of text once decompressed")
+    assert "--max-task-file-mb" in err.strip().splitlines()[-1]
+    assert len(load_task(FinetuneConfig(task="glue", train=str(train), dev=str(dev), max_task_file_mb=2)).train) == 60_000
+    monkeypatch.setattr(tables, "MAX_TASK_FILE_MB", 1)  # the default cap: what the Fine-tune page's preview reads under
+    with pytest.raises(EngineError, match="more than 1 MB"):
+        load_task(FinetuneConfig(task="glue", train=str(train), dev=str(dev)))
+    with pytest.raises(EngineError, match="--max-task-file-mb 0 must be at least 1"):
+        FinetuneConfig(task="glue", train=str(train), dev=str(dev), max_task_file_mb=0)
+
+
+def _command_module(command: str) -> str:
+    """The module whose main() `python -m engine COMMAND` calls, as engine/__main__.py's dispatch names it."""
+    import re
+    source = (REPO / "engine" / "__main__.py").read_text()
+    return re.search(rf'cmd == "{command}":\s+from (engine[\w.]*) import main', source).group(1)
+
+
+@pytest.mark.parametrize("command", jobs_mod.ENGINE_COMMANDS)
+def test_memory_error_is_one_line_in_every_command(command, monkeypatch, engine_cli, one_line_error):
+    import importlib
+
+    def out_of_memory(argv):
+        raise MemoryError()
+    monkeypatch.setattr(importlib.import_module(_command_module(command)), "main", out_of_memory)
+    code, _, err = engine_cli([command, "--whatever"])
+    one_line_error(code, err, "out of memory (MemoryError); give smaller input files")
+
+
+def test_an_upload_holding_nul_bytes_is_refused(tmp_path):
+    from studio.uploads import save_upload
+    with pytest.raises(EngineError, match="not a text file"):
+        save_upload(tmp_path, "train.tsv", "sentence\tlabel\n".encode("utf-16"), ("tsv",), "glue file")
+    assert not (tmp_path / "uploads").exists()
+    assert save_upload(tmp_path, "train.tsv", b"sentence\tlabel\nfine\t1\n", ("tsv",), "glue file").is_file()
+
+
+# ------------------------------------------------------------------ a one-column file: advice that works
+def test_a_one_column_task_file_gets_advice_that_works(tmp_path):
+    import re
+    from engine.finetune import build_parser
+    from engine.tasks.registry import load_task_files
+    train, dev = tmp_path / "train.tsv", tmp_path / "dev.tsv"
+    lines = [f"a sentence about thing {i}" for i in range(12)]
+    for p in (train, dev):
+        p.write_text("\n".join(lines) + "\n")
+    with pytest.raises(EngineError) as e:
+        load_task_files("glue", train, dev, None, None, None)
+    msg = str(e.value)
+    assert "single column" in msg and "TAB" in msg
+    flags = set(build_parser()._option_string_actions)
+    assert all(f in flags for f in re.findall(r"--[a-z][a-z-]*", msg)), msg  # no advice names a flag that does not exist
+    assert "--text-cols 1" not in msg  # there is no column 1 in a one-column file
+    for p in (train, dev):  # following it: a TAB and a label on every line, under a header naming the columns
+        p.write_text("sentence\tlabel\n" + "".join(f"{s}\t{i % 2}\n" for i, s in enumerate(lines)))
+    task = load_task_files("glue", train, dev, None, None, None)
+    assert len(task.train) == 12 and {ex.label for ex in task.train} <= {0, 1, "0", "1"}

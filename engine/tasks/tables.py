@@ -6,6 +6,9 @@ Shared by `glue.py` and `multiple_choice.py`. Formats, chosen by the file extens
 - `.csv`: the `csv` module's default dialect (quoted fields may span lines);
 - `.jsonl`: one JSON object per line; `.json`: a list of objects (or {"data": [...]}).
 Any of them may be compressed as `.gz` or `.bz2` (`train.tsv.gz`); the extension before it picks the format.
+A file is read in chunks (a compressed one decompressed as it is read) and refused as soon as it holds a NUL byte
+(binary, or UTF-16) or more than `MAX_TASK_FILE_MB` of text (`text_cap` lifts it: the finetune command's
+`--max-task-file-mb`), so neither a file that decompresses to gigabytes nor a huge binary file is read whole.
 A header row is detected (`looks_like_header`) when one of its cells is a known column name (or a name the
 caller asked for), or from the content: in some column every other value is a number and the first is not
 (`label` over 0/1 labels), or every other value repeats (a label column) and the first one is a word that occurs
@@ -13,11 +16,14 @@ nowhere else in it. `header=True/False` forces it (the CLI's `--header yes|no`).
 EngineError naming the file and line.
 """
 import bz2
+import contextvars
 import csv
 import gzip
 import json
 import math
+import os
 import re
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -35,7 +41,21 @@ class Table:
         return f"{self.path}:{line}" if self.path.suffix.lower() != ".json" else f"{self.path} record {line}"
 
 
-COMPRESSED = {".gz": gzip.decompress, ".bz2": bz2.decompress}
+COMPRESSED = {".gz": gzip.open, ".bz2": bz2.open}  # extension -> a reader that decompresses as it reads
+MAX_TASK_FILE_MB = 512  # the most text a task file may hold (decompressed); GLUE's largest, MNLI's train set, is ~300 MB
+CAP_FLAG = "--max-task-file-mb"  # the finetune flag that lifts it
+CHUNK = 1 << 20
+_CAP_MB = contextvars.ContextVar("task_file_cap_mb", default=None)  # None: MAX_TASK_FILE_MB
+
+
+@contextmanager
+def text_cap(mb):
+    """Within this block a task file may hold up to `mb` MB of text (None: MAX_TASK_FILE_MB)."""
+    token = _CAP_MB.set(mb)
+    try:
+        yield
+    finally:
+        _CAP_MB.reset(token)
 
 
 def file_format(path) -> str:
@@ -48,26 +68,49 @@ def file_format(path) -> str:
 
 
 def read_text(path, what: str = "task file") -> str:
-    """The text of a UTF-8 file (a BOM dropped); .gz and .bz2 files are decompressed first. A compressed file
-    without that extension, or a file that is not UTF-8, is one clear EngineError."""
+    """The text of a UTF-8 file (a BOM dropped); .gz and .bz2 files are decompressed as they are read. A compressed
+    file without that extension, a NUL byte, more text than the cap (`text_cap`) or a file that is not UTF-8 is one
+    clear EngineError, raised as soon as it is seen."""
     path = Path(path)
     if not path.is_file():
         raise EngineError(f"{what} {path} does not exist; check the path")
-    data = path.read_bytes()
-    ext = path.suffix.lower()
-    if ext in COMPRESSED:
-        try:
-            data = COMPRESSED[ext](data)
-        except (OSError, EOFError, ValueError) as e:
-            raise EngineError(f"{path} is not a valid {ext[1:]} file ({e}); decompress it yourself and pass the plain file")
-    elif data[:2] == b"\x1f\x8b" or data[:3] == b"BZh":
-        kind = "gzip" if data[:2] == b"\x1f\x8b" else "bzip2"
-        raise EngineError(f"{path} is {kind}-compressed; name it {path.name}{'.gz' if kind == 'gzip' else '.bz2'} "
-                          f"(it is then read as it is) or decompress it")
+    ext, cap_mb = path.suffix.lower(), _CAP_MB.get() or MAX_TASK_FILE_MB
+    cap = int(cap_mb * 2**20)
+    too_big = (f"{path} holds more than {cap_mb:g} MB of text{' once decompressed' if ext in COMPRESSED else ''}, the "
+               f"most a task file may hold; pass a smaller file, or raise the cap with {CAP_FLAG} N (in MB)")
+    with open(path, "rb") as raw:
+        head = raw.read(3)
+        raw.seek(0)
+        if ext not in COMPRESSED and (head[:2] == b"\x1f\x8b" or head == b"BZh"):
+            kind = "gzip" if head[:2] == b"\x1f\x8b" else "bzip2"
+            raise EngineError(f"{path} is {kind}-compressed; name it {path.name}{'.gz' if kind == 'gzip' else '.bz2'} "
+                              f"(it is then read as it is) or decompress it")
+        if ext not in COMPRESSED and os.fstat(raw.fileno()).st_size > cap:
+            raise EngineError(too_big)
+        data = _read_chunks(COMPRESSED[ext](raw) if ext in COMPRESSED else raw, path, ext, cap, too_big)
     try:
         return data.decode("utf-8-sig")
     except UnicodeDecodeError as e:
         raise EngineError(f"{path} is not UTF-8 text (byte {e.start}); re-save it as UTF-8")
+
+
+def _read_chunks(f, path: Path, ext: str, cap: int, too_big: str) -> bytearray:
+    """All of `f`, a chunk at a time: refused at the first NUL byte or once past `cap` bytes."""
+    data = bytearray()
+    try:
+        while chunk := f.read(CHUNK):
+            nul = chunk.find(b"\x00")
+            if nul >= 0:
+                raise EngineError(f"{path} is not a text file (a NUL byte at byte {len(data) + nul}{' of its decompressed text' if ext in COMPRESSED else ''}: "
+                                  f"binary, or UTF-16 text); give the UTF-8 text file")
+            data += chunk
+            if len(data) > cap:
+                raise EngineError(too_big)
+    except (OSError, EOFError, ValueError) as e:
+        if ext not in COMPRESSED:
+            raise EngineError(f"could not read {path}: {getattr(e, 'strerror', None) or e}; check the file")
+        raise EngineError(f"{path} is not a valid {ext[1:]} file ({e}); decompress it yourself and pass the plain file")
+    return data
 
 
 def _is_number(s: str) -> bool:
@@ -165,6 +208,11 @@ def read_table(path, header=None, known_names=()) -> Table:
         raise EngineError(f"{path} has no rows")
     first = raw[0][1]
     _check_separator(path, ext, raw)
+    if all(len(cells) == 1 for _, cells in raw):  # no column flag can pick a label out of one column
+        sep = "comma" if ext == ".csv" else "TAB"
+        raise EngineError(f"{path} has a single column (no {sep} on any line; line {raw[0][0]}: {first[0][:60]!r}), but a "
+                          f"task needs a text column and a label column: put a {sep} and the label after the text on every "
+                          f"line, under a header row naming them (sentence{sep.replace('TAB', '<TAB>').replace('comma', ',')}label)")
     if header is None:
         header = looks_like_header(first, [cells for _, cells in raw[1:]], known_names)
     columns = [c.strip() for c in first] if header else None
