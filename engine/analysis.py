@@ -22,6 +22,10 @@ L = layers, A = heads per layer, T = WordPieces, W = words, H = hidden size, D =
   Since the norm of a scaled vector is the scale times the norm, this is alpha_ij * ||f_h(x_j)||: computed from
   the layer inputs (hidden states) and the weights after the forward pass, so the model's attention code and its
   fast paths are untouched.
+- `queries_and_keys(bundle, a, b)` / `queries_keys(model, hidden_states)`: what bertviz's neuron view shows: per
+  layer and head, the query q = W_Q^h x + b_Q^h and key k = W_K^h x + b_K^h of every token, from that layer's
+  input x (the fused projection's first and second thirds, split into A heads of D); softmax(q . k / sqrt(D))
+  over the keys is the layer's attention.
 - `head_importance(bundle, texts)`: Michel et al. 2019, "Are Sixteen Heads Really Better than One?": the change
   in held-out MLM loss when one head is masked (its output multiplied by 0, done here by zeroing that head's
   columns of the output projection for the duration of one forward pass), (L, A); positive = the head helps.
@@ -199,6 +203,36 @@ def value_weighted_attention(bundle, text_a: str, text_b: str = None):
     with torch.no_grad():
         norms = value_norms(bundle.model, out.hidden_states)
     return tokens, value_weighted_from(att, norms), att
+
+
+# ---------------------------------------------------------------------------------------------------------
+# queries and keys (the neuron view)
+
+def queries_keys(model, hidden_states):
+    """(q, k): numpy (L, A, T, D) each, every layer's per-head queries and keys from the layer inputs
+    `hidden_states` (L+1 of (1, T, H); layer l reads hidden_states[l])."""
+    qs, ks = [], []
+    for l, layer in enumerate(model.bert.layers):
+        att = layer.attention
+        A, D = att.A, att.D
+        H = A * D
+        x = hidden_states[l][0].float()  # (T, H)
+        w, b = att.qkv.weight.float(), att.qkv.bias.float()  # (3H, H), (3H,): query, key, value rows
+        q = F.linear(x, w[:H], b[:H]).view(-1, A, D).transpose(0, 1)  # (A, T, D)
+        k = F.linear(x, w[H:2 * H], b[H:2 * H]).view(-1, A, D).transpose(0, 1)  # (A, T, D)
+        qs.append(q)
+        ks.append(k)
+    return torch.stack(qs).cpu().numpy(), torch.stack(ks).cpu().numpy()  # (L, A, T, D) each
+
+
+def queries_and_keys(bundle, text_a: str, text_b: str = None):
+    """(tokens, q, k, att): the WordPieces, per-layer per-head queries and keys (L, A, T, D) each, and the
+    attention weights (L, A, T, T) of the same forward pass (att = softmax(q k^T / sqrt(D)) for an encoder)."""
+    from engine.probes import attention_and_output
+    tokens, att, out = attention_and_output(bundle, text_a, text_b, output_hidden_states=True)
+    with torch.no_grad():
+        q, k = queries_keys(bundle.model, out.hidden_states)
+    return tokens, q, k, att
 
 
 # ---------------------------------------------------------------------------------------------------------
