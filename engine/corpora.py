@@ -21,7 +21,10 @@ or a .jsonl file with a "text" field per line. A .txt file with Wikipedia-style 
 in WikiText dumps) is read by its headings instead: each top-level heading starts an article (one document,
 blank lines inside it or not), and heading lines of any level (`= = Section = =`) are dropped from the
 sentences, so no document is a lone heading (a shortcut for NSP: a heading in A or B means NotNext). Heading
-lines are also dropped from the files of a folder and from .jsonl texts. When more than a fifth of the
+lines are also dropped from the files of a folder and from .jsonl texts. A binary file (`is_binary`: mostly NUL,
+control or non-UTF-8 bytes) in a folder is skipped with a warning naming it, and refused when given alone; a text
+file with a few bytes that are not UTF-8 is read with replacement characters, as the BBC article above. Folders
+of prepared data (`is_cache_folder`) inside a corpus folder are never read. When more than a fifth of the
 documents have a single sentence, `info["warnings"]` says so (NSP then mostly pairs across documents); the
 pre-training command prints it.
 """

@@ -13,8 +13,10 @@ How (memory stays bounded whatever the corpus size):
   encoding call, holds out documents, makes instances with the in-memory builder's own functions
   (`tokenize_documents`, `hold_out`, `_make_instances`, `_write_split`) and writes them as one shard. At most
   2 x workers blocks are in flight, so the main process holds about 2 x workers + 2 blocks of text, and a
-  worker one block and its instances (a single document is always held whole). With --workers 1 the blocks
-  are built in the main process, one after the other.
+  worker one block and its instances. A document longer than `engine.corpora.PIECE_CHARS` (1M characters) is
+  read in pieces of at most that many, cut at line ends or spaces, each a document of its own (so a block is
+  at most `block_chars` + 1M characters whatever the documents). With --workers 1 the blocks are built in the
+  main process, one after the other.
 - Each block draws its randomness from its own seed: block 0 of part 0 uses `seed` (and `eval_seed`)
   itself, block b of part i `block_seed(seed, i, b)`. The result therefore does not depend on the number of
   workers, and a corpus that fits in one block gives exactly the in-memory builder's instances (tested).
@@ -29,6 +31,15 @@ Departures from the in-memory builder (and from google-research/bert, which keep
   small to keep `need` training documents after holding out holds out none.
 - Dupe factor: each block makes its `dupe_factor` passes over its own documents.
 - Document numbers in `source` count the documents of the part as read (empty ones included).
+- A block that holds a single document (one long next to `block_chars`) gives no mlm+nsp instance: NotNext
+  needs another document of the block. The manifest's warnings say how many blocks did; when none gave an
+  instance, the error says so and names the fix (a larger --block-chars, or --objective mlm).
+
+Parts: file f goes to part `part_of(name of f)`, a hash of its path within the corpus folder modulo n, so a
+file added later moves no other file to another part. Each part records the whole file list it was cut from
+(count and sha256 of the names); parts whose lists differ are refused when the cache is opened. Binary files
+(`engine.corpora.is_binary`) are skipped with a warning naming them. An --out inside the corpus folder is
+refused, and a corpus walk never enters a prepared part folder.
 
 Layout of CACHE (one folder per part; parts merge by listing their shards):
   CACHE/part-I-of-N/settings.json      what this part is built from (written first)
@@ -44,7 +55,13 @@ Interrupted preparation (killed, power cut): no manifest, so nothing can train f
 command again KEEPS the finished shards (a shard folder exists only complete) when settings.json matches
 (same files, sizes and modification times, tokenizer and settings), re-reads the corpus and builds only the
 missing shards with the vocabulary it saved; leftover `.tmp-*` folders are removed. Different settings into
-the same folder are refused. A folder killed before its settings.json was written is started again.
+the same folder are refused, finished or not (a finished part is reported done only for the settings and
+files it was made from). A folder killed before its settings.json was written is started again.
+
+Opening (`open_prepared`): every shard's arrays are checked against a sound shard and against what its writer
+recorded in the manifest (its largest token id and shortest instance, `split_checks`): ids outside the
+vocabulary, empty instances or a truncated array are one line naming the shard, not an error mid-training.
+This reads every shard's tokens once.
 `pretrain --corpus` (the classroom corpora) still builds in memory (`build_pretraining_data`); this module is
 for corpora that do not fit.
 

@@ -117,7 +117,8 @@ class PretrainConfig:
     # --- tokenizer
     vocab_size: int = setting(8000, "train a WordPiece vocabulary of this size on the corpus, unless --tokenizer "
                               "(paper: 30,000)", group="tokenizer")
-    tokenizer: Optional[str] = setting(None, "use this tokenizer folder / vocab.txt instead of training one", group="tokenizer")
+    tokenizer: Optional[str] = setting(None, "use this tokenizer folder / vocab.txt (or minilm: MiniLM's) instead of training one",
+                                       group="tokenizer")
     cased: bool = setting(False, "keep case when training the tokenizer", group="tokenizer")
     # --- model
     init: Optional[str] = setting(

@@ -288,6 +288,8 @@ def main(argv) -> int:
     if docs.info.get("non_utf8_files"):
         print(f"note: {len(docs.info['non_utf8_files'])} file(s) were not valid UTF-8 and were decoded with replacement characters: "
               + ", ".join(docs.info["non_utf8_files"][:5]), file=sys.stderr)
+    for w in docs.info.get("warnings", []):  # binary files skipped, single-sentence documents
+        print(f"warning: {w}", file=sys.stderr)
     tok = train_tokenizer(docs, vocab_size=a.vocab_size, lowercase=not a.cased, min_frequency=a.min_frequency)
     out = tok.save(a.out)
     print(json.dumps({"out": str(out), "vocab_size": tok.vocab_size, "documents": len(docs), "seconds": round(time.time() - t0, 1)}))
