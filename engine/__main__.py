@@ -14,6 +14,7 @@ COMMANDS = """commands:
   probe       masked-token fill, next-sentence probability and attention maps
   ablate      run or summarise an ablation study (paper Tables 5-8, Figure 5)
   bench       benchmark the engine against transformers
+  class       prepare this machine for the first class in one step (prepare, status, cancel)
   measured    the measured facts the product states (engine/measured.py); --readme prints README.md's table
 run `python -m engine <command> --help` for its flags"""
 
@@ -35,10 +36,12 @@ def dispatch(cmd: str, argv: list) -> int:
         from engine.ablations import main
     elif cmd == "bench":
         from engine.bench import main
+    elif cmd == "class":
+        from engine.classroom import main
     elif cmd == "measured":
         from engine.measured import main
     else:
-        print(f"error: unknown command '{cmd}'; choose one of tokenizer, prepare, pretrain, finetune, features, probe, ablate, bench, measured", file=sys.stderr)
+        print(f"error: unknown command '{cmd}'; choose one of tokenizer, prepare, pretrain, finetune, features, probe, ablate, bench, class, measured", file=sys.stderr)
         return 2
     return main(argv) or 0
 

@@ -6,7 +6,7 @@ progress; the Probe and Attention pages offer it first once it has a checkpoint 
 - `run_dir(root)`, `argv(root)`: where it goes and the exact engine command (one place, also for the Jobs page).
 - `model_path(root)`: the run folder once it has a complete checkpoint, else None.
 - `card(path)`: what a model started from `--init` is (engine.pretrain_init.model_card), or "".
-- `panel(root)`: the button, then the job's live progress (step, held-out MLM/NSP accuracy), then the card.
+- `panel(root, why)`: the button, then the job's live progress (step, held-out MLM/NSP accuracy), then the card.
 """
 from pathlib import Path
 
@@ -24,11 +24,10 @@ def run_dir(root) -> Path:
 
 
 def argv(root) -> list:
-    """The job: the recipe's defaults, so the command names only the init, the corpus and the folder."""
-    from engine import cli
-    from engine.pretrain_config import CONTINUED_PRETRAINING, PROBE_READY_INIT, PretrainConfig
-    cfg = PretrainConfig(init=PROBE_READY_INIT, corpus=CONTINUED_PRETRAINING["corpus"], out=str(run_dir(root)), quiet=True)
-    return cli.argv(cfg, only=("init", "corpus", "out", "quiet"))
+    """The job: the recipe's defaults, so the command names only the init, the corpus and the folder (the engine's
+    `class prepare` queues the same one: engine.classroom.probe_ready_argv)."""
+    from engine.classroom import probe_ready_argv
+    return probe_ready_argv(root)
 
 
 def model_path(root) -> str | None:
@@ -81,13 +80,15 @@ def _status(d: Path):
     return runs.effective_status(d, info), info
 
 
-def panel(root) -> None:
-    """Build (or follow, or resume) the probe-ready model."""
+def panel(root, why: bool = True) -> None:
+    """Build (or follow, or resume) the probe-ready model. `why`: start by saying that MiniLM has no MLM or NSP
+    head (False where the page has just said it, as the Probe page does)."""
     from engine.measured import fact
     from engine.pretrain_config import CONTINUED_PRETRAINING as R
     BUILD, MLM, NSP = fact("probe_ready.minutes"), fact("probe_ready.mlm_accuracy"), fact("probe_ready.nsp_accuracy")
     d = run_dir(root)
-    st.caption(f"MiniLM has real weights but no MLM or NSP head. This continues its pre-training with the paper's "
+    st.caption(("MiniLM has real weights but no MLM or NSP head. " if why else "") +
+               f"This continues MiniLM's pre-training with the paper's "
                f"objectives (MLM + NSP) on the built-in text (BBC News + Wikipedia extract + State of the Union, about "
                f"3.3M words): {R['steps']} steps of {R['batch_size']} x {R['seq_len']} tokens at learning rate "
                f"{R['lr']:g}, as its own process ({BUILD.text()} on {BUILD.where}; held-out MLM "

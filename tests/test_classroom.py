@@ -1,0 +1,221 @@
+"""`python -m engine class prepare | status | cancel` (engine.classroom): the three parts queued in order, skipped when
+done, never queued twice, cancelled queued-first, resumed from their checkpoints, and the time left on this machine
+(measured figures scaled by the speed check, or a running run's own pace). Fast tests use an in-memory queue; one
+slow test runs the real queue end to end with tiny settings."""
+import json
+import random
+import time
+from pathlib import Path
+
+import pytest
+
+from engine import classroom, measured
+from engine.ablations.timing import SpeedCheck
+from engine.errors import EngineError
+from engine.runs import mark_complete, write_run_json
+
+
+class FakeQueue:
+    """The job queue's interface as classroom uses it (submit, list_jobs, cancel), in memory."""
+
+    def __init__(self):
+        self.jobs, self.cancelled = [], []
+
+    def submit(self, argv, name=None, run_dir=None):
+        for j in self.jobs:
+            if j["run_dir"] == str(run_dir) and j["status"] in ("queued", "running"):
+                raise EngineError(f"run folder {run_dir} already has job {j['id']} {j['status']}; wait for it")
+        job = {"id": f"j{len(self.jobs)}", "argv": list(argv), "name": name, "run_dir": str(run_dir), "status": "queued"}
+        self.jobs.append(job)
+        return dict(job)
+
+    def list_jobs(self):
+        return [dict(j) for j in reversed(self.jobs)]
+
+    def cancel(self, job_id):
+        job = next(j for j in self.jobs if j["id"] == job_id)
+        self.cancelled.append((job_id, job["status"]))
+        job["status"] = "cancelled"
+        return dict(job)
+
+
+def _part(root, key):
+    return next(p for p in classroom.parts(root) if p.key == key)
+
+
+def _run(run_dir: Path, status: str, step=None, total=10, elapsed=None):
+    write_run_json(run_dir, kind="pretrain", status=status, total_steps=total, config={"objective": "mlm+nsp"})
+    if step is not None:
+        ck = run_dir / "checkpoints" / f"step-{step}"
+        ck.mkdir(parents=True)
+        mark_complete(ck, step=step)
+        rec = {"step": step, "split": "train", "loss": 5.0, **({"elapsed": elapsed} if elapsed else {})}
+        (run_dir / "metrics.jsonl").write_text(json.dumps(rec) + "\n")
+
+
+def _cache_done(root: Path):
+    data = root / "cache-data" / "mlm_nsp-T32-abc"
+    data.mkdir(parents=True)
+    (data / "config.json").write_text("{}")
+    (root / classroom.STATE_DIR).mkdir(parents=True, exist_ok=True)
+    (root / classroom.STATE_DIR / "cache.json").write_text(json.dumps({"data": [str(data)]}))
+    return data
+
+
+def test_prepare_queues_the_three_parts_in_order_and_twice_queues_nothing_more(tmp_path):
+    root, q = tmp_path / "runs", FakeQueue()
+    rows = classroom.prepare(root, jobs=q, speed_check=False)
+    assert [j["argv"][0] for j in q.jobs] == ["class", "pretrain", "pretrain"]
+    assert q.jobs[0]["argv"][:2] == ["class", "cache"]
+    assert q.jobs[1]["argv"] == ["pretrain", "--out", str(root.absolute() / classroom.REFERENCE_RUN), "--quiet"]
+    assert q.jobs[2]["argv"] == classroom.probe_ready_argv(root.absolute())
+    assert "--init" in q.jobs[2]["argv"] and "minilm" in q.jobs[2]["argv"]
+    assert [r["state"] for r in rows] == ["queued"] * 3
+    q.jobs[0]["status"] = "running"
+    rows = classroom.prepare(root, jobs=q, speed_check=False)  # the second press
+    assert len(q.jobs) == 3 and [r["state"] for r in rows] == ["running", "queued", "queued"]
+
+
+def test_finished_parts_are_skipped(tmp_path):
+    root, q = tmp_path / "runs", FakeQueue()
+    _cache_done(root)
+    _run(root / classroom.REFERENCE_RUN, "finished", step=10)
+    rows = classroom.prepare(root, jobs=q, speed_check=False)
+    assert [j["run_dir"] for j in q.jobs] == [str(_part(root, "probe_ready").run_dir)]
+    assert [r["state"] for r in rows] == ["done", "done", "queued"]
+    # a cache folder removed since: the cache part is to do again
+    import shutil
+    shutil.rmtree(root / "cache-data")
+    assert classroom.status(root, jobs=q)[0]["state"] == "todo"
+
+
+def test_cancel_cancels_the_queued_parts_first_then_the_running_one(tmp_path):
+    root, q = tmp_path / "runs", FakeQueue()
+    classroom.prepare(root, jobs=q, speed_check=False)
+    q.jobs[0]["status"] = "finished"
+    _cache_done(root)
+    q.jobs[1]["status"] = "running"
+    rows = classroom.cancel(root, jobs=q)
+    assert q.cancelled == [("j2", "queued"), ("j1", "running")]
+    assert [r["state"] for r in rows] == ["done", "cancelled", "cancelled"]
+
+
+def test_a_cancelled_or_failed_run_resumes_from_its_checkpoint_and_a_failed_cache_is_built_again(tmp_path):
+    root, q = tmp_path / "runs", FakeQueue()
+    classroom.prepare(root, jobs=q, speed_check=False)
+    for j in q.jobs:
+        j["status"] = "failed" if j["argv"][0] == "class" else "cancelled"
+    ref, ready = _part(root, "reference").run_dir, _part(root, "probe_ready").run_dir
+    _run(ref, "cancelled", step=4)  # the run saved a checkpoint when it was cancelled
+    _run(ready, "failed", step=2)
+    assert [r["state"] for r in classroom.status(root, jobs=q)] == ["failed", "cancelled", "failed"]
+    classroom.prepare(root, jobs=q, speed_check=False)
+    again = q.jobs[3:]
+    assert again[0]["argv"] == q.jobs[0]["argv"]  # the cache: built again (whatever is cached is found)
+    assert again[1]["argv"] == ["pretrain", "--out", str(ref), "--resume", "--quiet"]
+    assert again[2]["argv"] == ["pretrain", "--out", str(ready), "--resume", "--quiet"]
+
+
+def test_a_run_whose_process_died_counts_as_failed_and_resumes(tmp_path):
+    root, q = tmp_path / "runs", FakeQueue()
+    ref = _part(root, "reference").run_dir
+    _run(ref, "running", step=4)  # no live writer holds its lock: dead
+    assert classroom.status(root, jobs=q)[1]["state"] == "failed"
+    classroom.prepare(root, jobs=q, speed_check=False)
+    assert ["pretrain", "--out", str(ref), "--resume", "--quiet"] in [j["argv"] for j in q.jobs]
+
+
+def test_time_left_is_the_measured_time_scaled_by_the_speed_check_or_the_runs_own_pace(tmp_path, monkeypatch):
+    root, q = tmp_path / "runs", FakeQueue()
+    xeon = measured.MACHINES["xeon"].check_ms
+    calls = []
+    import engine.ablations.timing as timing
+    monkeypatch.setattr(timing, "speed_check", lambda: calls.append(1) or SpeedCheck("fp32", 2, 2 * xeon))
+    rows = classroom.prepare(root, jobs=q)
+    classroom.prepare(root, jobs=q)
+    assert calls == [1]  # timed once, recorded in <runs>/.class/prepare.json
+    ref = measured.fact("classroom_run.minutes_bf16")
+    assert ref.machine == "xeon" and rows[1]["minutes_left"] == pytest.approx(2 * ref.value)
+    ready = measured.fact("probe_ready.minutes")  # measured on a machine without a speed check: as measured
+    assert measured.MACHINES[ready.machine].check_ms is None and rows[2]["minutes_left"] == pytest.approx(ready.value)
+    assert rows[0]["minutes_left"] is None  # the cache is inside the classroom run's measured time
+    assert classroom.minutes_left(rows) == pytest.approx(2 * ref.value + ready.value)
+    # a running reference run: from its own pace (120 s of training for 4 of 10 steps: 3 min left)
+    q.jobs[1]["status"] = "running"
+    _run(_part(root, "reference").run_dir, "running", step=4, total=10, elapsed=120.0)
+    row = classroom.status(root, jobs=q)[1]
+    assert row["state"] == "running" and (row["step"], row["total"]) == (4, 10)
+    assert row["minutes_left"] == pytest.approx(3.0)
+    assert "4 / 10" in classroom.describe(classroom.status(root, jobs=q))
+
+
+def test_no_speed_check_while_a_part_runs(tmp_path, monkeypatch):
+    root, q = tmp_path / "runs", FakeQueue()
+    classroom.prepare(root, jobs=q, speed_check=False)
+    q.jobs[0]["status"] = "running"
+    import engine.ablations.timing as timing
+    monkeypatch.setattr(timing, "speed_check", lambda: pytest.fail("timed while a job runs"))
+    classroom.prepare(root, jobs=q)
+
+
+def test_cli_status_prints_the_parts_and_a_bad_flag_is_one_line(tmp_path, capsys):
+    from engine.__main__ import run
+    assert run(["class", "status", "--runs-root", str(tmp_path / "runs")]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert [ln.split(":")[0] for ln in out[:3]] == [f"{i}. {p.title}" for i, p in enumerate(classroom.parts(tmp_path), 1)]
+    assert out[-1].startswith("about ") and "min left on this machine" in out[-1]
+    assert run(["class", "status", "--steps", "3"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: ") and "\n" not in err
+
+
+def _corpus(path: Path) -> Path:
+    rng = random.Random(0)
+    words = [[f"w{t}x{i}" for i in range(6)] for t in range(3)]
+    docs = [" ".join(" ".join(rng.choice(words[d % 3]) for _ in range(6)).capitalize() + "." for _ in range(12)) for d in range(24)]
+    path.write_text("\n\n".join(docs) + "\n", encoding="utf-8")
+    return path
+
+
+def _tiny_flags(tmp_path):
+    return ["--corpus", str(_corpus(tmp_path / "corpus.txt")), "--cache-dir", str(tmp_path / "cache"), "--vocab-size", "120",
+            "--layers", "1", "--hidden", "32", "--heads", "2", "--max-positions", "64", "--seq-len", "32",
+            "--phase2-seq-len", "64", "--phase2-fraction", "0.5", "--batch-size", "4", "--steps", "4", "--save-every", "2",
+            "--eval-every", "2", "--num-threads", "1"]
+
+
+@pytest.mark.slow
+def test_class_cache_builds_what_pretrain_then_finds_in_the_cache(tmp_path):
+    from engine.cli import given
+    from engine.corpora import load_corpus
+    from engine.distributed import Dist
+    from engine.pretrain import PretrainConfig, _prepare, build_parser, config_from_args
+    root, flags = tmp_path / "runs", _tiny_flags(tmp_path)
+    data = classroom.build_cache(root, flags)
+    assert len(data) == 2 and classroom.cache_ready(root)  # both lengths of the two-phase schedule
+    cfg = config_from_args(given(PretrainConfig, build_parser(), [*flags, "--out", str(tmp_path / "run")]))
+    _, caches = _prepare(cfg, load_corpus(cfg.corpus), tmp_path / "run", Dist(), resuming=False)
+    assert [str(c.path) for c in caches] == data and all(c.from_cache for c in caches)
+
+
+@pytest.mark.slow
+def test_prepare_end_to_end_on_the_real_queue_with_tiny_settings(tmp_path, monkeypatch):
+    from engine.jobs import TERMINAL, Jobs
+    root = tmp_path / "runs"
+    flags = _tiny_flags(tmp_path)
+    monkeypatch.setattr(classroom, "RUN_FLAGS", flags)
+    ready = root / "minilm-continued"
+    monkeypatch.setattr(classroom, "probe_ready_argv", lambda r: ["pretrain", *flags, "--out", str(ready), "--quiet"])
+    q = Jobs(root)
+    classroom.prepare(root, jobs=q, speed_check=False)
+    deadline = time.monotonic() + 240
+    while time.monotonic() < deadline and not all(j["status"] in TERMINAL for j in q.refresh()):
+        time.sleep(0.5)
+    rows = classroom.status(root, jobs=q)
+    assert [r["state"] for r in rows] == ["done"] * 3, [(j["name"], j["status"], j.get("error")) for j in q.list_jobs()]
+    assert "everything is ready" in classroom.describe(rows)
+    n = len(q.list_jobs())
+    classroom.prepare(root, jobs=q, speed_check=False)  # started twice: nothing to do
+    assert len(q.list_jobs()) == n
+    log = (root / classroom.STATE_DIR / "cache" / "job.log").read_text()
+    assert "cached " in log and "(exit code 0)" in log
