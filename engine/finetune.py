@@ -31,7 +31,9 @@ separate model per epoch count (the grid still covers the epoch counts, each wit
 import copy
 import json
 import math
+import os
 import random
+import shutil
 import sys
 import time
 from dataclasses import asdict, dataclass, fields, replace
@@ -261,14 +263,18 @@ def finetune(cfg: FinetuneConfig, progress: Callable = None, progress_bar: bool 
     from engine.runs import Run, check_run_folder, truncate_metrics
 
     out = Path(cfg.out)
-    check_run_folder(out, "finetune", cfg.to_dict(), cfg.resume, RUNTIME_FIELDS)  # before anything is written
+    again = _failed_before_training(out)  # nothing to keep: started again in place, with these settings
+    if not again:
+        check_run_folder(out, "finetune", cfg.to_dict(), cfg.resume, RUNTIME_FIELDS)  # before anything is written
     if cfg.num_threads:
         torch.set_num_threads(int(cfg.num_threads))
     device = resolve_device(cfg.device)
     precision = resolve_precision(cfg.precision, device)
     grid = _trial_grid(cfg)
-    done = _finished_trials(out, len(grid)) if cfg.resume else []
+    done = _finished_trials(out, len(grid)) if cfg.resume and not again else []
     out.mkdir(parents=True, exist_ok=True)
+    if again:
+        _set_aside_failed_start(out)
     t_start = time.time()
     with Run(out, kind="finetune", config=cfg.to_dict(), task=cfg.task, model=cfg.model,
              evaluation_version=records.EVALUATION_VERSION) as run:
@@ -438,6 +444,40 @@ def _train_epoch(ctx: TrialContext, model: TaskModel, opt, sched, g: torch.Gener
                          "loss": float(np.mean(losses[-cfg.log_every:])), "lr": sched.get_last_lr()[0]})
         ctx.report({"trial": ti, "epoch": epoch, "loss": losses[-1]})
     return losses
+
+
+STARTS_ASIDE = ".failed-start"  # where a start that trained nothing keeps its records when the run begins again
+
+
+def _failed_before_training(out: Path) -> bool:
+    """True if `out` holds a fine-tune run that stopped (failed, cancelled or dead) before any trial finished: no
+    trial in eval.json and no saved model. It holds no result, so the command may begin it again in place with
+    new settings (the fix of a missing --dev, a bad file or a wrong --model), with or without --resume."""
+    from engine.runs import effective_status, read_run_json
+    info = read_run_json(out) if (out / records.RUN_JSON).is_file() else {}
+    if info.get("kind") != "finetune" or effective_status(out, info) not in ("failed", "cancelled", "dead"):
+        return False
+    if (out / "best").exists() or (out / "checkpoints").exists():
+        return False
+    if not (out / records.EVAL_JSON).exists():
+        return True
+    trials = records.read_eval(out).get("trials")  # {} when unreadable: then it is kept, not judged
+    return isinstance(trials, list) and not trials
+
+
+def _set_aside_failed_start(out: Path) -> None:
+    """Move a failed start's run.json, metrics.jsonl and eval.json into <out>/.failed-start (replacing an older
+    one), so the folder holds no run and the new start begins clean; the old error is printed."""
+    from engine.runs import read_run_json
+    error = read_run_json(out).get("error")
+    aside = out / STARTS_ASIDE
+    shutil.rmtree(aside, ignore_errors=True)
+    aside.mkdir()
+    for name in (records.RUN_JSON, records.METRICS, records.EVAL_JSON):
+        if (out / name).exists():
+            os.replace(out / name, aside / name)
+    print(f"starting {out} again: its last start ended before any trial finished ({error or 'no error recorded'}); "
+          f"its records are in {aside}", file=sys.stderr, flush=True)
 
 
 def _finished_trials(out: Path, n_trials: int) -> list:

@@ -298,3 +298,79 @@ def test_a_one_column_task_file_gets_advice_that_works(tmp_path):
         p.write_text("sentence\tlabel\n" + "".join(f"{s}\t{i % 2}\n" for i, s in enumerate(lines)))
     task = load_task_files("glue", train, dev, None, None, None)
     assert len(task.train) == 12 and {ex.label for ex in task.train} <= {0, 1, "0", "1"}
+
+
+# ------------------------------------------------------------------ a fine-tune that failed before training
+def _small_task(folder: Path) -> tuple:
+    folder.mkdir(parents=True, exist_ok=True)
+    words = "the a market film team shares match song rose fell won lost good bad".split()
+    rows = [(" ".join(words[(i * 7 + j) % len(words)] for j in range(6)) + (" good" if i % 2 else " bad"), i % 2) for i in range(40)]
+    train, dev = folder / "train.tsv", folder / "dev.tsv"
+    train.write_text("sentence\tlabel\n" + "".join(f"{s}\t{l}\n" for s, l in rows[:32]))
+    dev.write_text("sentence\tlabel\n" + "".join(f"{s}\t{l}\n" for s, l in rows[32:]))
+    return train, dev
+
+
+def _ft(*args) -> list:
+    return ["finetune", "--task", "glue", "--lr", "1e-3", "--batch-size", "8", "--epochs", "1", "--max-seq-len", "32",
+            "--num-threads", "1", *args]
+
+
+@pytest.mark.slow
+def test_a_finetune_that_failed_before_training_starts_again_with_the_fix(tmp_path, tiny_checkpoint, engine_cli, one_line_error):
+    from engine import runs
+    train, dev = _small_task(tmp_path / "task")
+    one_col = tmp_path / "task" / "one.tsv"
+    one_col.write_text("just text\nmore text\n")
+    # a missing --dev, then the corrected command into the same folder
+    out = tmp_path / "no-dev"
+    code, _, err = engine_cli(_ft("--model", tiny_checkpoint, "--train", train, "--out", out))
+    assert code == 2 and runs.read_run_json(out)["status"] == "failed", err
+    code, _, err = engine_cli(_ft("--model", tiny_checkpoint, "--train", train, "--dev", dev, "--out", out))
+    assert code == 0, err
+    assert "starting" in err and "again" in err
+    assert runs.read_run_json(out)["status"] == "finished" and runs.read_run_json(out)["config"]["dev"] == str(dev)
+    assert json.loads((out / "eval.json").read_text())["status"] == "finished"
+    assert runs.read_run_json(out / ".failed-start")["status"] == "failed"  # the failed start's record, kept aside
+    # a missing model, then --resume with the fix (the rest of the settings are the run's own)
+    out = tmp_path / "no-model"
+    code, _, err = engine_cli(_ft("--model", tmp_path / "nowhere", "--train", train, "--dev", dev, "--out", out))
+    assert code == 2 and runs.read_run_json(out)["status"] == "failed", err
+    code, _, err = engine_cli(["finetune", "--out", out, "--resume", "--model", tiny_checkpoint])
+    assert code == 0, err
+    info = runs.read_run_json(out)
+    assert info["status"] == "finished" and info["config"]["model"] == str(tiny_checkpoint) and info["config"]["lr"] == [0.001]
+    # a bad file, then --resume with the right one
+    out = tmp_path / "bad-file"
+    code, _, err = engine_cli(_ft("--model", tiny_checkpoint, "--train", one_col, "--dev", dev, "--out", out))
+    one_line_error(code, err, "single column")
+    code, _, err = engine_cli(["finetune", "--out", out, "--resume", "--train", train])
+    assert code == 0, err
+    assert runs.read_run_json(out)["status"] == "finished"
+
+
+def test_a_finetune_with_a_finished_trial_stays_protected(tmp_path, engine_cli, one_line_error):
+    """A failed run that finished a trial keeps it: a new command is refused and --resume keeps its settings."""
+    from engine import runs
+    train, dev = _small_task(tmp_path / "task")
+    out = tmp_path / "ft"
+    config = {"model": "minilm", "task": "glue", "train": str(train), "dev": str(dev), "lr": [0.001], "batch_size": [8],
+              "epochs": [1]}
+    runs.write_run_json(out, kind="finetune", status="failed", error="error: boom", config=config)
+    (out / "eval.json").write_text(json.dumps({"status": "running", "trials": [{"trial": 0, "score": 0.5}]}))
+    before = {p.name: p.read_bytes() for p in out.iterdir() if p.is_file()}
+    code, _, err = engine_cli(_ft("--model", "minilm", "--train", train, "--dev", dev, "--lr", "5e-4", "--out", out))
+    one_line_error(code, err, "already holds a finetune run")
+    code, _, err = engine_cli(["finetune", "--out", out, "--resume", "--lr", "5e-4"])
+    one_line_error(code, err, "was started with lr=[0.001]")
+    for damaged in (b"{not json", None):  # an eval.json that cannot be read, or a saved model: kept, not judged
+        if damaged is None:
+            (out / "eval.json").write_text(json.dumps({"trials": []}))
+            (out / "best").mkdir()
+        else:
+            (out / "eval.json").write_bytes(damaged)
+        code, _, err = engine_cli(_ft("--model", "minilm", "--train", train, "--dev", dev, "--out", out))
+        one_line_error(code, err, "already holds a finetune run")
+    assert not (out / ".failed-start").exists()
+    assert {p.name: p.read_bytes() for p in out.iterdir() if p.is_file() and p.name != "eval.json"} == \
+        {k: v for k, v in before.items() if k != "eval.json"}
