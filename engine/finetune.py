@@ -75,7 +75,7 @@ class FinetuneConfig:
     task_type: Optional[str] = setting(None, "glue: force classification or regression (default: detect)",
                                        choices=TASK_TYPES)
     max_task_file_mb: Optional[int] = setting(None, "the most text (MB, once decompressed) a task file may hold before "
-                                              "it is refused (default: engine.tasks.tables.MAX_TASK_FILE_MB, 512)")
+                                              "it is refused (default: engine.tasks.tables.MAX_TASK_FILE_MB)")
     metric: Optional[str] = setting(None, "the selection metric: accuracy | f1 | f1_macro | mcc (classification), pearson | "
                                     "spearman (regression), f1 | precision | recall (tagging), f1 | exact (squad); "
                                     "default: the task's")
