@@ -66,6 +66,6 @@ for tab, (name, t) in zip(tabs, paper_tables.PAPER_TABLES.items()):
             table, findings, caption = ours
             st.markdown("**At classroom scale, as we measured it**")
             if table is not None:
-                st.dataframe(table, width="stretch")
-            st.dataframe(findings, hide_index=True, width="stretch")
+                st.table(table)
+            st.table(findings.set_index("finding of the paper"))
             st.caption(caption)

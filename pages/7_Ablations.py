@@ -43,8 +43,8 @@ def measured_results(study_name: str) -> None:
         table, findings, caption = ours
         st.markdown("**At classroom scale, as we measured it**")
         if table is not None:
-            st.dataframe(table, width="stretch")
-        st.dataframe(findings, hide_index=True, width="stretch")
+            st.table(table)
+        st.table(findings.set_index("finding of the paper"))
         st.caption(caption)
 
 

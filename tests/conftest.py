@@ -290,3 +290,101 @@ def fake_engine(tmp_path):
     (repo / "engine" / "__init__.py").write_text("")
     (repo / "engine" / "__main__.py").write_text(_FAKE_ENGINE_MAIN)
     return SimpleNamespace(repo=repo, py=lambda code, *args: ["bench", code, *map(str, args)])
+
+
+# ---------------------------------------------------------------------------------------------- the studio in a browser
+CHROMIUM = "/usr/bin/chromium"
+BROWSER_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
+                "--disable-sync", "--no-first-run"]
+LOCAL_HOSTS = {"127.0.0.1", "localhost", "::1", "[::1]"}
+
+
+class StudioInBrowser:
+    """The studio started as the README starts it, and one headless Chromium page on it with every request outside
+    localhost aborted (`blocked` lists them)."""
+
+    def __init__(self, runs_root: Path, log_path: Path):
+        import socket
+        import subprocess
+        import sys
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        self.url = f"http://127.0.0.1:{port}"
+        self.blocked = []
+        env = dict(os.environ, BERT_STUDIO_RUNS=str(runs_root), HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
+        self._log = open(log_path, "w")
+        self.proc = subprocess.Popen([sys.executable, "-m", "streamlit", "run", "streamlit_app.py", "--server.port",
+                                      str(port), "--server.headless", "true"], cwd=REPO, env=env, stdout=self._log,
+                                     stderr=subprocess.STDOUT, start_new_session=True)
+
+    def wait_healthy(self, timeout: float = 45.0) -> None:
+        import time
+        import urllib.request
+        t0 = time.time()
+        while time.time() - t0 < timeout:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"streamlit exited with code {self.proc.returncode}")
+            try:
+                with urllib.request.urlopen(self.url + "/_stcore/health", timeout=2) as r:
+                    if r.status == 200:
+                        return
+            except OSError:
+                pass
+            time.sleep(0.3)
+        raise TimeoutError(f"streamlit did not answer at {self.url} within {timeout:.0f}s")
+
+    def open_page(self, browser):
+        from urllib.parse import urlparse
+        page = browser.new_page(viewport={"width": 1400, "height": 1000})
+
+        def route(r):
+            host = urlparse(r.request.url).hostname or ""
+            if r.request.url.startswith(("data:", "blob:", "about:")) or host in LOCAL_HOSTS:
+                r.continue_()
+            else:
+                self.blocked.append(r.request.url)
+                r.abort()
+        page.route("**/*", route)
+        page.set_default_timeout(30_000)
+        return page
+
+    def stop(self) -> None:
+        import signal
+        import subprocess
+        try:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(timeout=5)
+        self._log.close()
+
+
+@pytest.fixture
+def studio_browser(tmp_path):
+    """(start(runs_root) -> StudioInBrowser, a launched Chromium): skips without Chromium or playwright."""
+    if not (os.path.isfile(CHROMIUM) and os.access(CHROMIUM, os.X_OK)):
+        pytest.skip(f"Chromium is not installed at {CHROMIUM}; install it with `apt-get install -y chromium` (.ci/run does)")
+    sync_playwright = pytest.importorskip("playwright.sync_api", reason="the playwright package is not installed").sync_playwright
+    artifacts = REPO / "test-artifacts" / "browser"
+    artifacts.mkdir(parents=True, exist_ok=True)
+    started = []
+
+    def start(runs_root: Path) -> StudioInBrowser:
+        s = StudioInBrowser(runs_root, artifacts / f"streamlit-{len(started)}.log")
+        started.append(s)
+        s.wait_healthy()
+        return s
+
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=BROWSER_ARGS)
+        try:
+            yield start, browser
+        finally:
+            browser.close()
+            for s in started:
+                s.stop()
