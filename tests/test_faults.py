@@ -354,12 +354,13 @@ def test_a_real_full_disk_gives_one_line_and_keeps_what_was_saved(tiny_fs, small
     for ck in runs.list_checkpoints(out):  # what was saved before still loads
         engine.load(ck)
     # a completely full disk: the lock, run.json and the fine-tune's folder give the same line
-    with open(tiny_fs / "filler", "wb") as f:
-        try:
-            while True:
-                f.write(b"\0" * 65536)
-        except OSError:
-            pass
+    with open(tiny_fs / "filler", "wb", buffering=0) as f:  # unbuffered: closing it has nothing left to flush
+        for size in (65536, 4096, 512, 1):
+            try:
+                while True:
+                    f.write(b"\0" * size)
+            except OSError:
+                pass
     for args in (["finetune", "--model", "minilm", "--task", "bbc-topic", "--out", tiny_fs / "ft"],
                  _pretrain_args(small_corpus, tiny_fs / "run2")):
         code, _, err = engine_cli(args)
