@@ -1,6 +1,8 @@
-"""Start: what BERT Studio is, the guided first class (studio.start: four steps, each with its time on this
-machine, a button that opens the page with its fields filled in, a check mark once done) and the paper's own
-numbers for Tables 5-8 (engine.paper_tables), visible before anything has run."""
+"""Start: what BERT Studio is, the Prepare-this-machine panel (engine.classroom: `class prepare` as a button, with
+what is done, what runs and the time left), the teacher's plan (docs/teaching.md), the guided first class
+(studio.start: four steps, each with its time on this machine, a button that opens the page with its fields filled
+in, a check mark once done) and the paper's own numbers for Tables 5-8 (engine.paper_tables), visible before
+anything has run."""
 import streamlit as st
 
 from engine import paper_tables
@@ -22,6 +24,46 @@ st.caption(f"Four steps; a check mark appears once the runs folder (`{root}`) sh
 def _precision():
     return start.machine_precision()
 
+
+def prepare_panel(rows: list) -> None:
+    """The parts `python -m engine class prepare` builds, their state and the time left; Prepare and Cancel buttons."""
+    @st.fragment(run_every=3 if start.preparing(rows) else None)
+    def panel():
+        now = start.prepare_rows(root)
+        lines, summary = start.prepare_lines(now)
+        st.markdown("  \n".join(lines))
+        st.caption(summary)
+        b1, b2, _ = st.columns([2, 2, 3])
+        if not all(r["state"] == "done" for r in now) and b1.button("Prepare this machine for a class", key="class_prepare",
+                                                                  type="primary"):
+            with guard("Queuing the preparation"), st.spinner("timing this machine, then queuing …"):
+                from engine import classroom
+                classroom.prepare(root)
+            st.rerun()
+        if start.preparing(now) and b2.button("Cancel preparing", key="class_cancel"):
+            with guard("Cancelling"), st.spinner("stopping (a run saves a checkpoint first) …"):
+                from engine import classroom
+                classroom.cancel(root)
+            st.rerun()
+        if start.preparing(now) != start.preparing(rows):
+            st.rerun()  # started or ended: poll or stop polling
+    panel()
+
+
+prepared = []
+with guard("Reading what is prepared"):
+    prepared = start.prepare_rows(root)
+with st.expander("Prepare this machine for a class (the day before)",
+                 expanded=not all(r["state"] == "done" for r in prepared)):
+    st.caption("One button builds in the background, in this order, what the first class needs here: the classroom "
+               "run's vocabulary and pre-training data (so the class's own run starts at once), a finished classroom "
+               "run as a reference, and the probe-ready model. It goes on with the tab closed; pressing it again skips "
+               "what is done and continues what stopped.")
+    if prepared:
+        prepare_panel(prepared)
+if start.TEACHING.is_file():
+    with st.expander("The teacher's plan for a 50-minute class (docs/teaching.md)"):
+        st.markdown(start.TEACHING.read_text(encoding="utf-8"))
 
 steps = []
 with guard("Reading the runs folder"):

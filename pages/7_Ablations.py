@@ -17,7 +17,7 @@ st.caption("An ablation study is a base configuration plus named variants. Each 
            "downstream over several seeds; the runs are queued one at a time and survive a reload.")
 
 root = runs_root()
-tab_results, tab_new = st.tabs(["Results", "New study"])
+tab_results, tab_new = st.tabs(["Results", "New study"], key="abl_tab", on_change="rerun")  # the Start page opens New study
 
 
 def variants_frame(study: A.Study) -> pd.DataFrame:

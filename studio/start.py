@@ -3,13 +3,17 @@ on this machine, where each button goes with which fields filled in, and whether
 
 1. Look inside a real model: the Model page on MiniLM (done once the Model page was opened in this session).
 2. Pre-train a tiny BERT: the Pre-train page, whose defaults are the classroom run, with a run name filled in
-   (done once a pre-training run in the runs folder has finished).
-3. Probe it and the probe-ready model: the Probe page on that run's latest checkpoint (done once a run's model
-   was probed in this session); the probe-ready model is studio.probe_ready's (MiniLM continued with MLM + NSP,
+   (done once a pre-training run of the class in the runs folder has finished; `class prepare`'s reference run,
+   engine.classroom.REFERENCE_RUN, is not the class's). A newest run that was cancelled, failed or died is reported
+   with what to do (the Pre-train page's Resume button, the run picked there).
+3. Probe it and the probe-ready model: the Probe page on the class's run's latest checkpoint, a stopped run's
+   included, else the reference run's (done once a model was probed in this session while there is such a
+   checkpoint); the probe-ready model is studio.probe_ready's (MiniLM continued with MLM + NSP,
    `python -m engine pretrain --init minilm ...`): once it has a checkpoint the step has a second button that
    probes it; until then the step says how to make it.
-4. Run the paper's Table 5 at classroom scale: the Ablations page, New study tab, with the pre-training-tasks
+4. Run the paper's Table 5 at classroom scale: the Ablations page's New study tab, with the pre-training-tasks
    study at classroom scale selected (done once such a study has every job finished).
+`prepare_rows` is the "Prepare this machine for a class" panel's state (engine.classroom.status).
 Times and findings are read from engine/measured.py (the one table of measured facts): measured on 2-core CPUs,
 with bf16 where the CPU has native bf16 units and in fp32 where it has not.
 """
@@ -66,16 +70,27 @@ def probe_ready_command(root) -> str:
 
 
 def pretrain_runs(root) -> tuple:
-    """(classroom-style runs, runs continued from MiniLM): top-level pre-training runs, newest first, as
-    list_runs rows; a run continued from MiniLM (config init "minilm") is not a classroom run."""
+    """(the class's classroom-style runs, runs continued from MiniLM, the reference run or None): top-level
+    pre-training runs, newest first, as list_runs rows; a run continued from MiniLM (config init "minilm") is not a
+    classroom run, and `class prepare`'s reference run (engine.classroom.REFERENCE_RUN) is not the class's."""
+    from engine.classroom import REFERENCE_RUN
     from engine.runs import list_runs
-    own, ready = [], []
+    own, ready, reference = [], [], None
     for r in list_runs(root):
         if r.get("kind") != "pretrain":
             continue
         cfg = read_json_or_empty(Path(r["path"]) / RUN_JSON).get("config") or {}
-        (ready if str(cfg.get("init", "")) == "minilm" else own).append(r)
-    return own, ready
+        if r["name"] == REFERENCE_RUN:
+            reference = r
+        else:
+            (ready if str(cfg.get("init", "")) == "minilm" else own).append(r)
+    return own, ready, reference
+
+
+def prepare_rows(root) -> list:
+    """The "Prepare this machine for a class" panel's parts (engine.classroom.status)."""
+    from engine import classroom
+    return classroom.status(root)
 
 
 def table5_studies(root) -> list:
@@ -121,42 +136,54 @@ def _table5_what() -> str:
             "The Ablations page's lessons go further: a second seed, the paper's equal steps, and longer runs.")
 
 
-def guided_steps(root, visited: dict, precision: str = "fp32", device: str = "cpu") -> list:
-    """The four steps with their state; `visited`: session flags {"model": bool, "probed": bool}."""
-    root = Path(root)
-    own, ready = pretrain_runs(root)
-    finished = [r for r in own if r["effective_status"] == "finished"]
-    running = [r for r in own if r["effective_status"] == "running"]
-    from engine.pretrain_config import CLASSROOM_RECIPE as R
-    steps = [Step(1, "Look inside a real model",
-                  "MiniLM's real pre-trained weights: its configuration, a sentence as WordPieces and segment ids, "
-                  "the shape of every output.", "under a minute", "pages/1_Model.py", "Open the Model page",
-                  {"model_page_model": "minilm"}, done=bool(visited.get("model")))]
+STOPPED = {"cancelled": "was cancelled", "failed": "failed", "dead": "stopped (its process is gone)"}
 
+
+def _step2(root, own: list, precision: str, device: str) -> Step:
+    from engine.pretrain_config import CLASSROOM_RECIPE as R
     s2 = Step(2, "Pre-train a tiny BERT",
               f"2 layers, hidden 128, masked LM + next sentence prediction on BBC News, {R['steps']:,} steps of "
               f"{R['seq_len']} tokens then {R['phase2_seq_len']} (the classroom run). Press Launch; the run goes on even "
               "if you close the tab.",
               _minutes("pretrain", precision, device), "pages/2_Pretrain.py", "Set up the classroom run",
-              {"pretrain_name": _free_name(root, "first-bert")}, done=bool(finished))
+              {"pretrain_name": _free_name(root, "first-bert")})
+    finished = [r for r in own if r["effective_status"] == "finished"]
+    running = [r for r in own if r["effective_status"] == "running"]
     if finished:
-        s2.status = f"finished: {finished[0]['name']}"
+        s2.done, s2.status = True, f"finished: {finished[0]['name']}"
     elif running:
         r = running[0]
         s2.status = f"running: {r['name']}, step {r['step'] or 0} / {r['total_steps'] or '?'}"
-    steps.append(s2)
+    elif own and own[0]["effective_status"] in STOPPED:
+        r = own[0]
+        kept = (f"it continues from checkpoint step-{r['checkpoint_step']}" if r["checkpoint_step"] is not None
+                else "it has no checkpoint yet, so it starts again from step 0")
+        error = f" ({r['error']})" if r["effective_status"] == "failed" and r.get("error") else ""
+        s2.status = (f"{r['name']} {STOPPED[r['effective_status']]} at step {r['step'] or 0} / {r['total_steps'] or '?'}"
+                     f"{error}: press Resume on the Pre-train page ({kept}), or launch a new run")
+        s2.button, s2.prefill = "Resume it on the Pre-train page", {"pretrain_pick": r["name"]}
+    return s2
 
-    target = finished[0] if finished else (running[0] if running else None)
+
+def _step3(root, own: list, reference, probed: bool) -> Step:
     s3 = Step(3, "Probe it and the probe-ready model",
               "Fill in masked words, click a word to mask it and watch where it looks, score next-sentence pairs, and "
-              "compare with a model that knows English.", "about a minute", "pages/5_Probe.py", "Probe your model",
-              {}, done=bool(visited.get("probed")))
-    if target is not None:
-        ck = checkpoint_choice(root, target["path"])
-        if ck:
-            s3.prefill = {"probe_model": ck}
+              "compare with a model that knows English.", "about a minute", "pages/5_Probe.py", "Probe your model")
+    order = {"finished": 0, "running": 1}  # the class's own model first, a stopped run's checkpoints too
+    mine = sorted((r for r in own if r["checkpoint_step"] is not None), key=lambda r: order.get(r["effective_status"], 2))
+    if mine:
+        target = mine[0]
+        if target["effective_status"] in STOPPED:
+            s3.status = f"probes {target['name']}'s last checkpoint (step {target['checkpoint_step']}; the run stopped there)"
+    elif reference is not None and reference["checkpoint_step"] is not None:
+        target = reference
+        s3.status = f"your run has no checkpoint yet: this probes the reference classroom run ({reference['name']}) meanwhile"
     else:
+        target = None
         s3.status = "pre-train a model first (step 2)"
+    if target is not None:
+        s3.prefill = {"probe_model": checkpoint_choice(root, target["path"])}
+        s3.done = probed  # probed in this session, with a pre-trained classroom model there to probe
     from studio.probe_ready import model_path
     ready_path = model_path(root)  # what the Probe page's picker offers first
     if ready_path:
@@ -164,18 +191,58 @@ def guided_steps(root, visited: dict, precision: str = "fp32", device: str = "cp
         s3.alt = ("Probe the probe-ready model", {"probe_model": ready_path})
     else:
         s3.what += (" The probe-ready model (MiniLM continued with MLM and NSP heads) is not in the runs folder yet; "
-                    f"make it with the Model page's button or `{probe_ready_command(root)}`.")
-    steps.append(s3)
+                    f"make it with the Model page's button, the Prepare button above or `{probe_ready_command(root)}`.")
+    return s3
 
+
+def guided_steps(root, visited: dict, precision: str = "fp32", device: str = "cpu") -> list:
+    """The four steps with their state; `visited`: session flags {"model": bool, "probed": bool}."""
+    root = Path(root)
+    own, _, reference = pretrain_runs(root)
+    steps = [Step(1, "Look inside a real model",
+                  "MiniLM's real pre-trained weights: its configuration, a sentence as WordPieces and segment ids, "
+                  "the shape of every output.", "under a minute", "pages/1_Model.py", "Open the Model page",
+                  {"model_page_model": "minilm"}, done=bool(visited.get("model"))),
+             _step2(root, own, precision, device), _step3(root, own, reference, bool(visited.get("probed")))]
     studies = table5_studies(root)
     s4 = Step(4, "Run the paper's Table 5 at classroom scale",
               _table5_what(),
               _minutes("table5", precision, device),
               "pages/7_Ablations.py", "Set up the Table 5 study",
-              {"abl_study": TABLE5, "abl_scale": "classroom"})
+              {"abl_study": TABLE5, "abl_scale": "classroom", "abl_tab": "New study"})  # (the Ablations page's tabs)
     if studies:
         d, n_done, n = studies[0]
         s4.done = n > 0 and n_done == n
         s4.status = f"{d.name}: {n_done} of {n} jobs finished"
     steps.append(s4)
     return steps
+
+
+PREPARE_ICONS = {"done": "✅", "running": "🟢", "queued": "⏳", "cancelled": "⏹️", "failed": "❌", "todo": "▫️"}
+PREPARE_WORDS = {"done": "done", "running": "running", "queued": "queued", "todo": "to do",
+                 "cancelled": "cancelled: the Prepare button continues it", "failed": "failed: the Prepare button continues it "
+                 "(the Jobs page has its log)"}
+
+
+def prepare_lines(rows: list) -> tuple:
+    """(one line per part, the summary line) for the Prepare panel, from engine.classroom.status rows."""
+    from engine.classroom import minutes_left
+    lines = []
+    for r in rows:
+        line = f"{PREPARE_ICONS[r['state']]} {r['title'][0].upper()}{r['title'][1:]}: {PREPARE_WORDS[r['state']]}"
+        if r["state"] != "done" and r["step"] is not None:
+            line += f", step {r['step']} / {r['total'] or '?'}"
+        if r["state"] != "done" and r["minutes_left"] is not None:
+            line += f"; about {r['minutes_left']:.0f} min left ({r['how']})"
+        lines.append(line)
+    if all(r["state"] == "done" for r in rows):
+        return lines, "This machine is ready for the class."
+    return lines, f"About {minutes_left(rows):.0f} minutes left on this machine for what is not done yet."
+
+
+def preparing(rows: list) -> bool:
+    """A part is queued or running."""
+    return any(r["state"] in ("queued", "running") for r in rows)
+
+
+TEACHING = Path(__file__).resolve().parents[1] / "docs" / "teaching.md"

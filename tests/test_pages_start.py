@@ -53,12 +53,12 @@ def test_empty_runs_folder_shows_four_open_steps_times_and_the_paper_tables(tmp_
     assert t5.iloc[0].tolist() == ["BERT-BASE", 84.4, 88.4, 86.7, 92.7, 88.5]
     # Table 5 at classroom scale as measured (the table's values), beside the paper's, before anything has run
     ours = measured.study("pretraining-tasks")
-    table, findings = at.table[0].value, at.table[1].value
+    table, findings = at.dataframe[1].value, at.dataframe[2].value
     assert table.loc["BERT (MLM + NSP)", "BBC cloze span (F1)"] == ours.table["BERT (MLM + NSP)"]["BBC cloze span (F1)"]
     assert list(findings["verdict"]) == [f.verdict for f in ours.findings]
     table8 = [d.value for d in at.dataframe if "MNLI fine-tune" in d.value.columns]
     assert len(table8) == 1 and table8[0].iloc[0]["MNLI fine-tune"] == 84.2
-    shown = [list(t.value["verdict"]) for t in at.table if "verdict" in t.value.columns]
+    shown = [list(d.value["verdict"]) for d in at.dataframe if "verdict" in d.value.columns]
     assert shown == [[f.verdict for f in measured.study(k).findings] for k in paper_tables.PAPER_TABLES
                      if measured.study(k) and measured.study(k).findings]
 
@@ -83,7 +83,7 @@ def test_steps_check_off_from_the_runs_folder_and_session(tmp_path, fake_runs):
     steps = start.guided_steps(root, {"model": True})
     assert steps[2].prefill == {"probe_model": str(root / "first-bert" / "checkpoints" / "step-2000")}
     assert steps[1].prefill == {"pretrain_name": "first-bert-2"}  # a free name
-    assert steps[3].prefill == {"abl_study": "pretraining-tasks", "abl_scale": "classroom"}
+    assert steps[3].prefill == {"abl_study": "pretraining-tasks", "abl_scale": "classroom", "abl_tab": "New study"}
     assert steps[2].alt == ("Probe the probe-ready model", {"probe_model": str(root / "minilm-continued")})
     assert at.button(key="start_step_3_alt").label == "Probe the probe-ready model"
     assert steps[0].prefill == {"model_page_model": "minilm"}
@@ -121,3 +121,81 @@ def test_a_finished_table5_study_is_checked_and_shown_beside_the_paper(tmp_path,
     ours = at.dataframe[1].value  # right after the paper's Table 5
     expect = A.collect_results(d).table
     assert list(ours.index) == list(expect.index) and ours.equals(expect)
+
+
+def _marks(at) -> list:
+    return [m.value for m in at.markdown if m.value.startswith("### ")]
+
+
+def test_probing_without_a_pretrained_model_does_not_check_step_3(tmp_path):
+    at = _app(tmp_path / "runs", class_probed=True)  # MiniLM probed on the Probe page, no run of the class yet
+    assert not at.exception and not at.error
+    assert _marks(at)[2] == "### 3"
+    assert any(m.value == "_pre-train a model first (step 2)_" for m in at.markdown)
+    _pretrain(tmp_path / "runs", "first-bert", "finished")
+    assert _marks(_app(tmp_path / "runs", class_probed=True))[:3] == ["### 1", "### ✅", "### ✅"]
+
+
+@pytest.mark.parametrize("status", ["cancelled", "failed"])
+def test_a_stopped_step_2_run_says_what_to_do_and_offers_its_checkpoint_to_step_3(tmp_path, status):
+    root = tmp_path / "runs"
+    run = _pretrain(root, "first-bert", status, step=800)
+    if status == "failed":
+        write_run_json(run, error="could not write checkpoints/step-1000: No space left on device; free disk space")
+    at = _app(root, class_probed=True)
+    assert not at.exception and not at.error
+    assert _marks(at)[1:3] == ["### 2", "### ✅"]  # not done; its checkpoint was there to probe
+    steps = start.guided_steps(root, {})
+    assert "Resume on the Pre-train page" in steps[1].status and "checkpoint step-800" in steps[1].status
+    assert ("No space left on device" in steps[1].status) == (status == "failed")
+    assert steps[1].prefill == {"pretrain_pick": "first-bert"}  # the Pre-train page picks it, its Resume button below
+    assert at.button(key="start_step_2").label == "Resume it on the Pre-train page"
+    assert steps[2].prefill == {"probe_model": str(root / "first-bert" / "checkpoints" / "step-800")}
+
+
+def test_the_reference_run_is_not_the_class_s_step_2_but_step_3_may_probe_it(tmp_path):
+    from engine.classroom import REFERENCE_RUN
+    root = tmp_path / "runs"
+    _pretrain(root, REFERENCE_RUN, "finished")
+    steps = start.guided_steps(root, {"probed": True})
+    assert not steps[1].done and steps[1].status == ""
+    assert steps[2].done and steps[2].prefill == {"probe_model": str(root / REFERENCE_RUN / "checkpoints" / "step-2000")}
+    assert REFERENCE_RUN in steps[2].status
+
+
+def test_the_prepare_panel_shows_each_part_and_its_button_queues_them(tmp_path, monkeypatch):
+    from engine import classroom
+    root = tmp_path / "runs"
+    _pretrain(root, classroom.REFERENCE_RUN, "finished")
+    calls = []
+    monkeypatch.setattr(classroom, "prepare", lambda r: calls.append(str(r)))
+    at = _app(root)
+    assert not at.exception and not at.error
+    lines = next(m.value for m in at.markdown if "reference" in m.value).split("  \n")
+    assert [ln.split(" ", 1)[0] for ln in lines] == ["▫️", "✅", "▫️"]  # cache to do, reference done, probe-ready to do
+    ready = measured.fact("probe_ready.minutes")
+    assert f"about {ready.value:.0f} min left" in lines[2]
+    at.button(key="class_prepare").click().run()
+    assert not at.exception and calls == [str(root)]
+
+
+def _open_tab(at) -> str:
+    """The label of the tab the browser shows first (the tab container's default_tab_index)."""
+    def containers(node):
+        proto = getattr(node, "proto", None)
+        if type(proto).__name__ == "Block" and proto.WhichOneof("type") == "tab_container":
+            yield node
+        for child in getattr(node, "children", {}).values():
+            yield from containers(child)
+    [tabs] = list(containers(at._tree))
+    return [t.label for t in at.tabs][tabs.proto.tab_container.default_tab_index]
+
+
+def test_the_table5_button_lands_on_the_filled_new_study_form(tmp_path):
+    at = AppTest.from_file(str(Path(PAGE).parents[1] / "streamlit_app.py"), default_timeout=90)
+    at.session_state["runs_root"] = str(tmp_path / "runs")
+    at.run()
+    at.button(key="start_step_4").click().run()
+    assert not at.exception and [t.value for t in at.title] == ["Ablation studies"]
+    assert _open_tab(at) == "New study"
+    assert at.selectbox(key="abl_study").value == "pretraining-tasks" and at.radio(key="abl_scale").value == "classroom"
