@@ -53,12 +53,12 @@ def test_empty_runs_folder_shows_four_open_steps_times_and_the_paper_tables(tmp_
     assert t5.iloc[0].tolist() == ["BERT-BASE", 84.4, 88.4, 86.7, 92.7, 88.5]
     # Table 5 at classroom scale as measured (the table's values), beside the paper's, before anything has run
     ours = measured.study("pretraining-tasks")
-    table, findings = at.dataframe[1].value, at.dataframe[2].value
+    table, findings = at.table[0].value, at.table[1].value
     assert table.loc["BERT (MLM + NSP)", "BBC cloze span (F1)"] == ours.table["BERT (MLM + NSP)"]["BBC cloze span (F1)"]
     assert list(findings["verdict"]) == [f.verdict for f in ours.findings]
     table8 = [d.value for d in at.dataframe if "MNLI fine-tune" in d.value.columns]
     assert len(table8) == 1 and table8[0].iloc[0]["MNLI fine-tune"] == 84.2
-    shown = [list(d.value["verdict"]) for d in at.dataframe if "verdict" in d.value.columns]
+    shown = [list(t.value["verdict"]) for t in at.table if "verdict" in t.value.columns]
     assert shown == [[f.verdict for f in measured.study(k).findings] for k in paper_tables.PAPER_TABLES
                      if measured.study(k) and measured.study(k).findings]
 
