@@ -98,14 +98,44 @@ def model_name(bundle) -> str:
     return p.name or str(p)
 
 
+def heads(bundle) -> tuple:
+    """The pre-training heads `bundle` can use: a subset of ("mlm", "nsp"), in that order."""
+    missing = bundle.info.get("missing_heads") or []
+    out = []
+    if "mlm" not in missing and bundle.config.has_mlm_head and getattr(bundle.model, "mlm", None) is not None:
+        out.append("mlm")
+    if "nsp" not in missing and bundle.config.has_nsp_head and getattr(bundle.model, "nsp", None) is not None:
+        out.append("nsp")
+    return tuple(out)
+
+
+def heads_on_disk(path) -> tuple:
+    """The heads a saved model has, from its weight names alone (the safetensors header: nothing is loaded):
+    ("mlm", "nsp"), a part of it, () for MiniLM; None when that cannot be told cheaply (a legacy
+    pytorch_model.bin, a Hub id, an unreadable folder)."""
+    if str(path) == "minilm":
+        return ()
+    from engine.checkpoint import resolve_checkpoint_dir
+    from engine.hub import is_hub_id
+    if is_hub_id(str(path)):
+        return None
+    try:
+        st_path = resolve_checkpoint_dir(path) / "model.safetensors"
+        if not st_path.is_file():
+            return None
+        from safetensors import safe_open
+        with safe_open(str(st_path), framework="pt") as f:
+            names = set(f.keys())
+    except Exception:  # a broken folder: the page says so when it is loaded
+        return None
+    found = [h for h, key in (("mlm", "cls.predictions.transform.dense.weight"), ("nsp", "cls.seq_relationship.weight"))
+             if key in names]
+    return tuple(found)
+
+
 def require_head(bundle, head: str) -> None:
     """EngineError naming the fix when `bundle` lacks its "mlm" or "nsp" head."""
-    missing = bundle.info.get("missing_heads") or []
-    model = bundle.model
-    if head == "mlm":
-        absent = "mlm" in missing or not bundle.config.has_mlm_head or getattr(model, "mlm", None) is None
-    else:
-        absent = "nsp" in missing or not bundle.config.has_nsp_head or getattr(model, "nsp", None) is None
+    absent = head not in heads(bundle)
     if not absent:
         return
     name = model_name(bundle)
@@ -399,8 +429,7 @@ def probe_set_accuracy(bundle, probe_set: dict = None, top_k: int = 5) -> dict:
     Returns {"cloze_top1", "cloze_topk", "cloze_n", "nsp_acc", "nsp_n", "top_k", "by_section" ({section: {"n",
     "top1", "topk"}} for the cloze sections scored), "items" (each with its "section"), "notes"}."""
     ps = probe_set or PROBE_SET
-    has_mlm = bundle.config.has_mlm_head and getattr(bundle.model, "mlm", None) is not None and "mlm" not in (bundle.info.get("missing_heads") or [])
-    has_nsp = bundle.config.has_nsp_head and getattr(bundle.model, "nsp", None) is not None and "nsp" not in (bundle.info.get("missing_heads") or [])
+    has_mlm, has_nsp = "mlm" in heads(bundle), "nsp" in heads(bundle)
     if not has_mlm and not has_nsp:
         raise EngineError(f"{model_name(bundle)} has no MLM head and no NSP head, so the probe set cannot be scored; "
                           "use a checkpoint pre-trained with mlm or mlm+nsp")

@@ -10,14 +10,16 @@ import streamlit as st
 
 from engine import measured, probe_baselines, probes
 from studio import mask_watch, probe_ready
-from studio.common import chart_config, guard, list_model_choices, load_bundle, model_picker, runs_root
+from studio.common import (chart_config, choice_label, fill_blanks_model, guard, list_model_choices, load_bundle,
+                           model_picker, runs_root)
 from studio.figures import fill_mask_figure, over_steps_figure, probe_set_comparison_figure
 
 st.title("Probe")
 st.caption("Masked LM: BERT predicts a hidden word from both sides of its context. Next sentence prediction: "
            "does B really follow A? Download any chart (PNG or SVG, as the sidebar says) with the camera icon in its toolbar.")
 
-path = model_picker("Model", key="probe_model", probe_ready_first=True)
+root = runs_root()
+path = model_picker("Model", key="probe_model", probe_ready_first=True, fill_first=True)
 bundle = None
 with guard("Loading the model"):
     bundle = load_bundle(path)
@@ -27,41 +29,64 @@ name = probes.model_name(bundle)
 about = probe_ready.card(path, step=(bundle.info.get("training_state") or {}).get("step"))
 if about:
     st.caption(about)
+have = probes.heads(bundle)  # "mlm" and / or "nsp": what the sections that need a head may offer
+if not have:  # MiniLM, an encoder only: one line and the way out, never an error per section
+    ready, build = fill_blanks_model(root), measured.fact("probe_ready.minutes")
+    st.info(f"{name} has no MLM or NSP head, so it cannot fill blanks or score sentence pairs (attention below still "
+            "works); " + (f"pick `{ready}` above, which can." if ready else
+                          "build the probe-ready model (MiniLM continued with MLM + NSP) with the button below: "
+                          f"{build.text()} on {build.where}."))
+    if ready is None:
+        probe_ready.panel(root, why=False)
+
+
+def missing(head: str, what: str) -> bool:
+    """True when the model lacks `head`; says so in one line unless the line above has already said it."""
+    if head in have:
+        return False
+    if have:
+        st.caption(f"{name} has no {head.upper()} head, so {what} is not offered for it; pick a model that has one.")
+    return True
+
+
+DEFAULT_TEXT = "the prime [MASK] said the government would cut taxes ."
+DEFAULT_PAIR = ("the man went to the store .", "he bought a gallon of milk .")
+masked, (sa, sb), top_k = DEFAULT_TEXT, DEFAULT_PAIR, 5
 
 # ---------------------------------------------------------------------------------------------- fill the mask
-st.header("Fill the mask")
-text = st.text_input("Sentence with one or more [MASK]", key="probe_text",
-                     value="the prime [MASK] said the government would cut taxes .")
-words = text.split()
-pick = st.multiselect("…or pick words to mask", options=[f"{i + 1}. {w}" for i, w in enumerate(words)],
-                      key=f"probe_pick_{zlib.crc32(text.encode())}",
-                      help="each chosen word is replaced by [MASK]")
-picked = {int(p.split(".", 1)[0]) - 1 for p in pick}
-masked = " ".join("[MASK]" if i in picked else w for i, w in enumerate(words))
-top_k = st.slider("Top k", 1, 20, 5, key="probe_top_k")
-if picked:
-    st.caption(f"Probing: `{masked}`")
-
-if "[mask]" not in masked.lower():
-    st.info("Type [MASK] where a word should be predicted, or pick words to mask.")
-else:
-    with guard("Predicting the masked words"):
-        preds = probes.fill_mask(bundle, masked, top_k=top_k)
-        st.session_state["class_probed"] = True  # step 3 of the Start page's guided class
-        for n in preds.notes:
-            st.warning(n)
-        for i, m in enumerate(preds):
-            st.markdown(f"**[MASK] {i + 1}** → " + " · ".join(f"`{t}` {p:.3f}" for t, p in m))
-        st.plotly_chart(fill_mask_figure(preds), config=chart_config("fill-mask"), key="probe_fill_fig")
-        st.dataframe(pd.DataFrame([{"mask": i + 1, "rank": r + 1, "token": t, "probability": round(p, 4)}
-                                   for i, m in enumerate(preds) for r, (t, p) in enumerate(m)]),
-                     hide_index=True, width="stretch")
+if not missing("mlm", "filling the mask"):
+    st.header("Fill the mask")
+    text = st.text_input("Sentence with one or more [MASK]", key="probe_text", value=DEFAULT_TEXT)
+    words = text.split()
+    pick = st.multiselect("…or pick words to mask", options=[f"{i + 1}. {w}" for i, w in enumerate(words)],
+                          key=f"probe_pick_{zlib.crc32(text.encode())}",
+                          help="each chosen word is replaced by [MASK]")
+    picked = {int(p.split(".", 1)[0]) - 1 for p in pick}
+    masked = " ".join("[MASK]" if i in picked else w for i, w in enumerate(words))
+    top_k = st.slider("Top k", 1, 20, 5, key="probe_top_k")
+    if picked:
+        st.caption(f"Probing: `{masked}`")
+    if "[mask]" not in masked.lower():
+        st.info("Type [MASK] where a word should be predicted, or pick words to mask.")
+    else:
+        with guard("Predicting the masked words"):
+            preds = probes.fill_mask(bundle, masked, top_k=top_k)
+            st.session_state["class_probed"] = True  # step 3 of the Start page's guided class
+            for n in preds.notes:
+                st.warning(n)
+            for i, m in enumerate(preds):
+                st.markdown(f"**[MASK] {i + 1}** → " + " · ".join(f"`{t}` {p:.3f}" for t, p in m))
+            st.plotly_chart(fill_mask_figure(preds), config=chart_config("fill-mask"), key="probe_fill_fig")
+            st.dataframe(pd.DataFrame([{"mask": i + 1, "rank": r + 1, "token": t, "probability": round(p, 4)}
+                                       for i, m in enumerate(preds) for r, (t, p) in enumerate(m)]),
+                         hide_index=True, width="stretch")
 
 # ---------------------------------------------------------------------------------------------- mask and watch
 WATCH_DEFAULT = "the prime minister said the government would cut taxes ."
 st.header("Mask and watch")
-st.caption("Click any WordPiece to mask it (click again to unmask): the predictions at the masked positions and where "
-           "the masked token looks, in every layer, update at once.")
+st.caption("Click any WordPiece to mask it (click again to unmask): " +
+           ("the predictions at the masked positions and " if "mlm" in have else "") +
+           "where the masked token looks, in every layer, update at once.")
 wtext = st.text_input("Sentence", value=WATCH_DEFAULT, key="probe_watch_text")
 with guard("Reading the sentence"):
     pcs = mask_watch.pieces(bundle, wtext) if wtext.strip() else []
@@ -75,12 +100,13 @@ with guard("Reading the sentence"):
         st.caption(f"The model sees: `{wmasked}`")
         wtokens, watt = probes.attention(bundle, wmasked)
         mask_pos = [i for i, t in enumerate(wtokens) if t == "[MASK]"]
-        with guard("Predicting the masked pieces"):
-            wpreds = probes.fill_mask(bundle, wmasked, top_k=top_k)
-            for piece, m in zip(sorted(picked), wpreds):
-                st.markdown(f"`{pcs[piece]}` → " + " · ".join(f"`{t}` {p:.3f}" for t, p in m))
-            st.plotly_chart(fill_mask_figure(wpreds, title="Predictions at the masked pieces"),
-                            config=chart_config("mask-and-watch"), key="probe_watch_fig")
+        if "mlm" in have:  # the predictions need the MLM head; where the masked token looks needs none
+            with guard("Predicting the masked pieces"):
+                wpreds = probes.fill_mask(bundle, wmasked, top_k=top_k)
+                for piece, m in zip(sorted(picked), wpreds):
+                    st.markdown(f"`{pcs[piece]}` → " + " · ".join(f"`{t}` {p:.3f}" for t, p in m))
+                st.plotly_chart(fill_mask_figure(wpreds, title="Predictions at the masked pieces"),
+                                config=chart_config("mask-and-watch"), key="probe_watch_fig")
         if mask_pos:
             w1, w2 = st.columns(2)
             watch = w1.selectbox("Watch", mask_pos, format_func=lambda i: f"[MASK] at {i} (was {pcs[i - 1]})",
@@ -93,32 +119,35 @@ with guard("Reading the sentence"):
                             config=chart_config("masked-token-attention-heads"), key="probe_watch_heads")
 
 # ---------------------------------------------------------------------------------------------- next sentence
-st.header("Next sentence")
-c1, c2 = st.columns(2)
-sa = c1.text_input("Sentence A", value="the man went to the store .", key="probe_nsp_a")
-sb = c2.text_input("Sentence B", value="he bought a gallon of milk .", key="probe_nsp_b")
-with guard("Scoring the pair"):
-    p = probes.next_sentence(bundle, sa, sb)
-    for n in p.notes:
-        st.warning(n)
-    st.metric("P(IsNext)", f"{float(p):.3f}", help="probability that B is the sentence that follows A (NSP head on [CLS])")
-    st.caption(f"{name} says **{'IsNext' if p > 0.5 else 'NotNext'}**. Chance is 0.50: a model that has not learned "
-               "NSP gives about 0.50 to every pair (the classroom run ends at held-out "
-               f"{measured.fact('classroom_run.nsp_accuracy').text()}, the probe-ready model at "
-               f"{measured.fact('probe_ready.nsp_accuracy').text()}).")
+if not missing("nsp", "next sentence prediction"):
+    st.header("Next sentence")
+    c1, c2 = st.columns(2)
+    sa = c1.text_input("Sentence A", value=DEFAULT_PAIR[0], key="probe_nsp_a")
+    sb = c2.text_input("Sentence B", value=DEFAULT_PAIR[1], key="probe_nsp_b")
+    with guard("Scoring the pair"):
+        p = probes.next_sentence(bundle, sa, sb)
+        for n in p.notes:
+            st.warning(n)
+        st.metric("P(IsNext)", f"{float(p):.3f}", help="probability that B is the sentence that follows A (NSP head on [CLS])")
+        st.caption(f"{name} says **{'IsNext' if p > 0.5 else 'NotNext'}**. Chance is 0.50: a model that has not learned "
+                   "NSP gives about 0.50 to every pair (the classroom run ends at held-out "
+                   f"{measured.fact('classroom_run.nsp_accuracy').text()}, the probe-ready model at "
+                   f"{measured.fact('probe_ready.nsp_accuracy').text()}).")
 
 # ---------------------------------------------------------------------------------------------- over training steps
 st.header("Over training steps")
-root = runs_root()
-runs = []
+runs, headless = [], 0
 if root.is_dir():
     for r in sorted((d for d in root.iterdir() if d.is_dir() and not d.name.startswith(".")), key=lambda d: d.name):
         steps = probes.checkpoint_steps(r)
-        if steps:
+        if steps and probes.heads_on_disk(steps[-1][1]) == ():
+            headless += 1  # an encoder-only run (no head to probe): not offered
+        elif steps:
             runs.append((r, steps))
 if not runs:
-    st.info(f"No run with saved checkpoints under `{root}` yet; pre-train one (Pre-train page) to watch its "
-            "predictions change with training.")
+    st.caption(f"No pre-training run with saved checkpoints under `{root}` yet" +
+               (f" ({headless} whose checkpoints have no MLM or NSP head)" if headless else "") +
+               "; pre-train one (Pre-train page) to watch its predictions change with training.")
 else:
     own = Path(bundle.path).parent.parent if bundle.path else None
     names = [r.name for r, _ in runs]
@@ -189,38 +218,41 @@ else:
                 st.caption(n)
 
 # ---------------------------------------------------------------------------------------------- models side by side
-st.header("Compare models on the classroom probe set")
-n_sections = ", ".join(f"{len(v)} {k}" for k, v in probes.CLOZE_SECTIONS.items())
-st.caption(f"A fixed set of cloze sentences ({n_sections}) and {len(probes.NSP_PAIRS)} sentence pairs (half really "
-           "consecutive), scored on every model you pick. A cloze item counts when the model's best word is one of "
-           "its answers; items whose answers are not whole words of a model's vocabulary are skipped for that model "
-           "(its 'cloze items' column says how many it answered).")
-choices = list(dict.fromkeys([path] + list_model_choices(probe_ready_first=True)))
-picked_models = st.multiselect("Models", choices, default=[path], key="probe_compare_models",
-                               format_func=lambda c: "MiniLM" if c == "minilm" else c)
-if st.button(f"Score {len(picked_models)} model(s) on the probe set", key="probe_compare_go", disabled=not picked_models):
-    with guard("Scoring the models"):
-        with st.spinner("Scoring each model…"):
-            st.session_state["probe_compare_result"] = probes.compare_probe_set(
-                [load_bundle(m) for m in picked_models], top_k=top_k)
-cmp = st.session_state.get("probe_compare_result")
-if cmp:
-    st.dataframe(pd.DataFrame(cmp["summary"]), hide_index=True, width="stretch")
-    st.plotly_chart(probe_set_comparison_figure(cmp["summary"]), config=chart_config("probe-set-comparison"),
-                    key="probe_compare_fig")
-    for model, notes in cmp["notes"].items():
-        for n in notes:
-            st.caption(f"{model}: {n}")
-    st.subheader("Every cloze item")
-    st.dataframe(pd.DataFrame(cmp["cloze"]), hide_index=True, width="stretch")
-    st.subheader("Every sentence pair: P(IsNext)")
-    st.dataframe(pd.DataFrame(cmp["nsp"]), hide_index=True, width="stretch")
+# only models with a head to score (heads_on_disk () is an encoder only; None, not known cheaply, is offered)
+choices = list(dict.fromkeys(([path] if have else []) + [c for c in list_model_choices(fill_first=True)
+                                                         if c != path and probes.heads_on_disk(c) != ()]))
+if choices:
+    st.header("Compare models on the classroom probe set")
+    n_sections = ", ".join(f"{len(v)} {k}" for k, v in probes.CLOZE_SECTIONS.items())
+    st.caption(f"A fixed set of cloze sentences ({n_sections}) and {len(probes.NSP_PAIRS)} sentence pairs (half really "
+               "consecutive), scored on every model you pick. A cloze item counts when the model's best word is one of "
+               "its answers; items whose answers are not whole words of a model's vocabulary are skipped for that model "
+               "(its 'cloze items' column says how many it answered).")
+    picked_models = st.multiselect("Models", choices, default=[choices[0]], key="probe_compare_models",
+                                   format_func=choice_label)
+    if st.button(f"Score {len(picked_models)} model(s) on the probe set", key="probe_compare_go", disabled=not picked_models):
+        with guard("Scoring the models"):
+            with st.spinner("Scoring each model…"):
+                st.session_state["probe_compare_result"] = probes.compare_probe_set(
+                    [load_bundle(m) for m in picked_models], top_k=top_k)
+    cmp = st.session_state.get("probe_compare_result")
+    if cmp:
+        st.dataframe(pd.DataFrame(cmp["summary"]), hide_index=True, width="stretch")
+        st.plotly_chart(probe_set_comparison_figure(cmp["summary"]), config=chart_config("probe-set-comparison"),
+                        key="probe_compare_fig")
+        for model, notes in cmp["notes"].items():
+            for n in notes:
+                st.caption(f"{model}: {n}")
+        st.subheader("Every cloze item")
+        st.dataframe(pd.DataFrame(cmp["cloze"]), hide_index=True, width="stretch")
+        st.subheader("Every sentence pair: P(IsNext)")
+        st.dataframe(pd.DataFrame(cmp["nsp"]), hide_index=True, width="stretch")
 
 with st.expander("The built-in probe set"):
     st.dataframe(pd.DataFrame([{"section": probes.CLOZE_SECTION_OF[s], "sentence": s, "answers": " / ".join(a)}
                                for s, a in probes.CLOZE]), hide_index=True, width="stretch")
     st.dataframe(pd.DataFrame([{"A": a, "B": b, "IsNext": y} for a, b, y in probes.NSP_PAIRS]), hide_index=True, width="stretch")
-    if st.button(f"Score {name} on the probe set", key="probe_set_go"):
+    if have and st.button(f"Score {name} on the probe set", key="probe_set_go"):
         with guard("Scoring the probe set"):
             r = probes.probe_set_accuracy(bundle, top_k=top_k)
             base = probe_baselines.probe_set_baselines(bundle, top_k=r["top_k"])

@@ -95,16 +95,36 @@ def load_bundle(path: str):
     return _load_cached(str(path), mtime_key(str(path)))
 
 
-def list_model_choices(root: Path = None, probe_ready_first: bool = False) -> list:
+def fill_blanks_model(root) -> str | None:
+    """The model the Probe page offers first: the probe-ready model (studio.probe_ready) once it has a checkpoint,
+    else the latest checkpoint of the newest finished pre-training run whose weights hold an MLM head; None when
+    there is none (a fresh runs folder: only MiniLM, which cannot fill blanks)."""
+    from engine.probes import heads_on_disk
+    from engine.runs import latest_checkpoint, list_runs
+    from studio.probe_ready import model_path
+    ready = model_path(root)
+    if ready is not None:
+        return ready
+    for r in list_runs(root):  # newest first
+        if r.get("kind") == "pretrain" and r.get("effective_status") == "finished" and r.get("checkpoint_step") is not None:
+            ck = latest_checkpoint(Path(root) / r["name"])
+            if ck is not None and "mlm" in (heads_on_disk(ck) or ()):
+                return str(ck)
+    return None
+
+
+def list_model_choices(root: Path = None, probe_ready_first: bool = False, fill_first: bool = False) -> list:
     """"minilm" plus every complete checkpoint under the runs folder, newest first; with `probe_ready_first`,
-    the probe-ready model (MiniLM continued-pre-trained with MLM + NSP, studio.probe_ready) first when it exists."""
+    the probe-ready model (MiniLM continued-pre-trained with MLM + NSP, studio.probe_ready) first when it exists;
+    with `fill_first` (the Probe page), `fill_blanks_model` first when there is one."""
     root = Path(root or runs_root())
     choices = ["minilm"]
-    if probe_ready_first:
+    first = fill_blanks_model(root) if fill_first else None
+    if first is None and probe_ready_first:
         from studio.probe_ready import model_path
-        ready = model_path(root)
-        if ready is not None:
-            choices.insert(0, ready)
+        first = model_path(root)
+    if first is not None:
+        choices.insert(0, first)
     try:
         from engine.runs import list_checkpoints
     except ImportError:  # pragma: no cover
@@ -120,11 +140,26 @@ def list_model_choices(root: Path = None, probe_ready_first: bool = False) -> li
     return list(dict.fromkeys(choices))
 
 
-def model_picker(label="Model", key="model", allow_path=True, help=None, probe_ready_first=False) -> str:
+HEAD_SKILLS = {("mlm", "nsp"): "fills blanks, scores sentence pairs", ("mlm",): "fills blanks, no NSP head",
+               ("nsp",): "scores sentence pairs, no MLM head", (): "no MLM or NSP head: attention only"}
+
+
+def choice_label(choice: str) -> str:
+    """A picker's line for a model: its name and, when its weights tell it cheaply, what it can do."""
+    from engine.probes import heads_on_disk
+    name = "MiniLM (real weights)" if choice == "minilm" else choice
+    heads = heads_on_disk(choice)
+    return name if heads is None else f"{name} · {HEAD_SKILLS[heads]}"
+
+
+def model_picker(label="Model", key="model", allow_path=True, help=None, probe_ready_first=False,
+                 fill_first=False) -> str:
     """A select box of known models with an optional free path; returns the chosen path or "minilm".
-    `probe_ready_first`: offer the probe-ready model first when it exists (the Probe and Attention pages)."""
-    choices = list_model_choices(probe_ready_first=probe_ready_first)
-    choice = st.selectbox(label, choices, key=key, help=help or "MiniLM (real pretrained weights, no MLM/NSP heads) or a checkpoint of one of your runs")
+    `probe_ready_first`: offer the probe-ready model first when it exists (the Attention page); `fill_first`: offer
+    a model that can fill blanks first, and say on each line what the model can do (the Probe page)."""
+    choices = list_model_choices(probe_ready_first=probe_ready_first, fill_first=fill_first)
+    choice = st.selectbox(label, choices, key=key, format_func=choice_label if fill_first else str,
+                          help=help or "MiniLM (real pretrained weights, no MLM/NSP heads) or a checkpoint of one of your runs")
     if allow_path:
         custom = st.text_input("…or a checkpoint / Hugging Face BERT folder, or a Hugging Face Hub id", key=f"{key}_path", value="",
                                help="a folder path, or a Hub id of a BERT model such as google-bert/bert-base-uncased: "

@@ -1,5 +1,5 @@
 """pages/5_Probe.py through AppTest: fill-mask bars and numbers, P(IsNext), picked words, checkpoints over steps,
-the probe set's accuracy per checkpoint, and the no-head message for MiniLM."""
+the probe set's accuracy per checkpoint, and MiniLM's one line about its missing heads."""
 import json
 from pathlib import Path
 
@@ -33,16 +33,21 @@ def _charts(at):
     return [json.loads(c.proto.spec) for c in at.get("plotly_chart")]
 
 
-def test_minilm_says_it_has_no_heads(tiny_run):
-    at = _app(tiny_run.parent)  # the picker starts on MiniLM
-    assert not at.exception
-    errors = [e.value for e in at.error]
-    assert any(e.startswith("MiniLM has no MLM head") for e in errors)
-    assert any(e.startswith("MiniLM has no NSP head") for e in errors)
+def test_minilm_says_once_it_has_no_heads_and_points_to_a_model_that_has(tiny_run, ck):
+    at = _app(tiny_run.parent)
+    assert at.selectbox(key="probe_model").value == ck  # the finished run's latest checkpoint is offered first
+    at.selectbox(key="probe_model").set_value("minilm").run()
+    assert not at.exception and not at.error
+    lines = [i.value for i in at.info if "has no MLM or NSP head" in i.value]
+    assert len(lines) == 1 and ck in lines[0]  # pick the checkpoint that can
+    assert "probe_ready_go" not in [b.key for b in at.button]  # a model that fills blanks exists: no build offered
     assert not at.metric
     # no predictions drawn; mask and watch still shows where the masked token looks (attention needs no head)
     charts = _charts(at)
     assert charts and not any(t["type"] == "bar" for c in charts for t in c["data"])
+    from studio.common import choice_label
+    options = at.multiselect(key="probe_compare_models").options  # as shown: the comparison offers models with heads
+    assert choice_label(ck) in options and choice_label("minilm") not in options
 
 
 def test_fill_mask_and_next_sentence_show_the_engine_numbers(tiny_run, ck):
@@ -160,10 +165,11 @@ def test_probe_set_scores_come_with_chance_unigram_baseline_and_a_reading(tiny_r
 def test_compare_models_on_the_probe_set(tiny_run, ck):
     at = _app(tiny_run.parent, probe_model=ck)
     assert at.multiselect(key="probe_compare_models").value == [ck]
-    at.multiselect(key="probe_compare_models").set_value([ck, "minilm"]).run()
+    first = str(tiny_run / "checkpoints" / "step-3")
+    at.multiselect(key="probe_compare_models").set_value([ck, first]).run()
     at.button(key="probe_compare_go").click().run()
-    assert not at.exception
-    expect = probes.compare_probe_set([engine.load(ck), engine.load("minilm")])
+    assert not at.exception and not at.error
+    expect = probes.compare_probe_set([engine.load(ck), engine.load(first)])
     tables = [d.value for d in at.dataframe]
     summary = [t for t in tables if "cloze items" in t.columns][0]
     assert summary["model"].tolist() == expect["names"]
@@ -171,6 +177,6 @@ def test_compare_models_on_the_probe_set(tiny_run, ck):
     assert summary["next sentence"].iloc[0] == pytest.approx(expect["summary"][0]["next sentence"])
     items = [t for t in tables if "answers" in t.columns and "section" in t.columns and len(t.columns) > 3][0]
     assert items[expect["names"][0]].tolist() == [r[expect["names"][0]] for r in expect["cloze"]]
-    assert any("MiniLM: MiniLM has no MLM head" in c.value for c in at.caption)
+    assert expect["names"][0] != expect["names"][1]
     fig = [c for c in _charts(at) if c["layout"]["title"]["text"].startswith("Classroom probe set")][0]
     assert [t["name"] for t in fig["data"]] == expect["names"]
