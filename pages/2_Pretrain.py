@@ -4,7 +4,6 @@ Thin: the form builds the `python -m engine pretrain ...` flags and hands them t
 (engine.jobs), so a page reload or a closed tab loses nothing; the run list and the curves are read from the
 run folders (engine.runs) and refreshed with `st.fragment(run_every=...)` while a run is alive.
 """
-from dataclasses import replace
 from pathlib import Path
 
 import streamlit as st
@@ -13,13 +12,10 @@ from engine.measured import fact
 from engine.records import CURVE_X
 from studio.common import chart_config, follow_queued_run, guard, precision_select, resume_button, runs_root
 from studio.pretrain_figures import pretraining_curves
-from studio.uploads import save_upload
 
 REFRESH_SECONDS = 2.0
 CLASSROOM_MINUTES = fact("classroom_run.minutes_bf16")
 PRESETS = ["tiny", "mini", "small", "medium", "base", "large"]
-STATUS_ICON = {"running": "🟢 running", "finished": "✅ finished", "failed": "❌ failed", "cancelled": "⏹️ cancelled",
-               "dead": "💀 dead (process gone; resume it)", "unreadable": "⚠️ unreadable"}
 
 
 # ------------------------------------------------------------------------------------------------- launching
@@ -65,8 +61,6 @@ def prepared_data_picker(root: Path):
 
 
 def launch_form(root: Path) -> None:
-    from engine.corpora import builtin_corpora
-    from engine.objectives import OBJECTIVES
     from engine.pretrain_config import CONTINUED_PRETRAINING as R
     from engine.pretrain_config import PretrainConfig
     D = PretrainConfig.classroom()  # the classroom run's defaults (engine/pretrain_config.py, CLASSROOM_RECIPE)
@@ -93,140 +87,121 @@ def launch_form(root: Path) -> None:
                        f"{CLASSROOM_MINUTES.where}; it masks "
                        f"{D.mask_rate:.0%} of the tokens at learning rate {D.lr:.0e} without dropout (the paper: 15%, 1e-04, "
                        "dropout 0.1).")
-        c1, c2, c3 = st.columns(3)
-        name = c1.text_input("Run name", placeholder="bert-tiny-bbc", key="pretrain_name",  # the Start page may fill it in
-                             help="Letters, digits and - _ . + =; the folder under the runs folder")
-        corpora = builtin_corpora() + ["a path on this machine", "an uploaded file"]
-        corpus_kind = c2.selectbox("Corpus", corpora, index=corpora.index(R["corpus"]) if init else 0,
-                                   help="BBC News (2,225 articles), a Wikipedia extract, the State of the Union addresses "
-                                        "1790-2026, all three (all), the Wikipedia vital articles (wikivital, when its "
-                                        "optional package is installed), or your own text: a .txt with blank lines "
-                                        "between documents, a folder of .txt files, or a .jsonl with a \"text\" field")
-        corpus_path = c3.text_input("Corpus path", value="", help="used when Corpus is 'a path on this machine'")
-        upload = st.file_uploader("Corpus file (.txt or .jsonl)", type=["txt", "jsonl"], help="used when Corpus is 'an uploaded file'")
-
-        c1, c2, c3, c4 = st.columns(4)
-        size_help = "" if not init else " (ignored: the init decides the size)"
-        size_mode = c1.radio("Model size", ["preset", "custom L/H/A"], horizontal=True, disabled=bool(init))
-        preset = c2.selectbox("Preset", PRESETS, index=0, help="tiny 2/128, mini 4/256, small 4/512, medium 8/512, base 12/768, large 24/1024 (layers/hidden)" + size_help, disabled=bool(init))
-        layers = c3.number_input("Layers L", 1, 48, 2, help="custom size only" + size_help, disabled=bool(init))
-        hidden = c4.number_input("Hidden H", 32, 2048, 128, step=32, help="custom size only; heads must divide it" + size_help, disabled=bool(init))
-        heads = c4.number_input("Heads A", 1, 32, 2, help="custom size only" + size_help, disabled=bool(init))
-        objective = c3.selectbox("Objective", list(OBJECTIVES), format_func=lambda name: OBJECTIVES[name].label)
-
-        c1, c2, c3, c4 = st.columns(4)
-        mask_rate = c1.slider("Masking rate", 0.05, 0.5, R["mask_rate"] if init else D.mask_rate, 0.01,
-                              help="share of the tokens the MLM predicts (paper 15%; the classroom recipe 25%)")
-        r_mask = c2.number_input("→ [MASK]", 0.0, 1.0, 0.8, 0.05)
-        r_rand = c3.number_input("→ random token", 0.0, 1.0, 0.1, 0.05)
-        r_same = c4.number_input("→ unchanged", 0.0, 1.0, 0.1, 0.05)
-        whole_word = c1.checkbox("Whole-word masking")
-
-        c1, c2, c3, c4, c5 = st.columns(5)
-        steps = c1.number_input("Steps", 1, 10_000_000, R["steps"] if init else D.steps)
-        batch = c2.number_input("Batch size", 1, 4096, R["batch_size"] if init else D.batch_size)
-        lengths = [32, 64, 128, 256, 512]
-        seq_len = c3.selectbox("Sequence length", lengths, index=lengths.index(R["seq_len"] if init else D.seq_len),
-                               help="tokens per instance in the first phase (paper: 128)")
-        lr = c4.number_input("Learning rate", 1e-6, 1e-1, R["lr"] if init else D.lr, step=1e-4, format="%.1e")
-        seed = c5.number_input("Seed", 0, 2**31 - 1, 0)
-        c1, c2, c3, c4 = st.columns(4)
-        vocab = c1.number_input("Vocabulary size", 200, 100_000, 8000, step=1000, disabled=bool(init),
-                                help="a WordPiece vocabulary trained on the corpus" + ("" if not init else " (ignored: the init brings its own)"))
-        save_every = c2.number_input("Checkpoint every (steps)", 0, 10_000_000, R["save_every"] if init else D.save_every)
-        eval_every = c3.number_input("Evaluate every (steps)", 0, 10_000_000, R["eval_every"] if init else D.eval_every)
-        precision = precision_select(c4)
-        c1, c2, _ = st.columns([1, 1, 2])
-        phase2s = [None, 128, 256, 512]
-        phase2 = c1.selectbox("Second phase at", phase2s, index=phase2s.index(None if init or data else D.phase2_seq_len),
-                              format_func=lambda t: "none" if t is None else f"{t} tokens",
-                              help="the paper's short-then-long schedule: the last share of the steps on longer sequences "
-                                   "(paper: 10% at 512). A tiny model learns context far sooner from short sequences: "
-                                   f"the classroom run is {PretrainConfig.classroom_flags()} (BENCHMARKS.md)" +
-                                   (" (ignored with prepared data: they have one length)" if data else ""))
-        phase2_share = c2.number_input("Second phase share", 0.01, 0.99, D.phase2_fraction, 0.05, format="%.2f")
+        form = {"init": init, "data": data, **corpus_fields(init, R), **model_fields(init)}
+        form.update(training_fields(init, data, R, D))
         submitted = st.form_submit_button("Launch", type="primary")
-    if not submitted:
-        return
-    with guard("launching the run"):
-        from engine import cli, runs
-        from engine.errors import EngineError
-        from engine.pretrain import PretrainConfig, validate
-        from engine.pretrain_init import resolve_init
+    if submitted:
+        with guard("launching the run"):
+            from engine import cli
+            from studio.pretrain_form import build
+            run_name, run_dir, cfg = build(form, root)
+            how, job_id = _launch(cli.argv(cfg), run_name, run_dir, root)
+            # follow it below at once: "queued" until its job writes the run, then the picker moves to it
+            st.session_state["pretrain_show"], st.session_state["pretrain_show_job"] = run_name, job_id
+            st.success(f"Launched **{run_name}** ({how}); follow it below.")
 
-        default_name = (f"{Path(init).name if init != 'minilm' else 'minilm'}-continued-{objective.replace('+', '_')}" if init
-                        else f"bert-{preset if size_mode == 'preset' else f'L{layers}H{hidden}'}-{objective.replace('+', '_')}")
-        run_name = runs.safe_run_name(name.strip() or default_name)
-        run_dir = runs.resolve_run_dir(root, run_name)
-        if (run_dir / runs.RUN_JSON).exists():
-            raise EngineError(f"a run named '{run_name}' already exists; pick another name, or select it below and Resume it")
-        if data and init:
-            raise EngineError("continued pre-training keeps the model's own vocabulary, so it cannot train from prepared "
-                              "data (made with its own vocabulary); pick 'build from a corpus' or start from random weights")
-        if data:
-            corpus = "bbc"  # unused: the prepared data says what it was made from
-        elif corpus_kind == "a path on this machine":
-            if not corpus_path.strip():
-                raise EngineError("give the corpus path, or pick a built-in corpus (bbc, wiki, sotu, all)")
-            corpus = corpus_path.strip()
-        elif corpus_kind == "an uploaded file":
-            if upload is None:
-                raise EngineError("upload a .txt or .jsonl corpus file, or pick another corpus")
-            corpus = str(save_upload(root, upload.name, upload.getvalue(), ("txt", "jsonl"), "corpus file (plain text or JSON lines)"))
-        else:
-            corpus = corpus_kind
-        form = dict(corpus=corpus, objective=objective, steps=int(steps), batch_size=int(batch), seq_len=int(seq_len),
-                    mask_rate=float(mask_rate), mask_ratios=(float(r_mask), float(r_rand), float(r_same)),
-                    whole_word_mask=bool(whole_word), lr=float(lr), seed=int(seed), save_every=int(save_every),
-                    eval_every=int(eval_every), precision=precision, out=str(run_dir), quiet=True,
-                    phase2_seq_len=int(phase2) if phase2 and not data else None, phase2_fraction=float(phase2_share))
-        if init:  # continued pre-training: the init's size and vocabulary, filled in (and checked) by resolve_init
-            cfg = PretrainConfig.for_init(init, **form)
-        else:
-            custom = {"layers": int(layers), "hidden": int(hidden), "heads": int(heads)} if size_mode != "preset" else {}
-            cfg = PretrainConfig(vocab_size=int(vocab), preset=preset if size_mode == "preset" else "tiny", **form, **custom)
-        if data:  # its objective, length, vocabulary and held-out split, not the form's
-            from engine.pretrain import with_prepared_data
-            cfg = with_prepared_data(replace(cfg, data=data))
-        validate(cfg)  # the form's mistakes show here, not in a failed job
-        cfg = resolve_init(cfg)  # --init: a sequence longer than its positions, a model that does not load
-        argv = cli.argv(cfg)
-        how, job_id = _launch(argv, run_name, run_dir, root)
-        # follow it below at once: "queued" until its job writes the run, then the picker moves to it
-        st.session_state["pretrain_show"], st.session_state["pretrain_show_job"] = run_name, job_id
-        st.success(f"Launched **{run_name}** ({how}); follow it below.")
+
+def corpus_fields(init, R) -> dict:
+    """The run name and the corpus (built-in, a path, or an upload)."""
+    from engine.corpora import builtin_corpora
+    from studio.pretrain_form import PATH, UPLOAD
+    c1, c2, c3 = st.columns(3)
+    name = c1.text_input("Run name", placeholder="bert-tiny-bbc", key="pretrain_name",  # the Start page may fill it in
+                         help="Letters, digits and - _ . + =; the folder under the runs folder")
+    corpora = builtin_corpora() + [PATH, UPLOAD]
+    corpus_kind = c2.selectbox("Corpus", corpora, index=corpora.index(R["corpus"]) if init else 0,
+                               help="BBC News (2,225 articles), a Wikipedia extract, the State of the Union addresses "
+                                    "1790-2026, all three (all), the Wikipedia vital articles (wikivital, when its "
+                                    "optional package is installed), or your own text: a .txt with blank lines "
+                                    "between documents, a folder of .txt files, or a .jsonl with a \"text\" field")
+    corpus_path = c3.text_input("Corpus path", value="", help="used when Corpus is 'a path on this machine'")
+    upload = st.file_uploader("Corpus file (.txt or .jsonl)", type=["txt", "jsonl"], help="used when Corpus is 'an uploaded file'")
+    return {"name": name, "corpus_kind": corpus_kind, "corpus_path": corpus_path,
+            "upload_name": upload.name if upload is not None else None,
+            "upload_bytes": upload.getvalue() if upload is not None else None}
+
+
+def model_fields(init) -> dict:
+    """Model size (a preset or L/H/A; an init decides it) and objective."""
+    from engine.objectives import OBJECTIVES
+    c1, c2, c3, c4 = st.columns(4)
+    size_help = "" if not init else " (ignored: the init decides the size)"
+    size_mode = c1.radio("Model size", ["preset", "custom L/H/A"], horizontal=True, disabled=bool(init))
+    preset = c2.selectbox("Preset", PRESETS, index=0, help="tiny 2/128, mini 4/256, small 4/512, medium 8/512, base 12/768, large 24/1024 (layers/hidden)" + size_help, disabled=bool(init))
+    layers = c3.number_input("Layers L", 1, 48, 2, help="custom size only" + size_help, disabled=bool(init))
+    hidden = c4.number_input("Hidden H", 32, 2048, 128, step=32, help="custom size only; heads must divide it" + size_help, disabled=bool(init))
+    heads = c4.number_input("Heads A", 1, 32, 2, help="custom size only" + size_help, disabled=bool(init))
+    objective = c3.selectbox("Objective", list(OBJECTIVES), format_func=lambda name: OBJECTIVES[name].label)
+    return {"size_mode": size_mode, "preset": preset, "layers": int(layers), "hidden": int(hidden), "heads": int(heads),
+            "objective": objective}
+
+
+def training_fields(init, data, R, D) -> dict:
+    """Masking, steps, batch, lengths, learning rate, seed, vocabulary, cadence, precision, second phase."""
+    c1, c2, c3, c4 = st.columns(4)
+    mask_rate = c1.slider("Masking rate", 0.05, 0.5, R["mask_rate"] if init else D.mask_rate, 0.01,
+                          help="share of the tokens the MLM predicts (paper 15%; the classroom recipe 25%)")
+    ratios = (c2.number_input("→ [MASK]", 0.0, 1.0, 0.8, 0.05), c3.number_input("→ random token", 0.0, 1.0, 0.1, 0.05),
+              c4.number_input("→ unchanged", 0.0, 1.0, 0.1, 0.05))
+    whole_word = c1.checkbox("Whole-word masking")
+    c1, c2, c3, c4, c5 = st.columns(5)
+    steps = c1.number_input("Steps", 1, 10_000_000, R["steps"] if init else D.steps)
+    batch = c2.number_input("Batch size", 1, 4096, R["batch_size"] if init else D.batch_size)
+    lengths = [32, 64, 128, 256, 512]
+    seq_len = c3.selectbox("Sequence length", lengths, index=lengths.index(R["seq_len"] if init else D.seq_len),
+                           help="tokens per instance in the first phase (paper: 128)")
+    lr = c4.number_input("Learning rate", 1e-6, 1e-1, R["lr"] if init else D.lr, step=1e-4, format="%.1e")
+    seed = c5.number_input("Seed", 0, 2**31 - 1, 0)
+    c1, c2, c3, c4 = st.columns(4)
+    vocab = c1.number_input("Vocabulary size", 200, 100_000, 8000, step=1000, disabled=bool(init),
+                            help="a WordPiece vocabulary trained on the corpus" + ("" if not init else " (ignored: the init brings its own)"))
+    save_every = c2.number_input("Checkpoint every (steps)", 0, 10_000_000, R["save_every"] if init else D.save_every)
+    eval_every = c3.number_input("Evaluate every (steps)", 0, 10_000_000, R["eval_every"] if init else D.eval_every)
+    precision = precision_select(c4)
+    c1, c2, _ = st.columns([1, 1, 2])
+    phase2s = [None, 128, 256, 512]
+    phase2 = c1.selectbox("Second phase at", phase2s, index=phase2s.index(None if init or data else D.phase2_seq_len),
+                          format_func=lambda t: "none" if t is None else f"{t} tokens",
+                          help="the paper's short-then-long schedule: the last share of the steps on longer sequences "
+                               "(paper: 10% at 512). A tiny model learns context far sooner from short sequences: "
+                               f"the classroom run is {D.seq_len} tokens, then {D.phase2_seq_len} for the last "
+                               f"{D.phase2_fraction:.0%} of the steps (BENCHMARKS.md)" +
+                               (" (ignored with prepared data: they have one length)" if data else ""))
+    phase2_share = c2.number_input("Second phase share", 0.01, 0.99, D.phase2_fraction, 0.05, format="%.2f")
+    return {"mask_rate": float(mask_rate), "mask_ratios": tuple(float(r) for r in ratios), "whole_word_mask": bool(whole_word),
+            "steps": int(steps), "batch_size": int(batch), "seq_len": int(seq_len), "lr": float(lr), "seed": int(seed),
+            "vocab": int(vocab), "save_every": int(save_every), "eval_every": int(eval_every), "precision": precision,
+            "phase2": phase2, "phase2_fraction": float(phase2_share)}
 
 
 # ------------------------------------------------------------------------------------------------- runs
-def runs_table(root: Path, pending: bool = False) -> list:
+def pretrain_rows(root: Path) -> list:
+    """The pre-training runs, newest first; a run whose run.json cannot be read stays listed with its error (a
+    pre-training folder: tokenizer/, checkpoints/)."""
     from engine import runs
-
-    # a run whose run.json cannot be read stays listed with its error (a pre-training folder: tokenizer/, checkpoints/)
-    rows = [r for r in runs.list_runs(root) if r.get("kind") == "pretrain" or (
+    return [r for r in runs.list_runs(root) if r.get("kind") == "pretrain" or (
         r["effective_status"] == "unreadable" and any((Path(r["path"]) / d).is_dir() for d in ("tokenizer", "checkpoints")))]
+
+
+def runs_table(root: Path, pending: bool = False) -> list:
+    import pandas as pd
+
+    from studio.pretrain_form import table_rows
+    rows = pretrain_rows(root)
     if not rows:
         if not pending:  # a run just launched is shown as queued below instead
             st.info(f"No pre-training runs in {root} yet; launch one above.")
         return rows
-    import pandas as pd
-
-    table = pd.DataFrame([{
-        "run": r["name"],
-        "status": STATUS_ICON.get(r["effective_status"], r["effective_status"]),
-        "step": f"{r['step'] if r['step'] is not None else 0} / {r['total_steps'] or '?'}",
-        "checkpoint": r["checkpoint_step"],
-        "created": r["created"],
-        "error": r["error"] or "",
-    } for r in rows])
-    st.dataframe(table, hide_index=True, width="stretch")
+    st.dataframe(pd.DataFrame(table_rows(rows)), hide_index=True, width="stretch")
     return rows
 
 
 def run_view(run_dir: Path, root: Path) -> str:
     """Status, numbers, curves and buttons of one run (re-run every few seconds while it is alive); returns its status."""
-    from engine import cli, runs
+    from engine import runs
     from engine.objectives import MLM_NSP, OBJECTIVES
     from engine.pretrain import PretrainConfig
+    from studio.pretrain_form import STATUS_ICON, no_context_hint, stopped_notice
 
     info = runs.read_run_json(run_dir)
     status = runs.effective_status(run_dir, info)
@@ -243,13 +218,37 @@ def run_view(run_dir: Path, root: Path) -> str:
                 + (f" → {cfg['phase2_seq_len']}" if cfg.get("phase2_seq_len") else "") + " · "
                 f"batch {cfg.get('batch_size', '?')} · {info.get('device', '')}"
                 + {True: " · bf16", False: " · fp32"}.get(info.get("bf16"), ""))  # the precision the run really used
-    if status == "failed":
-        st.error(f"Run failed: {info.get('error') or 'no error line recorded'}")
-    elif status == "dead":
-        st.warning("The run's process is gone (killed or crashed) while it was running; Resume continues from its last checkpoint.")
-    elif status == "cancelled" and info.get("error"):
-        st.info(info["error"])
+    notice = stopped_notice(status, info, ck)
+    if notice:
+        getattr(st, notice[0])(notice[1])
+    last_eval = run_numbers(info, train, evals, obj)
+    hint = no_context_hint(cfg, last_eval)
+    if hint:
+        st.info(hint)
 
+    b1, b2, _ = st.columns([1, 1, 4])
+    if status == "running" and b1.button("Cancel", key=f"cancel-{run_dir.name}", help="Stop at the end of the current step, after a checkpoint"):
+        with guard("cancelling"):
+            from engine import jobs
+            st.toast(jobs.stop_run(run_dir, root=str(root)))
+    kept = f"checkpoint {ck.name} is" if ck is not None else "nothing is (no checkpoint yet: it starts from step 0)"
+    resume_button(root, run_dir, PretrainConfig, status, kept, where=b2, quiet=True)
+
+    if not train and not evals:
+        st.caption("No metrics yet (the corpus, tokenizer and data are being prepared).")
+        return status
+    c1, c2 = st.columns(2)
+    x = c1.radio("x axis", list(CURVE_X), format_func=CURVE_X.get, horizontal=True, key="pretrain_x")
+    smoothing = c2.slider("Smoothing", 0.0, 0.99, 0.6, 0.01, key="pretrain_smooth",
+                          help="debiased exponential moving average of the training curves (as TensorBoard); 0 = raw")
+    for title, fig in pretraining_curves(train, evals, obj, x, smoothing):
+        st.plotly_chart(fig, width="stretch", key=f"chart-{title}", config=chart_config(f"pretrain-{title.lower().replace(' ', '-')}"))
+    return status
+
+
+def run_numbers(info: dict, train: list, evals: list, obj) -> dict:
+    """The six numbers of a run (step, held-out accuracy, at [MASK], perplexity, NSP, throughput); returns the last
+    held-out record."""
     last_train = train[-1] if train else {}
     last_eval = evals[-1] if evals else {}
     tok = obj.token
@@ -274,34 +273,30 @@ def run_view(run_dir: Path, root: Path) -> str:
                    help="The baseline is the best trivial rule (one class, or a threshold on a segment's length) fitted "
                         "on the held-out pairs: the model has learned NSP only where it beats it.")
     cols[5].metric("Tokens / s", f"{last_train['tokens_per_s']:,.0f}" if "tokens_per_s" in last_train else "–")
-    if mask_acc is not None and mask_base is not None and mask_acc < mask_base + NO_CONTEXT_MARGIN:
-        st.info(f"No context learned yet: at [MASK] the model is right {mask_acc:.1%} of the time, about as often as always "
-                f"answering the most frequent token ({mask_base:.1%}); its MLM accuracy comes from copying the tokens kept "
-                "unchanged. Tiny models on 128-token sequences stay on this plateau for thousands of steps; short "
-                "sequences with a second, longer phase leave it after 1,000-1,500: the classroom run, the form's "
-                f"defaults, `{PretrainConfig.classroom_flags()}` (BENCHMARKS.md).")
-
-    b1, b2, _ = st.columns([1, 1, 4])
-    if status == "running" and b1.button("Cancel", key=f"cancel-{run_dir.name}", help="Stop at the end of the current step, after a checkpoint"):
-        with guard("cancelling"):
-            from engine import jobs
-            st.toast(jobs.stop_run(run_dir, root=str(root)))
-    kept = f"checkpoint {ck.name} is" if ck is not None else "nothing is (no checkpoint yet: it starts from step 0)"
-    resume_button(root, run_dir, PretrainConfig, status, kept, where=b2, quiet=True)
-
-    if not train and not evals:
-        st.caption("No metrics yet (the corpus, tokenizer and data are being prepared).")
-        return status
-    c1, c2 = st.columns(2)
-    x = c1.radio("x axis", list(CURVE_X), format_func=CURVE_X.get, horizontal=True, key="pretrain_x")
-    smoothing = c2.slider("Smoothing", 0.0, 0.99, 0.6, 0.01, key="pretrain_smooth",
-                          help="debiased exponential moving average of the training curves (as TensorBoard); 0 = raw")
-    for title, fig in pretraining_curves(train, evals, obj, x, smoothing):
-        st.plotly_chart(fig, width="stretch", key=f"chart-{title}", config=chart_config(f"pretrain-{title.lower().replace(' ', '-')}"))
-    return status
+    return last_eval
 
 
-NO_CONTEXT_MARGIN = 0.01  # accuracy at [MASK] within a point of the most frequent token's share: nothing from context
+def runs_section(root: Path, alive: bool) -> None:
+    """The runs table, the run picker and the picked run, refreshed together while a run is alive (so the table's
+    step and checkpoint move with the numbers and curves below it)."""
+    @st.fragment(run_every=REFRESH_SECONDS if alive else None)
+    def live():
+        rows = []
+        with guard("listing runs"):
+            rows = runs_table(root, pending=bool(st.session_state.get("pretrain_show")))
+        if rows:
+            names = [r["name"] for r in rows]
+            picked = st.session_state.pop("pretrain_pick", None)
+            if picked in names:
+                st.session_state["pretrain_run"] = picked
+            elif st.session_state.get("pretrain_run") not in names:
+                st.session_state.pop("pretrain_run", None)
+            choice = st.selectbox("Run", names, key="pretrain_run")
+            with guard("showing the run"):
+                run_view(Path(next(r for r in rows if r["name"] == choice)["path"]), root)
+        if alive != any(r["effective_status"] == "running" for r in rows):
+            st.rerun()  # a run started or ended: poll, or stop polling
+    live()
 
 
 # ------------------------------------------------------------------------------------------------- page
@@ -313,27 +308,8 @@ with guard("the launch form"):
     launch_form(root)
 
 st.subheader("Runs")
-rows = []
+listed = []
 with guard("listing runs"):
-    rows = runs_table(root, pending=bool(st.session_state.get("pretrain_show")))
-follow_queued_run(root, "pretrain", [r["name"] for r in rows])  # a run just launched: queued, then picked once listed
-if rows:
-    names = [r["name"] for r in rows]
-    picked = st.session_state.pop("pretrain_pick", None)
-    if picked in names:
-        st.session_state["pretrain_run"] = picked
-    elif st.session_state.get("pretrain_run") not in names:
-        st.session_state.pop("pretrain_run", None)
-    choice = st.selectbox("Run", names, key="pretrain_run")
-    sel = next(r for r in rows if r["name"] == choice)
-    alive = sel["effective_status"] == "running"
-
-    @st.fragment(run_every=REFRESH_SECONDS if alive else None)
-    def live():
-        status = None
-        with guard("showing the run"):
-            status = run_view(Path(sel["path"]), root)
-        if alive and status not in (None, "running"):
-            st.rerun()  # the run ended: refresh the table and stop polling
-
-    live()
+    listed = pretrain_rows(root)
+follow_queued_run(root, "pretrain", [r["name"] for r in listed])  # a run just launched: queued, then picked once listed
+runs_section(root, any(r["effective_status"] == "running" for r in listed))

@@ -78,7 +78,8 @@ def test_runs_table_curves_and_numbers(runs_root):
     assert "Scored on 64-token held-out text" in at_mask.proto.help  # the second phase's length: the final one
     # four steps teach no context: the page says so, and how to leave that plateau
     assert last_eval["eval_mlm_mask_acc"] < last_eval["eval_mlm_mask_baseline"] + 0.01
-    assert any(i.value.startswith("No context learned yet") and "--phase2-seq-len 128" in i.value for i in at.info)
+    hint = [i.value for i in at.info if i.value.startswith("No context learned yet")]
+    assert len(hint) == 1 and "the classroom run, the form's defaults" in hint[0] and "--" not in hint[0]
     fig = json.loads(charts[0].proto.spec)
     assert {"held-out acc at [MASK]", "most frequent token at [MASK]"} <= {t["name"] for t in fig["data"]}
     # where the held-out set changes length (step 4, the second phase), marked so a drop is not read as forgetting
@@ -256,3 +257,50 @@ def test_prepared_data_is_picked_with_its_statistics_and_launched_from(runs_root
     [t for t in at.text_input if t.label == "Prepared data folder"][0].input(str(tmp_path)).run()
     assert any("not a prepared data folder" in e.value for e in at.error) and len(calls) == 1
     assert "Shards" not in [m.label for m in at.metric]
+
+
+def _stopped(root, name, status, error, config, evals=()):
+    runs.write_run_json(root / name, kind="pretrain", status=status, total_steps=240, error=error, config=config)
+    ck = root / name / "checkpoints" / "step-80"
+    ck.mkdir(parents=True)
+    runs.mark_complete(ck, step=80)
+    recs = [{"step": 80, "split": "train", "loss": 6.0}] + [dict(e, step=80, split="eval") for e in evals]
+    (root / name / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
+
+
+def test_a_cancelled_run_says_the_resume_button_and_the_classroom_run_gets_no_classroom_hint(tmp_path):
+    from engine.pretrain_config import CLASSROOM_RECIPE as R
+    root = tmp_path / "runs"
+    plateau = {"eval_mlm_acc": 0.3, "eval_mlm_mask_acc": 0.04, "eval_mlm_mask_baseline": 0.044}
+    classroom = {"objective": "mlm+nsp", "preset": "tiny", "seq_len": R["seq_len"], "phase2_seq_len": R["phase2_seq_len"]}
+    _stopped(root, "first-bert", "cancelled", "cancelled by SIGTERM at step 80; continue with --resume", classroom, [plateau])
+    at = _app(root)
+    assert not at.exception and not at.error
+    texts = [i.value for i in at.info]
+    assert any(t.startswith("Cancelled at step 80") and "the Resume button" in t and "step-80" in t for t in texts)
+    assert not any("--resume" in t or "SIGTERM" in t for t in texts + [m.value for m in at.markdown])
+    assert "--resume" not in " ".join(at.dataframe[0].value["error"])
+    hint = [t for t in texts if t.startswith("No context learned yet")]
+    assert len(hint) == 1 and "form's defaults" not in hint[0]  # it is the classroom run already: no advice to use it
+    # the same plateau on 128-token sequences without a second phase: the advice applies
+    _stopped(root, "long-only", "cancelled", None, dict(classroom, seq_len=128, phase2_seq_len=None), [plateau])
+    at.run()
+    at.selectbox(key="pretrain_run").set_value("long-only").run()
+    assert any("the classroom run, the form's defaults" in i.value for i in at.info)
+
+
+def test_the_form_logic_names_and_checks_the_run(tmp_path):
+    from engine.errors import EngineError
+    from studio import pretrain_form as F
+    form = {"objective": "mlm+nsp", "size_mode": "preset", "preset": "tiny", "layers": 2, "hidden": 128, "init": None}
+    assert F.default_name(form) == "bert-tiny-mlm_nsp"
+    assert F.default_name(dict(form, size_mode="custom L/H/A", layers=4, hidden=256)) == "bert-L4H256-mlm_nsp"
+    assert F.default_name(dict(form, init="minilm")) == "minilm-continued-mlm_nsp"
+    assert F.default_name(dict(form, init="/x/runs/mine")) == "mine-continued-mlm_nsp"
+    with pytest.raises(EngineError, match="give the corpus path"):
+        F.corpus_of({"corpus_kind": F.PATH, "corpus_path": " "}, tmp_path)
+    with pytest.raises(EngineError, match="upload a .txt"):
+        F.corpus_of({"corpus_kind": F.UPLOAD, "upload_bytes": None}, tmp_path)
+    assert F.corpus_of({"corpus_kind": "wiki"}, tmp_path) == "wiki"
+    saved = F.corpus_of({"corpus_kind": F.UPLOAD, "upload_name": "c.txt", "upload_bytes": b"one. two.\n\nthree."}, tmp_path)
+    assert Path(saved).read_bytes() == b"one. two.\n\nthree." and Path(saved).is_relative_to(tmp_path)

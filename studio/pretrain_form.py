@@ -1,0 +1,130 @@
+"""What the Pre-train page computes (no streamlit import, tested directly): the launch form's default run name, its
+corpus and the run's settings checked before anything is queued, the runs table's rows, the notice of a stopped
+run, and whether the "no context learned yet" hint applies.
+
+- `default_name(form)`: the run name when the Run name box is empty.
+- `corpus_of(form, root)`: the corpus the form names (a built-in one, a path, an upload saved under the runs folder).
+- `build(form, root)`: (run name, run folder, PretrainConfig), every mistake one EngineError line.
+- `table_rows(rows)`: the runs table, from engine.runs.list_runs rows.
+- `stopped_notice(status, info, checkpoint)`: (kind, text) for a failed, dead or cancelled run, in the page's words
+  (its Resume button, not a command-line flag).
+- `no_context_hint(config, last_eval)`: the hint's text when a run is on the most-frequent-token plateau and is not
+  already the classroom run (whose defaults the hint recommends), else None.
+"""
+from dataclasses import replace
+from pathlib import Path
+
+from engine.errors import EngineError
+
+PATH, UPLOAD = "a path on this machine", "an uploaded file"  # the Corpus box's two non-built-in choices
+NO_CONTEXT_MARGIN = 0.01  # accuracy at [MASK] within a point of the most frequent token's share: nothing from context
+STATUS_ICON = {"running": "🟢 running", "finished": "✅ finished", "failed": "❌ failed", "cancelled": "⏹️ cancelled",
+               "dead": "💀 dead (process gone; resume it)", "unreadable": "⚠️ unreadable"}
+
+
+def default_name(form: dict) -> str:
+    """`form`: the launch form's values (init, size_mode, preset, layers, hidden, objective)."""
+    objective = form["objective"].replace("+", "_")
+    init = form.get("init")
+    if init:
+        return f"{Path(init).name if init != 'minilm' else 'minilm'}-continued-{objective}"
+    size = form["preset"] if form["size_mode"] == "preset" else f"L{form['layers']}H{form['hidden']}"
+    return f"bert-{size}-{objective}"
+
+
+def corpus_of(form: dict, root) -> str:
+    """The corpus to train on (form: corpus_kind, corpus_path, upload_name, upload_bytes, data)."""
+    if form.get("data"):
+        return "bbc"  # unused: the prepared data say what they were made from
+    kind = form["corpus_kind"]
+    if kind == PATH:
+        if not form.get("corpus_path", "").strip():
+            raise EngineError("give the corpus path, or pick a built-in corpus (bbc, wiki, sotu, all)")
+        return form["corpus_path"].strip()
+    if kind == UPLOAD:
+        if form.get("upload_bytes") is None:
+            raise EngineError("upload a .txt or .jsonl corpus file, or pick another corpus")
+        from studio.uploads import save_upload
+        return str(save_upload(root, form["upload_name"], form["upload_bytes"], ("txt", "jsonl"),
+                               "corpus file (plain text or JSON lines)"))
+    return kind
+
+
+def build(form: dict, root) -> tuple:
+    """(run name, run folder, PretrainConfig) of the launch form, checked as the job would check it."""
+    from engine import runs
+    from engine.pretrain import PretrainConfig, validate, with_prepared_data
+    from engine.pretrain_init import resolve_init
+    root = Path(root)
+    run_name = runs.safe_run_name(form.get("name", "").strip() or default_name(form))
+    run_dir = runs.resolve_run_dir(root, run_name)
+    if (run_dir / runs.RUN_JSON).exists():
+        raise EngineError(f"a run named '{run_name}' already exists; pick another name, or select it below and Resume it")
+    init, data = form.get("init"), form.get("data")
+    if data and init:
+        raise EngineError("continued pre-training keeps the model's own vocabulary, so it cannot train from prepared "
+                          "data (made with its own vocabulary); pick 'build from a corpus' or start from random weights")
+    settings = dict(corpus=corpus_of(form, root), out=str(run_dir), quiet=True,
+                    phase2_seq_len=int(form["phase2"]) if form.get("phase2") and not data else None,
+                    **{k: form[k] for k in ("objective", "steps", "batch_size", "seq_len", "mask_rate", "mask_ratios",
+                                            "whole_word_mask", "lr", "seed", "save_every", "eval_every", "precision",
+                                            "phase2_fraction")})
+    if init:  # continued pre-training: the init's size and vocabulary, filled in (and checked) by resolve_init
+        cfg = PretrainConfig.for_init(init, **settings)
+    else:
+        custom = ({"layers": form["layers"], "hidden": form["hidden"], "heads": form["heads"]}
+                  if form["size_mode"] != "preset" else {})
+        cfg = PretrainConfig(vocab_size=form["vocab"], preset=form["preset"] if not custom else "tiny", **settings, **custom)
+    if data:  # its objective, length, vocabulary and held-out split, not the form's
+        cfg = with_prepared_data(replace(cfg, data=data))
+    validate(cfg)  # the form's mistakes show here, not in a failed job
+    return run_name, run_dir, resolve_init(cfg)  # --init: a sequence longer than its positions, a model that does not load
+
+
+def table_rows(rows: list) -> list:
+    """The runs table's rows (run, status, step, checkpoint, created, error)."""
+    return [{"run": r["name"], "status": STATUS_ICON.get(r["effective_status"], r["effective_status"]),
+             "step": f"{r['step'] if r['step'] is not None else 0} / {r['total_steps'] or '?'}",
+             "checkpoint": r["checkpoint_step"], "created": r["created"], "error": _page_words(r["error"] or "")}
+            for r in rows]
+
+
+def _page_words(error: str) -> str:
+    """A run's recorded stop line in the page's words: the Resume button, not `--resume`."""
+    return error.replace("continue with --resume", "the Resume button continues it")
+
+
+def stopped_notice(status: str, info: dict, checkpoint) -> tuple:
+    """(st function name, text) for a run that stopped before it finished, or None."""
+    kept = (f"the Resume button continues it from checkpoint {checkpoint.name}" if checkpoint is not None
+            else "the Resume button starts it again from step 0 (it saved no checkpoint)")
+    if status == "failed":
+        return "error", f"Run failed: {_page_words(info.get('error') or 'no error line recorded')}"
+    if status == "dead":
+        return "warning", f"The run's process is gone (killed or crashed) while it was running; {kept}."
+    if status == "cancelled":
+        step = (info.get("error") or "").partition(" at step ")[2].split(";")[0].strip()
+        return "info", f"Cancelled{f' at step {step}' if step.isdigit() else ''}: {kept}."
+    return None
+
+
+def is_classroom_schedule(config: dict) -> bool:
+    """The run trains with the classroom run's length schedule (the form's defaults)."""
+    from engine.pretrain_config import CLASSROOM_RECIPE as R
+    return (config.get("seq_len") == R["seq_len"] and config.get("phase2_seq_len") == R["phase2_seq_len"]
+            and not config.get("init"))
+
+
+def no_context_hint(config: dict, last_eval: dict):
+    """The hint when the model is on the plateau (at [MASK] no better than the most frequent token), else None."""
+    acc, base = last_eval.get("eval_mlm_mask_acc"), last_eval.get("eval_mlm_mask_baseline")
+    if acc is None or base is None or acc >= base + NO_CONTEXT_MARGIN:
+        return None
+    said = (f"No context learned yet: at [MASK] the model is right {acc:.1%} of the time, about as often as always "
+            f"answering the most frequent token ({base:.1%}); its MLM accuracy comes from copying the tokens kept unchanged.")
+    if is_classroom_schedule(config):  # the advice below is this run's own settings: only the finding
+        return said
+    from engine.pretrain_config import CLASSROOM_RECIPE as R
+    return (said + f" Tiny models on 128-token sequences stay on this plateau for thousands of steps; short sequences with "
+            f"a second, longer phase leave it sooner: the classroom run, the form's defaults ({R['seq_len']} tokens, then "
+            f"{R['phase2_seq_len']} for the last {R['phase2_fraction']:.0%} of the steps).")
