@@ -1,15 +1,17 @@
-"""Attention page: where each head looks, as plotly heatmaps, a bertviz-style head view and model view drawn
-offline (studio.attention_view), the per-head difference between two checkpoints, and the analyses of
-engine.analysis (studio.attention_analysis): rollout, per-head statistics, word level, value-weighted attention,
-head importance."""
+"""Attention page: where each head looks, as plotly heatmaps, a bertviz-style head view, model view (every layer
+by default) and neuron view drawn offline (studio.attention_view, studio.neuron_view), the per-head difference
+between two checkpoints, and the analyses of engine.analysis (studio.attention_analysis): rollout, per-head
+statistics, word level, value-weighted attention, head importance (on models with an MLM head)."""
 import pandas as pd
 import streamlit as st
 
-from engine import probes
+from engine import analysis, probes
 from studio import attention_analysis as AA
-from studio.attention_view import MAX_TOKENS, head_view_html, hide_special, long_csv, matrix_csv, render_head_view
+from studio.attention_view import (MAX_TOKENS, head_importance_unavailable, head_view_html, hide_special, long_csv,
+                                   matrix_csv, render_head_view)
 from studio.common import chart_config, guard, list_model_choices, load_bundle, model_picker
 from studio.figures import attention_heatmap, head_diff_figure, model_view_figure
+from studio.neuron_view import render_neuron_view
 
 HEAD_VIEW_CELLS = 1_500_000  # weights sent to the head view at most (layers x heads x T^2)
 MODEL_VIEW_CELLS = 400_000  # cells drawn by the model-view grid at most
@@ -37,7 +39,7 @@ hide = o1.checkbox("Hide [CLS]/[SEP]", value=False, key="att_hide",
                    help="drop the special tokens from rows and columns; each row is renormalised over the remaining tokens")
 all_layers = list(range(cfg.num_layers))
 all_heads = list(range(cfg.num_heads))
-layers = o2.multiselect("Layers", all_layers, default=all_layers if cfg.num_layers <= 4 else [cfg.num_layers - 1],
+layers = o2.multiselect("Layers", all_layers, default=all_layers,
                         format_func=lambda l: f"layer {l + 1}", key=f"att_layers_{cfg.num_layers}")
 heads = o3.multiselect("Heads", all_heads, default=all_heads if cfg.num_heads <= 12 else all_heads[:12],
                        format_func=lambda h: f"head {h + 1}", key=f"att_heads_{cfg.num_heads}")
@@ -60,9 +62,9 @@ if not layers or not heads:
     st.info("Select at least one layer and one head.")
     st.stop()
 
-(tab_maps, tab_head, tab_model, tab_cmp, tab_roll, tab_stats, tab_words, tab_vw, tab_imp) = st.tabs(
-    ["Heatmaps", "Head view", "Model view", "Compare checkpoints", "Rollout", "Head statistics", "Word level",
-     "Value-weighted", "Head importance"])
+(tab_maps, tab_head, tab_model, tab_neuron, tab_cmp, tab_roll, tab_stats, tab_words, tab_vw, tab_imp) = st.tabs(
+    ["Heatmaps", "Head view", "Model view", "Neuron view", "Compare checkpoints", "Rollout", "Head statistics",
+     "Word level", "Value-weighted", "Head importance"])
 
 with tab_maps:
     h1, h2 = st.columns(2)
@@ -103,6 +105,17 @@ with tab_model:
         st.warning(f"Model view shows the first {mv_T} of {T} tokens for {panels} panels; select fewer layers/heads to see more.")
     st.plotly_chart(model_view_figure(view_att[:, :, :mv_T, :mv_T], view_tokens[:mv_T], layers, heads),
                     config=chart_config("attention-model-view"), key="att_model_view")
+
+with tab_neuron:
+    st.caption("How one head's weights arise: the query q of a token, the key k of every token, their product element "
+               "by element, q · k, and softmax(q · k / √d) over the keys, which is the head's attention row. All tokens "
+               "are shown ([CLS]/[SEP] included): the softmax runs over every key, as in the model.")
+    n1, n2 = st.columns(2)
+    nv_layer = n1.selectbox("Layer", layers, format_func=lambda l: f"layer {l + 1}", key="att_nv_layer")
+    nv_head = n2.selectbox("Head", heads, format_func=lambda h: f"head {h + 1}", key="att_nv_head")
+    with guard("Drawing the neuron view"):
+        nv_tokens, nv_q, nv_k, _ = analysis.queries_and_keys(bundle, sa, sb or None)
+        render_neuron_view(list(nv_tokens), nv_q, nv_k, nv_layer, nv_head, causal=bool(cfg.causal))
 
 with tab_cmp:
     st.caption("The same input through a second model (e.g. BERT vs No NSP, or an early vs a late checkpoint of one run): "
@@ -147,4 +160,8 @@ with tab_words:
 with tab_vw:
     AA.render_value_weighted(bundle, sa, sb, layers, heads)
 with tab_imp:
-    AA.render_head_importance(bundle, sa, sb)
+    imp_blocked = head_importance_unavailable(bundle)
+    if imp_blocked:
+        st.info(imp_blocked)
+    else:
+        AA.render_head_importance(bundle, sa, sb)

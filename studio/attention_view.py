@@ -10,7 +10,8 @@ Head view: tokens on the left (queries) and right (keys), one line per (query, k
 weight, one colour per head; pick the layer in a menu, click a colour to toggle a head (double-click: only
 that head), hover a token to see only its lines.
 
-Also here: dropping [CLS]/[SEP] from a map (rows renormalised), capping the tokens, CSV export.
+Also here: whether head importance can be offered for a model, dropping [CLS]/[SEP] from a map (rows
+renormalised), capping the tokens, CSV export.
 """
 import csv
 import io
@@ -22,6 +23,19 @@ MAX_TOKENS = 128  # tokens drawn by the head view
 ROW_PX = 22
 HEAD_COLOURS = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b",
                 "#e377c2", "#7f7f7f", "#bcbd22", "#17becf", "#393b79", "#ad494a"]
+
+
+def head_importance_unavailable(bundle):
+    """None when head importance can be scored on `bundle`, else the one line saying why not: it masks words and
+    reads the MLM head's loss, so a model without an MLM head (MiniLM is an encoder only) cannot be scored."""
+    from engine import probes
+    from engine.errors import EngineError
+    try:
+        probes.require_head(bundle, "mlm")
+    except EngineError:
+        return (f"Head importance needs an MLM head (it scores each head by the masked-word loss) and "
+                f"{probes.model_name(bundle)} has none; pick a checkpoint pre-trained with mlm or mlm+nsp in the Model box.")
+    return None
 
 
 def hide_special(tokens, att, special, renormalize: bool = True):

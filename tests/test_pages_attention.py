@@ -1,6 +1,7 @@
 """pages/6_Attention.py through AppTest: heatmaps equal the engine's maps, the offline head view, the model
-view grid, hiding [CLS]/[SEP], comparing two checkpoints, CSV export, and MiniLM's real weights."""
+view grid (every layer), the neuron view, hiding [CLS]/[SEP], comparing two checkpoints, CSV export, and MiniLM's real weights."""
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -8,7 +9,7 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 import engine
-from engine import probes
+from engine import analysis, probes
 
 pytestmark = pytest.mark.slow  # AppTest runs whole pages
 
@@ -16,6 +17,11 @@ REPO = Path(__file__).resolve().parents[1]
 
 PAGE = str(REPO / "pages" / "6_Attention.py")
 A, B = "the cat sat on the mat .", "it was very happy ."
+URL = re.compile(r"https?://(?!(?:127\.0\.0\.1|localhost|\[::1\])[:/])", re.I)  # a URL outside localhost
+
+
+def _payload(html):
+    return json.loads(html.split("const D = ", 1)[1].split(";\n", 1)[0].replace("<\\/", "</"))
 
 
 @pytest.fixture(scope="session")
@@ -91,12 +97,28 @@ def test_minilm_real_weights(tiny_run, tiny_run_steps, plotly):
     assert not at.exception and not at.error
     bundle = engine.load("minilm")
     tokens, att = probes.attention(bundle, A, B)
-    heat = plotly.titled(at, "Layer 6, head 1")[0]  # default: the last layer, all 12 heads
-    assert np.allclose(plotly.array(heat["data"][0]["z"]), att[5, 0], atol=1e-4)
-    mv = plotly.titled(at, "Model view")[0]
-    assert len(mv["data"]) == 12
+    heat = plotly.titled(at, "Layer 1, head 1")[0]  # default: every layer, all 12 heads
+    assert np.allclose(plotly.array(heat["data"][0]["z"]), att[0, 0], atol=1e-4)
+    mv = plotly.titled(at, "Model view")[0]  # opens on every layer: 6 x 12 panels
+    assert len(mv["data"]) == 72 and mv["layout"]["annotations"][-1]["text"] == "L6"
+    np.testing.assert_allclose(plotly.array(mv["data"][71]["z"]), att[5, 11], atol=1e-3)
     html = at.get("iframe")[0].proto.srcdoc
     assert 'id="bs-head-view"' in html and "http" not in html
+    assert _payload(html)["layers"] == [1, 2, 3, 4, 5, 6]
+    # neuron view: layer 1 head 1's queries and keys, the engine's
+    nv = at.get("iframe")[1].proto.srcdoc
+    _, q, k, _ = analysis.queries_and_keys(bundle, A, B)
+    data = _payload(nv)
+    assert data["layer"] == 1 and data["head"] == 1 and data["tokens"] == list(tokens)
+    np.testing.assert_allclose(data["q"], q[0, 0], atol=6e-4)
+    np.testing.assert_allclose(data["k"], k[0, 0], atol=6e-4)
+    at.selectbox(key="att_nv_layer").set_value(5).run()
+    at.selectbox(key="att_nv_head").set_value(11).run()
+    data = _payload(at.get("iframe")[1].proto.srcdoc)
+    assert data["layer"] == 6 and data["head"] == 12
+    np.testing.assert_allclose(data["k"], k[5, 11], atol=6e-4)
+    for frame in at.get("iframe"):  # no view names a URL outside localhost
+        assert not URL.search(frame.proto.srcdoc)
     assert any("Pick a different model" in i.value for i in at.info)
     # comparing MiniLM with a checkpoint of another vocabulary: one clear message
     at.selectbox(key="att_cmp_model_minilm").set_value(str(tiny_run / "checkpoints" / f"step-{tiny_run_steps[-1]}")).run()
