@@ -1,6 +1,6 @@
 """The studio in a real browser: started the way the README starts it, driven by Playwright in headless
 Chromium (the system browser from Debian's `chromium` package), with every request outside localhost blocked.
-Loads the Probe page, fills a mask and sees the predictions, opens the Attention page and finds the plotly
+Loads the Probe page on a fresh runs folder (one line about MiniLM's missing heads, no error), fills a mask and sees the predictions, opens the Attention page and finds the plotly
 figures and the offline head view. Screenshots go to test-artifacts/browser/ (CI artefacts)."""
 import os
 import signal
@@ -84,9 +84,23 @@ def test_probe_and_attention_pages_in_chromium(tiny_run, tmp_path, tiny_run_step
                 page.route("**/*", route)
                 page.set_default_timeout(30_000)
 
+                # Probe page on a fresh runs folder (typed into the sidebar of the landing page, then the Probe link):
+                # only MiniLM, which has no MLM or NSP head, so one line says so and offers the build; no red error
+                page.goto(url)
+                runs_box = page.get_by_label("Runs folder", exact=True)
+                runs_box.fill(str(tmp_path / "fresh-runs"))
+                runs_box.press("Enter")
+                page.locator("[data-testid='stSidebarNav'] a", has_text="Probe").first.click()
+                page.get_by_text("No pre-training run with saved checkpoints").first.wait_for()
+                page.get_by_role("button", name="Continue pre-training MiniLM (MLM + NSP)").wait_for()
+                page.locator(".js-plotly-plot").first.wait_for()  # mask and watch: where the masked token looks
+                assert page.locator("[data-testid='stException']").count() == 0
+                assert page.locator("[data-testid='stAlertContentError']").count() == 0
+                assert page.locator("[data-testid='stAlertContentInfo']", has_text="has no MLM or NSP head").count() == 1
+                page.screenshot(path=str(ARTIFACTS / "probe_fresh.png"), full_page=True)
+
                 # Probe page: point it at the tiny checkpoint, type a sentence with two masks
-                page.goto(url + "/Probe")
-                page.get_by_label("…or a checkpoint / Hugging Face BERT folder").fill(str(ck))
+                page.get_by_role("textbox", name="…or a checkpoint / Hugging Face BERT folder").fill(str(ck))
                 page.keyboard.press("Enter")
                 page.get_by_text("P(IsNext)").first.wait_for()
                 box = page.get_by_label("Sentence with one or more [MASK]")
