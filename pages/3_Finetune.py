@@ -17,8 +17,10 @@ from engine.tasks.metrics import METRICS
 from engine.tasks.registry import BUILTINS, FORMATS
 from engine.tasks.shared_files import shared_task_files, shared_tasks
 from studio import ablation_figures as F
+from studio import finetune_plan as plan
 from engine import jobs as Q
-from studio.common import chart_config, follow_queued_run, guard, model_picker, precision_select, resume_button, runs_root
+from studio.common import (chart_config, follow_queued_run, guard, load_bundle, model_picker, precision_select,
+                           resume_button, runs_root)
 from studio.uploads import save_upload
 
 st.title("Fine-tune")
@@ -47,6 +49,13 @@ def preview(kind: str, train: str, dev: str, text_cols: str, label_col: str, mti
     if getattr(task, "metrics", None):
         info["selection metric"] = metric or task.metrics[0]
     return info, d["warnings"], pd.DataFrame(task.preview(10))
+
+
+@st.cache_data(show_spinner="Reading the task…", max_entries=8)
+def builtin_train_size(name: str) -> int:
+    """Training examples of a built-in task (loaded once)."""
+    from engine.finetune import FinetuneConfig, load_task
+    return len(load_task(FinetuneConfig(task=name)).train)
 
 
 def _mtimes(*paths) -> tuple:
@@ -112,6 +121,7 @@ with tab_new:
             c1, c2 = st.columns(2)
             token_col = c1.text_input("Word column (blank: the first)", key="ft_token_col").strip()
             label_col = c2.text_input("Tag column (blank: the last)", key="ft_tag_col").strip()
+    info = {}
     if task in FORMATS and train and dev:
         with guard("reading the task files"):
             info, warnings, frame = preview(task, train, dev, text_cols, label_col, _mtimes(train, dev), token_col, header, metric)
@@ -122,13 +132,17 @@ with tab_new:
     elif task in FORMATS:
         st.info("Give a train and a dev file: the dev set selects the best trial.")
 
-    st.markdown("**Grid** (the paper: lr 5e-5, 3e-5, 2e-5 · batch 16, 32 · epochs 2, 3, 4; a tiny model from scratch "
-                "wants larger rates, e.g. 3e-4)")
+    P = plan.PAPER_GRID
+    st.markdown(f"**Grid**: a classroom-sized default of two learning rates (the paper's grid, lr {P['lr']} · batch "
+                f"{', '.join(map(str, P['batch_size']))} · epochs {', '.join(map(str, P['epochs']))}, makes "
+                f"{plan.n_trials(P['lr'].split(','), P['batch_size'], P['epochs'], P['restarts'])} trials); a tiny "
+                "model from scratch wants larger rates, e.g. 3e-4")
+    G = plan.CLASSROOM_GRID
     g1, g2, g3, g4 = st.columns(4)
-    lr_text = g1.text_input("Learning rates", value="5e-5,3e-5,2e-5", key="ft_lr")
-    batch = g2.multiselect("Batch sizes", [8, 16, 32, 48, 64], default=[16, 32], key="ft_bs")
-    epochs = g3.multiselect("Epochs", [1, 2, 3, 4, 5], default=[2, 3, 4], key="ft_epochs")
-    restarts = g4.number_input("Restarts per grid point", 1, 20, 1, key="ft_restarts")
+    lr_text = g1.text_input("Learning rates", value=G["lr"], key="ft_lr")
+    batch = g2.multiselect("Batch sizes", [8, 16, 32, 48, 64], default=G["batch_size"], key="ft_bs")
+    epochs = g3.multiselect("Epochs", [1, 2, 3, 4, 5], default=G["epochs"], key="ft_epochs")
+    restarts = g4.number_input("Restarts per grid point", 1, 20, G["restarts"], key="ft_restarts")
     h1, h2, h3, h4, h5 = st.columns(5)
     max_train = h1.number_input("Max train examples (0 = all)", 0, 10_000_000, 0, step=500, key="ft_max_train")
     max_len = h2.selectbox("Max sequence length", [64, 128, 256, 384, 512], index=1, key="ft_max_len")
@@ -138,8 +152,36 @@ with tab_new:
     lrs = []
     with guard("reading the grid"):
         lrs = _nums(lr_text, float, "learning rates")
-    n_trials = len(lrs) * len(batch) * len(epochs) * int(restarts)
+    n_trials = plan.n_trials(lrs, batch, epochs, restarts)
     st.write(f"**{n_trials} trials** ({len(lrs)} lr × {len(batch)} batch × {len(epochs)} epochs × {int(restarts)} restarts)")
+    # the grid's time on this machine: only from a step timed here (the button), never a guessed figure
+    timing_key = [model, task, train, dev, int(max_len), precision, int(max_train)]
+    timed = st.session_state.get("ft_timed") or {}
+    t1, t2 = st.columns([1, 4])
+    if t1.button("Time one step here", key="ft_time", disabled=not (task and n_trials) or (task in FORMATS and not (train and dev)),
+                 help="times one training step of this model at each batch size of the grid on this machine "
+                      "(a few seconds), to estimate the grid's training time"):
+        with guard("timing a step"):
+            with st.spinner("Timing one step at each batch size…"):
+                n = info.get("train examples") if task in FORMATS else builtin_train_size(task)
+                if n is None:
+                    raise EngineError("the task files could not be read (see above); fix them, then time a step")
+                bundle = load_bundle(model)
+                steps = {bs: plan.time_step(bundle, bs, int(max_len), precision) for bs in sorted(batch)}
+            timed = {"key": timing_key, "n_train": min(n, int(max_train) or n), "steps": steps}
+            st.session_state["ft_timed"] = timed
+    if timed.get("key") == timing_key and lrs and batch and epochs:
+        by_batch = plan.train_steps(timed["n_train"], lrs, batch, epochs, restarts)
+        seconds = plan.estimate(by_batch, {bs: t["seconds"] for bs, t in timed["steps"].items()})
+        if seconds is None:
+            t2.caption("Time on this machine: a batch size of the grid is not timed yet; press the button again.")
+        else:
+            one = next(iter(timed["steps"].values()))
+            t2.caption(f"Time on this machine: {plan.minutes_text(seconds)} of training ({sum(by_batch.values()):,} "
+                       f"steps on {timed['n_train']:,} examples, from one step timed here on {one['device']}, "
+                       f"{one['precision']}, full-length inputs); dev evaluation after each epoch comes on top.")
+    else:
+        t2.caption("Time on this machine: not measured; the button times one step here.")
     if "ft_default_name" not in st.session_state:
         st.session_state["ft_default_name"] = time.strftime("ft-%Y%m%d-%H%M%S")
     name = st.text_input("Run name", value=st.session_state["ft_default_name"], key="ft_name")

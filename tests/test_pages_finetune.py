@@ -166,3 +166,44 @@ def test_preview_warns_about_the_data_and_passes_header_and_metric(tmp_path, fak
     at.button(key="ft_launch").click().run()
     argv = fake_submit[0]["argv"]
     assert argv[argv.index("--header") + 1] == "yes" and argv[argv.index("--metric") + 1] == "mcc"
+
+
+def test_default_grid_is_classroom_sized_and_its_time_is_not_guessed(tmp_path, fake_submit):
+    from studio import finetune_plan as plan
+    G = plan.CLASSROOM_GRID
+    at = app(tmp_path / "runs").run()
+    assert not at.exception and not at.error
+    n = plan.n_trials(G["lr"].split(","), G["batch_size"], G["epochs"], G["restarts"])
+    assert n < 18 and any(m.value.startswith(f"**{n} trials**") for m in at.markdown)
+    assert any("not measured" in c.value for c in at.caption)  # nothing timed: no figure
+    at.button(key="ft_launch").click().run()
+    argv = fake_submit[0]["argv"]
+    assert [float(x) for x in argv[argv.index("--lr") + 1].split(",")] == [float(x) for x in G["lr"].split(",")]
+    assert argv[argv.index("--batch-size") + 1] == ",".join(map(str, G["batch_size"]))
+    assert argv[argv.index("--epochs") + 1] == ",".join(map(str, G["epochs"]))
+
+
+def test_timing_one_step_gives_the_grids_time_from_that_step(tmp_path, tiny_checkpoint, fake_submit):
+    from studio import finetune_plan as plan
+    at = app(tmp_path / "runs").run()
+    at.text_input(key="ft_model_path").input(str(tiny_checkpoint)).run()
+    at.radio(key="ft_source").set_value("Upload files").run()
+    at.selectbox(key="ft_kind").set_value("glue").run()
+    at.file_uploader(key="ft_up_train").upload("train.tsv", TRAIN.encode(), "text/tab-separated-values")
+    at.file_uploader(key="ft_up_dev").upload("dev.tsv", DEV.encode(), "text/tab-separated-values")
+    at.selectbox(key="ft_max_len").set_value(64).run()
+    at.button(key="ft_time").click().run()
+    assert not at.exception and not at.error
+    timed = at.session_state["ft_timed"]
+    assert timed["n_train"] == 10 and set(timed["steps"]) == {32} and timed["steps"][32]["seq_len"] == 64
+
+    def shown(epochs):
+        by_batch = plan.train_steps(10, [5e-5, 3e-5], [32], epochs, 1)
+        seconds = plan.estimate(by_batch, {32: timed["steps"][32]["seconds"]})
+        return [c.value for c in at.caption if plan.minutes_text(seconds) in c.value
+                and f"{sum(by_batch.values()):,} steps on 10 examples" in c.value]
+    assert shown([3])
+    at.multiselect(key="ft_epochs").set_value([2, 3]).run()  # the grid changes: the same timing, new steps
+    assert shown([2, 3]) and not shown([3])
+    at.multiselect(key="ft_bs").set_value([16, 32]).run()  # a batch size never timed: no figure for it
+    assert not shown([2, 3]) and any("not timed yet" in c.value for c in at.caption)
