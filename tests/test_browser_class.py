@@ -202,3 +202,131 @@ def test_guided_first_class_by_clicks(tmp_path, bbc_docs):
                                                         "2-pretrain-launched.png", "3-probe.png", "4-table5.png",
                                                         "5-head-statistics.png"]
     assert blocked == [], f"the studio tried to reach the network: {blocked[:5]}"
+
+
+def _prepared_runs_folder(tmp_path: Path, bbc_docs) -> Path:
+    """A runs folder as `class prepare` leaves it, made small: the class's run `first-bert` and the reference run are
+    one tiny real run (copied), the cache record points at a folder that exists, the probe-ready model is a fake
+    finished run; plus `live-bert`, a running run whose writer is this test (it holds the run lock)."""
+    import json
+    import shutil
+
+    from engine import classroom
+    from engine.pretrain import PretrainConfig, pretrain
+    from engine.runs import mark_complete, write_run_json
+    root = tmp_path / "runs"
+    corpus = _small_corpus(tmp_path / "corpus.txt", bbc_docs, n_docs=30)
+    pretrain(PretrainConfig(corpus=str(corpus), vocab_size=400, hidden=32, heads=2, layers=1, max_positions=64, seq_len=32,
+                            phase2_seq_len=None, batch_size=4, steps=4, save_every=4, eval_every=4, quiet=True,
+                            num_threads=1, cache_dir=str(tmp_path / "cache"), out=str(root / classroom.REFERENCE_RUN)))
+    shutil.copytree(root / classroom.REFERENCE_RUN, root / "first-bert")
+    (root / "first-bert" / "run.lock").unlink(missing_ok=True)
+    data = tmp_path / "cache" / "data"
+    data.mkdir(parents=True)
+    (data / "config.json").write_text("{}")
+    (root / classroom.STATE_DIR).mkdir()
+    (root / classroom.STATE_DIR / "cache.json").write_text(json.dumps({"data": [str(data)]}))
+    ready = root / "minilm-continued"
+    write_run_json(ready, kind="pretrain", status="finished", total_steps=4, config={"objective": "mlm+nsp", "init": "minilm"})
+    (ready / "checkpoints" / "step-4").mkdir(parents=True)
+    mark_complete(ready / "checkpoints" / "step-4", step=4)
+    write_run_json(root / "live-bert", kind="pretrain", status="running", total_steps=240, config={"objective": "mlm+nsp"})
+    (root / "live-bert" / "metrics.jsonl").write_text(json.dumps({"step": 0, "split": "train", "loss": 9.0}) + "\n")
+    return root
+
+
+def test_start_page_walks_its_four_steps_on_a_prepared_runs_folder(tmp_path, bbc_docs):
+    """Prepared: the Prepare panel says ready; step 2 is checked by the class's own finished run; the Pre-train
+    page's table follows a running run as its live view does; step 3 is not checked until a model was probed, then
+    is; step 4's button lands on the New study tab with Table 5 at classroom scale, no tab clicked."""
+    if not (os.path.isfile(CHROMIUM) and os.access(CHROMIUM, os.X_OK)):
+        pytest.skip(f"Chromium is not installed at {CHROMIUM}; install it with `apt-get install -y chromium` (.ci/run does)")
+    sync_playwright = pytest.importorskip("playwright.sync_api", reason="the playwright package is not installed").sync_playwright
+    import json
+
+    from engine.runs import RunLock, mark_complete
+    root = _prepared_runs_folder(tmp_path, bbc_docs)
+    port = _free_port()
+    url = f"http://127.0.0.1:{port}"
+    env = dict(os.environ, BERT_STUDIO_RUNS=str(root), HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
+    log = open(tmp_path / "streamlit.log", "w")
+    proc = subprocess.Popen([sys.executable, "-m", "streamlit", "run", "streamlit_app.py", "--server.port", str(port),
+                             "--server.headless", "true"], cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT,
+                            start_new_session=True)
+    blocked = []
+    lock = RunLock(root / "live-bert").acquire()  # live-bert is running: its writer (this test) is alive
+    try:
+        _wait_healthy(url, proc)
+        with sync_playwright() as pw:
+            browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=ARGS)
+            try:
+                page = browser.new_page(viewport={"width": 1400, "height": 1000})
+
+                def route(r):
+                    host = urlparse(r.request.url).hostname or ""
+                    if r.request.url.startswith(("data:", "blob:", "about:")) or host in LOCAL:
+                        r.continue_()
+                    else:
+                        blocked.append(r.request.url)
+                        r.abort()
+
+                page.route("**/*", route)
+                page.set_default_timeout(60_000)
+
+                def marks():
+                    page.get_by_text("What the paper found").wait_for()
+                    return [h.inner_text().strip() for h in page.locator("h3").all() if h.inner_text().strip() in ("1", "2", "3", "4", "✅")]
+
+                def start_page():
+                    page.get_by_role("link", name="Start").first.click()
+                    page.get_by_text("Your first class").wait_for()
+
+                page.goto(url)
+                page.get_by_text("This machine is ready for the class.").wait_for(state="attached")  # (in a closed expander)
+                assert marks() == ["1", "✅", "3", "4"]
+
+                # step 2's page: the runs table moves with the live view of the running run
+                page.get_by_role("button", name="Set up the classroom run").click()
+                page.get_by_role("textbox", name="Run name").wait_for()
+                assert page.get_by_role("textbox", name="Run name").input_value() == "first-bert-2"
+                table = page.locator("[data-testid='stDataFrame']").first
+                table.wait_for()
+                page.locator("[data-testid='stDataFrame'] >> text=0 / 240").first.wait_for(state="attached")
+                ck = root / "live-bert" / "checkpoints" / "step-80"
+                ck.mkdir(parents=True)
+                mark_complete(ck, step=80)
+                with open(root / "live-bert" / "metrics.jsonl", "a") as f:
+                    f.write(json.dumps({"step": 80, "split": "train", "loss": 7.0}) + "\n")
+                page.locator("[data-testid='stDataFrame'] >> text=80 / 240").first.wait_for(state="attached", timeout=30_000)
+                page.screenshot(path=str(tmp_path / "prepared-pretrain.png"), full_page=True)
+
+                # step 3: not checked before a model is probed; the button probes the class's own run
+                start_page()
+                assert marks()[2] == "3"
+                page.get_by_role("button", name="Probe your model").click()
+                page.get_by_text("The model sees:").first.wait_for()
+                start_page()
+                assert marks()[:3] == ["1", "✅", "✅"]
+
+                # step 4: the New study tab is open, with Table 5 at classroom scale (no tab clicked)
+                page.get_by_role("button", name="Set up the Table 5 study").click()
+                assert page.get_by_role("tab", name="New study").get_attribute("aria-selected") == "true"
+                scale = page.get_by_label("Classroom scale", exact=False)
+                scale.wait_for()
+                assert scale.is_visible() and scale.is_checked()
+                page.screenshot(path=str(tmp_path / "prepared-table5.png"), full_page=True)
+            finally:
+                browser.close()
+    finally:
+        lock.release()
+        try:
+            os.killpg(proc.pid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=5)
+        log.close()
+    assert blocked == [], f"the studio tried to reach the network: {blocked[:5]}"
