@@ -1,7 +1,8 @@
 """Probe page: what the MLM head predicts at each [MASK], mask and watch (click WordPieces to mask them: the
 predictions there and where the masked token looks), the NSP head's P(IsNext), how both change over a run's
 checkpoints, and the built-in probe set's accuracy per checkpoint beside chance and the unigram baseline, with a
-reading of what the scores mean (paper section 3.1)."""
+reading of what the scores mean (paper section 3.1). A model without an MLM or NSP head (MiniLM) gets one line
+saying so and the probe-ready build; each section that needs a head is offered only on a model that has it."""
 import zlib
 from pathlib import Path
 
