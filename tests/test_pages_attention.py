@@ -97,7 +97,8 @@ def test_minilm_real_weights(tiny_run, tiny_run_steps, plotly):
     assert not at.exception and not at.error
     bundle = engine.load("minilm")
     tokens, att = probes.attention(bundle, A, B)
-    heat = plotly.titled(at, "Layer 1, head 1")[0]  # default: every layer, all 12 heads
+    heat = [c for c in plotly.titled(at, "Layer 1, head 1") if c["layout"]["title"]["text"] == "Layer 1, head 1"][0]
+    assert at.multiselect(key="att_layers_6").value == [0, 1, 2, 3, 4, 5]  # default: every layer, all 12 heads
     assert np.allclose(plotly.array(heat["data"][0]["z"]), att[0, 0], atol=1e-4)
     mv = plotly.titled(at, "Model view")[0]  # opens on every layer: 6 x 12 panels
     assert len(mv["data"]) == 72 and mv["layout"]["annotations"][-1]["text"] == "L6"
