@@ -53,6 +53,7 @@ import torch.nn.functional as F
 
 from engine.config import PRESETS, BertConfig
 from engine.errors import EngineError
+from engine.flops import model_flops, pretrain_step_times  # noqa: F401 (pretrain_step_times: examples/step_profile.py)
 from engine.device import amp, default_precision, resolve_device
 from engine.model import BertForPreTraining, BertModel
 from engine.optim import param_groups
@@ -188,54 +189,6 @@ def peak_step_memory_mb(fn, device) -> float:
         stop.set()
         th.join()
     return max(0, max(peak[0], _rss()) - base) / 2 ** 20
-
-
-# ------------------------------------------------------------------ FLOPs
-def model_flops(cfg: BertConfig, lengths, n_mlm: int = 0, n_cls: int = 0, train: bool = True, pooler: bool = True) -> float:
-    """Matrix-multiply FLOPs the model needs for sequences of the given real `lengths`: per layer and token
-    2*(4H^2 + 2HI), attention 4*n^2*H per sequence of n tokens and layer, the MLM head (2H^2 + 2HV) at `n_mlm`
-    positions, the pooler and a classifier with `n_cls` outputs. Training counts 3x the forward."""
-    H, I, L, V = cfg.hidden_size, cfg.intermediate_size, cfg.num_layers, cfg.vocab_size
-    f = 0.0
-    for n in lengths:
-        f += L * (n * 2 * (4 * H * H + 2 * H * I) + 4 * n * n * H)
-        if pooler:
-            f += 2 * H * H + 2 * H * n_cls
-    f += n_mlm * (2 * H * H + 2 * H * V)
-    return 3 * f if train else f
-
-
-def pretrain_step_times(config: BertConfig, T: int, B: int, mask_rate: float, loss_path: str, steps: int,
-                        warmup: int, precision: str, seed: int = 0) -> list:
-    """Seconds of each timed pre-training step on the CPU (after `warmup` untimed ones): forward, loss, backward and
-    an AdamW step of a random (B, T) batch, the MLM head at `mask_rate` of the positions or, for `config.causal`
-    (the LTR objective), at every position. `loss_path`: "plain" (F.cross_entropy on the (N, V) logits) or
-    "blocked" (engine.vocab_loss, what pre-training does). examples/step_profile.py prints it; the studies' speed
-    check (engine.ablations.timing) uses it."""
-    g = torch.Generator().manual_seed(seed)
-    torch.manual_seed(seed)
-    causal = config.causal
-    model = BertForPreTraining(config).train()
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
-    ids = torch.randint(5, config.vocab_size, (B, T), generator=g)  # (B, T)
-    tt, am = torch.zeros_like(ids), torch.ones_like(ids)
-    sel = torch.ones(B, T, dtype=torch.bool) if causal else torch.rand(B, T, generator=g) < mask_rate  # (B, T)
-    target = torch.randint(5, config.vocab_size, (int(sel.sum()),), generator=g)  # (N,)
-    out = []
-    for i in range(warmup + steps):
-        t0 = time.perf_counter()
-        with amp("cpu", precision):
-            if loss_path == "plain":
-                logits = model(ids, tt, am, mlm_positions=sel).mlm_logits.float()  # (N, V)
-                loss = F.cross_entropy(logits, target)
-            else:
-                loss = model(ids, tt, am, mlm_positions=sel, mlm_targets=target).mlm_loss_sum / len(target)
-        loss.backward()
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-        if i >= warmup:
-            out.append(time.perf_counter() - t0)
-    return out
 
 
 # ------------------------------------------------------------------ batches

@@ -16,10 +16,10 @@ BUDGETS = ("steps", "flops", "time")
 
 
 def step_flops(cfg) -> float:
-    """Training FLOPs of one pre-training step of a PretrainConfig (engine.bench.model_flops, 3x the forward): every
+    """Training FLOPs of one pre-training step of a PretrainConfig (engine.flops.model_flops, 3x the forward): every
     sequence at full --seq-len (a second phase's steps: `run_flops`); the LM head at every position for a left-to-right objective, at --mask-rate of them
     (15%) for MLM; the pooler and the 2-way NSP classifier only with NSP."""
-    from engine.bench import model_flops  # (torch: engine.ablations itself loads without it)
+    from engine.flops import model_flops  # (torch: engine.ablations itself loads without it)
     from engine.pretrain_config import model_config
     obj = objective(cfg.objective)
     B, T = cfg.batch_size, cfg.seq_len

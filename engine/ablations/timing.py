@@ -10,7 +10,7 @@ the kind the studies are made of, here, and scale the reference minutes by the r
 
 where the step is one MLM pre-training step of the classroom model (tiny: L=2 H=128, vocabulary 8,000, batch 64 x
 128 tokens, 25% of the positions on the blocked vocabulary loss) at the precision pre-training picks on this CPU
-(`engine.bench.pretrain_step_times`). A study's time is mostly the encoder at 32 and 128 tokens with some
+(`engine.flops.pretrain_step_times`). A study's time is mostly the encoder at 32 and 128 tokens with some
 projection onto the vocabulary, which this step mixes in about that share (docs/lab-notes/time-estimate.md has how
 the step was chosen and how well it predicted a study on another machine).
 A study whose settings differ from its classroom defaults (a second seed, more epochs, other tasks or steps) is
@@ -82,7 +82,7 @@ def speed_check(steps: int = 5, warmup: int = 1) -> SpeedCheck:
     EPYC)."""
     import torch
 
-    from engine.bench import pretrain_step_times
+    from engine.flops import pretrain_step_times
     from engine.config import BertConfig
     from engine.device import default_precision
     precision = default_precision(torch.device("cpu"))
