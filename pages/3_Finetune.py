@@ -18,6 +18,8 @@ from engine.tasks.registry import BUILTINS, FORMATS
 from engine.tasks.shared_files import shared_task_files, shared_tasks
 from studio import ablation_figures as F
 from studio import finetune_plan as plan
+from studio import finetune_results as results
+from studio.finetune_results import trial_label
 from engine import jobs as Q
 from studio.common import (chart_config, follow_queued_run, guard, load_bundle, model_picker, precision_select,
                            resume_button, runs_root)
@@ -60,10 +62,6 @@ def builtin_train_size(name: str) -> int:
 
 def _mtimes(*paths) -> tuple:
     return tuple(Path(p).stat().st_mtime if p and Path(p).is_file() else 0.0 for p in paths)
-
-
-def trial_label(t: dict) -> str:
-    return f"#{t['trial']} lr {t['lr']:g} · bs {t['batch_size']} · ep {t['epochs']} · r{t.get('restart', 0)}"
 
 
 def _nums(text: str, cast, flag: str) -> list:
@@ -255,11 +253,7 @@ with tab_runs:
                           help=trial_label(best) if best else None)
                 c3.metric("trials finished", f"{len(trials)}")
             if trials:
-                rows = [{"trial": trial_label(t), "lr": t["lr"], "batch size": t["batch_size"], "epochs": t["epochs"],
-                         "restart": t.get("restart"), "best epoch": t.get("best_epoch"), metric: t.get("score"),
-                         "seconds": t.get("seconds"), **{f"dev {k}": v for k, v in (t.get("dev") or {}).items() if isinstance(v, (int, float))}}
-                        for t in trials]
-                st.dataframe(pd.DataFrame(rows), hide_index=True, width="stretch")
+                st.dataframe(pd.DataFrame(results.trial_rows(trials, metric)), hide_index=True, width="stretch")
                 best_trial = (ev.get("best") or {}).get("trial")
                 tf = pd.DataFrame([{"trial": trial_label(t), "value": t.get("score"), "best": t["trial"] == best_trial} for t in trials])
                 st.plotly_chart(F.trials_bars(tf, metric), key="ft_trials_fig", config=chart_config("finetune-trials"))
@@ -267,9 +261,7 @@ with tab_runs:
                     st.markdown("**Spread across restarts** (per grid point)")
                     st.dataframe(pd.DataFrame(ev["grid"]), hide_index=True, width="stretch")
             # per-epoch dev scores (live, from metrics.jsonl) and the training loss
-            ep = [{"trial": trial_label({**(trials[r["trial"]] if r["trial"] < len(trials) else _grid_point(cfg, r["trial"])), "trial": r["trial"]}),
-                   "epoch": r["epoch"], "value": r["score"]}
-                  for r in records if r.get("score") is not None and "epoch" in r and isinstance(r.get("trial"), int)]
+            ep = results.epoch_rows(records, trials, cfg)
             if ep:
                 st.plotly_chart(F.epoch_lines(pd.DataFrame(ep), metric), key="ft_epochs_fig", config=chart_config("finetune-epochs"))
             loss = [(r["step"], r["loss"]) for r in records if "loss" in r and "step" in r]
@@ -285,13 +277,6 @@ with tab_runs:
                                f"{100 * dev.get('no_ans_f1', 0):.1f}. " + ((ev.get("data") or {}).get("tau") or ""))
             if not trials and not records:
                 st.caption("No metrics yet: the run is queued or loading.")
-
-        def _grid_point(cfg: dict, i: int) -> dict:
-            """The grid point of trial i while eval.json does not list it yet (the order engine.finetune uses)."""
-            pts = [{"lr": lr, "batch_size": bs, "epochs": e, "restart": r}
-                   for lr in cfg.get("lr", []) for bs in cfg.get("batch_size", []) for e in cfg.get("epochs", [])
-                   for r in range(cfg.get("restarts", 1))]
-            return pts[i] if i < len(pts) else {"lr": 0.0, "batch_size": 0, "epochs": 0, "restart": 0}
 
         with guard("reading the run"):
             show_run()
