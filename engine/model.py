@@ -30,7 +30,7 @@ Fast paths (each checked against the plain path in tests/test_model_fastpaths.py
 - Per layer there are no module calls besides the layer itself (functional linear / layer_norm / dropout),
   no dropout calls in eval mode, no (B, T) position or segment id tensors, and the attention-mask check runs
   once per forward; together these matter for batch-1 latency, where Python overhead is most of the time.
-bf16 autocast, fused AdamW and torch.compile are the caller's switches (engine/device.py, engine/pretrain.py,
+bf16 autocast, fused AdamW and torch.compile are the caller's switches (engine/device.py, engine/pretraining/run.py,
 engine/bench.py).
 """
 import math
@@ -156,8 +156,9 @@ class BertPooler(nn.Module):
         super().__init__()
         self.dense = nn.Linear(config.hidden_size, config.hidden_size)
 
-    def forward(self, x):  # (B, T, H) -> (B, H)
-        return torch.tanh(linear(x[:, 0], self.dense.weight, self.dense.bias))
+    def forward(self, x, starts=None):  # (B, T, H) -> (B, H); packed: (S, 2) (row, column) of each [CLS] -> (S, H)
+        cls = x[:, 0] if starts is None else x[starts[:, 0], starts[:, 1]]
+        return torch.tanh(linear(cls, self.dense.weight, self.dense.bias))
 
 
 class BertModel(nn.Module):
@@ -171,14 +172,19 @@ class BertModel(nn.Module):
         self.pooler = BertPooler(config)
 
     def forward(self, input_ids, token_type_ids=None, attention_mask=None, output_attentions=False,
-                output_hidden_states=False, unpad=False):
+                output_hidden_states=False, unpad=False, packing=None):
+        """`packing` (engine.packing.PackedBatch of these ids): several sequences per row, each attending only to
+        itself, with its own positions; the pooled output is then one row per sequence, (S, H)."""
         B, T = input_ids.shape
         if T > self.config.max_position_embeddings:
             raise EngineError(f"sequence of {T} tokens is longer than the model's {self.config.max_position_embeddings} positions; truncate the input or use a shorter --seq-len")
-        if unpad and attention_mask is not None and not output_attentions:
+        if unpad and attention_mask is not None and not output_attentions and packing is None:
             return self._forward_unpadded(input_ids, token_type_ids, attention_mask, output_hidden_states)
-        mask = attention_mask_4d(attention_mask, T, self.config.causal, input_ids.device)
-        x = self.embeddings(input_ids, token_type_ids)
+        if packing is not None:
+            mask, positions = packing.attention_mask(self.config.causal), packing.position_ids
+        else:
+            mask, positions = attention_mask_4d(attention_mask, T, self.config.causal, input_ids.device), None
+        x = self.embeddings(input_ids, token_type_ids, positions)
         hidden = [x] if output_hidden_states else None
         attns = [] if output_attentions else None
         for layer in self.layers:
@@ -189,7 +195,7 @@ class BertModel(nn.Module):
                 attns.append(probs)
         return BertOutput(
             last_hidden_state=x,
-            pooled_output=self.pooler(x),
+            pooled_output=self.pooler(x, packing.starts if packing is not None else None),
             hidden_states=tuple(hidden) if hidden is not None else None,
             attentions=tuple(attns) if attns is not None else None,
         )
@@ -279,14 +285,19 @@ class BertForPreTraining(nn.Module):
             nn.init.zeros_(m.bias)
 
     def forward(self, input_ids, token_type_ids=None, attention_mask=None, output_attentions=False,
-                output_hidden_states=False, mlm_positions=None, unpad=False, mlm_targets=None) -> BertOutput:
-        """`mlm_positions` (B, T) bool: the MLM head reads only those positions. `mlm_targets` (N,) token ids at
-        them: the head returns their summed cross-entropy and argmax instead of the (N, V) logits
-        (engine.vocab_loss: pre-training's loss without materialising the logits)."""
-        out = self.bert(input_ids, token_type_ids, attention_mask, output_attentions, output_hidden_states, unpad)
+                output_hidden_states=False, mlm_positions=None, unpad=False, mlm_targets=None,
+                packing=None) -> BertOutput:
+        """`mlm_positions` (B, T) bool, or a (rows (N,), columns (N,)) pair of indices: the MLM head reads only
+        those positions. `mlm_targets` (N,) token ids at them: the head returns their summed cross-entropy and
+        argmax instead of the (N, V) logits (engine.vocab_loss: pre-training's loss without materialising the
+        logits). `packing`: see BertModel.forward; NSP then reads each sequence's [CLS], (S, 2) logits."""
+        out = self.bert(input_ids, token_type_ids, attention_mask, output_attentions, output_hidden_states, unpad,
+                        packing)
         if self.mlm is not None:
             h = out.last_hidden_state
-            if mlm_positions is not None:
+            if isinstance(mlm_positions, tuple):
+                h = h[mlm_positions[0], mlm_positions[1]]  # (N, H): gathered at fixed indices, no host sync
+            elif mlm_positions is not None:
                 h = h[mlm_positions]  # (N, H): only the positions that carry a label
             if mlm_targets is not None:
                 out.mlm_loss_sum, out.mlm_predictions = self.mlm.loss(h, mlm_targets)
