@@ -104,10 +104,5 @@ for tab, (name, t) in zip(tabs, paper_tables.PAPER_TABLES.items()):
                 res = ablations.collect_results(d)
                 st.markdown(f"**Your classroom Table 5** (`{d.name}`, {n_done} of {n} jobs finished; dev scores in %)")
                 st.dataframe(res.table, width="stretch")
-        elif (ours := measured_tables.measured_frames(name)) is not None:  # until then, ours as measured
-            table, findings, caption = ours
-            st.markdown("**At classroom scale, as we measured it**")
-            if table is not None:
-                st.table(table)
-            st.table(findings.set_index("finding of the paper"))
-            st.caption(caption)
+        else:  # until then, ours as measured
+            measured_tables.show(name)

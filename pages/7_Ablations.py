@@ -33,19 +33,7 @@ def paper_numbers(study_name: str) -> None:
     with st.expander(f"The paper's numbers: {t.title}"):
         st.dataframe(paper_tables.frame(study_name), hide_index=True, width="stretch")
         st.caption(t.note)
-        measured_results(study_name)
-
-
-def measured_results(study_name: str) -> None:
-    """This study at classroom scale as we measured it (engine/measured.py), when the table holds it."""
-    ours = measured_tables.measured_frames(study_name)
-    if ours is not None:
-        table, findings, caption = ours
-        st.markdown("**At classroom scale, as we measured it**")
-        if table is not None:
-            st.table(table)
-        st.table(findings.set_index("finding of the paper"))
-        st.caption(caption)
+        measured_tables.show(study_name)
 
 
 def base_frame(study: A.Study) -> pd.DataFrame:
@@ -223,7 +211,7 @@ with tab_results:
         for key in A.STUDIES:
             if measured_tables.measured_frames(key) is not None:
                 st.subheader(A.STUDIES[key]().title)
-                measured_results(key)
+                measured_tables.show(key)
     else:
         labels = [s["name"] for s in studies]
         default = labels.index(st.session_state["abl_show"]) if st.session_state.get("abl_show") in labels else 0

@@ -1,5 +1,5 @@
 """A classroom study's results as we measured them (engine/measured.py), as tables a page shows beside the
-paper's numbers before the user's own study exists (the Start page's paper tables, the Ablations page)."""
+paper's numbers before the user's own study exists (the Start page's paper tables, the Ablations page): `show`."""
 import pandas as pd
 
 from engine import measured
@@ -19,3 +19,19 @@ def measured_frames(study_key: str):
                f"(`{m.results_command or m.minutes.command}`; one start takes {m.minutes.text()}). "
                "Your own study replaces this once it exists.")
     return table, findings, caption
+
+
+def show(study_key: str) -> bool:
+    """Draw the study as measured (a heading, the results table, the verdicts, where and when) on the page; False
+    when the table holds nothing for it."""
+    import streamlit as st
+    ours = measured_frames(study_key)
+    if ours is None:
+        return False
+    table, findings, caption = ours
+    st.markdown("**At classroom scale, as we measured it**")
+    if table is not None:
+        st.table(table)
+    st.table(findings.set_index("finding of the paper"))
+    st.caption(caption)
+    return True
