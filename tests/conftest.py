@@ -1,7 +1,8 @@
 """Shared fixtures: offline settings, the ../shared/data folder, a tiny checkpoint with MLM+NSP heads, a tiny
-pre-training run with three checkpoints (`tiny_run`), writers of fake run records for the study tests
-(`fake_runs`) and readers of the plotly figures a page drew (`plotly`). The repository root is on sys.path
-through pytest.ini's `pythonpath = .`."""
+pre-training run with three checkpoints (`tiny_run`, its last checkpoint `ck`), a page run through AppTest
+(`page_app`), writers of fake run records for the study tests (`fake_runs`), readers of the plotly figures a page
+drew (`plotly`) and the studio in a headless Chromium (`studio_browser`). The repository root is on sys.path through
+pytest.ini's `pythonpath = .`."""
 import base64
 import json
 import math
@@ -144,6 +145,28 @@ def tiny_run_steps() -> tuple:
 def tiny_run_max_pos() -> int:
     """tiny_run's max_position_embeddings."""
     return TINY_RUN_MAX_POS
+
+
+@pytest.fixture(scope="session")
+def ck(tiny_run, tiny_run_steps) -> str:
+    """tiny_run's last checkpoint folder, as the text a page's model box takes."""
+    return str(tiny_run / "checkpoints" / f"step-{tiny_run_steps[-1]}")
+
+
+# --------------------------------------------------------------------------- a page through AppTest
+@pytest.fixture(scope="session")
+def page_app():
+    """page_app(page, runs_root, **state): pages/<page> (e.g. "5_Probe.py") run once through streamlit's AppTest,
+    with runs_root and each `state` item in its session state."""
+    from streamlit.testing.v1 import AppTest
+
+    def run(page: str, runs_root, **state):
+        at = AppTest.from_file(str(REPO / "pages" / page), default_timeout=90)
+        at.session_state["runs_root"] = str(runs_root)
+        for k, v in state.items():
+            at.session_state[k] = v
+        return at.run()
+    return run
 
 
 # --------------------------------------------------------------------------- fake run records for study tests

@@ -2,20 +2,16 @@
 view grid (every layer), the neuron view, hiding [CLS]/[SEP], comparing two checkpoints, CSV export, and MiniLM's real weights."""
 import json
 import re
-from pathlib import Path
 
 import numpy as np
 import pytest
-from streamlit.testing.v1 import AppTest
 
 import engine
 from engine import analysis, probes
 
 pytestmark = pytest.mark.slow  # AppTest runs whole pages
 
-REPO = Path(__file__).resolve().parents[1]
-
-PAGE = str(REPO / "pages" / "6_Attention.py")
+PAGE = "6_Attention.py"
 A, B = "the cat sat on the mat .", "it was very happy ."
 URL = re.compile(r"https?://(?!(?:127\.0\.0\.1|localhost|\[::1\])[:/])", re.I)  # a URL outside localhost
 
@@ -24,21 +20,8 @@ def _payload(html):
     return json.loads(html.split("const D = ", 1)[1].split(";\n", 1)[0].replace("<\\/", "</"))
 
 
-@pytest.fixture(scope="session")
-def ck(tiny_run, tiny_run_steps):
-    return str(tiny_run / "checkpoints" / f"step-{tiny_run_steps[-1]}")
-
-
-def _app(root, **state):
-    at = AppTest.from_file(PAGE, default_timeout=60)
-    at.session_state["runs_root"] = str(root)
-    for k, v in state.items():
-        at.session_state[k] = v
-    return at.run()
-
-
-def test_tiny_checkpoint_heatmaps_head_view_model_view_and_compare(tiny_run, ck, plotly):
-    at = _app(tiny_run.parent, att_model=ck)
+def test_tiny_checkpoint_heatmaps_head_view_model_view_and_compare(tiny_run, ck, plotly, page_app):
+    at = page_app(PAGE, tiny_run.parent, att_model=ck)
     assert not at.exception and not at.error
     bundle = engine.load(ck)
     tokens, att = probes.attention(bundle, A, B)
@@ -74,8 +57,8 @@ def test_tiny_checkpoint_heatmaps_head_view_model_view_and_compare(tiny_run, ck,
     assert "Download this map as CSV" in labels and "Download selected layers/heads as CSV" in labels
 
 
-def test_hide_special_and_select_layers_heads(tiny_run, ck, plotly):
-    at = _app(tiny_run.parent, att_model=ck)
+def test_hide_special_and_select_layers_heads(tiny_run, ck, plotly, page_app):
+    at = page_app(PAGE, tiny_run.parent, att_model=ck)
     at.checkbox(key="att_hide").check().run()
     at.multiselect(key="att_layers_2").set_value([1]).run()
     at.multiselect(key="att_heads_2").set_value([0]).run()
@@ -92,8 +75,8 @@ def test_hide_special_and_select_layers_heads(tiny_run, ck, plotly):
     assert payload["layers"] == [2] and payload["heads"] == [1] and "[CLS]" not in payload["tokens"]
 
 
-def test_minilm_real_weights(tiny_run, tiny_run_steps, plotly):
-    at = _app(tiny_run.parent)  # MiniLM is the default model
+def test_minilm_real_weights(tiny_run, tiny_run_steps, plotly, page_app):
+    at = page_app(PAGE, tiny_run.parent)  # MiniLM is the default model
     assert not at.exception and not at.error
     bundle = engine.load("minilm")
     tokens, att = probes.attention(bundle, A, B)

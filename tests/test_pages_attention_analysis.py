@@ -2,37 +2,21 @@
 statistics and the head they open, word level, value-weighted, head importance), SVG downloads, the head view
 as an HTML download, and MiniLM not offered head importance (it has no MLM head)."""
 import json
-from pathlib import Path
 
 import numpy as np
 import pytest
-from streamlit.testing.v1 import AppTest
 
 import engine
 from engine import analysis
 
 pytestmark = pytest.mark.slow  # AppTest runs whole pages
 
-REPO = Path(__file__).resolve().parents[1]
-PAGE = str(REPO / "pages" / "6_Attention.py")
+PAGE = "6_Attention.py"
 A, B = "the cat sat on the mat .", "it was very happy ."  # the page's default sentences
 
 
-@pytest.fixture(scope="session")
-def ck(tiny_run, tiny_run_steps):
-    return str(tiny_run / "checkpoints" / f"step-{tiny_run_steps[-1]}")
-
-
-def _app(root, **state):
-    at = AppTest.from_file(PAGE, default_timeout=90)
-    at.session_state["runs_root"] = str(root)
-    for k, v in state.items():
-        at.session_state[k] = v
-    return at.run()
-
-
-def test_rollout_statistics_word_level_and_value_weighted_show_the_engine_numbers(tiny_run, ck, plotly):
-    at = _app(tiny_run.parent, att_model=ck)
+def test_rollout_statistics_word_level_and_value_weighted_show_the_engine_numbers(tiny_run, ck, plotly, page_app):
+    at = page_app(PAGE, tiny_run.parent, att_model=ck)
     assert not at.exception and not at.error
     bundle = engine.load(ck)
     tokens, att = engine.attention(bundle, A, B)
@@ -73,8 +57,8 @@ def test_rollout_statistics_word_level_and_value_weighted_show_the_engine_number
             "Download the value-weighted map as CSV", "Download the head view as HTML (works offline)"} <= labels
 
 
-def test_head_importance_heatmap_and_svg_downloads(tiny_run, ck, plotly):
-    at = _app(tiny_run.parent, att_model=ck, chart_format="svg", att_imp_source="this input")
+def test_head_importance_heatmap_and_svg_downloads(tiny_run, ck, plotly, page_app):
+    at = page_app(PAGE, tiny_run.parent, att_model=ck, chart_format="svg", att_imp_source="this input")
     at.button(key="att_imp_go").click().run()
     assert not at.exception and not at.error
     bundle = engine.load(ck)
@@ -86,9 +70,9 @@ def test_head_importance_heatmap_and_svg_downloads(tiny_run, ck, plotly):
         assert json.loads(c.proto.config)["toImageButtonOptions"]["format"] == "svg"
 
 
-def test_minilm_is_not_offered_head_importance(tiny_run, plotly):
+def test_minilm_is_not_offered_head_importance(tiny_run, plotly, page_app):
     """MiniLM has no MLM head: the tab says so in one line instead of offering a button that can only fail."""
-    at = _app(tiny_run.parent)
+    at = page_app(PAGE, tiny_run.parent)
     assert not at.exception and not at.error
     assert not [b for b in at.button if b.key == "att_imp_go"]
     assert len([i for i in at.info if "needs an MLM head" in i.value]) == 1

@@ -1,33 +1,21 @@
 """pages/1_Model.py through Streamlit's AppTest: configuration, parameter count, WordPieces, shapes, errors."""
 import shutil
-from pathlib import Path
 
 import pytest
-from streamlit.testing.v1 import AppTest
 
 import engine
 
 pytestmark = pytest.mark.slow  # AppTest runs whole pages
 
-REPO = Path(__file__).resolve().parents[1]
-
-PAGE = str(REPO / "pages" / "1_Model.py")
-
-
-def _app(root, **state):
-    at = AppTest.from_file(PAGE, default_timeout=60)
-    at.session_state["runs_root"] = str(root)
-    for k, v in state.items():
-        at.session_state[k] = v
-    return at.run()
+PAGE = "1_Model.py"
 
 
 def _metrics(at):
     return {m.label: m.value for m in at.metric}
 
 
-def test_minilm_config_tokens_and_shapes(tiny_run):
-    at = _app(tiny_run.parent)
+def test_minilm_config_tokens_and_shapes(tiny_run, page_app):
+    at = page_app(PAGE, tiny_run.parent)
     assert not at.exception and not at.error
     m = _metrics(at)
     minilm = engine.load("minilm")
@@ -44,9 +32,8 @@ def test_minilm_config_tokens_and_shapes(tiny_run):
     assert s["mlm_logits"] == "no MLM head" and s["nsp_logits"] == "no NSP head"
 
 
-def test_tiny_checkpoint_and_a_new_sentence(tiny_run):
-    ck = str(tiny_run / "checkpoints" / "step-12")
-    at = _app(tiny_run.parent, model_page_model=ck)
+def test_tiny_checkpoint_and_a_new_sentence(tiny_run, ck, page_app):
+    at = page_app(PAGE, tiny_run.parent, model_page_model=ck)
     at.text_input(key="model_page_a").input("oil prices rose sharply").run()
     at.text_input(key="model_page_b").input("").run()
     assert not at.exception and not at.error
@@ -60,8 +47,8 @@ def test_tiny_checkpoint_and_a_new_sentence(tiny_run):
     assert s["mlm_logits"] == f"(1, {len(enc.ids)}, {bundle.config.vocab_size})" and s["nsp_logits"] == "(1, 2)"
 
 
-def test_bad_folders_show_one_clear_message(tiny_run, tmp_path):
-    at = _app(tiny_run.parent)
+def test_bad_folders_show_one_clear_message(tiny_run, tmp_path, page_app):
+    at = page_app(PAGE, tiny_run.parent)
     (tmp_path / "empty").mkdir()
     at.text_input(key="model_page_model_path").input(str(tmp_path / "empty")).run()
     assert not at.exception and len(at.error) == 1

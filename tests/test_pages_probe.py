@@ -1,40 +1,23 @@
 """pages/5_Probe.py through AppTest: fill-mask bars and numbers, P(IsNext), picked words, checkpoints over steps,
 the probe set's accuracy per checkpoint, and MiniLM's one line about its missing heads."""
 import json
-from pathlib import Path
 
 import pytest
-from streamlit.testing.v1 import AppTest
 
 import engine
 from engine import probes
 
 pytestmark = pytest.mark.slow  # AppTest runs whole pages
 
-REPO = Path(__file__).resolve().parents[1]
-
-PAGE = str(REPO / "pages" / "5_Probe.py")
-
-
-@pytest.fixture(scope="session")
-def ck(tiny_run, tiny_run_steps):
-    return str(tiny_run / "checkpoints" / f"step-{tiny_run_steps[-1]}")
-
-
-def _app(root, **state):
-    at = AppTest.from_file(PAGE, default_timeout=60)
-    at.session_state["runs_root"] = str(root)
-    for k, v in state.items():
-        at.session_state[k] = v
-    return at.run()
+PAGE = "5_Probe.py"
 
 
 def _charts(at):
     return [json.loads(c.proto.spec) for c in at.get("plotly_chart")]
 
 
-def test_minilm_says_once_it_has_no_heads_and_points_to_a_model_that_has(tiny_run, ck):
-    at = _app(tiny_run.parent)
+def test_minilm_says_once_it_has_no_heads_and_points_to_a_model_that_has(tiny_run, ck, page_app):
+    at = page_app(PAGE, tiny_run.parent)
     assert at.selectbox(key="probe_model").value == ck  # the finished run's latest checkpoint is offered first
     at.selectbox(key="probe_model").set_value("minilm").run()
     assert not at.exception and not at.error
@@ -50,8 +33,8 @@ def test_minilm_says_once_it_has_no_heads_and_points_to_a_model_that_has(tiny_ru
     assert choice_label(ck) in options and choice_label("minilm") not in options
 
 
-def test_fill_mask_and_next_sentence_show_the_engine_numbers(tiny_run, ck):
-    at = _app(tiny_run.parent, probe_model=ck)
+def test_fill_mask_and_next_sentence_show_the_engine_numbers(tiny_run, ck, page_app):
+    at = page_app(PAGE, tiny_run.parent, probe_model=ck)
     text = "shares in the [MASK] fell on the stock [MASK] ."
     at.text_input(key="probe_text").input(text).run()
     at.slider(key="probe_top_k").set_value(4).run()
@@ -71,8 +54,8 @@ def test_fill_mask_and_next_sentence_show_the_engine_numbers(tiny_run, ck):
     assert at.metric[0].label == "P(IsNext)" and at.metric[0].value == f"{float(p):.3f}"
 
 
-def test_picking_words_masks_them(tiny_run, ck):
-    at = _app(tiny_run.parent, probe_model=ck)
+def test_picking_words_masks_them(tiny_run, ck, page_app):
+    at = page_app(PAGE, tiny_run.parent, probe_model=ck)
     at.text_input(key="probe_text").input("oil prices rose in new york").run()
     assert any("Type [MASK]" in i.value for i in at.info)
     pick = [w for w in at.multiselect if w.label.startswith("…or pick")][0]
@@ -82,8 +65,8 @@ def test_picking_words_masks_them(tiny_run, ck):
     assert len([m for m in at.markdown if m.value.startswith("**[MASK]")]) == 2
 
 
-def test_checkpoints_over_steps_and_probe_set(tiny_run, ck, tiny_run_steps):
-    at = _app(tiny_run.parent, probe_model=ck)
+def test_checkpoints_over_steps_and_probe_set(tiny_run, ck, tiny_run_steps, page_app):
+    at = page_app(PAGE, tiny_run.parent, probe_model=ck)
     assert at.selectbox(key="probe_run").value == tiny_run.name
     assert at.multiselect(key=f"probe_steps_{tiny_run.name}").value == list(tiny_run_steps)
     n_before = len(_charts(at))
@@ -108,8 +91,8 @@ def test_checkpoints_over_steps_and_probe_set(tiny_run, ck, tiny_run_steps):
     assert first["next sentence"] == pytest.approx(expect["nsp_acc"]) and first["cloze top-1"] == pytest.approx(expect["cloze_top1"])
 
 
-def test_score_probe_set_button(tiny_run, ck):
-    at = _app(tiny_run.parent, probe_model=ck)
+def test_score_probe_set_button(tiny_run, ck, page_app):
+    at = page_app(PAGE, tiny_run.parent, probe_model=ck)
     at.button(key="probe_set_go").click().run()
     assert not at.exception and not at.error
     expect = probes.probe_set_accuracy(engine.load(ck))
@@ -119,9 +102,9 @@ def test_score_probe_set_button(tiny_run, ck):
     assert len(items) == expect["cloze_n"] + expect["nsp_n"]
 
 
-def test_mask_and_watch_predictions_and_attention_follow_the_clicks(tiny_run, ck, plotly):
+def test_mask_and_watch_predictions_and_attention_follow_the_clicks(tiny_run, ck, plotly, page_app):
     import numpy as np
-    at = _app(tiny_run.parent, probe_model=ck)
+    at = page_app(PAGE, tiny_run.parent, probe_model=ck)
     assert not at.exception and not at.error
     bundle = engine.load(ck)
     text = "the prime [MASK] said the government would cut taxes ."  # the default sentence, "minister" clicked
@@ -148,9 +131,9 @@ def test_mask_and_watch_predictions_and_attention_follow_the_clicks(tiny_run, ck
     np.testing.assert_allclose(plotly.array(heads["data"][0]["z"]), att2[1, :, 9, :], atol=1e-4)
 
 
-def test_probe_set_scores_come_with_chance_unigram_baseline_and_a_reading(tiny_run, ck):
+def test_probe_set_scores_come_with_chance_unigram_baseline_and_a_reading(tiny_run, ck, page_app):
     from engine import probe_baselines
-    at = _app(tiny_run.parent, probe_model=ck)
+    at = page_app(PAGE, tiny_run.parent, probe_model=ck)
     at.button(key="probe_set_go").click().run()
     assert not at.exception and not at.error
     bundle = engine.load(ck)
@@ -162,8 +145,8 @@ def test_probe_set_scores_come_with_chance_unigram_baseline_and_a_reading(tiny_r
     reading = probe_baselines.reading(r, base)
     shown = [m.value for m in at.markdown]
     assert reading and all(line in shown for line in reading)
-def test_compare_models_on_the_probe_set(tiny_run, ck):
-    at = _app(tiny_run.parent, probe_model=ck)
+def test_compare_models_on_the_probe_set(tiny_run, ck, page_app):
+    at = page_app(PAGE, tiny_run.parent, probe_model=ck)
     assert at.multiselect(key="probe_compare_models").value == [ck]
     first = str(tiny_run / "checkpoints" / "step-3")
     at.multiselect(key="probe_compare_models").set_value([ck, first]).run()

@@ -12,15 +12,8 @@ from studio import start
 
 pytestmark = pytest.mark.slow  # AppTest runs whole pages
 
-PAGE = str(Path(__file__).resolve().parents[1] / "pages" / "0_Start.py")
-
-
-def _app(root, **state):
-    at = AppTest.from_file(PAGE, default_timeout=60)
-    at.session_state["runs_root"] = str(root)
-    for k, v in state.items():
-        at.session_state[k] = v
-    return at.run()
+REPO = Path(__file__).resolve().parents[1]
+PAGE = "0_Start.py"
 
 
 def _pretrain(root: Path, name: str, status: str, config=None, step=2000):
@@ -33,8 +26,8 @@ def _pretrain(root: Path, name: str, status: str, config=None, step=2000):
     return run
 
 
-def test_empty_runs_folder_shows_four_open_steps_times_and_the_paper_tables(tmp_path):
-    at = _app(tmp_path / "runs")
+def test_empty_runs_folder_shows_four_open_steps_times_and_the_paper_tables(tmp_path, page_app):
+    at = page_app(PAGE, tmp_path / "runs")
     assert not at.exception and not at.error
     steps = [m.value for m in at.markdown if m.value.startswith("**") and ". " in m.value[:6]]
     assert [s.split("**")[1] for s in steps] == ["1. Look inside a real model", "2. Pre-train a tiny BERT",
@@ -63,7 +56,7 @@ def test_empty_runs_folder_shows_four_open_steps_times_and_the_paper_tables(tmp_
                      if measured.study(k) and measured.study(k).findings]
 
 
-def test_steps_check_off_from_the_runs_folder_and_session(tmp_path, fake_runs):
+def test_steps_check_off_from_the_runs_folder_and_session(tmp_path, fake_runs, page_app):
     from engine import ablations as A
     root = tmp_path / "runs"
     _pretrain(root, "first-bert", "finished")
@@ -73,7 +66,7 @@ def test_steps_check_off_from_the_runs_folder_and_session(tmp_path, fake_runs):
     jobs = A.plan(plan, study)
     A.write_study(study, plan, jobs, mode="foreground")
     fake_runs.pretrain(study / jobs[0].out, 5.0)  # one job of the study finished
-    at = _app(root, class_visited_model=True)
+    at = page_app(PAGE, root, class_visited_model=True)
     assert not at.exception and not at.error
     marks = [m.value for m in at.markdown if m.value.startswith("### ")]
     assert marks == ["### ✅", "### ✅", "### 3", "### 4"]  # model seen, run finished; not probed; study half done
@@ -105,7 +98,7 @@ def test_paper_tables_have_every_row_of_the_paper():
     assert paper_tables.frame("model-size").iloc[-1].tolist() == [24, 1024, 16, 3.23, 86.6, 87.8, 93.7]
 
 
-def test_a_finished_table5_study_is_checked_and_shown_beside_the_paper(tmp_path, fake_runs):
+def test_a_finished_table5_study_is_checked_and_shown_beside_the_paper(tmp_path, fake_runs, page_app):
     from engine import ablations as A
     root = tmp_path / "runs"
     study = A.get_study("pretraining-tasks", seeds=1, evaluations=(A.BBC, A.WNUT))
@@ -113,7 +106,7 @@ def test_a_finished_table5_study_is_checked_and_shown_beside_the_paper(tmp_path,
     jobs = A.plan(study, d)
     A.write_study(d, study, jobs, mode="foreground")
     fake_runs.fill_table5(d, jobs)
-    at = _app(root)
+    at = page_app(PAGE, root)
     assert not at.exception and not at.error
     marks = [m.value for m in at.markdown if m.value.startswith("### ")]
     assert marks[3] == "### ✅"
@@ -127,22 +120,22 @@ def _marks(at) -> list:
     return [m.value for m in at.markdown if m.value.startswith("### ")]
 
 
-def test_probing_without_a_pretrained_model_does_not_check_step_3(tmp_path):
-    at = _app(tmp_path / "runs", class_probed=True)  # MiniLM probed on the Probe page, no run of the class yet
+def test_probing_without_a_pretrained_model_does_not_check_step_3(tmp_path, page_app):
+    at = page_app(PAGE, tmp_path / "runs", class_probed=True)  # MiniLM probed on the Probe page, no run of the class yet
     assert not at.exception and not at.error
     assert _marks(at)[2] == "### 3"
     assert any(m.value == "_pre-train a model first (step 2)_" for m in at.markdown)
     _pretrain(tmp_path / "runs", "first-bert", "finished")
-    assert _marks(_app(tmp_path / "runs", class_probed=True))[:3] == ["### 1", "### ✅", "### ✅"]
+    assert _marks(page_app(PAGE, tmp_path / "runs", class_probed=True))[:3] == ["### 1", "### ✅", "### ✅"]
 
 
 @pytest.mark.parametrize("status", ["cancelled", "failed"])
-def test_a_stopped_step_2_run_says_what_to_do_and_offers_its_checkpoint_to_step_3(tmp_path, status):
+def test_a_stopped_step_2_run_says_what_to_do_and_offers_its_checkpoint_to_step_3(tmp_path, status, page_app):
     root = tmp_path / "runs"
     run = _pretrain(root, "first-bert", status, step=800)
     if status == "failed":
         write_run_json(run, error="could not write checkpoints/step-1000: No space left on device; free disk space")
-    at = _app(root, class_probed=True)
+    at = page_app(PAGE, root, class_probed=True)
     assert not at.exception and not at.error
     assert _marks(at)[1:3] == ["### 2", "### ✅"]  # not done; its checkpoint was there to probe
     steps = start.guided_steps(root, {})
@@ -163,13 +156,13 @@ def test_the_reference_run_is_not_the_class_s_step_2_but_step_3_may_probe_it(tmp
     assert REFERENCE_RUN in steps[2].status
 
 
-def test_the_prepare_panel_shows_each_part_and_its_button_queues_them(tmp_path, monkeypatch):
+def test_the_prepare_panel_shows_each_part_and_its_button_queues_them(tmp_path, monkeypatch, page_app):
     from engine import classroom
     root = tmp_path / "runs"
     _pretrain(root, classroom.REFERENCE_RUN, "finished")
     calls = []
     monkeypatch.setattr(classroom, "prepare", lambda r: calls.append(str(r)))
-    at = _app(root)
+    at = page_app(PAGE, root)
     assert not at.exception and not at.error
     lines = next(m.value for m in at.markdown if "reference" in m.value).split("  \n")
     assert [ln.split(" ", 1)[0] for ln in lines] == ["▫️", "✅", "▫️"]  # cache to do, reference done, probe-ready to do
@@ -192,7 +185,7 @@ def _open_tab(at) -> str:
 
 
 def test_the_table5_button_lands_on_the_filled_new_study_form(tmp_path):
-    at = AppTest.from_file(str(Path(PAGE).parents[1] / "streamlit_app.py"), default_timeout=90)
+    at = AppTest.from_file(str(REPO / "streamlit_app.py"), default_timeout=90)
     at.session_state["runs_root"] = str(tmp_path / "runs")
     at.run()
     at.button(key="start_step_4").click().run()

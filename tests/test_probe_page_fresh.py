@@ -8,25 +8,15 @@ from pathlib import Path
 
 import pytest
 import torch
-from streamlit.testing.v1 import AppTest
 
 import engine
 from engine import jobs, measured, probes, runs
 from studio import probe_ready
 from studio.common import HEAD_SKILLS, choice_label, fill_blanks_model, list_model_choices
 
-REPO = Path(__file__).resolve().parents[1]
-PAGE = str(REPO / "pages" / "5_Probe.py")
+PAGE = "5_Probe.py"
 NEEDS_A_HEAD = ("probe_text", "probe_top_k", "probe_nsp_a", "probe_nsp_b", "probe_set_go", "probe_compare_go",
                 "probe_steps_go")
-
-
-def _app(root, **state):
-    at = AppTest.from_file(PAGE, default_timeout=90)
-    at.session_state["runs_root"] = str(root)
-    for k, v in state.items():
-        at.session_state[k] = v
-    return at.run()
 
 
 def _texts(at) -> list:
@@ -95,13 +85,13 @@ def test_the_picker_puts_a_model_that_fills_blanks_first(tmp_path, bbc_tokenizer
 
 # ---------------------------------------------------------------------------------------------- the page
 @pytest.mark.slow
-def test_fresh_runs_folder_one_line_the_build_offered_no_error(tmp_path, monkeypatch):
+def test_fresh_runs_folder_one_line_the_build_offered_no_error(tmp_path, monkeypatch, page_app):
     submitted = []
     monkeypatch.setattr(jobs, "submit", lambda argv, name=None, run_dir=None, root=None:
                         submitted.append(list(argv)) or {"id": "job1", "status": "queued"})
     monkeypatch.setattr(jobs, "get", lambda job_id, root=None: {"id": job_id, "status": "queued"})
     root = tmp_path / "runs"  # does not even exist yet
-    at = _app(root)
+    at = page_app(PAGE, root)
     assert not at.exception and not at.error
     assert at.selectbox(key="probe_model").value == "minilm"
     about_heads = [t for t in _texts(at) if "MLM" in t and "head" in t]
@@ -117,10 +107,10 @@ def test_fresh_runs_folder_one_line_the_build_offered_no_error(tmp_path, monkeyp
 
 
 @pytest.mark.slow
-def test_a_model_with_both_heads_fills_masks_and_scores_pairs(tmp_path, bbc_tokenizer):
+def test_a_model_with_both_heads_fills_masks_and_scores_pairs(tmp_path, bbc_tokenizer, page_app):
     root = tmp_path / "runs"
     ck = _run(root, "classroom", bbc_tokenizer)
-    at = _app(root)  # no choice made: the finished run's checkpoint is the default
+    at = page_app(PAGE, root)  # no choice made: the finished run's checkpoint is the default
     assert at.selectbox(key="probe_model").value == str(ck)
     assert not at.exception and not at.error
     assert not [t for t in _texts(at) if "has no MLM" in t or "has no NSP" in t]
@@ -134,10 +124,10 @@ def test_a_model_with_both_heads_fills_masks_and_scores_pairs(tmp_path, bbc_toke
 
 
 @pytest.mark.slow
-def test_a_model_without_nsp_offers_fill_mask_and_says_why_not_nsp(tmp_path, bbc_tokenizer):
+def test_a_model_without_nsp_offers_fill_mask_and_says_why_not_nsp(tmp_path, bbc_tokenizer, page_app):
     root = tmp_path / "runs"
     ck = _run(root, "no-nsp", bbc_tokenizer, nsp=False)
-    at = _app(root)
+    at = page_app(PAGE, root)
     assert at.selectbox(key="probe_model").value == str(ck)
     assert not at.exception and not at.error
     assert [m for m in at.markdown if m.value.startswith("**[MASK] 1")] and not at.metric
