@@ -113,7 +113,7 @@ def test_classroom_scale_fits_the_hour():
     assert study.scale == "classroom" and study.seeds == (0,)
     # the pre-training runs: the paper's short-then-long schedule scaled down (32 tokens, then 128 for the last 30%),
     # every other setting the classroom default of `python -m engine pretrain` (the learning rate too)
-    from engine.pretrain import PretrainConfig
+    from engine.pretraining.run import PretrainConfig
     b = study.base
     # BERT 6,000 steps (twice the recipe's), the other rows at its FLOPs (engine/ablations/paper.py: why)
     assert (b.preset, b.steps, b.batch_size, b.seq_len, b.phase2_seq_len, b.phase2_fraction) == ("tiny", 6000, 64, 32, 128, 0.3)
@@ -166,7 +166,7 @@ def test_classroom_epochs_and_the_epochs_override(tmp_path):
     assert {flag(j.argv, "--epochs") for j in t8 if j.kind in ("finetune", "features")} == {"7"}
     assert A.get_study("masking", scale="lab").finetune.epochs == (4,)
     assert A.get_study("feature-based").finetune.epochs == (3,) and A.feature_epochs(A.get_study("feature-based")) == 5
-    from engine.ablations.study import study_from_dict
+    from engine.ablations.folders import study_from_dict
     study = A.get_study("masking", scale="classroom", epochs=7)
     back = study_from_dict(json.loads(json.dumps(study.to_dict())))
     assert back.feature_epochs == 7 and back.finetune == study.finetune

@@ -10,24 +10,26 @@ layout and checks the paper's qualitative finding.
 One module per job, read in this order:
 - study.py    what a study is: the dataclasses (FinetuneArgs, FeatureArgs, Evaluation, Variant, Study; pre-training is PretrainConfig)
 - findings.py the comparisons a finding check is made of (means per variant, "a better than b")
-- paper.py    the built-in studies (`STUDIES`), each with the paper's finding and its check; classroom scale
+- paper.py    the built-in studies (`STUDIES`), each with the paper's finding and its check; the scales (`Scale`:
+              classroom, lab) with what each sets for single studies (`Scale.settings`)
 - planner.py  study -> jobs (`plan`)
-- folders.py  study folders and study.json
+- folders.py  study folders and study.json (`study_from_dict`)
 - reuse.py    a pre-training another run has already done (or a fine-tuning another study has), taken over instead of run again (`take_over`)
 - runner.py   launching (queue or foreground) and each job's state (`launch`, `run_foreground`, `job_states`)
 - results.py  reading results back: tables, curves, checks (`collect_results`)
 - lessons.py  classroom studies with the settings a class runs them with, what each showed and cost (`LESSONS`)
 - timing.py   how long a classroom study takes on this machine (`speed_check`, `estimate`)
+- run_args.py `ablate run`'s arguments and the study they make (`study_of_run`; a lesson builds its study here too)
 - cli.py      `python -m engine ablate run|lesson|show|resume|list|estimate`
 """
 from engine.ablations.cli import main
-from engine.ablations.folders import (STUDY_JSON, list_studies, new_study_dir, read_study, studies_root, update_job,
-                                      write_study)
+from engine.ablations.folders import (STUDY_JSON, list_studies, new_study_dir, read_study, studies_root, study_from_dict,
+                                      update_job, write_study)
 from engine.ablations.lessons import LESSONS, Lesson, describe_lesson, get_lesson
 from engine.ablations.paper import (BBC, CLASSROOM, CLASSROOM_FINETUNE, CLASSROOM_PRETRAIN, CLOZE, FEATURE_ROWS, LAB,
                                     LAB_FINETUNE, LAB_PARALLEL_HINT, LAB_PRETRAIN, NEXT, PARALLEL_HELP, PUNCT,
                                     PUNCT_FEATURES, ROBUST_SPREAD, SCALES, STORY, SHARED_DATA, SMALL_GRID, STUDIES, TABLE5_FINDINGS, TABLE5_TASKS, TABLE6_TASKS,
-                                    TABLE8_ROWS, TABLE8_TASKS, WNUT, Scale, at_scale, available_evaluations, classroom,
+                                    TABLE8_ROWS, TABLE8_TASKS, WNUT, Scale, StudyAtScale, at_scale, available_evaluations, classroom,
                                     get_study, mask_ratios_for_row, shared_evaluations, table8_label)
 from engine.ablations.planner import Job, feature_epochs, plan
 from engine.ablations.results import (CURVE_X, StudyResults, best_score, collect_results, combination_score,
@@ -38,4 +40,4 @@ from engine.ablations.timing import (REFERENCE_MACHINE, REFERENCE_MINUTES, Speed
                                      speed_check)
 from engine.ablations.verdict import VERDICTS, Contrast, bootstrap_difference, describe_entry, judge, verdict
 from engine.ablations.study import (Evaluation, FeatureArgs, FinetuneArgs, Study, Variant, describe,
-                                    study_from_dict, with_epochs, with_steps)
+                                    with_epochs, with_steps)

@@ -6,56 +6,22 @@ from dataclasses import asdict, replace
 
 from engine.ablations.folders import list_studies, read_study, studies_root, study_dir_name
 from engine.ablations.lessons import LESSONS, describe_lesson, get_lesson
-from engine.ablations.paper import PARALLEL_HELP, SHARED_DATA, STUDIES, available_evaluations, get_study
+from engine.ablations.run_args import add_run_arguments, study_of_run
+from engine.ablations.paper import PARALLEL_HELP, STUDIES, get_study
 from engine.ablations.planner import plan
-from engine.ablations.reuse import REUSE_HELP
 from engine.ablations.results import StudyResults, collect_results, final_pretrain_metrics
 from engine.ablations.runner import launch, run_foreground, run_job
-from engine.ablations.study import Study, describe, with_steps
+from engine.ablations.study import describe, with_steps
 from engine.ablations.timing import REFERENCE_MACHINE, describe_check, estimate, speed_check
 from engine.ablations.verdict import describe_entry
 from engine.errors import EngineError
-
-
-def _parse_tasks(arg: str) -> tuple:
-    # by --task name for the built-in tasks, "rte" / "cola" for the shared files
-    known = {(e.task if e.train is None else e.name.split()[0].lower()): e for e in available_evaluations()}
-    out = []
-    for t in [x.strip() for x in arg.split(",") if x.strip()]:
-        if t not in known:
-            raise EngineError(f"unknown evaluation '{t}' for --tasks; choose from {', '.join(known)}"
-                              + ("" if SHARED_DATA.is_dir() else " (rte and cola need ../shared/data)"))
-        out.append(known[t])
-    if not out:
-        raise EngineError("--tasks is empty; give e.g. bbc-topic,wnut16")
-    return tuple(out)
 
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m engine ablate", description="Run or summarise an ablation study (paper Tables 5-8, Figure 5).")
     sub = p.add_subparsers(dest="cmd", required=True)
     r = sub.add_parser("run", help="plan a study and queue its jobs (or run them here with --foreground)")
-    r.add_argument("study", help=", ".join(STUDIES))
-    size = r.add_mutually_exclusive_group()
-    size.add_argument("--classroom", action="store_true", help="classroom scale: the classroom pre-training default (Table 5: BERT 6,000 steps, the other rows at its FLOPs), one seed, one fine-tuning grid point with 3 restarts (wall time: BENCHMARKS.md)")
-    size.add_argument("--lab", action="store_true", help="lab scale, for one GPU: the mini preset for 5,000 steps of 128 x 128, two seeds, every training example (engine/ablations/paper.py LAB_PRETRAIN)")
-    r.add_argument("--seeds", type=int, default=None, help="number of seeds (0..N-1): a study that pre-trains pre-trains each row once per seed (a fixed model's study: fine-tuning seeds); default: 3, 1 at classroom scale, 2 at lab scale")
-    r.add_argument("--tasks", default=None, help="downstream evaluations, e.g. bbc-cloze,bbc-punct,bbc-next,bbc-topic,wnut16,rte,cola (default: the study's)")
-    r.add_argument("--steps", type=int, default=None, help="override the pre-training steps of every variant")
-    r.add_argument("--epochs", type=int, default=None,
-                   help="train every downstream evaluation this many epochs: the fine-tuning and the feature-based "
-                        "classifier alike (default: the study's; 5 at classroom scale, 15 for Table 7)")
-    r.add_argument("--budget", choices=("steps", "flops", "time"), default=None,
-                   help="what the variants' pre-training shares: steps (the paper's protocol), flops (each variant's "
-                        "steps from its FLOPs per step) or time (--budget-minutes of training each); default: the "
-                        "study's: steps, but flops for Table 5 at classroom scale (engine/ablations/paper.py)")
-    r.add_argument("--budget-minutes", type=float, default=None, help="with --budget time: training minutes per pre-training run")
-    r.add_argument("--runs-root", default=None, help="runs folder (default $BERT_STUDIO_RUNS or ./runs)")
-    r.add_argument("--name", default=None, help="study folder name (default: the study's name)")
-    r.add_argument("--foreground", action="store_true", help="run the jobs here one after another instead of queueing them")
-    r.add_argument("--parallel", type=int, default=1, help=PARALLEL_HELP)
-    r.add_argument("--no-reuse", action="store_true", help="turn reuse off; by default " + REUSE_HELP)
-    r.add_argument("--dry-run", action="store_true", help="print the job command lines and stop")
+    add_run_arguments(r)
     le = sub.add_parser("lesson", help="run a lesson: a classroom study with the settings measured to show something "
                         "(engine/ablations/lessons.py); without KEY, list the lessons with their commands and times")
     le.add_argument("key", nargs="?", default=None, help=", ".join(l.key for l in LESSONS))
@@ -84,7 +50,7 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--seeds", type=int, default=None, help="the seeds you will run it with (default: the study's, 1 at classroom scale)")
     e.add_argument("--steps", type=int, default=None, help="the pre-training steps you will run it with (default: the study's)")
     e.add_argument("--budget", choices=("steps", "flops"), default=None,
-                   help="the budget you will run it with (default: the study's: flops for Table 5, steps for the others)")
+                   help="the budget you will run it with (default: the study's at classroom scale: `ablate run --help`)")
     e.add_argument("--json", action="store_true", help="print one JSON object: the speed check and each estimate")
     e.add_argument("--runs-root", default=None, help="take off the pre-trainings finished runs here have already done, "
                    "those jobs queued in its job queue will do, and the evaluations other studies here have already "
@@ -151,23 +117,6 @@ def main(argv: list) -> int:
         res.to_csv(a.csv)
         print(f"wrote {a.csv}")
     return 0
-
-
-def study_of_run(a) -> Study:
-    """The study `ablate run` runs, from its parsed arguments (a lesson's `build` parses its argv through this too)."""
-    ev = _parse_tasks(a.tasks) if a.tasks else None
-    scale = "classroom" if a.classroom else "lab" if a.lab else None
-    study = get_study(a.study, scale=scale, seeds=a.seeds, evaluations=ev, epochs=a.epochs)
-    if a.tasks and scale:
-        study = replace(study, evaluations=ev)
-    if a.steps is not None:
-        study = with_steps(study, a.steps)
-    budget = a.budget or study.budget
-    if a.budget_minutes is not None and budget != "time":
-        raise EngineError("--budget-minutes goes with --budget time; drop it or add --budget time")
-    study = replace(study, budget=budget, budget_minutes=a.budget_minutes)
-    plan(study, "/")  # a budget the study cannot take is one line before anything is written
-    return study
 
 
 def _failed_jobs(study_dir) -> int:

@@ -4,11 +4,13 @@ jobs' run folders under `<runs_root>/studies/<name>/runs/`.
 import json
 import os
 import time
-from dataclasses import asdict
+from dataclasses import asdict, fields
 from pathlib import Path
 
-from engine.ablations.study import Study, study_from_dict
+from engine.ablations.paper import STUDIES
+from engine.ablations.study import Evaluation, FeatureArgs, FinetuneArgs, Study, Variant
 from engine.errors import EngineError
+from engine.pretraining.config import PretrainConfig
 from engine.fileio import atomic_write_json
 from engine.records import STUDY_JSON
 from engine.runs import safe_run_name
@@ -82,8 +84,46 @@ def what_is_damaged(data: dict):
     return None
 
 
+def study_from_dict(d: dict) -> Study:
+    """Rebuild a Study from its study.json form (asdict); what is not saved (the finding check, the contrasts) is
+    taken back from the built-in study of the same name."""
+    def mk(cls, x):
+        if x is None:
+            return None
+        known = {f.name for f in fields(cls)}
+        kw = {k: v for k, v in x.items() if k in known and v is not None}  # None: the field's default
+        for k in ("mask_ratios", "lr", "batch_size", "epochs"):
+            if isinstance(kw.get(k), list):
+                kw[k] = tuple(kw[k])
+        return cls(**kw)
+
+    def variant(x):
+        pre = dict(x.get("pretrain") or {})
+        if isinstance(pre.get("mask_ratios"), list):
+            pre["mask_ratios"] = tuple(pre["mask_ratios"])
+        return Variant(name=x["name"], pretrain=pre, finetune=dict(x.get("finetune") or {}),
+                       features=mk(FeatureArgs, x.get("features")), reuse=x.get("reuse"), note=x.get("note", ""))
+
+    def evaluation(x):
+        return Evaluation(name=x["name"], task=x["task"], metric=x["metric"], train=x.get("train"), dev=x.get("dev"),
+                          features=mk(FeatureArgs, x.get("features")))
+
+    builtin = STUDIES[d["name"]]() if d["name"] in STUDIES else None
+    check = builtin.finding_check if builtin else None
+    contrasts = builtin.contrasts if builtin else ()
+    return Study(name=d["name"], title=d.get("title", d["name"]), description=d.get("description", ""),
+                 finding=d.get("finding", ""), base=mk(PretrainConfig, d["base"]), finetune=mk(FinetuneArgs, d["finetune"]),
+                 variants=tuple(variant(v) for v in d["variants"]), evaluations=tuple(evaluation(e) for e in d["evaluations"]),
+                 seeds=tuple(d.get("seeds") or (0,)), model=d.get("model"),
+                 checkpoint_steps=tuple(d.get("checkpoint_steps") or ()), pretrain_columns=tuple(d.get("pretrain_columns") or ()),
+                 scale=d.get("scale") or ("classroom" if d.get("classroom") else "paper"),  # older study.json: a flag
+                 budget=d.get("budget") or "steps",
+                 budget_minutes=d.get("budget_minutes"), feature_epochs=d.get("feature_epochs"),
+                 finding_check=check, contrasts=contrasts)
+
+
 def study_of(study_dir, data: dict) -> Study:
-    """The Study a study.json `data` describes (engine.ablations.study.study_from_dict); settings that do not make
+    """The Study a study.json `data` describes (`study_from_dict`); settings that do not make
     one are one line naming the file."""
     try:
         return study_from_dict(data["study"])

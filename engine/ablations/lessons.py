@@ -9,6 +9,7 @@ command); a lesson run elsewhere reports its own verdicts, which may differ. Les
 from dataclasses import dataclass
 
 from engine import measured
+from engine.ablations.run_args import run_parser, study_of_run
 from engine.ablations.study import Study
 from engine.errors import EngineError
 
@@ -20,8 +21,8 @@ class Lesson:
     study: str  # a key of engine.ablations.paper.STUDIES, at classroom scale
     name: str  # the study folder under <runs>/studies/
     seeds: int = None  # None: the classroom default (one pre-training seed)
-    steps: int = None  # None: the study's classroom default (Table 5: 6,000; the others: 3,000)
-    budget: str = None  # steps | flops (engine/ablations/planner.py); None: the study's (Table 5: flops; others: steps)
+    steps: int = None  # None: the study's at classroom scale (paper.CLASSROOM: the scale's, or what it sets for the study)
+    budget: str = None  # steps | flops (engine/ablations/planner.py); None: the study's at classroom scale, likewise
     after: str = None  # the lesson whose finished runs this one takes over, run first in the same runs folder
 
     @property
@@ -53,8 +54,7 @@ class Lesson:
 
     def build(self) -> Study:
         """The study this lesson runs: `argv` parsed and built by `ablate run`'s own code."""
-        from engine.ablations.cli import build_parser, study_of_run  # cli imports this module
-        return study_of_run(build_parser().parse_args(self.argv()))
+        return study_of_run(run_parser().parse_args(self.argv()[1:]))
 
 
 LESSONS = (

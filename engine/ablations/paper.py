@@ -23,7 +23,7 @@ the paper's numbers beside; `finding_check` gives the direction of the means (A 
 Table 8's rows are printed MASK/SAME/RND as in the paper, while `--mask-ratios` takes MASK,RANDOM,SAME:
 `mask_ratios_for_row` maps one to the other.
 """
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from engine.ablations.findings import NOT_YET, claim, compare, means
@@ -33,7 +33,7 @@ from engine.ablations.verdict import Contrast
 from engine.cli import text
 from engine.errors import EngineError
 from engine.objectives import LTR, MLM, MLM_NSP
-from engine.pretrain_config import CLASSROOM_RECIPE, PretrainConfig
+from engine.pretraining.config import CLASSROOM_RECIPE, PretrainConfig
 from engine.tasks.shared_files import SHARED_DATA, shared_tasks
 
 
@@ -92,7 +92,7 @@ def available_evaluations(data_dir=None) -> tuple:
 # a tiny model's fine-tuning grid: tiny models from scratch want larger learning rates than BERT-BASE
 SMALL_GRID = FinetuneArgs(lr=(1e-4, 5e-5), batch_size=(32,), epochs=(3,), restarts=1, max_train=None, max_seq_len=128)
 # the pre-training every built-in study starts from (its variants change one thing); replace() gives a study's own
-SMALL_BASE = PretrainConfig(preset="tiny", objective=MLM_NSP.name, steps=3000, batch_size=32, seq_len=128)
+SMALL_BASE = PretrainConfig(preset="tiny", objective=MLM_NSP.name, steps=3000, batch_size=32, seq_len=128, phase2_seq_len=None)
 
 
 def pretraining_tasks_study(evaluations=None) -> Study:
@@ -115,13 +115,6 @@ def pretraining_tasks_study(evaluations=None) -> Study:
         ),
         evaluations=evaluations if evaluations is not None else TABLE5_TASKS + tuple(shared_evaluations()),
         pretrain_columns=("mlm_mask_acc",),  # did the MLM models learn any context? (LTR has no [MASK]: "–")
-        # At classroom scale: BERT 6,000 steps, the other rows at BERT's FLOPs (No NSP 6,002, LTR 2,840), a departure
-        # from the paper's equal steps (`--budget steps` or the page's choice gives the paper's protocol). Why: at
-        # 3,000 equal steps the left-to-right model, with a loss on every token, leads on span extraction and NSP is
-        # not learned; at 6,000 at equal FLOPs the span findings reproduce on each of three pre-training starts within
-        # the classroom hour (engine/measured.py has the figures, docs/lab-notes/table5.md how the budget was chosen)
-        classroom_steps=6000,
-        classroom_budget="flops",
         finding_check=check_pretraining_tasks,
         contrasts=TABLE5_FINDINGS,
     )
@@ -221,10 +214,6 @@ def feature_based_study(evaluations=None) -> Study:
         + tuple(Variant(name, features=fa, note=f"--combine {fa.combine} --layers {fa.layers}") for name, fa in FEATURE_ROWS),
         evaluations=evaluations if evaluations is not None else (WNUT,),
         model="minilm",
-        # at classroom scale (at most 1,500 tweets, the paper's 5e-5) fine-tuning for 5 epochs is 235 steps, which
-        # stops every restart before its plateau; at 15 epochs restarts level off and agree, and the BiLSTM taggers
-        # on features reach theirs too, so both arms train 15 epochs (docs/lab-notes/tables-6-7-8-figure5.md)
-        classroom_epochs=15,
         finding_check=check_feature_based,
         contrasts=(Contrast("fine-tuning beats the best feature-based combination (concat last four)", "Fine-tuning",
                             "Concat last four hidden", WNUT.name, (96.4, 96.1), "CoNLL-2003 NER dev F1"),
@@ -286,13 +275,6 @@ def masking_study(evaluations=None) -> Study:
                        for m, s, r in TABLE8_ROWS),
         evaluations=evaluations if evaluations is not None else TABLE8_TASKS,
         pretrain_columns=("mlm_mask_acc",),
-        # six pre-training runs and two evaluations each: at 1,500 training examples (the classroom scale's cap) the
-        # row's evaluations would take 1.5x the time of 1,000 and the study would leave too little margin in the hour
-        classroom_max_train=1000,
-        # The classroom scale's 5 epochs stop both columns before their plateau, but every epoch of both columns
-        # costs a large share of a row's pre-training, so the hour holds no more; `ablate run masking --classroom
-        # --epochs 7` (or the page's "Downstream epochs") trains longer where the class has the time. What was
-        # measured and tried is in docs/lab-notes/tables-6-7-8-figure5.md.
         finding_check=check_masking,
         contrasts=(Contrast("feature-based, MASK-only hurts", table8_label(80, 10, 10), table8_label(100, 0, 0),
                             PUNCT_FEATURES.name, (94.9, 94.0), "CoNLL-2003 NER feature-based dev F1"),
@@ -377,7 +359,7 @@ STUDIES = {
     "training-steps": training_steps_study,
 }
 
-# Classroom scale: the classroom run of `python -m engine pretrain` (engine/pretrain_config.py, CLASSROOM_RECIPE:
+# Classroom scale: the classroom run of `python -m engine pretrain` (engine/pretraining/config.py, CLASSROOM_RECIPE:
 # the tiny preset, 3,000 steps of 64 x 32 tokens then 128 for the last 30%, lr 1e-3, dropout 0, 25% masked), so a
 # study's base is what the command trains; one seed, one fine-tuning grid point.
 CLASSROOM_PRETRAIN = dict(preset="tiny", **CLASSROOM_RECIPE)
@@ -395,7 +377,7 @@ CLASSROOM_FINETUNE = FinetuneArgs(lr=(1e-3,), batch_size=(32,), epochs=(5,), res
 # (4 layers, hidden 256) for 5,000 steps of 128 x 128 on BBC News (kept so the corpus-made tasks' dev texts stay unseen), five segmentations of each document so the ~70 passes over 1.2M tokens see fresh
 # masks and pairs, and the paper's dropout 0.1 and 15% masking for the longer run; two pre-training seeds for the
 # headline contrasts; fine-tuning on every training example at a rate for a 4-layer model.
-LAB_PRETRAIN = dict(preset="mini", steps=5000, batch_size=128, seq_len=128, eval_every=500, dupe_factor=5,
+LAB_PRETRAIN = dict(preset="mini", steps=5000, batch_size=128, seq_len=128, phase2_seq_len=None, eval_every=500, dupe_factor=5,
                     dropout=0.1, mask_rate=0.15, lr=1e-3)
 LAB_FINETUNE = FinetuneArgs(lr=(3e-4,), batch_size=(32,), epochs=(4,), restarts=3, max_train=None, max_seq_len=128)
 
@@ -411,10 +393,22 @@ PARALLEL_HELP = ("how many of the study's jobs run at once, each fine-tune start
 
 
 @dataclass(frozen=True)
+class StudyAtScale:
+    """What one built-in study sets differently from its scale (None: the scale's own): pre-training `steps` and
+    `budget` (engine.ablations.planner.BUDGETS), downstream `epochs` (fine-tuning and the feature classifier alike,
+    `with_epochs`) and the cap on training examples `max_train`."""
+    steps: int = None
+    budget: str = None
+    epochs: int = None
+    max_train: int = None
+
+
+@dataclass(frozen=True)
 class Scale:
     """A size the built-in studies run at besides their own definition: pre-training settings laid over the
     study's base (a variant still changes its one thing), the fine-tuning grid, the seeds, whether only the
-    built-in tasks are kept (no files to give), and what it is for."""
+    built-in tasks are kept (no files to give), what it is for, and what single studies set differently at this
+    scale (`studies`: study name -> StudyAtScale, read through `settings`)."""
     name: str
     label: str
     pretrain: dict
@@ -422,11 +416,36 @@ class Scale:
     seeds: tuple
     builtin_tasks_only: bool
     about: str
+    studies: dict = field(default_factory=dict)
+
+    def settings(self, study: str) -> StudyAtScale:
+        """What the study named `study` sets differently at this scale (every field None: the scale's own)."""
+        return self.studies.get(study, StudyAtScale())
 
 
+# What single studies set differently at the classroom scale (measured: engine/measured.py):
+CLASSROOM_STUDIES = {
+    # Table 5: BERT 6,000 steps, the other rows at BERT's FLOPs (No NSP 6,002, LTR 2,840), a departure from the
+    # paper's equal steps (`--budget steps` or the page's choice gives the paper's protocol). Why: at 3,000 equal
+    # steps the left-to-right model, with a loss on every token, leads on span extraction and NSP is not learned; at
+    # 6,000 at equal FLOPs the span findings reproduce on each of three pre-training starts within the classroom hour
+    # (engine/measured.py has the figures, docs/lab-notes/table5.md how the budget was chosen)
+    "pretraining-tasks": StudyAtScale(steps=6000, budget="flops"),
+    # Table 7: at most 1,500 tweets at the paper's 5e-5, fine-tuning for 5 epochs is 235 steps, which stops every
+    # restart before its plateau; at 15 epochs restarts level off and agree, and the BiLSTM taggers on features
+    # reach theirs too, so both arms train 15 epochs (docs/lab-notes/tables-6-7-8-figure5.md)
+    "feature-based": StudyAtScale(epochs=15),
+    # Table 8: six pre-training runs and two evaluations each: at 1,500 training examples (the scale's cap) the
+    # row's evaluations would take 1.5x the time of 1,000 and the study would leave too little margin in the hour.
+    # The scale's 5 epochs stop both columns before their plateau, but every epoch of both columns costs a large
+    # share of a row's pre-training, so the hour holds no more; `ablate run masking --classroom --epochs 7` (or the
+    # page's "Downstream epochs") trains longer where the class has the time. What was measured and tried is in
+    # docs/lab-notes/tables-6-7-8-figure5.md.
+    "masking": StudyAtScale(max_train=1000),
+}
 CLASSROOM = Scale("classroom", "classroom scale", CLASSROOM_PRETRAIN, CLASSROOM_FINETUNE, (0,), True,
                   ("tiny model, short runs, one seed, built-in tasks: Table 5 in under an hour on a 2-core CPU with bf16 "
-                   "units, about 3x that on one with AVX2 only"))
+                   "units, about 3x that on one with AVX2 only"), CLASSROOM_STUDIES)
 LAB = Scale("lab", "lab scale", LAB_PRETRAIN, LAB_FINETUNE, (0, 1), True,
             "mini model (4 layers, hidden 256), 5,000 steps of 128 x 128, two seeds, built-in tasks: for one GPU")
 SCALES = {s.name: s for s in (CLASSROOM, LAB)}  # `ablate run --classroom / --lab`, the Ablations page's choice
@@ -434,24 +453,38 @@ SCALES = {s.name: s for s in (CLASSROOM, LAB)}  # `ablate run --classroom / --la
 
 def at_scale(study: Study, scale: Scale) -> Study:
     """The study at `scale`: its pre-training settings, seeds and fine-tuning grid (lr 5e-5 for a study of a fixed
-    pre-trained model such as MiniLM), its checkpoints at a quarter, half and all of the steps (Figure 5)."""
+    pre-trained model such as MiniLM), what the scale sets for this study (`Scale.settings`), its checkpoints at a
+    quarter, half and all of the steps (Figure 5)."""
+    own = scale.settings(study.name)
     base = replace(study.base, **scale.pretrain)
-    if scale == CLASSROOM and study.classroom_steps:
-        base = replace(base, steps=study.classroom_steps)
-    if scale == CLASSROOM and study.classroom_budget:
-        study = replace(study, budget=study.classroom_budget)
+    if own.steps:
+        base = replace(base, steps=own.steps)
+    if own.budget:
+        study = replace(study, budget=own.budget)
     ev = tuple(e for e in study.evaluations if e.train is None) if scale.builtin_tasks_only else study.evaluations
     fin = replace(scale.finetune, lr=(5e-5,)) if study.model else scale.finetune
-    if scale == CLASSROOM and study.classroom_max_train:
-        fin = replace(fin, max_train=study.classroom_max_train)
+    if own.max_train:
+        fin = replace(fin, max_train=own.max_train)
     study = with_steps(replace(study, base=base, finetune=fin, evaluations=ev or study.evaluations[:1], seeds=scale.seeds,
                                scale=scale.name, title=f"{study.title} ({scale.label})"), base.steps)
-    return with_epochs(study, study.classroom_epochs) if scale == CLASSROOM and study.classroom_epochs else study
+    return with_epochs(study, own.epochs) if own.epochs else study
+
+
+def study_settings_text(scale: Scale) -> str:
+    """What `scale` sets for single studies, in words ("pretraining-tasks: 6,000 steps, equal flops; ..."), for
+    the command's help."""
+    out = []
+    for name, own in scale.studies.items():
+        what = (f"{own.steps:,} steps" if own.steps else "", f"equal {own.budget}" if own.budget else "",
+                f"{own.epochs} epochs" if own.epochs else "",
+                f"at most {own.max_train:,} training examples" if own.max_train else "")
+        out.append(f"{name}: " + ", ".join(w for w in what if w))
+    return "; ".join(out) or "nothing"
 
 
 def classroom(study: Study) -> Study:
-    """The study at classroom scale: tiny pre-training, one seed, one fine-tuning grid point (lr 1e-3, 5 epochs; a
-    study's `classroom_epochs`, `classroom_max_train`, `classroom_steps` and `classroom_budget` where it sets them)."""
+    """The study at classroom scale: tiny pre-training, one seed, one fine-tuning grid point (lr 1e-3, 5 epochs;
+    what CLASSROOM_STUDIES sets for the study where it sets something)."""
     return at_scale(study, CLASSROOM)
 
 

@@ -2,13 +2,13 @@
 `dataclasses.replace`, design convention 8) and the downstream evaluations that fill its table's columns.
 
 The built-in studies (the paper's Tables 5-8 and Figure 5) are in `engine.ablations.paper`; a study is saved in its
-folder's study.json as `Study.to_dict()` and read back with `study_from_dict`.
+folder's study.json as `Study.to_dict()` and read back with `engine.ablations.folders.study_from_dict`.
 """
-from dataclasses import asdict, dataclass, field, fields, replace
+from dataclasses import asdict, dataclass, field, replace
 from typing import Callable
 
 from engine.errors import EngineError
-from engine.pretrain_config import PretrainConfig
+from engine.pretraining.config import PretrainConfig
 
 # ---------------------------------------------------------------------------------------------------------
 # configurations: what a variant can override. Pre-training is `PretrainConfig` itself (its fields are the flags
@@ -93,18 +93,8 @@ class Study:
     # the base steps) or "time" (each run stops after `budget_minutes` of training time: pretrain --max-minutes)
     budget: str = "steps"
     budget_minutes: float = None
-    # a smaller cap on fine-tuning and feature-classifier training examples than the classroom scale's 1,500, for a
-    # study whose rows cost more (Table 8: six pre-training runs, two evaluations each); None: the scale's
-    classroom_max_train: int = None
-    # more epochs than the classroom scale's 5 for fine-tuning and the feature-based classifier (the BiLSTM), for a
-    # study whose downstream training does not reach its plateau in 5 (Table 7); None: the scale's
-    classroom_epochs: int = None
-    # the classroom scale's pre-training steps and budget for a study whose findings need more than the classroom
-    # recipe's 3,000 steps at equal steps (Table 5: 6,000 at equal FLOPs); None: the scale's steps, and equal steps
-    classroom_steps: int = None
-    classroom_budget: str = None
     # the feature-based classifier's training epochs (`features --epochs`); None: the command's own (the BiLSTM's 5).
-    # Set with the fine-tuning epochs by `with_epochs` (a study's classroom_epochs, `ablate run --epochs`)
+    # Set with the fine-tuning epochs by `with_epochs` (a scale's setting for the study, `ablate run --epochs`)
     feature_epochs: int = None
     # the direction of the means for the paper's finding: (study, summary) -> [{claim, holds, detail}]; not saved in
     # study.json (`study_from_dict` takes it back from the built-in study of the same name)
@@ -171,46 +161,6 @@ def with_steps(study: Study, steps: int) -> Study:
         return replace(study, base=base)
     q = max(1, steps // 4)
     return replace(study, base=base, checkpoint_steps=tuple(sorted({q, 2 * q if 2 * q < steps else steps, steps})))
-
-
-def study_from_dict(d: dict) -> Study:
-    """Rebuild a Study from its study.json form (asdict)."""
-    def mk(cls, x):
-        if x is None:
-            return None
-        known = {f.name for f in fields(cls)}
-        kw = {k: v for k, v in x.items() if k in known and v is not None}  # None: the field's default
-        for k in ("mask_ratios", "lr", "batch_size", "epochs"):
-            if isinstance(kw.get(k), list):
-                kw[k] = tuple(kw[k])
-        return cls(**kw)
-
-    def variant(x):
-        pre = dict(x.get("pretrain") or {})
-        if isinstance(pre.get("mask_ratios"), list):
-            pre["mask_ratios"] = tuple(pre["mask_ratios"])
-        return Variant(name=x["name"], pretrain=pre, finetune=dict(x.get("finetune") or {}),
-                       features=mk(FeatureArgs, x.get("features")), reuse=x.get("reuse"), note=x.get("note", ""))
-
-    def evaluation(x):
-        return Evaluation(name=x["name"], task=x["task"], metric=x["metric"], train=x.get("train"), dev=x.get("dev"),
-                          features=mk(FeatureArgs, x.get("features")))
-
-    from engine.ablations.paper import STUDIES  # the built-in studies, defined on top of this module
-    builtin = STUDIES[d["name"]]() if d["name"] in STUDIES else None
-    check = builtin.finding_check if builtin else None
-    contrasts = builtin.contrasts if builtin else ()
-    return Study(name=d["name"], title=d.get("title", d["name"]), description=d.get("description", ""),
-                 finding=d.get("finding", ""), base=mk(PretrainConfig, d["base"]), finetune=mk(FinetuneArgs, d["finetune"]),
-                 variants=tuple(variant(v) for v in d["variants"]), evaluations=tuple(evaluation(e) for e in d["evaluations"]),
-                 seeds=tuple(d.get("seeds") or (0,)), model=d.get("model"),
-                 checkpoint_steps=tuple(d.get("checkpoint_steps") or ()), pretrain_columns=tuple(d.get("pretrain_columns") or ()),
-                 scale=d.get("scale") or ("classroom" if d.get("classroom") else "paper"),  # older study.json: a flag
-                 budget=d.get("budget") or "steps",
-                 budget_minutes=d.get("budget_minutes"), classroom_max_train=d.get("classroom_max_train"),
-                 classroom_epochs=d.get("classroom_epochs"), classroom_steps=d.get("classroom_steps"),
-                 classroom_budget=d.get("classroom_budget"), feature_epochs=d.get("feature_epochs"),
-                 finding_check=check, contrasts=contrasts)
 
 
 # ---------------------------------------------------------------------------------------------------------
