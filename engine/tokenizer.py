@@ -135,7 +135,7 @@ class Tokenizer:
         folder, as `--init minilm` names it). `lowercase=None` reads `do_lower_case` from tokenizer_config.json
         when present, else lowercases."""
         if str(path) == "minilm":
-            from engine.checkpoint import minilm_path
+            from engine.minilm import minilm_path
             path = minilm_path()
         p = Path(path)
         if p.is_dir():

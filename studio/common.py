@@ -95,14 +95,39 @@ def load_bundle(path: str):
     return _load_cached(str(path), mtime_key(str(path)))
 
 
+# ------------------------------------------------------------------ the probe-ready model (studio.probe_ready)
+def probe_ready_dir(root) -> Path:
+    """Where the probe-ready model is trained (studio.probe_ready: its button and job)."""
+    from engine.pretraining.config import PROBE_READY_RUN
+    return Path(root) / PROBE_READY_RUN
+
+
+def probe_ready_model(root) -> str | None:
+    """The probe-ready model to offer first: the button's run (probe_ready_dir) once it has a complete checkpoint, else
+    the newest other pre-training run continued from MiniLM (run.json config init "minilm") that has one."""
+    from engine import runs
+    d = probe_ready_dir(root)
+    if d.is_dir() and runs.latest_checkpoint(d) is not None:
+        return str(d)
+    try:
+        rows = runs.list_runs(root)  # newest first
+    except Exception:
+        return None
+    for r in rows:
+        if r.get("kind") == "pretrain" and r.get("checkpoint_step") is not None:
+            cfg = (runs.read_run_json(r["path"]).get("config") or {})
+            if cfg.get("init") == "minilm":
+                return str(r["path"])
+    return None
+
+
 def fill_blanks_model(root) -> str | None:
     """The model the Probe page offers first: the probe-ready model (studio.probe_ready) once it has a checkpoint,
     else the latest checkpoint of the newest finished pre-training run whose weights hold an MLM head; None when
     there is none (a fresh runs folder: only MiniLM, which cannot fill blanks)."""
     from engine.probes import heads_on_disk
     from engine.runs import latest_checkpoint, list_runs
-    from studio.probe_ready import model_path
-    ready = model_path(root)
+    ready = probe_ready_model(root)
     if ready is not None:
         return ready
     for r in list_runs(root):  # newest first
@@ -121,8 +146,7 @@ def list_model_choices(root: Path = None, probe_ready_first: bool = False, fill_
     choices = ["minilm"]
     first = fill_blanks_model(root) if fill_first else None
     if first is None and probe_ready_first:
-        from studio.probe_ready import model_path
-        first = model_path(root)
+        first = probe_ready_model(root)
     if first is not None:
         choices.insert(0, first)
     try:

@@ -1,11 +1,13 @@
 """The probe-ready model in one step: MiniLM's encoder continued-pre-trained with MLM + NSP on the built-in
 text (`python -m engine pretrain --init minilm --corpus all --out <runs>/minilm-continued`, the recipe in
-engine.pretrain_config.CONTINUED_PRETRAINING), launched from the Model page as a queued job with live
+engine.pretraining.config.CONTINUED_PRETRAINING), launched from the Model page as a queued job with live
 progress; the Probe and Attention pages offer it first once it has a checkpoint (studio.common.model_picker).
 
 - `run_dir(root)`, `argv(root)`: where it goes and the exact engine command (one place, also for the Jobs page).
 - `model_path(root)`: the run folder once it has a complete checkpoint, else None.
-- `card(path)`: what a model started from `--init` is (engine.pretrain_init.model_card), or "".
+  (`run_dir` and `model_path` are studio.common's `probe_ready_dir` and `probe_ready_model`: the model pickers
+  there offer it first, and this module imports common, not the other way round.)
+- `card(path)`: what a model started from `--init` is (engine.pretraining.init.model_card), or "".
 - `panel(root, why)`: the button, then the job's live progress (step, held-out MLM/NSP accuracy), then the card.
 """
 from pathlib import Path
@@ -14,13 +16,10 @@ import streamlit as st
 
 from engine.records import RUN_JSON
 from studio.common import guard
+from studio.common import probe_ready_dir as run_dir  # noqa: F401 (defined there: the model pickers need it)
+from studio.common import probe_ready_model as model_path  # noqa: F401
 
 REFRESH_SECONDS = 3.0
-
-
-def run_dir(root) -> Path:
-    from engine.pretrain_config import PROBE_READY_RUN
-    return Path(root) / PROBE_READY_RUN
 
 
 def argv(root) -> list:
@@ -28,25 +27,6 @@ def argv(root) -> list:
     `class prepare` queues the same one: engine.classroom.probe_ready_argv)."""
     from engine.classroom import probe_ready_argv
     return probe_ready_argv(root)
-
-
-def model_path(root) -> str | None:
-    """The probe-ready model to offer first: the button's run (run_dir) once it has a complete checkpoint, else
-    the newest other pre-training run continued from MiniLM (run.json config init "minilm") that has one."""
-    from engine import runs
-    d = run_dir(root)
-    if d.is_dir() and runs.latest_checkpoint(d) is not None:
-        return str(d)
-    try:
-        rows = runs.list_runs(root)  # newest first
-    except Exception:
-        return None
-    for r in rows:
-        if r.get("kind") == "pretrain" and r.get("checkpoint_step") is not None:
-            cfg = (runs.read_run_json(r["path"]).get("config") or {})
-            if cfg.get("init") == "minilm":
-                return str(r["path"])
-    return None
 
 
 def _run_of(path) -> Path | None:
@@ -61,7 +41,7 @@ def _run_of(path) -> Path | None:
 def card(path, step=None) -> str:
     """What the model at `path` is, when its run started from --init; "" otherwise."""
     from engine import runs
-    from engine.pretrain_init import model_card
+    from engine.pretraining.init import model_card
     run = _run_of(path) if path and path != "minilm" else None
     if run is None:
         return ""
@@ -84,7 +64,7 @@ def panel(root, why: bool = True) -> None:
     """Build (or follow, or resume) the probe-ready model. `why`: start by saying that MiniLM has no MLM or NSP
     head (False where the page has just said it, as the Probe page does)."""
     from engine.measured import fact
-    from engine.pretrain_config import CONTINUED_PRETRAINING as R
+    from engine.pretraining.config import CONTINUED_PRETRAINING as R
     BUILD, MLM, NSP = fact("probe_ready.minutes"), fact("probe_ready.mlm_accuracy"), fact("probe_ready.nsp_accuracy")
     d = run_dir(root)
     st.caption(("MiniLM has real weights but no MLM or NSP head. " if why else "") +
@@ -129,7 +109,7 @@ def panel(root, why: bool = True) -> None:
             with guard("resuming"):
                 from engine import cli
                 from engine import jobs as Q
-                from engine.pretrain_config import PretrainConfig
+                from engine.pretraining.config import PretrainConfig
                 job = Q.submit(cli.resume_argv(PretrainConfig, d, quiet=True), name=f"{d.name} (resume)",
                                run_dir=str(d), root=str(root))
                 st.session_state["probe_ready_job"] = job["id"]
