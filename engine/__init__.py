@@ -19,16 +19,18 @@ _NAMES = {  # public name -> the module that defines it
     "Corpus": "engine.corpora", "load_corpus": "engine.corpora", "load_bbc_labeled": "engine.corpora",
     "BertForPreTraining": "engine.model", "BertModel": "engine.model", "BertOutput": "engine.model",
     "Bundle": "engine.checkpoint", "load": "engine.checkpoint", "save": "engine.checkpoint",
-    "OBJECTIVES": "engine.objectives", "PretrainingCache": "engine.pretraining_data",
-    "PretrainingData": "engine.pretraining_data", "build_pretraining_data": "engine.pretraining_data",
-    "fixed_eval_masking": "engine.pretraining_data", "mask_batch": "engine.pretraining_data",
-    "mask_tokens": "engine.pretraining_data", "open_pretraining_data": "engine.pretraining_data",
-    "PrepareConfig": "engine.prepare", "prepare": "engine.prepare", "open_prepared": "engine.prepare",
+    "OBJECTIVES": "engine.objectives",
+    "PretrainingCache": "engine.pretraining.cache", "PretrainingData": "engine.pretraining.cache",
+    "build_pretraining_data": "engine.pretraining.cache", "open_pretraining_data": "engine.pretraining.cache",
+    "fixed_eval_masking": "engine.pretraining.masking", "mask_batch": "engine.pretraining.masking",
+    "mask_tokens": "engine.pretraining.masking",
+    "PrepareConfig": "engine.pretraining.prepare", "prepare": "engine.pretraining.prepare",
+    "open_prepared": "engine.pretraining.prepare",
     "iter_documents": "engine.corpora",
     "attention": "engine.probes", "compare_attention": "engine.probes", "fill_mask": "engine.probes",
     "next_sentence": "engine.probes", "probe_set_accuracy": "engine.probes",
     "extract_features": "engine.features",
-    "PretrainConfig": "engine.pretrain", "pretrain": "engine.pretrain",
+    "PretrainConfig": "engine.pretraining.config", "pretrain": "engine.pretraining.run",
     "FinetuneConfig": "engine.finetune", "finetune": "engine.finetune",
     "attention_rollout": "engine.analysis", "head_importance": "engine.analysis", "head_statistics": "engine.analysis",
     "value_weighted_attention": "engine.analysis", "word_level": "engine.analysis",
@@ -49,15 +51,17 @@ def __dir__():
 
 
 class _Engine(types.ModuleType):
-    """`engine.pretrain`, `engine.finetune` and `engine.prepare` are entry points (functions), not their modules.
+    """`engine.finetune` is an entry point (the function), though engine/finetune.py is a module of the same name.
 
-    Importing a submodule sets it as an attribute of its package (`engine.pretrain = <module>`); for these three
-    names the package keeps the function of that module instead. The modules stay importable by name
-    (`from engine.pretrain import main`, `importlib.import_module("engine.pretrain")`)."""
+    Importing a submodule sets it as an attribute of its package (`engine.finetune = <module>` after
+    `from engine.finetune import main`), which would hide the function; for that one name the package keeps the
+    function of the module instead. The module stays importable by name (`importlib.import_module("engine.finetune")`).
+    `engine.pretrain` and `engine.prepare` need no such care: their modules live in the engine/pretraining/ package
+    (engine/pretraining/run.py, engine/pretraining/prepare.py), so no submodule shares their names."""
 
     def __setattr__(self, name, value):
-        if name in ("pretrain", "finetune", "prepare") and isinstance(value, types.ModuleType):
-            value = getattr(value, name)
+        if name == "finetune" and isinstance(value, types.ModuleType):
+            value = value.finetune
         super().__setattr__(name, value)
 
 

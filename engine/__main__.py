@@ -12,9 +12,9 @@ def dispatch(cmd: str, argv: list) -> int:
     if cmd == "tokenizer":
         from engine.tokenizer import main
     elif cmd == "prepare":
-        from engine.prepare import main
+        from engine.pretraining.prepare import main
     elif cmd == "pretrain":
-        from engine.pretrain import main
+        from engine.pretraining.run import main
     elif cmd == "finetune":
         from engine.finetune import main
     elif cmd == "features":

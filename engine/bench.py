@@ -18,7 +18,7 @@ Scenarios:
 - `finetune`: one sequence-classification training step (dropout + linear on C, as BertForSequenceClassification).
 - `pipeline`: the input pipeline alone, no model and no transformers side: micro-batches of --batch-size read
   from the shards of --data (a `python -m engine prepare` folder), collated, masked and prefetched exactly as
-  `pretrain --data` makes them (`engine.pretrain_loop.pipeline_throughput`), in real tokens/s.
+  `pretrain --data` makes them (`engine.pretraining.loop.pipeline_throughput`), in real tokens/s.
 - `varlen`: the fine-tuning step (and, under `forward`, the inference forward) on batches whose real lengths are
   drawn from the BBC corpus tokenised with the BERT uncased vocabulary (sentences, sentence pairs or whole
   documents, --unit), padded to the longest row of each batch as a dynamic-padding collator does
@@ -643,9 +643,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def run_pipeline(bc: BenchConfig) -> dict:
     """The `pipeline` scenario: tokens/s of the input pipeline alone (see the module docstring)."""
-    from engine.prepare import open_prepared
-    from engine.pretrain_config import PretrainConfig
-    from engine.pretrain_loop import pipeline_throughput
+    from engine.pretraining.prepare import open_prepared
+    from engine.pretraining.config import PretrainConfig
+    from engine.pretraining.loop import pipeline_throughput
 
     if not bc.data:
         raise EngineError("--scenario pipeline needs --data, a folder made by python -m engine prepare")

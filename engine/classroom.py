@@ -6,7 +6,7 @@ What the first class needs on this machine, built in the background in this orde
 
 1. `cache`: the classroom run's WordPiece vocabulary and pre-training data (both lengths) in the cache folder
    (`python -m engine class cache`, which builds exactly what `python -m engine pretrain` builds before its first
-   step, with `pretrain._prepare`), so the class's own step-2 run starts training at once.
+   step, with `engine.pretraining.run.tokenizer_and_data`), so the class's own step-2 run starts training at once.
 2. `reference`: a finished classroom run, `python -m engine pretrain --out <runs>/classroom-reference` with the
    defaults (REFERENCE_RUN): the Start page offers its checkpoints to step 3 while the class's own run trains, and
    does not count it as the class's step 2.
@@ -51,7 +51,7 @@ class Part:
 def probe_ready_argv(root) -> list:
     """The probe-ready model's job: the recipe's defaults, so the command names only the init, corpus and folder."""
     from engine import cli
-    from engine.pretrain_config import CONTINUED_PRETRAINING, PROBE_READY_INIT, PROBE_READY_RUN, PretrainConfig
+    from engine.pretraining.config import CONTINUED_PRETRAINING, PROBE_READY_INIT, PROBE_READY_RUN, PretrainConfig
     cfg = PretrainConfig(init=PROBE_READY_INIT, corpus=CONTINUED_PRETRAINING["corpus"], out=str(Path(root) / PROBE_READY_RUN),
                          quiet=True)
     return cli.argv(cfg, only=("init", "corpus", "out", "quiet"))
@@ -59,7 +59,7 @@ def probe_ready_argv(root) -> list:
 
 def parts(root) -> list:
     """The three parts, in the order they run."""
-    from engine.pretrain_config import PROBE_READY_RUN
+    from engine.pretraining.config import PROBE_READY_RUN
     root = Path(root).absolute()
     state = root / STATE_DIR
     return [
@@ -197,7 +197,7 @@ def minutes_left(rows: list) -> float:
 
 def _resume_argv(part: Part) -> list:
     from engine import cli
-    from engine.pretrain_config import PretrainConfig
+    from engine.pretraining.config import PretrainConfig
     return cli.resume_argv(PretrainConfig, part.run_dir, quiet=True)
 
 
@@ -246,11 +246,12 @@ def build_cache(root, flags: list) -> list:
     from engine.cli import given
     from engine.corpora import load_corpus
     from engine.distributed import Dist
-    from engine.pretrain import PretrainConfig, _prepare, build_parser, config_from_args, validate
+    from engine.pretraining.config import PretrainConfig, validate
+    from engine.pretraining.run import build_parser, config_from_args, tokenizer_and_data
     cfg = config_from_args(given(PretrainConfig, build_parser(), [*flags, "--out", "unused"]))
     validate(cfg)
-    with tempfile.TemporaryDirectory() as tmp:  # the run folder _prepare saves its tokenizer into
-        _, caches = _prepare(cfg, load_corpus(cfg.corpus), Path(tmp), Dist(), resuming=False)
+    with tempfile.TemporaryDirectory() as tmp:  # the run folder tokenizer_and_data saves its tokenizer into
+        _, caches = tokenizer_and_data(cfg, load_corpus(cfg.corpus), Path(tmp), Dist(), resuming=False)
     data = [str(c.path) for c in caches]
     atomic_write_json(Path(root).absolute() / STATE_DIR / "cache.json", {"data": data, "flags": list(flags)})
     return data

@@ -15,7 +15,7 @@ A config class names its command in a class attribute, `command: ClassVar[str] =
 - `argv(config)` -> `[command, flags...]`, the `python -m engine` command line (a job queue's argv) that gives
   back an equal config: every setting that has a value (not
   None, not ""; a switch when it is not its default), so a queued job runs the same settings even if a
-  default changes later.
+  default changes later (a field whose None is not its default says how None is written: `setting(none=...)`).
 """
 import argparse
 import dataclasses
@@ -26,9 +26,11 @@ from engine.errors import EngineError
 
 
 def setting(default, help: str, *, flag: str = None, parse=None, choices=None, group: str = None,
-            required: bool = False):
-    """A config field that is also a command-line flag (see the module docstring)."""
-    meta = {"help": help, "flag": flag, "parse": parse, "choices": choices, "group": group, "required": required}
+            required: bool = False, none: str = None):
+    """A config field that is also a command-line flag (see the module docstring). `none`: the word that stands
+    for None on a command line when the default is not None (its `parse` reads it back as None)."""
+    meta = {"help": help, "flag": flag, "parse": parse, "choices": choices, "group": group, "required": required,
+            "none": none}
     return dataclasses.field(default=default, metadata={"cli": meta})
 
 
@@ -152,6 +154,8 @@ def argv(config, only: tuple = None) -> list:
                 out.append(flag)
         elif value is not None and value != "":
             out += [flag, text(value)]
+        elif value is None and meta["none"] is not None and f.default is not None:
+            out += [flag, meta["none"]]
         elif value != f.default:
             raise EngineError(f"{flag} cannot be given as {value!r} on a command line; leave it at {f.default!r}")
     for f in dataclasses.fields(config) if only is None else ():

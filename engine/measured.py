@@ -169,7 +169,7 @@ _CLASSROOM_RUN = "python -m engine pretrain --out runs/bert-tiny"
 _PROBE_READY = "python -m engine pretrain --init minilm --corpus all --out runs/minilm-continued"
 
 FACTS = {
-    # the classroom run: `python -m engine pretrain` with every flag left out (engine/pretrain_config.py)
+    # the classroom run: `python -m engine pretrain` with every flag left out (engine/pretraining/config.py)
     "classroom_run.minutes_bf16": Measured(4.7, "min", "xeon", "2026-11-27", _CLASSROOM_RUN,
                                            "the classroom pre-training run's wall time with bf16, empty cache"),
     "classroom_run.minutes_fp32": Measured(15.7, "min", "avx2", "2026-11-27", _CLASSROOM_RUN,

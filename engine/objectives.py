@@ -1,6 +1,6 @@
 """The pre-training objectives (paper 3.1, and Table 5's ablation of them), each described once.
 
-| name    | instances (engine.pretraining_data)             | labels                           | attention | heads     |
+| name    | instances (engine.pretraining.cache)             | labels                           | attention | heads     |
 |---------|-------------------------------------------------|----------------------------------|-----------|-----------|
 | mlm+nsp | segment pairs A/B, B the next segment half the  | masked tokens (15%, 80/10/10)    | both ways | MLM + NSP |
 |         | time (IsNext) and from another document else    | + IsNext/NotNext                 |           |           |
@@ -65,7 +65,7 @@ class Objective:
     @property
     def held_out_metrics(self) -> tuple:
         """The held-out metrics a study table shows (without their eval_ prefix); an MLM's accuracy where the input
-        is [MASK] and the most frequent token's share there (engine.pretrain_loop.mask_position_accuracy)."""
+        is [MASK] and the most frequent token's share there (engine.pretraining.loop.mask_position_accuracy)."""
         return ((f"{self.token}_acc", f"{self.token}_ppl") + (() if self.causal else ("mlm_mask_acc", "mlm_mask_baseline"))
                 + (("nsp_acc",) if self.nsp else ()))
 

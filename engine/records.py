@@ -5,7 +5,7 @@ these fields; readers (the pages, studio/, engine.ablations) read exactly these 
 module existed hold the same fields.
 
 run.json, merge-updated by engine.runs (`write_run_json`, `start_run`, `set_status`; `Run.set`):
-    RUN_FIELDS for every kind, plus PRETRAIN_RUN_FIELDS (engine.pretrain_loop) or FINETUNE_RUN_FIELDS /
+    RUN_FIELDS for every kind, plus PRETRAIN_RUN_FIELDS (engine.pretraining.loop) or FINETUNE_RUN_FIELDS /
     FEATURES_RUN_FIELDS (engine.finetune, engine.features).
 metrics.jsonl, one JSON object per line, appended (engine.runs.append_metrics); every record has "step":
     pre-training: {"step", "split": "train", loss, lr, tokens, ... per objective} every log_every steps and
@@ -49,9 +49,9 @@ RUN_FIELDS = (
     "total_steps",  # the number the last metrics record's "step" runs up to (progress)
 )
 PRETRAIN_RUN_FIELDS = ("tokenizer", "objective", "world_size", "device", "bf16", "model", "parameters", "resumed_from",
-                       "init",  # with --init: {source, kind, path, heads_from_init, heads_new} (engine.pretrain_init), else None
+                       "init",  # with --init: {source, kind, path, heads_from_init, heads_new} (engine.pretraining.init), else None
                        "corpus_fingerprint",  # the hash of the corpus text (engine.tokenizer.corpus_fingerprint): resume checks it
-                       "training_version")  # engine.pretrain_config.TRAINING_VERSION of the code that trained it ("mixed")
+                       "training_version")  # engine.pretraining.config.TRAINING_VERSION of the code that trained it ("mixed")
 FINETUNE_RUN_FIELDS = ("task", "model", "n_trials", "best_score", "metric",
                        "evaluation_version")  # EVALUATION_VERSION of the code that ran it (older runs: none)
 FEATURES_RUN_FIELDS = ("task", "model", "n_combinations", "best_score", "metric", "evaluation_version")

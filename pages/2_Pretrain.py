@@ -30,7 +30,7 @@ def prepared_data_picker(root: Path):
     """'Training data': build from the corpus of the form, or a folder made by `python -m engine prepare` (found
     under <runs folder>/prepared and ~/.cache/bert_studio/prepared, or typed), with its statistics. Returns the
     chosen folder or None."""
-    from engine.prepare import DEFAULT_PREPARED_DIR, list_prepared, prepared_stats
+    from engine.pretraining.prepare import DEFAULT_PREPARED_DIR, list_prepared, prepared_stats
 
     found = [str(p) for p in list_prepared(root / "prepared") + list_prepared(DEFAULT_PREPARED_DIR)]
     build, typed = "build from a corpus (the form below)", "a prepared folder at a path"
@@ -61,9 +61,9 @@ def prepared_data_picker(root: Path):
 
 
 def launch_form(root: Path) -> None:
-    from engine.pretrain_config import CONTINUED_PRETRAINING as R
-    from engine.pretrain_config import PretrainConfig
-    D = PretrainConfig.classroom()  # the classroom run's defaults (engine/pretrain_config.py, CLASSROOM_RECIPE)
+    from engine.pretraining.config import CONTINUED_PRETRAINING as R
+    from engine.pretraining.config import PretrainConfig
+    D = PretrainConfig.classroom()  # the classroom run's defaults (engine/pretraining/config.py, CLASSROOM_RECIPE)
     from studio.common import list_model_choices
 
     init_choice = st.selectbox(
@@ -200,7 +200,7 @@ def run_view(run_dir: Path, root: Path) -> str:
     """Status, numbers, curves and buttons of one run (re-run every few seconds while it is alive); returns its status."""
     from engine import runs
     from engine.objectives import MLM_NSP, OBJECTIVES
-    from engine.pretrain import PretrainConfig
+    from engine.pretraining.run import PretrainConfig
     from studio.pretrain_form import STATUS_ICON, no_context_hint, stopped_notice
 
     info = runs.read_run_json(run_dir)

@@ -20,7 +20,7 @@ def series(recs: list, key: str, x: str = "step", x_at_step: dict = None):
 
 def eval_length_switch(evals: list, x: str = "step", x_at_step: dict = None):
     """(x, new length) where the held-out set changes length (a two-phase run evaluates at the length being
-    trained: engine/pretrain_loop.py), or None."""
+    trained: engine/pretraining/loop.py), or None."""
     prev = None
     for r in evals:
         T = r.get("eval_seq_len")

@@ -53,8 +53,9 @@ def corpus_of(form: dict, root) -> str:
 def build(form: dict, root) -> tuple:
     """(run name, run folder, PretrainConfig) of the launch form, checked as the job would check it."""
     from engine import runs
-    from engine.pretrain import PretrainConfig, validate, with_prepared_data
-    from engine.pretrain_init import resolve_init
+    from engine.pretraining.config import PretrainConfig, validate
+    from engine.pretraining.run import with_prepared_data
+    from engine.pretraining.init import resolve_init
     root = Path(root)
     run_name = runs.safe_run_name(form.get("name", "").strip() or default_name(form))
     run_dir = runs.resolve_run_dir(root, run_name)
@@ -110,7 +111,7 @@ def stopped_notice(status: str, info: dict, checkpoint) -> tuple:
 
 def is_classroom_schedule(config: dict) -> bool:
     """The run trains with the classroom run's length schedule (the form's defaults)."""
-    from engine.pretrain_config import CLASSROOM_RECIPE as R
+    from engine.pretraining.config import CLASSROOM_RECIPE as R
     return (config.get("seq_len") == R["seq_len"] and config.get("phase2_seq_len") == R["phase2_seq_len"]
             and not config.get("init"))
 
@@ -124,7 +125,7 @@ def no_context_hint(config: dict, last_eval: dict):
             f"answering the most frequent token ({base:.1%}); its MLM accuracy comes from copying the tokens kept unchanged.")
     if is_classroom_schedule(config):  # the advice below is this run's own settings: only the finding
         return said
-    from engine.pretrain_config import CLASSROOM_RECIPE as R
+    from engine.pretraining.config import CLASSROOM_RECIPE as R
     return (said + f" Tiny models on 128-token sequences stay on this plateau for thousands of steps; short sequences with "
             f"a second, longer phase leave it sooner: the classroom run, the form's defaults ({R['seq_len']} tokens, then "
             f"{R['phase2_seq_len']} for the last {R['phase2_fraction']:.0%} of the steps).")

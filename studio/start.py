@@ -140,7 +140,7 @@ STOPPED = {"cancelled": "was cancelled", "failed": "failed", "dead": "stopped (i
 
 
 def _step2(root, own: list, precision: str, device: str) -> Step:
-    from engine.pretrain_config import CLASSROOM_RECIPE as R
+    from engine.pretraining.config import CLASSROOM_RECIPE as R
     s2 = Step(2, "Pre-train a tiny BERT",
               f"2 layers, hidden 128, masked LM + next sentence prediction on BBC News, {R['steps']:,} steps of "
               f"{R['seq_len']} tokens then {R['phase2_seq_len']} (the classroom run). Press Launch; the run goes on even "

@@ -113,14 +113,13 @@ def test_classroom_scale_fits_the_hour():
     assert study.scale == "classroom" and study.seeds == (0,)
     # the pre-training runs: the paper's short-then-long schedule scaled down (32 tokens, then 128 for the last 30%),
     # every other setting the classroom default of `python -m engine pretrain` (the learning rate too)
-    from engine.pretraining.run import PretrainConfig
+    from engine.pretraining.config import PretrainConfig
     b = study.base
     # BERT 6,000 steps (twice the recipe's), the other rows at its FLOPs (engine/ablations/paper.py: why)
     assert (b.preset, b.steps, b.batch_size, b.seq_len, b.phase2_seq_len, b.phase2_fraction) == ("tiny", 6000, 64, 32, 128, 0.3)
     assert study.budget == "flops"
     assert b.save_every == 750  # an eighth of the steps, as every classroom study's (study.checkpoint_cadence)
-    assert replace(b, steps=2000, batch_size=16, seq_len=128, phase2_seq_len=None, phase2_fraction=0.1, eval_every=200,
-                   save_every=PretrainConfig.save_every) == PretrainConfig()
+    assert replace(b, steps=PretrainConfig.steps, save_every=PretrainConfig.save_every) == PretrainConfig()
     # span, token (right context), a sentence pair (same story?), and the topic control
     assert [e.task for e in study.evaluations] == ["bbc-cloze", "bbc-punct", "bbc-story", "bbc-topic"]
     jobs = A.plan(study, "/x")

@@ -11,7 +11,7 @@ import pytest
 from engine import ablations as A
 from engine import cli
 from engine.ablations import reuse
-from engine.pretrain_config import TRAINING_VERSION, PretrainConfig
+from engine.pretraining.config import TRAINING_VERSION, PretrainConfig
 
 FINGERPRINT = "f" * 64
 

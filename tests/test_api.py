@@ -7,17 +7,17 @@ import engine
 
 
 def test_design_api_names_are_the_functions_and_classes():
-    pre = importlib.import_module("engine.pretrain")
+    pre = importlib.import_module("engine.pretraining.run")
     fin = importlib.import_module("engine.finetune")
     feat = importlib.import_module("engine.features")
-    assert engine.pretrain is pre.pretrain and engine.PretrainConfig is pre.PretrainConfig
+    assert engine.pretrain is pre.pretrain and engine.PretrainConfig is pre.PretrainConfig  # (run.py imports it)
     assert engine.finetune is fin.finetune and engine.FinetuneConfig is fin.FinetuneConfig
     assert engine.extract_features is feat.extract_features
     for name in ("BertConfig", "load_corpus", "train_tokenizer", "Tokenizer", "load", "save", "mask_tokens",
                  "fill_mask", "next_sentence", "attention", "EngineError"):
         assert callable(getattr(engine, name)), name
-    # the modules stay importable by name for `from engine.pretrain import ...`
-    from engine.pretrain import main as pretrain_main
+    # the modules stay importable by name for `from engine.pretraining.run import ...`
+    from engine.pretraining.run import main as pretrain_main
     from engine.finetune import main as finetune_main
     assert callable(pretrain_main) and callable(finetune_main)
 

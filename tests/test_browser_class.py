@@ -212,7 +212,7 @@ def _prepared_runs_folder(tmp_path: Path, bbc_docs) -> Path:
     import shutil
 
     from engine import classroom
-    from engine.pretrain import PretrainConfig, pretrain
+    from engine.pretraining.run import PretrainConfig, pretrain
     from engine.runs import mark_complete, write_run_json
     root = tmp_path / "runs"
     corpus = _small_corpus(tmp_path / "corpus.txt", bbc_docs, n_docs=30)

@@ -189,12 +189,13 @@ def test_class_cache_builds_what_pretrain_then_finds_in_the_cache(tmp_path):
     from engine.cli import given
     from engine.corpora import load_corpus
     from engine.distributed import Dist
-    from engine.pretrain import PretrainConfig, _prepare, build_parser, config_from_args
+    from engine.pretraining.config import PretrainConfig
+    from engine.pretraining.run import build_parser, config_from_args, tokenizer_and_data
     root, flags = tmp_path / "runs", _tiny_flags(tmp_path)
     data = classroom.build_cache(root, flags)
     assert len(data) == 2 and classroom.cache_ready(root)  # both lengths of the two-phase schedule
     cfg = config_from_args(given(PretrainConfig, build_parser(), [*flags, "--out", str(tmp_path / "run")]))
-    _, caches = _prepare(cfg, load_corpus(cfg.corpus), tmp_path / "run", Dist(), resuming=False)
+    _, caches = tokenizer_and_data(cfg, load_corpus(cfg.corpus), tmp_path / "run", Dist(), resuming=False)
     assert [str(c.path) for c in caches] == data and all(c.from_cache for c in caches)
 
 

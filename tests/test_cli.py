@@ -10,8 +10,8 @@ from engine.features import FeaturesConfig
 from engine.features import build_parser as features_parser
 from engine.finetune import FinetuneConfig
 from engine.finetune import build_parser as finetune_parser
-from engine.pretrain import PretrainConfig, config_from_args
-from engine.pretrain import build_parser as pretrain_parser
+from engine.pretraining.run import PretrainConfig, config_from_args
+from engine.pretraining.run import build_parser as pretrain_parser
 
 COMMANDS = [(PretrainConfig, pretrain_parser), (FinetuneConfig, finetune_parser), (FeaturesConfig, features_parser)]
 
@@ -101,7 +101,7 @@ def test_resume_keeps_the_run_settings_not_given_again(tmp_path):
 
 
 def test_pretrain_from_scratch_is_the_classroom_run_for_every_flag_left_out():
-    from engine.pretrain_config import CLASSROOM_RECIPE
+    from engine.pretraining.config import CLASSROOM_RECIPE
     given = lambda *argv: config_from_args(cli.given(PretrainConfig, pretrain_parser(), ["--out", "x", *argv]))
     cfg = given()
     assert cfg == given("--classroom") == PretrainConfig.classroom(out="x")

@@ -35,7 +35,7 @@ def _ltr_nsp(monkeypatch):
 
 
 def test_worked_example_objective_gives_a_causal_model_with_an_nsp_head(monkeypatch):
-    from engine.pretrain_config import PretrainConfig, model_config, validate
+    from engine.pretraining.config import PretrainConfig, model_config, validate
     obj = _ltr_nsp(monkeypatch)
     cfg = PretrainConfig(objective=obj.name, out="x")
     validate(cfg)

@@ -196,7 +196,7 @@ def _pretrain_args(corpus, out, steps=6, extra=()):
 
 def test_retry_of_a_pretrain_run_killed_before_its_first_checkpoint_starts_it_again(tmp_path, small_corpus, monkeypatch, engine_cli):
     from engine.jobs import retry_argv
-    import engine.pretrain_loop as P
+    import engine.pretraining.loop as P
     out = tmp_path / "early"
     real = P.checkpoint
 
@@ -577,7 +577,7 @@ def test_hand_edited_metrics_and_an_unreadable_run_json_keep_the_pretrain_page_w
 def test_a_second_sigterm_while_saving_keeps_the_cancel_checkpoint(tmp_path, small_corpus, monkeypatch, engine_cli):
     import signal as sig
 
-    import engine.pretrain_loop as P
+    import engine.pretraining.loop as P
     real, calls = P.checkpoint, []
 
     def signalling_checkpoint(*a, **k):
@@ -649,7 +649,7 @@ def test_resume_falls_back_from_a_corrupt_latest_checkpoint(tmp_path, small_corp
 
 # ------------------------------------------------------------------ 14. a diverging run stops as failed, keeping its finite checkpoint
 def test_non_finite_loss_fails_the_run_and_keeps_the_last_finite_checkpoint(tmp_path, small_corpus, monkeypatch, engine_cli, one_line_error):
-    import engine.pretrain_loop as P
+    import engine.pretraining.loop as P
     real = P.forward_loss
 
     def diverging(model, batch, obj, device, amp_ctx):

@@ -15,7 +15,7 @@ import pytest
 import engine.corpora
 from engine.corpora import corpus_files, is_binary, iter_documents, load_corpus
 from engine.errors import EngineError
-from engine.prepare import PrepareConfig, open_prepared, part_files, prepare, read_manifests
+from engine.pretraining.prepare import PrepareConfig, open_prepared, part_files, prepare, read_manifests
 from engine.tokenizer import train_tokenizer
 
 REPO = Path(__file__).resolve().parents[1]
@@ -226,7 +226,7 @@ def test_a_huge_document_streams_in_bounded_pieces_that_keep_every_word(tmp_path
 MEMORY_SCRIPT = r'''
 import random, resource, sys
 from pathlib import Path
-from engine.prepare import PrepareConfig, prepare
+from engine.pretraining.prepare import PrepareConfig, prepare
 from engine.tokenizer import train_tokenizer
 
 root, mb, cap_mb = Path(sys.argv[1]), float(sys.argv[2]), int(sys.argv[3])

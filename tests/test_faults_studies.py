@@ -16,7 +16,7 @@ import pytest
 from engine import ablations as A
 from engine.ablations import reuse, runner
 from engine.errors import EngineError
-from engine.pretrain_config import TRAINING_VERSION
+from engine.pretraining.config import TRAINING_VERSION
 from engine.records import EVALUATION_VERSION
 
 

@@ -136,7 +136,7 @@ def test_uncached_id_offline_is_one_line_naming_the_offline_choices(cache):
     assert "org/not-downloaded" in msg and "HF_HUB_OFFLINE" in msg and str(cache) in msg
     assert "'minilm'" in msg and "minilm-continued" in msg and "run folder" in msg
     with pytest.raises(EngineError, match="--init org/not-downloaded: .*minilm-continued"):
-        from engine.pretrain_init import read_init_settings
+        from engine.pretraining.init import read_init_settings
         read_init_settings("org/not-downloaded")
 
 

@@ -58,10 +58,10 @@ def test_job_queue_and_ablations_load_without_torch():
 
 @pytest.mark.slow
 def test_run_entry_points_stay_functions_when_their_modules_are_imported_first():
-    code = ("import sys; from engine.pretrain import main; from engine.finetune import main as m2; import engine; "
-            "assert engine.pretrain is sys.modules['engine.pretrain'].pretrain and callable(engine.pretrain); "
+    code = ("import sys; from engine.pretraining.run import main; from engine.finetune import main as m2; import engine; "
+            "assert engine.pretrain is sys.modules['engine.pretraining.run'].pretrain and callable(engine.pretrain); "
             "assert engine.finetune is sys.modules['engine.finetune'].finetune; "
-            "import engine.prepare; assert engine.prepare is sys.modules['engine.prepare'].prepare")
+            "import engine.pretraining.prepare; assert engine.prepare is sys.modules['engine.pretraining.prepare'].prepare")
     r = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
 

@@ -1,4 +1,4 @@
-"""Masked-LM corruption (`engine.pretraining_data.mask_tokens`): statistics, invariants, whole words, seeds.
+"""Masked-LM corruption (`engine.pretraining.cache.mask_tokens`): statistics, invariants, whole words, seeds.
 
 The paper's Table 8 lists MASK/SAME/RND; `mask_tokens` takes ratios in the order MASK/RANDOM/SAME.
 """
@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from engine.errors import EngineError
-from engine.pretraining_data import IGNORE_INDEX, mask_tokens
+from engine.pretraining.masking import IGNORE_INDEX, mask_tokens
 
 V, MASK, PAD, CLS, SEP = 1000, 4, 0, 2, 3
 SPECIAL_IDS = [0, 1, 2, 3, 4]

@@ -9,7 +9,8 @@ import engine
 from engine import runs
 from engine.errors import EngineError
 from engine.objectives import LTR, MLM, MLM_NSP, OBJECTIVES, SUMS, Objective, every, objective
-from engine.pretrain import PretrainConfig, model_config, pretrain, validate
+from engine.pretraining.config import PretrainConfig, model_config, validate
+from engine.pretraining.run import pretrain
 
 
 def test_the_papers_three_objectives():

@@ -182,7 +182,7 @@ def test_the_estimate_takes_off_what_jobs_queued_ahead_will_train(study_root, mo
 
     from engine import cli
     from engine.ablations import reuse
-    from engine.pretrain_config import PretrainConfig
+    from engine.pretraining.config import PretrainConfig
     slow = A.SpeedCheck("fp32", 2, 3 * A.timing.REFERENCE_STEP_MS)
     monkeypatch.setattr(A, "speed_check", lambda: slow)
     fig5 = A.get_study("training-steps", scale="classroom")

@@ -18,8 +18,8 @@ import torch
 import engine.corpora
 from engine.corpora import corpus_files, document_sentences, iter_documents, load_corpus
 from engine.errors import EngineError
-from engine.prepare import PrepareConfig, blocks, open_prepared, prepare, prepared_stats, read_manifests
-from engine.pretraining_data import build_pretraining_data
+from engine.pretraining.prepare import PrepareConfig, blocks, open_prepared, prepare, prepared_stats, read_manifests
+from engine.pretraining.cache import build_pretraining_data
 from engine.tokenizer import train_tokenizer
 
 torch.set_num_threads(1)
@@ -293,7 +293,7 @@ def test_pretrain_from_prepared_shards_resumes_bit_identically(corpus, tmp_path)
     from safetensors.torch import load_file
 
     from engine import runs
-    from engine.pretrain import PretrainConfig, _pretrain, config_from_args, pretrain
+    from engine.pretraining.run import PretrainConfig, _pretrain, config_from_args, pretrain
 
     d, _ = corpus
     src = tmp_path / "src.txt"
@@ -331,7 +331,7 @@ def test_pretrain_from_prepared_shards_resumes_bit_identically(corpus, tmp_path)
 
 
 def test_prefetcher_keeps_order_passes_errors_and_stops():
-    from engine.pretrain_loop import Prefetcher
+    from engine.pretraining.loop import Prefetcher
 
     assert list(Prefetcher(iter(range(50)), depth=3)) == list(range(50))
 
@@ -374,7 +374,7 @@ import gzip, os, random, resource, sys
 from pathlib import Path
 os.environ["TOKENIZERS_PARALLELISM"] = "false"
 from engine.corpora import corpus_files, document_sentences, iter_documents
-from engine.prepare import PrepareConfig, prepare
+from engine.pretraining.prepare import PrepareConfig, prepare
 from engine.tokenizer import train_tokenizer
 
 root, corpus_mb, cap_mb = Path(sys.argv[1]), float(sys.argv[2]), int(sys.argv[3])
@@ -433,7 +433,7 @@ def test_memory_stays_bounded_on_a_corpus_far_larger_than_the_memory_cap(tmp_pat
 
 
 def test_synthetic_corpus_is_shuffled_copies_of_a_builtin_one(tmp_path):
-    from engine.prepare import write_synthetic_corpus
+    from engine.pretraining.prepare import write_synthetic_corpus
 
     got = write_synthetic_corpus(tmp_path / "syn", copies=2, source="bbc", log=quiet)
     bbc = load_corpus("bbc")
@@ -449,7 +449,7 @@ def test_synthetic_corpus_is_shuffled_copies_of_a_builtin_one(tmp_path):
 
 
 def test_the_vocabulary_sample_is_bounded_and_spread_over_the_files(tmp_path):
-    from engine.prepare import sample_texts
+    from engine.pretraining.prepare import sample_texts
 
     for k in range(4):
         (tmp_path / f"f{k}.txt").write_text("\n\n".join(f"file{k} doc{i} " + "word " * 8 for i in range(100)), encoding="utf-8")
@@ -488,22 +488,22 @@ def test_torchrun_two_ranks_train_from_prepared_shards(corpus, tmp_path):
 def test_a_full_disk_while_writing_a_shard_is_one_line_and_publishes_nothing(corpus, tmp_path, monkeypatch):
     import errno
 
-    import engine.pretraining_data as pd
+    import engine.pretraining.cache as pd
 
     d, _ = corpus
-    real, calls = pd._save_npy, []
+    real, calls = pd.save_npy, []
 
     def full(path, arr):
         calls.append(path)
         if len(calls) > 12:  # 10 arrays a shard (train and eval): in the second shard
             raise OSError(errno.ENOSPC, "No space left on device")
         real(path, arr)
-    monkeypatch.setattr(pd, "_save_npy", full)
+    monkeypatch.setattr(pd, "save_npy", full)
     with pytest.raises(EngineError, match="No space left on device; free disk space"):
         prepare(_cfg(d, tmp_path / "p", block_docs=60), quiet)
     part = tmp_path / "p" / "part-0-of-1"
     assert sorted(p.name for p in part.glob("shard-*")) == ["shard-000000"] and not list(part.glob(".tmp-*"))
-    monkeypatch.setattr(pd, "_save_npy", real)
+    monkeypatch.setattr(pd, "save_npy", real)
     prepare(_cfg(d, tmp_path / "p", block_docs=60), quiet)  # the same command again finishes
     assert open_prepared(tmp_path / "p").train.num_shards == 5
 
@@ -523,8 +523,8 @@ def test_without_a_tokenizer_a_vocabulary_is_trained_and_an_unfinished_run_keeps
 
 
 def test_held_out_batches_of_prepared_data_collate_only_what_is_evaluated(sharded, monkeypatch):
-    from engine.pretrain_config import PretrainConfig
-    from engine.pretrain_loop import eval_batches
+    from engine.pretraining.config import PretrainConfig
+    from engine.pretraining.loop import eval_batches
 
     seen = []
     real = type(sharded.eval).collate

@@ -24,7 +24,10 @@ import torch
 import engine
 from engine import runs
 from engine.errors import EngineError
-from engine.pretrain import PretrainConfig, _pretrain, ltr_labels, lr_at, model_config, param_groups, pretrain, validate
+from engine.optim import lr_at, param_groups
+from engine.pretraining.config import PretrainConfig, model_config, validate
+from engine.pretraining.loop import ltr_labels
+from engine.pretraining.run import _pretrain, pretrain
 
 REPO = Path(__file__).resolve().parents[1]
 TOPICS = 6
@@ -95,7 +98,7 @@ def test_schedule_and_param_groups():
 
 @pytest.mark.slow
 def test_accuracy_at_mask_counts_only_positions_whose_input_is_mask():
-    from engine.pretrain_loop import mask_position_accuracy
+    from engine.pretraining.loop import mask_position_accuracy
     M = 3  # [MASK]'s id in this hand-made batch
     b = {"input_ids": torch.tensor([[1, M, 9, M, 8], [1, M, 5, 6, M]]),
          "labels": torch.tensor([[-100, 7, 9, 7, 4], [-100, 7, -100, -100, 5]])}
@@ -157,7 +160,7 @@ def test_validation_errors_are_one_line():
     for bad in (dict(objective="nsp"), dict(preset="huge"), dict(mask_ratios=(0.5, 0.1, 0.1)), dict(seq_len=600),
                 dict(steps=0), dict(hidden=100, heads=3), dict(phase2_seq_len=1024), dict(seq_len=256, phase2_seq_len=128)):
         with pytest.raises(EngineError) as e:
-            from engine.pretrain import validate
+            from engine.pretraining.config import validate
             validate(replace(PretrainConfig(out="x"), **bad))
         assert "\n" not in str(e.value)
     assert "is not longer than --seq-len 256" in str(e.value)  # a second phase shorter than the first: refused
@@ -181,7 +184,7 @@ def test_tiny_run_learns(env):
     assert [r["step"] for r in train] == list(range(10, 501, 10)) and [r["step"] for r in ev] == [500]
     first, last = train[0], ev[-1]
     # the most-frequent-token baseline on the held-out data
-    from engine.pretraining_data import build_pretraining_data
+    from engine.pretraining.cache import build_pretraining_data
     tok = engine.Tokenizer.from_file(env["tok_dir"])
     cache = build_pretraining_data(engine.load_corpus(cfg.corpus), tok, seq_len=cfg.seq_len, seed=cfg.seed,
                                    cache_dir=cfg.cache_dir, eval_fraction=cfg.eval_fraction)
@@ -323,7 +326,7 @@ def test_max_minutes_finishes_with_an_evaluation_and_a_checkpoint(env):
 
 @pytest.mark.slow
 def test_failed_checkpoint_write_marks_the_run_failed_and_keeps_the_previous_one(env, monkeypatch):
-    P = importlib.import_module("engine.pretrain_run")  # where checkpoints are written
+    P = importlib.import_module("engine.pretraining.run_folder")  # where checkpoints are written
     calls = {"n": 0}
     real = P.atomic_save_with
 
@@ -435,7 +438,7 @@ def test_cli_second_run_into_a_live_folder_is_refused_then_sigterm_checkpoints(e
 def test_a_two_phase_run_is_evaluated_at_the_length_it_trains(env, tmp_path, monkeypatch):
     """Held-out batches follow the phase: the first phase's evaluations score its short text, the second's (and
     the final one, what the studies' tables read) text of the final length, the length downstream tasks read."""
-    import engine.pretrain_loop as P
+    import engine.pretraining.loop as P
     widths, real = [], P.eval_batches
 
     def recording(cache, cfg, batch_size):
@@ -513,8 +516,8 @@ def test_torchrun_two_processes_train_and_checkpoint(env, tmp_path):
 TEARDOWN_SCRIPT = """
 import os, sys, torch
 from engine.distributed import Dist, setup, teardown
-from engine.pretrain_loop import wrap_model
-from engine.pretrain import PretrainConfig
+from engine.pretraining.loop import wrap_model
+from engine.pretraining.run import PretrainConfig
 def gloo_threads():
     return [t for t in os.listdir("/proc/self/task") if "gloo" in open(f"/proc/self/task/{t}/comm").read()]
 dist = Dist(rank=0, world_size=2)  # enabled; the group itself is one process (WORLD_SIZE=1 in the environment)

@@ -12,10 +12,10 @@ import torch
 import engine
 from engine import runs
 from engine.errors import EngineError
-from engine.pretrain import PretrainConfig, _pretrain, config_from_args, pretrain
-from engine.pretrain_config import CONTINUED_PRETRAINING
-from engine.pretrain_init import resolve_init
-from engine.pretrain_loop import build_model
+from engine.pretraining.run import PretrainConfig, _pretrain, config_from_args, pretrain
+from engine.pretraining.config import CONTINUED_PRETRAINING
+from engine.pretraining.init import resolve_init
+from engine.pretraining.loop import build_model
 
 
 def _synthetic_docs(n_docs: int) -> list:
@@ -34,7 +34,7 @@ def env(tmp_path_factory):
     corpus = root / "corpus.txt"
     corpus.write_text("\n\n".join(" ".join(d) for d in _synthetic_docs(60)) + "\n", encoding="utf-8")
     tok_dir = engine.train_tokenizer(engine.load_corpus(str(corpus)), vocab_size=200).save(root / "tok")
-    common = dict(corpus=str(corpus), cache_dir=str(root / "cache"), seq_len=64, batch_size=8, log_every=2,
+    common = dict(corpus=str(corpus), cache_dir=str(root / "cache"), seq_len=64, phase2_seq_len=None, batch_size=8, log_every=2,
                   eval_max_instances=32, quiet=True, num_threads=1)
     src = PretrainConfig(tokenizer=str(tok_dir), hidden=64, heads=2, layers=2, max_positions=64, steps=4, eval_every=4,
                          save_every=4, out=str(root / "src"), **common)

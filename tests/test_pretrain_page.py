@@ -11,7 +11,7 @@ from streamlit.testing.v1 import AppTest
 
 import engine
 from engine import runs
-from engine.pretrain import PretrainConfig, pretrain
+from engine.pretraining.run import PretrainConfig, pretrain
 from studio.compare import ema
 
 pytestmark = pytest.mark.slow  # AppTest runs whole pages
@@ -149,7 +149,7 @@ def test_launch_form_validates_and_submits_a_job(runs_root, monkeypatch):
 
 
 def test_launch_from_a_model_continues_its_pretraining_with_the_recipe(runs_root, monkeypatch):
-    from engine.pretrain_config import CONTINUED_PRETRAINING as R
+    from engine.pretraining.config import CONTINUED_PRETRAINING as R
     from engine import jobs
     calls = []
     monkeypatch.setattr(jobs, "submit", lambda argv, name=None, run_dir=None, root=None: calls.append((argv, name, run_dir, root)) or {"id": "j1", "status": "queued"})
@@ -164,7 +164,7 @@ def test_launch_from_a_model_continues_its_pretraining_with_the_recipe(runs_root
     assert not at.exception and not at.error, [e.value for e in at.error]
     argv, jname, run_dir, root = calls[0]
     from engine.cli import given
-    from engine.pretrain import build_parser, config_from_args
+    from engine.pretraining.run import build_parser, config_from_args
     flags = given(engine.PretrainConfig, build_parser(), argv[1:])
     assert jname == "minilm-continued-mlm_nsp" and flags["init"] == "minilm" and flags["corpus"] == R["corpus"]
     assert flags["steps"] == 40 and flags["batch_size"] == R["batch_size"] and flags["lr"] == R["lr"]
@@ -230,7 +230,7 @@ def test_curves_against_tokens_and_time_with_smoothing(runs_root):
 
 def test_prepared_data_is_picked_with_its_statistics_and_launched_from(runs_root, tmp_path, monkeypatch):
     from engine import jobs
-    from engine.prepare import PrepareConfig, prepare, prepared_stats
+    from engine.pretraining.prepare import PrepareConfig, prepare, prepared_stats
 
     corpus = _corpus(tmp_path / "c.txt")
     tok = engine.train_tokenizer(engine.load_corpus(str(corpus)), vocab_size=120).save(tmp_path / "tok")
@@ -269,7 +269,7 @@ def _stopped(root, name, status, error, config, evals=()):
 
 
 def test_a_cancelled_run_says_the_resume_button_and_the_classroom_run_gets_no_classroom_hint(tmp_path):
-    from engine.pretrain_config import CLASSROOM_RECIPE as R
+    from engine.pretraining.config import CLASSROOM_RECIPE as R
     root = tmp_path / "runs"
     plateau = {"eval_mlm_acc": 0.3, "eval_mlm_mask_acc": 0.04, "eval_mlm_mask_baseline": 0.044}
     classroom = {"objective": "mlm+nsp", "preset": "tiny", "seq_len": R["seq_len"], "phase2_seq_len": R["phase2_seq_len"]}

@@ -7,8 +7,8 @@ import torch
 
 import engine.corpora
 from engine.errors import EngineError
-from engine.pretraining_data import (IGNORE_INDEX, build_pretraining_data, fixed_eval_masking, mask_batch,
-                                     open_pretraining_data)
+from engine.pretraining.cache import build_pretraining_data, open_pretraining_data
+from engine.pretraining.masking import IGNORE_INDEX, fixed_eval_masking, mask_batch
 from engine.tokenizer import train_tokenizer
 
 torch.set_num_threads(1)
@@ -142,7 +142,7 @@ def test_half_written_cache_is_never_picked_up(bbc, tmp_path):
 def test_stale_tmp_folders_of_dead_writers_are_removed(tmp_path):
     import os
 
-    from engine.pretraining_data import _remove_stale_tmp
+    from engine.pretraining.cache import _remove_stale_tmp
     dead, live, odd = (tmp_path / f".tmp-key-{pid}-ab12" for pid in (2 ** 22 + 1, os.getpid(), "x"))  # 2**22+1 > pid_max
     for d in (dead, live, odd):
         d.mkdir()

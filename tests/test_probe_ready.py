@@ -11,7 +11,7 @@ from streamlit.testing.v1 import AppTest
 
 import engine
 from engine import jobs, runs
-from engine.pretrain_config import CONTINUED_PRETRAINING, PROBE_READY_RUN
+from engine.pretraining.config import CONTINUED_PRETRAINING, PROBE_READY_RUN
 from studio import probe_ready
 
 REPO = Path(__file__).resolve().parents[1]
@@ -70,7 +70,7 @@ def test_the_button_queues_the_one_step_command(tmp_path, queue):
     assert queue == [{"argv": ["pretrain", "--corpus", "all", "--init", "minilm", "--out", str(d), "--quiet"],
                       "name": PROBE_READY_RUN, "run_dir": str(d), "root": str(tmp_path)}]
     assert probe_ready.argv(tmp_path) == queue[0]["argv"]
-    from engine.pretrain import build_parser, config_from_args
+    from engine.pretraining.run import build_parser, config_from_args
     cfg = config_from_args(vars(build_parser().parse_args(queue[0]["argv"][1:])))
     assert cfg == engine.PretrainConfig.for_init("minilm", out=str(d), quiet=True)  # no other flag: the recipe
     assert any("Queued (job job1)" in i.value for i in at.info)

@@ -128,7 +128,7 @@ def test_sigkill_at_random_moments_then_resume_to_completion(tmp_path, small_cor
 def test_disk_full_during_a_checkpoint_marks_the_run_failed_and_keeps_the_previous_one(tmp_path, small_corpus, monkeypatch):
     import safetensors.torch as st
 
-    from engine.pretrain import config_from_args, build_parser, pretrain
+    from engine.pretraining.run import config_from_args, build_parser, pretrain
 
     out = tmp_path / "full"
     args = vars(build_parser().parse_args([str(a) for a in _pretrain_args(small_corpus, out, steps=9)[1:]]))

@@ -207,12 +207,12 @@ def test_option_errors_name_the_cli_flag(tmp_path):
 
 
 def test_eval_every_with_no_held_out_documents_says_evaluation_is_off():
-    from engine.pretrain import config_from_args
+    from engine.pretraining.run import config_from_args
     with pytest.raises(EngineError, match=r"--eval-every 100 asks for held-out evaluation, but --eval-fraction 0 .* evaluation is off"):
         config_from_args({"eval_every": 100, "eval_fraction": 0.0, "out": "x"})
     assert config_from_args({"eval_fraction": 0.0, "out": "x"}).eval_fraction == 0.0  # no --eval-every: fine
     import engine
-    from engine.pretraining_data import build_pretraining_data
+    from engine.pretraining.cache import build_pretraining_data
     docs = [["the cat sat on the mat .", "it was warm ."], ["a dog ran far .", "it was fast ."]]
     tok = engine.train_tokenizer([s for d in docs for s in d], vocab_size=120, lowercase=True, min_frequency=1)
     with pytest.raises(EngineError, match=r"hold out none \(--eval-fraction 0\)"):

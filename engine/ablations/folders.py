@@ -91,7 +91,8 @@ def study_from_dict(d: dict) -> Study:
         if x is None:
             return None
         known = {f.name for f in fields(cls)}
-        kw = {k: v for k, v in x.items() if k in known and v is not None}  # None: the field's default
+        # None: the field's default, but for a field whose default is a value (phase2_seq_len None: one phase)
+        kw = {k: v for k, v in x.items() if k in known and (v is not None or getattr(cls, k, None) is not None)}
         for k in ("mask_ratios", "lr", "batch_size", "epochs"):
             if isinstance(kw.get(k), list):
                 kw[k] = tuple(kw[k])

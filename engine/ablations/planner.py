@@ -20,7 +20,7 @@ def step_flops(cfg) -> float:
     sequence at full --seq-len (a second phase's steps: `run_flops`); the LM head at every position for a left-to-right objective, at --mask-rate of them
     (15%) for MLM; the pooler and the 2-way NSP classifier only with NSP."""
     from engine.flops import model_flops  # (torch: engine.ablations itself loads without it)
-    from engine.pretrain_config import model_config
+    from engine.pretraining.config import model_config
     obj = objective(cfg.objective)
     B, T = cfg.batch_size, cfg.seq_len
     n_pred = B * T if obj.causal else int(round(cfg.mask_rate * B * T))

@@ -9,10 +9,10 @@ a CPU without bf16 units"). Before a study's pre-training job starts (`take_over
 engine.ablations.runner), the runs folder is searched for a run that
 - is a finished `pretrain` run (run.json status "finished"), not one of this study's own;
 - has the same training settings: every PretrainConfig field except those that do not change what is trained
-  (`IGNORED`: where it is written, how often it logs, evaluates and saves, threads, device; engine.pretrain_config
+  (`IGNORED`: where it is written, how often it logs, evaluates and saves, threads, device; engine.pretraining.config
   RUNTIME_FIELDS less the steps and the time budget), with the architecture compared as the model it builds
   (`--preset tiny` and `--preset tiny --layers 2 --hidden 128 --heads 2` are one model);
-- was trained by code that trains these settings as today's does (run.json training_version, engine.pretrain_config
+- was trained by code that trains these settings as today's does (run.json training_version, engine.pretraining.config
   TRAINING_VERSION: a run from before the sorted vocabulary started elsewhere);
 - was trained on the same text (run.json corpus_fingerprint against the corpus as it reads now: a corpus folder may
   have changed since);
@@ -56,7 +56,7 @@ import shutil
 from pathlib import Path
 
 from engine.errors import EngineError
-from engine.pretrain_config import RUNTIME_FIELDS, TRAINING_VERSION
+from engine.pretraining.config import RUNTIME_FIELDS, TRAINING_VERSION
 from engine.fileio import atomic_write_json
 from engine.records import EVAL_JSON, EVALUATION_VERSION, RUN_JSON, STUDY_JSON, read_json_or_empty
 from engine.runs import latest_checkpoint
@@ -75,13 +75,15 @@ KEPT = ("job.log",)  # what a job's run folder may hold before it starts: the qu
 def training_key(config: dict) -> dict:
     """What a pre-training run trains, from its config (run.json "config" or a PretrainConfig as a dict): every
     setting but IGNORED, the architecture as (layers, hidden, heads) of the model it builds."""
-    from engine.pretrain_config import PretrainConfig, model_config
+    from engine.pretraining.config import PretrainConfig, model_config
     known = {k: v for k, v in config.items() if k in PretrainConfig.__dataclass_fields__}
     known["mask_ratios"] = tuple(float(r) for r in known.get("mask_ratios", (0.8, 0.1, 0.1)))
     cfg = PretrainConfig(**known)
     m = model_config(cfg, cfg.vocab_size)
     key = {k: v for k, v in known.items() if k not in IGNORED | {"layers", "hidden", "heads"}}
     key.update(layers=m.num_layers, hidden=m.hidden_size, heads=m.num_heads, mask_ratios=list(key["mask_ratios"]))
+    if key.get("phase2_seq_len") is None:
+        key.pop("phase2_fraction", None)  # the share of a second phase there is not trains nothing
     return key
 
 
@@ -89,9 +91,9 @@ def config_of(argv: list) -> dict:
     """The PretrainConfig (as a dict) of a study's `pretrain` job command line (argv[0] == "pretrain")."""
     from dataclasses import asdict
     from engine import cli
-    from engine.pretrain_config import PretrainConfig
+    from engine.pretraining.config import PretrainConfig
     given = cli.given(PretrainConfig, cli.parser(PretrainConfig, ""), argv[1:])
-    return asdict(PretrainConfig(**given))
+    return asdict(PretrainConfig.classroom(**given))  # as the command reads it (a given length alone: one phase)
 
 
 def candidate_runs(runs_root: Path, exclude: Path) -> list:

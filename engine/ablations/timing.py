@@ -119,7 +119,7 @@ def training_seconds(cfg, check: SpeedCheck) -> float:
     steps x its FLOPs per step (engine.ablations.planner.run_flops) over the FLOPs of the
     check's step, x the check's time (module docstring: how close it came); a --max-minutes budget caps it."""
     from engine.ablations.planner import run_flops, step_flops
-    from engine.pretrain_config import PretrainConfig
+    from engine.pretraining.config import PretrainConfig
     ref = PretrainConfig(preset="tiny", vocab_size=8000, batch_size=SPEED_CHECK_BATCH, seq_len=SPEED_CHECK_TOKENS,
                          mask_rate=0.25, objective="mlm")  # the speed check's step
     seconds = run_flops(cfg) / step_flops(ref) * check.step_ms / 1000
@@ -259,7 +259,7 @@ def job_minutes(study, check: SpeedCheck) -> dict:
     from engine.ablations.paper import get_study
     from engine.ablations.planner import plan
     from engine.ablations.reuse import config_of
-    from engine.pretrain_config import PretrainConfig
+    from engine.pretraining.config import PretrainConfig
     where = Path("/nonexistent-estimate")
     ref = REFERENCE_MINUTES[study.name]
     reference = SpeedCheck(check.precision, check.threads, ref.step_ms)

@@ -1,24 +1,11 @@
-"""Pre-training data: documents -> tokenized, unmasked instances on disk -> batches -> masked batches.
+"""The pre-training data store: instances on disk, memory-mapped, under a key; batches from it.
 
-Implements paper 3.1 and A.2 and the algorithm of google-research/bert `create_pretraining_data.py`
-(re-implemented, not copied):
-
-- `mlm+nsp` (BERT): per document, sentences are gathered into a chunk until it reaches a target length
-  (`seq_len - 3`, or with probability `short_seq_prob` a random length in [2, seq_len - 3]). A random number
-  of the chunk's leading sentences form segment A. With probability 0.5 segment B is the rest of the chunk
-  (IsNext, label 0); otherwise B is a run of sentences from a random start in ANOTHER document (NotNext,
-  label 1) and the chunk's unused sentences are put back for the next instance. The pair is truncated to
-  the target, one token at a time from the longer side, from the front or the back at random (as the
-  released code).
-- `mlm` (No NSP) and `ltr` (LTR & No NSP): one segment per instance, `[CLS] text [SEP]`: each document's
-  tokens are cut into consecutive windows of `seq_len - 2` tokens (or a short random target with
-  probability `short_seq_prob`); no NSP label. The LTR next-token loss is the training loop's business.
-
-Instances are stored UNMASKED (design convention 7, cramming) in a cache folder keyed by a hash of the
-corpus contents, the tokenizer vocabulary, seq_len, objective, seeds, dupe factor, short_seq_prob and the
-eval split; `config.json` beside the arrays says what they are. The folder is written under a temporary name
-and renamed into place, so a half-written cache is never picked up; a later call with the same key
-memory-maps the arrays (fast). Per split (`train/`, `eval/`, each one shard):
+Instances (engine/pretraining/instances.py) are stored UNMASKED (design convention 7, cramming; masking is
+engine/pretraining/masking.py, at batch time) in a cache folder keyed by a hash of the corpus contents
+(engine.tokenizer.corpus_fingerprint), the tokenizer vocabulary, seq_len, objective, seeds, dupe factor,
+short_seq_prob and the eval split; `config.json` beside the arrays says what they are. The folder is written
+under a temporary name and renamed into place, so a half-written cache is never picked up; a later call with the
+same key memory-maps the arrays (fast). Per split (`train/`, `eval/`, each one shard):
   tokens.npy   (N_tokens,) uint16 (int32 for vocabularies over 65,536): all instances back to back, with
                [CLS]/[SEP] included
   offsets.npy  (N+1,) int64: instance i is tokens[offsets[i]:offsets[i+1]]
@@ -27,31 +14,9 @@ memory-maps the arrays (fast). Per split (`train/`, `eval/`, each one shard):
   source.npy   (N, 6) int32 provenance: a_doc, a_sent_start, a_sent_end, b_doc, b_sent_start, b_sent_end
                (indices into the documents as given; sentence ranges end-exclusive; -1 when no B)
 and at the top `continuation.npy` (V,) bool: which vocabulary ids are `##` pieces (for whole-word masking).
-
-Masking happens at batch time (`mask_tokens`, `mask_batch`); the held-out set is masked once with a fixed
-seed (`fixed_eval_masking`) so runs compare. Held-out documents are chosen by `eval_seed` alone, so runs
-with different training seeds evaluate on the same documents.
-
-Departures from the paper / released code, on purpose:
-- The short target (probability `short_seq_prob`) is drawn for each instance and the pair is truncated to
-  it; the released code draws it once per document and truncates to the maximum, so with sentences that
-  are long next to seq_len (BBC news at 64-128 tokens) its "short" instances came out full length.
-- NotNext B always comes from another document (the released code tries 10 times and may keep the same one).
-- The released code forces NotNext whenever a chunk holds a single sentence, which skews NSP labels towards
-  NotNext; here, when the coin says IsNext and the chunk has one sentence, the chunk takes the document's
-  next sentence as B, or, at the very end of a document, is paired with the sentence before it (that
-  sentence then appears in two instances); a one-sentence document that draws IsNext gives no instance.
-  (Forcing NotNext made NotNext about 55% of BBC news instances.)
-- Masking selects exactly max(1, round(rate * n)) positions per sequence (as the released code, not a
-  Bernoulli draw per token), where n counts only real, non-special tokens (the released code counts
-  [CLS]/[SEP] too); there is no `max_predictions_per_seq` cap.
-- RANDOM replacements are drawn uniformly from the non-special vocabulary (the released code draws from
-  the whole vocabulary, [CLS]/[SEP]/[PAD]/[MASK] included).
-- Whole-word masking takes whole words in random order while the selected pieces stay within the count,
-  stopping at the first word that would overflow (the released code skips it and tries later words); the
-  first word is always taken, so at least one position is selected.
-- The No-NSP inputs are packed windows within a document and may start mid-sentence (the paper does not
-  say how its No-NSP inputs were built; this follows RoBERTa's DOC-SENTENCES packing).
+When opened, each split is checked against the counts its config.json records (`split_checks`): a damaged or
+truncated shard is one line naming the fix (DAMAGED_FIX). Prepared data (engine/pretraining/prepare.py) is many
+such shards, opened as one `PretrainingCache`.
 """
 import errno
 import hashlib
@@ -71,233 +36,25 @@ import torch
 from engine.errors import EngineError
 from engine.fileio import atomic_save_with, atomic_write_json
 from engine.objectives import MLM_NSP, objective as get_objective
+from engine.pretraining.instances import eval_count, hold_out, make_instances, tokenize_documents
 from engine.procs import pid_alive
+from engine.tokenizer import corpus_fingerprint
 
 FORMAT_VERSION = 1
-IGNORE_INDEX = -100  # label of positions the MLM loss skips (PyTorch cross_entropy default)
 # the fix a damaged data folder's error names
 DAMAGED_FIX = "delete the data folder and build it again (prepared data: run the same prepare command again)"
 DEFAULT_CACHE_DIR = Path(os.environ.get("BERT_STUDIO_CACHE", "~/.cache/bert_studio")).expanduser() / "pretraining_data"
 
 
-# ================================================================ masking
-def _check_masking_args(rate: float, ratios) -> tuple:
-    try:
-        ratios = tuple(float(r) for r in ratios)
-        rate = float(rate)
-    except (TypeError, ValueError):
-        raise EngineError(f"masking rate {rate!r} and ratios {ratios!r} must be numbers; e.g. rate 0.15, ratios 0.8,0.1,0.1")
-    if len(ratios) != 3:
-        raise EngineError(f"masking ratios need 3 numbers MASK,RANDOM,SAME (got {len(ratios)}); e.g. 0.8,0.1,0.1")
-    if not all(0.0 <= r <= 1.0 for r in ratios):
-        raise EngineError(f"masking ratios {ratios} must each be between 0 and 1; e.g. 0.8,0.1,0.1")
-    if abs(sum(ratios) - 1.0) > 1e-6:
-        raise EngineError(f"masking ratios {ratios} sum to {sum(ratios):.6g}, not 1; MASK+RANDOM+SAME must add up to 1")
-    if not (0.0 < rate <= 1.0) or math.isnan(rate):
-        raise EngineError(f"masking rate {rate} must be in (0, 1]; the paper uses 0.15")
-    return rate, ratios
-
-
-def mask_tokens(input_ids: torch.Tensor, special_tokens_mask: torch.Tensor, vocab_size: int, mask_id: int,
-                rate: float = 0.15, ratios=(0.8, 0.1, 0.1), generator: Optional[torch.Generator] = None,
-                word_starts: Optional[torch.Tensor] = None, attention_mask: Optional[torch.Tensor] = None,
-                special_ids: Optional[Sequence[int]] = None):
-    """Masked-LM corruption (paper 3.1): select positions, then replace them by [MASK] / a random token /
-    themselves with probabilities `ratios` = (MASK, RANDOM, SAME).
-
-    input_ids (B, T) long; special_tokens_mask (B, T) bool/int, True at [CLS]/[SEP]/[PAD] (never selected);
-    attention_mask (B, T), optional, 0 at padding (also never selected). Per row exactly
-    max(1, round(rate * n)) of its n selectable positions are selected (0 when n == 0). With `word_starts`
-    (B, T) bool (True where a word begins; a `##` piece continues the word before it), whole words are
-    selected. RANDOM tokens are uniform over ids in [0, vocab_size) except `special_ids` and `mask_id`
-    (`special_ids` defaults to the ids found at special positions of this batch; pass the tokenizer's
-    `special_ids` to be exact). All randomness comes from `generator`.
-    Returns (masked_ids (B, T) long, labels (B, T) long: the original id where selected, -100 elsewhere).
-    """
-    rate, (p_mask, p_rand, _p_same) = _check_masking_args(rate, ratios)
-    if input_ids.dim() != 2:
-        raise EngineError(f"mask_tokens expects input_ids of shape (batch, length), got {tuple(input_ids.shape)}")
-    if tuple(special_tokens_mask.shape) != tuple(input_ids.shape):
-        raise EngineError(f"special_tokens_mask {tuple(special_tokens_mask.shape)} does not match input_ids {tuple(input_ids.shape)}")
-    B, T = input_ids.shape
-    device = input_ids.device
-    input_ids = input_ids.long()
-    selectable = ~special_tokens_mask.bool()  # (B, T)
-    if attention_mask is not None:
-        selectable &= attention_mask.bool()
-    n_real = selectable.sum(dim=1)  # (B,)
-    k = torch.clamp(torch.floor(n_real.double() * rate + 0.5).long(), min=1)
-    k = torch.where(n_real > 0, torch.minimum(k, n_real), torch.zeros_like(k))  # (B,)
-
-    if word_starts is None:
-        # exactly k random selectable positions per row: rank random scores, keep the k smallest
-        scores = torch.rand(B, T, generator=generator, device=device)
-        scores = scores.masked_fill(~selectable, 2.0)
-        order = scores.argsort(dim=1)  # (B, T)
-        ranks = torch.empty_like(order)
-        ranks.scatter_(1, order, torch.arange(T, device=device).expand(B, T))
-        selected = (ranks < k[:, None]) & selectable
-    else:
-        if tuple(word_starts.shape) != tuple(input_ids.shape):
-            raise EngineError(f"word_starts {tuple(word_starts.shape)} does not match input_ids {tuple(input_ids.shape)}")
-        # a word = a start position and the continuation pieces after it; every unselectable position is a
-        # word of its own, and a piece right after one starts a new word
-        prev_unsel = torch.cat([torch.ones(B, 1, dtype=torch.bool, device=device), ~selectable[:, :-1]], dim=1)
-        starts = word_starts.bool() | ~selectable | prev_unsel  # (B, T)
-        word = starts.long().cumsum(dim=1) - 1  # (B, T) word index per position, 0..W-1
-        W = int(word.max()) + 1 if T > 0 else 0
-        word_len = torch.zeros(B, W, dtype=torch.long, device=device).scatter_add_(1, word, torch.ones_like(word))
-        word_ok = torch.zeros(B, W, dtype=torch.bool, device=device).scatter_(1, word, selectable)  # (B, W)
-        scores = torch.rand(B, W, generator=generator, device=device).masked_fill(~word_ok, 2.0)
-        order = scores.argsort(dim=1)  # words in random order, selectable ones first
-        len_in_order = torch.gather(word_len * word_ok, 1, order)
-        take_in_order = (len_in_order.cumsum(dim=1) <= k[:, None]) & (len_in_order > 0)
-        take_in_order[:, 0] |= k > 0  # the first word always (so at least one position)
-        take_word = torch.zeros(B, W, dtype=torch.bool, device=device).scatter_(1, order, take_in_order) & word_ok
-        selected = torch.gather(take_word, 1, word) & selectable
-
-    labels = torch.where(selected, input_ids, torch.full_like(input_ids, IGNORE_INDEX))
-    u = torch.rand(B, T, generator=generator, device=device)
-    to_mask = selected & (u < p_mask)
-    to_rand = selected & (u >= p_mask) & (u < p_mask + p_rand)
-    masked = input_ids.clone()
-    masked[to_mask] = mask_id
-    n_rand = int(to_rand.sum())
-    if n_rand:
-        if special_ids is None:
-            special_ids = torch.unique(input_ids[~selectable]).tolist() if (~selectable).any() else []
-        ok = torch.ones(vocab_size, dtype=torch.bool, device=device)
-        banned = [int(i) for i in special_ids if 0 <= int(i) < vocab_size] + ([int(mask_id)] if 0 <= mask_id < vocab_size else [])
-        ok[torch.tensor(banned, dtype=torch.long, device=device)] = False
-        allowed = ok.nonzero().squeeze(1)  # ids RANDOM may draw
-        if len(allowed) == 0:
-            raise EngineError(f"the vocabulary of {vocab_size} ids has no non-special token to draw RANDOM replacements from; use a real vocabulary")
-        pick = torch.randint(len(allowed), (n_rand,), generator=generator, device=device)
-        masked[to_rand] = allowed[pick]
-    return masked, labels
-
-
-def mask_batch(batch: dict, vocab_size: int, mask_id: int, special_ids=None, rate: float = 0.15,
-               ratios=(0.8, 0.1, 0.1), generator: Optional[torch.Generator] = None, whole_word: bool = False) -> dict:
-    """A batch from `PretrainingData.batches` with `input_ids` masked and `labels` (B, T) added (a new dict)."""
-    masked, labels = mask_tokens(batch["input_ids"], batch["special_tokens_mask"], vocab_size, mask_id, rate=rate,
-                                 ratios=ratios, generator=generator,
-                                 word_starts=batch["word_starts"] if whole_word else None,
-                                 attention_mask=batch["attention_mask"], special_ids=special_ids)
-    out = dict(batch)
-    out["input_ids"], out["labels"] = masked, labels
-    return out
-
-
-# ================================================================ instances from documents
-def _truncate_pair(a: list, b: list, max_tokens: int, rng: random.Random) -> None:
-    """Trim the longer side one token at a time, from the front or the back at random, until they fit."""
-    while len(a) + len(b) > max_tokens:
-        side = a if len(a) > len(b) else b
-        if rng.random() < 0.5:
-            del side[0]
-        else:
-            side.pop()
-
-
-def _nsp_instances(docs: list, d: int, seq_len: int, short_seq_prob: float, rng: random.Random) -> list:
-    """Instances (tokens_a, tokens_b, is_random_next, source) from document `d` of `docs`.
-
-    docs: list of documents, each a list of (sentence_index, token_ids) with non-empty token lists.
-    """
-    doc = docs[d]
-    max_tokens = seq_len - 3  # [CLS] A [SEP] B [SEP]
-
-    def draw_target():
-        return rng.randint(2, max_tokens) if rng.random() < short_seq_prob else max_tokens
-
-    target = draw_target()
-    out = []
-    chunk = []  # indices into doc
-    length = 0
-    i = 0
-    while i < len(doc):
-        chunk.append(i)
-        length += len(doc[i][1])
-        if i == len(doc) - 1 or length >= target:
-            is_random_next = rng.random() < 0.5
-            if not is_random_next and len(chunk) == 1:
-                if i + 1 < len(doc):  # IsNext needs a B: take the next sentence of the document
-                    i += 1
-                    chunk.append(i)
-                elif i > 0:  # a lone last sentence: pair it with the sentence before it (used once already)
-                    chunk.insert(0, i - 1)
-                else:  # a one-sentence document: no IsNext pair exists; drop rather than force NotNext
-                    break
-            a_end = rng.randint(1, len(chunk) - 1) if len(chunk) >= 2 else 1
-            tokens_a = [t for j in chunk[:a_end] for t in doc[j][1]]
-            if is_random_next:
-                r = rng.randrange(len(docs) - 1)
-                r = r + 1 if r >= d else r  # any document but this one
-                other = docs[r]
-                start = rng.randrange(len(other))
-                tokens_b, j = [], start
-                while j < len(other):
-                    tokens_b.extend(other[j][1])
-                    j += 1
-                    if len(tokens_b) >= target - len(tokens_a):
-                        break
-                b_src = (r, other[start][0], other[j - 1][0] + 1)
-                i -= len(chunk) - a_end  # put the unused sentences back
-            else:
-                tokens_b = [t for j in chunk[a_end:] for t in doc[j][1]]
-                b_src = (d, doc[chunk[a_end]][0], doc[chunk[-1]][0] + 1)
-            _truncate_pair(tokens_a, tokens_b, target, rng)
-            a_src = (d, doc[chunk[0]][0], doc[chunk[a_end - 1]][0] + 1)
-            out.append((tokens_a, tokens_b, is_random_next, a_src + b_src))
-            chunk, length = [], 0
-            target = draw_target()
-        i += 1
-    return out
-
-
-def _single_instances(doc: list, d: int, seq_len: int, short_seq_prob: float, rng: random.Random) -> list:
-    """No-NSP instances: consecutive windows of the document's tokens, `[CLS] window [SEP]`."""
-    max_tokens = seq_len - 2
-    flat = [t for _, ids in doc for t in ids]
-    sent_of = [s for s, ids in doc for _ in ids]  # sentence index of each token
-    out, pos = [], 0
-    while pos < len(flat):
-        target = max_tokens
-        if rng.random() < short_seq_prob:
-            target = rng.randint(2, max_tokens)
-        end = min(pos + target, len(flat))
-        out.append((flat[pos:end], [], None, (d, sent_of[pos], sent_of[end - 1] + 1, -1, -1, -1)))
-        pos = end
-    return out
-
-
-def _make_instances(docs: list, pairs: bool, seq_len: int, short_seq_prob: float, dupe_factor: int,
-                    rng: random.Random) -> list:
-    """docs: list of (doc_index, [(sentence_index, ids), ...]) -> instances (dupe_factor passes over docs):
-    segment pairs with an IsNext/NotNext label when `pairs` (an objective with NSP), else single stretches."""
-    inner = [sents for _, sents in docs]
-    out = []
-    for _ in range(dupe_factor):
-        for n, (d, sents) in enumerate(docs):
-            if pairs:
-                made = _nsp_instances(inner, n, seq_len, short_seq_prob, rng)
-                # map positions in `docs` back to the caller's document indices
-                made = [(a, b, r, (d, s[1], s[2], docs[s[3]][0], s[4], s[5])) for a, b, r, s in made]
-            else:
-                made = _single_instances(sents, d, seq_len, short_seq_prob, rng)
-            out.extend(made)
-    return out
-
-
-def _save_npy(path: Path, arr: np.ndarray) -> None:
+def save_npy(path: Path, arr: np.ndarray) -> None:
+    """Write one array as `path` (.npy), atomically: a reader sees the old file or the whole new one."""
     def write(tmp_name):
         with open(tmp_name, "wb") as f:  # a file object: np.save would append .npy to a bare name
             np.save(f, arr)
     atomic_save_with(path, write)
 
 
-def _write_split(folder: Path, instances: list, cls_id: int, sep_id: int, dtype) -> dict:
+def write_split(folder: Path, instances: list, cls_id: int, sep_id: int, dtype) -> dict:
     """The instances as the split's arrays in `folder`; returns `split_checks` of them."""
     n = len(instances)
     lengths = np.array([len(a) + len(b) + (3 if b else 2) for a, b, _, _ in instances], dtype=np.int64)
@@ -315,7 +72,7 @@ def _write_split(folder: Path, instances: list, cls_id: int, sep_id: int, dtype)
         source[i] = src
     folder.mkdir(parents=True, exist_ok=True)
     for name, arr in (("tokens", tokens), ("offsets", offsets), ("b_start", b_start), ("nsp_label", nsp), ("source", source)):
-        _save_npy(folder / f"{name}.npy", arr)
+        save_npy(folder / f"{name}.npy", arr)
     return split_checks(tokens, offsets)
 
 
@@ -593,6 +350,8 @@ def open_pretraining_data(path) -> PretrainingCache:
     return PretrainingCache(path, config["key"], config, train, ev, from_cache=True)
 
 
+
+
 # ================================================================ build (or load) the cache
 def _sha(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
@@ -610,17 +369,6 @@ def _normalise_docs(docs) -> list:
     return out
 
 
-def corpus_fingerprint(docs) -> str:
-    """sha256 of the documents' sentences (with document and sentence boundaries)."""
-    h = hashlib.sha256()
-    for d in docs:
-        for s in d:
-            h.update(s.encode("utf-8", errors="replace"))
-            h.update(b"\x1f")
-        h.update(b"\x1e")
-    return h.hexdigest()
-
-
 def _remove_stale_tmp(cache_dir: Path, name: str) -> None:
     """Remove half-written cache folders (`.tmp-<name>-<pid>-<random>`) whose writer process is gone."""
     for p in cache_dir.glob(f".tmp-{name}-*"):
@@ -632,41 +380,7 @@ def _remove_stale_tmp(cache_dir: Path, name: str) -> None:
             shutil.rmtree(p, ignore_errors=True)
 
 
-# ================================================================ steps shared with the sharded builder (engine.prepare)
-def tokenize_documents(docs: list, tokenizer, first_doc: int = 0) -> list:
-    """Documents (lists of sentences) -> [(doc_index, [(sentence_index, ids), ...]), ...], with empty sentences
-    and documents dropped and literal special tokens in the text read as [UNK] (so text never holds a [SEP]).
-    Document indices count from `first_doc`. One batch encoding call for all the sentences."""
-    flat = [s for d in docs for s in d]
-    ids = tokenizer.tokenize_ids(flat) if flat else []
-    specials = set(tokenizer.special_ids) - {tokenizer.unk_id}
-    tokenized, k = [], 0
-    for di, d in enumerate(docs):
-        sents = []
-        for si in range(len(d)):
-            piece = ids[k + si]
-            if specials.intersection(piece):
-                piece = [tokenizer.unk_id if t in specials else t for t in piece]
-            if piece:
-                sents.append((si, piece))
-        k += len(d)
-        if sents:
-            tokenized.append((first_doc + di, sents))
-    return tokenized
-
-
-def eval_count(n_docs: int, eval_fraction: float, need: int) -> int:
-    """How many of `n_docs` documents are held out: round(fraction * n), at least `need` (0 when fraction is 0)."""
-    return max(need, int(round(eval_fraction * n_docs))) if eval_fraction > 0 else 0
-
-
-def hold_out(tokenized: list, n_eval: int, eval_seed: int) -> tuple:
-    """(train documents, held-out documents): `n_eval` documents chosen by `eval_seed` alone, both in order."""
-    order = list(range(len(tokenized)))
-    random.Random(eval_seed).shuffle(order)
-    return [tokenized[j] for j in sorted(order[n_eval:])], [tokenized[j] for j in sorted(order[:n_eval])]
-
-
+# ================================================================ what a store records about its tokenizer
 def token_info(tokenizer) -> dict:
     """What a cache records about its tokenizer (the vocabulary's sha256 is part of the cache key)."""
     return {"vocab_sha256": _sha("\n".join(tokenizer.vocab())), "lowercase": bool(getattr(tokenizer, "lowercase", True)),
@@ -712,10 +426,10 @@ def _publish(cache_dir: Path, folder_name: str, tokenizer, train_inst: list, eva
     dtype = token_dtype(tokenizer.vocab_size)
     try:
         tmp.mkdir(parents=True)
-        _write_split(tmp / "train", train_inst, tokenizer.cls_id, tokenizer.sep_id, dtype)
+        write_split(tmp / "train", train_inst, tokenizer.cls_id, tokenizer.sep_id, dtype)
         if config["has_eval"]:
-            _write_split(tmp / "eval", eval_inst, tokenizer.cls_id, tokenizer.sep_id, dtype)
-        _save_npy(tmp / "continuation.npy", continuation_ids(tokenizer))
+            write_split(tmp / "eval", eval_inst, tokenizer.cls_id, tokenizer.sep_id, dtype)
+        save_npy(tmp / "continuation.npy", continuation_ids(tokenizer))
         atomic_write_json(tmp / "config.json", config)  # written last
         try:
             os.rename(tmp, final)  # atomic; fails if another process published the same key first
@@ -772,8 +486,8 @@ def build_pretraining_data(docs, tokenizer, seq_len: int = 128, objective: str =
         raise EngineError(f"the corpus has {len(tokenized)} usable documents, too few to hold out {n_eval} for evaluation and keep {need} for training; add documents or hold out none (--eval-fraction 0)")
     train_docs, eval_docs = hold_out(tokenized, n_eval, eval_seed)
 
-    train_inst = _make_instances(train_docs, obj.nsp, seq_len, short_seq_prob, dupe_factor, random.Random(seed))
-    eval_inst = _make_instances(eval_docs, obj.nsp, seq_len, short_seq_prob, 1, random.Random(eval_seed)) if n_eval else []
+    train_inst = make_instances(train_docs, obj.nsp, seq_len, short_seq_prob, dupe_factor, random.Random(seed))
+    eval_inst = make_instances(eval_docs, obj.nsp, seq_len, short_seq_prob, 1, random.Random(eval_seed)) if n_eval else []
     if not train_inst:
         raise EngineError("the documents are too short to make any pre-training instance; give longer documents or a lower seq_len")
 
@@ -786,47 +500,3 @@ def build_pretraining_data(docs, tokenizer, seq_len: int = 128, objective: str =
     out = open_pretraining_data(final)
     out.from_cache = False
     return out
-
-
-# ================================================================ fixed evaluation masking
-class MaskedEvalSet:
-    """A split masked once with a fixed seed (so every run scores the same masked positions).
-
-    `batches(batch_size, rank, world_size)` yields the instances in order as dicts like
-    `PretrainingData.batches` plus `labels` (B, T), trimmed to each batch's longest instance.
-    """
-
-    def __init__(self, data: PretrainingData, batch: dict):
-        self.data = data
-        self.batch = batch  # the whole split, padded to its longest instance
-        self.lengths = batch["attention_mask"].sum(dim=1)  # (N,)
-
-    @property
-    def num_instances(self) -> int:
-        return int(self.batch["input_ids"].shape[0])
-
-    def batches(self, batch_size: int, rank: int = 0, world_size: int = 1):
-        N = self.num_instances
-        step = batch_size * world_size
-        for start in range(0, N, step):
-            chunk = list(range(start, min(start + step, N)))
-            per_rank = math.ceil(len(chunk) / world_size)
-            mine = chunk[rank * per_rank:(rank + 1) * per_rank]
-            if not mine:
-                continue
-            rows = torch.tensor(mine)
-            T = int(self.lengths[rows].max())
-            yield {k: (v[rows, :T] if v.dim() == 2 else v[rows]) for k, v in self.batch.items()}
-
-
-def fixed_eval_masking(data: PretrainingData, vocab_size: int, mask_id: int, special_ids=None, rate: float = 0.15,
-                       ratios=(0.8, 0.1, 0.1), seed: int = 12345, whole_word: bool = False,
-                       limit: Optional[int] = None) -> MaskedEvalSet:
-    """Mask a (held-out) split once, deterministically from `seed`, independent of the batch size. `limit`: only
-    the first `limit` instances are collated and masked (the held-out split of a big prepared corpus is not
-    held whole; the masks then differ from those of the whole split, which in-memory caches keep using)."""
-    if data is None or data.num_instances == 0:
-        raise EngineError("there is no held-out data to evaluate on; hold some documents out (--eval-fraction 0.05)")
-    full = data.collate(np.arange(data.num_instances if limit is None else min(int(limit), data.num_instances)))
-    g = torch.Generator().manual_seed(int(seed))
-    return MaskedEvalSet(data, mask_batch(full, vocab_size, mask_id, special_ids, rate, ratios, g, whole_word))

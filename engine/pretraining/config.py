@@ -1,5 +1,5 @@
 """Every setting of a pre-training run (`PretrainConfig`), its checks (`validate`) and the model it trains
-(`model_config`). The training itself is in engine/pretrain.py (entry point) and engine/pretrain_loop.py.
+(`model_config`). The training itself is in engine/pretraining/run.py (entry point) and engine/pretraining/loop.py.
 """
 import argparse
 from dataclasses import asdict, dataclass
@@ -22,49 +22,31 @@ def ratios(text: str) -> tuple:
     return parts
 
 
+def phase_length(text: str):
+    """--phase2-seq-len: a length, or 0 for no second phase (None)."""
+    try:
+        n = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"'{text}' is not a whole number of tokens like 128 (0: one phase)")
+    return n or None
+
+
 def _precisions() -> tuple:
     """The --precision choices, read when a parser is built (engine.device imports torch)."""
     from engine.device import PRECISIONS
     return PRECISIONS
 
 
-# The defaults of a run started from a pre-trained model (`--init`, PretrainConfig.for_init, the Pre-train page,
-# the studio's probe-ready button): continued pre-training, not the classroom's from-scratch run. Measured on
-# MiniLM with `--corpus all` (BENCHMARKS.md, "Continued pre-training"): at batch 32 x 128, lr 5e-4 (60 warmup
-# steps, 1,200 steps) reached held-out MLM accuracy 0.311 / NSP 0.84 at step 600 against 0.257 / 0.748 for lr 1e-4
-# (1,500 steps) at step 500: the fresh MLM transform and NSP head want the larger rate, and the encoder survives it.
-# 600 steps (about half a pass over the 3.3M words) is what fits about 25-30 minutes on a 2-core CPU with
-# native bf16. THE ONE PLACE to tune the recipe.
-CONTINUED_PRETRAINING = dict(corpus="all", objective=MLM_NSP.name, seq_len=128, batch_size=32, steps=600, lr=5e-4,
-                             warmup=40, eval_every=100, save_every=100, log_every=10, dropout=0.1, mask_rate=0.15)
-# The classroom run: what `python -m engine pretrain` trains from scratch for every setting not given (and
-# `PretrainConfig.classroom()`, the Pre-train page's from-scratch defaults, the classroom studies' pre-training),
-# laid over the dataclass defaults below (tiny preset, lr 1e-3, dropout 0, 25% masked). The paper's short-then-long
-# schedule scaled down: 3,000 steps of 64 sequences, 32 tokens, then 128 for the last 30% (the paper: 128, then
-# 512 for the last 10%). Why short sequences: a tiny model on 128-token sequences (the single-phase 2,000 x 16 x 128
-# run, an earlier default) never leaves the most-frequent-token solution in a classroom budget:
-# held-out accuracy at [MASK] stays at the share of "the" (0.044) and its MLM accuracy of 0.13 is copying the 10%
-# of kept tokens. At 32 tokens a [MASK]'s neighbours are a larger share of what near-uniform attention averages, and
-# the model leaves that plateau: at lr 1e-3 after about 1,000-1,500 steps; at 2e-3 only after 2,000-2,500. Why the
-# last 30% (not the paper's 10%): the positions past 32 are learned only in the second phase; after 300 steps
-# there a model scores 0.083 at [MASK] on 128-token held-out text (0.143 on 32-token text), after 900 steps 0.153,
-# for 100 s more on an idle 2-core CPU (310 s in all); a switch at 50% comes before the model has learned to read
-# short contexts and ends lower (0.147, 431 s). BENCHMARKS.md, "Classroom pre-training recipe".
-# THE ONE PLACE to tune it.
-CLASSROOM_RECIPE = dict(steps=3000, batch_size=64, seq_len=32, phase2_seq_len=128, phase2_fraction=0.3, eval_every=250)
-LENGTH_SCHEDULE = ("seq_len", "phase2_seq_len", "phase2_fraction")  # one decision: taken whole or not at all
-
-
-def classroom_defaults(given: dict) -> dict:
-    """CLASSROOM_RECIPE for a from-scratch run with the settings `given` (flags typed): a given sequence length or
-    second phase, prepared data (their own length) or fewer positions than the second phase replace the recipe's
-    length schedule as a whole (so `--seq-len 128` alone is one phase at 128, as it reads)."""
-    own_schedule = any(given.get(k) is not None for k in ("seq_len", "phase2_seq_len", "data"))
-    too_few_positions = given.get("max_positions") is not None and given["max_positions"] < CLASSROOM_RECIPE["phase2_seq_len"]
-    if own_schedule or too_few_positions:
-        return {k: v for k, v in CLASSROOM_RECIPE.items() if k not in LENGTH_SCHEDULE}
-    return dict(CLASSROOM_RECIPE)
-
+# The one overlay: the defaults of a run started from a pre-trained model (`--init`, PretrainConfig.for_init, the
+# Pre-train page, the studio's probe-ready button): continued pre-training, not the classroom's from-scratch run.
+# Measured on MiniLM with `--corpus all` (BENCHMARKS.md, "Continued pre-training"): at batch 32 x 128, lr 5e-4
+# (60 warmup steps, 1,200 steps) reached held-out MLM accuracy 0.311 / NSP 0.84 at step 600 against 0.257 / 0.748
+# for lr 1e-4 (1,500 steps) at step 500: the fresh MLM transform and NSP head want the larger rate, and the
+# encoder survives it. 600 steps (about half a pass over the 3.3M words) is what fits about 25-30 minutes on a
+# 2-core CPU with native bf16. THE ONE PLACE to tune the recipe.
+CONTINUED_PRETRAINING = dict(corpus="all", objective=MLM_NSP.name, seq_len=128, phase2_seq_len=None, batch_size=32,
+                             steps=600, lr=5e-4, warmup=40, eval_every=100, save_every=100, log_every=10, dropout=0.1,
+                             mask_rate=0.15)
 
 # What this code trains from a given PretrainConfig. Raise it with any change that makes the same settings train
 # another model (as sorting the vocabulary's ids did: every run's start moved). run.json records
@@ -77,26 +59,36 @@ PROBE_READY_INIT = "minilm"
 
 @dataclass
 class PretrainConfig:
-    """All settings of a pre-training run, each also a flag of `python -m engine pretrain` (engine/cli.py). The
-    defaults are a tiny BERT (2 layers, hidden 128) pre-trained on BBC News with MLM+NSP, 2,000 steps of 16 x 128;
-    the classroom run (`PretrainConfig.classroom()`, what the command trains from scratch for every flag not
-    given) lays CLASSROOM_RECIPE over them: 3,000 steps of 64 x 32 tokens, then 128 for the last 30%, about 5
-    minutes on a 2-core CPU.
+    """All settings of a pre-training run, each also a flag of `python -m engine pretrain` (engine/cli.py).
+    `PretrainConfig()` is the run that command trains from scratch, the classroom run: a tiny BERT (2 layers,
+    hidden 128) pre-trained on BBC News with MLM+NSP, 3,000 steps of 64 sequences, 32 tokens, then 128 for the
+    last 30%, about 5 minutes on a 2-core CPU. Continued pre-training (`--init`) is the one overlay,
+    CONTINUED_PRETRAINING (`PretrainConfig.for_init`). THE ONE PLACE to tune a default: the CLI, the Pre-train
+    page, the classroom studies and the docs read it from here.
 
-    The classroom recipe departs from the paper in four settings, found by measuring held-out MLM and NSP
-    accuracy against wall time on the 2-core CPU (BENCHMARKS.md, "Classroom pre-training recipe"): dropout 0
-    (paper 0.1), 25% of the tokens masked (paper 15%; eval masking stays at 15%), a peak learning rate of 1e-3
-    (paper 1e-4 for BERT-BASE; 2e-3 delays leaving the most-frequent-token plateau) and
-    the longer second phase for the last 30% of the steps (paper: the last 10%; CLASSROOM_RECIPE says why).
+    The classroom run departs from the paper in four settings, found by measuring held-out MLM and NSP accuracy
+    against wall time on the 2-core CPU (BENCHMARKS.md, "Classroom pre-training recipe"): dropout 0 (paper 0.1),
+    25% of the tokens masked (paper 15%; eval masking stays at 15%), a peak learning rate of 1e-3 (paper 1e-4 for
+    BERT-BASE; 2e-3 delays leaving the most-frequent-token plateau), and the paper's short-then-long schedule
+    scaled down (paper: 128, then 512 for the last 10%). Why short sequences: a tiny model on 128-token sequences
+    (a single-phase 2,000 x 16 x 128 run, an earlier default) never leaves the most-frequent-token solution in a
+    classroom budget: held-out accuracy at [MASK] stays at the share of "the" (0.044) and its MLM accuracy of
+    0.13 is copying the 10% of kept tokens. At 32 tokens a [MASK]'s neighbours are a larger share of what
+    near-uniform attention averages, and the model leaves that plateau: at lr 1e-3 after about 1,000-1,500 steps;
+    at 2e-3 only after 2,000-2,500. Why the last 30% (not the paper's 10%): the positions past 32 are learned only
+    in the second phase; after 300 steps there a model scores 0.083 at [MASK] on 128-token held-out text (0.143
+    on 32-token text), after 900 steps 0.153, for 100 s more on an idle 2-core CPU (310 s in all); a switch at
+    50% comes before the model has learned to read short contexts and ends lower (0.147, 431 s).
     The architecture stays the paper's post-LN BERT. For a paper-faithful run give
-    `--dropout 0.1 --mask-rate 0.15 --lr 1e-4`; continued pre-training (`--init`) has its own recipe."""
+    `--dropout 0.1 --mask-rate 0.15 --lr 1e-4 --seq-len 128 --phase2-seq-len 512 --phase2-fraction 0.1`."""
     command: ClassVar[str] = "pretrain"  # python -m engine pretrain
     # --- data
     corpus: str = setting("bbc", "bbc, wiki, sotu, all (bbc+wiki+sotu), wikivital (if installed), or a path (.txt with "
                           "blank lines between documents, a folder of .txt, a .jsonl)", group="data")
     objective: str = setting(MLM_NSP.name, ", ".join(f"{o.name}: {o.label}" for o in OBJECTIVES.values()),
                              choices=tuple(OBJECTIVES), group="data")
-    seq_len: int = setting(128, "tokens per instance incl. [CLS]/[SEP] (paper: 128, then 512)", group="data")
+    seq_len: int = setting(32, "tokens per instance incl. [CLS]/[SEP] in the first phase (paper: 128, then 512; the "
+                           "classroom run's 32 leaves the most-frequent-token plateau, see the class docstring)", group="data")
     mask_rate: float = setting(0.25, "share of the real tokens selected for MLM (paper: 0.15; the classroom recipe's "
                                "0.25 learns more per minute, BENCHMARKS.md)", group="data")
     mask_ratios: tuple = setting((0.8, 0.1, 0.1), "MASK,RANDOM,SAME shares of the selected tokens (paper Table 8)",
@@ -106,9 +98,11 @@ class PretrainConfig:
     dupe_factor: int = setting(1, "segmentations per document (passes over the documents)", group="data")
     eval_fraction: float = setting(0.05, "share of documents held out (chosen by a fixed seed)", group="data")
     eval_max_instances: int = setting(512, "held-out instances evaluated (the first ones)", group="data")
-    phase2_seq_len: Optional[int] = setting(None, "length of a second phase for the last --phase2-fraction of the steps, "
-                                            "e.g. 512 (default: no second phase)", group="data")
-    phase2_fraction: float = setting(0.1, "share of the steps in the second phase (paper: 10%% at 512)", group="data")
+    phase2_seq_len: Optional[int] = setting(128, "length of a second phase for the last --phase2-fraction of the steps "
+                                            "(paper: 512), 0 = one phase; a given --seq-len or --data without it means "
+                                            "one phase", parse=phase_length, none="0", group="data")
+    phase2_fraction: float = setting(0.3, "share of the steps in the second phase (paper: 10%% at 512; the classroom "
+                                     "run's 30%% learns the positions past the first phase's)", group="data")
     data: Optional[str] = setting(None, "train from data prepared by python -m engine prepare (a folder of shards) instead "
                                   "of --corpus; its vocabulary, objective, seq-len, short-seq-prob, dupe factor and "
                                   "held-out split are the run's", group="data")
@@ -123,9 +117,9 @@ class PretrainConfig:
     # --- model
     init: Optional[str] = setting(
         None, "continue pre-training this model (a run, a checkpoint, a Hugging Face BERT folder, or minilm) with its "
-        "architecture, vocabulary, casing and weights; heads it lacks start as the paper's (engine/pretrain_init.py). "
+        "architecture, vocabulary, casing and weights; heads it lacks start as the paper's (engine/pretraining/init.py). "
         "The defaults then become the continued-pre-training recipe: " +
-        ", ".join(f"--{k.replace('_', '-')} {v}" for k, v in CONTINUED_PRETRAINING.items()), group="model")
+        ", ".join(f"--{k.replace('_', '-')} {0 if v is None else v}" for k, v in CONTINUED_PRETRAINING.items()), group="model")
     preset: str = setting("tiny", "tiny 2/128, mini 4/256, small 4/512, medium 8/512, base 12/768, large 24/1024",
                           choices=tuple(PRESETS), group="model")
     layers: Optional[int] = setting(None, "L (overrides the preset)", group="model")
@@ -135,8 +129,8 @@ class PretrainConfig:
     dropout: float = setting(0.0, "hidden and attention dropout (paper: 0.1; none in the classroom recipe: minutes of "
                              "training do not over-fit)", group="model")
     # --- optimisation
-    steps: int = setting(2000, "optimizer steps", group="optimisation")
-    batch_size: int = setting(16, "sequences per step, all processes and accumulation steps together", group="optimisation")
+    steps: int = setting(3000, "optimizer steps", group="optimisation")
+    batch_size: int = setting(64, "sequences per step, all processes and accumulation steps together", group="optimisation")
     grad_accum: int = setting(1, "micro-batches per step", group="optimisation")
     lr: float = setting(1e-3, "peak learning rate (the paper's 1e-4 is for BERT-BASE over 1M steps; the classroom "
                         "run's tiny model leaves the most-frequent-token plateau soonest at 1e-3)", group="optimisation")
@@ -152,7 +146,7 @@ class PretrainConfig:
     resume: bool = setting(False, "continue the run in --out from its last complete checkpoint, with its own settings",
                            group="run")
     log_every: int = setting(10, "training metrics every N steps", group="run")
-    eval_every: int = setting(200, "held-out evaluation every M steps, 0 = at the end only", group="run")
+    eval_every: int = setting(250, "held-out evaluation every M steps, 0 = at the end only", group="run")
     save_every: int = setting(400, "checkpoint every K steps, 0 = at the end (and on cancel) only", group="run")
     keep: int = setting(0, "keep the newest N checkpoints, 0 = all (the training-steps ablation needs them)", group="run")
     stop_after: Optional[int] = setting(None, "stop cleanly after this step (checkpoint saved, status cancelled; resume "
@@ -174,22 +168,32 @@ class PretrainConfig:
 
     @classmethod
     def classroom(cls, **settings) -> "PretrainConfig":
-        """The classroom run with CLASSROOM_RECIPE for every setting not given (what `python -m engine pretrain`
-        trains from scratch); a given length schedule replaces the recipe's (classroom_defaults)."""
-        return cls(**{**classroom_defaults(settings), **settings})
-
-    @staticmethod
-    def classroom_flags() -> str:
-        """The classroom run's own settings as command-line flags (`--steps 3000 --batch-size 64 ...`): what it
-        adds to the dataclass defaults, shown by `pretrain --help` and the Pre-train page."""
-        from engine import cli  # (engine.cli imports this module's `setting`)
-        return " ".join(cli.argv(PretrainConfig.classroom(), only=tuple(CLASSROOM_RECIPE))[1:])
+        """The classroom run with `settings` given, as `python -m engine pretrain` reads them (`over_defaults`: a
+        given length without a second phase is one phase). `PretrainConfig()` is the classroom run itself."""
+        return cls(**over_defaults(settings))
 
     @classmethod
     def for_init(cls, init: str, **settings) -> "PretrainConfig":
         """Continued pre-training from `init` with the CONTINUED_PRETRAINING recipe for every setting not given
         (what `python -m engine pretrain --init MODEL` does)."""
         return cls(**{**CONTINUED_PRETRAINING, **settings, "init": init})
+
+
+def over_defaults(given: dict) -> dict:
+    """The settings `given` (flags typed, or keyword arguments) as laid over the defaults: a given sequence length
+    or prepared data (their own length), or fewer positions than the default second phase, without a given
+    second phase means one phase (so `--seq-len 128` alone is one phase at 128, as it reads)."""
+    own_length = any(given.get(k) is not None for k in ("seq_len", "data"))
+    no_room = given.get("max_positions") is not None and given["max_positions"] < PretrainConfig.phase2_seq_len
+    if "phase2_seq_len" not in given and (own_length or no_room):
+        return {**given, "phase2_seq_len": None}
+    return dict(given)
+
+
+# The classroom run's size and schedule (the defaults above), which a study at classroom scale lays over its base
+# (engine/ablations/paper.py) so that its base is what the command trains.
+CLASSROOM_RECIPE = {k: getattr(PretrainConfig, k) for k in ("steps", "batch_size", "seq_len", "phase2_seq_len",
+                                                            "phase2_fraction", "eval_every")}
 
 
 # settings that may differ between the first start and a resume without changing what is trained
@@ -208,13 +212,13 @@ def validate(cfg: PretrainConfig) -> None:
     """Check the settings that need no data; raise EngineError with a one-line fix."""
     # torch-side checks, imported here so that building configs (pages, ablation plans) needs no torch
     from engine.device import check_device, check_precision
-    from engine.pretraining_data import _check_masking_args
+    from engine.pretraining.masking import check_masking_args
 
     check_numbers(cfg)
     objective(cfg.objective)  # EngineError naming the choices
     if cfg.preset not in PRESETS:
         raise EngineError(f"unknown preset '{cfg.preset}'; choose one of {', '.join(PRESETS)}")
-    _check_masking_args(cfg.mask_rate, cfg.mask_ratios)
+    check_masking_args(cfg.mask_rate, cfg.mask_ratios)
     check_precision(cfg.precision)
     for name in ("steps", "batch_size", "grad_accum", "log_every", "max_positions", "eval_max_instances"):
         if int(getattr(cfg, name)) < 1:
@@ -236,7 +240,7 @@ def validate(cfg: PretrainConfig) -> None:
             raise EngineError(f"--phase2-seq-len {cfg.phase2_seq_len} is too short; use e.g. 512")
         if cfg.phase2_seq_len <= cfg.seq_len:
             raise EngineError(f"--phase2-seq-len {cfg.phase2_seq_len} is not longer than --seq-len {cfg.seq_len}; the second "
-                              f"phase trains on longer sequences (paper: 128, then 512): raise it or drop it")
+                              f"phase trains on longer sequences (paper: 128, then 512): raise it, or train one phase (--phase2-seq-len 0)")
         if not 0.0 < cfg.phase2_fraction < 1.0:
             raise EngineError(f"--phase2-fraction {cfg.phase2_fraction} must be between 0 and 1; the paper uses 0.1")
     if not 0 < cfg.lr < 1:

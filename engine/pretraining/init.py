@@ -123,7 +123,7 @@ def resolve_init(cfg, bundle=None):
     if cfg.tokenizer:
         raise EngineError(f"{what} brings its own vocabulary and tokenizer; drop --tokenizer (or drop --init to train one)")
     if getattr(cfg, "data", None):  # prepared shards carry a vocabulary: it must be the init's
-        from engine.prepare import prepared_tokenizer_dir
+        from engine.pretraining.prepare import prepared_tokenizer_dir
         from engine.tokenizer import Tokenizer
         if Tokenizer.from_file(prepared_tokenizer_dir(cfg.data)).vocab() != b.tokenizer.vocab():
             raise EngineError(f"--data {cfg.data} was prepared with another vocabulary than {what}'s; prepare it again with "

@@ -31,13 +31,12 @@ from engine.errors import EngineError, as_engine_error
 from engine.model import BertForPreTraining
 from engine.objectives import SUMS, Objective, objective
 from engine.optim import adamw, lr_at
-from engine.pretrain_config import TRAINING_VERSION, PretrainConfig, config_dict, model_config
-from engine.pretrain_init import init_model, init_record, load_init, model_config_from_init
-from engine.pretrain_run import StopFlag, checkpoint, last_eval, load_training_state, remove_partial_checkpoints, set_rng_state
-from engine.pretraining_data import IGNORE_INDEX, fixed_eval_masking, mask_batch
+from engine.pretraining.config import TRAINING_VERSION, PretrainConfig, config_dict, model_config
+from engine.pretraining.init import init_model, init_record, load_init, model_config_from_init
+from engine.pretraining.run_folder import StopFlag, checkpoint, last_eval, load_training_state, remove_partial_checkpoints, set_rng_state
+from engine.pretraining.masking import EVAL_MASK_SEED, IGNORE_INDEX, PAPER_RATE, PAPER_RATIOS, fixed_eval_masking, mask_batch
 from engine.tokenizer import Tokenizer
 
-EVAL_MASK_SEED = 12345  # the held-out set is masked once with this seed (same positions in every run)
 
 
 def log(msg: str, cfg: PretrainConfig, dist: Dist) -> None:
@@ -118,7 +117,7 @@ def eval_batches(cache, cfg: PretrainConfig, batch_size: int) -> list:
             out.append(b)
         return out
     masked = fixed_eval_masking(cache.eval, cache.vocab_size, cache.mask_id, cache.special_ids,
-                                rate=0.15, ratios=(0.8, 0.1, 0.1), seed=EVAL_MASK_SEED,
+                                rate=PAPER_RATE, ratios=PAPER_RATIOS, seed=EVAL_MASK_SEED,
                                 limit=n if cache.config.get("prepared") else None)  # prepared: never the whole split
     out, seen = [], 0
     for b in masked.batches(batch_size):
@@ -214,7 +213,7 @@ def build_model(cfg: PretrainConfig, tok: Tokenizer, ckpt, device):
     of the init or None): fresh from the seed, started from `cfg.init`, or the weights and training state of
     checkpoint `ckpt`."""
     init_info = None
-    if cfg.init:  # continued pre-training: the init's shape and weights (engine/pretrain_init.py)
+    if cfg.init:  # continued pre-training: the init's shape and weights (engine/pretraining/init.py)
         init_bundle = load_init(cfg.init)
         mcfg = model_config_from_init(cfg, init_bundle.config)
         init_info = init_record(cfg, init_bundle, mcfg)

@@ -3,7 +3,7 @@
 `python -m engine prepare --corpus PATH --out CACHE [--tokenizer DIR] [--workers N] [--part i/n]` reads a
 corpus of any size document by document (`engine.corpora.iter_documents`: a file, folder or glob of .txt files
 with a blank line between documents, or .jsonl files with a "text" field; .gz/.bz2/.xz too) and writes the
-same kind of instances as the in-memory builder (`engine.pretraining_data.build_pretraining_data`), which
+same kind of instances as the in-memory builder (`engine.pretraining.cache.build_pretraining_data`), which
 `pretrain --data CACHE` then trains from.
 
 How (memory stays bounded whatever the corpus size):
@@ -11,7 +11,7 @@ How (memory stays bounded whatever the corpus size):
   reach `block_chars` characters); a last block smaller than half of that joins the one before it.
 - A worker takes a block: splits its documents into sentences, tokenizes all its sentences with one batch
   encoding call, holds out documents, makes instances with the in-memory builder's own functions
-  (`tokenize_documents`, `hold_out`, `_make_instances`, `_write_split`) and writes them as one shard. At most
+  (`tokenize_documents`, `hold_out`, `make_instances`, `write_split`) and writes them as one shard. At most
   2 x workers blocks are in flight, so the main process holds about 2 x workers + 2 blocks of text, and a
   worker one block and its instances. A document longer than `engine.corpora.PIECE_CHARS` (1M characters) is
   read in pieces of at most that many, cut at line ends or spaces, each a document of its own (so a block is
@@ -96,9 +96,9 @@ from engine.corpora import (SINGLE_SENTENCE_WARN, binary_warning, corpus_files, 
 from engine.errors import EngineError
 from engine.fileio import atomic_write_json
 from engine.objectives import MLM_NSP, OBJECTIVES, objective as get_objective
-from engine.pretraining_data import (FORMAT_VERSION, PretrainingCache, PretrainingData, _make_instances,
-                                     _save_npy, _write_split, continuation_ids, eval_count, hold_out, token_dtype,
-                                     token_info, tokenize_documents)
+from engine.pretraining.cache import (FORMAT_VERSION, PretrainingCache, PretrainingData, continuation_ids, save_npy,
+                                     token_dtype, token_info, write_split)
+from engine.pretraining.instances import eval_count, hold_out, make_instances, tokenize_documents
 
 BLOCK_DOCS = 1000  # documents per block = per shard = the NSP random-document pool
 BLOCK_CHARS = 8_000_000  # a block closes earlier when its text reaches this many characters
@@ -236,10 +236,10 @@ def build_shard(job: dict, tokenizer=None) -> dict:
     train_docs, eval_docs = hold_out(tokenized, n_eval, block_seed(s["eval_seed"], job["part"], job["block"]))
     rng = random.Random(block_seed(s["seed"], job["part"], job["block"]))
     if len(train_docs) >= need:
-        train = _make_instances(train_docs, obj.nsp, seq_len, s["short_seq_prob"], s["dupe_factor"], rng)
+        train = make_instances(train_docs, obj.nsp, seq_len, s["short_seq_prob"], s["dupe_factor"], rng)
     else:
         train = []  # a lone document cannot pair with another for NotNext (reported: "lone_document")
-    ev = _make_instances(eval_docs, obj.nsp, seq_len, s["short_seq_prob"], 1,
+    ev = make_instances(eval_docs, obj.nsp, seq_len, s["short_seq_prob"], 1,
                          random.Random(block_seed(s["eval_seed"], job["part"], job["block"]))) if n_eval else []
     meta = {"name": job["final"].name, "block": job["block"], "first_doc": job["first_doc"],
             "documents": {"total": len(docs), "usable": len(tokenized), "train": len(train_docs), "eval": len(eval_docs)},
@@ -255,7 +255,7 @@ def build_shard(job: dict, tokenizer=None) -> dict:
     dtype = token_dtype(tok.vocab_size)
     try:
         tmp.mkdir(parents=True)
-        checks = {name: _write_split(tmp / name, inst, tok.cls_id, tok.sep_id, dtype) for name, inst in (("train", train), ("eval", ev))}
+        checks = {name: write_split(tmp / name, inst, tok.cls_id, tok.sep_id, dtype) for name, inst in (("train", train), ("eval", ev))}
         meta["checks"] = checks  # what open_prepared verifies the arrays against
         atomic_write_json(tmp / "meta.json", meta)
         try:
@@ -406,7 +406,7 @@ def _open_part_folder(folder: Path, settings: dict, tok, log) -> None:
         shutil.rmtree(folder)  # no settings.json: nothing in it can be trusted
     folder.mkdir(parents=True)
     tok.save(folder / "tokenizer")
-    _save_npy(folder / "continuation.npy", continuation_ids(tok))
+    save_npy(folder / "continuation.npy", continuation_ids(tok))
     atomic_write_json(folder / "settings.json", settings)
 
 

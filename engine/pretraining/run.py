@@ -2,17 +2,19 @@
 
 `pretrain(PretrainConfig(...)) -> run_dir` and `python -m engine pretrain ...` (same settings as flags).
 
-This module is the entry point: checks, the run lock, tokenizer and data, then the loop. The rest, by job:
-engine/pretrain_config.py (the settings and their checks), engine/pretrain_loop.py (model, optimizer, steps,
-metrics, held-out evaluation), engine/pretrain_run.py (run-folder checks, checkpoints, RNG state, signals),
-engine/optim.py (AdamW and the LR schedule), engine/distributed.py (torchrun ranks and devices),
-engine/pretrain_init.py (`--init`: continued pre-training from a run, a checkpoint, a Hugging Face BERT folder
-or MiniLM, with its architecture, vocabulary and weights; the recipe defaults are CONTINUED_PRETRAINING in
-engine/pretrain_config.py).
+This module is the entry point: checks, the run lock, tokenizer and data, then the loop. The package
+engine/pretraining/, by the paper's concepts: config.py (the settings, their defaults and checks: PretrainConfig),
+instances.py (segment pairs, IsNext/NotNext, short sequences, the held-out documents), masking.py (80/10/10,
+whole-word masking, the fixed held-out masking), cache.py (the memory-mapped store of instances and its key),
+prepare.py (`python -m engine prepare`: a corpus of any size, streamed into shards), loop.py (model, optimizer,
+steps, metrics, held-out evaluation), run_folder.py (run-folder checks, checkpoints, RNG state, signals), init.py
+(`--init`: continued pre-training from a run, a checkpoint, a Hugging Face BERT folder or MiniLM, with its
+architecture, vocabulary and weights; its defaults are CONTINUED_PRETRAINING in config.py). Beside it:
+engine/optim.py (AdamW and the LR schedule), engine/distributed.py (torchrun ranks and devices).
 
 What it does, per optimizer step:
-- `grad_accum` micro-batches from `engine.pretraining_data` (instances stored unmasked, masked here at batch
-  time with `mask_batch`; the masking generator is seeded from (seed, step, micro-batch, rank), so it needs
+- `grad_accum` micro-batches from `engine.pretraining.cache` (instances stored unmasked, masked at batch
+  time with `engine.pretraining.masking.mask_batch`; the masking generator is seeded from (seed, step, micro-batch, rank), so it needs
   no saved state); the MLM head is evaluated only at the selected positions (`mlm_positions`);
   loss = mean MLM cross-entropy + mean NSP cross-entropy (`mlm+nsp`), MLM only (`mlm`), or, for `ltr`, a causal
   model (`config.causal=True`) predicting the next token at every real position (labels = inputs shifted left,
@@ -56,7 +58,7 @@ Departures from the paper, on purpose:
   The classroom run (tiny BERT) uses 1e-3 with 6% warmup: tiny models need a larger rate to learn anything in
   minutes; at 2e-3 the MLM model leaves the most-frequent-token plateau later, at
   5e-4 it learns more slowly (BENCHMARKS.md). Warmup is given in steps (>= 1) or as a fraction of the steps (< 1).
-- Sequence length: the classroom run (engine/pretrain_config.py, CLASSROOM_RECIPE) is the paper's short-then-long
+- Sequence length: the classroom run (PretrainConfig's defaults, engine/pretraining/config.py) is the paper's short-then-long
   schedule scaled down, 32 tokens then 128 for the last 30% (paper: 128 then 512 for the last 10%), in batches of 64: on 128-token
   sequences a tiny model does not leave the most-frequent-token solution in minutes (BENCHMARKS.md).
 - The vocabulary is 8,000 WordPieces trained on the corpus (paper: 30,000 on BooksCorpus + Wikipedia), on all
@@ -76,32 +78,30 @@ from dataclasses import fields
 from pathlib import Path
 
 from engine import cli, runs
-from engine.device import resolve_precision  # noqa: F401  (resolve_precision: part of this module's API)
 from engine.device import resolve_device
 from engine.distributed import Dist, dist_from_env, setup, teardown, broadcast
 from engine.errors import EngineError
-from engine.optim import lr_at, param_groups  # noqa: F401  (re-exported: the schedule and groups of this loop)
 from engine.objectives import objective
-from engine.pretrain_config import (CLASSROOM_RECIPE, CONTINUED_PRETRAINING, PretrainConfig, classroom_defaults,  # noqa: F401
-                                    model_config, validate)
-from engine.pretrain_init import ARCH_FIELDS, conflict, init_tokenizer, read_init_settings, resolve_init
-from engine.pretrain_loop import ltr_labels, log, train  # noqa: F401
-from engine.pretrain_run import preflight, resolve_out, run_entries
-from engine.pretraining_data import build_pretraining_data, token_info
+from engine.pretraining.config import CONTINUED_PRETRAINING, PretrainConfig, over_defaults, validate
+from engine.pretraining.init import ARCH_FIELDS, conflict, init_tokenizer, read_init_settings, resolve_init
+from engine.pretraining.loop import log, train
+from engine.pretraining.run_folder import preflight, resolve_out, run_entries
+from engine.pretraining.cache import build_pretraining_data, token_info
 from engine.tokenizer import Tokenizer, corpus_fingerprint, train_tokenizer_cached
 
 EVAL_SPLIT_SEED = 0  # which documents are held out
 
 
-def _prepare(cfg: PretrainConfig, docs, run_dir: Path, dist: Dist, resuming: bool):
-    """Tokenizer (saved to run_dir/tokenizer) -> cached instances (rank 0 builds, the others open)."""
+def tokenizer_and_data(cfg: PretrainConfig, docs, run_dir: Path, dist: Dist, resuming: bool):
+    """The run's tokenizer (saved to run_dir/tokenizer) and its data: (tokenizer, [a PretrainingCache per phase]);
+    rank 0 builds the data, the others open it (the class preparation builds it ahead, engine/classroom.py)."""
     tok_dir = run_dir / "tokenizer"
     if resuming:
         if not (tok_dir / "vocab.txt").is_file():
             raise EngineError(f"{tok_dir} is missing, so the run cannot continue with its own vocabulary; restore it or start a new run")
     elif dist.main:  # rank 0 makes the run's tokenizer (under the run lock), the other ranks read it
         if cfg.data:
-            from engine.prepare import prepared_tokenizer_dir
+            from engine.pretraining.prepare import prepared_tokenizer_dir
             tok = Tokenizer.from_file(prepared_tokenizer_dir(cfg.data))  # the vocabulary the shards are made with
         elif cfg.init:
             tok = init_tokenizer(cfg.init)
@@ -121,7 +121,7 @@ def _prepare(cfg: PretrainConfig, docs, run_dir: Path, dist: Dist, resuming: boo
     if resuming or not dist.main:
         tok = Tokenizer.from_file(tok_dir)
     if cfg.data:
-        from engine.prepare import open_prepared
+        from engine.pretraining.prepare import open_prepared
         cache = open_prepared(cfg.data)
         if cache.config["vocab_sha256"] != token_info(tok)["vocab_sha256"]:
             raise EngineError(f"the run's tokenizer ({tok_dir}) is not the vocabulary {cfg.data} was prepared with; resume with the run's own data")
@@ -156,7 +156,7 @@ def with_prepared_data(cfg: PretrainConfig, given: tuple = ()) -> PretrainConfig
     if not cfg.data:
         return cfg
     from dataclasses import replace
-    from engine.prepare import read_manifests
+    from engine.pretraining.prepare import read_manifests
 
     m = read_manifests(cfg.data)[0]
     for k in PREPARED_FIELDS:
@@ -186,7 +186,7 @@ def _pretrain(cfg: PretrainConfig) -> dict:
 
     cfg = with_prepared_data(cfg)
     validate(cfg)
-    cfg = resolve_init(cfg)  # --init: its architecture and vocabulary, conflicts refused (engine/pretrain_init.py)
+    cfg = resolve_init(cfg)  # --init: its architecture and vocabulary, conflicts refused (engine/pretraining/init.py)
     dist = dist_from_env()
     run_dir = resolve_out(cfg)
     ckpt, restart, lock = None, False, None
@@ -196,7 +196,7 @@ def _pretrain(cfg: PretrainConfig) -> dict:
     for w in getattr(docs, "info", {}).get("warnings", []):
         log(f"warning: {w}", cfg, dist)
     if cfg.data:  # prepared data: its key hashes the text and the settings it was prepared with
-        from engine.prepare import prepared_key
+        from engine.pretraining.prepare import prepared_key
         fingerprint = f"prepared-{prepared_key(cfg.data)}"
     else:
         fingerprint = corpus_fingerprint(docs)
@@ -220,7 +220,7 @@ def _pretrain(cfg: PretrainConfig) -> dict:
         if restart:
             log(f"{run_dir} has no complete checkpoint yet: starting it again from step 0 with its own settings", cfg, dist)
         reuse_tok = ckpt is not None or (restart and (run_dir / "tokenizer" / "vocab.txt").is_file())
-        tok, caches = _prepare(cfg, docs, run_dir, dist, resuming=reuse_tok)
+        tok, caches = tokenizer_and_data(cfg, docs, run_dir, dist, resuming=reuse_tok)
         for c in caches:
             if c.train.num_instances < micro * dist.world_size:
                 raise EngineError(f"the corpus gives only {c.train.num_instances} training instances, fewer than one batch of {micro * dist.world_size}; lower --batch-size or use a larger corpus")
@@ -249,13 +249,11 @@ def _micro_batch_size(cfg: PretrainConfig, dist: Dist) -> int:
 # ================================================================ CLI
 def build_parser():
     """The flags of `python -m engine pretrain`: PretrainConfig's settings (engine/cli.py), plus --classroom."""
-    recipe = PretrainConfig.classroom_flags()
     ap = cli.parser(PretrainConfig,
-                    "Pre-train BERT (MLM+NSP, MLM only, or LTR) into a run folder. Every flag left out takes the "
-                    f"classroom run's value: the defaults shown here, except {recipe} (a tiny BERT on BBC News that "
-                    "learns to read context, about 5 minutes on 2 CPU cores; a given --seq-len or --phase2-seq-len "
-                    "replaces the two-phase schedule). --init has its own recipe; --resume continues a run with its "
-                    "own saved settings.")
+                    "Pre-train BERT (MLM+NSP, MLM only, or LTR) into a run folder. Every flag left out takes its default "
+                    "shown here, the classroom run (a tiny BERT on BBC News that learns to read context, about 5 "
+                    "minutes on 2 CPU cores; a given --seq-len without --phase2-seq-len is one phase). --init has its "
+                    "own recipe; --resume continues a run with its own saved settings.")
     ap.add_argument("--classroom", action="store_true",
                     help="the classroom run for every flag not given (the same values as leaving them out)")
     return ap
@@ -275,9 +273,8 @@ def check_same_corpus(run_dir: Path, cfg: PretrainConfig, fingerprint: str, has_
 
 
 def config_from_args(given: dict) -> PretrainConfig:
-    """A PretrainConfig from the flags actually given; with --resume, the rest comes from the run's run.json;
-    with --init, from the continued-pre-training recipe (CONTINUED_PRETRAINING); otherwise from the classroom run
-    (CLASSROOM_RECIPE over the dataclass defaults)."""
+    """A PretrainConfig from the flags actually given, merged over: with --resume, the run's run.json; with --init,
+    the continued-pre-training recipe (CONTINUED_PRETRAINING); otherwise the defaults (`over_defaults`)."""
     given = dict(given)
     classroom = given.pop("classroom", None)
     known = {f.name for f in fields(PretrainConfig)}
@@ -285,7 +282,7 @@ def config_from_args(given: dict) -> PretrainConfig:
     if given.get("init") and not given.get("resume"):
         if classroom:
             raise EngineError("--classroom (the from-scratch defaults) and --init (continued pre-training) do not go together; drop one")
-        if given.get("preset", "tiny") != "tiny":
+        if given.get("preset", PretrainConfig.preset) != PretrainConfig.preset:
             raise EngineError(f"--preset conflicts with --init {given['init']}: the init decides the model's size; drop --preset")
         if given.get("tokenizer"):
             raise EngineError(f"--tokenizer conflicts with --init {given['init']}: the init brings its own vocabulary; drop --tokenizer")
@@ -295,7 +292,7 @@ def config_from_args(given: dict) -> PretrainConfig:
                 raise EngineError(conflict(name, given[name], own[name], given["init"]))
         base = dict(CONTINUED_PRETRAINING)  # the recipe for every flag not given
     elif not given.get("resume"):
-        base = classroom_defaults(given)  # from scratch: the classroom run for every flag not given
+        given = over_defaults(given)  # from scratch: the defaults, the classroom run, for every flag not given
     if given.get("resume"):
         probe = PretrainConfig(**{k: v for k, v in given.items() if k in ("out", "name")})
         run_dir = resolve_out(probe)

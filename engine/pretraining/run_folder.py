@@ -26,7 +26,7 @@ from engine.distributed import Dist, all_reduce_
 from engine.errors import EngineError
 from engine.fileio import atomic_save_with
 from engine.optim import warmup_steps
-from engine.pretrain_config import RUNTIME_FIELDS, PretrainConfig, config_dict
+from engine.pretraining.config import RUNTIME_FIELDS, PretrainConfig, config_dict
 from engine.tokenizer import Tokenizer
 
 STATE_FORMAT = 1

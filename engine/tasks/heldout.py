@@ -2,7 +2,7 @@
 dev text was seen in classroom pre-training.
 
 Classroom pre-training (`python -m engine pretrain`'s defaults) trains on the BBC corpus and holds out the
-documents `engine.pretraining_data.eval_count` and `hold_out` pick (eval_fraction 0.05, seed
+documents `engine.pretraining.cache.eval_count` and `hold_out` pick (eval_fraction 0.05, seed
 `engine.pretrain.EVAL_SPLIT_SEED`: 111 of the 2,225 articles). `corpus_split` calls those same two functions, the
 ones the in-memory builder of `pretrain --corpus bbc` uses, so the two can never drift (a `pretrain --data CACHE`
 run from sharded `engine prepare` data holds out per block, other documents; `check_unseen` refuses such studies):
@@ -48,9 +48,9 @@ def corpus_split(docs: list, eval_fraction: float = None, eval_seed: int = None,
     """Split [(doc_id, sentences)] the way pre-training does (its defaults when eval_fraction / eval_seed are None);
     `top_up`: (doc_id, sentences) of a corpus pre-training does not read, shuffled with random.Random(SPLIT_SEED)."""
     from engine.objectives import MLM_NSP
-    from engine.pretrain import EVAL_SPLIT_SEED
-    from engine.pretrain_config import PretrainConfig
-    from engine.pretraining_data import eval_count, hold_out
+    from engine.pretraining.run import EVAL_SPLIT_SEED
+    from engine.pretraining.config import PretrainConfig
+    from engine.pretraining.instances import eval_count, hold_out
 
     frac = PretrainConfig.eval_fraction if eval_fraction is None else eval_fraction
     seed = EVAL_SPLIT_SEED if eval_seed is None else eval_seed
@@ -72,7 +72,7 @@ def body_sentences(doc_id: str, sents: list) -> list:
 def check_unseen(cfg) -> None:
     """EngineError unless pre-training with PretrainConfig `cfg` holds out exactly the documents the tasks' dev sets
     come from (the corpus bbc, the default --eval-fraction): otherwise dev answers may have been trained on."""
-    from engine.pretrain_config import PretrainConfig
+    from engine.pretraining.config import PretrainConfig
     if cfg.corpus != "bbc" or cfg.eval_fraction != PretrainConfig.eval_fraction or getattr(cfg, "data", None):
         raise EngineError(f"{', '.join(HELD_OUT_TASKS)} take dev texts only from the BBC articles that pre-training on "
                           f"--corpus bbc with --eval-fraction {PretrainConfig.eval_fraction} holds out; this run "
@@ -106,7 +106,7 @@ def build(split: Split, make, dev_min: int = DEV_MIN, train_max: int = TRAIN_MAX
         sources[key] = sources.get(key, 0) + len(got)
     info = {"train_examples": len(train), "dev_examples": len(dev), "dev_sources": sources,
             "train_documents": len(split.train), "held_out_documents": len(split.dev),
-            "split": f"dev: the BBC articles classroom pre-training holds out (engine.pretraining_data.hold_out)"
+            "split": f"dev: the BBC articles classroom pre-training holds out (engine.pretraining.cache.hold_out)"
                      f", topped up to {dev_min} with State of the Union addresses (random.Random({SPLIT_SEED})); train: "
                      f"the other BBC articles, at most {train_max} examples (random.Random({SPLIT_SEED}))"}
     return train, dev, info

@@ -1,0 +1,169 @@
+"""Pre-training instances from documents (paper 3.1, A.2): segment pairs with IsNext/NotNext for NSP, single
+stretches without it, short sequences, and the held-out documents. The algorithm of google-research/bert
+`create_pretraining_data.py` (re-implemented, not copied):
+
+- `mlm+nsp` (BERT): per document, sentences are gathered into a chunk until it reaches a target length
+  (`seq_len - 3`, or with probability `short_seq_prob` a random length in [2, seq_len - 3]). A random number
+  of the chunk's leading sentences form segment A. With probability 0.5 segment B is the rest of the chunk
+  (IsNext, label 0); otherwise B is a run of sentences from a random start in ANOTHER document (NotNext,
+  label 1) and the chunk's unused sentences are put back for the next instance. The pair is truncated to
+  the target, one token at a time from the longer side, from the front or the back at random (as the
+  released code).
+- `mlm` (No NSP) and `ltr` (LTR & No NSP): one segment per instance, `[CLS] text [SEP]`: each document's
+  tokens are cut into consecutive windows of `seq_len - 2` tokens (or a short random target with
+  probability `short_seq_prob`); no NSP label. The LTR next-token loss is the training loop's business.
+
+An instance is (segment A ids, segment B ids, NotNext label or None, provenance); engine/pretraining/cache.py
+stores them, engine/pretraining/prepare.py builds them shard by shard with the same functions. Held-out
+documents are chosen by `eval_seed` alone (`hold_out`), so runs with different training seeds evaluate on the
+same documents.
+
+Departures from the paper / released code, on purpose:
+- The short target (probability `short_seq_prob`) is drawn for each instance and the pair is truncated to
+  it; the released code draws it once per document and truncates to the maximum, so with sentences that
+  are long next to seq_len (BBC news at 64-128 tokens) its "short" instances came out full length.
+- NotNext B always comes from another document (the released code tries 10 times and may keep the same one).
+- The released code forces NotNext whenever a chunk holds a single sentence, which skews NSP labels towards
+  NotNext; here, when the coin says IsNext and the chunk has one sentence, the chunk takes the document's
+  next sentence as B, or, at the very end of a document, is paired with the sentence before it (that
+  sentence then appears in two instances); a one-sentence document that draws IsNext gives no instance.
+  (Forcing NotNext made NotNext about 55% of BBC news instances.)
+- The No-NSP inputs are packed windows within a document and may start mid-sentence (the paper does not
+  say how its No-NSP inputs were built; this follows RoBERTa's DOC-SENTENCES packing).
+"""
+import random
+
+
+def _truncate_pair(a: list, b: list, max_tokens: int, rng: random.Random) -> None:
+    """Trim the longer side one token at a time, from the front or the back at random, until they fit."""
+    while len(a) + len(b) > max_tokens:
+        side = a if len(a) > len(b) else b
+        if rng.random() < 0.5:
+            del side[0]
+        else:
+            side.pop()
+
+
+def _nsp_instances(docs: list, d: int, seq_len: int, short_seq_prob: float, rng: random.Random) -> list:
+    """Instances (tokens_a, tokens_b, is_random_next, source) from document `d` of `docs`.
+
+    docs: list of documents, each a list of (sentence_index, token_ids) with non-empty token lists.
+    """
+    doc = docs[d]
+    max_tokens = seq_len - 3  # [CLS] A [SEP] B [SEP]
+
+    def draw_target():
+        return rng.randint(2, max_tokens) if rng.random() < short_seq_prob else max_tokens
+
+    target = draw_target()
+    out = []
+    chunk = []  # indices into doc
+    length = 0
+    i = 0
+    while i < len(doc):
+        chunk.append(i)
+        length += len(doc[i][1])
+        if i == len(doc) - 1 or length >= target:
+            is_random_next = rng.random() < 0.5
+            if not is_random_next and len(chunk) == 1:
+                if i + 1 < len(doc):  # IsNext needs a B: take the next sentence of the document
+                    i += 1
+                    chunk.append(i)
+                elif i > 0:  # a lone last sentence: pair it with the sentence before it (used once already)
+                    chunk.insert(0, i - 1)
+                else:  # a one-sentence document: no IsNext pair exists; drop rather than force NotNext
+                    break
+            a_end = rng.randint(1, len(chunk) - 1) if len(chunk) >= 2 else 1
+            tokens_a = [t for j in chunk[:a_end] for t in doc[j][1]]
+            if is_random_next:
+                r = rng.randrange(len(docs) - 1)
+                r = r + 1 if r >= d else r  # any document but this one
+                other = docs[r]
+                start = rng.randrange(len(other))
+                tokens_b, j = [], start
+                while j < len(other):
+                    tokens_b.extend(other[j][1])
+                    j += 1
+                    if len(tokens_b) >= target - len(tokens_a):
+                        break
+                b_src = (r, other[start][0], other[j - 1][0] + 1)
+                i -= len(chunk) - a_end  # put the unused sentences back
+            else:
+                tokens_b = [t for j in chunk[a_end:] for t in doc[j][1]]
+                b_src = (d, doc[chunk[a_end]][0], doc[chunk[-1]][0] + 1)
+            _truncate_pair(tokens_a, tokens_b, target, rng)
+            a_src = (d, doc[chunk[0]][0], doc[chunk[a_end - 1]][0] + 1)
+            out.append((tokens_a, tokens_b, is_random_next, a_src + b_src))
+            chunk, length = [], 0
+            target = draw_target()
+        i += 1
+    return out
+
+
+def _single_instances(doc: list, d: int, seq_len: int, short_seq_prob: float, rng: random.Random) -> list:
+    """No-NSP instances: consecutive windows of the document's tokens, `[CLS] window [SEP]`."""
+    max_tokens = seq_len - 2
+    flat = [t for _, ids in doc for t in ids]
+    sent_of = [s for s, ids in doc for _ in ids]  # sentence index of each token
+    out, pos = [], 0
+    while pos < len(flat):
+        target = max_tokens
+        if rng.random() < short_seq_prob:
+            target = rng.randint(2, max_tokens)
+        end = min(pos + target, len(flat))
+        out.append((flat[pos:end], [], None, (d, sent_of[pos], sent_of[end - 1] + 1, -1, -1, -1)))
+        pos = end
+    return out
+
+
+def make_instances(docs: list, pairs: bool, seq_len: int, short_seq_prob: float, dupe_factor: int,
+                    rng: random.Random) -> list:
+    """docs: list of (doc_index, [(sentence_index, ids), ...]) -> instances (dupe_factor passes over docs):
+    segment pairs with an IsNext/NotNext label when `pairs` (an objective with NSP), else single stretches."""
+    inner = [sents for _, sents in docs]
+    out = []
+    for _ in range(dupe_factor):
+        for n, (d, sents) in enumerate(docs):
+            if pairs:
+                made = _nsp_instances(inner, n, seq_len, short_seq_prob, rng)
+                # map positions in `docs` back to the caller's document indices
+                made = [(a, b, r, (d, s[1], s[2], docs[s[3]][0], s[4], s[5])) for a, b, r, s in made]
+            else:
+                made = _single_instances(sents, d, seq_len, short_seq_prob, rng)
+            out.extend(made)
+    return out
+
+
+
+def tokenize_documents(docs: list, tokenizer, first_doc: int = 0) -> list:
+    """Documents (lists of sentences) -> [(doc_index, [(sentence_index, ids), ...]), ...], with empty sentences
+    and documents dropped and literal special tokens in the text read as [UNK] (so text never holds a [SEP]).
+    Document indices count from `first_doc`. One batch encoding call for all the sentences."""
+    flat = [s for d in docs for s in d]
+    ids = tokenizer.tokenize_ids(flat) if flat else []
+    specials = set(tokenizer.special_ids) - {tokenizer.unk_id}
+    tokenized, k = [], 0
+    for di, d in enumerate(docs):
+        sents = []
+        for si in range(len(d)):
+            piece = ids[k + si]
+            if specials.intersection(piece):
+                piece = [tokenizer.unk_id if t in specials else t for t in piece]
+            if piece:
+                sents.append((si, piece))
+        k += len(d)
+        if sents:
+            tokenized.append((first_doc + di, sents))
+    return tokenized
+
+
+def eval_count(n_docs: int, eval_fraction: float, need: int) -> int:
+    """How many of `n_docs` documents are held out: round(fraction * n), at least `need` (0 when fraction is 0)."""
+    return max(need, int(round(eval_fraction * n_docs))) if eval_fraction > 0 else 0
+
+
+def hold_out(tokenized: list, n_eval: int, eval_seed: int) -> tuple:
+    """(train documents, held-out documents): `n_eval` documents chosen by `eval_seed` alone, both in order."""
+    order = list(range(len(tokenized)))
+    random.Random(eval_seed).shuffle(order)
+    return [tokenized[j] for j in sorted(order[n_eval:])], [tokenized[j] for j in sorted(order[:n_eval])]

@@ -1,0 +1,184 @@
+"""Masked-LM corruption (paper 3.1, Table 8): select positions, then replace them by [MASK], a random token or
+themselves (80/10/10); whole-word masking; the held-out set masked once with a fixed seed.
+
+Masking happens at batch time (`mask_tokens`, `mask_batch`; instances are stored unmasked, engine/pretraining/cache.py);
+the held-out set is masked once with a fixed seed (`fixed_eval_masking`) with the paper's standard masking
+(PAPER_RATE, PAPER_RATIOS) whatever a run's own, so runs compare.
+
+Departures from the paper / released code, on purpose:
+- Masking selects exactly max(1, round(rate * n)) positions per sequence (as the released code, not a
+  Bernoulli draw per token), where n counts only real, non-special tokens (the released code counts
+  [CLS]/[SEP] too); there is no `max_predictions_per_seq` cap.
+- RANDOM replacements are drawn uniformly from the non-special vocabulary (the released code draws from
+  the whole vocabulary, [CLS]/[SEP]/[PAD]/[MASK] included).
+- Whole-word masking takes whole words in random order while the selected pieces stay within the count,
+  stopping at the first word that would overflow (the released code skips it and tries later words); the
+  first word is always taken, so at least one position is selected.
+- Masking is dynamic (a new draw per batch), as RoBERTa, instead of the released code's static dupe-factor copies.
+"""
+import math
+from typing import Optional, Sequence
+
+import numpy as np
+import torch
+
+from engine.errors import EngineError
+
+IGNORE_INDEX = -100  # label of positions the MLM loss skips (PyTorch cross_entropy default)
+PAPER_RATE = 0.15  # the paper's share of tokens selected: the held-out masking and mask_tokens' default
+PAPER_RATIOS = (0.8, 0.1, 0.1)  # MASK, RANDOM, SAME shares of the selected tokens (paper 3.1)
+EVAL_MASK_SEED = 12345  # the held-out set is masked once with this seed (same positions in every run)
+
+
+def check_masking_args(rate: float, ratios) -> tuple:
+    """(rate, ratios) as floats, or an EngineError naming the fix: ratios are three shares MASK,RANDOM,SAME that sum
+    to 1, the rate is in (0, 1]."""
+    try:
+        ratios = tuple(float(r) for r in ratios)
+        rate = float(rate)
+    except (TypeError, ValueError):
+        raise EngineError(f"masking rate {rate!r} and ratios {ratios!r} must be numbers; e.g. rate 0.15, ratios 0.8,0.1,0.1")
+    if len(ratios) != 3:
+        raise EngineError(f"masking ratios need 3 numbers MASK,RANDOM,SAME (got {len(ratios)}); e.g. 0.8,0.1,0.1")
+    if not all(0.0 <= r <= 1.0 for r in ratios):
+        raise EngineError(f"masking ratios {ratios} must each be between 0 and 1; e.g. 0.8,0.1,0.1")
+    if abs(sum(ratios) - 1.0) > 1e-6:
+        raise EngineError(f"masking ratios {ratios} sum to {sum(ratios):.6g}, not 1; MASK+RANDOM+SAME must add up to 1")
+    if not (0.0 < rate <= 1.0) or math.isnan(rate):
+        raise EngineError(f"masking rate {rate} must be in (0, 1]; the paper uses 0.15")
+    return rate, ratios
+
+
+def mask_tokens(input_ids: torch.Tensor, special_tokens_mask: torch.Tensor, vocab_size: int, mask_id: int,
+                rate: float = PAPER_RATE, ratios=PAPER_RATIOS, generator: Optional[torch.Generator] = None,
+                word_starts: Optional[torch.Tensor] = None, attention_mask: Optional[torch.Tensor] = None,
+                special_ids: Optional[Sequence[int]] = None):
+    """Masked-LM corruption (paper 3.1): select positions, then replace them by [MASK] / a random token /
+    themselves with probabilities `ratios` = (MASK, RANDOM, SAME).
+
+    input_ids (B, T) long; special_tokens_mask (B, T) bool/int, True at [CLS]/[SEP]/[PAD] (never selected);
+    attention_mask (B, T), optional, 0 at padding (also never selected). Per row exactly
+    max(1, round(rate * n)) of its n selectable positions are selected (0 when n == 0). With `word_starts`
+    (B, T) bool (True where a word begins; a `##` piece continues the word before it), whole words are
+    selected. RANDOM tokens are uniform over ids in [0, vocab_size) except `special_ids` and `mask_id`
+    (`special_ids` defaults to the ids found at special positions of this batch; pass the tokenizer's
+    `special_ids` to be exact). All randomness comes from `generator`.
+    Returns (masked_ids (B, T) long, labels (B, T) long: the original id where selected, -100 elsewhere).
+    """
+    rate, (p_mask, p_rand, _p_same) = check_masking_args(rate, ratios)
+    if input_ids.dim() != 2:
+        raise EngineError(f"mask_tokens expects input_ids of shape (batch, length), got {tuple(input_ids.shape)}")
+    if tuple(special_tokens_mask.shape) != tuple(input_ids.shape):
+        raise EngineError(f"special_tokens_mask {tuple(special_tokens_mask.shape)} does not match input_ids {tuple(input_ids.shape)}")
+    B, T = input_ids.shape
+    device = input_ids.device
+    input_ids = input_ids.long()
+    selectable = ~special_tokens_mask.bool()  # (B, T)
+    if attention_mask is not None:
+        selectable &= attention_mask.bool()
+    n_real = selectable.sum(dim=1)  # (B,)
+    k = torch.clamp(torch.floor(n_real.double() * rate + 0.5).long(), min=1)
+    k = torch.where(n_real > 0, torch.minimum(k, n_real), torch.zeros_like(k))  # (B,)
+
+    if word_starts is None:
+        # exactly k random selectable positions per row: rank random scores, keep the k smallest
+        scores = torch.rand(B, T, generator=generator, device=device)
+        scores = scores.masked_fill(~selectable, 2.0)
+        order = scores.argsort(dim=1)  # (B, T)
+        ranks = torch.empty_like(order)
+        ranks.scatter_(1, order, torch.arange(T, device=device).expand(B, T))
+        selected = (ranks < k[:, None]) & selectable
+    else:
+        if tuple(word_starts.shape) != tuple(input_ids.shape):
+            raise EngineError(f"word_starts {tuple(word_starts.shape)} does not match input_ids {tuple(input_ids.shape)}")
+        # a word = a start position and the continuation pieces after it; every unselectable position is a
+        # word of its own, and a piece right after one starts a new word
+        prev_unsel = torch.cat([torch.ones(B, 1, dtype=torch.bool, device=device), ~selectable[:, :-1]], dim=1)
+        starts = word_starts.bool() | ~selectable | prev_unsel  # (B, T)
+        word = starts.long().cumsum(dim=1) - 1  # (B, T) word index per position, 0..W-1
+        W = int(word.max()) + 1 if T > 0 else 0
+        word_len = torch.zeros(B, W, dtype=torch.long, device=device).scatter_add_(1, word, torch.ones_like(word))
+        word_ok = torch.zeros(B, W, dtype=torch.bool, device=device).scatter_(1, word, selectable)  # (B, W)
+        scores = torch.rand(B, W, generator=generator, device=device).masked_fill(~word_ok, 2.0)
+        order = scores.argsort(dim=1)  # words in random order, selectable ones first
+        len_in_order = torch.gather(word_len * word_ok, 1, order)
+        take_in_order = (len_in_order.cumsum(dim=1) <= k[:, None]) & (len_in_order > 0)
+        take_in_order[:, 0] |= k > 0  # the first word always (so at least one position)
+        take_word = torch.zeros(B, W, dtype=torch.bool, device=device).scatter_(1, order, take_in_order) & word_ok
+        selected = torch.gather(take_word, 1, word) & selectable
+
+    labels = torch.where(selected, input_ids, torch.full_like(input_ids, IGNORE_INDEX))
+    u = torch.rand(B, T, generator=generator, device=device)
+    to_mask = selected & (u < p_mask)
+    to_rand = selected & (u >= p_mask) & (u < p_mask + p_rand)
+    masked = input_ids.clone()
+    masked[to_mask] = mask_id
+    n_rand = int(to_rand.sum())
+    if n_rand:
+        if special_ids is None:
+            special_ids = torch.unique(input_ids[~selectable]).tolist() if (~selectable).any() else []
+        ok = torch.ones(vocab_size, dtype=torch.bool, device=device)
+        banned = [int(i) for i in special_ids if 0 <= int(i) < vocab_size] + ([int(mask_id)] if 0 <= mask_id < vocab_size else [])
+        ok[torch.tensor(banned, dtype=torch.long, device=device)] = False
+        allowed = ok.nonzero().squeeze(1)  # ids RANDOM may draw
+        if len(allowed) == 0:
+            raise EngineError(f"the vocabulary of {vocab_size} ids has no non-special token to draw RANDOM replacements from; use a real vocabulary")
+        pick = torch.randint(len(allowed), (n_rand,), generator=generator, device=device)
+        masked[to_rand] = allowed[pick]
+    return masked, labels
+
+
+def mask_batch(batch: dict, vocab_size: int, mask_id: int, special_ids=None, rate: float = PAPER_RATE,
+               ratios=PAPER_RATIOS, generator: Optional[torch.Generator] = None, whole_word: bool = False) -> dict:
+    """A batch from `PretrainingData.batches` with `input_ids` masked and `labels` (B, T) added (a new dict)."""
+    masked, labels = mask_tokens(batch["input_ids"], batch["special_tokens_mask"], vocab_size, mask_id, rate=rate,
+                                 ratios=ratios, generator=generator,
+                                 word_starts=batch["word_starts"] if whole_word else None,
+                                 attention_mask=batch["attention_mask"], special_ids=special_ids)
+    out = dict(batch)
+    out["input_ids"], out["labels"] = masked, labels
+    return out
+
+
+
+class MaskedEvalSet:
+    """A split masked once with a fixed seed (so every run scores the same masked positions).
+
+    `batches(batch_size, rank, world_size)` yields the instances in order as dicts like
+    `PretrainingData.batches` plus `labels` (B, T), trimmed to each batch's longest instance.
+    """
+
+    def __init__(self, data: "PretrainingData", batch: dict):
+        self.data = data
+        self.batch = batch  # the whole split, padded to its longest instance
+        self.lengths = batch["attention_mask"].sum(dim=1)  # (N,)
+
+    @property
+    def num_instances(self) -> int:
+        return int(self.batch["input_ids"].shape[0])
+
+    def batches(self, batch_size: int, rank: int = 0, world_size: int = 1):
+        N = self.num_instances
+        step = batch_size * world_size
+        for start in range(0, N, step):
+            chunk = list(range(start, min(start + step, N)))
+            per_rank = math.ceil(len(chunk) / world_size)
+            mine = chunk[rank * per_rank:(rank + 1) * per_rank]
+            if not mine:
+                continue
+            rows = torch.tensor(mine)
+            T = int(self.lengths[rows].max())
+            yield {k: (v[rows, :T] if v.dim() == 2 else v[rows]) for k, v in self.batch.items()}
+
+
+def fixed_eval_masking(data: "PretrainingData", vocab_size: int, mask_id: int, special_ids=None, rate: float = PAPER_RATE,
+                       ratios=PAPER_RATIOS, seed: int = EVAL_MASK_SEED, whole_word: bool = False,
+                       limit: Optional[int] = None) -> MaskedEvalSet:
+    """Mask a (held-out) split once, deterministically from `seed`, independent of the batch size. `limit`: only
+    the first `limit` instances are collated and masked (the held-out split of a big prepared corpus is not
+    held whole; the masks then differ from those of the whole split, which in-memory caches keep using)."""
+    if data is None or data.num_instances == 0:
+        raise EngineError("there is no held-out data to evaluate on; hold some documents out (--eval-fraction 0.05)")
+    full = data.collate(np.arange(data.num_instances if limit is None else min(int(limit), data.num_instances)))
+    g = torch.Generator().manual_seed(int(seed))
+    return MaskedEvalSet(data, mask_batch(full, vocab_size, mask_id, special_ids, rate, ratios, g, whole_word))
