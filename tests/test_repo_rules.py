@@ -1,7 +1,7 @@
 """Rules that keep the code readable for a newcomer: no test edits sys.path (pytest.ini's `pythonpath = .` puts
 the repository on it), no test module imports another (shared fixtures live in tests/conftest.py), tests say what
-they check rather than which issue asked for it, no function runs over 80 lines in engine/ or over 60 in studio/
-and pages/."""
+they check rather than which issue asked for it, no function runs over 80 lines in engine/ or over 60 in studio/ and
+pages/, and no module imports another module's private (underscored) name from engine/."""
 import ast
 import re
 from pathlib import Path
@@ -54,3 +54,44 @@ def test_functions_fit_on_a_screen():
             for folder, limit in LIMITS.items() for path, tree in _sources(folder) for n in ast.walk(tree)
             if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.end_lineno - n.lineno + 1 > limit]
     assert not long, f"{long}: split each into named steps"
+
+
+def _engine_module(path: Path) -> str:
+    """engine/pretrain.py -> engine.pretrain; engine/tasks/__init__.py -> engine.tasks."""
+    parts = path.with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _private_imports(path: Path, tree) -> list:
+    """`from engine.x import _name` (or a relative import of an underscored name) in `path`, when engine.x is not the
+    module `path` itself is."""
+    own = _engine_module(path)
+    package = own if path.name == "__init__.py" else own.rpartition(".")[0]
+    found = []
+    for n in ast.walk(tree):
+        if not isinstance(n, ast.ImportFrom):
+            continue
+        if n.level:  # from .x import _y, resolved against the importing module's package
+            base = package.split(".")[: len(package.split(".")) - (n.level - 1)]
+            module = ".".join(base + ([n.module] if n.module else []))
+        else:
+            module = n.module or ""
+        if module.split(".")[0] != "engine" or module == own:
+            continue
+        found += [f"{path}:{n.lineno} imports {a.name} from {module}" for a in n.names
+                  if a.name.startswith("_") and not a.name.startswith("__")]
+    return found
+
+
+def test_no_private_name_is_imported_from_another_engine_module():
+    """An underscored name is its module's own business: a module in engine/, studio/ or pages/ that needs one from
+    another engine module asks for a public name instead (or the code moves to where it is used)."""
+    found = [f for path, tree in _sources("engine", "studio", "pages") for f in _private_imports(path, tree)]
+    assert not found, f"{found}: make the name public where it is defined, or move the code that needs it there"
+
+
+def test_private_import_rule_sees_absolute_and_relative_imports():
+    tree = ast.parse("from .heads import _pool\nfrom engine.tasks.glue import _own\nfrom engine import _top, public\n"
+                     "from engine.tasks import __version__\n")
+    assert _private_imports(Path("engine/tasks/glue.py"), tree) == [
+        "engine/tasks/glue.py:1 imports _pool from engine.tasks.heads", "engine/tasks/glue.py:3 imports _top from engine"]
