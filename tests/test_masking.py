@@ -188,8 +188,14 @@ def test_bad_rate_or_ratios_raise_engine_error(rate, ratios):
 
 
 def test_ratios_sum_within_tolerance_accepted():
-    ids, special, _ = make_batch(B=2, T=10)
-    mask_tokens(ids, special, V, MASK, ratios=(0.8, 0.1, 0.1 + 5e-7), generator=torch.Generator())
+    """Ratios off 1 by float rounding (5e-7) mask exactly as 0.8/0.1/0.1 do; off by 1e-5 they are refused."""
+    ids, special, attn = make_batch(B=8, T=40)
+    near = mask_tokens(ids, special, V, MASK, ratios=(0.8, 0.1, 0.1 + 5e-7), generator=torch.Generator().manual_seed(3))
+    exact = mask_tokens(ids, special, V, MASK, ratios=(0.8, 0.1, 0.1), generator=torch.Generator().manual_seed(3))
+    check_invariants(ids, special, attn, *near, 0.15)
+    assert torch.equal(near[0], exact[0]) and torch.equal(near[1], exact[1])
+    with pytest.raises(EngineError, match="sum to"):
+        mask_tokens(ids, special, V, MASK, ratios=(0.8, 0.1, 0.1 + 1e-5), generator=torch.Generator())
 
 
 def test_shape_mismatch_raises_engine_error():
