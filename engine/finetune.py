@@ -454,8 +454,9 @@ def _failed_before_training(out: Path) -> bool:
     trial in eval.json and no saved model. It holds no result, so the command may begin it again in place with
     new settings (the fix of a missing --dev, a bad file or a wrong --model), with or without --resume."""
     from engine.runs import effective_status, read_run_json
+    from engine.status import status_of
     info = read_run_json(out) if (out / records.RUN_JSON).is_file() else {}
-    if info.get("kind") != "finetune" or effective_status(out, info) not in ("failed", "cancelled", "dead"):
+    if info.get("kind") != "finetune" or not status_of(effective_status(out, info)).resumable:
         return False
     if (out / "best").exists() or (out / "checkpoints").exists():
         return False

@@ -53,10 +53,11 @@ from engine.fileio import atomic_write_json
 from engine.procs import killpg, proc_stat, proven_alive
 from engine.records import RUN_JSON, read_json_or_empty, study_fraction_done
 from engine.runs import latest_checkpoint, now_iso, run_progress, run_writer_pid, runs_root, set_status
+from engine.status import CANCELLED, FAILED, FINISHED, JOB_STATUSES, QUEUED, RUNNING, status_of
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-STATUSES = ("queued", "running", "finished", "failed", "cancelled")
-TERMINAL = ("finished", "failed", "cancelled")
+STATUSES = JOB_STATUSES  # engine.status: what each means
+TERMINAL = tuple(n for n in JOB_STATUSES if status_of(n).terminal)
 ENGINE_COMMANDS = tuple(ln.split()[0] for ln in _ENGINE_HELP.splitlines() if ln.startswith("  "))  # `python -m engine --help`
 _LAUNCHED: dict[int, subprocess.Popen] = {}  # runners started by this process, polled so none stays a zombie
 
@@ -263,9 +264,9 @@ class Jobs:
 
     def job_progress(self, job: dict) -> float | None:
         """Fraction done in [0, 1] from the run dir (last logged step / total steps); None if unknown."""
-        if job.get("status") == "finished":
+        if job.get("status") == FINISHED.name:
             return 1.0
-        if job.get("status") == "queued":
+        if job.get("status") == QUEUED.name:
             return 0.0
         if not job.get("run_dir"):
             return None
@@ -294,12 +295,12 @@ class Jobs:
         else:
             log = str(self.dir / "logs" / f"{job_id}.log")
         job = {"id": job_id, "name": name or (Path(run_dir).name if run_dir else argv[0]), "argv": argv,
-               "status": "queued", "pid": None, "pgid": None, "proc_start": None, "child_pid": None, "child_start": None,
+               "status": QUEUED.name, "pid": None, "pgid": None, "proc_start": None, "child_pid": None, "child_start": None,
                "created": now_iso(), "started": None, "ended": None, "returncode": None, "error": None,
                "log": log, "log_offset": None, "run_dir": run_dir, "cancel_requested": False}
         with self._transaction() as q:
             for other in q["jobs"]:
-                if run_dir is not None and other.get("run_dir") == run_dir and other["status"] in ("queued", "running"):
+                if run_dir is not None and other.get("run_dir") == run_dir and status_of(other["status"]).active:
                     raise EngineError(f"run folder {run_dir} already has job {other['id']} {other['status']}; "
                                f"wait for it or cancel it, or pick another output folder")
             q["jobs"].append(job)
@@ -336,37 +337,37 @@ class Jobs:
     def _reap(self, q: dict) -> None:
         _poll_launched()
         for job in q["jobs"]:
-            if job["status"] != "running" or _job_alive(job):
+            if job["status"] != RUNNING.name or _job_alive(job):
                 continue
             # the runner ended without recording the exit (killed): decide from what is left
             run_status = _run_json_status(job.get("run_dir"))
             if job.get("cancel_requested"):
-                status = "cancelled"
-            elif run_status == "finished":
-                status = "finished"
+                status = CANCELLED.name
+            elif run_status == FINISHED.name:
+                status = FINISHED.name
             else:
-                status = "failed"
+                status = FAILED.name
             job.update(status=status, ended=now_iso())
-            if status != "finished":
-                job["error"] = _error_line(job) if status == "failed" else "cancelled by the user"
+            if status != FINISHED.name:
+                job["error"] = _error_line(job) if status == FAILED.name else "cancelled by the user"
                 job["error"] = job["error"] or "the job's process ended unexpectedly (killed?)"
                 _finalize_run_json(job.get("run_dir"), status, job["error"])
 
     def _schedule(self, q: dict) -> None:
-        running = sum(1 for j in q["jobs"] if j["status"] == "running")
+        running = sum(1 for j in q["jobs"] if j["status"] == RUNNING.name)
         for job in q["jobs"]:
             if running >= self.max_concurrent:
                 break
-            if job["status"] == "queued":
+            if job["status"] == QUEUED.name:
                 self._launch(job)
-                running += job["status"] == "running"
+                running += job["status"] == RUNNING.name
 
     def _launch(self, job: dict) -> None:
         """Start the detached runner for `job` (called with the queue lock held); a job whose argv may not run
         (`argv_problem`) is marked failed and nothing is started."""
         problem = argv_problem(job.get("argv"))
         if problem or not isinstance(job.get("log"), str):
-            job.update(status="failed", ended=now_iso(), error=f"refused to run this job: {problem or 'it names no log file'}")
+            job.update(status=FAILED.name, ended=now_iso(), error=f"refused to run this job: {problem or 'it names no log file'}")
             return
         log = Path(job["log"])
         try:
@@ -376,7 +377,7 @@ class Jobs:
                 f.write(f"[job {job['id']}] {now_iso()} $ {shlex.join(['python', '-m', 'engine', *job['argv']])}\n".encode())
             logf = open(log, "ab")
         except OSError as e:
-            job.update(status="failed", ended=now_iso(), error=f"could not open the job log {log}: {e.strerror or e}")
+            job.update(status=FAILED.name, ended=now_iso(), error=f"could not open the job log {log}: {e.strerror or e}")
             return
         try:
             env = dict(os.environ, PYTHONUNBUFFERED="1")
@@ -386,13 +387,13 @@ class Jobs:
                 cwd=REPO_ROOT, stdin=subprocess.DEVNULL, stdout=logf, stderr=subprocess.STDOUT,
                 start_new_session=True, close_fds=True, env=env)
         except OSError as e:
-            job.update(status="failed", ended=now_iso(), error=f"could not start the job: {e.strerror or e}")
+            job.update(status=FAILED.name, ended=now_iso(), error=f"could not start the job: {e.strerror or e}")
             return
         finally:
             logf.close()
         _LAUNCHED[p.pid] = p
         st = proc_stat(p.pid)
-        job.update(status="running", pid=p.pid, pgid=p.pid, proc_start=st[2] if st else None, started=now_iso())
+        job.update(status=RUNNING.name, pid=p.pid, pgid=p.pid, proc_start=st[2] if st else None, started=now_iso())
         try:  # the watcher, outside the job's process group, notices when the whole group is killed
             w = subprocess.Popen([sys.executable, "-m", "engine.jobs", "watch", "--root", str(self.root),
                                   "--repo-root", str(self.repo_root), "--max-concurrent", str(self.max_concurrent), job["id"]],
@@ -412,10 +413,10 @@ class Jobs:
         timeout = self.cancel_timeout if timeout is None else timeout
         with self._transaction() as q:
             job = self._find_or_fail(q, job_id)
-            if job["status"] == "queued":
-                job.update(status="cancelled", ended=now_iso(), error="cancelled before it started")
+            if job["status"] == QUEUED.name:
+                job.update(status=CANCELLED.name, ended=now_iso(), error="cancelled before it started")
                 return dict(job)
-            if job["status"] != "running":
+            if job["status"] != RUNNING.name:
                 return dict(job)
             job["cancel_requested"] = True
             if not explicit and (job.get("argv") or [None])[0] in SAVES_ON_SIGTERM:
@@ -477,7 +478,7 @@ def _run_json_status(run_dir) -> str | None:
 
 def _finalize_run_json(run_dir, status: str, error: str | None) -> None:
     """If the engine died leaving run.json at `running`, record how it ended."""
-    if _run_json_status(run_dir) != "running":
+    if _run_json_status(run_dir) != RUNNING.name:
         return
     try:
         set_status(run_dir, status, error=error)
@@ -501,7 +502,7 @@ def _run_job(root: str, job_id: str, max_concurrent: int, repo_root=None) -> int
     rc, error, cmd = None, None, None
     with jobs._transaction() as q:
         job = jobs._find(q, job_id)
-        if job is None or job["status"] != "running" or job.get("pid") != os.getpid():
+        if job is None or job["status"] != RUNNING.name or job.get("pid") != os.getpid():
             print(f"[job {job_id}] runner {os.getpid()} does not own this job; exiting", flush=True)
             return 1
         try:  # checked again here: the file may have changed since the launch
@@ -528,12 +529,12 @@ def _run_job(root: str, job_id: str, max_concurrent: int, repo_root=None) -> int
         job = jobs._find(q, job_id)
         cancelled = bool(stop["sig"] is not None or (job and job.get("cancel_requested")))
     if rc == 0:
-        status = "finished"
+        status = FINISHED.name
     elif cancelled:
-        status, error = "cancelled", "cancelled by the user"
+        status, error = CANCELLED.name, "cancelled by the user"
     else:
-        status = "failed"
-    if status == "failed" and error is None:
+        status = FAILED.name
+    if status == FAILED.name and error is None:
         last = _error_line(job) if job is not None else None
         if last and last.startswith("error:"):
             error = last
@@ -566,7 +567,7 @@ def _watch_job(root: str, job_id: str, max_concurrent: int, repo_root=None, inte
         job = jobs.get(job_id)
         if job is None or job["status"] in TERMINAL:
             return 0
-        if job["status"] == "running" and not _job_alive(job):  # ("queued": the launch is not saved yet)
+        if job["status"] == RUNNING.name and not _job_alive(job):  # ("queued": the launch is not saved yet)
             jobs.refresh()
             return 0
         time.sleep(interval)
@@ -642,7 +643,7 @@ def stop_run(run_dir, root=None) -> str:
     Returns what was done, in words."""
     run_dir = Path(run_dir).resolve()
     for job in refresh(root=root):
-        if job.get("status") == "running" and job.get("run_dir") and Path(job["run_dir"]).resolve() == run_dir:
+        if job.get("status") == RUNNING.name and job.get("run_dir") and Path(job["run_dir"]).resolve() == run_dir:
             cancel(job["id"], root=root)
             return "cancelled (the run saved a checkpoint)"
     pid = run_writer_pid(run_dir)

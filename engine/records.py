@@ -25,6 +25,7 @@ from pathlib import Path
 
 from engine.errors import EngineError
 from engine.fileio import atomic_write_json
+from engine.status import FINISHED
 
 RUN_JSON = "run.json"
 METRICS = "metrics.jsonl"
@@ -131,7 +132,7 @@ def study_fraction_done(study_dir) -> float | None:
     jobs = read_json_or_empty(Path(study_dir) / STUDY_JSON).get("jobs")
     if not jobs:
         return None
-    return sum(j.get("status") == "finished" for j in jobs) / len(jobs)
+    return sum(j.get("status") == FINISHED.name for j in jobs) / len(jobs)
 
 
 def read_eval(run_dir) -> dict:

@@ -34,11 +34,12 @@ from engine.errors import EngineError, as_engine_error
 from engine.fileio import atomic_publish_dir, atomic_write_json, atomic_write_text
 from engine.procs import pid_alive, proc_start_time
 from engine.records import EVAL_JSON, METRICS, METRICS_LABELS, RUN_JSON  # noqa: F401 (the file names, defined in engine.records)
+from engine.status import CANCELLED, DEAD, FAILED, FINISHED, RUNNING, RUN_STATUSES
 
 LOCK_FILE = "run.lock"
 CHECKPOINTS = "checkpoints"
 COMPLETE = "COMPLETE"  # marker file, written last into a checkpoint folder
-STATUSES = ("running", "finished", "failed", "cancelled")
+STATUSES = RUN_STATUSES  # engine.status: what each means
 MAX_NAME = 100
 _NAME_RE = re.compile(r"[A-Za-z0-9_.+=-]+")
 _STEP_DIR_RE = re.compile(r"step-(\d+)")
@@ -284,7 +285,7 @@ def _versions() -> dict:
 def start_run(run_dir, kind: str, config: dict | None = None, **fields) -> dict:
     """Record that this process is (re)starting the run: status running, pid, host, times, versions."""
     prev = read_run_json(run_dir)
-    data = dict(kind=kind, status="running", pid=os.getpid(), proc_start=proc_start_time(os.getpid()),
+    data = dict(kind=kind, status=RUNNING.name, pid=os.getpid(), proc_start=proc_start_time(os.getpid()),
                 host=socket.gethostname(), created=prev.get("created") or now_iso(), started=now_iso(),
                 ended=None, error=None, versions=_versions(), starts=int(prev.get("starts", 0)) + 1)
     if config is not None:
@@ -298,7 +299,7 @@ def set_status(run_dir, status: str, error=None) -> dict:
     if status not in STATUSES:
         raise ValueError(f"unknown run status {status!r}; expected one of {STATUSES}")
     fields = {"status": status, "error": None if error is None else " ".join(str(error).split())}
-    if status != "running":
+    if status != RUNNING.name:
         fields["ended"] = now_iso()
     return write_run_json(run_dir, **fields)
 
@@ -389,13 +390,13 @@ class Run:
             self._old_handler = None
         try:
             if exc_type is None:
-                set_status(self.dir, "finished")
+                set_status(self.dir, FINISHED.name)
             elif issubclass(exc_type, KeyboardInterrupt):
-                set_status(self.dir, "cancelled", error="cancelled by the user")
+                set_status(self.dir, CANCELLED.name, error="cancelled by the user")
             elif as_engine_error(exc) is not None:  # a user error, out of memory, a full disk: its one line
-                set_status(self.dir, "failed", error=str(as_engine_error(exc)))
+                set_status(self.dir, FAILED.name, error=str(as_engine_error(exc)))
             else:
-                set_status(self.dir, "failed", error=f"{exc_type.__name__}: {exc}")
+                set_status(self.dir, FAILED.name, error=f"{exc_type.__name__}: {exc}")
         finally:
             self.lock.release()
 
@@ -570,19 +571,19 @@ def effective_status(run_dir, info: dict | None = None) -> str:
     run_dir = Path(run_dir)
     info = read_run_json(run_dir) if info is None else info
     status = info.get("status") or "unknown"
-    if status != "running":
+    if status != RUNNING.name:
         return status
     host = info.get("host")
     if host and host != socket.gethostname():
-        return "running"  # another machine's process: we cannot look at it
+        return RUNNING.name  # another machine's process: we cannot look at it
     if alive_writer(run_dir, info):
-        return "running"
+        return RUNNING.name
     # the writer may have just finished: trust a status written after our first read
     try:
         again = read_run_json(run_dir)
     except EngineError:
-        return "dead"
-    return "dead" if again.get("status") == "running" else (again.get("status") or "unknown")
+        return DEAD.name
+    return DEAD.name if again.get("status") == RUNNING.name else (again.get("status") or "unknown")
 
 
 def alive_writer(run_dir, info: dict) -> bool:
@@ -620,7 +621,7 @@ def run_progress(run_dir, info: dict | None = None) -> dict:
     frac = None
     if isinstance(step, (int, float)) and total:
         frac = max(0.0, min(1.0, step / total))
-    if info.get("status") == "finished":
+    if info.get("status") == FINISHED.name:
         frac = 1.0
     return {"step": step, "total": total, "fraction": frac}
 

@@ -13,6 +13,7 @@ from engine import cli
 from engine import runs as R
 from engine.errors import EngineError
 from engine.finetune import FinetuneConfig
+from engine.status import FINISHED
 from engine.tasks.metrics import METRICS
 from engine.tasks.registry import BUILTINS, FORMATS
 from engine.tasks.shared_files import shared_task_files, shared_tasks
@@ -229,7 +230,7 @@ with tab_runs:
             ev = read_eval(run_dir)
             precision = f" · {ev['precision']}" if ev.get("precision") else ""  # as resolved ("auto" -> bf16 / fp32)
             st.markdown(f"**{pick}** — status **{status}** · model `{cfg.get('model', '?')}` · task `{cfg.get('task', '?')}`{precision}")
-            if status == "finished":
+            if status == FINISHED.name:
                 st.progress(1.0, text="finished")
             elif prog["fraction"] is not None:
                 st.progress(prog["fraction"], text=f"step {prog['step'] or 0} of {prog['total'] or '?'}")

@@ -14,6 +14,7 @@ from engine.records import read_eval
 from engine import cli
 from engine import runs as R
 from engine.errors import EngineError
+from engine.status import status_of
 from engine.features import FeaturesConfig
 from engine.tasks.registry import BUILTINS, feature_task_names
 from studio import ablation_figures as F
@@ -125,7 +126,7 @@ with tab_compare:
         if fx.get("error"):
             st.error(fx["error"])
         resume_button(root, Path(fx["path"]), FeaturesConfig, fx["effective_status"], "the finished combinations are")
-        live_run = fx["effective_status"] in ("running", "queued")
+        live_run = status_of(fx["effective_status"]).active
         if live_run:
             @st.fragment(run_every=5)
             def live(run_dir=Path(fx["path"]), listed=fx["effective_status"]):

@@ -8,6 +8,7 @@ import streamlit as st
 
 from engine import ablations as A
 from engine import paper_tables
+from engine.status import FAILED, FINISHED, RUNNING
 from studio import ablation_figures as F
 from studio import measured_tables
 from studio.common import chart_config, guard, runs_root
@@ -228,10 +229,10 @@ with tab_results:
             if res is None:
                 return
             pr = res.progress
-            done = pr.get("finished", 0)
+            done = pr.get(FINISHED.name, 0)
             st.progress(done / pr["total"] if pr["total"] else 0.0,
-                        text=f"{done}/{pr['total']} jobs finished" + (f", {pr['failed']} failed" if pr.get("failed") else "")
-                        + (f", {pr['running']} running" if pr.get("running") else "")
+                        text=f"{done}/{pr['total']} jobs finished" + (f", {pr[FAILED.name]} failed" if pr.get(FAILED.name) else "")
+                        + (f", {pr[RUNNING.name]} running" if pr.get(RUNNING.name) else "")
                         + (f" ({pr['reused']} job(s) reused from finished runs)" if pr.get("reused") else ""))
             st.subheader(res.study.title)
             left, right = st.columns([3, 2])
@@ -277,7 +278,7 @@ with tab_results:
             with st.expander("Jobs of this study"):
                 jt = pd.DataFrame(res.jobs)[["key", "kind", "state", "error", "reused_from", "out"]]
                 st.dataframe(jt, hide_index=True, width="stretch")
-                failed = [j for j in res.jobs if j["state"] == "failed"]
+                failed = [j for j in res.jobs if j["state"] == FAILED.name]
                 if failed:
                     st.error(f"{len(failed)} job(s) failed; the first: {failed[0]['key']}: {failed[0]['error']}. "
                              "Retry them from the Jobs page.")

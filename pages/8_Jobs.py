@@ -6,9 +6,9 @@ import pandas as pd
 import streamlit as st
 
 from engine import jobs as Q
+from engine.status import FAILED, QUEUED, RUNNING, status_of
 from studio.common import guard, runs_root
 
-STATUS_ICON = {"queued": "⏳", "running": "🏃", "finished": "✅", "failed": "❌", "cancelled": "🚫"}
 SHOW_MAX = 40  # jobs shown with details (newest first); the table lists them all
 
 st.title("Jobs")
@@ -49,7 +49,7 @@ def jobs_table(jobs) -> pd.DataFrame:
     rows = []
     for j in jobs:
         p = _progress(j)
-        rows.append({"id": j["id"], "name": j.get("name"), "status": f"{STATUS_ICON.get(j['status'], '')} {j['status']}",
+        rows.append({"id": j["id"], "name": j.get("name"), "status": status_of(j['status']).shown,
                      "progress": None if p is None else round(100 * p, 1), "command": (j.get("argv") or [""])[0],
                      "created": j.get("created"), "started": j.get("started"), "ended": j.get("ended"),
                      "error": j.get("error") or ""})
@@ -75,14 +75,14 @@ def job_list():
     counts = {s: sum(1 for j in jobs if j["status"] == s) for s in Q.STATUSES}
     cols = st.columns(len(counts))
     for c, (s, n) in zip(cols, counts.items()):
-        c.metric(f"{STATUS_ICON[s]} {s}", n)
+        c.metric(status_of(s).shown, n)
     show = st.multiselect("Show", list(Q.STATUSES), default=list(Q.STATUSES), key="jobs_filter")
     jobs = [j for j in jobs if j["status"] in show]
     st.dataframe(jobs_table(jobs), hide_index=True, width="stretch",
                  column_config={"progress": st.column_config.ProgressColumn("progress", min_value=0, max_value=100, format="%.0f%%")})
     for j in jobs[:SHOW_MAX]:
-        label = f"{STATUS_ICON.get(j['status'], '')} {j.get('name') or j['id']} — {j['status']}"
-        with st.expander(label, expanded=j["status"] in ("running", "failed") and j is jobs[0]):
+        label = f"{status_of(j['status']).icon} {j.get('name') or j['id']} — {j['status']}"
+        with st.expander(label, expanded=j["status"] in (RUNNING.name, FAILED.name) and j is jobs[0]):
             st.code(command_line(j), language="bash")
             p = _progress(j)
             if p is not None:
@@ -93,12 +93,12 @@ def job_list():
             if j.get("error"):
                 st.error(j["error"])
             b1, b2, _ = st.columns([1, 1, 4])
-            if j["status"] in ("queued", "running"):
+            if status_of(j["status"]).active:
                 b1.button("Cancel", key=f"cancel-{j['id']}", on_click=_cancel, args=(j["id"],))
             if j["status"] in Q.TERMINAL:
                 b2.button("Retry", key=f"retry-{j['id']}", on_click=_retry, args=(j["id"],),
                           help="queue the same command again; a run it already started continues (--resume): a pre-training run from its last checkpoint, a fine-tune or features run keeps its finished trials, a finished one stays as it is")
-            if j["status"] != "queued":
+            if j["status"] != QUEUED.name:
                 tail = ""
                 with guard("reading the log"):
                     tail = Q.tail_log(j["id"], 40, root=root)

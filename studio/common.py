@@ -12,6 +12,7 @@ import streamlit as st
 
 from engine.errors import EngineError
 from engine.records import RUN_JSON
+from engine.status import FINISHED, QUEUED, status_of
 
 DEFAULT_RUNS = os.environ.get("BERT_STUDIO_RUNS", "runs")
 
@@ -131,7 +132,7 @@ def fill_blanks_model(root) -> str | None:
     if ready is not None:
         return ready
     for r in list_runs(root):  # newest first
-        if r.get("kind") == "pretrain" and r.get("effective_status") == "finished" and r.get("checkpoint_step") is not None:
+        if r.get("kind") == "pretrain" and r.get("effective_status") == FINISHED.name and r.get("checkpoint_step") is not None:
             ck = latest_checkpoint(Path(root) / r["name"])
             if ck is not None and "mlm" in (heads_on_disk(ck) or ()):
                 return str(ck)
@@ -221,16 +222,16 @@ def follow_queued_run(root: Path, prefix: str, listed) -> None:
 
     def job_status():
         job = Q.get(job_id, root) if job_id else None
-        return (job or {}).get("status", "queued"), (job or {}).get("error")
+        return (job or {}).get("status", QUEUED.name), (job or {}).get("error")
     status, error = job_status()
-    if status not in ("queued", "running"):
+    if not status_of(status).active:
         st.error(f"{name}: its job {status} before the run started: {error or 'see the Jobs page for its log'}")
         return
     st.info(f"**{name}** is {status}; it appears here when its job starts writing the run (the Jobs page shows the queue).")
 
     @st.fragment(run_every=3)
     def poll():
-        if (Path(root) / name / RUN_JSON).is_file() or job_status()[0] not in ("queued", "running"):
+        if (Path(root) / name / RUN_JSON).is_file() or not status_of(job_status()[0]).active:
             st.rerun()
     poll()
 
@@ -239,7 +240,7 @@ def resume_button(root: Path, run_dir: Path, config_cls, status: str, kept: str,
     """The Resume button of every page, for a run of `config_cls`'s command (PretrainConfig, FinetuneConfig,
     FeaturesConfig) that stopped before it finished: it queues `python -m engine COMMAND --out RUN --resume` plus
     `flags` (the run's own settings; `kept` says what is kept, e.g. "the finished trials"). `where`: the column."""
-    if status not in ("cancelled", "dead", "failed"):
+    if not status_of(status).resumable:
         return
     kind = config_cls.command
     if where.button("Resume", key=f"resume-{kind}-{run_dir.name}", help=f"continue with the run's own settings: {kept} kept"):

@@ -15,6 +15,7 @@ from pathlib import Path
 import streamlit as st
 
 from engine.records import RUN_JSON
+from engine.status import FINISHED, RUNNING, status_of
 from studio.common import guard
 from studio.common import probe_ready_dir as run_dir  # noqa: F401 (defined there: the model pickers need it)
 from studio.common import probe_ready_model as model_path  # noqa: F401
@@ -81,12 +82,12 @@ def panel(root, why: bool = True) -> None:
         if job_id:
             from engine import jobs as Q
             queued = (Q.get(job_id, root) or {}).get("status")
-        if queued in ("queued", "running"):
+        if status_of(queued).active:
             st.info(f"Queued (job {job_id}); progress shows here once it starts (the Jobs page has its log).")
 
             def started_or_gone():
                 from engine import jobs as Q
-                return (d / RUN_JSON).is_file() or (Q.get(job_id, root) or {}).get("status") not in ("queued", "running")
+                return (d / RUN_JSON).is_file() or not status_of((Q.get(job_id, root) or {}).get("status")).active
             _poll_until(started_or_gone)
         else:
             if queued is not None:
@@ -98,10 +99,10 @@ def panel(root, why: bool = True) -> None:
                     st.session_state["probe_ready_job"] = job["id"]
                     st.rerun()
         return
-    if status == "running":
+    if status == RUNNING.name:
         _live(d)
         return
-    if status == "finished":
+    if status == FINISHED.name:
         st.success(f"Done: **{d.name}** is offered first on the Probe and Attention pages.")
     else:
         st.warning(f"{d.name} is {status}: {info.get('error') or 'stopped'}")
@@ -136,7 +137,7 @@ def _live(d: Path) -> None:
     @st.fragment(run_every=REFRESH_SECONDS)
     def live():
         status, _ = _status(d)
-        if status != "running":
+        if status != RUNNING.name:
             st.rerun()
         _numbers(d)
     live()

@@ -22,6 +22,7 @@ from pathlib import Path
 
 from engine import measured
 from engine.records import RUN_JSON, read_json_or_empty
+from engine.status import CANCELLED, DEAD, FAILED, FINISHED, RUNNING, status_of
 
 TABLE5 = "pretraining-tasks"
 MINUTES = {  # step -> (bf16, fp32) measurements on an idle 2-core CPU (engine/measured.py); None: not measured
@@ -104,7 +105,7 @@ def table5_studies(root) -> list:
         if (data.get("study") or {}).get("name") != TABLE5:
             continue
         jobs = data.get("jobs", [])
-        done = sum(read_json_or_empty(d / j.get("out", "") / RUN_JSON).get("status") == "finished" for j in jobs if j.get("out"))
+        done = sum(read_json_or_empty(d / j.get("out", "") / RUN_JSON).get("status") == FINISHED.name for j in jobs if j.get("out"))
         out.append((d, done, len(jobs)))
     return out
 
@@ -136,7 +137,7 @@ def _table5_what() -> str:
             "The Ablations page's lessons go further: a second seed, the paper's equal steps, and longer runs.")
 
 
-STOPPED = {"cancelled": "was cancelled", "failed": "failed", "dead": "stopped (its process is gone)"}
+STOPPED = {CANCELLED.name: "was cancelled", FAILED.name: "failed", DEAD.name: "stopped (its process is gone)"}
 
 
 def _step2(root, own: list, precision: str, device: str) -> Step:
@@ -147,8 +148,8 @@ def _step2(root, own: list, precision: str, device: str) -> Step:
               "if you close the tab.",
               _minutes("pretrain", precision, device), "pages/2_Pretrain.py", "Set up the classroom run",
               {"pretrain_name": _free_name(root, "first-bert")})
-    finished = [r for r in own if r["effective_status"] == "finished"]
-    running = [r for r in own if r["effective_status"] == "running"]
+    finished = [r for r in own if r["effective_status"] == FINISHED.name]
+    running = [r for r in own if r["effective_status"] == RUNNING.name]
     if finished:
         s2.done, s2.status = True, f"finished: {finished[0]['name']}"
     elif running:
@@ -158,7 +159,7 @@ def _step2(root, own: list, precision: str, device: str) -> Step:
         r = own[0]
         kept = (f"it continues from checkpoint step-{r['checkpoint_step']}" if r["checkpoint_step"] is not None
                 else "it has no checkpoint yet, so it starts again from step 0")
-        error = f" ({r['error']})" if r["effective_status"] == "failed" and r.get("error") else ""
+        error = f" ({r['error']})" if r["effective_status"] == FAILED.name and r.get("error") else ""
         s2.status = (f"{r['name']} {STOPPED[r['effective_status']]} at step {r['step'] or 0} / {r['total_steps'] or '?'}"
                      f"{error}: press Resume on the Pre-train page ({kept}), or launch a new run")
         s2.button, s2.prefill = "Resume it on the Pre-train page", {"pretrain_pick": r["name"]}
@@ -169,7 +170,7 @@ def _step3(root, own: list, reference, probed: bool) -> Step:
     s3 = Step(3, "Probe it and the probe-ready model",
               "Fill in masked words, click a word to mask it and watch where it looks, score next-sentence pairs, and "
               "compare with a model that knows English.", "about a minute", "pages/5_Probe.py", "Probe your model")
-    order = {"finished": 0, "running": 1}  # the class's own model first, a stopped run's checkpoints too
+    order = {FINISHED.name: 0, RUNNING.name: 1}  # the class's own model first, a stopped run's checkpoints too
     mine = sorted((r for r in own if r["checkpoint_step"] is not None), key=lambda r: order.get(r["effective_status"], 2))
     if mine:
         target = mine[0]
@@ -242,7 +243,7 @@ def prepare_lines(rows: list) -> tuple:
 
 def preparing(rows: list) -> bool:
     """A part is queued or running."""
-    return any(r["state"] in ("queued", "running") for r in rows)
+    return any(status_of(r["state"]).active for r in rows)
 
 
 TEACHING = Path(__file__).resolve().parents[1] / "docs" / "teaching.md"

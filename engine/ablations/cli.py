@@ -15,6 +15,7 @@ from engine.ablations.study import describe, with_steps
 from engine.ablations.timing import REFERENCE_MACHINE, describe_check, estimate, speed_check
 from engine.ablations.verdict import describe_entry
 from engine.errors import EngineError
+from engine.status import CANCELLED, FAILED, FINISHED
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -123,7 +124,7 @@ def _failed_jobs(study_dir) -> int:
     """Exit status of a run that ran the jobs here: 1, with one line saying how many failed and what to do, when
     any did (so a script, or the job queue running a parallel study, sees it), else 0."""
     jobs = read_study(study_dir)["jobs"]
-    failed = [j for j in jobs if j.get("status") in ("failed", "cancelled")]
+    failed = [j for j in jobs if j.get("status") in (FAILED.name, CANCELLED.name)]
     if not failed:
         return 0
     print(f"error: {len(failed)} of {len(jobs)} jobs did not finish (first: {failed[0]['key']}: {failed[0].get('error')}); "
@@ -169,8 +170,8 @@ def _print_results(res: StudyResults) -> None:
     import pandas as pd
 
     pr = res.progress
-    print(f"\n{res.study.title}: {pr.get('finished', 0)}/{pr['total']} jobs finished"
-          + (f", {pr['failed']} failed" if pr.get("failed") else "")
+    print(f"\n{res.study.title}: {pr.get(FINISHED.name, 0)}/{pr['total']} jobs finished"
+          + (f", {pr[FAILED.name]} failed" if pr.get(FAILED.name) else "")
           + (f" ({pr['seconds'] / 60:.1f} min of jobs)" if pr.get("seconds") else ""))
     for r in (r for r in res.jobs if r.get("reused_from")):
         print(f"  {r['key']}: reused the finished run {r['reused_from']} (same settings; --no-reuse trains afresh)")

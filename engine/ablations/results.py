@@ -11,6 +11,7 @@ from engine.ablations.study import Study, pretrain_column_name
 from engine.ablations.verdict import judge
 from engine.fileio import atomic_write_text
 from engine.objectives import every
+from engine.status import CANCELLED, FAILED, FINISHED, QUEUED, RUNNING
 
 
 # an eval.json's best dev score and one features combination's score: engine.records reads them for every page
@@ -113,7 +114,7 @@ def collect_results(study_dir) -> StudyResults:
     table = paper_table(study, summary)
     states = job_states(study_dir, data)  # the study.json read above, not a second read
     progress = {"total": len(states)}
-    for s in ("finished", "failed", "running", "queued", "cancelled"):
+    for s in (FINISHED.name, FAILED.name, RUNNING.name, QUEUED.name, CANCELLED.name):
         progress[s] = sum(1 for r in states if r["state"] == s)
     progress["seconds"] = round(sum(j.get("seconds") or 0 for j in jobs), 1)  # foreground runs record each job's time
     progress["reused"] = sum(1 for r in states if r.get("reused_from"))  # pre-trainings and evaluations taken over (engine.ablations.reuse)

@@ -60,6 +60,7 @@ from engine.pretraining.config import RUNTIME_FIELDS, TRAINING_VERSION
 from engine.fileio import atomic_write_json
 from engine.records import EVAL_JSON, EVALUATION_VERSION, RUN_JSON, STUDY_JSON, read_json_or_empty
 from engine.runs import latest_checkpoint
+from engine.status import FINISHED
 
 # `ablate run --no-reuse` and the Ablations page's "Reuse finished runs"
 REUSE_HELP = ("a pre-training that a finished run under the runs folder has already done with the same settings (another "
@@ -113,7 +114,7 @@ def matching_run(argv: list, needed: list, runs_root: Path, exclude: Path):
     fingerprint = None
     for run in candidate_runs(runs_root, exclude):
         info = read_json_or_empty(run / RUN_JSON)
-        if info.get("kind") != "pretrain" or info.get("status") != "finished" or not info.get("config"):
+        if info.get("kind") != "pretrain" or info.get("status") != FINISHED.name or not info.get("config"):
             continue
         if info.get("training_version") != TRAINING_VERSION:  # trained by code that trains these settings otherwise
             continue
@@ -299,7 +300,7 @@ def matching_evaluation(study_dir: Path, job: dict, jobs: list, runs_root: Path)
     from engine.ablations.planner import paths_read
     study_dir = Path(study_dir).absolute()
     runs = _pretrain_runs(study_dir, jobs)
-    if any(read_json_or_empty(run / RUN_JSON).get("status") != "finished" for run in runs if paths_read(job["argv"], run)):
+    if any(read_json_or_empty(run / RUN_JSON).get("status") != FINISHED.name for run in runs if paths_read(job["argv"], run)):
         return None  # its model is not there yet (at launch, a pre-training still to train): nothing to look for
     return finished_evaluation(study_dir, job, {run: origin(run) for run in runs}, other_studies(runs_root, study_dir))
 
@@ -338,7 +339,7 @@ def finished_evaluation(study_dir: Path, job: dict, ours: dict, others: list):
             if evaluation_key(j, other_dir, theirs, model=lambda run: "") != shape or not (src / EVAL_JSON).is_file():
                 continue
             info = read_json_or_empty(src / RUN_JSON)
-            if info.get("status") != "finished" or info.get("evaluation_version") != EVALUATION_VERSION:
+            if info.get("status") != FINISHED.name or info.get("evaluation_version") != EVALUATION_VERSION:
                 continue
             if evaluation_key(j, other_dir, theirs) != key:  # another model behind the same command line
                 continue

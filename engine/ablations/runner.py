@@ -22,6 +22,7 @@ from engine.errors import EngineError
 from engine.fileio import atomic_write_json
 from engine.records import EVAL_JSON, RUN_JSON, read_json_or_empty
 from engine.runs import effective_status, latest_checkpoint, now_iso, read_run_json
+from engine.status import CANCELLED, DEAD, FAILED, FINISHED, QUEUED, RUNNING, status_of
 
 REPO_ROOT = Path(__file__).resolve().parents[2]  # `python -m engine` runs from here
 
@@ -118,15 +119,15 @@ def hold_study(study_dir):
 def _run_jobs(study_dir: Path, log, parallel: int) -> dict:
     """`run_foreground`, with the study's lock held."""
     data = read_study(study_dir)
-    counts = {"finished": 0, "failed": 0, "skipped": 0, "reused": 0}
+    counts = {FINISHED.name: 0, FAILED.name: 0, "skipped": 0, "reused": 0}
     todo = []
     for j in data["jobs"]:
-        if _from_run(j, study_dir / j["out"])[0] == "finished":  # its own records say so, whatever study.json does
+        if _from_run(j, study_dir / j["out"])[0] == FINISHED.name:  # its own records say so, whatever study.json does
             counts["skipped"] += 1
         else:
             todo.append(j)
     needs = _dependencies(study_dir, data["jobs"])
-    done = {j["key"]: "finished" for j in data["jobs"] if j not in todo}
+    done = {j["key"]: FINISHED.name for j in data["jobs"] if j not in todo}
     running = {}  # key -> (job, process, log file, start time)
     env = _job_env(parallel)
     previous = None  # a SIGTERM to this process also stops the jobs it started (else they would run on, orphaned)
@@ -138,18 +139,18 @@ def _run_jobs(study_dir: Path, log, parallel: int) -> dict:
                 if len(running) >= max(1, parallel):
                     break
                 waiting = [k for k in needs[j["key"]] if k not in done]
-                failed = [k for k in needs[j["key"]] if done.get(k) == "failed"]
+                failed = [k for k in needs[j["key"]] if done.get(k) == FAILED.name]
                 if failed:
                     todo.remove(j)
                     err = f"not run: {failed[0]} failed (fix it, then `python -m engine ablate resume {study_dir}`)"
-                    update_job(study_dir, j["key"], status="failed", rc=None, seconds=0, error=err)
-                    done[j["key"]] = "failed"
-                    counts["failed"] += 1
+                    update_job(study_dir, j["key"], status=FAILED.name, rc=None, seconds=0, error=err)
+                    done[j["key"]] = FAILED.name
+                    counts[FAILED.name] += 1
                     log(f"    {j['key']}: {err}")
                 elif not waiting:
                     todo.remove(j)
                     if _take_over(study_dir, j, data, log):
-                        done[j["key"]] = "finished"
+                        done[j["key"]] = FINISHED.name
                         counts["reused"] += 1
                         continue
                     running[j["key"]] = _start_job(study_dir, j, env, log)
@@ -170,7 +171,7 @@ def _run_jobs(study_dir: Path, log, parallel: int) -> dict:
         for key, (j, proc, logf, _) in running.items():
             _stop(proc)
             logf.close()
-            update_job(study_dir, key, status="cancelled")
+            update_job(study_dir, key, status=CANCELLED.name)
         raise
     finally:
         if previous is not None:
@@ -211,7 +212,7 @@ def _take_over(study_dir: Path, job: dict, data: dict, log) -> bool:
         return False
     if src is None:
         return False
-    update_job(study_dir, job["key"], status="finished", rc=0, seconds=0, error=None, reused_from=str(src))
+    update_job(study_dir, job["key"], status=FINISHED.name, rc=0, seconds=0, error=None, reused_from=str(src))
     what = "pre-training" if job["kind"] == "pretrain" else "evaluation of the same model"
     log(f"    {job['key']}: reused the finished {what} {src} (same settings)")
     return True
@@ -266,7 +267,7 @@ def _start_job(study_dir: Path, job: dict, env: dict, log) -> tuple:
 
 
 def _finish_job(study_dir: Path, job: dict, rc: int, t0: float, log) -> str:
-    status = "finished" if rc == 0 else "failed"
+    status = FINISHED.name if rc == 0 else FAILED.name
     out = study_dir / job["out"]
     err = None if rc == 0 else _run_error(job, out, t0) or _last_error_line(out / "job.log")
     update_job(study_dir, job["key"], status=status, rc=rc, seconds=round(time.time() - t0, 1), error=err)
@@ -283,7 +284,7 @@ def _run_error(job: dict, out: Path, t0: float):
     except OSError:
         return None
     info = read_json_or_empty(out / RUN_JSON)
-    if info.get("kind") not in (None, job["kind"]) or info.get("status") not in ("failed", "cancelled"):
+    if info.get("kind") not in (None, job["kind"]) or info.get("status") not in (FAILED.name, CANCELLED.name):
         return None
     return info.get("error") or None
 
@@ -334,20 +335,20 @@ def _state(job: dict, out: Path, rec, runner) -> tuple:
     run.json); else how its queue job, or the study's one queue job `runner`, ended; else what study.json recorded
     (a job not run because its model failed). A job recorded finished whose result is gone is to run again."""
     state, error = _from_run(job, out)
-    if state == "finished":
+    if state == FINISHED.name:
         return state, None
-    if rec is not None and rec.get("status") in ("queued", "running"):
+    if rec is not None and status_of(rec.get("status")).active:
         return rec["status"], None
     if state is not None:
         return state, error
     for status, why in ((rec or {}).get("status"), (rec or {}).get("error")), (job.get("status"), job.get("error")):
-        if status in ("failed", "cancelled"):
+        if status in (FAILED.name, CANCELLED.name):
             return status, why
-    if runner is not None and runner.get("status") in ("failed", "cancelled"):
+    if runner is not None and runner.get("status") in (FAILED.name, CANCELLED.name):
         return runner["status"], f"not run: the study's job {runner['status']}: {runner.get('error')}"
-    if "finished" in ((rec or {}).get("status"), job.get("status")):
-        return "queued", f"recorded finished, but its result is not in {out} (deleted?); `ablate resume` runs it again"
-    return "queued", None
+    if FINISHED.name in ((rec or {}).get("status"), job.get("status")):
+        return QUEUED.name, f"recorded finished, but its result is not in {out} (deleted?); `ablate resume` runs it again"
+    return QUEUED.name, None
 
 
 def _from_run(job: dict, out: Path) -> tuple:
@@ -359,18 +360,18 @@ def _from_run(job: dict, out: Path) -> tuple:
     if info.get("kind") not in (None, job["kind"]):
         return None, None
     status = info.get("status")
-    if status == "running":
+    if status == RUNNING.name:
         try:
             status = effective_status(out, info)
         except EngineError:
-            status = "dead"
-    if status in ("finished", None) and job["kind"] != "pretrain" and (out / EVAL_JSON).is_file():
-        return "finished", None
-    if status == "finished" and job["kind"] == "pretrain":
-        return "finished", None
-    if status == "dead":
-        return "failed", (f"interrupted: its process ended without recording how (killed?); `python -m engine "
+            status = DEAD.name
+    if status in (FINISHED.name, None) and job["kind"] != "pretrain" and (out / EVAL_JSON).is_file():
+        return FINISHED.name, None
+    if status == FINISHED.name and job["kind"] == "pretrain":
+        return FINISHED.name, None
+    if status == DEAD.name:
+        return FAILED.name, (f"interrupted: its process ended without recording how (killed?); `python -m engine "
                           f"ablate resume {out.parent.parent}` continues it")
-    if status in ("running", "failed", "cancelled"):
-        return status, info.get("error") if status != "running" else None
+    if status in (RUNNING.name, FAILED.name, CANCELLED.name):
+        return status, info.get("error") if status != RUNNING.name else None
     return None, None

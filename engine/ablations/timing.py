@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 from engine.measured import MACHINES, STUDIES
+from engine.status import FINISHED, status_of
 
 
 # The machine most classroom wall times were measured on, and its speed check (engine/measured.py).
@@ -141,7 +142,7 @@ def queued_twins(study, runs_root, skip=()) -> list:
     from engine.jobs import Jobs
     where = Path(runs_root).absolute() / "studies" / f".estimate-{study.name}"  # a study folder never written
     jobs = [asdict(j) for j in plan(study, where)]
-    ahead = [(job, cfg) for job in Jobs(runs_root).list_jobs() if job.get("status") in ("queued", "running")
+    ahead = [(job, cfg) for job in Jobs(runs_root).list_jobs() if status_of(job.get("status")).active
              for cfg in _pretrain_configs(job.get("argv") or [])]
     out = []
     for j in (j for j in jobs if j["kind"] == "pretrain" and j["key"] not in skip):
@@ -167,7 +168,7 @@ def _pretrain_configs(argv: list) -> list:
         jobs = read_study(argv[2])["jobs"]
         if argv[1] == "job":
             return [config_of(j["argv"]) for j in jobs if j["key"] in argv[3:4] and j["kind"] == "pretrain"]
-        return [config_of(j["argv"]) for j in jobs if j["kind"] == "pretrain" and j.get("status") != "finished"]
+        return [config_of(j["argv"]) for j in jobs if j["kind"] == "pretrain" and j.get("status") != FINISHED.name]
     except (OSError, EngineError, SystemExit, TypeError, ValueError, KeyError):
         return []
 
