@@ -15,7 +15,6 @@ from studio.pretrain_figures import pretraining_curves
 
 REFRESH_SECONDS = 2.0
 CLASSROOM_MINUTES = fact("classroom_run.minutes_bf16")
-PRESETS = ["tiny", "mini", "small", "medium", "base", "large"]
 
 
 # ------------------------------------------------------------------------------------------------- launching
@@ -61,10 +60,10 @@ def prepared_data_picker(root: Path):
 
 
 def launch_form(root: Path) -> None:
-    from engine.pretraining.config import CONTINUED_PRETRAINING as R
-    from engine.pretraining.config import PretrainConfig
-    D = PretrainConfig.classroom()  # the classroom run's defaults (engine/pretraining/config.py, CLASSROOM_RECIPE)
+    from engine.objectives import objective
+    from engine.pretraining.masking import PAPER_RATE
     from studio.common import list_model_choices
+    from studio.pretrain_form import form_defaults, preset_size
 
     init_choice = st.selectbox(
         "Start from", ["random weights (pre-train from scratch)", "minilm"] + list_model_choices()[1:],
@@ -72,23 +71,26 @@ def launch_form(root: Path) -> None:
         help="from scratch (the classroom run), or continue pre-training a model you have (--init): it keeps that "
              "model's size, vocabulary and weights; heads it lacks start as the paper's")
     init = None if init_choice.startswith("random") else init_choice
+    D = form_defaults(init)  # every default of the form (engine/pretraining/config.py)
     data = prepared_data_picker(root)
     with st.form("pretrain_launch"):
         st.subheader("New pre-training run")
         if init:
             st.caption(f"Continued pre-training of `{init}`: its architecture and vocabulary; the defaults are the "
-                       f"continued-pre-training recipe ({R['steps']} steps of {R['batch_size']} x {R['seq_len']} at "
-                       f"learning rate {R['lr']:g}, on {R['corpus']}).")
+                       f"continued-pre-training recipe ({D.steps} steps of {D.batch_size} x {D.seq_len} at "
+                       f"learning rate {D.lr:g}, on {D.corpus}).")
         else:
-            st.caption(f"The defaults are the classroom run: a tiny BERT (2 layers, hidden 128) on BBC News, MLM + NSP, "
+            L, H, _ = preset_size(D.preset)
+            st.caption(f"The defaults are the classroom run: a {D.preset} BERT ({L} layers, hidden {H}) on "
+                       f"{D.corpus}, {objective(D.objective).label}, "
                        f"{D.steps:,} steps of {D.batch_size} sequences, {D.seq_len} tokens then {D.phase2_seq_len} for the "
                        f"last {D.phase2_fraction:.0%} (the paper's short-then-long schedule, scaled down: a tiny model "
                        f"learns to read context far sooner from short sequences), {CLASSROOM_MINUTES.text()} on "
                        f"{CLASSROOM_MINUTES.where}; it masks "
-                       f"{D.mask_rate:.0%} of the tokens at learning rate {D.lr:.0e} without dropout (the paper: 15%, 1e-04, "
-                       "dropout 0.1).")
-        form = {"init": init, "data": data, **corpus_fields(init, R), **model_fields(init)}
-        form.update(training_fields(init, data, R, D))
+                       f"{D.mask_rate:.0%} of the tokens at learning rate {D.lr:.0e}, dropout {D.dropout:g} (the paper: "
+                       f"{PAPER_RATE:.0%}, 1e-04, dropout 0.1).")
+        form = {"init": init, "data": data, **corpus_fields(init, D), **model_fields(init, D)}
+        form.update(training_fields(init, data, D))
         submitted = st.form_submit_button("Launch", type="primary")
     if submitted:
         with guard("launching the run"):
@@ -101,7 +103,7 @@ def launch_form(root: Path) -> None:
             st.success(f"Launched **{run_name}** ({how}); follow it below.")
 
 
-def corpus_fields(init, R) -> dict:
+def corpus_fields(init, D) -> dict:
     """The run name and the corpus (built-in, a path, or an upload)."""
     from engine.corpora import builtin_corpora
     from studio.pretrain_form import PATH, UPLOAD
@@ -109,7 +111,7 @@ def corpus_fields(init, R) -> dict:
     name = c1.text_input("Run name", placeholder="bert-tiny-bbc", key="pretrain_name",  # the Start page may fill it in
                          help="Letters, digits and - _ . + =; the folder under the runs folder")
     corpora = builtin_corpora() + [PATH, UPLOAD]
-    corpus_kind = c2.selectbox("Corpus", corpora, index=corpora.index(R["corpus"]) if init else 0,
+    corpus_kind = c2.selectbox("Corpus", corpora, index=corpora.index(D.corpus),
                                help="BBC News (2,225 articles), a Wikipedia extract, the State of the Union addresses "
                                     "1790-2026, all three (all), the Wikipedia vital articles (wikivital, when its "
                                     "optional package is installed), or your own text: a .txt with blank lines "
@@ -121,57 +123,80 @@ def corpus_fields(init, R) -> dict:
             "upload_bytes": upload.getvalue() if upload is not None else None}
 
 
-def model_fields(init) -> dict:
+def model_fields(init, D) -> dict:
     """Model size (a preset or L/H/A; an init decides it) and objective."""
+    from engine.config import PRESETS
     from engine.objectives import OBJECTIVES
+    from studio.pretrain_form import FORM_RANGES as N
+    from studio.pretrain_form import preset_size
     c1, c2, c3, c4 = st.columns(4)
     size_help = "" if not init else " (ignored: the init decides the size)"
-    size_mode = c1.radio("Model size", ["preset", "custom L/H/A"], horizontal=True, disabled=bool(init))
-    preset = c2.selectbox("Preset", PRESETS, index=0, help="tiny 2/128, mini 4/256, small 4/512, medium 8/512, base 12/768, large 24/1024 (layers/hidden)" + size_help, disabled=bool(init))
-    layers = c3.number_input("Layers L", 1, 48, 2, help="custom size only" + size_help, disabled=bool(init))
-    hidden = c4.number_input("Hidden H", 32, 2048, 128, step=32, help="custom size only; heads must divide it" + size_help, disabled=bool(init))
-    heads = c4.number_input("Heads A", 1, 32, 2, help="custom size only" + size_help, disabled=bool(init))
-    objective = c3.selectbox("Objective", list(OBJECTIVES), format_func=lambda name: OBJECTIVES[name].label)
+    off = bool(init)
+    L, H, A = preset_size(D.preset)
+    size_mode = c1.radio("Model size", ["preset", "custom L/H/A"], horizontal=True, disabled=off)
+    preset = c2.selectbox("Preset", list(PRESETS), index=list(PRESETS).index(D.preset), disabled=off,
+                          help=", ".join(f"{k} {l}/{h}" for k, (l, h, _) in PRESETS.items()) + " (layers/hidden)" + size_help)
+    layers = c3.number_input("Layers L", *N["layers"][:2], L, N["layers"][2], help="custom size only" + size_help, disabled=off)
+    hidden = c4.number_input("Hidden H", *N["hidden"][:2], H, step=N["hidden"][2],
+                             help="custom size only; heads must divide it" + size_help, disabled=off)
+    heads = c4.number_input("Heads A", *N["heads"][:2], A, N["heads"][2], help="custom size only" + size_help, disabled=off)
+    names = list(OBJECTIVES)
+    objective = c3.selectbox("Objective", names, index=names.index(D.objective), format_func=lambda n: OBJECTIVES[n].label)
     return {"size_mode": size_mode, "preset": preset, "layers": int(layers), "hidden": int(hidden), "heads": int(heads),
             "objective": objective}
 
 
-def training_fields(init, data, R, D) -> dict:
+def training_fields(init, data, D) -> dict:
     """Masking, steps, batch, lengths, learning rate, seed, vocabulary, cadence, precision, second phase."""
+    from engine.pretraining.config import PretrainConfig
+    from engine.pretraining.masking import PAPER_RATE
+    from studio.pretrain_form import FORM_RANGES as N
+    from studio.pretrain_form import length_choices
     c1, c2, c3, c4 = st.columns(4)
-    mask_rate = c1.slider("Masking rate", 0.05, 0.5, R["mask_rate"] if init else D.mask_rate, 0.01,
-                          help="share of the tokens the MLM predicts (paper 15%; the classroom recipe 25%)")
-    ratios = (c2.number_input("→ [MASK]", 0.0, 1.0, 0.8, 0.05), c3.number_input("→ random token", 0.0, 1.0, 0.1, 0.05),
-              c4.number_input("→ unchanged", 0.0, 1.0, 0.1, 0.05))
-    whole_word = c1.checkbox("Whole-word masking")
+    mask_rate = c1.slider("Masking rate", *N["mask_rate"][:2], D.mask_rate, N["mask_rate"][2],
+                          help=f"share of the tokens the MLM predicts (paper {PAPER_RATE:.0%}; the classroom run "
+                               f"{PretrainConfig.mask_rate:.0%})")
+    ratios = tuple(c.number_input(label, *N["mask_ratio"][:2], float(r), N["mask_ratio"][2]) for c, label, r in
+                   zip((c2, c3, c4), ("→ [MASK]", "→ random token", "→ unchanged"), D.mask_ratios))
+    whole_word = c1.checkbox("Whole-word masking", value=D.whole_word_mask)
     c1, c2, c3, c4, c5 = st.columns(5)
-    steps = c1.number_input("Steps", 1, 10_000_000, R["steps"] if init else D.steps)
-    batch = c2.number_input("Batch size", 1, 4096, R["batch_size"] if init else D.batch_size)
-    lengths = [32, 64, 128, 256, 512]
-    seq_len = c3.selectbox("Sequence length", lengths, index=lengths.index(R["seq_len"] if init else D.seq_len),
+    steps = c1.number_input("Steps", *N["steps"][:2], D.steps)
+    batch = c2.number_input("Batch size", *N["batch_size"][:2], D.batch_size)
+    lengths = length_choices(D)
+    seq_len = c3.selectbox("Sequence length", lengths, index=lengths.index(D.seq_len),
                            help="tokens per instance in the first phase (paper: 128)")
-    lr = c4.number_input("Learning rate", 1e-6, 1e-1, R["lr"] if init else D.lr, step=1e-4, format="%.1e")
-    seed = c5.number_input("Seed", 0, 2**31 - 1, 0)
+    lr = c4.number_input("Learning rate", *N["lr"][:2], D.lr, step=N["lr"][2], format="%.1e")
+    seed = c5.number_input("Seed", *N["seed"][:2], D.seed)
     c1, c2, c3, c4 = st.columns(4)
-    vocab = c1.number_input("Vocabulary size", 200, 100_000, 8000, step=1000, disabled=bool(init),
+    vocab = c1.number_input("Vocabulary size", *N["vocab_size"][:2], D.vocab_size, step=N["vocab_size"][2], disabled=bool(init),
                             help="a WordPiece vocabulary trained on the corpus" + ("" if not init else " (ignored: the init brings its own)"))
-    save_every = c2.number_input("Checkpoint every (steps)", 0, 10_000_000, R["save_every"] if init else D.save_every)
-    eval_every = c3.number_input("Evaluate every (steps)", 0, 10_000_000, R["eval_every"] if init else D.eval_every)
+    save_every = c2.number_input("Checkpoint every (steps)", *N["every"][:2], D.save_every)
+    eval_every = c3.number_input("Evaluate every (steps)", *N["every"][:2], D.eval_every)
     precision = precision_select(c4)
-    c1, c2, _ = st.columns([1, 1, 2])
-    phase2s = [None, 128, 256, 512]
-    phase2 = c1.selectbox("Second phase at", phase2s, index=phase2s.index(None if init or data else D.phase2_seq_len),
-                          format_func=lambda t: "none" if t is None else f"{t} tokens",
-                          help="the paper's short-then-long schedule: the last share of the steps on longer sequences "
-                               "(paper: 10% at 512). A tiny model learns context far sooner from short sequences: "
-                               f"the classroom run is {D.seq_len} tokens, then {D.phase2_seq_len} for the last "
-                               f"{D.phase2_fraction:.0%} of the steps (BENCHMARKS.md)" +
-                               (" (ignored with prepared data: they have one length)" if data else ""))
-    phase2_share = c2.number_input("Second phase share", 0.01, 0.99, D.phase2_fraction, 0.05, format="%.2f")
+    phase2, phase2_share = phase2_fields(data, D)
     return {"mask_rate": float(mask_rate), "mask_ratios": tuple(float(r) for r in ratios), "whole_word_mask": bool(whole_word),
             "steps": int(steps), "batch_size": int(batch), "seq_len": int(seq_len), "lr": float(lr), "seed": int(seed),
             "vocab": int(vocab), "save_every": int(save_every), "eval_every": int(eval_every), "precision": precision,
             "phase2": phase2, "phase2_fraction": float(phase2_share)}
+
+
+def phase2_fields(data, D) -> tuple:
+    """The second phase's length (None: one phase) and its share of the steps."""
+    from engine.pretraining.config import PretrainConfig as C
+    from studio.pretrain_form import FORM_RANGES as N
+    from studio.pretrain_form import phase2_choices
+    c1, c2, _ = st.columns([1, 1, 2])
+    phase2s = phase2_choices(D)
+    phase2 = c1.selectbox("Second phase at", phase2s, index=phase2s.index(None if data else D.phase2_seq_len),
+                          format_func=lambda t: "none" if t is None else f"{t} tokens",
+                          help="the paper's short-then-long schedule: the last share of the steps on longer sequences "
+                               "(paper: 10% at 512). A tiny model learns context far sooner from short sequences: "
+                               f"the classroom run is {C.seq_len} tokens, then {C.phase2_seq_len} for the last "
+                               f"{C.phase2_fraction:.0%} of the steps (BENCHMARKS.md)" +
+                               (" (ignored with prepared data: they have one length)" if data else ""))
+    phase2_share = c2.number_input("Second phase share", *N["phase2_fraction"][:2], D.phase2_fraction,
+                                   N["phase2_fraction"][2], format="%.2f")
+    return phase2, phase2_share
 
 
 # ------------------------------------------------------------------------------------------------- runs

@@ -2,6 +2,8 @@
 corpus and the run's settings checked before anything is queued, the runs table's rows, the notice of a stopped
 run, and whether the "no context learned yet" hint applies.
 
+- `form_defaults(init)`: the config whose values the form shows first (PretrainConfig(), or the continued-pre-training
+  recipe); `FORM_RANGES`, `length_choices`, `phase2_choices`: the boxes' ranges and choices, beside the config.
 - `default_name(form)`: the run name when the Run name box is empty.
 - `corpus_of(form, root)`: the corpus the form names (a built-in one, a path, an upload saved under the runs folder).
 - `build(form, root)`: (run name, run folder, PretrainConfig), every mistake one EngineError line.
@@ -20,6 +22,38 @@ PATH, UPLOAD = "a path on this machine", "an uploaded file"  # the Corpus box's 
 NO_CONTEXT_MARGIN = 0.01  # accuracy at [MASK] within a point of the most frequent token's share: nothing from context
 STATUS_ICON = {"running": "🟢 running", "finished": "✅ finished", "failed": "❌ failed", "cancelled": "⏹️ cancelled",
                "dead": "💀 dead (process gone; resume it)", "unreadable": "⚠️ unreadable"}
+
+
+# (lowest, highest, step) of the form's number boxes: what the boxes let a hand type, wider than the config's checks
+# where those allow it (engine.pretraining.config.validate refuses the rest with one line)
+FORM_RANGES = {"mask_rate": (0.05, 0.5, 0.01), "mask_ratio": (0.0, 1.0, 0.05), "steps": (1, 10_000_000, 1),
+               "batch_size": (1, 4096, 1), "lr": (1e-6, 1e-1, 1e-4), "seed": (0, 2**31 - 1, 1),
+               "vocab_size": (200, 100_000, 1000), "every": (0, 10_000_000, 1), "phase2_fraction": (0.01, 0.99, 0.05),
+               "layers": (1, 48, 1), "hidden": (32, 2048, 32), "heads": (1, 32, 1)}
+
+
+def form_defaults(init=None):
+    """The PretrainConfig whose values the form shows first: the classroom run (`PretrainConfig()`, what the command
+    trains), or for a model to continue the continued-pre-training recipe (`PretrainConfig.for_init`)."""
+    from engine.pretraining.config import PretrainConfig
+    return PretrainConfig.for_init(init) if init else PretrainConfig()
+
+
+def length_choices(cfg) -> list:
+    """The Sequence length box's choices: powers of two from 32 up to the model's positions, and the config's own."""
+    return sorted({2 ** k for k in range(5, 10) if 2 ** k <= cfg.max_positions} | {cfg.seq_len})
+
+
+def phase2_choices(cfg) -> list:
+    """The Second phase box's choices: none, or a length above the shortest the first phase may take."""
+    lengths = length_choices(cfg)
+    return [None] + sorted({t for t in lengths if t > lengths[0]} | ({cfg.phase2_seq_len} - {None}))
+
+
+def preset_size(name: str) -> tuple:
+    """(layers, hidden, heads) of a model preset (engine.config.PRESETS): the custom boxes' first values."""
+    from engine.config import PRESETS
+    return PRESETS[name]
 
 
 def default_name(form: dict) -> str:

@@ -7,7 +7,6 @@ import random
 from pathlib import Path
 
 import pytest
-from streamlit.testing.v1 import AppTest
 
 import engine
 from engine import runs
@@ -16,7 +15,7 @@ from studio.compare import ema
 
 pytestmark = pytest.mark.slow  # AppTest runs whole pages
 
-PAGE = str(Path(__file__).resolve().parents[1] / "pages" / "2_Pretrain.py")
+PAGE = "2_Pretrain.py"
 
 
 def _corpus(path: Path) -> Path:
@@ -43,14 +42,8 @@ def runs_root(tmp_path_factory):
     return root
 
 
-def _app(root) -> AppTest:
-    at = AppTest.from_file(PAGE, default_timeout=60)
-    at.session_state["runs_root"] = str(root)
-    return at.run()
-
-
-def test_runs_table_curves_and_numbers(runs_root):
-    at = _app(runs_root)
+def test_runs_table_curves_and_numbers(runs_root, page_app):
+    at = page_app(PAGE, runs_root)
     assert not at.exception, at.exception
     table = at.dataframe[0].value
     assert set(table["run"]) == {"tiny-done", "broken"}
@@ -90,11 +83,11 @@ def test_runs_table_curves_and_numbers(runs_root):
     assert not [b for b in at.button if b.label in ("Cancel", "Resume")]  # a finished run has neither
 
 
-def test_failed_run_shows_its_error_line_and_offers_resume(runs_root, monkeypatch):
+def test_failed_run_shows_its_error_line_and_offers_resume(runs_root, monkeypatch, page_app):
     from engine import jobs
     calls = []
     monkeypatch.setattr(jobs, "submit", lambda argv, name=None, run_dir=None, root=None: calls.append(argv) or {"id": "j2", "status": "queued"})
-    at = _app(runs_root)
+    at = page_app(PAGE, runs_root)
     at.selectbox(key="pretrain_run").set_value("broken").run()
     assert not at.exception
     assert any("No space left on device" in e.value for e in at.error)
@@ -103,11 +96,11 @@ def test_failed_run_shows_its_error_line_and_offers_resume(runs_root, monkeypatc
     assert not at.exception and calls == [["pretrain", "--out", str(runs_root / "broken"), "--resume", "--quiet"]]
 
 
-def test_launch_form_validates_and_submits_a_job(runs_root, monkeypatch):
+def test_launch_form_validates_and_submits_a_job(runs_root, monkeypatch, page_app):
     from engine import jobs
     calls = []
     monkeypatch.setattr(jobs, "submit", lambda argv, name=None, run_dir=None, root=None: calls.append((argv, name, run_dir, root)) or {"id": "j1", "status": "queued"})
-    at = _app(runs_root)
+    at = page_app(PAGE, runs_root)
     # the form's defaults are the classroom run of `python -m engine pretrain` (PretrainConfig.classroom)
     C = engine.PretrainConfig.classroom()
     value = lambda kind, label: [w for w in getattr(at, kind) if w.label == label][0].value
@@ -148,12 +141,12 @@ def test_launch_form_validates_and_submits_a_job(runs_root, monkeypatch):
     assert any("Launched" in s.value for s in at.success)
 
 
-def test_launch_from_a_model_continues_its_pretraining_with_the_recipe(runs_root, monkeypatch):
+def test_launch_from_a_model_continues_its_pretraining_with_the_recipe(runs_root, monkeypatch, page_app):
     from engine.pretraining.config import CONTINUED_PRETRAINING as R
     from engine import jobs
     calls = []
     monkeypatch.setattr(jobs, "submit", lambda argv, name=None, run_dir=None, root=None: calls.append((argv, name, run_dir, root)) or {"id": "j1", "status": "queued"})
-    at = _app(runs_root)
+    at = page_app(PAGE, runs_root)
     at.selectbox(key="pretrain_init").set_value("minilm").run()
     assert not at.exception
     assert [n for n in at.number_input if n.label == "Steps"][0].value == R["steps"]
@@ -180,14 +173,12 @@ def test_studio_precision_choices_are_the_engines():
     assert PRECISION_CHOICES == PRECISIONS
 
 
-def test_launched_run_shows_queued_at_once_then_is_picked(tmp_path, monkeypatch):
+def test_launched_run_shows_queued_at_once_then_is_picked(tmp_path, monkeypatch, page_app):
     from engine import jobs
     monkeypatch.setattr(jobs, "submit", lambda argv, name=None, run_dir=None, root=None: {"id": "j9", "status": "queued"})
     monkeypatch.setattr(jobs, "get", lambda job_id, root=None: {"id": job_id, "status": "queued"})
     root = tmp_path / "runs"
-    at = AppTest.from_file(PAGE, default_timeout=60)
-    at.session_state["runs_root"] = str(root)
-    at.run()
+    at = page_app(PAGE, root)
     assert any("No pre-training runs" in i.value for i in at.info)
     [t for t in at.text_input if t.label == "Run name"][0].input("fresh")
     [b for b in at.button if b.label == "Launch"][0].click().run()
@@ -204,8 +195,8 @@ def test_launched_run_shows_queued_at_once_then_is_picked(tmp_path, monkeypatch)
     assert not any("is queued" in i.value for i in at.info)
 
 
-def test_curves_against_tokens_and_time_with_smoothing(runs_root):
-    at = _app(runs_root)
+def test_curves_against_tokens_and_time_with_smoothing(runs_root, page_app):
+    at = page_app(PAGE, runs_root)
     at.selectbox(key="pretrain_run").set_value("tiny-done").run()
     recs = runs.read_metrics(runs_root / "tiny-done")
     train = [r for r in recs if r["split"] == "train"]
@@ -228,7 +219,7 @@ def test_curves_against_tokens_and_time_with_smoothing(runs_root):
     assert fig["layout"]["xaxis"]["title"]["text"] == "training time (s)"
 
 
-def test_prepared_data_is_picked_with_its_statistics_and_launched_from(runs_root, tmp_path, monkeypatch):
+def test_prepared_data_is_picked_with_its_statistics_and_launched_from(runs_root, tmp_path, monkeypatch, page_app):
     from engine import jobs
     from engine.pretraining.prepare import PrepareConfig, prepare, prepared_stats
 
@@ -239,7 +230,7 @@ def test_prepared_data_is_picked_with_its_statistics_and_launched_from(runs_root
     stats = prepared_stats(data)
     calls = []
     monkeypatch.setattr(jobs, "submit", lambda argv, name=None, run_dir=None, root=None: calls.append(argv) or {"id": "j2", "status": "queued"})
-    at = _app(runs_root)
+    at = page_app(PAGE, runs_root)
     picker = at.selectbox(key="pretrain_data")
     assert str(data) in picker.options and "Shards" not in [m.label for m in at.metric]  # nothing shown until picked
     picker.set_value(str(data)).run()
@@ -251,7 +242,7 @@ def test_prepared_data_is_picked_with_its_statistics_and_launched_from(runs_root
     assert not at.exception and not at.error, [e.value for e in at.error]
     flags = dict(zip(calls[0][1::2], calls[0][2::2]))
     assert flags["--data"] == str(data.resolve()) and flags["--seq-len"] == "48"  # the data's length, not the form's 32
-    assert "--phase2-seq-len" not in flags  # prepared data have one length: no second phase
+    assert flags["--phase2-seq-len"] == "0"  # prepared data have one length: no second phase
     # a folder that is not prepared data: one line, nothing launched
     at.selectbox(key="pretrain_data").set_value("a prepared folder at a path").run()
     [t for t in at.text_input if t.label == "Prepared data folder"][0].input(str(tmp_path)).run()
@@ -268,13 +259,13 @@ def _stopped(root, name, status, error, config, evals=()):
     (root / name / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
 
 
-def test_a_cancelled_run_says_the_resume_button_and_the_classroom_run_gets_no_classroom_hint(tmp_path):
+def test_a_cancelled_run_says_the_resume_button_and_the_classroom_run_gets_no_classroom_hint(tmp_path, page_app):
     from engine.pretraining.config import CLASSROOM_RECIPE as R
     root = tmp_path / "runs"
     plateau = {"eval_mlm_acc": 0.3, "eval_mlm_mask_acc": 0.04, "eval_mlm_mask_baseline": 0.044}
     classroom = {"objective": "mlm+nsp", "preset": "tiny", "seq_len": R["seq_len"], "phase2_seq_len": R["phase2_seq_len"]}
     _stopped(root, "first-bert", "cancelled", "cancelled by SIGTERM at step 80; continue with --resume", classroom, [plateau])
-    at = _app(root)
+    at = page_app(PAGE, root)
     assert not at.exception and not at.error
     texts = [i.value for i in at.info]
     assert any(t.startswith("Cancelled at step 80") and "the Resume button" in t and "step-80" in t for t in texts)

@@ -17,12 +17,15 @@ Departures from the paper / released code, on purpose:
 - Masking is dynamic (a new draw per batch), as RoBERTa, instead of the released code's static dupe-factor copies.
 """
 import math
-from typing import Optional, Sequence
+from typing import TYPE_CHECKING, Optional, Sequence
 
 import numpy as np
 import torch
 
 from engine.errors import EngineError
+
+if TYPE_CHECKING:  # (engine.pretraining.cache holds the data; masking needs only its collate)
+    from engine.pretraining.cache import PretrainingData
 
 IGNORE_INDEX = -100  # label of positions the MLM loss skips (PyTorch cross_entropy default)
 PAPER_RATE = 0.15  # the paper's share of tokens selected: the held-out masking and mask_tokens' default
