@@ -359,9 +359,9 @@ STUDIES = {
     "training-steps": training_steps_study,
 }
 
-# Classroom scale: the classroom run of `python -m engine pretrain` (engine/pretraining/config.py, CLASSROOM_RECIPE:
-# the tiny preset, 3,000 steps of 64 x 32 tokens then 128 for the last 30%, lr 1e-3, dropout 0, 25% masked), so a
-# study's base is what the command trains; one seed, one fine-tuning grid point.
+# Classroom scale: the classroom run of `python -m engine pretrain` (PretrainConfig's defaults, engine/pretraining/
+# config.py; CLASSROOM_RECIPE: its size and length schedule, laid over a study's base, whose other settings are those
+# defaults too), so a study's base is what the command trains; one seed, one fine-tuning grid point.
 CLASSROOM_PRETRAIN = dict(preset="tiny", **CLASSROOM_RECIPE)
 # A tiny model trained for minutes wants a far larger fine-tuning rate than BERT-BASE's 5e-5 (Google's small
 # BERTs go up to 5e-4; at 3e-4 three epochs left the tiny models under-fitted in our trials, 1e-3 for five did not).
