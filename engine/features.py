@@ -46,6 +46,7 @@ from engine.heads import last_real_index
 from engine.tasks.batching import pad_batch
 from engine.tasks.describe import describe, describe_lines
 from engine.tasks.glue import TASK_TYPES
+from engine.tasks.kinds import TAGGING, task_kind
 from engine.tasks.registry import feature_task_names
 
 COMBINES = ("concat", "sum", "mean", "weighted", "all-weighted", "last", "second-to-last", "embeddings")
@@ -469,7 +470,7 @@ def _feature_data(cfg: FeaturesConfig, bundle, run, device, progress_bar: bool) 
     parsed = describe(task, train, dev)
     if progress_bar:
         print("\n".join(describe_lines(parsed)), file=sys.stderr, flush=True)
-    tagging = task.kind == "tagging"
+    tagging = task_kind(task.kind) is TAGGING  # a label per token: the BiLSTM tagger (engine.tasks.kinds)
     classifier = cfg.classifier or ("bilstm" if tagging else "logreg")
     if tagging and classifier != "bilstm":
         raise EngineError("tagging tasks use --classifier bilstm (a logistic regression classifies whole texts)")
@@ -505,7 +506,7 @@ def _score_combination(fd: FeatureData, cfg: FeaturesConfig, k: int, run, device
             cfg.hidden, cfg.epochs, cfg.lr, 32, cfg.seed, combo in MIXED, device, log)
         extra = {"best_epoch": best_epoch}
     else:
-        regression = task.kind == "regression"
+        regression = task_kind(task.kind).regression
         ids = None if regression else task.label_to_id
         ytr = [e.label if regression else ids[e.label] for e in fd.train]
         gold = [e.label if regression else ids[e.label] for e in fd.dev]

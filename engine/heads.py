@@ -33,10 +33,8 @@ import torch.nn.functional as F
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 from engine.model import BertModel
+from engine.tasks.kinds import HEAD_KINDS, task_kind
 
-# The head kinds (a task's `prepare` names one) and the output units of each one's new layer, given K labels.
-HEAD_OUTPUTS = {"classification": lambda k: k, "regression": lambda k: 1, "tagging": lambda k: k, "span": lambda k: 2,
-                "multiple_choice": lambda k: 1}
 
 
 def init_linear(layer: nn.Linear, generator: torch.Generator = None, std: float = 0.02) -> nn.Linear:
@@ -88,15 +86,16 @@ class TaskModel(nn.Module):
     def __init__(self, bert: BertModel, kind: str, num_labels: int = 2, bilstm: bool = False,
                  dropout: float = 0.1, generator: torch.Generator = None):
         super().__init__()
-        if kind not in HEAD_OUTPUTS:
-            raise ValueError(f"unknown head kind {kind!r}; expected one of {', '.join(HEAD_OUTPUTS)}")
+        if kind not in HEAD_KINDS:  # what each kind reads and outputs: engine.tasks.kinds
+            raise ValueError(f"unknown head kind {kind!r}; expected one of {', '.join(HEAD_KINDS)}")
         H = bert.config.hidden_size
         self.kind = kind
+        self.task_kind = task_kind(kind)
         self.num_labels = num_labels
         self.bert = bert
         self.bilstm = BiLSTM(H, generator) if bilstm else None
         self.dropout = nn.Dropout(dropout)
-        self.head = init_linear(nn.Linear(H, HEAD_OUTPUTS[kind](num_labels)), generator, bert.config.initializer_range)
+        self.head = init_linear(nn.Linear(H, self.task_kind.outputs(num_labels)), generator, bert.config.initializer_range)
 
     @property
     def config(self):
@@ -115,27 +114,25 @@ class TaskModel(nn.Module):
         return h, c
 
     def forward(self, input_ids, token_type_ids=None, attention_mask=None):
-        if self.kind == "multiple_choice":
+        k = self.task_kind
+        if k.choices:
             B, N, T = input_ids.shape
             flat = lambda x: None if x is None else x.reshape(B * N, T)
             _, c = self.encode(flat(input_ids), flat(token_type_ids), flat(attention_mask))  # (B*N, H)
             return self.head(self.dropout(c)).view(B, N)  # (B, N): softmax over the choices in the loss
         h, c = self.encode(input_ids, token_type_ids, attention_mask)
-        if self.kind == "classification":
-            return self.head(self.dropout(c))  # (B, K)
-        if self.kind == "regression":
-            return self.head(self.dropout(c)).squeeze(-1)  # (B,)
-        if self.kind == "tagging":
-            return self.head(self.dropout(h))  # (B, T, K)
-        return self.head(h)  # span: (B, T, 2) = S.T_i and E.T_i (no dropout on the scores themselves)
+        x = h if k.per_token else c  # tagging and span read every T_i, the others C
+        out = self.head(self.dropout(x) if k.dropout else x)  # span: no dropout on the S.T_i and E.T_i scores
+        return out.squeeze(-1) if k.regression else out  # (B, K) | (B,) | (B, T, K) | span (B, T, 2)
 
     def loss(self, logits, batch) -> torch.Tensor:
         """The paper's objective for each kind; `batch` carries `labels` (or start/end positions for spans)."""
-        if self.kind == "classification" or self.kind == "multiple_choice":
-            return F.cross_entropy(logits.float(), batch["labels"])
-        if self.kind == "regression":
+        k = self.task_kind
+        if k.regression:
             return F.mse_loss(logits.float(), batch["labels"].float())
-        if self.kind == "tagging":
+        if not k.per_token:  # classification, multiple choice (a softmax over the choices)
+            return F.cross_entropy(logits.float(), batch["labels"])
+        if not k.span:  # tagging
             return F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), batch["labels"].reshape(-1), ignore_index=-100)
         # span: log-likelihood of the correct start and end (4.2), averaged
         start, end = logits.float().unbind(-1)  # (B, T) each

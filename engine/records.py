@@ -67,7 +67,7 @@ FINETUNE_EVAL_FIELDS = (
     "kind", "status", "model", "model_path", "random_init", "causal",
     "task",  # the task's name (a recognised GLUE layout's, e.g. rte, cola; else the format: glue; tagging: the file's)
     "task_source",  # the --task value
-    "task_kind",  # the head kind (engine.heads.HEAD_OUTPUTS)
+    "task_kind",  # the task kind (engine.tasks.kinds)
     "metric",  # the selection metric, a key of "dev"
     "score",  # dev[metric] of the best trial
     "dev",  # the best trial's dev metrics; with PER_EXAMPLE: its scores per dev example (see below)

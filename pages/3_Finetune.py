@@ -38,14 +38,14 @@ def preview(kind: str, train: str, dev: str, text_cols: str, label_col: str, mti
             header: str = "auto", metric: str = ""):
     """(summary dict, warnings, preview DataFrame) of a task, loaded the way `engine finetune` will load it."""
     from engine.finetune import FinetuneConfig, load_task
-    from engine.tasks.describe import describe
+    from engine.tasks.describe import counted, describe
     task = load_task(FinetuneConfig(task=kind, train=train, dev=dev, text_cols=text_cols or None, label_col=label_col or None,
                                     token_col=token_col or None, header=header, metric=metric or None))
     d = describe(task)
     info = {"task": task.name, "type": d["type"], "train examples": len(task.train), "dev examples": len(task.dev)}
     if d["labels"]:
         shown = ", ".join(f"{l} ({n})" for l, n in list(d["labels"].items())[:20])
-        info["labels (train count)" if kind != "tagging" else "tags (train count)"] = shown + (" …" if d["n_labels"] > 20 else "")
+        info[f"{counted(d['type'])} (train count)"] = shown + (" …" if d["n_labels"] > 20 else "")
     cols = d["columns"]
     if cols:
         info["columns detected"] = ", ".join(f"{k} = {v}" for k, v in cols.items() if v is not None) if isinstance(cols, dict) else str(cols)

@@ -32,7 +32,7 @@ def pad_batch(rows, pad_id: int, length: int = None) -> tuple:
 class Prepared:
     """A task made ready for the loop: items, their lengths, a collate function and a dev evaluator."""
     task: object
-    kind: str  # head kind of engine.heads.TaskModel: classification | regression | tagging | span | multiple_choice
+    kind: str  # the head kind of engine.heads.TaskModel: a name of engine.tasks.kinds.HEAD_KINDS
     num_labels: int
     metric: str  # the selection metric (a key of evaluate()'s dict)
     train: list  # training items (examples; SQuAD: passage windows)

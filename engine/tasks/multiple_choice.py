@@ -18,6 +18,7 @@ import torch
 
 from engine.errors import EngineError
 from engine.tasks.batching import Prepared, pad_batch, predict
+from engine.tasks.kinds import MULTIPLE_CHOICE
 from engine.tasks.tables import find_column, read_table
 
 CONTEXT_COLUMNS = ["sent1", "context", "ctx_a", "ctx", "question"]
@@ -42,7 +43,7 @@ class MultipleChoiceTask:
     dev: list  # of ChoiceExample
     metrics: tuple = ("accuracy",)
     info: dict = field(default_factory=dict)
-    kind: str = "multiple_choice"
+    kind: str = MULTIPLE_CHOICE.name
 
     def collate(self, tok, max_len: int):
         return functools.partial(encode_multiple_choice, tok, max_len=max_len)
@@ -65,7 +66,7 @@ class MultipleChoiceTask:
         def evaluate(model, device, bs):
             outs = predict(model, self.dev, dv_len, collate, max(1, bs // self.n_choices), device)
             return self.compute_metrics([int(o.argmax()) for o in outs])
-        return Prepared(self, "multiple_choice", self.n_choices, self.metrics[0], self.train, tr_len, self.dev, dv_len,
+        return Prepared(self, MULTIPLE_CHOICE.name, self.n_choices, self.metrics[0], self.train, tr_len, self.dev, dv_len,
                         collate, evaluate, {"choices": self.n_choices})
 
     def preview(self, n: int = 10) -> list:

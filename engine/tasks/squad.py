@@ -36,6 +36,7 @@ import torch
 from engine import records
 from engine.errors import EngineError
 from engine.tasks.batching import Prepared, pad_batch, predict
+from engine.tasks.kinds import SQUAD
 from engine.tasks.tables import read_text
 
 
@@ -77,7 +78,7 @@ class SquadTask:
     dev: list  # of SquadExample
     metrics: tuple = ("f1", "exact")
     info: dict = field(default_factory=dict)
-    kind: str = "squad"
+    kind: str = SQUAD.name
 
     def features(self, tok, split: str = "train", max_seq_len: int = 384, doc_stride: int = 128, max_query_len: int = 64) -> list:
         return make_features(tok, getattr(self, split), max_seq_len, doc_stride, max_query_len)
@@ -112,7 +113,7 @@ class SquadTask:
         info = {"version": self.version, "train_features": len(tr_feats), "dev_features": len(dv_feats)}
         if self.version.startswith("2"):
             info["tau"] = TAU_NOTE
-        return Prepared(self, "span", 2, self.metrics[0], tr_feats, tr_len, dv_feats, dv_len, collate, evaluate, info)
+        return Prepared(self, SQUAD.head, 2, self.metrics[0], tr_feats, tr_len, dv_feats, dv_len, collate, evaluate, info)
 
     def preview(self, n: int = 10) -> list:
         """The first n training questions as table rows (the Fine-tune page's preview)."""

@@ -25,6 +25,7 @@ import torch
 from engine import records
 from engine.errors import EngineError
 from engine.tasks.batching import Prepared, pad_batch, predict
+from engine.tasks.kinds import TAGGING
 
 IGNORE = -100  # label of pieces that are not scored (non-first pieces, specials, padding)
 
@@ -44,7 +45,7 @@ class TaggingTask:
     dev: list  # of TaggedSentence
     metrics: tuple = ("f1", "precision", "recall", "accuracy")  # f1 = entity-level, the selection metric
     info: dict = field(default_factory=dict)
-    kind: str = "tagging"
+    kind: str = TAGGING.name
 
     @property
     def num_labels(self) -> int:
@@ -81,7 +82,7 @@ class TaggingTask:
             pred = predict(model, self.dev, dv_len, collate, bs, device, per_batch=per_batch)
             return self.dev_scores(pred)
         info = {"labels": list(self.labels), "truncated_dev": count_truncated(tok, self.dev, max_len)}
-        return Prepared(self, "tagging", self.num_labels, self.metrics[0], self.train, tr_len, self.dev, dv_len,
+        return Prepared(self, TAGGING.name, self.num_labels, self.metrics[0], self.train, tr_len, self.dev, dv_len,
                         collate, evaluate, info)
 
     def preview(self, n: int = 10) -> list:
