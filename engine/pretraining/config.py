@@ -68,8 +68,8 @@ class PretrainConfig:
 
     The classroom run departs from the paper in four settings, found by measuring held-out MLM and NSP accuracy
     against wall time on the 2-core CPU (BENCHMARKS.md, "Classroom pre-training recipe"): dropout 0 (paper 0.1),
-    25% of the tokens masked (paper 15%; eval masking stays at 15%), a peak learning rate of 1e-3 (paper 1e-4 for
-    BERT-BASE; 2e-3 delays leaving the most-frequent-token plateau), and the paper's short-then-long schedule
+    more of the tokens masked (`mask_rate`; paper 15%; eval masking stays at 15%), a peak learning rate of 1e-3
+    (paper 1e-4 for BERT-BASE; 2e-3 delays leaving the most-frequent-token plateau), and the short-then-long schedule
     scaled down (paper: 128, then 512 for the last 10%). Why short sequences: a tiny model on 128-token sequences
     (a single-phase 2,000 x 16 x 128 run, an earlier default) never leaves the most-frequent-token solution in a
     classroom budget: held-out accuracy at [MASK] stays at the share of "the" (0.044) and its MLM accuracy of
@@ -89,8 +89,8 @@ class PretrainConfig:
                              choices=tuple(OBJECTIVES), group="data")
     seq_len: int = setting(32, "tokens per instance incl. [CLS]/[SEP] in the first phase (paper: 128, then 512; the "
                            "classroom run's 32 leaves the most-frequent-token plateau, see the class docstring)", group="data")
-    mask_rate: float = setting(0.25, "share of the real tokens selected for MLM (paper: 0.15; the classroom recipe's "
-                               "0.25 learns more per minute, BENCHMARKS.md)", group="data")
+    mask_rate: float = setting(0.25, "share of the real tokens selected for MLM (paper: 0.15; the classroom run's larger "
+                               "share learns more per minute, BENCHMARKS.md)", group="data")
     mask_ratios: tuple = setting((0.8, 0.1, 0.1), "MASK,RANDOM,SAME shares of the selected tokens (paper Table 8)",
                                  parse=ratios, group="data")
     whole_word_mask: bool = setting(False, "mask whole words (all their ## pieces) instead of single pieces", group="data")
