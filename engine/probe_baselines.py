@@ -51,7 +51,7 @@ def training_corpus(bundle) -> str:
 def probe_set_baselines(bundle, top_k: int = 5, corpus: str = None, probe_set: dict = None) -> dict:
     """{"corpus", "chance_top1", "chance_topk", "unigram_top1", "unigram_topk", "unigram_words", "nsp_chance",
     "nsp_majority", "top_k"} for the built-in probe set (or `probe_set`) and this model's vocabulary."""
-    from engine.probes import PROBE_SET
+    from engine.probe_set import PROBE_SET
     ps = probe_set or PROBE_SET
     tok = bundle.tokenizer
     corpus = corpus or training_corpus(bundle)

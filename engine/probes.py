@@ -11,7 +11,8 @@
 - `PROBE_SET` / `probe_set_accuracy(bundle)`: the fixed classroom probe set, cloze sentences in three sections
   (everyday facts, grammar, BBC-news-flavoured) and true/false next-sentence pairs, scored per checkpoint;
   `compare_probe_set(bundles)` scores several models side by side (one row per model and per item).
-- `tokenize_table`, `output_shapes`: what the Model page shows (WordPieces, ids, segments, output shapes).
+(The probe set's sentences and pairs are engine.probe_set; what the Model page shows of a model is
+engine.model_view.)
 
 For a left-to-right model (`config.causal`, the LTR ablation, trained to predict the next token) the word at a
 [MASK] is read from the output one position earlier, which has seen only the words to its left.
@@ -30,6 +31,7 @@ import numpy as np
 import torch
 
 from engine.errors import EngineError
+from engine.probe_set import CLOZE_SECTION_OF, PROBE_SET
 from engine.tasks.batching import pad_batch
 
 _MASK_RE = re.compile(r"\[mask\]", re.IGNORECASE)
@@ -146,7 +148,7 @@ def require_head(bundle, head: str) -> None:
                       "use a checkpoint pre-trained with mlm+nsp (No NSP and LTR runs have none)")
 
 
-def _encode(bundle, a: str, b=None, max_length=None):
+def encode_input(bundle, a: str, b=None, max_length=None):
     """Encode, truncating to the model's positions (or `max_length`); returns (encoding, truncated, notes)."""
     if not isinstance(a, str) or not a.strip():
         raise EngineError("the text is empty; type a sentence")
@@ -170,7 +172,8 @@ def _encode(bundle, a: str, b=None, max_length=None):
 
 
 @torch.no_grad()
-def _forward(bundle, enc, output_attentions=False, output_hidden_states=False):
+def forward_encoded(bundle, enc, output_attentions=False, output_hidden_states=False):
+    """One eval-mode, no-grad forward pass of `bundle`'s model on an `encode_input` encoding (batch of one)."""
     model = bundle.model
     was_training = model.training
     model.eval()
@@ -216,7 +219,7 @@ def fill_mask(bundle, text: str, top_k: int = 5, text_pair: str = None) -> MaskP
         raise EngineError("the text is empty; type a sentence with [MASK] where a word should be predicted")
     if not _MASK_RE.search(text) and not _MASK_RE.search(text_pair or ""):
         raise EngineError("the text has no [MASK]; write [MASK] where a word should be predicted, e.g. 'the man went to the [MASK] .'")
-    enc, truncated, notes = _encode(bundle, text, text_pair)
+    enc, truncated, notes = encode_input(bundle, text, text_pair)
     mask_id = bundle.tokenizer.mask_id
     positions = [i for i, t in enumerate(enc.ids) if t == mask_id]
     n_typed = len(_MASK_RE.findall(text or "")) + len(_MASK_RE.findall(text_pair or ""))
@@ -225,7 +228,7 @@ def fill_mask(bundle, text: str, top_k: int = 5, text_pair: str = None) -> MaskP
     if not positions:
         raise EngineError("every [MASK] was cut off by truncation; move the [MASK] earlier or shorten the text")
     notes += _causal_note(bundle)
-    out = _forward(bundle, enc)
+    out = forward_encoded(bundle, enc)
     # an LTR model's output at position t predicts token t+1, so a [MASK] at p is read from p-1 (left context only)
     rows = [p - 1 for p in positions] if bundle.config.causal else positions
     logits = out.mlm_logits[0, rows].float()  # (M, V)
@@ -242,8 +245,8 @@ def next_sentence(bundle, a: str, b: str) -> NextSentenceProbability:
     require_head(bundle, "nsp")
     if not isinstance(b, str) or not b.strip():
         raise EngineError("sentence B is empty; next-sentence prediction needs two sentences")
-    enc, truncated, notes = _encode(bundle, a, b)
-    out = _forward(bundle, enc)
+    enc, truncated, notes = encode_input(bundle, a, b)
+    out = forward_encoded(bundle, enc)
     p = out.nsp_logits[0].float().softmax(dim=-1)[0].item()  # index 0 = IsNext
     return NextSentenceProbability(p, enc.tokens, truncated, notes)
 
@@ -258,8 +261,8 @@ def attention(bundle, a: str, b: str = None, max_length: int = None):
 def attention_and_output(bundle, a: str, b: str = None, max_length: int = None, output_hidden_states: bool = False):
     """(tokens, att, out): `attention` plus the model's output of that one forward pass (with every layer's
     hidden states when `output_hidden_states`), for analyses that need more than the weights."""
-    enc, truncated, notes = _encode(bundle, a, b, max_length=max_length)
-    out = _forward(bundle, enc, output_attentions=True, output_hidden_states=output_hidden_states)
+    enc, truncated, notes = encode_input(bundle, a, b, max_length=max_length)
+    out = forward_encoded(bundle, enc, output_attentions=True, output_hidden_states=output_hidden_states)
     att = torch.stack([x[0] for x in out.attentions]).float().cpu().numpy()  # (L, A, T, T)
     tokens = AttentionTokens(enc.tokens, enc.type_ids, enc.special_tokens_mask, truncated, notes + _causal_note(bundle))
     return tokens, att, out
@@ -317,110 +320,7 @@ def compare_attention(bundle1, bundle2, a: str, b: str = None, metric: str = "js
 
 
 # ---------------------------------------------------------------------------------------------------------
-# the built-in probe set
-
-# The classroom probe set: fixed, small, lower-case, written for comparing models side by side (a tiny model
-# pre-trained here, MiniLM continued-pre-trained with --init, any checkpoint). Each cloze item is (sentence with
-# one [MASK], acceptable answers); an answer must be one WordPiece of the model's vocabulary to count (items
-# whose answers are all missing from a vocabulary are skipped for that model, and said so). Three sections:
-# everyday facts, English grammar (agreement, tense, prepositions, function words), and BBC-news-flavoured
-# sentences (the domain of the classroom corpus).
-CLOZE_SECTIONS = {
-    "everyday facts": [
-        ("the man went to the [MASK] to buy milk .", ("store", "shop", "supermarket", "market")),
-        ("paris is the capital of [MASK] .", ("france",)),
-        ("rome is the capital of [MASK] .", ("italy",)),
-        ("there are seven days in a [MASK] .", ("week",)),
-        ("there are twelve months in a [MASK] .", ("year",)),
-        ("the sun rises in the [MASK] .", ("east", "morning")),
-        ("she drank a cup of [MASK] .", ("tea", "coffee", "water")),
-        ("he opened the [MASK] and walked into the room .", ("door", "window", "gate")),
-        ("the children walk to [MASK] every morning .", ("school", "work", "church")),
-        ("the opposite of hot is [MASK] .", ("cold",)),
-        ("bees make [MASK] .", ("honey",)),
-        ("two plus two equals [MASK] .", ("four",)),
-        ("the sky is [MASK] on a clear day .", ("blue",)),
-        ("cows give us [MASK] .", ("milk",)),
-        ("an apple a day keeps the [MASK] away .", ("doctor",)),
-        ("you need a key to open the [MASK] .", ("door", "lock", "box", "car")),
-    ],
-    "grammar": [
-        ("the keys to the cabinet [MASK] on the table .", ("are", "were")),
-        ("she [MASK] to school yesterday .", ("went", "walked", "came", "returned")),
-        ("they have [MASK] their homework .", ("done", "finished", "completed")),
-        ("he is taller [MASK] his brother .", ("than",)),
-        ("i have lived here [MASK] ten years .", ("for",)),
-        ("there [MASK] many people at the party last night .", ("were",)),
-        ("the book was written [MASK] a famous author .", ("by",)),
-        ("he [MASK] not like coffee .", ("does", "did")),
-        ("we were tired , [MASK] we kept walking .", ("but", "yet")),
-        ("the children [MASK] playing in the garden .", ("are", "were")),
-        ("this is the house [MASK] i was born .", ("where",)),
-        ("she is interested [MASK] music .", ("in",)),
-        ("if it rains tomorrow , we [MASK] stay at home .", ("will", "would", "can", "should", "shall", "may", "might")),
-        ("my brother and i [MASK] going to the cinema .", ("are", "were")),
-        ("she has two cats and [MASK] dog .", ("a", "one")),
-        ("he has been working here [MASK] 2010 .", ("since",)),
-    ],
-    "news": [
-        ("the prime [MASK] said the government would cut taxes .", ("minister",)),
-        ("shares in the firm fell sharply on the stock [MASK] .", ("market", "exchange")),
-        ("the company reported a big rise in annual [MASK] .", ("profits", "profit", "sales", "revenue", "earnings")),
-        ("oil [MASK] rose to a record high last week .", ("prices", "price")),
-        ("the bank of [MASK] kept interest rates on hold .", ("england", "japan", "america")),
-        ("the general [MASK] is expected to be held in may .", ("election",)),
-        ("the chancellor will present his [MASK] to parliament .", ("budget", "plans", "report")),
-        ("he scored the winning [MASK] in the second half .", ("goal", "try", "point", "points")),
-        ("the film won the award for best [MASK] .", ("film", "actor", "actress", "director", "picture")),
-        ("the band will release their new [MASK] next month .", ("album", "single", "record", "song")),
-        ("mobile [MASK] users will be able to download music .", ("phone", "phones")),
-        ("the world [MASK] is the biggest event in football .", ("cup",)),
-        ("the police arrested a man in [MASK] with the attack .", ("connection",)),
-        ("it is one of the most popular games in the [MASK] .", ("world", "country", "uk", "us")),
-        ("the two countries signed a trade [MASK] .", ("deal", "agreement", "pact", "treaty")),
-        ("the new software will run on personal [MASK] .", ("computers", "computer")),
-    ],
-}
-CLOZE = [item for items in CLOZE_SECTIONS.values() for item in items]
-CLOZE_SECTION_OF = {sentence: section for section, items in CLOZE_SECTIONS.items() for sentence, _ in items}
-
-# (sentence A, sentence B, B really follows A): each A appears twice, once with its real continuation and once
-# with a sentence from another topic (the NotNext of the paper's NSP task)
-NSP_PAIRS = [
-    ("the government announced plans to cut income tax .", "the chancellor said the change would help families on low incomes .", True),
-    ("shares in the airline fell by ten percent on monday .", "the fall came after the firm warned that fuel costs would hit profits .", True),
-    ("the striker scored twice in the first half .", "his second goal was a shot from thirty yards .", True),
-    ("the band played their first concert in london last night .", "fans queued for hours to get tickets for the show .", True),
-    ("the film opened in cinemas across the country on friday .", "it took more than ten million pounds in its first weekend .", True),
-    ("the company launched a new mobile phone this week .", "the handset can play music and take photographs .", True),
-    ("the man went to the store .", "he bought a gallon of milk .", True),
-    ("it started to rain heavily in the afternoon .", "the match was stopped and the players left the pitch .", True),
-    ("the minister resigned after a week of pressure .", "he said he had done nothing wrong but wanted to protect the party .", True),
-    ("oil prices rose sharply in new york trading .", "analysts blamed fears about supplies from the middle east .", True),
-    ("she forgot her umbrella at home .", "by the time she reached the office she was soaking wet .", True),
-    ("the baby would not stop crying .", "her father picked her up and sang to her until she fell asleep .", True),
-    ("we ran out of bread this morning .", "so i walked to the bakery on the corner to buy a loaf .", True),
-    ("the old bridge was closed for repairs .", "drivers had to take a long detour through the town .", True),
-    ("tom studied hard for the exam all week .", "he passed with the highest mark in his class .", True),
-    ("the government announced plans to cut income tax .", "the singer said the album was her best work so far .", False),
-    ("shares in the airline fell by ten percent on monday .", "the goalkeeper saved a penalty in the last minute .", False),
-    ("the striker scored twice in the first half .", "the central bank kept interest rates at four percent .", False),
-    ("the band played their first concert in london last night .", "the new tax rules will come into force in april .", False),
-    ("the film opened in cinemas across the country on friday .", "penguins are flightless birds .", False),
-    ("the company launched a new mobile phone this week .", "the election will be held on the fifth of may .", False),
-    ("the man went to the store .", "penguins are flightless birds .", False),
-    ("it started to rain heavily in the afternoon .", "the software giant reported record sales in asia .", False),
-    ("the minister resigned after a week of pressure .", "the actor won an oscar for his role in the film .", False),
-    ("oil prices rose sharply in new york trading .", "the children sang songs at the school concert .", False),
-    ("she forgot her umbrella at home .", "the treaty was signed by both presidents in geneva .", False),
-    ("the baby would not stop crying .", "the bank raised its profit forecast for the year .", False),
-    ("we ran out of bread this morning .", "the museum owns three paintings by van gogh .", False),
-    ("the old bridge was closed for repairs .", "my sister plays the violin in an orchestra .", False),
-    ("tom studied hard for the exam all week .", "volcanoes can erupt without much warning .", False),
-]
-
-PROBE_SET = {"cloze": CLOZE, "nsp": NSP_PAIRS}
-
+# the built-in probe set (its sentences and pairs: engine.probe_set)
 
 def probe_set_accuracy(bundle, probe_set: dict = None, top_k: int = 5) -> dict:
     """Score the built-in probe set: cloze top-1 / top-k accuracy (an item counts when an acceptable answer is
@@ -627,46 +527,6 @@ def mask_probs_over_steps(rows: list, mask_index: int = 0, max_tokens: int = 8) 
             series.append(float(f.probs[mask_index, tid]) if tid is not None else None)
         out[tok] = series
     return out
-
-
-# ---------------------------------------------------------------------------------------------------------
-# what the Model page shows
-
-def tokenize_table(bundle, a: str, b: str = None) -> dict:
-    """{"rows": [{"position", "token", "id", "segment", "special"}], "truncated", "notes"}."""
-    enc, truncated, notes = _encode(bundle, a, b)
-    rows = [{"position": i, "token": t, "id": int(x), "segment": int(s), "special": bool(m)}
-            for i, (t, x, s, m) in enumerate(zip(enc.tokens, enc.ids, enc.type_ids, enc.special_tokens_mask))]
-    return {"rows": rows, "truncated": truncated, "notes": notes}
-
-
-def output_shapes(bundle, a: str, b: str = None) -> list:
-    """[(output, shape or "no head")] for one forward pass on the input, e.g. ("hidden_states", "7 x (1, 12, 384)")."""
-    enc, _, _ = _encode(bundle, a, b)
-    out = _forward(bundle, enc, output_attentions=True, output_hidden_states=True)
-
-    def shape(t):
-        return "(" + ", ".join(str(d) for d in t.shape) + ")"
-
-    rows = [("input_ids", f"(1, {len(enc.ids)})"),
-            ("last_hidden_state", shape(out.last_hidden_state)),
-            ("pooled_output", shape(out.pooled_output) if out.pooled_output is not None else "none")]
-    rows.append(("hidden_states", f"{len(out.hidden_states)} x {shape(out.hidden_states[0])}"))
-    rows.append(("attentions", f"{len(out.attentions)} x {shape(out.attentions[0])}"))
-    rows.append(("mlm_logits", shape(out.mlm_logits) if out.mlm_logits is not None else "no MLM head"))
-    rows.append(("nsp_logits", shape(out.nsp_logits) if out.nsp_logits is not None else "no NSP head"))
-    return rows
-
-
-def model_summary(bundle) -> dict:
-    """The configuration and parameter counts shown on the Model page."""
-    cfg = bundle.config
-    d = {f: getattr(cfg, f) for f in cfg.__dataclass_fields__}
-    n = sum(p.numel() for p in bundle.model.parameters())
-    heads = [h for h, ok in (("MLM", cfg.has_mlm_head), ("NSP", cfg.has_nsp_head)) if ok]
-    return {"name": model_name(bundle), "path": bundle.path, "config": d, "parameters": int(n),
-            "heads": heads, "missing_heads": list(bundle.info.get("missing_heads") or []),
-            "tokenizer_vocab": bundle.tokenizer.vocab_size, "lowercase": bundle.tokenizer.lowercase}
 
 
 # ---------------------------------------------------------------------------------------------------------

@@ -3,7 +3,7 @@ WordPieces, ids, segment ids, and the shapes of everything the model outputs."""
 import pandas as pd
 import streamlit as st
 
-from engine import probes
+from engine import model_view
 from studio import probe_ready
 from studio.common import guard, load_bundle, model_picker, runs_root
 
@@ -24,7 +24,7 @@ with guard("Loading the model"):
 if bundle is None:
     st.stop()
 
-summary = probes.model_summary(bundle)
+summary = model_view.model_summary(bundle)
 cfg = summary["config"]
 st.subheader(summary["name"])
 about = probe_ready.card(path, step=(bundle.info.get("training_state") or {}).get("step"))
@@ -52,7 +52,7 @@ a = st.text_input("Sentence A", value="The man went to the store.", key="model_p
 b = st.text_input("Sentence B (optional)", value="He bought a gallon of milk.", key="model_page_b")
 
 with guard("Tokenizing"):
-    table = probes.tokenize_table(bundle, a, b or None)
+    table = model_view.tokenize_table(bundle, a, b or None)
     for n in table["notes"]:
         st.warning(n)
     df = pd.DataFrame(table["rows"])
@@ -61,7 +61,7 @@ with guard("Tokenizing"):
     st.dataframe(df, hide_index=True, width="stretch")
 
     st.subheader("Output shapes")
-    shapes = probes.output_shapes(bundle, a, b or None)
+    shapes = model_view.output_shapes(bundle, a, b or None)
     st.dataframe(pd.DataFrame(shapes, columns=["output", "shape"]), hide_index=True, width="stretch")
     st.caption("hidden_states: the embeddings then one (batch, tokens, H) tensor per layer; attentions: one "
                "(batch, heads, tokens, tokens) map per layer.")

@@ -9,7 +9,7 @@ from pathlib import Path
 import pandas as pd
 import streamlit as st
 
-from engine import measured, probe_baselines, probes
+from engine import measured, probe_baselines, probe_set, probes
 from studio import mask_watch, probe_ready
 from studio.common import (chart_config, choice_label, fill_blanks_model, guard, list_model_choices, load_bundle,
                            model_picker, runs_root)
@@ -162,8 +162,8 @@ else:
     else:
         default_steps = all_steps
     chosen = st.multiselect("Checkpoints (steps)", all_steps, default=default_steps, key=f"probe_steps_{run_name}")
-    use_set = st.checkbox(f"Also score the built-in probe set ({len(probes.CLOZE)} cloze sentences, "
-                          f"{len(probes.NSP_PAIRS)} sentence pairs)", value=True, key="probe_use_set")
+    use_set = st.checkbox(f"Also score the built-in probe set ({len(probe_set.CLOZE)} cloze sentences, "
+                          f"{len(probe_set.NSP_PAIRS)} sentence pairs)", value=True, key="probe_use_set")
     if st.button(f"Probe {len(chosen)} checkpoint(s)", key="probe_steps_go", disabled=not chosen):
         with guard("Probing the checkpoints"):
             with st.spinner("Loading and probing each checkpoint…"):
@@ -224,8 +224,8 @@ choices = list(dict.fromkeys(([path] if have else []) + [c for c in list_model_c
                                                          if c != path and probes.heads_on_disk(c) != ()]))
 if choices:
     st.header("Compare models on the classroom probe set")
-    n_sections = ", ".join(f"{len(v)} {k}" for k, v in probes.CLOZE_SECTIONS.items())
-    st.caption(f"A fixed set of cloze sentences ({n_sections}) and {len(probes.NSP_PAIRS)} sentence pairs (half really "
+    n_sections = ", ".join(f"{len(v)} {k}" for k, v in probe_set.CLOZE_SECTIONS.items())
+    st.caption(f"A fixed set of cloze sentences ({n_sections}) and {len(probe_set.NSP_PAIRS)} sentence pairs (half really "
                "consecutive), scored on every model you pick. A cloze item counts when the model's best word is one of "
                "its answers; items whose answers are not whole words of a model's vocabulary are skipped for that model "
                "(its 'cloze items' column says how many it answered).")
@@ -250,9 +250,9 @@ if choices:
         st.dataframe(pd.DataFrame(cmp["nsp"]), hide_index=True, width="stretch")
 
 with st.expander("The built-in probe set"):
-    st.dataframe(pd.DataFrame([{"section": probes.CLOZE_SECTION_OF[s], "sentence": s, "answers": " / ".join(a)}
-                               for s, a in probes.CLOZE]), hide_index=True, width="stretch")
-    st.dataframe(pd.DataFrame([{"A": a, "B": b, "IsNext": y} for a, b, y in probes.NSP_PAIRS]), hide_index=True, width="stretch")
+    st.dataframe(pd.DataFrame([{"section": probe_set.CLOZE_SECTION_OF[s], "sentence": s, "answers": " / ".join(a)}
+                               for s, a in probe_set.CLOZE]), hide_index=True, width="stretch")
+    st.dataframe(pd.DataFrame([{"A": a, "B": b, "IsNext": y} for a, b, y in probe_set.NSP_PAIRS]), hide_index=True, width="stretch")
     if have and st.button(f"Score {name} on the probe set", key="probe_set_go"):
         with guard("Scoring the probe set"):
             r = probes.probe_set_accuracy(bundle, top_k=top_k)

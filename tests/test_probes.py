@@ -6,7 +6,7 @@ import pytest
 import torch
 
 import engine
-from engine import probes
+from engine import model_view, probe_set, probes
 from engine.errors import EngineError
 
 LONG = " ".join(["the market rose again"] * 40)
@@ -141,8 +141,8 @@ def test_compare_attention(bundle, early, minilm):
 @pytest.mark.slow
 def test_probe_set_accuracy_scores_what_the_model_predicts(bundle):
     r = probes.probe_set_accuracy(bundle)
-    assert r["nsp_n"] == len(probes.NSP_PAIRS) >= 20
-    assert 0 < r["cloze_n"] <= len(probes.CLOZE) and len(probes.CLOZE) >= 20
+    assert r["nsp_n"] == len(probe_set.NSP_PAIRS) >= 20
+    assert 0 < r["cloze_n"] <= len(probe_set.CLOZE) and len(probe_set.CLOZE) >= 20
     # the accuracies are the shares of items scored correct (top-1 inside top-k)
     cloze = [i for i in r["items"] if i["kind"] == "cloze"]
     nsp_items = [i for i in r["items"] if i["kind"] == "nsp"]
@@ -169,13 +169,13 @@ def test_probe_set_accuracy_scores_what_the_model_predicts(bundle):
 
 
 def test_classroom_probe_set_sections_and_answers_fit_a_real_vocabulary(minilm):
-    assert set(probes.CLOZE_SECTIONS) == {"everyday facts", "grammar", "news"}
-    assert all(len(items) >= 12 for items in probes.CLOZE_SECTIONS.values())
-    assert len(probes.CLOZE) == len(probes.CLOZE_SECTION_OF) == sum(len(v) for v in probes.CLOZE_SECTIONS.values())
-    for sentence, answers in probes.CLOZE:
+    assert set(probe_set.CLOZE_SECTIONS) == {"everyday facts", "grammar", "news"}
+    assert all(len(items) >= 12 for items in probe_set.CLOZE_SECTIONS.values())
+    assert len(probe_set.CLOZE) == len(probe_set.CLOZE_SECTION_OF) == sum(len(v) for v in probe_set.CLOZE_SECTIONS.values())
+    for sentence, answers in probe_set.CLOZE:
         assert sentence.count("[MASK]") == 1 and sentence == sentence.lower().replace("[mask]", "[MASK]")
         assert all(minilm.tokenizer.token_to_id(a) is not None for a in answers), sentence  # Google's uncased vocab
-    truth = [y for _, _, y in probes.NSP_PAIRS]
+    truth = [y for _, _, y in probe_set.NSP_PAIRS]
     assert len(truth) >= 30 and truth.count(True) == truth.count(False)
 
 
@@ -192,7 +192,7 @@ def test_probe_set_sections_and_models_side_by_side(bundle, minilm):
     assert mine["cloze top-1"] == r["cloze_top1"] and mine["next sentence"] == r["nsp_acc"] and mine["pairs"] == r["nsp_n"]
     assert mine["grammar top-1"] == r["by_section"]["grammar"]["top1"] and again == dict(mine, model=again["model"])
     assert none["cloze top-1"] is None and none["cloze items"] == 0 and "no MLM head" in cmp["notes"]["MiniLM"][0]
-    assert len(cmp["cloze"]) == len(probes.CLOZE) and len(cmp["nsp"]) == len(probes.NSP_PAIRS)
+    assert len(cmp["cloze"]) == len(probe_set.CLOZE) and len(cmp["nsp"]) == len(probe_set.NSP_PAIRS)
     scored = {i["input"]: i for i in cloze}
     for row in cmp["cloze"]:
         it = scored.get(row["sentence"])
@@ -209,7 +209,7 @@ def test_probe_checkpoints_over_steps(tiny_run, tiny_run_steps):
     assert [s for s, _ in probes.checkpoint_steps(tiny_run)] == list(tiny_run_steps)
     rows = probes.probe_checkpoints(tiny_run, text="the [MASK] rose .", pair=("a man .", "a dog ."), top_k=3, probe_set=True)
     assert [r["step"] for r in rows] == list(tiny_run_steps)
-    assert all(len(r["fill"][0]) == 3 and r["probe_set"]["nsp_n"] == len(probes.NSP_PAIRS) for r in rows)
+    assert all(len(r["fill"][0]) == 3 and r["probe_set"]["nsp_n"] == len(probe_set.NSP_PAIRS) for r in rows)
     first = engine.load(tiny_run / "checkpoints" / f"step-{tiny_run_steps[0]}")  # each row is that checkpoint's probe
     assert rows[0]["p_isnext"] == pytest.approx(float(probes.next_sentence(first, "a man .", "a dog .")), abs=1e-6)
     assert len({round(r["p_isnext"], 6) for r in rows}) > 1  # training changed the model
@@ -222,17 +222,17 @@ def test_probe_checkpoints_over_steps(tiny_run, tiny_run_steps):
 
 
 def test_tokenize_table_and_output_shapes(bundle, minilm):
-    t = probes.tokenize_table(bundle, "the cat sat .", "it ran .")
+    t = model_view.tokenize_table(bundle, "the cat sat .", "it ran .")
     rows = t["rows"]
     assert rows[0]["token"] == "[CLS]" and rows[-1]["token"] == "[SEP]"
     assert [r["segment"] for r in rows] == bundle.tokenizer.encode("the cat sat .", "it ran .").type_ids
-    shapes = dict(probes.output_shapes(bundle, "the cat sat ."))
+    shapes = dict(model_view.output_shapes(bundle, "the cat sat ."))
     T, V = len(bundle.tokenizer.encode("the cat sat .").ids), bundle.config.vocab_size
     assert shapes["mlm_logits"] == f"(1, {T}, {V})" and shapes["nsp_logits"] == "(1, 2)"
     assert shapes["hidden_states"] == f"3 x (1, {T}, 64)" and shapes["attentions"] == f"2 x (1, 2, {T}, {T})"
-    m = dict(probes.output_shapes(minilm, "the cat sat ."))
+    m = dict(model_view.output_shapes(minilm, "the cat sat ."))
     assert m["mlm_logits"] == "no MLM head" and m["nsp_logits"] == "no NSP head"
-    s = probes.model_summary(minilm)
+    s = model_view.model_summary(minilm)
     assert s["name"] == "MiniLM" and s["parameters"] == minilm.model.num_parameters() and s["missing_heads"] == ["mlm", "nsp"]
 
 
