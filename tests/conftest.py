@@ -1,7 +1,8 @@
 """Shared fixtures: offline settings, the ../shared/data folder, a tiny checkpoint with MLM+NSP heads, a tiny
 pre-training run with three checkpoints (`tiny_run`, its last checkpoint `ck`), a page run through AppTest
 (`page_app`), writers of fake run records for the study tests (`fake_runs`), readers of the plotly figures a page
-drew (`plotly`) and the studio in a headless Chromium (`studio_browser`). The repository root is on sys.path through
+drew (`plotly`) and the studio in a headless Chromium (`studio_browser`). At session start, a package requirements.txt
+pins that is not installed stops the suite with one line (`pinned`). The repository root is on sys.path through
 pytest.ini's `pythonpath = .`."""
 import base64
 import json
@@ -25,6 +26,45 @@ torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED_DATA = REPO.parent / "shared" / "data"
+
+
+# --------------------------------------------------------------------------- the pinned packages, checked once
+# A package requirements.txt pins is part of the product (the BBC corpus, MiniLM's weights, the browser driver):
+# when one is missing the install is broken, and the suite stops with one line instead of skipping what needs it.
+# ../shared/data and the system Chromium are not pinned packages: tests that need them skip (shared_data,
+# studio_browser).
+def missing_pinned(requirements: Path) -> list:
+    """The distributions `requirements` pins (one `name==version` a line, # comments) not installed here."""
+    from importlib import metadata
+    missing = []
+    for line in requirements.read_text(encoding="utf-8").splitlines():
+        spec = line.split("#", 1)[0].strip()
+        if not spec:
+            continue
+        name = spec.split("==")[0].split(">=")[0].split("[")[0].strip()
+        try:
+            metadata.version(name)
+        except metadata.PackageNotFoundError:
+            missing.append(name)
+    return missing
+
+
+def check_pinned_installed(requirements: Path) -> None:
+    """Stop the whole session, with one line, when a pinned package is missing."""
+    missing = missing_pinned(requirements)
+    if missing:
+        pytest.exit(f"{', '.join(missing)} {'is' if len(missing) == 1 else 'are'} not installed: run python3 -m pip "
+                    f"install -r requirements.txt", returncode=pytest.ExitCode.USAGE_ERROR)
+
+
+def pytest_sessionstart(session):
+    check_pinned_installed(REPO / "requirements.txt")
+
+
+@pytest.fixture(scope="session")
+def pinned():
+    """pinned.missing(requirements_path) and pinned.check(requirements_path): the session-start check's own steps."""
+    return SimpleNamespace(missing=missing_pinned, check=check_pinned_installed)
 
 
 @pytest.fixture(scope="session")
@@ -341,7 +381,7 @@ class StudioInBrowser:
                                       str(port), "--server.headless", "true"], cwd=REPO, env=env, stdout=self._log,
                                      stderr=subprocess.STDOUT, start_new_session=True)
 
-    def wait_healthy(self, timeout: float = 45.0) -> None:
+    def wait_healthy(self, timeout: float = 60.0) -> None:
         import time
         import urllib.request
         t0 = time.time()
@@ -389,10 +429,11 @@ class StudioInBrowser:
 
 @pytest.fixture
 def studio_browser(tmp_path):
-    """(start(runs_root) -> StudioInBrowser, a launched Chromium): skips without Chromium or playwright."""
+    """(start(runs_root) -> StudioInBrowser, a launched Chromium): skips without the system Chromium (not a pinned
+    package)."""
     if not (os.path.isfile(CHROMIUM) and os.access(CHROMIUM, os.X_OK)):
         pytest.skip(f"Chromium is not installed at {CHROMIUM}; install it with `apt-get install -y chromium` (.ci/run does)")
-    sync_playwright = pytest.importorskip("playwright.sync_api", reason="the playwright package is not installed").sync_playwright
+    from playwright.sync_api import sync_playwright  # pinned: checked at session start
     artifacts = REPO / "test-artifacts" / "browser"
     artifacts.mkdir(parents=True, exist_ok=True)
     started = []

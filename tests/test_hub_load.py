@@ -6,15 +6,15 @@ import json
 import os
 from pathlib import Path
 
+import huggingface_hub  # transformers' own dependency
 import pytest
 import torch
+import transformers
 
 import engine
 from engine import hub
 from engine.errors import EngineError
 
-transformers = pytest.importorskip("transformers")
-huggingface_hub = pytest.importorskip("huggingface_hub")
 
 VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "the", "cat", "sat", "on", "mat", "dog", "ran", "a", "man",
          "went", "to", "store", ".", ",", "he", "bought", "milk", "she", "read", "book", "##s", "big", "red"]

@@ -96,7 +96,7 @@ def test_neuron_view_refuses_a_head_outside_the_model():
 @pytest.mark.slow
 def test_neuron_view_computes_the_heads_softmax_in_chromium(tmp_path):
     """The page's own q . k / sqrt(D) softmax is the attention row, before and after clicking another query."""
-    sync_playwright = pytest.importorskip("playwright.sync_api").sync_playwright
+    from playwright.sync_api import sync_playwright  # pinned; the system Chromium is not
     if not Path(CHROMIUM).is_file():
         pytest.skip(f"Chromium is not installed at {CHROMIUM}")
     q, k = _vectors(T=6, D=8)
@@ -162,8 +162,7 @@ def test_bertviz_offline_inlines_the_vendored_scripts_with_their_licences():
 
 @pytest.mark.slow
 def test_bertviz_head_and_neuron_views_draw_offline_in_chromium(tmp_path):
-    sync_playwright = pytest.importorskip("playwright.sync_api").sync_playwright
-    pytest.importorskip("bertviz")
+    from playwright.sync_api import sync_playwright  # pinned, as bertviz is; the system Chromium is not
     if not Path(CHROMIUM).is_file():
         pytest.skip(f"Chromium is not installed at {CHROMIUM}")
     from studio import bertviz_offline

