@@ -6,46 +6,11 @@ the run takes seconds; Launch; the queued run is shown at once and followed to "
 that run's checkpoint; a click masks a WordPiece) -> step 4 (Ablations page, New study tab, Table 5 at classroom
 scale selected; not launched: the study itself takes 20-30 minutes). The Start page's check marks are read after
 each step. A screenshot per step goes to the pytest tmp folder."""
-import os
-import signal
-import socket
-import subprocess
-import sys
-import time
-import urllib.request
 from pathlib import Path
-from urllib.parse import urlparse
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
-CHROMIUM = "/usr/bin/chromium"
-LOCAL = {"127.0.0.1", "localhost", "::1", "[::1]"}
-ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
-        "--disable-sync", "--no-first-run"]
-
 pytestmark = pytest.mark.slow
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _wait_healthy(url: str, proc, timeout: float = 60.0) -> None:
-    t0 = time.time()
-    while time.time() - t0 < timeout:
-        if proc.poll() is not None:
-            raise RuntimeError(f"streamlit exited with code {proc.returncode}")
-        try:
-            with urllib.request.urlopen(url + "/_stcore/health", timeout=2) as r:
-                if r.status == 200:
-                    return
-        except OSError:
-            pass
-        time.sleep(0.3)
-    raise TimeoutError(f"streamlit did not answer at {url} within {timeout:.0f}s")
 
 
 def _small_corpus(path: Path, bbc_docs, n_docs: int = 60) -> Path:
@@ -54,150 +19,115 @@ def _small_corpus(path: Path, bbc_docs, n_docs: int = 60) -> Path:
     return path
 
 
-def test_guided_first_class_by_clicks(tmp_path, bbc_docs):
-    if not (os.path.isfile(CHROMIUM) and os.access(CHROMIUM, os.X_OK)):
-        pytest.skip(f"Chromium is not installed at {CHROMIUM}; install it with `apt-get install -y chromium` (.ci/run does)")
-    sync_playwright = pytest.importorskip("playwright.sync_api", reason="the playwright package is not installed").sync_playwright
+def test_guided_first_class_by_clicks(tmp_path, bbc_docs, studio_browser):
+    start, browser = studio_browser
     root = tmp_path / "runs"
     root.mkdir()
     corpus = _small_corpus(tmp_path / "corpus.txt", bbc_docs)
     shots = tmp_path / "screens"
     shots.mkdir()
-    port = _free_port()
-    url = f"http://127.0.0.1:{port}"
-    env = dict(os.environ, BERT_STUDIO_RUNS=str(root), HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
-    log = open(tmp_path / "streamlit.log", "w")
-    proc = subprocess.Popen([sys.executable, "-m", "streamlit", "run", "streamlit_app.py", "--server.port", str(port),
-                             "--server.headless", "true"], cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT,
-                            start_new_session=True)
-    blocked = []
+    studio = start(root)
+    url, blocked = studio.url, studio.blocked
+    page = studio.open_page(browser)
+    page.set_default_timeout(60_000)
     try:
-        _wait_healthy(url, proc)
-        with sync_playwright() as pw:
-            browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=ARGS)
-            try:
-                page = browser.new_page(viewport={"width": 1400, "height": 1000})
+        def start_page():
+            page.get_by_role("link", name="Start").first.click()
+            page.get_by_text("Your first class").wait_for()
 
-                def route(r):
-                    host = urlparse(r.request.url).hostname or ""
-                    if r.request.url.startswith(("data:", "blob:", "about:")) or host in LOCAL:
-                        r.continue_()
-                    else:
-                        blocked.append(r.request.url)
-                        r.abort()
+        def marks():
+            page.get_by_text("What the paper found").wait_for()
+            return [h.inner_text().strip() for h in page.locator("h3").all() if h.inner_text().strip() in ("1", "2", "3", "4", "✅")]
 
-                page.route("**/*", route)
-                page.set_default_timeout(60_000)
+        # the landing page: the guided class and the paper's Table 5 before anything has run
+        page.goto(url)
+        page.get_by_text("Your first class").wait_for()
+        page.get_by_text("BERT-BASE").first.wait_for()
+        assert marks() == ["1", "2", "3", "4"]
+        page.screenshot(path=str(shots / "0-start.png"), full_page=True)
 
-                def start_page():
-                    page.get_by_role("link", name="Start").first.click()
-                    page.get_by_text("Your first class").wait_for()
+        # step 1: look inside a real model
+        page.get_by_role("button", name="Open the Model page").click()
+        page.get_by_text("Where next").wait_for()
+        page.get_by_text("Parameters").first.wait_for()
+        page.screenshot(path=str(shots / "1-model.png"), full_page=True)
+        start_page()
+        assert marks()[0] == "✅"
 
-                def marks():
-                    page.get_by_text("What the paper found").wait_for()
-                    return [h.inner_text().strip() for h in page.locator("h3").all() if h.inner_text().strip() in ("1", "2", "3", "4", "✅")]
+        # step 2: pre-train a tiny BERT, kept tiny through the form's own fields
+        page.get_by_role("button", name="Set up the classroom run").click()
+        name = page.get_by_role("textbox", name="Run name")
+        name.wait_for()
+        assert name.input_value() == "first-bert"
+        page.get_by_role("combobox", name="Corpus").first.click()
+        page.get_by_role("option", name="a path on this machine").click()
+        page.get_by_role("textbox", name="Corpus path").fill(str(corpus))
+        for label, value in (("Steps", "30"), ("Batch size", "4"), ("Vocabulary size", "1000"),
+                             ("Checkpoint every (steps)", "30"), ("Evaluate every (steps)", "15")):
+            box = page.get_by_role("spinbutton", name=label, exact=True)
+            box.fill(value)
+            box.press("Tab")
+        page.get_by_role("button", name="Launch").click()
+        page.get_by_text("Launched").first.wait_for()
+        page.get_by_text("first-bert").first.wait_for()  # queued at once, then the run itself
+        page.screenshot(path=str(shots / "2-pretrain-launched.png"), full_page=True)
+        # visible only: the jobs grid keeps a hidden copy of its cells, which `.first` could pick and wait on
+        page.locator("text=✅ finished >> visible=true").first.wait_for(timeout=300_000)
+        page.locator(".js-plotly-plot").first.wait_for()
+        page.screenshot(path=str(shots / "2-pretrain-finished.png"), full_page=True)
+        start_page()
+        assert marks()[:2] == ["✅", "✅"]
 
-                # the landing page: the guided class and the paper's Table 5 before anything has run
-                page.goto(url)
-                page.get_by_text("Your first class").wait_for()
-                page.get_by_text("BERT-BASE").first.wait_for()
-                assert marks() == ["1", "2", "3", "4"]
-                page.screenshot(path=str(shots / "0-start.png"), full_page=True)
+        # step 3: probe it; a click masks a WordPiece
+        page.get_by_role("button", name="Probe your model").click()
+        page.get_by_text("Mask and watch").first.wait_for()
+        page.get_by_text("The model sees:").first.wait_for()
+        assert "first-bert" in page.get_by_text("first-bert").first.inner_text()
+        before = page.get_by_text("The model sees:").first.inner_text()
+        assert before.count("[MASK]") == 1
+        page.locator("[data-testid='stButtonGroup'] button").first.click()
+        page.wait_for_function("[...document.querySelectorAll('p')].some(p => p.innerText.startsWith('The model sees:') "
+                               "&& p.innerText.split('[MASK]').length === 3)")
+        page.get_by_text("Predictions at the masked pieces").first.wait_for()
+        page.screenshot(path=str(shots / "3-probe.png"), full_page=True)
+        start_page()
+        assert marks()[:3] == ["✅", "✅", "✅"]
 
-                # step 1: look inside a real model
-                page.get_by_role("button", name="Open the Model page").click()
-                page.get_by_text("Where next").wait_for()
-                page.get_by_text("Parameters").first.wait_for()
-                page.screenshot(path=str(shots / "1-model.png"), full_page=True)
-                start_page()
-                assert marks()[0] == "✅"
+        # step 4: Table 5 at classroom scale, set up on the Ablations page
+        page.get_by_role("button", name="Set up the Table 5 study").click()
+        page.get_by_role("tab", name="New study").click()
+        page.get_by_text("Table 5").first.wait_for()
+        assert page.get_by_label("Classroom scale", exact=False).is_checked()  # the Scale radio's first option
+        page.get_by_text("The paper's finding").first.wait_for()
+        # the classroom Table 5 compares at equal FLOPs: the budget box shows it, the job list LTR's 2,840 steps
+        budget = page.get_by_role("combobox", name="Compare the variants at equal").first
+        budget.wait_for()
+        assert budget.input_value().startswith("FLOPs"), budget.input_value()
+        page.get_by_text("Job commands").first.click()
+        code = page.locator("pre", has_text="--objective ltr").first
+        code.wait_for()
+        ltr = [line for line in code.inner_text().splitlines() if "--objective ltr" in line]
+        assert ltr and "--steps 2840" in ltr[0], ltr
+        page.screenshot(path=str(shots / "4-table5.png"), full_page=True)
 
-                # step 2: pre-train a tiny BERT, kept tiny through the form's own fields
-                page.get_by_role("button", name="Set up the classroom run").click()
-                name = page.get_by_role("textbox", name="Run name")
-                name.wait_for()
-                assert name.input_value() == "first-bert"
-                page.get_by_role("combobox", name="Corpus").first.click()
-                page.get_by_role("option", name="a path on this machine").click()
-                page.get_by_role("textbox", name="Corpus path").fill(str(corpus))
-                for label, value in (("Steps", "30"), ("Batch size", "4"), ("Vocabulary size", "1000"),
-                                     ("Checkpoint every (steps)", "30"), ("Evaluate every (steps)", "15")):
-                    box = page.get_by_role("spinbutton", name=label, exact=True)
-                    box.fill(value)
-                    box.press("Tab")
-                page.get_by_role("button", name="Launch").click()
-                page.get_by_text("Launched").first.wait_for()
-                page.get_by_text("first-bert").first.wait_for()  # queued at once, then the run itself
-                page.screenshot(path=str(shots / "2-pretrain-launched.png"), full_page=True)
-                # visible only: the jobs grid keeps a hidden copy of its cells, which `.first` could pick and wait on
-                page.locator("text=✅ finished >> visible=true").first.wait_for(timeout=300_000)
-                page.locator(".js-plotly-plot").first.wait_for()
-                page.screenshot(path=str(shots / "2-pretrain-finished.png"), full_page=True)
-                start_page()
-                assert marks()[:2] == ["✅", "✅"]
-
-                # step 3: probe it; a click masks a WordPiece
-                page.get_by_role("button", name="Probe your model").click()
-                page.get_by_text("Mask and watch").first.wait_for()
-                page.get_by_text("The model sees:").first.wait_for()
-                assert "first-bert" in page.get_by_text("first-bert").first.inner_text()
-                before = page.get_by_text("The model sees:").first.inner_text()
-                assert before.count("[MASK]") == 1
-                page.locator("[data-testid='stButtonGroup'] button").first.click()
-                page.wait_for_function("[...document.querySelectorAll('p')].some(p => p.innerText.startsWith('The model sees:') "
-                                       "&& p.innerText.split('[MASK]').length === 3)")
-                page.get_by_text("Predictions at the masked pieces").first.wait_for()
-                page.screenshot(path=str(shots / "3-probe.png"), full_page=True)
-                start_page()
-                assert marks()[:3] == ["✅", "✅", "✅"]
-
-                # step 4: Table 5 at classroom scale, set up on the Ablations page
-                page.get_by_role("button", name="Set up the Table 5 study").click()
-                page.get_by_role("tab", name="New study").click()
-                page.get_by_text("Table 5").first.wait_for()
-                assert page.get_by_label("Classroom scale", exact=False).is_checked()  # the Scale radio's first option
-                page.get_by_text("The paper's finding").first.wait_for()
-                # the classroom Table 5 compares at equal FLOPs: the budget box shows it, the job list LTR's 2,840 steps
-                budget = page.get_by_role("combobox", name="Compare the variants at equal").first
-                budget.wait_for()
-                assert budget.input_value().startswith("FLOPs"), budget.input_value()
-                page.get_by_text("Job commands").first.click()
-                code = page.locator("pre", has_text="--objective ltr").first
-                code.wait_for()
-                ltr = [line for line in code.inner_text().splitlines() if "--objective ltr" in line]
-                assert ltr and "--steps 2840" in ltr[0], ltr
-                page.screenshot(path=str(shots / "4-table5.png"), full_page=True)
-
-                # beyond the class: the Attention page's per-head statistics grid opens the head that is clicked
-                page.get_by_role("link", name="Attention").first.click()
-                page.get_by_role("tab", name="Head statistics").click()
-                grid = page.locator(".js-plotly-plot", has_text="click a head to open it").first
-                grid.wait_for()
-                opened = page.get_by_text("Layer 1, head 1 on this input").first
-                opened.wait_for()
-                point = grid.locator(".scatterlayer .point").nth(13)  # layer 2, head 2 of MiniLM's 6 x 12 grid
-                point.scroll_into_view_if_needed()
-                box = point.bounding_box()  # plotly takes clicks on its drag layer above the markers
-                page.mouse.click(box["x"] + box["width"] / 2, box["y"] + box["height"] / 2)
-                page.get_by_text("Layer 2, head 2 on this input").first.wait_for()
-                page.screenshot(path=str(shots / "5-head-statistics.png"), full_page=True)
-            finally:
-                browser.close()
+        # beyond the class: the Attention page's per-head statistics grid opens the head that is clicked
+        page.get_by_role("link", name="Attention").first.click()
+        page.get_by_role("tab", name="Head statistics").click()
+        grid = page.locator(".js-plotly-plot", has_text="click a head to open it").first
+        grid.wait_for()
+        opened = page.get_by_text("Layer 1, head 1 on this input").first
+        opened.wait_for()
+        point = grid.locator(".scatterlayer .point").nth(13)  # layer 2, head 2 of MiniLM's 6 x 12 grid
+        point.scroll_into_view_if_needed()
+        box = point.bounding_box()  # plotly takes clicks on its drag layer above the markers
+        page.mouse.click(box["x"] + box["width"] / 2, box["y"] + box["height"] / 2)
+        page.get_by_text("Layer 2, head 2 on this input").first.wait_for()
+        page.screenshot(path=str(shots / "5-head-statistics.png"), full_page=True)
     finally:
         from engine import jobs
         for job in jobs.refresh(root=str(root)):  # a run left going by a failed step is stopped
             if job.get("status") in ("queued", "running"):
                 jobs.cancel(job["id"], root=str(root))
-        try:
-            os.killpg(proc.pid, signal.SIGTERM)
-        except ProcessLookupError:
-            pass
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(timeout=5)
-        log.close()
     assert sorted(p.name for p in shots.iterdir()) == ["0-start.png", "1-model.png", "2-pretrain-finished.png",
                                                         "2-pretrain-launched.png", "3-probe.png", "4-table5.png",
                                                         "5-head-statistics.png"]
@@ -235,98 +165,64 @@ def _prepared_runs_folder(tmp_path: Path, bbc_docs) -> Path:
     return root
 
 
-def test_start_page_walks_its_four_steps_on_a_prepared_runs_folder(tmp_path, bbc_docs):
+def test_start_page_walks_its_four_steps_on_a_prepared_runs_folder(tmp_path, bbc_docs, studio_browser):
     """Prepared: the Prepare panel says ready; step 2 is checked by the class's own finished run; the Pre-train
     page's table follows a running run as its live view does; step 3 is not checked until a model was probed, then
     is; step 4's button lands on the New study tab with Table 5 at classroom scale, no tab clicked."""
-    if not (os.path.isfile(CHROMIUM) and os.access(CHROMIUM, os.X_OK)):
-        pytest.skip(f"Chromium is not installed at {CHROMIUM}; install it with `apt-get install -y chromium` (.ci/run does)")
-    sync_playwright = pytest.importorskip("playwright.sync_api", reason="the playwright package is not installed").sync_playwright
+    start, browser = studio_browser
     import json
 
     from engine.runs import RunLock, mark_complete
     root = _prepared_runs_folder(tmp_path, bbc_docs)
-    port = _free_port()
-    url = f"http://127.0.0.1:{port}"
-    env = dict(os.environ, BERT_STUDIO_RUNS=str(root), HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
-    log = open(tmp_path / "streamlit.log", "w")
-    proc = subprocess.Popen([sys.executable, "-m", "streamlit", "run", "streamlit_app.py", "--server.port", str(port),
-                             "--server.headless", "true"], cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT,
-                            start_new_session=True)
-    blocked = []
     lock = RunLock(root / "live-bert").acquire()  # live-bert is running: its writer (this test) is alive
     try:
-        _wait_healthy(url, proc)
-        with sync_playwright() as pw:
-            browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=ARGS)
-            try:
-                page = browser.new_page(viewport={"width": 1400, "height": 1000})
+        studio = start(root)
+        url, blocked = studio.url, studio.blocked
+        page = studio.open_page(browser)
+        page.set_default_timeout(60_000)
 
-                def route(r):
-                    host = urlparse(r.request.url).hostname or ""
-                    if r.request.url.startswith(("data:", "blob:", "about:")) or host in LOCAL:
-                        r.continue_()
-                    else:
-                        blocked.append(r.request.url)
-                        r.abort()
+        def marks():
+            page.get_by_text("What the paper found").wait_for()
+            return [h.inner_text().strip() for h in page.locator("h3").all() if h.inner_text().strip() in ("1", "2", "3", "4", "✅")]
 
-                page.route("**/*", route)
-                page.set_default_timeout(60_000)
+        def start_page():
+            page.get_by_role("link", name="Start").first.click()
+            page.get_by_text("Your first class").wait_for()
 
-                def marks():
-                    page.get_by_text("What the paper found").wait_for()
-                    return [h.inner_text().strip() for h in page.locator("h3").all() if h.inner_text().strip() in ("1", "2", "3", "4", "✅")]
+        page.goto(url)
+        page.get_by_text("This machine is ready for the class.").wait_for(state="attached")  # (in a closed expander)
+        assert marks() == ["1", "✅", "3", "4"]
 
-                def start_page():
-                    page.get_by_role("link", name="Start").first.click()
-                    page.get_by_text("Your first class").wait_for()
+        # step 2's page: the runs table moves with the live view of the running run
+        page.get_by_role("button", name="Set up the classroom run").click()
+        page.get_by_role("textbox", name="Run name").wait_for()
+        assert page.get_by_role("textbox", name="Run name").input_value() == "first-bert-2"
+        table = page.locator("[data-testid='stDataFrame']").first
+        table.wait_for()
+        page.locator("[data-testid='stDataFrame'] >> text=0 / 240").first.wait_for(state="attached")
+        ck = root / "live-bert" / "checkpoints" / "step-80"
+        ck.mkdir(parents=True)
+        mark_complete(ck, step=80)
+        with open(root / "live-bert" / "metrics.jsonl", "a") as f:
+            f.write(json.dumps({"step": 80, "split": "train", "loss": 7.0}) + "\n")
+        page.locator("[data-testid='stDataFrame'] >> text=80 / 240").first.wait_for(state="attached", timeout=30_000)
+        page.screenshot(path=str(tmp_path / "prepared-pretrain.png"), full_page=True)
 
-                page.goto(url)
-                page.get_by_text("This machine is ready for the class.").wait_for(state="attached")  # (in a closed expander)
-                assert marks() == ["1", "✅", "3", "4"]
+        # step 3: not checked before a model is probed; the button probes the class's own run
+        start_page()
+        assert marks()[2] == "3"
+        page.get_by_role("button", name="Probe your model").click()
+        page.get_by_text("The model sees:").first.wait_for()
+        start_page()
+        assert marks()[:3] == ["1", "✅", "✅"]
 
-                # step 2's page: the runs table moves with the live view of the running run
-                page.get_by_role("button", name="Set up the classroom run").click()
-                page.get_by_role("textbox", name="Run name").wait_for()
-                assert page.get_by_role("textbox", name="Run name").input_value() == "first-bert-2"
-                table = page.locator("[data-testid='stDataFrame']").first
-                table.wait_for()
-                page.locator("[data-testid='stDataFrame'] >> text=0 / 240").first.wait_for(state="attached")
-                ck = root / "live-bert" / "checkpoints" / "step-80"
-                ck.mkdir(parents=True)
-                mark_complete(ck, step=80)
-                with open(root / "live-bert" / "metrics.jsonl", "a") as f:
-                    f.write(json.dumps({"step": 80, "split": "train", "loss": 7.0}) + "\n")
-                page.locator("[data-testid='stDataFrame'] >> text=80 / 240").first.wait_for(state="attached", timeout=30_000)
-                page.screenshot(path=str(tmp_path / "prepared-pretrain.png"), full_page=True)
-
-                # step 3: not checked before a model is probed; the button probes the class's own run
-                start_page()
-                assert marks()[2] == "3"
-                page.get_by_role("button", name="Probe your model").click()
-                page.get_by_text("The model sees:").first.wait_for()
-                start_page()
-                assert marks()[:3] == ["1", "✅", "✅"]
-
-                # step 4: the New study tab is open, with Table 5 at classroom scale (no tab clicked)
-                page.get_by_role("button", name="Set up the Table 5 study").click()
-                assert page.get_by_role("tab", name="New study").get_attribute("aria-selected") == "true"
-                scale = page.get_by_label("Classroom scale", exact=False)
-                scale.wait_for()
-                assert scale.is_visible() and scale.is_checked()
-                page.screenshot(path=str(tmp_path / "prepared-table5.png"), full_page=True)
-            finally:
-                browser.close()
+        # step 4: the New study tab is open, with Table 5 at classroom scale (no tab clicked)
+        page.get_by_role("button", name="Set up the Table 5 study").click()
+        assert page.get_by_role("tab", name="New study").get_attribute("aria-selected") == "true"
+        scale = page.get_by_label("Classroom scale", exact=False)
+        scale.wait_for()
+        assert scale.is_visible() and scale.is_checked()
+        page.screenshot(path=str(tmp_path / "prepared-table5.png"), full_page=True)
     finally:
         lock.release()
-        try:
-            os.killpg(proc.pid, signal.SIGTERM)
-        except ProcessLookupError:
-            pass
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(timeout=5)
-        log.close()
     assert blocked == [], f"the studio tried to reach the network: {blocked[:5]}"
