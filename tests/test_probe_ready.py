@@ -7,22 +7,11 @@ from pathlib import Path
 
 import pytest
 import torch
-from streamlit.testing.v1 import AppTest
 
 import engine
 from engine import jobs, runs
 from engine.pretraining.config import CONTINUED_PRETRAINING, PROBE_READY_RUN
 from studio import probe_ready
-
-REPO = Path(__file__).resolve().parents[1]
-
-
-def _app(page, root, **state):
-    at = AppTest.from_file(str(REPO / "pages" / page), default_timeout=90)
-    at.session_state["runs_root"] = str(root)
-    for k, v in state.items():
-        at.session_state[k] = v
-    return at.run()
 
 
 @pytest.fixture
@@ -60,8 +49,8 @@ def _fake_probe_ready_run(root: Path, bbc_tokenizer, status="finished", step=600
 
 
 @pytest.mark.slow
-def test_the_button_queues_the_one_step_command(tmp_path, queue):
-    at = _app("1_Model.py", tmp_path)
+def test_the_button_queues_the_one_step_command(tmp_path, queue, page_app):
+    at = page_app("1_Model.py", tmp_path)
     assert not at.exception and not at.error
     assert "python -m engine pretrain --corpus all --init minilm --out" in " ".join(c.value for c in at.caption)
     at.button(key="probe_ready_go").click().run()
@@ -78,12 +67,12 @@ def test_the_button_queues_the_one_step_command(tmp_path, queue):
 
 
 @pytest.mark.slow
-def test_live_progress_while_it_runs(tmp_path, bbc_tokenizer, queue):
+def test_live_progress_while_it_runs(tmp_path, bbc_tokenizer, queue, page_app):
     d = _fake_probe_ready_run(tmp_path, bbc_tokenizer, status="running", step=200)
     info = runs.read_run_json(d)  # start_run recorded this process as the writer, so the run counts as live
     assert info["pid"] == os.getpid() and info["host"] == socket.gethostname()
     assert runs.effective_status(d) == "running"
-    at = _app("1_Model.py", tmp_path)
+    at = page_app("1_Model.py", tmp_path)
     assert not at.exception and not at.error
     m = {x.label: x.value for x in at.metric}
     assert m["Step"] == f"200 / {CONTINUED_PRETRAINING['steps']}"
@@ -93,21 +82,21 @@ def test_live_progress_while_it_runs(tmp_path, bbc_tokenizer, queue):
 
 
 @pytest.mark.slow
-def test_the_finished_model_has_its_card_and_is_offered_first(tmp_path, bbc_tokenizer):
+def test_the_finished_model_has_its_card_and_is_offered_first(tmp_path, bbc_tokenizer, page_app):
     d = _fake_probe_ready_run(tmp_path, bbc_tokenizer)
     assert probe_ready.model_path(tmp_path) == str(d)
-    at = _app("1_Model.py", tmp_path, model_page_model=str(d / "checkpoints" / "step-600"))
+    at = page_app("1_Model.py", tmp_path, model_page_model=str(d / "checkpoints" / "step-600"))
     assert not at.exception and not at.error
     assert any("Done" in s.value for s in at.success)
     card = [i.value for i in at.info if "MiniLM's encoder" in i.value]
     assert card and "not Google's BERT" in card[0].replace("Not", "not")
     assert "masked LM + next sentence prediction" in card[0] and "State of the Union" in card[0]
     assert f"{CONTINUED_PRETRAINING['steps']} steps of {CONTINUED_PRETRAINING['batch_size']} x" in card[0]
-    probe = _app("5_Probe.py", tmp_path)
+    probe = page_app("5_Probe.py", tmp_path)
     assert not probe.exception
     assert probe.selectbox(key="probe_model").value == str(d)  # offered first, so picked by default
     assert any("MiniLM's encoder" in c.value for c in probe.caption)
-    att = _app("6_Attention.py", tmp_path)
+    att = page_app("6_Attention.py", tmp_path)
     assert not att.exception
     assert att.selectbox(key="att_model").value == str(d)
 
