@@ -61,3 +61,14 @@ def test_the_pretrain_page_holds_no_setting_of_its_own():
     assert found == []
     settings = {f.name for f in fields(PretrainConfig)}
     assert {"mask_rate", "mask_ratios", "seq_len", "phase2_seq_len", "vocab_size"} <= settings
+
+
+def test_a_study_takes_over_a_one_phase_run_whatever_share_its_absent_second_phase_had():
+    """Runs made when the second phase's share defaulted to 0.1 (continued pre-training, one-phase studies) train
+    what today's one-phase configs train: the share of a phase that is not there is not part of the key."""
+    from dataclasses import asdict
+
+    from engine.ablations.reuse import training_key
+    one = replace(PretrainConfig(), seq_len=128, phase2_seq_len=None)
+    assert training_key(asdict(replace(one, phase2_fraction=0.1))) == training_key(asdict(one))
+    assert training_key(asdict(replace(PretrainConfig(), phase2_fraction=0.1))) != training_key(asdict(PretrainConfig()))
