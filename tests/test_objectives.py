@@ -62,7 +62,7 @@ def test_a_new_objective_is_one_entry(tmp_path, monkeypatch):
     corpus = tmp_path / "corpus.txt"
     corpus.write_text("\n\n".join(d.replace("\n", " ") for d in docs) + "\n", encoding="utf-8")
     cfg = PretrainConfig(corpus=str(corpus), objective=both.name, vocab_size=120, cache_dir=str(tmp_path / "cache"),
-                         layers=1, hidden=32, heads=2, max_positions=32, seq_len=32, batch_size=4, steps=2, log_every=1,
+                         layers=1, hidden=32, heads=2, max_positions=32, seq_len=32, phase2_seq_len=None, batch_size=4, steps=2, log_every=1,
                          eval_every=0, save_every=0, eval_fraction=0.2, eval_max_instances=8, quiet=True, num_threads=1,
                          out=str(tmp_path / "run"))
     run = pretrain(cfg)

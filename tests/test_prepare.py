@@ -297,7 +297,7 @@ def test_pretrain_from_prepared_shards_resumes_bit_identically(corpus, tmp_path)
     prepare(_cfg(d, tmp_path / "data", block_docs=25, seq_len=32, corpus=str(src)), quiet)
     data = open_prepared(tmp_path / "data")
     assert data.train.num_shards >= 10
-    base = PretrainConfig(data=str(tmp_path / "data"), preset="tiny", hidden=32, heads=2, layers=1, max_positions=32,
+    base = PretrainConfig(data=str(tmp_path / "data"), preset="tiny", hidden=32, heads=2, layers=1, max_positions=32, phase2_seq_len=None,
                           batch_size=8, grad_accum=2, steps=8, log_every=2, eval_every=4, save_every=4,
                           eval_max_instances=32, quiet=True, num_threads=1)
     straight, split = replace(base, out=str(tmp_path / "a")), replace(base, out=str(tmp_path / "b"))

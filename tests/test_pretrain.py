@@ -68,7 +68,7 @@ def env(tmp_path_factory):
                                               + [f"##{c}" for c in letters]) + "\n", encoding="utf-8")
     tok_dir = engine.Tokenizer.from_file(root / "vocab.txt").save(root / "tok")
     base = PretrainConfig(corpus=str(corpus), tokenizer=str(tok_dir), cache_dir=str(root / "cache"), preset="tiny",
-                          hidden=64, heads=2, layers=2, max_positions=64, seq_len=64, batch_size=8, steps=8,
+                          hidden=64, heads=2, layers=2, max_positions=64, seq_len=64, phase2_seq_len=None, batch_size=8, steps=8,
                           log_every=2, eval_every=4, save_every=4, eval_max_instances=64, quiet=True, num_threads=1)
     return {"root": root, "corpus": corpus, "tok_dir": tok_dir, "base": base}
 

@@ -234,7 +234,8 @@ def validate(cfg: PretrainConfig) -> None:
         raise EngineError(f"--seq-len {cfg.seq_len} is too short; use at least 8 (the paper uses 128, then 512)")
     for flag, T in (("--seq-len", cfg.seq_len), ("--phase2-seq-len", cfg.phase2_seq_len)):
         if T is not None and T > cfg.max_positions and not cfg.init:  # with --init: its positions (resolve_init)
-            raise EngineError(f"{flag} {T} is above the model's {cfg.max_positions} positions; lower {flag} or raise --max-positions")
+            raise EngineError(f"{flag} {T} is above the model's {cfg.max_positions} positions; lower {flag} or raise "
+                              f"--max-positions" + (" (--phase2-seq-len 0: one phase)" if flag == "--phase2-seq-len" else ""))
     if cfg.phase2_seq_len is not None:
         if cfg.phase2_seq_len < 8:
             raise EngineError(f"--phase2-seq-len {cfg.phase2_seq_len} is too short; use e.g. 512")

@@ -164,8 +164,8 @@ def with_prepared_data(cfg: PretrainConfig, given: tuple = ()) -> PretrainConfig
             raise EngineError(f"--{k.replace('_', '-')} {getattr(cfg, k)} differs from the {m[k]} that {cfg.data} was prepared "
                               f"with; leave it out, or prepare the data again with it")
     if cfg.phase2_seq_len:
-        raise EngineError("--phase2-seq-len needs data at a second length, which --data does not give; train each phase "
-                          "from its own prepared folder, or leave --data out")
+        raise EngineError("--phase2-seq-len needs data at a second length, which --data does not give; train one phase "
+                          "(--phase2-seq-len 0, phase2_seq_len=None), each phase from its own prepared folder, or leave --data out")
     if "tokenizer" in given:
         raise EngineError(f"--data {cfg.data} brings its own vocabulary; leave out --tokenizer")
     if "corpus" in given and str(cfg.corpus) != str(m["corpus"]):  # (a queued job names the data's own corpus)
@@ -301,6 +301,8 @@ def config_from_args(given: dict) -> PretrainConfig:
         base = {k: v for k, v in saved.items() if k in known and k not in ("out", "name", "resume", "stop_after")}
         if "mask_ratios" in base:
             base["mask_ratios"] = tuple(base["mask_ratios"])
+        if not saved:  # no run to take settings from (preflight refuses it): the flags read as from scratch
+            given = over_defaults(given)
     cfg = with_prepared_data(PretrainConfig(**{**base, **given}), tuple(given) if not given.get("resume") else ())
     # (a queued job's command line names every setting: --eval-every at its default is not a request)
     if given.get("eval_every") and given["eval_every"] != PretrainConfig.eval_every and cfg.eval_fraction == 0:
