@@ -31,12 +31,15 @@ from engine import measured
 from engine.errors import EngineError
 from engine.fileio import atomic_write_json
 from engine.records import RUN_JSON, read_json_or_empty
+from engine.status import CANCELLED, DEAD, FAILED, FINISHED, QUEUED, RUNNING
+
+STOPPED = (CANCELLED.name, FAILED.name)  # a part that stopped before its end: resumed, not queued afresh
 
 REFERENCE_RUN = "classroom-reference"  # the reference run's folder under the runs root (the Start page reads it)
 STATE_DIR = ".class"  # under the runs root: prepare.json (the speed check), cache.json (the cache folders built)
 RUN_FLAGS: list = []  # the classroom run: `python -m engine pretrain` with its defaults (tests give tiny settings)
 PART_KEYS = ("cache", "reference", "probe_ready")
-ACTIVE = ("queued", "running")
+ACTIVE = (QUEUED.name, RUNNING.name)
 
 
 @dataclass(frozen=True)
@@ -114,15 +117,15 @@ def part_state(root, part: Part, job_list: list) -> str:
     if part.key == "cache":
         if cache_ready(root):
             return "done"
-        return job["status"] if job and job["status"] in ACTIVE + ("cancelled", "failed") else "todo"
+        return job["status"] if job and job["status"] in ACTIVE + STOPPED else "todo"
     run = _run_state(part.run_dir)
-    if run == "finished":
+    if run == FINISHED.name:
         return "done"
     if job and job["status"] in ACTIVE:
         return job["status"]
-    if run in ("cancelled", "failed", "dead", "running"):  # running: another process writes it (not this queue)
-        return {"dead": "failed"}.get(run, run)
-    return job["status"] if job and job["status"] in ("cancelled", "failed") else "todo"
+    if run in STOPPED + (DEAD.name, RUNNING.name):  # running: another process writes it (not this queue)
+        return FAILED.name if run == DEAD.name else run
+    return job["status"] if job and job["status"] in STOPPED else "todo"
 
 
 def _check(root):
@@ -178,7 +181,7 @@ def status(root, jobs=None) -> list:
             if (p.run_dir / RUN_JSON).is_file():
                 prog = run_progress(p.run_dir)
                 row["step"], row["total"], frac = prog["step"], prog["total"], prog["fraction"]
-            left, _ = _left_from_progress(p.run_dir) if state == "running" and frac else (None, None)
+            left, _ = _left_from_progress(p.run_dir) if state == RUNNING.name and frac else (None, None)
             if left is not None:
                 row["minutes_left"], row["how"] = left, "from the run's own pace so far"
             elif est is not None:
@@ -233,7 +236,7 @@ def cancel(root, jobs=None) -> list:
     q = _jobs(root, jobs)
     job_list = q.list_jobs()
     active = [j for p in parts(root) if (j := _latest_job(job_list, p.run_dir)) and j["status"] in ACTIVE]
-    for job in sorted(active, key=lambda j: j["status"] == "running"):  # queued first: nothing starts after
+    for job in sorted(active, key=lambda j: j["status"] == RUNNING.name):  # queued first: nothing starts after
         q.cancel(job["id"])
     return status(root, jobs=q)
 

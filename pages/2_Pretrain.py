@@ -10,6 +10,7 @@ import streamlit as st
 
 from engine.measured import fact
 from engine.records import CURVE_X
+from engine.status import RUNNING
 from studio.common import chart_config, follow_queued_run, guard, precision_select, resume_button, runs_root
 from studio.pretrain_figures import pretraining_curves
 
@@ -252,7 +253,7 @@ def run_view(run_dir: Path, root: Path) -> str:
         st.info(hint)
 
     b1, b2, _ = st.columns([1, 1, 4])
-    if status == "running" and b1.button("Cancel", key=f"cancel-{run_dir.name}", help="Stop at the end of the current step, after a checkpoint"):
+    if status == RUNNING.name and b1.button("Cancel", key=f"cancel-{run_dir.name}", help="Stop at the end of the current step, after a checkpoint"):
         with guard("cancelling"):
             from engine import jobs
             st.toast(jobs.stop_run(run_dir, root=str(root)))
@@ -319,7 +320,7 @@ def runs_section(root: Path, alive: bool) -> None:
             choice = st.selectbox("Run", names, key="pretrain_run")
             with guard("showing the run"):
                 run_view(Path(next(r for r in rows if r["name"] == choice)["path"]), root)
-        if alive != any(r["effective_status"] == "running" for r in rows):
+        if alive != any(r["effective_status"] == RUNNING.name for r in rows):
             st.rerun()  # a run started or ended: poll, or stop polling
     live()
 
@@ -337,4 +338,4 @@ listed = []
 with guard("listing runs"):
     listed = pretrain_rows(root)
 follow_queued_run(root, "pretrain", [r["name"] for r in listed])  # a run just launched: queued, then picked once listed
-runs_section(root, any(r["effective_status"] == "running" for r in listed))
+runs_section(root, any(r["effective_status"] == RUNNING.name for r in listed))

@@ -35,6 +35,7 @@ from engine.pretraining.config import TRAINING_VERSION, PretrainConfig, config_d
 from engine.pretraining.init import init_model, init_record, load_init, model_config_from_init
 from engine.pretraining.run_folder import StopFlag, checkpoint, last_eval, load_training_state, remove_partial_checkpoints, set_rng_state
 from engine.pretraining.masking import EVAL_MASK_SEED, IGNORE_INDEX, PAPER_RATE, PAPER_RATIOS, fixed_eval_masking, mask_batch
+from engine.status import RUNNING
 from engine.tokenizer import Tokenizer
 
 
@@ -583,7 +584,7 @@ def train(cfg: PretrainConfig, dist: Dist, device, run_dir: Path, ckpt, tok: Tok
         raise
     finally:
         stop.restore()
-        if dist.main and status != "running":
+        if dist.main and status != RUNNING.name:
             try:
                 runs.set_status(run_dir, status, error=error)
             except Exception:
