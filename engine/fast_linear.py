@@ -7,7 +7,7 @@ this was built on, MKL_VERBOSE reports MKL's generic code path while oneDNN uses
 or faster). In inference the FFN's exact GELU is fused into the same call. `_OneDNNLinear` is the autograd
 wrapper. Falls back to `F.linear` when oneDNN is missing, under autocast (bf16 already runs on oneDNN), under
 `torch.compile`, for small products (oneDNN's call overhead is ~20 us), and when `FAST_CPU_LINEAR` is False.
-Checked against F.linear in tests/test_model_fastpaths.py; numbers in BENCHMARKS.md.
+Checked against F.linear in tests/engine/test_model_fastpaths.py; numbers in BENCHMARKS.md.
 """
 import torch
 import torch.nn.functional as F

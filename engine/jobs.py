@@ -31,7 +31,7 @@ is refused with one line (`_read_queue`); nothing is read from it.
 
 This module and what it imports (engine.runs, engine.procs, engine.fileio, engine.errors) use the standard library
 only, and `engine/__init__` imports lazily, so the runner starts in tens of milliseconds without torch
-(tests/test_layering.py checks it). The studio's pages and the ablation studies (`engine.ablations`) queue their
+(tests/repo/test_layering.py checks it). The studio's pages and the ablation studies (`engine.ablations`) queue their
 jobs here. Linux/POSIX only (fcntl, process groups, /proc).
 """
 import argparse

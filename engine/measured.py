@@ -5,7 +5,7 @@ A figure a page, a caption, a lesson, a time estimate or the README shows is rea
 engine/, studio/ or pages/ types a measured number. Each entry names the machine (MACHINES), the date and the
 command that measures it again. BENCHMARKS.md holds the same figures with their context; docs/lab-notes/ how they
 were reached. When a figure is re-measured, change it here (and in BENCHMARKS.md): the README's generated section
-(`python -m engine measured --write README.md`) and every page follow, and tests/test_measured.py fails until the README is
+(`python -m engine measured --write README.md`) and every page follow, and tests/engine/test_measured.py fails until the README is
 regenerated.
 """
 from dataclasses import dataclass, field

@@ -19,7 +19,7 @@ N = number of positions the MLM head is evaluated at, R = number of real (non-pa
 Departures from the paper: none in the architecture. Dropout sits where Hugging Face's BertModel puts it
 (embeddings, attention probabilities, after each sub-layer), so weights and outputs match `transformers` exactly.
 
-Fast paths (each checked against the plain path in tests/test_model_fastpaths.py; numbers in BENCHMARKS.md):
+Fast paths (each checked against the plain path in tests/engine/test_model_fastpaths.py; numbers in BENCHMARKS.md):
 - `unpad=True` (opt-in): padded positions cost nothing. The batch is cut to its last real column, the R real
   tokens are packed into an (R, H) tensor for every linear layer, GELU, LayerNorm and dropout, and only the
   attention sees the padded (B, T, .) layout (one index_copy in, one index_select out per layer). Outputs at

@@ -12,7 +12,7 @@ keeps them apart:
   positions mapped into the rows (`locate`).
 
 So a packed batch gives the same losses and gradients as the same sequences unpacked, within floating-point
-rounding (tests/test_packing.py). Departure from the paper's batches: a step's rows no longer hold one instance each,
+rounding (tests/engine/test_packing.py). Departure from the paper's batches: a step's rows no longer hold one instance each,
 so a step of R rows holds more than R instances; the instances themselves (the NSP pairs, the short sequences) are
 google-research/bert's, unchanged.
 """

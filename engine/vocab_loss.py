@@ -13,7 +13,7 @@ block; the backward recomputes the block's logits (one more N x H x V multiply) 
 softmax - onehot in place. Same mathematics as the plain form; the numerics match it within rounding: the
 multiplies run in the autocast dtype when autocast is on (bf16 inputs, as `F.linear` under autocast), the
 log-sum-exp, softmax and loss in fp32, as `.float()` then `F.cross_entropy`. Checked against the plain form in
-tests/test_vocab_loss.py. Under `torch.compile` (which fuses the plain form itself) the plain form is used.
+tests/engine/test_vocab_loss.py. Under `torch.compile` (which fuses the plain form itself) the plain form is used.
 """
 import torch
 import torch.nn.functional as F

@@ -63,7 +63,7 @@ def length_batches(lengths: list, batch_size: int, generator: torch.Generator = 
     on RTE (padding: the encoder's `unpad` keeps it off the linear layers, not off the attention). A window of
     4 batches is drawn afresh each epoch from the whole permutation, so batch mates are random neighbours in
     length among 4 x batch_size random examples: on those 2,000 RTE pairs 5% of the pairs that shared a batch in
-    epoch 1 share one again in epoch 2 (tests/test_finetune.py bounds it), and the parity table in
+    epoch 1 share one again in epoch 2 (tests/engine/test_finetune.py bounds it), and the parity table in
     BENCHMARKS.md is measured with it."""
     n = len(lengths)
     if generator is None:

@@ -9,7 +9,7 @@ task object (TextTask, TaggingTask, SquadTask, MultipleChoiceTask) that owns the
 
 Adding a built-in task: write its loader in its own module (a function with no arguments that returns a task
 object, like `builtin.bbc_topic_task`) and add one `BuiltinTask` line to `BUILTINS` below (or call
-`register_builtin` at run time, as tests/test_finetune.py does).
+`register_builtin` at run time, as tests/engine/test_finetune.py does).
 """
 from dataclasses import dataclass
 from typing import Callable

@@ -1,0 +1,108 @@
+"""Rules that keep the code readable for a newcomer: no test edits sys.path (pytest.ini's `pythonpath = .` puts
+the repository on it), no test module imports another (shared fixtures live in tests/conftest.py), tests say what
+they check rather than which issue asked for it, no function runs over 80 lines in engine/ or over 60 in studio/ and
+pages/, and no module imports another module's private (underscored) name from engine/."""
+import ast
+import re
+from pathlib import Path
+
+TESTS = Path(__file__).resolve().parents[1]  # tests/: engine/, studio/, pages/ mirror the source; repo/ the whole
+
+
+def _modules():
+    for path in sorted(TESTS.rglob("*.py")):
+        yield path, ast.parse(path.read_text(encoding="utf-8"))
+
+
+def test_no_test_edits_sys_path():
+    edits = [f"{p.name}:{n.lineno}" for p, tree in _modules() for n in ast.walk(tree)
+             if isinstance(n, ast.Attribute) and n.attr == "path" and isinstance(n.value, ast.Name) and n.value.id == "sys"
+             and p.name != Path(__file__).name]
+    assert not edits, f"sys.path used in {edits}; the repository root is already importable (pytest.ini pythonpath)"
+
+
+def test_no_test_module_imports_another():
+    local = {p.stem for p in TESTS.rglob("*.py")}
+    found = []
+    for p, tree in _modules():
+        for n in ast.walk(tree):
+            names = [a.name for a in n.names] if isinstance(n, ast.Import) else [n.module or ""] if isinstance(n, ast.ImportFrom) else []
+            found += [f"{p.name}:{n.lineno} imports {m}" for m in names if m.split(".")[0] in local | {"tests"}]
+    assert not found, f"{found}: move what is shared into a fixture in tests/conftest.py"
+
+
+def test_tests_mirror_the_source():
+    """Each test file sits in the folder of what it tests: tests/engine/, tests/studio/, tests/pages/, or tests/repo/
+    for the product as a whole (the browser, the docs, the rules); shared fixtures only in tests/conftest.py."""
+    loose = [p.name for p in TESTS.glob("*.py") if p.name != "conftest.py"]
+    elsewhere = [str(p.relative_to(TESTS)) for p in TESTS.rglob("test_*.py")
+                 if p.parent.name not in ("engine", "studio", "pages", "repo")]
+    assert not loose and not elsewhere, f"{loose + elsewhere}: move each into tests/engine, studio, pages or repo"
+    names = [p.name for p in TESTS.rglob("test_*.py")]
+    assert len(names) == len(set(names)), "two test files share a name (pytest imports them by name)"
+
+
+def test_tests_do_not_point_at_issue_numbers():
+    found = [f"{p.name}:{i}" for p in sorted(TESTS.rglob("*.py")) if p.name != Path(__file__).name
+             for i, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1) if re.search(r"\bissue\s+\d+", line, re.I)]
+    assert not found, f"{found}: say what the test checks; the issue tracker is not part of the repository"
+
+
+REPO = TESTS.parent
+LIMITS = {"engine": 80, "studio": 60, "pages": 60}  # lines per function, docstring included
+
+
+def _sources(*folders):
+    for folder in folders:
+        for path in sorted((REPO / folder).rglob("*.py")):
+            yield path.relative_to(REPO), ast.parse(path.read_text(encoding="utf-8"))
+
+
+def test_functions_fit_on_a_screen():
+    """No function runs over 80 lines in engine/ or over 60 in studio/ and pages/ (pages stay thin; what a form
+    computes lives in a studio/ module): a longer one is split into named steps."""
+    long = [f"{path}:{n.lineno} {n.name} ({n.end_lineno - n.lineno + 1} lines, limit {limit})"
+            for folder, limit in LIMITS.items() for path, tree in _sources(folder) for n in ast.walk(tree)
+            if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.end_lineno - n.lineno + 1 > limit]
+    assert not long, f"{long}: split each into named steps"
+
+
+def _engine_module(path: Path) -> str:
+    """engine/pretrain.py -> engine.pretrain; engine/tasks/__init__.py -> engine.tasks."""
+    parts = path.with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _private_imports(path: Path, tree) -> list:
+    """`from engine.x import _name` (or a relative import of an underscored name) in `path`, when engine.x is not the
+    module `path` itself is."""
+    own = _engine_module(path)
+    package = own if path.name == "__init__.py" else own.rpartition(".")[0]
+    found = []
+    for n in ast.walk(tree):
+        if not isinstance(n, ast.ImportFrom):
+            continue
+        if n.level:  # from .x import _y, resolved against the importing module's package
+            base = package.split(".")[: len(package.split(".")) - (n.level - 1)]
+            module = ".".join(base + ([n.module] if n.module else []))
+        else:
+            module = n.module or ""
+        if module.split(".")[0] != "engine" or module == own:
+            continue
+        found += [f"{path}:{n.lineno} imports {a.name} from {module}" for a in n.names
+                  if a.name.startswith("_") and not a.name.startswith("__")]
+    return found
+
+
+def test_no_private_name_is_imported_from_another_engine_module():
+    """An underscored name is its module's own business: a module in engine/, studio/ or pages/ that needs one from
+    another engine module asks for a public name instead (or the code moves to where it is used)."""
+    found = [f for path, tree in _sources("engine", "studio", "pages") for f in _private_imports(path, tree)]
+    assert not found, f"{found}: make the name public where it is defined, or move the code that needs it there"
+
+
+def test_private_import_rule_sees_absolute_and_relative_imports():
+    tree = ast.parse("from .heads import _pool\nfrom engine.tasks.glue import _own\nfrom engine import _top, public\n"
+                     "from engine.tasks import __version__\n")
+    assert _private_imports(Path("engine/tasks/glue.py"), tree) == [
+        "engine/tasks/glue.py:1 imports _pool from engine.tasks.heads", "engine/tasks/glue.py:3 imports _top from engine"]
