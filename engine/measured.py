@@ -170,8 +170,9 @@ _PROBE_READY = "python -m engine pretrain --init minilm --corpus all --out runs/
 
 FACTS = {
     # the classroom run: `python -m engine pretrain` with every flag left out (engine/pretraining/config.py)
-    "classroom_run.minutes_bf16": Measured(4.7, "min", "xeon", "2026-11-27", _CLASSROOM_RUN,
-                                           "the classroom pre-training run's wall time with bf16, empty cache"),
+    "classroom_run.minutes_bf16": Measured(7.5, "min", "xeon", "2026-12-01", _CLASSROOM_RUN,
+                                           "the classroom pre-training run's wall time with bf16 (as class prepare's "
+                                           "reference run; 4.7 min on the same machine type, 2026-11-27)"),
     "classroom_run.minutes_fp32": Measured(15.7, "min", "avx2", "2026-11-27", _CLASSROOM_RUN,
                                            "the classroom pre-training run's wall time in fp32"),
     "classroom_run.mask_accuracy": Measured(0.129, "", "xeon", "2026-11-27", _CLASSROOM_RUN,
@@ -183,12 +184,16 @@ FACTS = {
     "classroom_run.frequent_token": Measured(0.044, "", "xeon", "2026-11-27", _CLASSROOM_RUN,
                                              "the most frequent token's share of the held-out [MASK] positions"),
     # the probe-ready model: MiniLM continued with MLM + NSP (studio/probe_ready.py, the Model page's button)
-    "probe_ready.minutes": Measured(23.9, "min", "zen4", "2026-11-24", _PROBE_READY,
-                                    "building the probe-ready model, wall time from a cold cache"),
-    "probe_ready.mlm_accuracy": Measured(0.311, "", "zen4", "2026-11-24", _PROBE_READY,
+    "probe_ready.minutes": Measured(21.7, "min", "xeon", "2026-12-01", _PROBE_READY,
+                                    "building the probe-ready model, wall time (class prepare's third part)"),
+    "probe_ready.mlm_accuracy": Measured(0.311, "", "xeon", "2026-12-01", _PROBE_READY,
                                          "the probe-ready model's held-out MLM accuracy"),
-    "probe_ready.nsp_accuracy": Measured(0.869, "", "zen4", "2026-11-24", _PROBE_READY,
+    "probe_ready.nsp_accuracy": Measured(0.855, "", "xeon", "2026-12-01", _PROBE_READY,
                                          "the probe-ready model's held-out NSP accuracy"),
+    # `python -m engine class prepare` on an empty runs folder and cache: the cache, the reference run, the
+    # probe-ready model, one after the other (engine/classroom.py)
+    "class_prepare.minutes": Measured(29.4, "min", "xeon", "2026-12-01", "python -m engine class prepare",
+                                      "preparing a class (class prepare, empty runs folder and cache)"),
     # the engine against transformers (python -m engine bench): both sides from the same weights and loss
     "bench.cpu_pretrain_ratio": Measured(
         3.38, "x", "zen4", "2026-11-22",
@@ -234,6 +239,7 @@ def readme_table() -> str:
              FACTS["classroom_run.mask_accuracy"]),
             (f"its held-out NSP accuracy (a no-model rule {FACTS['classroom_run.nsp_rule'].text()})",
              FACTS["classroom_run.nsp_accuracy"]),
+            ("preparing a class: all three parts", FACTS["class_prepare.minutes"]),
             ("building the probe-ready model", FACTS["probe_ready.minutes"]),
             ("its held-out MLM accuracy", FACTS["probe_ready.mlm_accuracy"]),
             ("its held-out NSP accuracy", FACTS["probe_ready.nsp_accuracy"])]

@@ -476,6 +476,7 @@ def recording_jobs(tmp_path, monkeypatch):
     return replace_job_commands(tmp_path, monkeypatch, files_of)
 
 
+@pytest.mark.slow  # several seconds: processes, a real speed check or a full preparation
 def test_a_second_seed_takes_over_the_first_seeds_pretrainings_and_finetunings(tmp_path, recording_jobs):
     """`ablate run pretraining-tasks --classroom --seeds 2` after the one-seed study: seed 0's pre-trainings and
     fine-tunings (the + BiLSTM row's too, which reads the LTR run) are copied in, their paths moved to the new

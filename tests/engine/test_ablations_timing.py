@@ -84,6 +84,7 @@ def test_an_evaluations_work_counts_only_what_both_command_lines_say():
     assert timing._work(one) == pytest.approx(5 * 3 * 1500)
 
 
+@pytest.mark.slow  # several seconds: processes, a real speed check or a full preparation
 def test_speed_check_times_a_step():
     c = A.speed_check(steps=1, warmup=0)
     assert c.step_ms > 0 and c.precision in ("bf16", "fp32") and c.threads >= 1

@@ -136,10 +136,11 @@ def test_time_left_is_the_measured_time_scaled_by_the_speed_check_or_the_runs_ow
     assert calls == [1]  # timed once, recorded in <runs>/.class/prepare.json
     ref = measured.fact("classroom_run.minutes_bf16")
     assert ref.machine == "xeon" and rows[1]["minutes_left"] == pytest.approx(2 * ref.value)
-    ready = measured.fact("probe_ready.minutes")  # measured on a machine without a speed check: as measured
-    assert measured.MACHINES[ready.machine].check_ms is None and rows[2]["minutes_left"] == pytest.approx(ready.value)
+    ready = measured.fact("probe_ready.minutes")  # scaled when its machine has a speed check, else as measured
+    scale = 2 * xeon / measured.MACHINES[ready.machine].check_ms if measured.MACHINES[ready.machine].check_ms else 1
+    assert rows[2]["minutes_left"] == pytest.approx(scale * ready.value)
     assert rows[0]["minutes_left"] is None  # the cache is inside the classroom run's measured time
-    assert classroom.minutes_left(rows) == pytest.approx(2 * ref.value + ready.value)
+    assert classroom.minutes_left(rows) == pytest.approx(2 * ref.value + scale * ready.value)
     # a running reference run: from its own pace (120 s of training for 4 of 10 steps: 3 min left)
     q.jobs[1]["status"] = "running"
     _run(_part(root, "reference").run_dir, "running", step=4, total=10, elapsed=120.0)

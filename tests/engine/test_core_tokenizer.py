@@ -119,6 +119,7 @@ def test_cached_training_gives_the_same_vocabulary_to_every_run(tmp_path, bbc_do
     assert len(list(tmp_path.iterdir())) == 2 and c.vocab_size == 800
 
 
+@pytest.mark.slow  # several seconds: processes, a real speed check or a full preparation
 def test_training_gives_the_same_ids_in_every_process(tmp_path):
     """The `tokenizers` trainer orders equally frequent pieces in hash-map order, which differs per process; the
     vocabulary we save must not (the same seed must pre-train the same model on a fresh machine). Before the sorted

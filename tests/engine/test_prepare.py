@@ -83,6 +83,7 @@ def test_blocks_cover_the_documents_in_order_and_a_short_tail_joins():
 
 
 # ---------------------------------------------------------------- the same data as the in-memory builder
+@pytest.mark.slow  # several seconds: processes, a real speed check or a full preparation
 @pytest.mark.parametrize("objective", ["mlm+nsp", "mlm"])
 def test_one_block_one_worker_equals_the_in_memory_builder_exactly(corpus, tmp_path, objective):
     d, tok = corpus
@@ -98,6 +99,7 @@ def test_one_block_one_worker_equals_the_in_memory_builder_exactly(corpus, tmp_p
     assert got.config["prepared"]["instances"] == mem.train.num_instances
 
 
+@pytest.mark.slow  # several seconds: processes, a real speed check or a full preparation
 def test_many_blocks_are_statistically_the_in_memory_data(corpus, tmp_path):
     """NSP's random document from a block of 40 documents instead of the whole corpus: the same instance
     count, NSP balance and length distribution (within sampling noise)."""

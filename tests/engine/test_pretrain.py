@@ -531,6 +531,7 @@ print(len(gloo_threads()))
 """
 
 
+@pytest.mark.slow  # several seconds: processes, a real speed check or a full preparation
 @pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="counts threads through /proc")
 def test_teardown_stops_the_gloo_threads_of_a_run_wrapped_in_ddp(tmp_path):
     """After teardown no gloo thread is left: a group that outlived destroy_process_group (held by
