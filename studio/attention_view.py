@@ -109,14 +109,19 @@ def head_view_html(tokens, att, layers, heads, max_tokens: int = MAX_TOKENS, not
 def render_head_view(tokens, att, layers, heads, max_tokens: int = MAX_TOKENS, notes=()):
     """Draw the head view in a Streamlit page: an iframe holding our inline HTML (tokens reach the page only as
     JSON data set with textContent, never as markup); nothing is fetched."""
-    import streamlit as st
     html, notes, height = head_view_html(tokens, att, layers, heads, max_tokens=max_tokens, notes=notes)
+    embed_html(html, height)
+    return notes
+
+
+def embed_html(html: str, height: int) -> None:
+    """Show a self-contained HTML view in an iframe on the page (at most 900 px high; it scrolls past that)."""
+    import streamlit as st
     if hasattr(st, "iframe"):
         st.iframe(html, height=min(height, 900))
     else:  # older Streamlit
         import streamlit.components.v1 as components
         components.html(html, height=min(height, 900), scrolling=height > 900)
-    return notes
 
 
 _TEMPLATE = r"""<!doctype html>

@@ -46,13 +46,9 @@ def neuron_view_html(tokens, q, k, layer: int, head: int, causal: bool = False, 
 
 def render_neuron_view(tokens, q, k, layer: int, head: int, causal: bool = False):
     """Draw the neuron view in a Streamlit page (an iframe holding the inline HTML; nothing is fetched)."""
-    import streamlit as st
+    from studio.attention_view import embed_html
     html, height = neuron_view_html(tokens, q, k, layer, head, causal=causal)
-    if hasattr(st, "iframe"):
-        st.iframe(html, height=min(height, 900))
-    else:  # older Streamlit
-        import streamlit.components.v1 as components
-        components.html(html, height=min(height, 900), scrolling=height > 900)
+    embed_html(html, height)
     return html
 
 
