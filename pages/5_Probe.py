@@ -32,11 +32,10 @@ if about:
     st.caption(about)
 have = probes.heads(bundle)  # "mlm" and / or "nsp": what the sections that need a head may offer
 if not have:  # MiniLM, an encoder only: one line and the way out, never an error per section
-    ready, build = fill_blanks_model(root), measured.fact("probe_ready.minutes")
+    ready = fill_blanks_model(root)
     st.info(f"{name} has no MLM or NSP head, so it cannot fill blanks or score sentence pairs (attention below still "
             "works); " + (f"pick `{ready}` above, which can." if ready else
-                          "build the probe-ready model (MiniLM continued with MLM + NSP) with the button below: "
-                          f"{build.text()} on {build.where}."))
+                          "build the probe-ready model (MiniLM continued with MLM + NSP) with the button below."))
     if ready is None:
         probe_ready.panel(root, why=False)
 
