@@ -5,41 +5,23 @@ A user error (`EngineError`) prints one line, `error: <what is wrong and how to 
 """
 import sys
 
-from engine.commands import COMMANDS  # the command list, also read by the job queue (engine.jobs)
+import importlib
+
+from engine.commands import COMMANDS, help_text  # the command table, also read by the job queue (engine.jobs)
 
 
 def dispatch(cmd: str, argv: list) -> int:
-    if cmd == "tokenizer":
-        from engine.tokenizer import main
-    elif cmd == "prepare":
-        from engine.pretraining.prepare import main
-    elif cmd == "pretrain":
-        from engine.pretraining.run import main
-    elif cmd == "finetune":
-        from engine.finetune import main
-    elif cmd == "features":
-        from engine.features import main
-    elif cmd == "probe":
-        from engine.probes import main
-    elif cmd == "ablate":
-        from engine.ablations import main
-    elif cmd == "bench":
-        from engine.bench import main
-    elif cmd == "class":
-        from engine.classroom import main
-    elif cmd == "measured":
-        from engine.measured import main
-    else:
-        print(f"error: unknown command '{cmd}'; choose one of tokenizer, prepare, pretrain, finetune, features, probe, ablate, bench, class, measured", file=sys.stderr)
+    if cmd not in COMMANDS:
+        print(f"error: unknown command '{cmd}'; choose one of {', '.join(COMMANDS)}", file=sys.stderr)
         return 2
-    return main(argv) or 0
+    return importlib.import_module(COMMANDS[cmd][0]).main(argv) or 0
 
 
 def run(args: list) -> int:
     debug = "--debug" in args
     args = [a for a in args if a != "--debug"]
     if not args or args[0] in ("-h", "--help"):
-        print("usage: python -m engine <command> [flags] [--debug]\n\n" + COMMANDS)
+        print("usage: python -m engine <command> [flags] [--debug]\n\n" + help_text())
         return 0 if args else 2
     from engine.errors import EngineError
     try:

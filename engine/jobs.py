@@ -47,7 +47,7 @@ import time
 from contextlib import contextmanager
 from pathlib import Path
 
-from engine.commands import COMMANDS as _ENGINE_HELP
+from engine.commands import COMMANDS as _COMMANDS
 from engine.errors import EngineError
 from engine.fileio import atomic_write_json
 from engine.procs import killpg, proc_stat, proven_alive
@@ -58,7 +58,7 @@ from engine.status import CANCELLED, FAILED, FINISHED, JOB_STATUSES, QUEUED, RUN
 REPO_ROOT = Path(__file__).resolve().parents[1]
 STATUSES = JOB_STATUSES  # engine.status: what each means
 TERMINAL = tuple(n for n in JOB_STATUSES if status_of(n).terminal)
-ENGINE_COMMANDS = tuple(ln.split()[0] for ln in _ENGINE_HELP.splitlines() if ln.startswith("  "))  # `python -m engine --help`
+ENGINE_COMMANDS = tuple(_COMMANDS)  # the names `python -m engine` dispatches (engine/commands.py)
 _LAUNCHED: dict[int, subprocess.Popen] = {}  # runners started by this process, polled so none stays a zombie
 
 

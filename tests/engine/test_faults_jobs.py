@@ -253,10 +253,9 @@ def test_finetune_names_the_cap_and_its_flag_lifts_it(tmp_path, monkeypatch, tin
 
 
 def _command_module(command: str) -> str:
-    """The module whose main() `python -m engine COMMAND` calls, as engine/__main__.py's dispatch names it."""
-    import re
-    source = (REPO / "engine" / "__main__.py").read_text()
-    return re.search(rf'cmd == "{command}":\s+from (engine[\w.]*) import main', source).group(1)
+    """The module whose main() `python -m engine COMMAND` calls (engine/commands.py, which the dispatch reads)."""
+    from engine.commands import COMMANDS
+    return COMMANDS[command][0]
 
 
 @pytest.mark.parametrize("command", jobs_mod.ENGINE_COMMANDS)
