@@ -48,6 +48,7 @@ def test_every_page_on_a_fresh_machine_states_the_tables_figures_and_no_history(
     page.goto(studio.url)
     _settled(page)
     t5 = measured.study("pretraining-tasks")
+    page.get_by_text(t5.table["BERT (MLM + NSP)"]["BBC cloze span (F1)"]).first.wait_for()  # the tables drawn
     body = page.inner_text("body")
     (REPO_ARTIFACTS / "start-text.txt").write_text(body, encoding="utf-8")
     assert t5.minutes.where in body and t5.table["BERT (MLM + NSP)"]["BBC cloze span (F1)"] in body
