@@ -49,7 +49,7 @@ from engine.cli import setting
 from engine.device import PRECISIONS, amp, check_device, check_precision, resolve_device, resolve_precision, to_device
 from engine.errors import EngineError
 from engine.fileio import atomic_save_with
-from engine.heads import TaskModel
+from engine.heads import TaskModel, pack_inputs
 from engine.optim import linear_schedule, param_groups
 from engine.tasks.batching import Prepared, length_batches
 from engine.tasks.describe import describe, describe_lines
@@ -94,6 +94,9 @@ class FinetuneConfig:
     precision: str = setting("auto", "auto (default): bf16 autocast on CUDA and on CPUs with native bf16 (measured faster), "
                              "else fp32", choices=PRECISIONS)
     out: str = setting("runs/finetune", "output folder: run.json, metrics.jsonl, eval.json", required=True)
+    packing: bool = setting(False, "pack each training batch's examples into as few rows as they fit (engine/packing.py: the "
+                            "same losses and gradients); off by default: on a CPU the encoder's unpadding already keeps "
+                            "padding off the linear layers and packing was not faster (BENCHMARKS.md, \"Packing\")")
     bilstm: bool = setting(False, "add a randomly initialised BiLSTM between encoder and head (Table 5, LTR + BiLSTM)")
     warmup: float = setting(0.1, "fraction of the steps with a linear warmup")
     weight_decay: float = setting(0.01, "AdamW weight decay")
@@ -157,7 +160,7 @@ class FinetuneConfig:
 
 
 # settings that may differ between the first start and a resume without changing what is trained
-RUNTIME_FIELDS = ("out", "device", "precision", "num_threads", "eval_batch_size", "log_every", "max_task_file_mb")
+RUNTIME_FIELDS = ("out", "device", "precision", "num_threads", "eval_batch_size", "log_every", "max_task_file_mb", "packing")
 
 
 # ------------------------------------------------------------------ small helpers
@@ -422,8 +425,9 @@ def _train_epoch(ctx: TrialContext, model: TaskModel, opt, sched, g: torch.Gener
     losses = []
     for idx in length_batches(data.train_lengths, trial["batch_size"], g):
         batch = _to(data.collate([data.train[i] for i in idx]), ctx.device)
+        packing = pack_inputs(batch) if cfg.packing else None
         with amp(ctx.device, ctx.precision):
-            logits = model(batch["input_ids"], batch["token_type_ids"], batch["attention_mask"])
+            logits = model(batch["input_ids"], batch["token_type_ids"], batch["attention_mask"], packing=packing)
         loss = model.loss(logits, batch)
         opt.zero_grad(set_to_none=True)
         loss.backward()

@@ -33,6 +33,7 @@ import torch.nn.functional as F
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 from engine.model import BertModel
+from engine.packing import pack_padded, unpack
 from engine.tasks.kinds import HEAD_KINDS, task_kind
 
 
@@ -78,6 +79,15 @@ def last_real_index(h, attention_mask=None) -> torch.Tensor:
     return (attention_mask.sum(1) - 1).clamp(min=0).to(device=h.device, dtype=torch.long)
 
 
+def pack_inputs(batch: dict, pad_id: int = 0):
+    """A fine-tuning batch's rows (input_ids (B, T) or multiple choice's (B, N, T)) packed into as few rows of T as
+    they fit (engine.packing), on the batch's device: what `TaskModel.forward(..., packing=)` reads."""
+    ids, types, mask = batch["input_ids"], batch.get("token_type_ids"), batch["attention_mask"]
+    T = ids.shape[-1]
+    flat = lambda x: None if x is None else x.reshape(-1, T).cpu()
+    return pack_padded(flat(ids), flat(types), flat(mask), pad_id=pad_id).to(ids.device)
+
+
 class TaskModel(nn.Module):
     """The encoder plus one task head. `forward` returns the logits of the task:
     classification (B, K), regression (B,), tagging (B, T, K), span (B, T, 2) as start/end in the last dim,
@@ -101,26 +111,33 @@ class TaskModel(nn.Module):
     def config(self):
         return self.bert.config
 
-    def encode(self, input_ids, token_type_ids=None, attention_mask=None):
-        """Final hidden states (B, T, H) and the sequence vector (B, H): C, or the BiLSTM summary."""
-        # unpad: the linear layers see only the real tokens when the batch has padding (0 at padded positions,
-        # which no head reads: tagging and span losses skip them, C and the last-token vector are real tokens)
-        out = self.bert(input_ids, token_type_ids, attention_mask, unpad=attention_mask is not None)
-        h, c = out.last_hidden_state, out.pooled_output
+    def encode(self, input_ids, token_type_ids=None, attention_mask=None, packing=None):
+        """Final hidden states (B, T, H) and the sequence vector (B, H): C, or the BiLSTM summary. `packing`
+        (engine.packing.pack_padded of this batch): the encoder runs on the packed rows and the states come back
+        in the padded layout, so every head reads what it reads unpacked."""
+        if packing is not None:
+            out = self.bert(packing.input_ids, packing.token_type_ids, packing=packing)
+            h, c = unpack(out.last_hidden_state, packing, input_ids.shape[-1]), out.pooled_output
+        else:
+            # unpad: the linear layers see only the real tokens when the batch has padding (0 at padded positions,
+            # which no head reads: tagging and span losses skip them, C and the last-token vector are real tokens)
+            out = self.bert(input_ids, token_type_ids, attention_mask, unpad=attention_mask is not None)
+            h, c = out.last_hidden_state, out.pooled_output
         if self.bilstm is not None:
             h, c = self.bilstm(h, attention_mask)
         elif self.bert.config.causal:
             c = h[torch.arange(h.shape[0], device=h.device), last_real_index(h, attention_mask)]  # (B, H)
         return h, c
 
-    def forward(self, input_ids, token_type_ids=None, attention_mask=None):
+    def forward(self, input_ids, token_type_ids=None, attention_mask=None, packing=None):
+        """`packing`: the batch's rows packed (`pack_inputs`), the same logits within rounding."""
         k = self.task_kind
         if k.choices:
             B, N, T = input_ids.shape
             flat = lambda x: None if x is None else x.reshape(B * N, T)
-            _, c = self.encode(flat(input_ids), flat(token_type_ids), flat(attention_mask))  # (B*N, H)
+            _, c = self.encode(flat(input_ids), flat(token_type_ids), flat(attention_mask), packing)  # (B*N, H)
             return self.head(self.dropout(c)).view(B, N)  # (B, N): softmax over the choices in the loss
-        h, c = self.encode(input_ids, token_type_ids, attention_mask)
+        h, c = self.encode(input_ids, token_type_ids, attention_mask, packing)
         x = h if k.per_token else c  # tagging and span read every T_i, the others C
         out = self.head(self.dropout(x) if k.dropout else x)  # span: no dropout on the S.T_i and E.T_i scores
         return out.squeeze(-1) if k.regression else out  # (B, K) | (B,) | (B, T, K) | span (B, T, 2)

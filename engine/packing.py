@@ -30,6 +30,18 @@ class PackedBatch:
     starts: torch.Tensor  # (S, 2) long, (row, column) of each sequence's first token, in the order given to `pack`
     lengths: torch.Tensor  # (S,) long, each sequence's length
 
+    def _map(self, fn) -> "PackedBatch":
+        return PackedBatch(*(fn(getattr(self, f)) for f in
+                             ("input_ids", "token_type_ids", "position_ids", "sequence_ids", "starts", "lengths")))
+
+    def to(self, device) -> "PackedBatch":
+        """The same batch with its tensors on `device`."""
+        return self._map(lambda t: t.to(device, non_blocking=True))
+
+    def pin_memory(self) -> "PackedBatch":
+        """The same batch in pinned host memory (copies to a GPU that do not wait)."""
+        return self._map(lambda t: t.pin_memory())
+
     @property
     def padding_fraction(self) -> float:
         return float((self.sequence_ids < 0).float().mean())
@@ -84,3 +96,24 @@ def pack(sequences: list, row_len: int, pad_id: int = 0, segments: list = None) 
             col += n
     lengths = torch.tensor([len(s) for s in sequences], dtype=torch.long)
     return PackedBatch(ids, seg, pos, sid, starts, lengths)
+
+
+def pack_padded(input_ids: torch.Tensor, token_type_ids: torch.Tensor, attention_mask: torch.Tensor,
+                row_len: int = None, pad_id: int = 0) -> PackedBatch:
+    """Pack the rows of a padded batch ((B, T) each; attention_mask 1 on real tokens) into rows of `row_len`
+    (default T); `starts[b]` is where row b's sequence begins."""
+    lengths = attention_mask.sum(1).tolist()  # (B,)
+    seqs = [input_ids[b, :n].tolist() for b, n in enumerate(lengths)]
+    segs = [token_type_ids[b, :n].tolist() for b, n in enumerate(lengths)] if token_type_ids is not None else None
+    return pack(seqs, row_len or input_ids.shape[1], pad_id=pad_id, segments=segs)
+
+
+def unpack(h: torch.Tensor, packing: PackedBatch, T: int) -> torch.Tensor:
+    """Packed states (B', row_len, H) back in the padded layout (S, T, H): sequence s's tokens at columns
+    0..len_s - 1 of row s, zeros after them (what every task head reads)."""
+    S = packing.lengths.shape[0]
+    cols = torch.arange(T, device=h.device)  # (T,)
+    real = cols[None, :] < packing.lengths.to(h.device)[:, None]  # (S, T)
+    rows = packing.starts[:, 0].to(h.device)[:, None].expand(S, T)
+    at = (packing.starts[:, 1].to(h.device)[:, None] + cols[None, :]).clamp(max=h.shape[1] - 1)  # (S, T)
+    return h[rows, at] * real[..., None].to(h.dtype)  # (S, T, H)

@@ -29,14 +29,18 @@ def block_rows(device: torch.device, vocab_size: int) -> int:
     return max(16, BLOCK_ELEMENTS.get(device.type, 1 << 26) // max(1, vocab_size))
 
 
+IGNORE_INDEX = -100  # a target of this value adds nothing to the loss (PyTorch cross_entropy's default)
+
+
 def vocab_cross_entropy(h, weight, bias, target, rows: int = None):
     """(loss_sum, predictions) of h (N, H) projected on weight (V, H) + bias (V,) against target (N,) token ids:
     the summed cross-entropy (fp32 scalar, differentiable in h, weight and bias) and each row's argmax (N,),
     exactly `F.cross_entropy(F.linear(h, weight, bias).float(), target, reduction="sum")` and `.argmax(-1)`
-    within rounding. `rows`: rows per block (default: block_rows)."""
+    within rounding. A target of IGNORE_INDEX (the unused slots of a fixed number of predictions per sequence)
+    adds nothing to the loss or the gradients. `rows`: rows per block (default: block_rows)."""
     if torch.compiler.is_compiling():
         logits = F.linear(h, weight, bias).float()  # (N, V)
-        return F.cross_entropy(logits, target, reduction="sum"), logits.detach().argmax(-1)
+        return F.cross_entropy(logits, target, reduction="sum", ignore_index=IGNORE_INDEX), logits.detach().argmax(-1)
     dtype = torch.get_autocast_dtype(h.device.type) if torch.is_autocast_enabled(h.device.type) else h.dtype
     rows = rows or block_rows(h.device, weight.shape[0])
     return _VocabCrossEntropy.apply(h, weight, bias, target, dtype, rows)
@@ -51,6 +55,8 @@ class _VocabCrossEntropy(torch.autograd.Function):
             hc, wc = h.to(dtype), weight.to(dtype)  # (N, H), (V, H) in the multiplies' dtype
             bc = None if bias is None else bias.to(dtype)  # (V,)
             N = h.shape[0]
+            valid = target != IGNORE_INDEX  # (N,)
+            target = target.clamp(min=0)  # an index the gather can read at ignored rows
             lse = torch.empty(N, dtype=torch.float32, device=h.device)  # log-sum-exp of each row's logits
             pred = torch.empty(N, dtype=torch.long, device=h.device)
             loss = torch.zeros((), dtype=torch.float32, device=h.device)
@@ -59,8 +65,8 @@ class _VocabCrossEntropy(torch.autograd.Function):
                 lse[i:i + rows] = torch.logsumexp(logits, -1)
                 pred[i:i + rows] = logits.argmax(-1)
                 picked = logits.gather(1, target[i:i + rows, None]).squeeze(1)  # (n,)
-                loss += (lse[i:i + rows] - picked).sum()
-        ctx.save_for_backward(hc, wc, bc, target, lse)
+                loss += ((lse[i:i + rows] - picked) * valid[i:i + rows]).sum()
+        ctx.save_for_backward(hc, wc, bc, target, lse, valid)
         ctx.h_dtype, ctx.w_dtype, ctx.rows = h.dtype, weight.dtype, rows
         ctx.b_dtype = None if bias is None else bias.dtype  # None: no bias
         ctx.mark_non_differentiable(pred)
@@ -68,7 +74,7 @@ class _VocabCrossEntropy(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, g_loss, g_pred):
-        hc, wc, bc, target, lse = ctx.saved_tensors
+        hc, wc, bc, target, lse, valid = ctx.saved_tensors
         rows, N = ctx.rows, hc.shape[0]
         need_h, need_w, need_b = ctx.needs_input_grad[:3]
         gh = torch.empty_like(hc) if need_h else None  # (N, H)
@@ -80,7 +86,7 @@ class _VocabCrossEntropy(torch.autograd.Function):
                 p = F.linear(hb, wc, bc).float()  # (n, V): the block's logits again
                 p.sub_(lse[i:i + rows, None]).exp_()  # softmax
                 p[torch.arange(len(hb), device=p.device), target[i:i + rows]] -= 1.0  # - onehot
-                p.mul_(g_loss)
+                p.mul_(g_loss * valid[i:i + rows, None])  # ignored rows: no gradient
                 if gb is not None:
                     gb += p.sum(0)
                 pc = p.to(wc.dtype)

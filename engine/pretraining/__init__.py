@@ -9,6 +9,7 @@
 - cache.py: the memory-mapped store of unmasked instances, its key and checks; batches from it.
 - prepare.py: `python -m engine prepare`, a corpus of any size streamed into shards by worker processes.
 - masking.py: the 80/10/10 masked-LM corruption, whole-word masking, the fixed held-out masking.
+- step_inputs.py: what a step reads: a fixed number of prediction slots per sequence, the instances packed.
 - loop.py: model, optimizer, steps, metrics, held-out evaluation.
 - run_folder.py: the run folder's checks, checkpoints, RNG state and signals.
 

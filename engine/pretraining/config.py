@@ -53,6 +53,9 @@ CONTINUED_PRETRAINING = dict(corpus="all", objective=MLM_NSP.name, seq_len=128, 
 # it ("training_version"; "mixed" when a resume crossed versions); a study takes over a finished run only of this
 # version (engine/ablations/reuse.py); runs that record none are never taken over.
 TRAINING_VERSION = 1
+# Packing a step's instances (engine/pretraining/step_inputs.py) is exact, so it is on where it is measured faster
+# (BENCHMARKS.md, "Packing"); --no-packing keeps the padded rows.
+PACKING_DEFAULT = True
 PROBE_READY_RUN = "minilm-continued"  # the run folder the studio's one-step button writes under the runs root
 PROBE_READY_INIT = "minilm"
 
@@ -162,6 +165,9 @@ class PretrainConfig:
     num_threads: Optional[int] = setting(None, "CPU threads per process (default: torch's, divided among local ranks)",
                                          group="run")
     compile: bool = setting(False, "torch.compile the model", group="run")
+    packing: bool = setting(PACKING_DEFAULT, "pad each instance to the batch's longest instead of packing a step's instances "
+                            "into as few rows as they fit (the default: the same losses and gradients, "
+                            "engine/pretraining/step_inputs.py)", flag="--no-packing", group="run")
     prefetch: int = setting(4, "micro-batches assembled, masked (and pinned on CUDA) ahead in a background thread, "
                             "off the training step's path; 0 = in the loop (the same batches either way)", group="run")
     quiet: bool = setting(False, "no progress bar", group="run")
@@ -197,8 +203,9 @@ CLASSROOM_RECIPE = {k: getattr(PretrainConfig, k) for k in ("steps", "batch_size
 
 
 # settings that may differ between the first start and a resume without changing what is trained
-RUNTIME_FIELDS = {"out", "name", "resume", "stop_after", "quiet", "device", "precision", "num_threads", "compile", "prefetch", "cache_dir",
-                  "log_every", "eval_every", "save_every", "keep", "steps", "max_minutes"}
+# (packing is exact: the same losses and gradients within rounding)
+RUNTIME_FIELDS = {"out", "name", "resume", "stop_after", "quiet", "device", "precision", "num_threads", "compile", "prefetch",
+                  "packing", "cache_dir", "log_every", "eval_every", "save_every", "keep", "steps", "max_minutes"}
 
 
 def config_dict(cfg: PretrainConfig) -> dict:

@@ -6,7 +6,8 @@ AdamW. Every `log_every` steps a training record (means over the window since th
 `eval_every` steps a held-out record, every `save_every` steps a checkpoint; SIGTERM / Ctrl-C / `stop_after`
 checkpoint and stop at the end of the step; `max_minutes` (a time budget) evaluates, checkpoints and finishes there.
 
-The micro-batches (read from the shards, collated, masked, pinned on CUDA) are made by `training_batches`, by
+The micro-batches (read from the shards, collated, masked, given their fixed prediction slots, packed unless
+--no-packing, pinned on CUDA: engine/pretraining/step_inputs.py) are made by `training_batches`, by
 default `cfg.prefetch` batches ahead in a background thread (`Prefetcher`), so the step does not wait for the
 host. Each batch depends only on (data position, seed, step, micro-batch, rank), never on when it is made, so
 prefetching changes no number and resume stays exact: the position saved in a checkpoint is the one of the
@@ -35,6 +36,7 @@ from engine.pretraining.config import TRAINING_VERSION, PretrainConfig, config_d
 from engine.pretraining.init import init_model, init_record, load_init, model_config_from_init
 from engine.pretraining.run_folder import StopFlag, checkpoint, last_eval, load_training_state, remove_partial_checkpoints, set_rng_state
 from engine.pretraining.masking import EVAL_MASK_SEED, IGNORE_INDEX, PAPER_RATE, PAPER_RATIOS, fixed_eval_masking, mask_batch
+from engine.pretraining.step_inputs import add_prediction_slots, max_predictions, pack_batch, real_tokens
 from engine.status import RUNNING
 from engine.tokenizer import Tokenizer
 
@@ -65,29 +67,36 @@ def ltr_labels(input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.T
 def forward_loss(model, batch: dict, obj: Objective, device, amp_ctx, predictions: list = None):
     """(loss, sums) of a micro-batch: the mean cross-entropy of the token predictions (+ the NSP cross-entropy
     when the objective has NSP), and its metric sums as a (len(SUMS),) float64 vector (engine.objectives.SUMS).
+    The batch carries its prediction slots (engine.pretraining.step_inputs: fixed shapes, counts made on the host,
+    so nothing here waits for the device) and, when packed, its `packing`.
     `predictions`, when given, gets the (N,) predicted token ids at the labelled positions (held-out evaluation)."""
-    input_ids = to_device(batch["input_ids"], device)  # (B, T)
+    input_ids = to_device(batch["input_ids"], device)  # (B, T), or (B', T) packed rows
     token_type = to_device(batch["token_type_ids"], device)
-    attn = to_device(batch["attention_mask"], device)
-    labels = to_device(batch["labels"], device)  # (B, T), -100 where not predicted
-    sel = labels != IGNORE_INDEX  # (B, T)
-    target = labels[sel]  # (N,)
+    packing = batch.get("packing")
+    # no mask where the batch has no padding (SDPA's fastest kernels), as the host knows (step_inputs: "padded")
+    attn = to_device(batch["attention_mask"], device) if packing is None and batch["padded"] else None
+    if packing is not None:
+        packing = packing.to(device)
+    rows, cols = to_device(batch["mlm_rows"], device), to_device(batch["mlm_cols"], device)  # (B * P,) each
+    target = to_device(batch["mlm_targets"], device)  # (B * P,), IGNORE_INDEX at unused slots
+    valid = to_device(batch["mlm_valid"], device)
     with amp_ctx:  # the summed cross-entropy over the vocabulary without its (N, V) logits (engine.vocab_loss)
-        out = model(input_ids, token_type, attn, mlm_positions=sel, mlm_targets=target)
-    token_sum, pred = out.mlm_loss_sum, out.mlm_predictions  # (), (N,)
-    n = target.numel()
+        out = model(input_ids, token_type, attn, mlm_positions=(rows, cols), mlm_targets=target, packing=packing)
+    token_sum, pred = out.mlm_loss_sum, out.mlm_predictions  # (), (B * P,)
+    n = batch["mlm_n"]
     loss = token_sum / max(n, 1)
     if predictions is not None:
-        predictions.append(pred)
-    sums = {"token_loss": token_sum.detach().double(), "token_correct": (pred == target).sum().double(), "token_n": n}
+        predictions.append(pred[valid])
+    sums = {"token_loss": token_sum.detach().double(), "token_correct": ((pred == target) & valid).sum().double(),
+            "token_n": n}
     if obj.nsp:
-        nsp_logits = out.nsp_logits.float()  # (B, 2)
+        nsp_logits = out.nsp_logits.float()  # (B, 2): one per instance, packed or not
         nsp_target = to_device(batch["next_sentence_label"], device)
         nsp_loss = F.cross_entropy(nsp_logits, nsp_target)
         loss = loss + nsp_loss
         sums.update(nsp_loss=nsp_loss.detach().double() * len(nsp_target),
                     nsp_correct=(nsp_logits.detach().argmax(-1) == nsp_target).sum().double(), nsp_n=len(nsp_target))
-    sums.update(loss=loss.detach().double(), tokens=attn.sum().double(), batches=1.0)
+    sums.update(loss=loss.detach().double(), tokens=real_tokens(batch), batches=1.0)
     return loss, sums_vector(sums, device)
 
 
@@ -115,7 +124,7 @@ def eval_batches(cache, cfg: PretrainConfig, batch_size: int) -> list:
         for s in range(0, n, batch_size):
             b = cache.eval.collate(np.arange(s, min(s + batch_size, n)))
             b["labels"] = ltr_labels(b["input_ids"], b["attention_mask"])
-            out.append(b)
+            out.append(add_prediction_slots(b, b["input_ids"].shape[1]))
         return out
     masked = fixed_eval_masking(cache.eval, cache.vocab_size, cache.mask_id, cache.special_ids,
                                 rate=PAPER_RATE, ratios=PAPER_RATIOS, seed=EVAL_MASK_SEED,
@@ -127,7 +136,7 @@ def eval_batches(cache, cfg: PretrainConfig, batch_size: int) -> list:
         take = min(len(b["input_ids"]), n - seen)
         b = {k: v[:take] for k, v in b.items()}
         b["mask_input"] = b["input_ids"] == cache.mask_id  # (B, T): where the input is [MASK] (no copying there)
-        out.append(b)
+        out.append(add_prediction_slots(b, max_predictions(b["input_ids"].shape[1], PAPER_RATE)))
         seen += take
     return out
 
@@ -259,6 +268,7 @@ def training_batches(cache, cfg: PretrainConfig, obj: Objective, step: int, posi
     """Labelled micro-batches from optimizer step `step` on, in order (grad_accum per step): the next tokens (a
     causal objective) or a masking drawn from (seed, step, micro-batch, rank). Each dict keeps its "position"."""
     m = 0
+    slots = max_predictions(int(cache.config["seq_len"]), cfg.mask_rate, obj.causal)
     for batch in cache.train.batches(micro, start_position=position, rank=rank, world_size=world_size):
         if obj.causal:
             batch["labels"] = ltr_labels(batch["input_ids"], batch["attention_mask"])
@@ -266,8 +276,11 @@ def training_batches(cache, cfg: PretrainConfig, obj: Objective, step: int, posi
             g = torch.Generator().manual_seed(mix_seed(cfg.seed, step, m, rank, 2))
             batch = mask_batch(batch, cache.vocab_size, cache.mask_id, cache.special_ids, rate=cfg.mask_rate,
                                ratios=cfg.mask_ratios, generator=g, whole_word=cfg.whole_word_mask)
+        batch = add_prediction_slots(batch, slots)
+        if cfg.packing:
+            batch = pack_batch(batch)
         if pin:
-            batch = {k: (v.pin_memory() if isinstance(v, torch.Tensor) else v) for k, v in batch.items()}
+            batch = {k: (v.pin_memory() if hasattr(v, "pin_memory") else v) for k, v in batch.items()}  # PackedBatch too
         yield batch
         m += 1
         if m == cfg.grad_accum:
@@ -333,8 +346,8 @@ def pipeline_throughput(cache, cfg: PretrainConfig, micro: int, batches: int, wa
         t0 = time.perf_counter()
         for _ in range(batches):
             b = next(it)
-            tokens += int(b["attention_mask"].sum())
-            seqs += int(b["input_ids"].shape[0])
+            tokens += real_tokens(b)
+            seqs += len(b["index"])
         dt = time.perf_counter() - t0
     finally:
         if isinstance(it, Prefetcher):

@@ -8,7 +8,9 @@ the held-out set is masked once with a fixed seed (`fixed_eval_masking`) with th
 Departures from the paper / released code, on purpose:
 - Masking selects exactly max(1, round(rate * n)) positions per sequence (as the released code, not a
   Bernoulli draw per token), where n counts only real, non-special tokens (the released code counts
-  [CLS]/[SEP] too); there is no `max_predictions_per_seq` cap.
+  [CLS]/[SEP] too). A step reads them at a fixed number of slots per sequence, google-research/bert's
+  `max_predictions_per_seq` (engine/pretraining/step_inputs.py), which this count never exceeds, so none is
+  dropped.
 - RANDOM replacements are drawn uniformly from the non-special vocabulary (the released code draws from
   the whole vocabulary, [CLS]/[SEP]/[PAD]/[MASK] included).
 - Whole-word masking takes whole words in random order while the selected pieces stay within the count,
@@ -27,7 +29,7 @@ from engine.errors import EngineError
 if TYPE_CHECKING:  # (engine.pretraining.cache holds the data; masking needs only its collate)
     from engine.pretraining.cache import PretrainingData
 
-IGNORE_INDEX = -100  # label of positions the MLM loss skips (PyTorch cross_entropy default)
+from engine.vocab_loss import IGNORE_INDEX  # label of positions the MLM loss skips  # noqa: F401 (re-exported)
 PAPER_RATE = 0.15  # the paper's share of tokens selected: the held-out masking and mask_tokens' default
 PAPER_RATIOS = (0.8, 0.1, 0.1)  # MASK, RANDOM, SAME shares of the selected tokens (paper 3.1)
 EVAL_MASK_SEED = 12345  # the held-out set is masked once with this seed (same positions in every run)
