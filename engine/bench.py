@@ -9,10 +9,13 @@ and the figures are medians (and 90th percentiles) over `steps` timed steps. Bef
 the loss of the first batch in eval mode: they must agree (`same_start_loss`).
 
 Scenarios:
-- `pretrain`: one MLM+NSP training step, 15% of the non-special positions masked (80/10/10). transformers'
-  BertForPreTraining projects every position onto the vocabulary and takes the loss over (B*T, V) logits (its
-  real behaviour); the engine evaluates the MLM head only at the masked positions (`mlm_positions`) and takes
-  its loss in blocks without keeping the logits (engine.vocab_loss, as pre-training does).
+- `pretrain`: one MLM+NSP training step, exactly round(15% of the non-special positions) masked per row (80/10/10),
+  on full-length synthetic rows or, with --data, on the first batches of a prepared corpus (its real lengths).
+  transformers' BertForPreTraining projects every position onto the vocabulary and takes the loss over (B*T, V)
+  logits on the padded batch (its real behaviour); the engine runs its pre-training step
+  (engine.pretraining.loop.forward_loss): the MLM head at a fixed number of slots per sequence, its loss in blocks
+  without keeping the logits (engine.vocab_loss), and the batch's sequences packed into as few rows as they fit
+  (`--no-packing`: padded as transformers).
 - `infer`: the encoder forward as features and probes use it (eval, inference mode, all hidden states):
   batch throughput at --batch-size and, separately, batch-1 latency (`latency`).
 - `finetune`: one sequence-classification training step (dropout + linear on C, as BertForSequenceClassification).
@@ -25,15 +28,17 @@ Scenarios:
   (--padding longest) or to --seq-len (--padding max_length). transformers computes every padded position;
   the engine runs with `unpad=True`.
 
-Reported per side: sequences/s, real tokens/s, step time median and p90 (ms), peak memory of a step, model
-TFLOP/s; on CUDA the model FLOP utilisation against the bf16 matrix-multiply peak the benchmark measures on the
-card itself. Model FLOPs are counted the same for both sides (matrix multiplies, attention, the MLM head at the
+Reported per side: sequences/s, real (non-padding) tokens/s, step time median and p90 (ms), peak memory of a step,
+model TFLOP/s and the model FLOP utilisation (MFU) against the dense matrix-multiply peak the benchmark measures
+on the device itself (bf16 on CUDA; the engine side's dtype on a CPU); for the training scenarios the padding
+fraction of the padded batches, and for `pretrain` the rows the engine computed per batch. Model FLOPs are counted the same for both sides (matrix multiplies, attention, the MLM head at the
 masked positions only), so a side that computes more than the model needs gets a lower MFU. Peak memory: on CUDA
 `max_memory_allocated` during one step above what was allocated before it; on CPU the peak resident set size
 during one step above the resting size (sampled every 0.5 ms from /proc/self/statm after `malloc_trim`;
 tracemalloc does not see torch's allocations). Ratios are engine / transformers (`ratio`: throughput).
 """
 import argparse
+import contextlib
 import ctypes
 import gc
 import json
@@ -46,6 +51,7 @@ import sys
 import threading
 import time
 from dataclasses import asdict, dataclass, fields
+from pathlib import Path
 
 import torch
 import torch.nn as nn
@@ -57,6 +63,10 @@ from engine.flops import model_flops, pretrain_step_times  # noqa: F401 (pretrai
 from engine.device import amp, default_precision, resolve_device
 from engine.model import BertForPreTraining, BertModel
 from engine.optim import param_groups
+from engine.objectives import objective
+from engine.pretraining.loop import forward_loss
+from engine.pretraining.masking import mask_batch
+from engine.pretraining.step_inputs import add_prediction_slots, max_predictions, pack_batch
 from engine.tasks.batching import pad_batch
 
 SCENARIOS = ("pretrain", "infer", "finetune", "varlen", "pipeline")
@@ -87,7 +97,8 @@ class BenchConfig:
     lr: float = 1e-4
     seed: int = 0
     memory: bool = True  # measure peak memory (one extra step per side)
-    data: str = ""  # pipeline: a prepared data folder (python -m engine prepare)
+    data: str = ""  # pipeline, pretrain: a prepared data folder (python -m engine prepare) or a pre-training cache folder
+    packing: bool = True  # pretrain: the engine side packs each batch's sequences (engine/pretraining/step_inputs.py)
     prefetch: int = 4  # pipeline: batches made ahead in the background thread (0: none)
 
 
@@ -193,7 +204,12 @@ def peak_step_memory_mb(fn, device) -> float:
 
 # ------------------------------------------------------------------ batches
 def _pretrain_batches(cfg: BenchConfig, device):
-    """Full-length [CLS] A [SEP] B [SEP] rows, 15% masked (80% [MASK], 10% random, 10% kept), NSP labels."""
+    """Pre-training batches, masked as pre-training masks them (exactly round(rate * n) positions, 80/10/10), with
+    NSP labels: full-length synthetic [CLS] A [SEP] B [SEP] rows, or with --data the first instances of a prepared
+    corpus (its real lengths: google-research/bert's short sequences and document ends leave padding). Each batch
+    also carries what the engine's step reads (`engine_inputs`)."""
+    if cfg.data:
+        return [_engine_side(b, cfg, device) for b in _data_batches(cfg)]
     g = torch.Generator().manual_seed(cfg.seed)
     B, T, V = cfg.batch_size, cfg.seq_len, cfg.vocab_size
     out = []
@@ -204,17 +220,64 @@ def _pretrain_batches(cfg: BenchConfig, device):
         tt = torch.zeros(B, T, dtype=torch.long)
         tt[:, cut + 1:] = 1
         special = (ids == CLS_ID) | (ids == SEP_ID)
-        sel = (torch.rand(B, T, generator=g) < cfg.mask_rate) & ~special
-        sel[:, 1] |= ~sel.any(1)  # at least one prediction per row
-        labels = torch.where(sel, ids, torch.full_like(ids, -100))
-        r = torch.rand(B, T, generator=g)
-        masked = ids.clone()
-        masked[sel & (r < 0.8)] = MASK_ID
-        rnd = sel & (r >= 0.8) & (r < 0.9)
-        masked[rnd] = torch.randint(5, V, (int(rnd.sum()),), generator=g)
-        out.append({"input_ids": masked, "token_type_ids": tt, "attention_mask": torch.ones(B, T, dtype=torch.long),
-                    "labels": labels, "next_sentence_label": torch.randint(0, 2, (B,), generator=g)})
-    return [{k: v.to(device) for k, v in b.items()} for b in out]
+        batch = {"input_ids": ids, "token_type_ids": tt, "attention_mask": torch.ones(B, T, dtype=torch.long),
+                 "special_tokens_mask": special, "next_sentence_label": torch.randint(0, 2, (B,), generator=g),
+                 "index": torch.arange(B)}
+        out.append(_engine_side(mask_batch(batch, V, MASK_ID, [PAD_ID, 1, CLS_ID, SEP_ID], rate=cfg.mask_rate,
+                                           generator=g), cfg, device))
+    return out
+
+
+def _data_batches(cfg: BenchConfig) -> list:
+    """N_BATCHES masked batches of --batch-size instances from --data, in its first epoch's order."""
+    cache = _data_cache(cfg)
+    if cache.config["objective"] != "mlm+nsp":
+        raise EngineError(f"--data {cfg.data} was prepared for {cache.config['objective']}; the pretrain scenario "
+                          "times MLM + NSP: prepare it with --objective mlm+nsp")
+    if cache.vocab_size > cfg.vocab_size:
+        raise EngineError(f"--data {cfg.data} has a vocabulary of {cache.vocab_size}; give --vocab-size {cache.vocab_size}")
+    g = torch.Generator().manual_seed(cfg.seed)
+    out = []
+    for batch in cache.train.batches(cfg.batch_size):
+        out.append(mask_batch(batch, cache.vocab_size, cache.mask_id, cache.special_ids, rate=cfg.mask_rate, generator=g))
+        if len(out) == N_BATCHES:
+            return out
+    raise EngineError(f"--data {cfg.data} has fewer than {N_BATCHES} batches of {cfg.batch_size}; lower --batch-size")
+
+
+def _data_cache(cfg: BenchConfig):
+    """--data as pre-training data: a built-in corpus name (its pre-training data at --seq-len with the BERT uncased
+    vocabulary, MiniLM's; built once into the data cache, as `pretrain --corpus NAME --tokenizer minilm` builds it),
+    a pre-training cache folder, or a prepared folder (python -m engine prepare)."""
+    from engine.corpora import BUILTIN
+    from engine.pretraining.cache import build_pretraining_data, open_pretraining_data
+    from engine.pretraining.prepare import open_prepared
+    if cfg.data in BUILTIN:
+        from engine.checkpoint import minilm_path
+        from engine.corpora import load_corpus
+        from engine.tokenizer import Tokenizer
+        return build_pretraining_data(load_corpus(cfg.data), Tokenizer.from_file(minilm_path()), seq_len=cfg.seq_len,
+                                      corpus_name=cfg.data)
+    path = Path(cfg.data).expanduser()
+    if not path.exists():
+        raise EngineError(f"--data {cfg.data} is neither a built-in corpus ({', '.join(BUILTIN)}) nor a folder; give one")
+    return open_pretraining_data(path) if (path / "config.json").is_file() else open_prepared(path)
+
+
+def _engine_side(batch: dict, cfg: BenchConfig, device) -> dict:
+    """The padded batch transformers reads (input_ids, token_type_ids, attention_mask, labels (B, T),
+    next_sentence_label) on `device`, plus `engine_inputs`: the same instances as the engine's pre-training step
+    reads them (fixed prediction slots; packed unless --no-packing)."""
+    width = batch["input_ids"].shape[1]
+    eng = add_prediction_slots(batch, max_predictions(max(cfg.seq_len, width), cfg.mask_rate))
+    if cfg.packing:
+        eng = pack_batch(eng)
+    eng = {k: (v.to(device) if hasattr(v, "to") else v) for k, v in eng.items()}  # packing too (PackedBatch.to)
+    keep = ("input_ids", "token_type_ids", "attention_mask", "labels", "next_sentence_label")
+    out = {k: batch[k].to(device) for k in keep}
+    out["engine_inputs"] = eng
+    out["padded_cells"], out["engine_rows"] = batch["attention_mask"].numel(), eng["input_ids"].shape[0]
+    return out
 
 
 def _full_batches(cfg: BenchConfig, device, B=None):
@@ -327,14 +390,10 @@ def make_optimizer(model, lr: float, device) -> torch.optim.Optimizer:
 
 
 def _engine_loss(bc, model, batch):
-    if bc.scenario == "pretrain":
-        labels = batch["labels"]
-        sel = labels != -100  # (B, T)
-        target = labels[sel]  # (N,): the loss as pre-training computes it (engine.vocab_loss, no (N, V) logits)
-        out = model(batch["input_ids"], batch["token_type_ids"], batch["attention_mask"], mlm_positions=sel,
-                    mlm_targets=target)
-        return (out.mlm_loss_sum / max(1, len(target))
-                + F.cross_entropy(out.nsp_logits.float(), batch["next_sentence_label"]))
+    if bc.scenario == "pretrain":  # the loss as pre-training computes it (engine.pretraining.loop.forward_loss)
+        loss, _ = forward_loss(model, batch["engine_inputs"], objective("mlm+nsp"), batch["input_ids"].device,
+                               contextlib.nullcontext())
+        return loss
     logits = model(batch["input_ids"], batch["token_type_ids"], batch["attention_mask"],
                    unpad=bc.scenario == "varlen" and bc.unpad)
     return F.cross_entropy(logits.float(), batch["labels"])
@@ -409,7 +468,7 @@ def _side_report(times, warm, batches, steps_cycle, flops_per_batch, device, pea
     rep = {"precision": precision, "sequences_per_s": seqs / med, "tokens_per_s": toks / med,
            "step_ms_median": 1e3 * med, "step_ms_p90": 1e3 * _p90(times), "first_step_ms": 1e3 * first,
            "peak_mem_mb": mem_mb, "model_tflops": flops / med / 1e12, "timed_steps": len(times), "train": train}
-    if device.type == "cuda" and peak_tflops:
+    if peak_tflops:
         rep["mfu"] = flops / med / 1e12 / peak_tflops
     return rep
 
@@ -503,11 +562,13 @@ def _bench_training(bc: BenchConfig, eng, hf, batches, mcfg, device, peak, preci
     else:
         flops = [model_flops(mcfg, [int(n) for n in b["attention_mask"].sum(1)], n_cls=bc.num_labels) for b in batches]
     out = _measure(bc, device, fns, batches, flops, peak, precisions, train=True)
+    real = sum(int(b["attention_mask"].sum()) for b in batches)
+    cells = sum(b["attention_mask"].numel() for b in batches)
+    out["padding_fraction"] = 1 - real / cells  # of the padded batches (what transformers computes)
+    out["mean_length"] = real / sum(b["input_ids"].shape[0] for b in batches)
+    if bc.scenario == "pretrain":  # rows the engine computed: fewer than the instances when packed
+        out["engine_rows_per_batch"] = sum(b["engine_rows"] for b in batches) / len(batches)
     if bc.scenario == "varlen":
-        real = sum(int(b["attention_mask"].sum()) for b in batches)
-        cells = sum(b["attention_mask"].numel() for b in batches)
-        out["padding_fraction"] = 1 - real / cells
-        out["mean_length"] = real / sum(b["input_ids"].shape[0] for b in batches)
         eng.eval()
         hf.eval()
         ffns = {"engine": _forward_fn(eng.bert if not bc.compile else eng._orig_mod.bert, precisions["engine"], device, True, bc.unpad),
@@ -532,7 +593,9 @@ def run_bench(bc: BenchConfig) -> dict:
     precisions = {"engine": eprec, "transformers": bc.precision}
     mcfg = BertConfig.preset(bc.preset, vocab_size=bc.vocab_size)
     info = machine_info(device)
-    peak = measure_matmul_peak(device) if device.type == "cuda" else None
+    # the dense matrix-multiply peak MFU is read against: bf16 on CUDA (8192^3), the engine side's dtype on a CPU
+    peak = (measure_matmul_peak(device) if device.type == "cuda" else
+            measure_matmul_peak(device, torch.bfloat16 if eprec == "bf16" else torch.float32, n=2048, iters=5))
 
     eng, hf = build_models(bc, mcfg, device)
     make_batches = {"pretrain": _pretrain_batches, "varlen": _varlen_batches}.get(bc.scenario, _full_batches)
@@ -543,7 +606,7 @@ def run_bench(bc: BenchConfig) -> dict:
               "parameters": mcfg.num_parameters()}, "device": str(device), "machine": info,
               "same_start_loss": bool(start["same"]), "start": start}
     if peak:
-        report["machine"]["bf16_matmul_peak_tflops"] = peak
+        report["machine"]["bf16_matmul_peak_tflops" if device.type == "cuda" else "cpu_matmul_peak_tflops"] = peak
     if bc.compile:
         eng = torch.compile(eng)
     bench = _bench_inference if bc.scenario == "infer" else _bench_training
@@ -573,8 +636,12 @@ def format_table(r: dict) -> str:
     lines = [f"bench {r['scenario']}: preset {c['preset']} (L={r['model']['layers']} H={r['model']['hidden']} A={r['model']['heads']} V={r['model']['vocab']}), "
              f"T={c['seq_len']} B={c['batch_size']}, {r['engine']['precision']} vs {r['transformers']['precision']}, {r['device']} ({dev}), "
              f"{c['steps']} timed steps after {c['warmup']} warm-up, load {m.get('loadavg_start')} -> {m.get('loadavg_end')}"]
-    if "padding_fraction" in r:
+    if r["scenario"] == "varlen":
         lines.append(f"rows: {c['unit']} lengths from BBC, padding {c['padding']}: mean {r['mean_length']:.1f} real tokens, padding fraction {r['padding_fraction']:.2f}")
+    elif r["scenario"] == "pretrain":
+        lines.append(f"rows: {'the first batches of ' + c['data'] if c['data'] else 'full-length synthetic rows'}: mean "
+                     f"{r['mean_length']:.1f} real tokens, padding fraction {r['padding_fraction']:.3f}; the engine "
+                     f"{'packs them into ' if c['packing'] else 'pads them: '}{r['engine_rows_per_batch']:.1f} rows a batch of {c['batch_size']}")
     s = r["start"]
     if "engine" in s:
         lines.append(f"start loss: engine {s['engine']:.5f}, transformers {s['transformers']:.5f} -> {'same' if s['same'] else 'DIFFERENT'}")
@@ -636,7 +703,10 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--lr", type=float, default=d.lr)
     ap.add_argument("--seed", type=int, default=d.seed)
     ap.add_argument("--no-memory", dest="memory", action="store_false", help="skip the peak-memory step")
-    ap.add_argument("--data", default=d.data, help="pipeline: the prepared data folder to read (python -m engine prepare)")
+    ap.add_argument("--data", default=d.data, help="pipeline: a prepared data folder (python -m engine prepare); pretrain: "
+                    "also a pre-training cache folder or a built-in corpus name (bbc, all, ...: its data at --seq-len "
+                    "with the BERT uncased vocabulary), whose real lengths the batches take")
+    ap.add_argument("--no-packing", dest="packing", action="store_false", help="pretrain: the engine side pads as transformers does")
     ap.add_argument("--prefetch", type=int, default=d.prefetch, help="pipeline: batches made ahead in a background thread")
     return ap
 
