@@ -160,6 +160,8 @@ def training_fields(init, data, D) -> dict:
     ratios = tuple(c.number_input(label, *N["mask_ratio"][:2], float(r), N["mask_ratio"][2]) for c, label, r in
                    zip((c2, c3, c4), ("→ [MASK]", "→ random token", "→ unchanged"), D.mask_ratios))
     whole_word = c1.checkbox("Whole-word masking", value=D.whole_word_mask)
+    packing = c2.checkbox("Pack sequences", value=D.packing, help="each step's instances share rows with no padding "
+                          "between them: the same losses and gradients, fewer rows to compute")
     c1, c2, c3, c4, c5 = st.columns(5)
     steps = c1.number_input("Steps", *N["steps"][:2], D.steps)
     batch = c2.number_input("Batch size", *N["batch_size"][:2], D.batch_size)
@@ -176,7 +178,7 @@ def training_fields(init, data, D) -> dict:
     precision = precision_select(c4)
     phase2, phase2_share = phase2_fields(data, D)
     return {"mask_rate": float(mask_rate), "mask_ratios": tuple(float(r) for r in ratios), "whole_word_mask": bool(whole_word),
-            "steps": int(steps), "batch_size": int(batch), "seq_len": int(seq_len), "lr": float(lr), "seed": int(seed),
+            "packing": bool(packing), "steps": int(steps), "batch_size": int(batch), "seq_len": int(seq_len), "lr": float(lr), "seed": int(seed),
             "vocab": int(vocab), "save_every": int(save_every), "eval_every": int(eval_every), "precision": precision,
             "phase2": phase2, "phase2_fraction": float(phase2_share)}
 

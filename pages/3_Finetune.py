@@ -148,6 +148,9 @@ with tab_new:
     seed = h3.number_input("Seed", 0, 1_000_000, 0, key="ft_seed")
     precision = precision_select(h4, key="ft_precision")
     bilstm = h5.checkbox("BiLSTM on top (Table 5's LTR + BiLSTM)", key="ft_bilstm")
+    packing = h5.checkbox("Pack examples", value=FinetuneConfig.packing, key="ft_packing",
+                          help="training batches' examples share rows with no padding between them: the same losses "
+                               "and gradients")
     lrs = []
     with guard("reading the grid"):
         lrs = _nums(lr_text, float, "learning rates")
@@ -196,7 +199,8 @@ with tab_new:
                                  token_col=token_col or None, header=header, metric=metric or None,
                                  lr=tuple(lrs), batch_size=tuple(sorted(batch)), epochs=tuple(sorted(epochs)),
                                  restarts=int(restarts), max_seq_len=int(max_len), seed=int(seed), precision=precision,
-                                 max_train=int(max_train) or None, bilstm=bool(bilstm), out=str(run_dir))
+                                 max_train=int(max_train) or None, bilstm=bool(bilstm), packing=bool(packing),
+                                 out=str(run_dir))
             argv = cli.argv(cfg)
             rec = Q.submit(argv, name=f"finetune {name.strip()}", run_dir=str(run_dir), root=root)
             st.session_state["ft_show"], st.session_state["ft_show_job"] = run_dir.name, rec["id"]

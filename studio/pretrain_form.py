@@ -104,7 +104,8 @@ def build(form: dict, root) -> tuple:
                     phase2_seq_len=int(form["phase2"]) if form.get("phase2") and not data else None,
                     **{k: form[k] for k in ("objective", "steps", "batch_size", "seq_len", "mask_rate", "mask_ratios",
                                             "whole_word_mask", "lr", "seed", "save_every", "eval_every", "precision",
-                                            "phase2_fraction")})
+                                            "phase2_fraction")},
+                    **({"packing": bool(form["packing"])} if "packing" in form else {}))
     if init:  # continued pre-training: the init's size and vocabulary, filled in (and checked) by resolve_init
         cfg = PretrainConfig.for_init(init, **settings)
     else:
