@@ -14,8 +14,8 @@ Scenarios:
   transformers' BertForPreTraining projects every position onto the vocabulary and takes the loss over (B*T, V)
   logits on the padded batch (its real behaviour); the engine runs its pre-training step
   (engine.pretraining.loop.forward_loss): the MLM head at a fixed number of slots per sequence, its loss in blocks
-  without keeping the logits (engine.vocab_loss), and the batch's sequences packed into as few rows as they fit
-  (`--no-packing`: padded as transformers).
+  without keeping the logits (engine.vocab_loss), on the padded rows, or with `--packing` the batch's instances
+  packed into as few rows as they fit (as `pretrain --packing`).
 - `infer`: the encoder forward as features and probes use it (eval, inference mode, all hidden states):
   batch throughput at --batch-size and, separately, batch-1 latency (`latency`).
 - `finetune`: one sequence-classification training step (dropout + linear on C, as BertForSequenceClassification).
@@ -64,6 +64,7 @@ from engine.device import amp, default_precision, resolve_device
 from engine.model import BertForPreTraining, BertModel
 from engine.optim import param_groups
 from engine.objectives import objective
+from engine.pretraining.config import PACKING_DEFAULT
 from engine.pretraining.loop import forward_loss
 from engine.pretraining.masking import mask_batch
 from engine.pretraining.step_inputs import add_prediction_slots, max_predictions, pack_batch
@@ -98,7 +99,7 @@ class BenchConfig:
     seed: int = 0
     memory: bool = True  # measure peak memory (one extra step per side)
     data: str = ""  # pipeline, pretrain: a prepared data folder (python -m engine prepare) or a pre-training cache folder
-    packing: bool = True  # pretrain: the engine side packs each batch's sequences (engine/pretraining/step_inputs.py)
+    packing: bool = PACKING_DEFAULT  # pretrain: the engine side packs each batch's sequences, as `pretrain --packing`
     prefetch: int = 4  # pipeline: batches made ahead in the background thread (0: none)
 
 
@@ -706,6 +707,8 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--data", default=d.data, help="pipeline: a prepared data folder (python -m engine prepare); pretrain: "
                     "also a pre-training cache folder or a built-in corpus name (bbc, all, ...: its data at --seq-len "
                     "with the BERT uncased vocabulary), whose real lengths the batches take")
+    ap.add_argument("--packing", dest="packing", action="store_true", default=d.packing,
+                    help="pretrain: the engine side packs each batch's instances into as few rows as they fit")
     ap.add_argument("--no-packing", dest="packing", action="store_false", help="pretrain: the engine side pads as transformers does")
     ap.add_argument("--prefetch", type=int, default=d.prefetch, help="pipeline: batches made ahead in a background thread")
     return ap

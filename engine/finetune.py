@@ -20,7 +20,9 @@ with `save_best`, `best/` (the fine-tuned encoder in the Hugging Face layout plu
 `head.json`; `load_finetuned` reads it back).
 
 Speed on CPU: training batches are length-sorted only inside small random windows drawn afresh each epoch
-(`length_batches` says why not more) and padded per batch, the encoder skips the padding (`unpad`), and evaluation runs in length order.
+(`length_batches` says why not more), each batch's examples packed into as few rows as they fit (engine/packing.py;
+`--no-packing`: padded per batch, the encoder then keeping the padding off its linear layers, `unpad`), and
+evaluation runs in length order.
 `precision="auto"` trains and evaluates under bf16 autocast (fp32 weights, optimizer and losses) on CUDA and on
 CPUs with native bf16 units; on the 2-core Zen 4 a training step measured 1.25x (tiny) to 1.55x (small) faster
 than fp32 and MiniLM fine-tuning 1.25x end to end (BENCHMARKS.md). Elsewhere fp32.
@@ -94,9 +96,9 @@ class FinetuneConfig:
     precision: str = setting("auto", "auto (default): bf16 autocast on CUDA and on CPUs with native bf16 (measured faster), "
                              "else fp32", choices=PRECISIONS)
     out: str = setting("runs/finetune", "output folder: run.json, metrics.jsonl, eval.json", required=True)
-    packing: bool = setting(False, "pack each training batch's examples into as few rows as they fit (engine/packing.py: the "
-                            "same losses and gradients); off by default: on a CPU the encoder's unpadding already keeps "
-                            "padding off the linear layers and packing was not faster (BENCHMARKS.md, \"Packing\")")
+    packing: bool = setting(True, "pad each training batch's examples to its longest instead of packing them into as few "
+                            "rows as they fit (the default: the same losses and gradients, engine/packing.py; measured "
+                            "1.05x faster end to end on RTE, BENCHMARKS.md)", flag="--no-packing")
     bilstm: bool = setting(False, "add a randomly initialised BiLSTM between encoder and head (Table 5, LTR + BiLSTM)")
     warmup: float = setting(0.1, "fraction of the steps with a linear warmup")
     weight_decay: float = setting(0.01, "AdamW weight decay")

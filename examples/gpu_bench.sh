@@ -23,11 +23,11 @@ run --scenario pretrain --preset base --seq-len 128 --batch-size 256 --steps 30 
 run --scenario infer --preset base --seq-len 128 --batch-size 64
 run --scenario finetune --preset base --seq-len 128 --batch-size 32
 run --scenario pretrain --preset mini --seq-len 128 --batch-size 128 --steps 30 --warmup 5
-# the real lengths of a corpus (BBC + Wikipedia + State of the Union, BERT uncased vocabulary): packed (the default)
-# against padded; the data are built once into the data cache (a minute or two)
+# the real lengths of a corpus (BBC + Wikipedia + State of the Union, BERT uncased vocabulary): padded (the default)
+# against packed; the data are built once into the data cache (a minute or two)
 run --scenario pretrain --preset base --seq-len 128 --batch-size 256 --steps 30 --warmup 5 --data all
-run --scenario pretrain --preset base --seq-len 128 --batch-size 256 --steps 30 --warmup 5 --data all --no-packing
+run --scenario pretrain --preset base --seq-len 128 --batch-size 256 --steps 30 --warmup 5 --data all --packing
 run --scenario pretrain --preset large --seq-len 128 --batch-size 128 --steps 30 --warmup 5 --data all
-run --scenario pretrain --preset large --seq-len 128 --batch-size 128 --steps 30 --warmup 5 --data all --no-packing
+run --scenario pretrain --preset large --seq-len 128 --batch-size 128 --steps 30 --warmup 5 --data all --packing
 run --scenario pretrain --preset base --seq-len 512 --batch-size 32 --steps 30 --warmup 5 --data all
-run --scenario pretrain --preset base --seq-len 512 --batch-size 32 --steps 30 --warmup 5 --data all --no-packing
+run --scenario pretrain --preset base --seq-len 512 --batch-size 32 --steps 30 --warmup 5 --data all --packing

@@ -53,9 +53,13 @@ CONTINUED_PRETRAINING = dict(corpus="all", objective=MLM_NSP.name, seq_len=128, 
 # it ("training_version"; "mixed" when a resume crossed versions); a study takes over a finished run only of this
 # version (engine/ablations/reuse.py); runs that record none are never taken over.
 TRAINING_VERSION = 1
-# Packing a step's instances (engine/pretraining/step_inputs.py) is exact, so it is on where it is measured faster
-# (BENCHMARKS.md, "Packing"); --no-packing keeps the padded rows.
-PACKING_DEFAULT = True
+# Packing a step's instances (engine/pretraining/step_inputs.py) is exact; it is off by default because it was not
+# measured faster: google-research/bert's instances fill their rows but for the short ones and document ends (4.4% of
+# the classroom's 32-token batches are padding, 10.7% at 128), so first-fit saves 2-3% of the rows, which the
+# packing itself (about 2 ms a batch in the batch thread) and its block-diagonal mask (no mask-free attention kernel)
+# take back (BENCHMARKS.md, "Packing and the pre-training step"). On a GPU it is unmeasured: examples/gpu_bench.sh
+# times both.
+PACKING_DEFAULT = False
 PROBE_READY_RUN = "minilm-continued"  # the run folder the studio's one-step button writes under the runs root
 PROBE_READY_INIT = "minilm"
 
@@ -165,9 +169,9 @@ class PretrainConfig:
     num_threads: Optional[int] = setting(None, "CPU threads per process (default: torch's, divided among local ranks)",
                                          group="run")
     compile: bool = setting(False, "torch.compile the model", group="run")
-    packing: bool = setting(PACKING_DEFAULT, "pad each instance to the batch's longest instead of packing a step's instances "
-                            "into as few rows as they fit (the default: the same losses and gradients, "
-                            "engine/pretraining/step_inputs.py)", flag="--no-packing", group="run")
+    packing: bool = setting(PACKING_DEFAULT, "pack each step's instances into as few rows as they fit, with no padding "
+                            "between them (the same losses and gradients, engine/pretraining/step_inputs.py; not measured "
+                            "faster on a CPU, so off by default)", group="run")
     prefetch: int = setting(4, "micro-batches assembled, masked (and pinned on CUDA) ahead in a background thread, "
                             "off the training step's path; 0 = in the loop (the same batches either way)", group="run")
     quiet: bool = setting(False, "no progress bar", group="run")

@@ -6,8 +6,8 @@ AdamW. Every `log_every` steps a training record (means over the window since th
 `eval_every` steps a held-out record, every `save_every` steps a checkpoint; SIGTERM / Ctrl-C / `stop_after`
 checkpoint and stop at the end of the step; `max_minutes` (a time budget) evaluates, checkpoints and finishes there.
 
-The micro-batches (read from the shards, collated, masked, given their fixed prediction slots, packed unless
---no-packing, pinned on CUDA: engine/pretraining/step_inputs.py) are made by `training_batches`, by
+The micro-batches (read from the shards, collated, masked, given their fixed prediction slots, packed with
+--packing, pinned on CUDA: engine/pretraining/step_inputs.py) are made by `training_batches`, by
 default `cfg.prefetch` batches ahead in a background thread (`Prefetcher`), so the step does not wait for the
 host. Each batch depends only on (data position, seed, step, micro-batch, rank), never on when it is made, so
 prefetching changes no number and resume stays exact: the position saved in a checkpoint is the one of the

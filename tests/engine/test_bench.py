@@ -64,17 +64,17 @@ def test_each_scenario_reports_ratio_and_same_start(capsys, scenario):
 @pytest.mark.slow
 def test_pretrain_on_a_corpus_reports_padding_packs_rows_and_mfu(capsys, tmp_path, monkeypatch):
     """--data: the batches are a corpus's real instances (short sequences leave padding); the engine side packs them
-    into fewer rows (and pads them with --no-packing), starts from transformers' loss, and MFU is read against the
+    into fewer rows with --packing (and pads them with --no-packing), starts from transformers' loss, and MFU is read against the
     peak measured here."""
     monkeypatch.setenv("BERT_STUDIO_CACHE", str(tmp_path))
     got = {}
-    for flag in ((), ("--no-packing",)):
+    for flag in (("--packing",), ("--no-packing",)):
         rc, r = bench.main(["--preset", "tiny", "--seq-len", "64", "--batch-size", "16", "--steps", "1", "--warmup", "0",
                             "--json", "--no-memory", "--data", "bbc", "--scenario", "pretrain", *flag]), None
         r = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
         assert rc == 0 and r["same_start_loss"] is True
-        got[bool(flag)] = r
-    packed, padded = got[False], got[True]
+        got[flag[0]] = r
+    packed, padded = got["--packing"], got["--no-packing"]
     assert 0 < packed["padding_fraction"] == padded["padding_fraction"] < 0.5
     assert packed["engine_rows_per_batch"] < padded["engine_rows_per_batch"] == 16
     assert packed["start"]["engine"] == pytest.approx(packed["start"]["transformers"], abs=1e-3)

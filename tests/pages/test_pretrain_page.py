@@ -139,6 +139,14 @@ def test_launch_form_validates_and_submits_a_job(runs_root, monkeypatch, page_ap
     assert flags["--precision"] == "auto"  # bf16 where the machine has native bf16, else fp32
     assert flags["--seq-len"] == "32" and flags["--phase2-seq-len"] == "128" and float(flags["--phase2-fraction"]) == C.phase2_fraction == 0.3
     assert any("Launched" in s.value for s in at.success)
+    # the packing box: the config's default (padded rows: no flag); ticked it launches the packed step
+    box = [c for c in at.checkbox if c.label == "Pack sequences"][0]
+    assert box.value is C.packing is False and "--packing" not in argv
+    box.check()  # inside the form: sent with the next submit
+    [t for t in at.text_input if t.label == "Run name"][0].input("my-run-packed")
+    [b for b in at.button if b.label == "Launch"][0].click().run()
+    assert not at.error and len(calls) == 2, (len(calls), [e.value for e in at.error], [w.value for w in at.warning])
+    assert "--packing" in calls[-1][0]
 
 
 def test_launch_from_a_model_continues_its_pretraining_with_the_recipe(runs_root, monkeypatch, page_app):
