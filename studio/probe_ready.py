@@ -1,5 +1,5 @@
 """The probe-ready model in one step: MiniLM's encoder continued-pre-trained with MLM + NSP on the built-in
-text (`python -m engine pretrain --init minilm --corpus all --out <runs>/minilm-continued`, the recipe in
+text (`python -m engine pretrain --init minilm --out <runs>/minilm-continued`, the recipe in
 engine.pretraining.config.CONTINUED_PRETRAINING), launched from the Model page as a queued job with live
 progress; the Probe and Attention pages offer it first once it has a checkpoint (studio.common.model_picker).
 
@@ -65,13 +65,13 @@ def panel(root, why: bool = True) -> None:
     """Build (or follow, or resume) the probe-ready model. `why`: start by saying that MiniLM has no MLM or NSP
     head (False where the page has just said it, as the Probe page does)."""
     from engine.measured import fact
+    from engine.corpora import CORPUS_WORDS
     from engine.pretraining.config import CONTINUED_PRETRAINING as R
     BUILD, MLM, NSP = fact("probe_ready.minutes"), fact("probe_ready.mlm_accuracy"), fact("probe_ready.nsp_accuracy")
     d = run_dir(root)
     st.caption(("MiniLM has real weights but no MLM or NSP head. " if why else "") +
                f"This continues MiniLM's pre-training with the paper's "
-               f"objectives (MLM + NSP) on the built-in text (BBC News + Wikipedia extract + State of the Union, about "
-               f"3.3M words): {R['steps']} steps of {R['batch_size']} x {R['seq_len']} tokens at learning rate "
+               f"objectives (MLM + NSP) on {CORPUS_WORDS[R['corpus']]}: {R['steps']} steps of {R['batch_size']} x {R['seq_len']} tokens at learning rate "
                f"{R['lr']:g}, as its own process ({BUILD.text()} on {BUILD.where}; held-out MLM "
                f"{MLM.text()} and NSP {NSP.text()} at the end). "
                f"Command: `python -m engine {' '.join(argv(root))}`")

@@ -22,6 +22,7 @@ from pathlib import Path
 
 import torch
 
+from engine.corpora import CORPUS_WORDS
 from engine.errors import EngineError
 from engine.objectives import OBJECTIVES
 from engine.records import RUN_JSON
@@ -191,10 +192,6 @@ def model_config_from_init(cfg, init_config):
 
 
 # ---------------------------------------------------------------------------------------------- what a model is
-_CORPUS_WORDS = {"all": "the built-in text (BBC News, the Wikipedia extract and the State of the Union addresses, "
-                        "about 3.3M words)",
-                 "bbc": "BBC News (2,225 articles)", "wiki": "the Wikipedia extract", "sotu": "the State of the Union "
-                 "addresses 1790-2026", "wikivital": "the lead sections of the Wikipedia vital articles"}
 
 
 def model_card(run_info: dict, step: int = None) -> str:
@@ -204,7 +201,7 @@ def model_card(run_info: dict, step: int = None) -> str:
     init = cfg.get("init")
     if not init:
         return ""
-    corpus = _CORPUS_WORDS.get(str(cfg.get("corpus")), f"`{cfg.get('corpus')}`")
+    corpus = CORPUS_WORDS.get(str(cfg.get("corpus")), f"`{cfg.get('corpus')}`")
     obj = OBJECTIVES.get(cfg.get("objective"))
     objective = (obj.words or obj.label) if obj else cfg.get("objective")
     new = (run_info.get("init") or {}).get("heads_new") or []

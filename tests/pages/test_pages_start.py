@@ -37,7 +37,9 @@ def test_empty_runs_folder_shows_four_open_steps_times_and_the_paper_tables(tmp_
     m = measured.fact("classroom_run.minutes_bf16" if precision == "bf16" else "classroom_run.minutes_fp32")
     assert f"{m.value:.0f} minutes" in steps[1] and m.where in steps[1] or device == "cuda"
     assert not any("✅" in m.value for m in at.markdown)  # nothing done yet
-    cmd = f"python -m engine pretrain --corpus all --init minilm --out {tmp_path / 'runs' / 'minilm-continued'}"
+    from engine.pretraining.config import CONTINUED_PRETRAINING
+    cmd = (f"python -m engine pretrain --corpus {CONTINUED_PRETRAINING['corpus']} --init minilm --out "
+           f"{tmp_path / 'runs' / 'minilm-continued'}")
     assert start.probe_ready_command(tmp_path / "runs") == cmd
     assert any(cmd in c.value and "Model page's button" in c.value for c in at.caption)  # how to make it
     # the paper's numbers, before anything has run

@@ -52,7 +52,9 @@ def _fake_probe_ready_run(root: Path, bbc_tokenizer, status="finished", step=600
 def test_the_button_queues_the_one_step_command(tmp_path, queue, page_app):
     at = page_app("1_Model.py", tmp_path)
     assert not at.exception and not at.error
-    assert "python -m engine pretrain --corpus all --init minilm --out" in " ".join(c.value for c in at.caption)
+    from engine.pretraining.config import CONTINUED_PRETRAINING
+    corpus = CONTINUED_PRETRAINING["corpus"]
+    assert f"python -m engine pretrain --corpus {corpus} --init minilm --out" in " ".join(c.value for c in at.caption)
     at.button(key="probe_ready_go").click().run()
     assert not at.exception and not at.error
     d = tmp_path / PROBE_READY_RUN
