@@ -10,9 +10,12 @@ Each phase is a run folder of its own (RUNS/head-warmup-a, RUNS/head-warmup-b) w
 metrics.jsonl; the wall time of each is printed.
 """
 import argparse
+import sys
 import time
+from pathlib import Path
 
-from engine.pretraining import loop, run
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+from engine.pretraining import loop, run  # noqa: E402 (after the repository root is on the path)
 
 
 def frozen_encoder(build_model):
