@@ -221,6 +221,23 @@ def test_mlm_and_ltr_objectives_run_and_record_their_metrics(env):
         assert b.config.causal == (objective == "ltr") and b.info["missing_heads"] == ["nsp"]
 
 
+def test_a_packed_run_trains_the_padded_runs_model(env):
+    """`--packing` through the whole loop (batch thread, prediction slots, evaluation, checkpoint): the same
+    training losses and held-out figures as the padded run, within float32 rounding, for MLM + NSP and for LTR."""
+    for objective in ("mlm+nsp", "ltr"):
+        recs = {}
+        for packing in (False, True):
+            cfg = replace(env["base"], out=str(env["root"] / f"pack-{objective}-{packing}"), objective=objective,
+                          steps=4, save_every=0, eval_every=0, log_every=2, dropout=0.0, packing=packing, precision="fp32")
+            assert _pretrain(cfg)["status"] == "finished"
+            recs[packing] = runs.read_metrics(cfg.out)
+        for a, b in zip(recs[False], recs[True]):
+            for k in ("loss", "eval_loss", "eval_lm_acc", "eval_mlm_acc", "eval_nsp_acc"):
+                if k in a:
+                    assert b[k] == pytest.approx(a[k], rel=1e-4, abs=1e-5), (objective, k)
+        assert runs.read_run_json(cfg.out)["config"]["packing"] is True
+
+
 # ------------------------------------------------------------------------------------------------ resume
 @pytest.fixture(scope="module")
 def resumed_pair(env):
