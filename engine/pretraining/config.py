@@ -42,11 +42,12 @@ def _precisions() -> tuple:
 # Measured on MiniLM with `--corpus all` (BENCHMARKS.md, "Continued pre-training"): at batch 32 x 128, lr 5e-4
 # (60 warmup steps, 1,200 steps) reached held-out MLM accuracy 0.311 / NSP 0.84 at step 600 against 0.257 / 0.748
 # for lr 1e-4 (1,500 steps) at step 500: the fresh MLM transform and NSP head want the larger rate, and the
-# encoder survives it. 600 steps is what fits about 25-30 minutes on a 2-core CPU with native bf16; more of the
+# encoder survives it. 600 steps is what fits about 25-30 minutes on a 2-core CPU with native bf16. More of the
 # tokens masked, a schedule of half the steps and 64-token sequences first were each no faster to the same held-out
-# accuracy (the heads first on a frozen encoder, a trial script, reached this recipe's accuracy 1.2x sooner), and `--corpus everyday` (the same text plus everyday conversation, `chat`) filled 2 of the probe set's 16
-# everyday blanks (none on `all`) but lost 2 of its news blanks and 4 of its 30 next-sentence pairs
-# (docs/lab-notes/probe-ready-model.md). THE ONE PLACE to tune the recipe.
+# accuracy; the heads first on a frozen encoder (a trial script) reached it 1.2x sooner; `--corpus everyday` (the same
+# text plus everyday conversation, `chat`) filled 2 of the probe set's 16 everyday blanks (none on `all`) but lost 2
+# of its news blanks and 4 of its 30 next-sentence pairs (docs/lab-notes/probe-ready-model.md).
+# THE ONE PLACE to tune the recipe.
 CONTINUED_PRETRAINING = dict(corpus="all", objective=MLM_NSP.name, seq_len=128, phase2_seq_len=None, batch_size=32,
                              steps=600, lr=5e-4, warmup=40, eval_every=100, save_every=100, log_every=10, dropout=0.1,
                              mask_rate=0.15)
