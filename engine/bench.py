@@ -277,7 +277,7 @@ def _engine_side(batch: dict, cfg: BenchConfig, device) -> dict:
     keep = ("input_ids", "token_type_ids", "attention_mask", "labels", "next_sentence_label")
     out = {k: batch[k].to(device) for k in keep}
     out["engine_inputs"] = eng
-    out["padded_cells"], out["engine_rows"] = batch["attention_mask"].numel(), eng["input_ids"].shape[0]
+    out["engine_rows"] = eng["input_ids"].shape[0]
     return out
 
 

@@ -36,7 +36,7 @@ from engine.pretraining.config import TRAINING_VERSION, PretrainConfig, config_d
 from engine.pretraining.init import init_model, init_record, load_init, model_config_from_init
 from engine.pretraining.run_folder import StopFlag, checkpoint, last_eval, load_training_state, remove_partial_checkpoints, set_rng_state
 from engine.pretraining.masking import EVAL_MASK_SEED, IGNORE_INDEX, PAPER_RATE, PAPER_RATIOS, fixed_eval_masking, mask_batch
-from engine.pretraining.step_inputs import add_prediction_slots, max_predictions, pack_batch, real_tokens
+from engine.pretraining.step_inputs import add_prediction_slots, max_predictions, pack_batch
 from engine.status import RUNNING
 from engine.tokenizer import Tokenizer
 
@@ -96,7 +96,7 @@ def forward_loss(model, batch: dict, obj: Objective, device, amp_ctx, prediction
         loss = loss + nsp_loss
         sums.update(nsp_loss=nsp_loss.detach().double() * len(nsp_target),
                     nsp_correct=(nsp_logits.detach().argmax(-1) == nsp_target).sum().double(), nsp_n=len(nsp_target))
-    sums.update(loss=loss.detach().double(), tokens=real_tokens(batch), batches=1.0)
+    sums.update(loss=loss.detach().double(), tokens=batch["real_tokens"], batches=1.0)
     return loss, sums_vector(sums, device)
 
 
@@ -346,7 +346,7 @@ def pipeline_throughput(cache, cfg: PretrainConfig, micro: int, batches: int, wa
         t0 = time.perf_counter()
         for _ in range(batches):
             b = next(it)
-            tokens += real_tokens(b)
+            tokens += b["real_tokens"]
             seqs += len(b["index"])
         dt = time.perf_counter() - t0
     finally:

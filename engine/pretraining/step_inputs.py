@@ -19,7 +19,7 @@ holds more than one instance.
 """
 import torch
 
-from engine.packing import pack
+from engine.packing import pack_padded
 from engine.vocab_loss import IGNORE_INDEX
 
 SLOT_MULTIPLE = 4  # slots per sequence are rounded up to this (20 at 128 tokens, 80 at 512 for 15%)
@@ -67,11 +67,8 @@ def pack_batch(batch: dict) -> dict:
     input_ids, token_type_ids (B', T) with B' <= B, `packing` (engine.packing.PackedBatch), the slots moved to
     the packed rows and columns; attention_mask becomes None (the packing keeps the sequences apart); per-sequence
     fields (next_sentence_label, index) stay in the instances' order, which is the order the NSP logits come in."""
-    lengths = batch["attention_mask"].sum(1).tolist()  # (B,) real tokens per instance
-    ids, types = batch["input_ids"], batch["token_type_ids"]
-    seqs = [ids[r, :n].tolist() for r, n in enumerate(lengths)]
-    segs = [types[r, :n].tolist() for r, n in enumerate(lengths)]
-    packed = pack(seqs, ids.shape[1], pad_id=_pad_id(batch), segments=segs)
+    # a row's tail after its last sequence gets id 0: no sequence attends to it and no head reads it
+    packed = pack_padded(batch["input_ids"], batch["token_type_ids"], batch["attention_mask"])
     rows, cols = packed.locate(batch["mlm_rows"], batch["mlm_cols"])
     out = dict(batch)
     out.update(input_ids=packed.input_ids, token_type_ids=packed.token_type_ids, attention_mask=None, packing=packed,
@@ -79,14 +76,3 @@ def pack_batch(batch: dict) -> dict:
     for key in ("labels", "special_tokens_mask", "word_starts", "mask_input"):
         out.pop(key, None)  # (B, T) fields of the unpacked layout
     return out
-
-
-def _pad_id(batch: dict) -> int:
-    """The pad id the batch uses (the id at its first padded position; 0 without padding)."""
-    pad = batch["attention_mask"] == 0
-    return int(batch["input_ids"][pad][0]) if bool(pad.any()) else 0
-
-
-def real_tokens(batch: dict) -> int:
-    """Real (non-padding) tokens of a batch with its slots, packed or not (a host number)."""
-    return batch["real_tokens"]
