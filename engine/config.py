@@ -149,6 +149,12 @@ class BertConfig:
 MAX_SEED = 2**32 - 1  # numpy's and every generator's seed range
 
 
+def steps_or_fraction(value: float, steps: int) -> int:
+    """A number of optimizer steps given as steps (`value` >= 1) or as a fraction of `steps` (below 1, rounded):
+    the convention of --warmup and --heads-first."""
+    return int(round(value * steps)) if value < 1 else int(value)
+
+
 def check_numbers(cfg, flag=lambda name: "--" + name.replace("_", "-")) -> None:
     """The checks every command's settings share: each float setting finite (NaN or inf as a learning rate,
     weight decay, clipping norm or warmup trains garbage, or silently nothing), a seed numpy and torch accept,

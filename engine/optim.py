@@ -8,10 +8,7 @@ gives warmup in steps (>= 1) or as a fraction of the steps (< 1, rounded); fine-
 """
 import torch
 
-
-def warmup_steps(warmup: float, steps: int) -> int:
-    """Warmup in optimizer steps: `warmup` steps when >= 1, else that fraction of `steps`."""
-    return int(round(warmup * steps)) if warmup < 1 else int(warmup)
+from engine.config import steps_or_fraction as warmup_steps  # warmup in steps: given, or a fraction of the steps
 
 
 def linear_schedule(step: int, steps: int, warmup: int) -> float:
@@ -23,8 +20,15 @@ def linear_schedule(step: int, steps: int, warmup: int) -> float:
 
 
 def lr_at(step: int, cfg) -> float:
-    """Learning rate of pre-training optimizer step `step` (0-based): cfg.lr times `linear_schedule`."""
-    return cfg.lr * linear_schedule(step, cfg.steps, warmup_steps(cfg.warmup, cfg.steps))
+    """Learning rate of pre-training optimizer step `step` (0-based): cfg.lr times `linear_schedule` over the steps.
+    With a heads-first start (`PretrainConfig.heads_first_steps`), those steps have a schedule of their own (cfg.heads_first_lr, a
+    warmup over their first tenth, a decay to 0 at their end) and cfg.lr's schedule (cfg.warmup included) spans
+    the steps after them."""
+    head = cfg.heads_first_steps()
+    if step < head:
+        return cfg.heads_first_lr * linear_schedule(step, head, max(1, round(0.1 * head)))
+    steps = cfg.steps - head
+    return cfg.lr * linear_schedule(step - head, steps, warmup_steps(cfg.warmup, steps))
 
 
 def param_groups(model: torch.nn.Module, weight_decay: float) -> list:

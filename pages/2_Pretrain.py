@@ -79,7 +79,8 @@ def launch_form(root: Path) -> None:
         if init:
             st.caption(f"Continued pre-training of `{init}`: its architecture and vocabulary; the defaults are the "
                        f"continued-pre-training recipe ({D.steps} steps of {D.batch_size} x {D.seq_len} at "
-                       f"learning rate {D.lr:g}, on {D.corpus}).")
+                       f"learning rate {D.lr:g}, on {D.corpus}" +
+                       (f"; the first {D.heads_first_steps()} train only the new heads on the frozen encoder" if D.heads_first else "") + ").")
         else:
             L, H, _ = preset_size(D.preset)
             st.caption(f"The defaults are the classroom run: a {D.preset} BERT ({L} layers, hidden {H}) on "
@@ -170,17 +171,21 @@ def training_fields(init, data, D) -> dict:
                            help="tokens per instance in the first phase (paper: 128)")
     lr = c4.number_input("Learning rate", *N["lr"][:2], D.lr, step=N["lr"][2], format="%.1e")
     seed = c5.number_input("Seed", *N["seed"][:2], D.seed)
-    c1, c2, c3, c4 = st.columns(4)
+    c1, c2, c3, c4, c5 = st.columns(5)
     vocab = c1.number_input("Vocabulary size", *N["vocab_size"][:2], D.vocab_size, step=N["vocab_size"][2], disabled=bool(init),
                             help="a WordPiece vocabulary trained on the corpus" + ("" if not init else " (ignored: the init brings its own)"))
     save_every = c2.number_input("Checkpoint every (steps)", *N["every"][:2], D.save_every)
     eval_every = c3.number_input("Evaluate every (steps)", *N["every"][:2], D.eval_every)
     precision = precision_select(c4)
+    heads_first = c5.number_input("Heads first (share)", *N["heads_first"][:2], float(D.heads_first), N["heads_first"][2],
+                                  disabled=not init, help="the first share of the steps trains only the new heads on the "
+                                  "frozen encoder, then the whole model (the probe-ready recipe's start)" +
+                                  ("" if init else " (continued pre-training only)"))
     phase2, phase2_share = phase2_fields(data, D)
     return {"mask_rate": float(mask_rate), "mask_ratios": tuple(float(r) for r in ratios), "whole_word_mask": bool(whole_word),
             "packing": bool(packing), "steps": int(steps), "batch_size": int(batch), "seq_len": int(seq_len), "lr": float(lr), "seed": int(seed),
             "vocab": int(vocab), "save_every": int(save_every), "eval_every": int(eval_every), "precision": precision,
-            "phase2": phase2, "phase2_fraction": float(phase2_share)}
+            "phase2": phase2, "phase2_fraction": float(phase2_share), **({"heads_first": float(heads_first)} if init else {})}
 
 
 def phase2_fields(data, D) -> tuple:

@@ -30,7 +30,7 @@ STATUS_ICON = {"running": "🟢 running", "finished": "✅ finished", "failed": 
 FORM_RANGES = {"mask_rate": (0.05, 0.5, 0.01), "mask_ratio": (0.0, 1.0, 0.05), "steps": (1, 10_000_000, 1),
                "batch_size": (1, 4096, 1), "lr": (1e-6, 1e-1, 1e-4), "seed": (0, 2**31 - 1, 1),
                "vocab_size": (200, 100_000, 1000), "every": (0, 10_000_000, 1), "phase2_fraction": (0.01, 0.99, 0.05),
-               "layers": (1, 48, 1), "hidden": (32, 2048, 32), "heads": (1, 32, 1)}
+               "layers": (1, 48, 1), "hidden": (32, 2048, 32), "heads": (1, 32, 1), "heads_first": (0.0, 0.9, 0.05)}
 
 
 def form_defaults(init=None):
@@ -105,7 +105,7 @@ def build(form: dict, root) -> tuple:
                     **{k: form[k] for k in ("objective", "steps", "batch_size", "seq_len", "mask_rate", "mask_ratios",
                                             "whole_word_mask", "lr", "seed", "save_every", "eval_every", "precision",
                                             "phase2_fraction")},
-                    **({"packing": bool(form["packing"])} if "packing" in form else {}))
+                    **{k: form[k] for k in ("packing", "heads_first") if k in form})
     if init:  # continued pre-training: the init's size and vocabulary, filled in (and checked) by resolve_init
         cfg = PretrainConfig.for_init(init, **settings)
     else:

@@ -67,12 +67,15 @@ def panel(root, why: bool = True) -> None:
     from engine.measured import fact
     from engine.corpora import CORPUS_WORDS
     from engine.pretraining.config import CONTINUED_PRETRAINING as R
+    from engine.pretraining.config import PROBE_READY_INIT, PretrainConfig
+    heads_first = PretrainConfig.for_init(PROBE_READY_INIT).heads_first_steps()
     BUILD, MLM, NSP = fact("probe_ready.minutes"), fact("probe_ready.mlm_accuracy"), fact("probe_ready.nsp_accuracy")
     d = run_dir(root)
     st.caption(("MiniLM has real weights but no MLM or NSP head. " if why else "") +
                f"This continues MiniLM's pre-training with the paper's "
                f"objectives (MLM + NSP) on {CORPUS_WORDS[R['corpus']]}: {R['steps']} steps of {R['batch_size']} x {R['seq_len']} tokens at learning rate "
-               f"{R['lr']:g}, as its own process ({BUILD.text()} on {BUILD.where}; held-out MLM "
+               f"{R['lr']:g}" + (f", the first {heads_first} training only the new heads on the frozen encoder" if heads_first else "") +
+               f", as its own process ({BUILD.text()} on {BUILD.where}; held-out MLM "
                f"{MLM.text()} and NSP {NSP.text()} at the end). "
                f"Command: `python -m engine {' '.join(argv(root))}`")
     status, info = _status(d)

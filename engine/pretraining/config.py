@@ -5,7 +5,7 @@ import argparse
 from dataclasses import asdict, dataclass
 from typing import ClassVar, Optional
 
-from engine.config import PRESETS, BertConfig, check_numbers
+from engine.config import PRESETS, BertConfig, check_numbers, steps_or_fraction
 from engine.cli import setting
 from engine.errors import EngineError
 from engine.objectives import MLM_NSP, OBJECTIVES, objective
@@ -39,18 +39,19 @@ def _precisions() -> tuple:
 
 # The one overlay: the defaults of a run started from a pre-trained model (`--init`, PretrainConfig.for_init, the
 # Pre-train page, the studio's probe-ready button): continued pre-training, not the classroom's from-scratch run.
-# Measured on MiniLM with `--corpus all` (BENCHMARKS.md, "Continued pre-training"): at batch 32 x 128, lr 5e-4
-# (60 warmup steps, 1,200 steps) reached held-out MLM accuracy 0.311 / NSP 0.84 at step 600 against 0.257 / 0.748
-# for lr 1e-4 (1,500 steps) at step 500: the fresh MLM transform and NSP head want the larger rate, and the
-# encoder survives it. 600 steps is what fits about 25-30 minutes on a 2-core CPU with native bf16. More of the
-# tokens masked, a schedule of half the steps and 64-token sequences first were each no faster to the same held-out
-# accuracy; the heads first on a frozen encoder (a trial script) reached it 1.2x sooner; `--corpus everyday` (the same
-# text plus everyday conversation, `chat`) filled 2 of the probe set's 16 everyday blanks (none on `all`) but lost 2
-# of its news blanks and 4 of its 30 next-sentence pairs (docs/lab-notes/probe-ready-model.md).
+# Measured on MiniLM with `--corpus all` (BENCHMARKS.md, "The probe-ready model"; every run in
+# docs/lab-notes/probe-ready-model.md): at batch 32 x 128, lr 5e-4 reached held-out MLM accuracy 0.311 / NSP 0.84 at
+# step 600 against 0.257 / 0.748 for lr 1e-4 at step 500, and 1e-3 (after a heads-first start) was behind 5e-4 at
+# every evaluation: the fresh MLM transform and NSP head want the larger rate, and the encoder survives it. The
+# first 15% of the steps train only the new heads on the frozen encoder (a step there costs the encoder's forward only): of the starts
+# measured, the only one ahead of the plain recipe at the same minute. More of the tokens masked, a schedule of
+# half the steps and 64-token sequences first were not; `--corpus everyday` (the same text plus everyday
+# conversation) filled 2 of the probe set's 16 everyday blanks (none on `all`) but lost 2 of its news blanks and 4
+# of its 30 next-sentence pairs. The length fits about 25 minutes on a 2-core CPU with native bf16.
 # THE ONE PLACE to tune the recipe.
 CONTINUED_PRETRAINING = dict(corpus="all", objective=MLM_NSP.name, seq_len=128, phase2_seq_len=None, batch_size=32,
-                             steps=600, lr=5e-4, warmup=40, eval_every=100, save_every=100, log_every=10, dropout=0.1,
-                             mask_rate=0.15)
+                             steps=660, heads_first=0.15, heads_first_lr=1e-3, lr=5e-4, warmup=40, eval_every=100,
+                             save_every=100, log_every=10, dropout=0.1, mask_rate=0.15)
 
 # What this code trains from a given PretrainConfig. Raise it with any change that makes the same settings train
 # another model (as sorting the vocabulary's ids did: every run's start moved). run.json records
@@ -151,6 +152,13 @@ class PretrainConfig:
     adam_beta2: float = setting(0.999, "AdamW beta2", group="optimisation")
     adam_eps: float = setting(1e-6, "AdamW epsilon (google-research/bert's 1e-6)", group="optimisation")
     max_grad_norm: float = setting(1.0, "gradient clipping, 0 = off", group="optimisation")
+    heads_first: float = setting(0.0, "with --init: train only the heads (MLM transform and bias, pooler, NSP) on the "
+                                 "frozen encoder for this many first steps, or this fraction of the steps if < 1, "
+                                 "then everything (not in the paper; the probe-ready recipe's start, BENCHMARKS.md); "
+                                 "0 = off", group="optimisation")
+    heads_first_lr: float = setting(1e-3, "peak learning rate of the --heads-first steps (a warmup over their first "
+                                    "tenth, a decay to 0 at their end; --lr and --warmup then span the steps after "
+                                    "them)", group="optimisation")
     # --- the run
     out: str = setting("", "the run folder (a bare name goes under $BERT_STUDIO_RUNS or ./runs)", group="run")
     name: Optional[str] = setting(None, "run name under the runs folder, when --out is not given", group="run")
@@ -179,6 +187,11 @@ class PretrainConfig:
     prefetch: int = setting(4, "micro-batches assembled, masked (and pinned on CUDA) ahead in a background thread, "
                             "off the training step's path; 0 = in the loop (the same batches either way)", group="run")
     quiet: bool = setting(False, "no progress bar", group="run")
+
+    def heads_first_steps(self) -> int:
+        """How many first steps train only the heads on the frozen encoder (`heads_first`: steps, or a fraction of
+        the steps below 1; engine/pretraining/loop.py freezes, engine.optim.lr_at gives them their own schedule)."""
+        return steps_or_fraction(self.heads_first, self.steps) if self.heads_first else 0
 
     @classmethod
     def classroom(cls, **settings) -> "PretrainConfig":
@@ -259,6 +272,16 @@ def validate(cfg: PretrainConfig) -> None:
                               f"phase trains on longer sequences (paper: 128, then 512): raise it, or train one phase (--phase2-seq-len 0)")
         if not 0.0 < cfg.phase2_fraction < 1.0:
             raise EngineError(f"--phase2-fraction {cfg.phase2_fraction} must be between 0 and 1; the paper uses 0.1")
+    if cfg.heads_first < 0:
+        raise EngineError(f"--heads-first {cfg.heads_first} must be >= 0 (steps, or a fraction of the steps below 1; 0 = off)")
+    if cfg.heads_first and not cfg.init:
+        raise EngineError("--heads-first trains new heads on a pre-trained encoder, so it needs --init MODEL; "
+                          "drop it (--heads-first 0) to train from scratch")
+    if cfg.heads_first and cfg.heads_first_steps() >= cfg.steps:
+        raise EngineError(f"--heads-first {cfg.heads_first:g} leaves none of the {cfg.steps} steps to train the whole "
+                          f"model; lower it (e.g. 0.15: the first 15% of the steps) or raise --steps")
+    if not 0 < cfg.heads_first_lr < 1:
+        raise EngineError(f"--heads-first-lr {cfg.heads_first_lr} must be between 0 and 1; the recipe uses 1e-3")
     if not 0 < cfg.lr < 1:
         raise EngineError(f"--lr {cfg.lr} must be between 0 and 1; e.g. 1e-3 for tiny models, 1e-4 for BERT-BASE")
     if cfg.warmup < 0:

@@ -22,6 +22,7 @@ from pathlib import Path
 
 import torch
 
+from engine.config import steps_or_fraction
 from engine.corpora import CORPUS_WORDS
 from engine.errors import EngineError
 from engine.objectives import OBJECTIVES
@@ -206,6 +207,8 @@ def model_card(run_info: dict, step: int = None) -> str:
     objective = (obj.words or obj.label) if obj else cfg.get("objective")
     new = (run_info.get("init") or {}).get("heads_new") or []
     heads = f" Its {' and '.join(h.upper() for h in new)} head{'s' if len(new) > 1 else ''} started from the paper's initialisation here." if new else ""
+    if cfg.get("heads_first") and cfg.get("steps"):
+        heads += f" The first {steps_or_fraction(cfg['heads_first'], int(cfg['steps']))} steps trained only the heads, on the frozen encoder."
     done = f"{step if step is not None else cfg.get('steps')} steps"
     if init == "minilm":
         return (f"MiniLM's encoder (all-MiniLM-L6-v2: 6 layers, hidden 384, Google's uncased vocabulary), continued "

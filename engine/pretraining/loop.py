@@ -252,6 +252,19 @@ def build_model(cfg: PretrainConfig, tok: Tokenizer, ckpt, device):
     return model, mcfg, state, blob, init_info
 
 
+def encoder_parameters(model) -> list:
+    """The parameters a heads-first start freezes: the embeddings and the Transformer layers (the heads, the
+    pooler that NSP reads and the MLM transform train; the MLM decoder is the word embeddings, so only its bias)."""
+    return [p for module in (model.bert.embeddings, model.bert.layers) for p in module.parameters()]
+
+
+def set_encoder_frozen(model, frozen: bool) -> None:
+    """Freeze (or unfreeze) `encoder_parameters`: frozen, they get no gradient, so AdamW skips them (no update, no
+    weight decay, no moments) and backward stops at the heads (the step costs the encoder's forward only)."""
+    for p in encoder_parameters(model):
+        p.requires_grad_(not frozen)
+
+
 def wrap_model(model, cfg: PretrainConfig, dist: Dist, device):
     """The model the steps call: compiled (--compile) and/or wrapped in DistributedDataParallel."""
     if cfg.compile:
@@ -377,6 +390,8 @@ class Loop:
         self.last_train, self.last_eval = {}, {}
         self.window_time, self.tokens_window_start = 0.0, state["tokens"]  # training time only (no eval / saving)
         self.pbar = None
+        self.heads_first = cfg.heads_first_steps()  # the first steps that train the heads on a frozen encoder
+        self.frozen = False  # the encoder's state now (build_model leaves it trainable)
 
     def amp_ctx(self):
         return amp(self.device, self.precision)
@@ -429,6 +444,7 @@ class Loop:
             self.state["phase"], self.state["position"] = 2, None
             self._open_data(2, None)
             log(f"step {self.step}: phase 2 at sequence length {cfg.phase2_seq_len}", cfg, self.dist)
+        self._freeze_for_step()
         lr, grad_norm = self._optimizer_step()
         at_log = self.step % cfg.log_every == 0 or self.step == self.stop_at
         if self.device.type == "cuda" and at_log:
@@ -452,6 +468,22 @@ class Loop:
         if save_due or stop_now:
             checkpoint(self.run_dir, self.raw_model, self.tok, self.optimizer, self.state, self.window, cfg, self.dist)
         return stop_now
+
+    def _freeze_for_step(self) -> None:
+        """The encoder frozen during the heads-first steps, trainable after them (decided by the step alone, so a
+        resume inside or after them freezes as the straight run did). DistributedDataParallel registers the
+        parameters that need a gradient when it wraps the model, so the model is wrapped again at each change."""
+        frozen = self.step < self.heads_first
+        if frozen == self.frozen:
+            return
+        set_encoder_frozen(self.raw_model, frozen)
+        self.frozen = frozen
+        if self.dist.enabled:
+            self.model = wrap_model(self.raw_model, self.cfg, self.dist, self.device)
+        if frozen:
+            log(f"steps {self.step + 1}-{self.heads_first}: the heads only, on the frozen encoder (--heads-first)", self.cfg, self.dist)
+        elif self.step:
+            log(f"step {self.step + 1}: the whole model trains", self.cfg, self.dist)
 
     def _optimizer_step(self):
         """grad_accum micro-batches, clipping, AdamW; returns (lr, grad norm before clipping)."""

@@ -154,8 +154,62 @@ def test_init_with_ltr_keeps_the_weights_and_applies_the_causal_mask(env, hf_enc
     assert res["status"] == "finished" and engine.load(env["root"] / "ltr").config.causal
 
 
+ENCODER = ("bert.embeddings.", "bert.layers.")  # what a heads-first start freezes
+HEADS = ("mlm.dense.", "mlm.norm.", "mlm.bias", "bert.pooler.", "nsp.")  # what it trains (the decoder is the word embeddings)
+
+
+def test_heads_first_trains_only_the_heads_on_the_frozen_encoder_then_everything(env):
+    cfg = _init_cfg(env, env["src"], out=str(env["root"] / "heads-first"), steps=6, heads_first=3, heads_first_lr=1e-2,
+                    save_every=3, eval_every=3)
+    assert cfg.heads_first_steps() == 3
+    assert _pretrain(cfg)["status"] == "finished"
+    src = engine.load(env["src"]).model.state_dict()
+    at3 = engine.load(Path(cfg.out) / "checkpoints" / "step-3").model.state_dict()
+    at6 = engine.load(Path(cfg.out) / "checkpoints" / "step-6").model.state_dict()
+    assert src.keys() == at3.keys() == at6.keys()
+    encoder = [k for k in src if k.startswith(ENCODER)]
+    heads = [k for k in src if k.startswith(HEADS)]
+    assert encoder and heads and not set(encoder) & set(heads)
+    for k in encoder:  # untouched by the heads-first steps (no update, no weight decay)
+        torch.testing.assert_close(at3[k], src[k], rtol=0, atol=0, msg=k)
+    for k in heads:
+        assert not torch.equal(at3[k], src[k]), k
+    for k in encoder:  # then the whole model trains
+        assert not torch.equal(at6[k], at3[k]), k
+    lrs = {r["step"]: r["lr"] for r in runs.read_metrics(cfg.out) if r["split"] == "train"}
+    from engine.optim import lr_at
+    assert lrs == {s: pytest.approx(lr_at(s - 1, cfg)) for s in (2, 4, 6)}
+    assert runs.read_run_json(cfg.out)["config"]["heads_first"] == 3
+
+
+def test_heads_first_steps_have_their_own_schedule():
+    from engine.optim import lr_at
+    cfg = PretrainConfig(init="minilm", steps=100, heads_first=0.2, heads_first_lr=1e-3, lr=5e-4, warmup=8)
+    assert cfg.heads_first_steps() == 20 and replace(cfg, heads_first=30).heads_first_steps() == 30
+    assert PretrainConfig.for_init("minilm").heads_first_steps() == round(CONTINUED_PRETRAINING["heads_first"] * CONTINUED_PRETRAINING["steps"])
+    lrs = [lr_at(s, cfg) for s in range(100)]
+    assert lrs[0] == pytest.approx(0.5e-3) and lrs[1] == pytest.approx(1e-3)  # warmup over a tenth of the 20
+    assert lrs[2] == lrs[1] and all(a > b for a, b in zip(lrs[2:19], lrs[3:20])) and lrs[19] == pytest.approx(1e-3 / 18)  # to 0 at step 20
+    assert lrs[20] == pytest.approx(5e-4 / 8) and lrs[27] == pytest.approx(5e-4)  # --warmup restarts after them
+    assert lrs[99] == pytest.approx(5e-4 / 72)
+    off = replace(cfg, heads_first=0)
+    assert [lr_at(s, off) for s in (0, 7, 99)] == pytest.approx([5e-4 / 8, 5e-4, 5e-4 / 92])
+
+
+def test_heads_first_mistakes_are_one_line():
+    from engine.pretraining.config import validate
+    for cfg, message in ((PretrainConfig(heads_first=10), "--heads-first trains new heads .* needs --init"),
+                         (PretrainConfig(init="minilm", steps=10, heads_first=10), "leaves none of the 10 steps"),
+                         (PretrainConfig(init="minilm", heads_first=-1), "must be >= 0"),
+                         (PretrainConfig(init="minilm", heads_first=0.1, heads_first_lr=0.0), "--heads-first-lr 0.0")):
+        with pytest.raises(EngineError, match=message) as e:
+            validate(cfg)
+        assert "\n" not in str(e.value)
+
+
 def test_resume_of_an_init_run_equals_the_straight_run(env):
-    straight = _init_cfg(env, env["src"], out=str(env["root"] / "straight"), steps=6, save_every=3, eval_every=3)
+    # resumed inside the heads-first steps, the resumed run freezes, unfreezes at step 4 and trains what the straight one did
+    straight = _init_cfg(env, env["src"], out=str(env["root"] / "straight"), steps=6, heads_first=4, save_every=3, eval_every=3)
     split = replace(straight, out=str(env["root"] / "split"))
     pretrain(straight)
     assert _pretrain(replace(split, stop_after=3))["status"] == "cancelled"
@@ -212,3 +266,38 @@ def test_init_alone_takes_the_continued_pretraining_recipe():
     assert given.steps == 50 and given.lr == 5e-5 and given.batch_size == CONTINUED_PRETRAINING["batch_size"]
     full = resolve_init(cfg)
     assert (full.vocab_size, full.layers, full.hidden, full.heads, full.max_positions, full.cased) == (30522, 6, 384, 12, 512, False)
+
+
+@pytest.mark.slow  # two processes: torchrun's start-up
+def test_heads_first_under_torchrun_freezes_then_trains_every_rank(env, tmp_path):
+    """DistributedDataParallel registers the parameters that need a gradient when it wraps the model: the loop wraps
+    it again when the encoder freezes and unfreezes, so both changes train under torchrun (without that, the first
+    frozen step fails waiting for the encoder's gradients)."""
+    import os
+    import socket
+    import subprocess
+    import sys
+    try:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+    except OSError:
+        pytest.skip("cannot bind a local port for the torchrun rendezvous")
+    out = tmp_path / "ddp-heads-first"
+    c = env["common"]
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "-m", "engine", "pretrain",
+           "--init", str(env["src"]), "--corpus", c["corpus"], "--cache-dir", c["cache_dir"], "--seq-len", "64",
+           "--batch-size", "8", "--steps", "4", "--heads-first", "2", "--save-every", "2", "--eval-every", "4",
+           "--log-every", "2", "--num-threads", "1", "--quiet", "--out", str(out)]
+    e = dict(os.environ, HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1", TMPDIR=str(tmp_path))
+    p = subprocess.run(cmd, cwd=Path(__file__).resolve().parents[2], env=e, capture_output=True, text=True, timeout=240)
+    if p.returncode != 0 and ("EADDRINUSE" in p.stderr or "address already in use" in p.stderr.lower()):
+        pytest.skip("torchrun could not bind its rendezvous port")
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert runs.read_run_json(out)["status"] == "finished" and runs.read_run_json(out)["world_size"] == 2
+    src = engine.load(env["src"]).model.state_dict()
+    at2 = engine.load(out / "checkpoints" / "step-2").model.state_dict()
+    at4 = engine.load(out / "checkpoints" / "step-4").model.state_dict()
+    encoder = [k for k in src if k.startswith(ENCODER)]
+    assert all(torch.equal(at2[k], src[k]) for k in encoder)
+    assert all(not torch.equal(at4[k], at2[k]) for k in encoder)
+    assert any(not torch.equal(at2[k], src[k]) for k in src if k.startswith(HEADS))

@@ -160,6 +160,10 @@ def test_launch_from_a_model_continues_its_pretraining_with_the_recipe(runs_root
     assert [n for n in at.number_input if n.label == "Steps"][0].value == R["steps"]
     assert [n for n in at.number_input if n.label == "Learning rate"][0].value == R["lr"]
     assert [n for n in at.number_input if n.label == "Vocabulary size"][0].disabled
+    heads_first = [n for n in at.number_input if n.label == "Heads first (share)"][0]
+    assert heads_first.value == R["heads_first"] and not heads_first.disabled
+    assert any(f"the first {engine.PretrainConfig.for_init('minilm').heads_first_steps()} train only the new heads" in c.value
+               for c in at.caption)
     [n for n in at.number_input if n.label == "Steps"][0].set_value(40)
     [b for b in at.button if b.label == "Launch"][0].click().run()
     assert not at.exception and not at.error, [e.value for e in at.error]
@@ -172,7 +176,10 @@ def test_launch_from_a_model_continues_its_pretraining_with_the_recipe(runs_root
     # the queued command names MiniLM's own size and vocabulary, so the job accepts it with --init
     assert (flags["vocab_size"], flags["layers"], flags["hidden"], flags["heads"]) == (30522, 6, 384, 12)
     cfg = config_from_args(flags)
-    assert cfg.init == "minilm" and cfg.steps == 40 and cfg.warmup == R["warmup"]
+    assert cfg.init == "minilm" and cfg.steps == 40 and cfg.warmup == R["warmup"] and cfg.heads_first == R["heads_first"]
+    # from scratch the box is off and the command names no heads-first start
+    at.selectbox(key="pretrain_init").set_value("random weights (pre-train from scratch)").run()
+    assert [n for n in at.number_input if n.label == "Heads first (share)"][0].disabled
 
 
 def test_studio_precision_choices_are_the_engines():

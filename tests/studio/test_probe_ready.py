@@ -85,15 +85,17 @@ def test_live_progress_while_it_runs(tmp_path, bbc_tokenizer, queue, page_app):
 
 @pytest.mark.slow
 def test_the_finished_model_has_its_card_and_is_offered_first(tmp_path, bbc_tokenizer, page_app):
-    d = _fake_probe_ready_run(tmp_path, bbc_tokenizer)
+    R = CONTINUED_PRETRAINING
+    d = _fake_probe_ready_run(tmp_path, bbc_tokenizer, step=R["steps"])
     assert probe_ready.model_path(tmp_path) == str(d)
-    at = page_app("1_Model.py", tmp_path, model_page_model=str(d / "checkpoints" / "step-600"))
+    at = page_app("1_Model.py", tmp_path, model_page_model=str(d / "checkpoints" / f"step-{R['steps']}"))
     assert not at.exception and not at.error
     assert any("Done" in s.value for s in at.success)
     card = [i.value for i in at.info if "MiniLM's encoder" in i.value]
     assert card and "not Google's BERT" in card[0].replace("Not", "not")
     assert "masked LM + next sentence prediction" in card[0] and "State of the Union" in card[0]
-    assert f"{CONTINUED_PRETRAINING['steps']} steps of {CONTINUED_PRETRAINING['batch_size']} x" in card[0]
+    assert f"{R['steps']} steps of {R['batch_size']} x" in card[0]
+    assert f"The first {round(R['heads_first'] * R['steps'])} steps trained only the heads, on the frozen encoder" in card[0]
     probe = page_app("5_Probe.py", tmp_path)
     assert not probe.exception
     assert probe.selectbox(key="probe_model").value == str(d)  # offered first, so picked by default
