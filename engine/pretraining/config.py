@@ -109,7 +109,7 @@ class PretrainConfig:
     short_seq_prob: float = setting(0.1, "chance of a shorter instance (the released code's short_seq_prob)", group="data")
     dupe_factor: int = setting(1, "segmentations per document (passes over the documents)", group="data")
     eval_fraction: float = setting(0.05, "share of documents held out (chosen by a fixed seed)", group="data")
-    eval_max_instances: int = setting(512, "held-out instances evaluated (the first ones)", group="data")
+    eval_max_instances: int = setting(512, "held-out instances evaluated, spread evenly over the held-out split", group="data")
     phase2_seq_len: Optional[int] = setting(128, "length of a second phase for the last --phase2-fraction of the steps "
                                             "(paper: 512), 0 = one phase; a given --seq-len or --data without it means "
                                             "one phase", parse=phase_length, none="0", group="data")

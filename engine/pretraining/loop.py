@@ -35,7 +35,7 @@ from engine.optim import adamw, lr_at
 from engine.pretraining.config import TRAINING_VERSION, PretrainConfig, config_dict, model_config
 from engine.pretraining.init import init_model, init_record, load_init, model_config_from_init
 from engine.pretraining.run_folder import StopFlag, checkpoint, last_eval, load_training_state, remove_partial_checkpoints, set_rng_state
-from engine.pretraining.masking import EVAL_MASK_SEED, IGNORE_INDEX, PAPER_RATE, PAPER_RATIOS, fixed_eval_masking, mask_batch
+from engine.pretraining.masking import EVAL_MASK_SEED, IGNORE_INDEX, PAPER_RATE, PAPER_RATIOS, fixed_eval_masking, held_out_sample, mask_batch
 from engine.pretraining.step_inputs import add_prediction_slots, max_predictions, pack_batch
 from engine.status import RUNNING
 from engine.tokenizer import Tokenizer
@@ -120,24 +120,18 @@ def eval_batches(cache, cfg: PretrainConfig, batch_size: int) -> list:
         return []
     n = min(cache.eval.num_instances, cfg.eval_max_instances)
     if objective(cfg.objective).causal:
-        out = []
+        out, sample = [], held_out_sample(cache.eval.num_instances, n)
         for s in range(0, n, batch_size):
-            b = cache.eval.collate(np.arange(s, min(s + batch_size, n)))
+            b = cache.eval.collate(sample[s:s + batch_size])
             b["labels"] = ltr_labels(b["input_ids"], b["attention_mask"])
             out.append(add_prediction_slots(b, b["input_ids"].shape[1]))
         return out
     masked = fixed_eval_masking(cache.eval, cache.vocab_size, cache.mask_id, cache.special_ids,
-                                rate=PAPER_RATE, ratios=PAPER_RATIOS, seed=EVAL_MASK_SEED,
-                                limit=n if cache.config.get("prepared") else None)  # prepared: never the whole split
-    out, seen = [], 0
+                                rate=PAPER_RATE, ratios=PAPER_RATIOS, seed=EVAL_MASK_SEED, limit=n)
+    out = []
     for b in masked.batches(batch_size):
-        if seen >= n:
-            break
-        take = min(len(b["input_ids"]), n - seen)
-        b = {k: v[:take] for k, v in b.items()}
         b["mask_input"] = b["input_ids"] == cache.mask_id  # (B, T): where the input is [MASK] (no copying there)
         out.append(add_prediction_slots(b, max_predictions(b["input_ids"].shape[1], PAPER_RATE)))
-        seen += take
     return out
 
 

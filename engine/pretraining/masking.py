@@ -176,14 +176,25 @@ class MaskedEvalSet:
             yield {k: (v[rows, :T] if v.dim() == 2 else v[rows]) for k, v in self.batch.items()}
 
 
+def held_out_sample(num_instances: int, n: int) -> np.ndarray:
+    """The `n` held-out instances a run evaluates: all of them when there are no more, else `n` spread evenly over
+    the split. Instances are stored document by document and the built-in mixes list one corpus's documents
+    after another (`all`: BBC News first), so the first `n` would score one corpus alone (every one of the first
+    512 of `all` at 128 tokens is a BBC pair); spread, each held-out document counts by its share of the
+    instances."""
+    if n >= num_instances:
+        return np.arange(num_instances)
+    return np.unique(np.linspace(0, num_instances - 1, n).round().astype(np.int64))
+
+
 def fixed_eval_masking(data: "PretrainingData", vocab_size: int, mask_id: int, special_ids=None, rate: float = PAPER_RATE,
                        ratios=PAPER_RATIOS, seed: int = EVAL_MASK_SEED, whole_word: bool = False,
                        limit: Optional[int] = None) -> MaskedEvalSet:
     """Mask a (held-out) split once, deterministically from `seed`, independent of the batch size. `limit`: only
-    the first `limit` instances are collated and masked (the held-out split of a big prepared corpus is not
-    held whole; the masks then differ from those of the whole split, which in-memory caches keep using)."""
+    `held_out_sample(limit)` of the instances, spread over the split, are collated and masked (what a run
+    evaluates; the held-out split of a big prepared corpus is not held whole)."""
     if data is None or data.num_instances == 0:
         raise EngineError("there is no held-out data to evaluate on; hold some documents out (--eval-fraction 0.05)")
-    full = data.collate(np.arange(data.num_instances if limit is None else min(int(limit), data.num_instances)))
+    full = data.collate(held_out_sample(data.num_instances, data.num_instances if limit is None else int(limit)))
     g = torch.Generator().manual_seed(int(seed))
     return MaskedEvalSet(data, mask_batch(full, vocab_size, mask_id, special_ids, rate, ratios, g, whole_word))

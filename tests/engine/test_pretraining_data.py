@@ -224,6 +224,29 @@ def test_ddp_ranks_get_disjoint_slices_of_each_step(nsp):
     assert ranks[0][1] == ranks[1][1] == ranks[2][1]  # every rank reports the same position
 
 
+def test_a_run_evaluates_held_out_instances_spread_over_the_held_out_documents(nsp):
+    """Instances are stored document by document (a mix lists one corpus after another), so the held-out instances
+    a run scores are spread evenly over the split, not its first ones."""
+    from dataclasses import replace
+    from engine.pretraining.config import PretrainConfig
+    from engine.pretraining.loop import eval_batches
+    from engine.pretraining.masking import held_out_sample
+    N = nsp.eval.num_instances
+    assert held_out_sample(N, N + 5).tolist() == list(range(N))  # all of them when there are no more
+    n = N // 4
+    sample = held_out_sample(N, n)
+    gaps = np.diff(sample)
+    assert len(sample) == n and sample[0] == 0 and sample[-1] == N - 1 and gaps.min() >= 1 and gaps.max() - gaps.min() <= 1
+    # what the run evaluates: those instances (and their documents), in order
+    batches = eval_batches(nsp, replace(PretrainConfig(), objective="mlm+nsp", eval_max_instances=n), batch_size=7)
+    scored = torch.cat([b["index"] for b in batches]).numpy()
+    assert scored.tolist() == sample.tolist()
+    docs = set(nsp.eval.source[scored, 0].tolist())
+    assert docs == set(nsp.eval.source[:, 0].tolist()), "every held-out document is scored"
+    first = set(nsp.eval.source[:n, 0].tolist())
+    assert len(first) < len(docs)  # the first n alone would miss documents
+
+
 def test_fixed_eval_masking_is_stable(nsp, bbc):
     _, tok = bbc
     a = fixed_eval_masking(nsp.eval, tok.vocab_size, tok.mask_id, tok.special_ids, seed=0)
