@@ -74,7 +74,7 @@ def panel(root, why: bool = True) -> None:
     st.caption(("MiniLM has real weights but no MLM or NSP head. " if why else "") +
                f"This continues MiniLM's pre-training with the paper's "
                f"objectives (MLM + NSP) on {CORPUS_WORDS[R['corpus']]}: {R['steps']} steps of {R['batch_size']} x {R['seq_len']} tokens at learning rate "
-               f"{R['lr']:g}" + (f", the first {heads_first} training only the new heads on the frozen encoder" if heads_first else "") +
+               f"{R['lr']:g}" + (f", the first {heads_first} training only the output layers, the encoder frozen" if heads_first else "") +
                f", as its own process ({BUILD.text()} on {BUILD.where}; held-out MLM "
                f"{MLM.text()} and NSP {NSP.text()} at the end). "
                f"Command: `python -m engine {' '.join(argv(root))}`")
