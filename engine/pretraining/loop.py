@@ -248,7 +248,9 @@ def build_model(cfg: PretrainConfig, tok: Tokenizer, ckpt, device):
 
 def encoder_parameters(model) -> list:
     """The parameters a heads-first start freezes: the embeddings and the Transformer layers (the heads, the
-    pooler that NSP reads and the MLM transform train; the MLM decoder is the word embeddings, so only its bias)."""
+    pooler that NSP reads and the MLM transform train; the MLM decoder is the word embeddings, so only its bias).
+    Not in the paper, which trains every weight from the first step: it is for continuing a model whose heads are
+    new (the probe-ready recipe, engine/pretraining/config.py)."""
     return [p for module in (model.bert.embeddings, model.bert.layers) for p in module.parameters()]
 
 
