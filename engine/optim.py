@@ -19,16 +19,25 @@ def linear_schedule(step: int, steps: int, warmup: int) -> float:
     return max(0.0, (steps - step) / max(1, steps - warmup))
 
 
-def lr_at(step: int, cfg) -> float:
-    """Learning rate of pre-training optimizer step `step` (0-based): cfg.lr times `linear_schedule` over the steps.
-    With a heads-first start (`PretrainConfig.heads_first_steps`), those steps have a schedule of their own (cfg.heads_first_lr, a
-    warmup over their first tenth, a decay to 0 at their end) and cfg.lr's schedule (cfg.warmup included) spans
-    the steps after them."""
+def schedule(cfg) -> dict:
+    """A pre-training run's learning-rate schedule in steps: the heads-first steps (`PretrainConfig.heads_first_steps`)
+    with their own warmup over their first tenth and peak cfg.heads_first_lr, then cfg.lr's warmup (cfg.warmup,
+    counted in the steps after them) and linear decay to 0 at cfg.steps. What `lr_at` follows and a checkpoint
+    records."""
     head = cfg.heads_first_steps()
+    return {"heads_first_steps": head, "heads_first_warmup": max(1, round(0.1 * head)) if head else 0,
+            "heads_first_lr": float(cfg.heads_first_lr), "warmup_steps": warmup_steps(cfg.warmup, cfg.steps - head),
+            "total_steps": int(cfg.steps), "peak_lr": float(cfg.lr)}
+
+
+def lr_at(step: int, cfg) -> float:
+    """Learning rate of pre-training optimizer step `step` (0-based), as `schedule(cfg)` says: during the heads-first
+    steps their own linear warmup and decay to 0 at their end, then cfg.lr's `linear_schedule` over the rest."""
+    s = schedule(cfg)
+    head = s["heads_first_steps"]
     if step < head:
-        return cfg.heads_first_lr * linear_schedule(step, head, max(1, round(0.1 * head)))
-    steps = cfg.steps - head
-    return cfg.lr * linear_schedule(step - head, steps, warmup_steps(cfg.warmup, steps))
+        return s["heads_first_lr"] * linear_schedule(step, head, s["heads_first_warmup"])
+    return cfg.lr * linear_schedule(step - head, cfg.steps - head, s["warmup_steps"])
 
 
 def param_groups(model: torch.nn.Module, weight_decay: float) -> list:

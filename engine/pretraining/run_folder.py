@@ -25,7 +25,7 @@ from engine.checkpoint import save as save_checkpoint_weights
 from engine.distributed import Dist, all_reduce_
 from engine.errors import EngineError
 from engine.fileio import atomic_save_with
-from engine.optim import warmup_steps
+from engine.optim import schedule
 from engine.pretraining.config import RUNTIME_FIELDS, PretrainConfig, config_dict
 from engine.tokenizer import Tokenizer
 
@@ -157,9 +157,7 @@ def save_checkpoint(run_dir: Path, model, tokenizer: Tokenizer, optimizer, state
     try:
         save_checkpoint_weights(model, tmp, tokenizer=tokenizer, extra_files={"training_state.json": state})
         blob = {"format": STATE_FORMAT, "step": step, "optimizer": optimizer.state_dict(),
-                "scheduler": {"kind": "linear_warmup_linear_decay", "warmup_steps": warmup_steps(cfg.warmup, cfg.steps - cfg.heads_first_steps()),
-                              "total_steps": int(cfg.steps), "peak_lr": float(cfg.lr), "last_step": step,
-                              "heads_first_steps": cfg.heads_first_steps(), "heads_first_lr": float(cfg.heads_first_lr)},
+                "scheduler": {"kind": "linear_warmup_linear_decay", **schedule(cfg), "last_step": step},
                 "rng": rng_state(), "metrics_window": window.detach().cpu().clone(),
                 "state_json": json.dumps(state)}
         atomic_save_with(tmp / "training_state.pt", lambda p: torch.save(blob, p))
