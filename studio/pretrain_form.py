@@ -114,8 +114,25 @@ def build(form: dict, root) -> tuple:
         cfg = PretrainConfig(vocab_size=form["vocab"], preset=form["preset"] if not custom else "tiny", **settings, **custom)
     if data:  # its objective, length, vocabulary and held-out split, not the form's
         cfg = with_prepared_data(replace(cfg, data=data))
-    validate(cfg)  # the form's mistakes show here, not in a failed job
-    return run_name, run_dir, resolve_init(cfg)  # --init: a sequence longer than its positions, a model that does not load
+    try:
+        validate(cfg)  # the form's mistakes show here, not in a failed job
+        return run_name, run_dir, resolve_init(cfg)  # --init: a sequence longer than its positions, a model that does not load
+    except EngineError as e:
+        raise EngineError(_form_words(str(e))) from None
+
+
+# the form's boxes by the flags the engine's checks name (the page speaks of its boxes, not of command-line flags)
+FORM_LABELS = {"--heads-first-lr": "Heads first learning rate", "--heads-first": "Heads first (share)", "--steps": "Steps",
+               "--batch-size": "Batch size", "--seq-len": "Sequence length", "--phase2-seq-len": "Second phase at",
+               "--phase2-fraction": "Second phase share", "--mask-rate": "Masking rate", "--lr": "Learning rate",
+               "--seed": "Seed", "--vocab-size": "Vocabulary size", "--save-every": "Checkpoint every (steps)",
+               "--eval-every": "Evaluate every (steps)", "--layers": "Layers L", "--hidden": "Hidden H", "--heads": "Heads A"}
+
+
+def _form_words(error: str) -> str:
+    """An engine check's line with each flag it names as the form's box ("Steps", not `--steps`)."""
+    import re
+    return re.sub(r"--[a-z0-9-]+", lambda m: f"'{FORM_LABELS[m.group(0)]}'" if m.group(0) in FORM_LABELS else m.group(0), error)
 
 
 def table_rows(rows: list) -> list:

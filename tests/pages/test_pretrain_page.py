@@ -123,7 +123,9 @@ def test_launch_form_validates_and_submits_a_job(runs_root, monkeypatch, page_ap
     [b for b in at.selectbox if b.label == "Sequence length"][0].set_value(256)
     [b for b in at.selectbox if b.label == "Second phase at"][0].set_value(128)
     [b for b in at.button if b.label == "Launch"][0].click().run()
-    assert any("is not longer than --seq-len 256" in e.value for e in at.error) and calls == []
+    # in the page's words: its boxes, not the command's flags
+    assert any("'Second phase at' 128 is not longer than 'Sequence length' 256" in e.value for e in at.error) and calls == []
+    assert not any("--" in e.value for e in at.error)
     [n for n in at.number_input if n.label == "Steps"][0].set_value(50)
     # the short-then-long schedule: 32 tokens, then 128 for the last 30%
     [b for b in at.selectbox if b.label == "Sequence length"][0].set_value(32)
@@ -177,6 +179,13 @@ def test_launch_from_a_model_continues_its_pretraining_with_the_recipe(runs_root
     assert (flags["vocab_size"], flags["layers"], flags["hidden"], flags["heads"]) == (30522, 6, 384, 12)
     cfg = config_from_args(flags)
     assert cfg.init == "minilm" and cfg.steps == 40 and cfg.warmup == R["warmup"] and cfg.heads_first == R["heads_first"]
+    # a share that leaves no step for the whole model: one line, in the page's words, nothing queued
+    [n for n in at.number_input if n.label == "Steps"][0].set_value(2)
+    [n for n in at.number_input if n.label == "Heads first (share)"][0].set_value(0.9)
+    [b for b in at.button if b.label == "Launch"][0].click().run()
+    assert not at.exception and len(calls) == 1
+    assert [e.value for e in at.error] == ["'Heads first (share)' 0.9 leaves none of the 2 steps to train the whole model; "
+                                           "lower it (e.g. 0.15: the first 15% of the steps) or raise 'Steps'"]
     # from scratch the box is off and the command names no heads-first start
     at.selectbox(key="pretrain_init").set_value("random weights (pre-train from scratch)").run()
     assert [n for n in at.number_input if n.label == "Heads first (share)"][0].disabled
