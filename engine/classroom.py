@@ -17,8 +17,10 @@ The two short parts come first: a class that starts before the third one ends ha
 or failed run continues from its last checkpoint (`--resume`). `cancel` cancels the queued parts, then the running
 one (which saves a checkpoint first). `status` says, per part, done / running / queued / cancelled / failed / to do,
 and the minutes left on this machine: a running run's own pace (its training time so far over its share done), else
-the measured figure (engine/measured.py) scaled by the speed check `prepare` ran here (engine.ablations.timing) when
-the figure's machine has one, else the figure as measured there. Prepare's own state (the speed check, the cache
+the measured figure (engine/measured.py) scaled by the part's own kind of speed check, which `prepare` ran here
+(engine.ablations.timing.timed_check: the classroom step for the reference run, a step of the probe-ready recipe for
+the probe-ready model), when the figure's machine has a reading of that check, else the figure as measured there.
+Prepare's own state (the speed checks, the cache
 folders built) is `<runs>/.class/`.
 This module imports no torch until a command needs it (`class status` is quick).
 """
@@ -36,7 +38,7 @@ from engine.status import CANCELLED, DEAD, FAILED, FINISHED, QUEUED, RUNNING
 STOPPED = (CANCELLED.name, FAILED.name)  # a part that stopped before its end: resumed, not queued afresh
 
 REFERENCE_RUN = "classroom-reference"  # the reference run's folder under the runs root (the Start page reads it)
-STATE_DIR = ".class"  # under the runs root: prepare.json (the speed check), cache.json (the cache folders built)
+STATE_DIR = ".class"  # under the runs root: prepare.json (the speed checks), cache.json (the cache folders built)
 RUN_FLAGS: list = []  # the classroom run: `python -m engine pretrain` with its defaults (tests give tiny settings)
 PART_KEYS = ("cache", "reference", "probe_ready")
 ACTIVE = (QUEUED.name, RUNNING.name)
@@ -49,6 +51,7 @@ class Part:
     argv: list  # the engine command the part's job runs
     run_dir: Path  # where its job writes (a run folder; for the cache part, the folder of its log and record)
     minutes: measured.Measured = None  # its measured wall time (None: not measured on its own)
+    check: str = "classroom"  # the speed check that scales it to this machine (engine.ablations.timing.timed_check)
 
 
 def probe_ready_argv(root) -> list:
@@ -72,7 +75,7 @@ def parts(root) -> list:
              ["pretrain", *RUN_FLAGS, "--out", str(root / REFERENCE_RUN), "--quiet"], root / REFERENCE_RUN,
              measured.fact("classroom_run.minutes_bf16")),
         Part("probe_ready", "the probe-ready model (MiniLM continued with MLM + NSP)", probe_ready_argv(root),
-             root / PROBE_READY_RUN, measured.fact("probe_ready.minutes")),
+             root / PROBE_READY_RUN, measured.fact("probe_ready.minutes"), check="minilm"),
     ]
 
 
@@ -128,22 +131,26 @@ def part_state(root, part: Part, job_list: list) -> str:
     return job["status"] if job and job["status"] in STOPPED else "todo"
 
 
-def _check(root):
-    """The speed check `prepare` ran here (engine.ablations.timing.SpeedCheck), or None."""
-    c = read_json_or_empty(Path(root).absolute() / STATE_DIR / "prepare.json").get("speed_check")
-    if not c:
-        return None
+def _checks(root) -> dict:
+    """{kind: engine.ablations.timing.SpeedCheck} of the speed checks `prepare` ran here (none: {})."""
+    recorded = read_json_or_empty(Path(root).absolute() / STATE_DIR / "prepare.json").get("checks") or {}
     from engine.ablations.timing import SpeedCheck
-    return SpeedCheck(c["precision"], c["threads"], c["step_ms"], c.get("gpu", False))
+    return {kind: SpeedCheck(c["precision"], c["threads"], c["step_ms"], c.get("gpu", False)) for kind, c in recorded.items()}
 
 
-def estimate_minutes(part: Part, check) -> tuple:
-    """(minutes, how): the part's measured time scaled to this machine by the speed check when its machine has one,
-    else as measured there; (None, why) when it is not measured on its own."""
+def check_kinds(root) -> list:
+    """The kinds of speed check the parts' estimates need, in order."""
+    return list(dict.fromkeys(p.check for p in parts(root) if p.minutes is not None))
+
+
+def estimate_minutes(part: Part, checks: dict) -> tuple:
+    """(minutes, how): the part's measured time scaled to this machine by its kind of speed check (Part.check) when
+    its machine has a reading of that check, else as measured there; (None, why) when it is not measured on its own."""
     m = part.minutes
     if m is None:
         return None, "not measured on its own (the classroom run's measured time started from an empty cache)"
-    ref_ms = measured.MACHINES[m.machine].check_ms
+    ref_ms = measured.MACHINES[m.machine].check(part.check)
+    check = checks.get(part.check)
     if check is not None and ref_ms and not check.gpu:
         return m.value * check.factor(ref_ms), f"{m.text()} on {m.where}, scaled by this machine's speed check"
     how = f"as measured on {m.where}; no speed check of this machine scales it"
@@ -168,7 +175,7 @@ def status(root, jobs=None) -> list:
     from engine.runs import run_progress
     root = Path(root).absolute()
     job_list = _jobs(root, jobs).list_jobs()
-    check = _check(root)
+    checks = _checks(root)
     out = []
     for p in parts(root):
         state = part_state(root, p, job_list)
@@ -176,7 +183,7 @@ def status(root, jobs=None) -> list:
         row = {"key": p.key, "title": p.title, "state": state, "job": job["id"] if job else None,
                "minutes_left": None, "how": "", "step": None, "total": None}
         if state != "done":
-            est, row["how"] = estimate_minutes(p, check)
+            est, row["how"] = estimate_minutes(p, checks)
             frac = None
             if (p.run_dir / RUN_JSON).is_file():
                 prog = run_progress(p.run_dir)
@@ -206,16 +213,20 @@ def _resume_argv(part: Part) -> list:
 
 def prepare(root, jobs=None, speed_check=True) -> list:
     """Queue what is not done (see the module docstring); returns `status` after it. `speed_check`: time this machine
-    first (a few seconds; skipped when a check is recorded or while a part runs, which would slow it)."""
+    first, each kind of speed check the parts need (seconds; skipped when recorded or while a part runs, which would
+    slow it)."""
     root = Path(root).absolute()
     q = _jobs(root, jobs)
     job_list = q.list_jobs()
     states = {p.key: part_state(root, p, job_list) for p in parts(root)}
-    if speed_check and _check(root) is None and "running" not in states.values():
+    checks = _checks(root)
+    missing = [k for k in check_kinds(root) if k not in checks]
+    if speed_check and missing and "running" not in states.values():
         from dataclasses import asdict
 
-        from engine.ablations.timing import speed_check as timed
-        atomic_write_json(root / STATE_DIR / "prepare.json", {"speed_check": asdict(timed())})
+        from engine.ablations.timing import timed_check
+        checks.update({kind: timed_check(kind) for kind in missing})
+        atomic_write_json(root / STATE_DIR / "prepare.json", {"checks": {k: asdict(c) for k, c in checks.items()}})
     for p in parts(root):
         state = states[p.key]
         if state in ("done",) + ACTIVE:

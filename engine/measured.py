@@ -16,6 +16,11 @@ class Machine:
     name: str  # short, as pages show it
     description: str
     check_ms: float = None  # the speed check (engine.ablations.timing.speed_check): the classroom MLM step, ms
+    minilm_check_ms: float = None  # engine.ablations.timing.minilm_check: a step of the probe-ready recipe, ms
+
+    def check(self, kind: str) -> float:
+        """The reading of speed check `kind` (engine.ablations.timing.CHECKS) on this machine, or None."""
+        return {"classroom": self.check_ms, "minilm": self.minilm_check_ms}[kind]
 
 
 MACHINES = {
@@ -24,7 +29,7 @@ MACHINES = {
     "zen5": Machine("AMD EPYC Zen 5, bf16",
                     "AMD EPYC Zen 5 (family 26 model 2), 2 vCPUs, AVX-512 with avx512_bf16", 195.0),
     "zen4": Machine("AMD EPYC Zen 4, bf16",
-                    "AMD EPYC Zen 4 (family 25 model 17), 2 vCPUs under KVM, AVX-512 with native bf16"),
+                    "AMD EPYC Zen 4 (family 25 model 17), 2 vCPUs under KVM, AVX-512 with native bf16", 284.5, 830.3),
     "avx2": Machine("AMD EPYC, AVX2 only (fp32)",
                     "AMD EPYC, 2 vCPUs, AVX2 only: no bf16 units, so pre-training runs in fp32"),
     "h100": Machine("NVIDIA H100", "one NVIDIA H100 80GB HBM3, bf16"),

@@ -8,8 +8,8 @@ N = number of positions the MLM head is evaluated at, R = number of real (non-pa
   x = LN(x + FFN(x)), GELU. Query, key and value come from one fused (H, 3H) projection (one matrix multiply
   instead of three; the checkpoint code splits it into Hugging Face's query/key/value on save and joins them on
   load). Attention runs through `scaled_dot_product_attention` (flash / memory-efficient kernels on CUDA); when
-  the caller asks for attention maps an explicit softmax path computes the same thing and returns the
-  probabilities. `config.causal` masks every position's right context (the paper's LTR ablation, 5.1).
+  the caller asks for attention maps, or a CPU trains (`explicit_attention`: faster there), an explicit softmax
+  path computes the same thing (and returns the probabilities when asked). `config.causal` masks every position's right context (the paper's LTR ablation, 5.1).
 - `BertPooler`: dense + tanh on the [CLS] vector, giving C.
 - `BertModel`: embeddings, L layers, pooler.
 - `BertLMHead` and `BertForPreTraining`: the MLM head (dense + GELU + LayerNorm, then the word-embedding
@@ -110,12 +110,13 @@ class BertSelfAttention(nn.Module):
             B, T = x.shape[0], x.shape[1]
         H = self.A * self.D
         q, k, v = qkv.view(B, T, 3, self.A, self.D).permute(2, 0, 3, 1, 4)  # 3 x (B, A, T, D)
-        if need_weights:
+        if need_weights or explicit_attention(x):
             scores = (q @ k.transpose(-2, -1)) / math.sqrt(self.D)  # (B, A, T, T)
             if mask is not None:
                 scores = scores.masked_fill(~mask, torch.finfo(scores.dtype).min)
             probs = scores.softmax(dim=-1)
             y = _dropout(probs, self.dropout_p, self.training) @ v  # (B, A, T, D)
+            probs = probs if need_weights else None
         else:
             probs = None
             y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=self.dropout_p if self.training else 0.0)
@@ -327,6 +328,18 @@ def attention_mask_4d(attention_mask, T: int, causal: bool, device):
         tri = torch.ones(T, T, dtype=torch.bool, device=device).tril()[None, None]  # (1, 1, T, T)
         mask = tri if mask is None else (mask & tri)
     return mask
+
+
+def explicit_attention(x) -> bool:
+    """Whether attention takes the explicit softmax path instead of `scaled_dot_product_attention`: on a CPU while
+    gradients are recorded (training). There the pinned torch's fused CPU kernel is fast forward but slow backward:
+    forward and backward under bf16 autocast on the 2-core AMD EPYC Zen 4 took 67 / 109 ms per layer with it against
+    23 / 32 ms explicit at MiniLM's shape (12 heads of 32, 128 tokens, batch 16 / 32), 46 against 12 ms at the
+    classroom model's (2 heads of 64, 64 x 128), 9.3 against 2.2 ms at 64 x 32, with or without a padding mask,
+    and 1,065 against 853 ms at BERT-BASE's 256 x 128 (BENCHMARKS.md, "The probe-ready model"). Forward only
+    (evaluation, features, the Probe page) the fused kernel is faster (7 against 17 ms at MiniLM's shape), and on
+    a GPU it is the flash kernel: both keep it."""
+    return x.device.type == "cpu" and torch.is_grad_enabled()
 
 
 def _dropout(x, p: float, training: bool):

@@ -10,7 +10,9 @@ was most of an LTR step on the 2-core CPU (BENCHMARKS.md, "the vocabulary loss i
 
 Here the forward computes each block's logits, keeps only its log-sum-exp (N floats) and argmax, and drops the
 block; the backward recomputes the block's logits (one more N x H x V multiply) and forms the gradient
-softmax - onehot in place. Same mathematics as the plain form; the numerics match it within rounding: the
+softmax - onehot in place. When all N rows fit one block on a CPU (KEEP_ELEMENTS: MLM's predictions, not LTR's
+every position), the forward forms that gradient at once and keeps it, in the multiplies' dtype, and the backward
+only multiplies. Same mathematics as the plain form; the numerics match it within rounding: the
 multiplies run in the autocast dtype when autocast is on (bf16 inputs, as `F.linear` under autocast), the
 log-sum-exp, softmax and loss in fp32, as `.float()` then `F.cross_entropy`. Checked against the plain form in
 tests/engine/test_vocab_loss.py. Under `torch.compile` (which fuses the plain form itself) the plain form is used.
@@ -22,10 +24,19 @@ import torch.nn.functional as F
 # autocast: blocks of 64 / 131 / 256 / 512 / 1,024 rows took 316 / 274 / 221 / 232 / 348 ms forward and backward),
 # 256 MB on a GPU (large enough that each block's multiply runs at full speed)
 BLOCK_ELEMENTS = {"cpu": 1 << 21, "cuda": 1 << 26}
+# Up to this many logits (N x V) a CPU keeps them all as one block and saves its gradient for the backward instead of
+# recomputing the logits there: one multiply fewer. Measured on the 2-core AMD EPYC Zen 4 under bf16 autocast,
+# forward and backward: MiniLM's 320 x 30,522 (16 x 20 predictions) took 174 ms kept against 415 ms in blocks of 68
+# rows; the classroom's 512 x 8,000 28 ms against 37; at 2,048 x 8,000 keeping was slower (177 ms against 140),
+# memory traffic outgrowing the saved multiply. Not measured on a GPU, so a GPU always recomputes.
+KEEP_ELEMENTS = {"cpu": 3 << 22}
 
 
-def block_rows(device: torch.device, vocab_size: int) -> int:
-    """Rows of h per block on `device` for a vocabulary of `vocab_size`."""
+def block_rows(device: torch.device, vocab_size: int, n_rows: int = None) -> int:
+    """Rows of h per block on `device` for a vocabulary of `vocab_size`: all `n_rows` (one block, its gradient kept)
+    when they fit KEEP_ELEMENTS there."""
+    if n_rows and n_rows * vocab_size <= KEEP_ELEMENTS.get(device.type, 0):
+        return n_rows
     return max(16, BLOCK_ELEMENTS.get(device.type, 1 << 26) // max(1, vocab_size))
 
 
@@ -37,12 +48,13 @@ def vocab_cross_entropy(h, weight, bias, target, rows: int = None):
     the summed cross-entropy (fp32 scalar, differentiable in h, weight and bias) and each row's argmax (N,),
     exactly `F.cross_entropy(F.linear(h, weight, bias).float(), target, reduction="sum")` and `.argmax(-1)`
     within rounding. A target of IGNORE_INDEX (the unused slots of a fixed number of predictions per sequence)
-    adds nothing to the loss or the gradients. `rows`: rows per block (default: block_rows)."""
+    adds nothing to the loss or the gradients. `rows`: rows per block (default: block_rows); when one block holds
+    every row, its gradient is formed in the forward and kept, so the backward does not recompute the logits."""
     if torch.compiler.is_compiling():
         logits = F.linear(h, weight, bias).float()  # (N, V)
         return F.cross_entropy(logits, target, reduction="sum", ignore_index=IGNORE_INDEX), logits.detach().argmax(-1)
     dtype = torch.get_autocast_dtype(h.device.type) if torch.is_autocast_enabled(h.device.type) else h.dtype
-    rows = rows or block_rows(h.device, weight.shape[0])
+    rows = rows or block_rows(h.device, weight.shape[0], h.shape[0])
     return _VocabCrossEntropy.apply(h, weight, bias, target, dtype, rows)
 
 
@@ -60,13 +72,20 @@ class _VocabCrossEntropy(torch.autograd.Function):
             lse = torch.empty(N, dtype=torch.float32, device=h.device)  # log-sum-exp of each row's logits
             pred = torch.empty(N, dtype=torch.long, device=h.device)
             loss = torch.zeros((), dtype=torch.float32, device=h.device)
+            kept = None
             for i in range(0, N, rows):
                 logits = F.linear(hc[i:i + rows], wc, bc).float()  # (n, V)
                 lse[i:i + rows] = torch.logsumexp(logits, -1)
                 pred[i:i + rows] = logits.argmax(-1)
                 picked = logits.gather(1, target[i:i + rows, None]).squeeze(1)  # (n,)
                 loss += ((lse[i:i + rows] - picked) * valid[i:i + rows]).sum()
-        ctx.save_for_backward(hc, wc, bc, target, lse, valid)
+            if 0 < N <= rows:  # one block: keep its gradient (softmax - onehot) instead of recomputing its logits
+                kept = _logit_grad(logits, lse, target, valid)  # (N, V) fp32
+        ctx.kept = kept is not None
+        if ctx.kept:
+            ctx.save_for_backward(hc, wc, kept.to(dtype), None if bias is None else kept.sum(0))
+        else:
+            ctx.save_for_backward(hc, wc, bc, target, lse, valid)
         ctx.h_dtype, ctx.w_dtype, ctx.rows = h.dtype, weight.dtype, rows
         ctx.b_dtype = None if bias is None else bias.dtype  # None: no bias
         ctx.mark_non_differentiable(pred)
@@ -74,19 +93,25 @@ class _VocabCrossEntropy(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, g_loss, g_pred):
+        need_h, need_w, need_b = ctx.needs_input_grad[:3]
+        if ctx.kept:
+            hc, wc, pc, gb = ctx.saved_tensors  # pc: (N, V) softmax - onehot in the multiplies' dtype; gb: (V,)
+            with torch.autocast(hc.device.type, enabled=False):
+                gh = (pc @ wc).float() * g_loss if need_h else None  # (N, V) @ (V, H)
+                gw = (pc.t() @ hc).float() * g_loss if need_w else None  # (V, N) @ (N, H)
+                gb = gb * g_loss if need_b and gb is not None else None
+            return (None if gh is None else gh.to(ctx.h_dtype), None if gw is None else gw.to(ctx.w_dtype),
+                    None if gb is None else gb.to(ctx.b_dtype), None, None, None)
         hc, wc, bc, target, lse, valid = ctx.saved_tensors
         rows, N = ctx.rows, hc.shape[0]
-        need_h, need_w, need_b = ctx.needs_input_grad[:3]
         gh = torch.empty_like(hc) if need_h else None  # (N, H)
         gw = torch.zeros(wc.shape, dtype=torch.float32, device=wc.device) if need_w else None  # (V, H)
         gb = torch.zeros(wc.shape[0], dtype=torch.float32, device=wc.device) if need_b and ctx.b_dtype is not None else None
         with torch.autocast(hc.device.type, enabled=False):
             for i in range(0, N, rows):
                 hb = hc[i:i + rows]  # (n, H)
-                p = F.linear(hb, wc, bc).float()  # (n, V): the block's logits again
-                p.sub_(lse[i:i + rows, None]).exp_()  # softmax
-                p[torch.arange(len(hb), device=p.device), target[i:i + rows]] -= 1.0  # - onehot
-                p.mul_(g_loss * valid[i:i + rows, None])  # ignored rows: no gradient
+                p = _logit_grad(F.linear(hb, wc, bc).float(), lse[i:i + rows], target[i:i + rows], valid[i:i + rows])
+                p.mul_(g_loss)
                 if gb is not None:
                     gb += p.sum(0)
                 pc = p.to(wc.dtype)
@@ -96,3 +121,11 @@ class _VocabCrossEntropy(torch.autograd.Function):
                     gw += (pc.t() @ hb).float()  # (V, n) @ (n, H)
         return (None if gh is None else gh.to(ctx.h_dtype), None if gw is None else gw.to(ctx.w_dtype),
                 None if gb is None else gb.to(ctx.b_dtype), None, None, None)
+
+
+def _logit_grad(logits, lse, target, valid):
+    """d loss_sum / d logits of a block, in place of its fp32 (n, V) logits: softmax - onehot at the target, zero
+    at ignored rows."""
+    p = logits.sub_(lse[:, None]).exp_()  # softmax
+    p[torch.arange(len(p), device=p.device), target] -= 1.0  # - onehot
+    return p.mul_(valid[:, None])  # ignored rows: no gradient

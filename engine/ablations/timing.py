@@ -66,7 +66,8 @@ SPEED_CHECK_BATCH = 64
 
 @dataclass(frozen=True)
 class SpeedCheck:
-    """One speed check of this machine: the classroom model's MLM step time at 128 tokens (ms, the median)."""
+    """One speed check of this machine: a step time (ms, the median), the classroom model's MLM step at 128 tokens
+    (`speed_check`) or the probe-ready recipe's (`minilm_check`)."""
     precision: str  # what pre-training uses here: bf16 (native units) or fp32
     threads: int
     step_ms: float
@@ -92,6 +93,36 @@ def speed_check(steps: int = 5, warmup: int = 1) -> SpeedCheck:
     # the median, as the reference's: on the AVX2 EPYC single steps ranged 530-800 ms, and the fastest would read
     # the machine 15% faster than the jobs ran
     return SpeedCheck(precision, torch.get_num_threads(), statistics.median(ts) * 1000, torch.cuda.is_available())
+
+
+def minilm_check(steps: int = 3, warmup: int = 1) -> SpeedCheck:
+    """Time one step of the probe-ready recipe on this CPU: MiniLM's shape (L=6 H=384, vocabulary 30,522, random
+    weights) at the recipe's batch, length, masked share and dropout (engine.pretraining.config.CONTINUED_PRETRAINING),
+    the median of `steps`. The classroom step stands in for it badly: on an AMD EPYC Zen 4 it read 2.3-2.7x the Xeon's
+    while MiniLM's steps took 1.3x (docs/lab-notes/class-prepare.md), as the two models lean on other kernels (a
+    128-wide model's small matrices against MiniLM's 384-wide ones, and dropout's random numbers)."""
+    import torch
+
+    import dataclasses
+    import json
+
+    from engine.config import BertConfig
+    from engine.device import default_precision
+    from engine.flops import pretrain_step_times
+    from engine.minilm import minilm_path
+    from engine.pretraining.config import CONTINUED_PRETRAINING as R
+    precision = default_precision(torch.device("cpu"))
+    shape = BertConfig.from_hf_dict(json.loads((minilm_path() / "config.json").read_text()))
+    base = dataclasses.replace(shape, hidden_dropout=R["dropout"], attention_dropout=R["dropout"], has_nsp_head=False)
+    ts = pretrain_step_times(base, R["seq_len"], R["batch_size"], R["mask_rate"], "blocked", steps, warmup, precision)
+    return SpeedCheck(precision, torch.get_num_threads(), statistics.median(ts) * 1000, torch.cuda.is_available())
+
+
+def timed_check(kind: str) -> SpeedCheck:
+    """Run the speed check of kind `kind`, whose reading on a measured machine is Machine.check(kind) in
+    engine/measured.py: "classroom" (`speed_check`) scales the classroom model's runs and studies, "minilm"
+    (`minilm_check`) the probe-ready model's."""
+    return {"classroom": speed_check, "minilm": minilm_check}[kind]()
 
 
 def reusable(study, runs_root) -> list:

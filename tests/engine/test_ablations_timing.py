@@ -91,6 +91,26 @@ def test_speed_check_times_a_step():
     assert c.factor() > 0
 
 
+def test_the_minilm_check_times_the_probe_ready_recipes_step(monkeypatch):
+    """It times MiniLM's own shape at the recipe's batch, length, masked share and dropout (so a recipe change moves
+    what it times), not the classroom model's."""
+    import json
+
+    import engine.flops as flops
+    from engine.minilm import minilm_path
+    from engine.pretraining.config import CONTINUED_PRETRAINING as R
+    seen = {}
+    monkeypatch.setattr(flops, "pretrain_step_times", lambda cfg, T, B, rate, *a, **k: seen.update(
+        cfg=cfg, T=T, B=B, rate=rate) or [0.9, 1.0, 1.2])
+    c = timing.timed_check("minilm")
+    hf = json.loads((minilm_path() / "config.json").read_text())
+    cfg = seen["cfg"]
+    assert (cfg.vocab_size, cfg.num_layers, cfg.hidden_size) == (hf["vocab_size"], hf["num_hidden_layers"], hf["hidden_size"])
+    assert (seen["T"], seen["B"], seen["rate"]) == (R["seq_len"], R["batch_size"], R["mask_rate"])
+    assert cfg.hidden_dropout == cfg.attention_dropout == R["dropout"]
+    assert c.step_ms == pytest.approx(1000.0)  # the median
+
+
 def test_cli_estimate(monkeypatch, capsys):
     import engine.ablations.cli as cli
     monkeypatch.setattr(cli, "speed_check", lambda: check(2.0))

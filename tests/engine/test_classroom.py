@@ -125,22 +125,31 @@ def test_a_run_whose_process_died_counts_as_failed_and_resumes(tmp_path):
     assert ["pretrain", "--out", str(ref), "--resume", "--quiet"] in [j["argv"] for j in q.jobs]
 
 
-def test_time_left_is_the_measured_time_scaled_by_the_speed_check_or_the_runs_own_pace(tmp_path, monkeypatch):
+def test_time_left_is_each_measured_time_scaled_by_its_own_speed_check_or_the_runs_own_pace(tmp_path, monkeypatch):
     root, q = tmp_path / "runs", FakeQueue()
-    xeon = measured.MACHINES["xeon"].check_ms
+    import dataclasses
+    ref, ready = measured.fact("classroom_run.minutes_bf16"), measured.fact("probe_ready.minutes")
+    ref_ms, ready_ms = 200.0, 900.0  # the two checks' readings where the two figures were measured
+    machines = dict(measured.MACHINES)
+    machines[ref.machine] = dataclasses.replace(machines[ref.machine], check_ms=ref_ms)
+    machines[ready.machine] = dataclasses.replace(machines[ready.machine], minilm_check_ms=ready_ms)
+    monkeypatch.setattr(measured, "MACHINES", machines)
     calls = []
     import engine.ablations.timing as timing
-    monkeypatch.setattr(timing, "speed_check", lambda: calls.append(1) or SpeedCheck("fp32", 2, 2 * xeon))
+    # this machine: the classroom step twice as slow as where the reference run was measured, MiniLM's 1.5x
+    monkeypatch.setattr(timing, "speed_check", lambda: calls.append("classroom") or SpeedCheck("fp32", 2, 2 * ref_ms))
+    monkeypatch.setattr(timing, "minilm_check", lambda: calls.append("minilm") or SpeedCheck("fp32", 2, 1.5 * ready_ms))
     rows = classroom.prepare(root, jobs=q)
     classroom.prepare(root, jobs=q)
-    assert calls == [1]  # timed once, recorded in <runs>/.class/prepare.json
-    ref = measured.fact("classroom_run.minutes_bf16")
-    assert ref.machine == "xeon" and rows[1]["minutes_left"] == pytest.approx(2 * ref.value)
-    ready = measured.fact("probe_ready.minutes")  # scaled when its machine has a speed check, else as measured
-    scale = 2 * xeon / measured.MACHINES[ready.machine].check_ms if measured.MACHINES[ready.machine].check_ms else 1
-    assert rows[2]["minutes_left"] == pytest.approx(scale * ready.value)
+    assert calls == ["classroom", "minilm"]  # each timed once, recorded in <runs>/.class/prepare.json
+    assert rows[1]["minutes_left"] == pytest.approx(2 * ref.value)
+    assert rows[2]["minutes_left"] == pytest.approx(1.5 * ready.value)  # not by the classroom step's 2x
     assert rows[0]["minutes_left"] is None  # the cache is inside the classroom run's measured time
-    assert classroom.minutes_left(rows) == pytest.approx(2 * ref.value + scale * ready.value)
+    assert classroom.minutes_left(rows) == pytest.approx(2 * ref.value + 1.5 * ready.value)
+    # a machine with no reading of a part's check: that part as measured there, and the status says so
+    machines[ready.machine] = dataclasses.replace(machines[ready.machine], minilm_check_ms=None)
+    row = classroom.status(root, jobs=q)[2]
+    assert row["minutes_left"] == pytest.approx(ready.value) and "no speed check" in row["how"]
     # a running reference run: from its own pace (120 s of training for 4 of 10 steps: 3 min left)
     q.jobs[1]["status"] = "running"
     _run(_part(root, "reference").run_dir, "running", step=4, total=10, elapsed=120.0)

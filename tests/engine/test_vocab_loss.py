@@ -80,6 +80,27 @@ def test_block_rows_keep_a_block_of_logits_bounded():
     assert block_rows(torch.device("cuda"), 30522) > block_rows(cpu, 30522)
 
 
+def test_one_block_keeps_its_gradient_and_matches_the_plain_form_with_ignored_rows_and_no_bias():
+    h, w, _, t = _inputs(N=40, H=16, V=97)
+    t = t.clone()
+    t[::3] = -100  # unused prediction slots
+    plain = lambda y, w, b, t: (F.cross_entropy(F.linear(y, w).float(), t, reduction="sum"), F.linear(y, w).argmax(-1))
+    for autocast in (False, True):
+        ref = _run(plain, h, w, torch.zeros(1), t, autocast)
+        got = _run(lambda y, w, b, t: vocab_cross_entropy(y, w, None, t), h, w, torch.zeros(1), t, autocast)
+        assert block_rows(torch.device("cpu"), 97, 40) == 40  # one block: the kept path
+        assert abs(got[0].item() - ref[0].item()) <= 1e-4 * abs(ref[0].item())
+        for a, r in ((got[2], ref[2]), (got[3], ref[3])):
+            assert a.dtype == r.dtype == torch.float32 and (a - r).norm() / r.norm() < (1e-2 if autocast else 1e-5)
+
+
+def test_block_rows_keep_one_block_only_where_it_was_measured_faster():
+    cpu, cuda = torch.device("cpu"), torch.device("cuda")
+    assert block_rows(cpu, 30522, 320) == 320  # MiniLM's MLM predictions at 16 x 128
+    assert block_rows(cpu, 8000, 2048) == block_rows(cpu, 8000) < 2048  # the classroom's phase 2: blocks
+    assert block_rows(cuda, 30522, 320) == block_rows(cuda, 30522)  # unmeasured on a GPU: blocks
+
+
 def test_the_model_returns_the_loss_of_its_logits():
     cfg = BertConfig(vocab_size=50, hidden_size=16, num_layers=1, num_heads=2, intermediate_size=32,
                      max_position_embeddings=16, hidden_dropout=0.0, attention_dropout=0.0)
