@@ -175,29 +175,29 @@ _PROBE_READY = "python -m engine pretrain --init minilm --corpus all --out runs/
 
 FACTS = {
     # the classroom run: `python -m engine pretrain` with every flag left out (engine/pretraining/config.py)
-    "classroom_run.minutes_bf16": Measured(7.5, "min", "xeon", "2026-12-02", _CLASSROOM_RUN,
+    "classroom_run.minutes_bf16": Measured(8.6, "min", "zen4", "2026-12-02", _CLASSROOM_RUN,
                                            "the classroom pre-training run's wall time with bf16 (as class prepare's "
                                            "reference run)"),
     "classroom_run.minutes_fp32": Measured(15.7, "min", "avx2", "2026-11-27", _CLASSROOM_RUN,
                                            "the classroom pre-training run's wall time in fp32"),
-    "classroom_run.mask_accuracy": Measured(0.127, "", "xeon", "2026-12-02", _CLASSROOM_RUN,
+    "classroom_run.mask_accuracy": Measured(0.129, "", "zen4", "2026-12-02", _CLASSROOM_RUN,
                                             "held-out accuracy at [MASK] at the end (128 tokens)"),
-    "classroom_run.nsp_accuracy": Measured(0.635, "", "xeon", "2026-12-02", _CLASSROOM_RUN,
+    "classroom_run.nsp_accuracy": Measured(0.621, "", "zen4", "2026-12-02", _CLASSROOM_RUN,
                                            "held-out NSP accuracy at the end"),
-    "classroom_run.nsp_rule": Measured(0.605, "", "xeon", "2026-12-02", _CLASSROOM_RUN,
+    "classroom_run.nsp_rule": Measured(0.605, "", "zen4", "2026-12-02", _CLASSROOM_RUN,
                                        "held-out NSP accuracy of the best rule that uses no model"),
-    "classroom_run.frequent_token": Measured(0.047, "", "xeon", "2026-12-02", _CLASSROOM_RUN,
+    "classroom_run.frequent_token": Measured(0.047, "", "zen4", "2026-12-02", _CLASSROOM_RUN,
                                              "the most frequent token's share of the held-out [MASK] positions"),
     # the probe-ready model: MiniLM continued with MLM + NSP (studio/probe_ready.py, the Model page's button)
-    "probe_ready.minutes": Measured(19.4, "min", "xeon", "2026-12-02", _PROBE_READY,
+    "probe_ready.minutes": Measured(15.5, "min", "zen4", "2026-12-02", _PROBE_READY,
                                     "building the probe-ready model, wall time (class prepare's third part)"),
-    "probe_ready.mlm_accuracy": Measured(0.328, "", "xeon", "2026-12-02", _PROBE_READY,
+    "probe_ready.mlm_accuracy": Measured(0.318, "", "zen4", "2026-12-02", _PROBE_READY,
                                          "the probe-ready model's held-out MLM accuracy"),
-    "probe_ready.nsp_accuracy": Measured(0.879, "", "xeon", "2026-12-02", _PROBE_READY,
+    "probe_ready.nsp_accuracy": Measured(0.857, "", "zen4", "2026-12-02", _PROBE_READY,
                                          "the probe-ready model's held-out NSP accuracy"),
     # `python -m engine class prepare` on an empty runs folder and cache: the cache, the reference run, the
     # probe-ready model, one after the other (engine/classroom.py)
-    "class_prepare.minutes": Measured(27.5, "min", "xeon", "2026-12-02", "python -m engine class prepare",
+    "class_prepare.minutes": Measured(24.9, "min", "zen4", "2026-12-02", "python -m engine class prepare",
                                       "preparing a class (class prepare, empty runs folder and cache)"),
     # the engine against transformers (python -m engine bench): both sides from the same weights and loss
     "bench.cpu_pretrain_ratio": Measured(

@@ -1,6 +1,7 @@
 """Time one MiniLM-shaped MLM + NSP pre-training step on this CPU (random weights and batch: 32 x 128, 20 predictions
 per sequence, 2 threads): forward, backward and AdamW, median of --steps after 2 untimed; --precision bf16|fp32,
---profile for the torch profiler table. Time it alone.
+--profile for the torch profiler table; --fused-attention and --recompute-vocab time the code before this CPU's two
+training kernels were chosen. Time it alone.
 
     python docs/lab-notes/minilm_step_time.py --steps 4 --precision bf16
 """
@@ -18,7 +19,16 @@ p.add_argument("--fused", action="store_true")
 p.add_argument("--batch", type=int, default=32)
 p.add_argument("--precision", default="bf16")
 p.add_argument("--dropout", type=float, default=0.1)
+p.add_argument("--fused-attention", action="store_true", help="train with the fused SDPA kernel (the code before "
+               "engine.model.explicit_attention)")
+p.add_argument("--recompute-vocab", action="store_true", help="the vocabulary loss in blocks even where one block "
+               "fits (the code before engine.vocab_loss.KEEP_ELEMENTS)")
 a = p.parse_args()
+import engine.model, engine.vocab_loss
+if a.fused_attention:
+    engine.model.explicit_attention = lambda x: False
+if a.recompute_vocab:
+    engine.vocab_loss.KEEP_ELEMENTS = {}
 torch.set_num_threads(2)
 cfg = BertConfig(vocab_size=30522, hidden_size=384, num_layers=6, num_heads=12, intermediate_size=1536,
                  max_position_embeddings=512, has_nsp_head=True, hidden_dropout=a.dropout, attention_dropout=a.dropout)
