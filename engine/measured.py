@@ -19,7 +19,7 @@ class Machine:
     minilm_check_ms: float = None  # engine.ablations.timing.minilm_check: a step of the probe-ready recipe, ms
 
     def check(self, kind: str) -> float:
-        """The reading of speed check `kind` (engine.ablations.timing.CHECKS) on this machine, or None."""
+        """The reading of speed check `kind` (engine.ablations.timing.timed_check) on this machine, or None."""
         return {"classroom": self.check_ms, "minilm": self.minilm_check_ms}[kind]
 
 

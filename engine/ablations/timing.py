@@ -95,10 +95,11 @@ def speed_check(steps: int = 5, warmup: int = 1) -> SpeedCheck:
     return SpeedCheck(precision, torch.get_num_threads(), statistics.median(ts) * 1000, torch.cuda.is_available())
 
 
-def minilm_check(steps: int = 3, warmup: int = 1) -> SpeedCheck:
+def minilm_check(steps: int = 5, warmup: int = 2) -> SpeedCheck:
     """Time one step of the probe-ready recipe on this CPU: MiniLM's shape (L=6 H=384, vocabulary 30,522, random
     weights) at the recipe's batch, length, masked share and dropout (engine.pretraining.config.CONTINUED_PRETRAINING),
-    the median of `steps`. The classroom step stands in for it badly: on an AMD EPYC Zen 4 it read 2.3-2.7x the Xeon's
+    the median of `steps` after `warmup` (three after one read 1,493 ms inside `class prepare` where three runs alone
+    just before read 791-894 ms on the same host). The classroom step stands in for it badly: on an AMD EPYC Zen 4 it read 2.3-2.7x the Xeon's
     while MiniLM's steps took 1.3x (docs/lab-notes/class-prepare.md), as the two models lean on other kernels (a
     128-wide model's small matrices against MiniLM's 384-wide ones, and dropout's random numbers)."""
     import torch
