@@ -20,9 +20,9 @@ with `save_best`, `best/` (the fine-tuned encoder in the Hugging Face layout plu
 `head.json`; `load_finetuned` reads it back).
 
 Speed on CPU: training batches are length-sorted only inside small random windows drawn afresh each epoch
-(`length_batches` says why not more), each batch's examples packed into as few rows as they fit (engine/packing.py;
-`--no-packing`: padded per batch, the encoder then keeping the padding off its linear layers, `unpad`), and
-evaluation runs in length order.
+(`length_batches` says why not more), each batch padded to its longest with the encoder keeping the padding off its
+linear layers (`unpad`), or with `--packing` its examples packed into as few rows as they fit (engine/packing.py:
+exact, not measured faster), and evaluation runs in length order.
 `precision="auto"` trains and evaluates under bf16 autocast (fp32 weights, optimizer and losses) on CUDA and on
 CPUs with native bf16 units; on the 2-core Zen 4 a training step measured 1.25x (tiny) to 1.55x (small) faster
 than fp32 and MiniLM fine-tuning 1.25x end to end (BENCHMARKS.md). Elsewhere fp32.
@@ -52,7 +52,7 @@ from engine.device import PRECISIONS, amp, check_device, check_precision, resolv
 from engine.errors import EngineError
 from engine.fileio import atomic_save_with
 from engine.heads import TaskModel, pack_inputs
-from engine.optim import linear_schedule, param_groups
+from engine.optim import fused, linear_schedule, param_groups
 from engine.tasks.batching import Prepared, length_batches
 from engine.tasks.describe import describe, describe_lines
 from engine.tasks.glue import TASK_TYPES
@@ -96,9 +96,10 @@ class FinetuneConfig:
     precision: str = setting("auto", "auto (default): bf16 autocast on CUDA and on CPUs with native bf16 (measured faster), "
                              "else fp32", choices=PRECISIONS)
     out: str = setting("runs/finetune", "output folder: run.json, metrics.jsonl, eval.json", required=True)
-    packing: bool = setting(True, "pad each training batch's examples to its longest instead of packing them into as few "
-                            "rows as they fit (the default: the same losses and gradients, engine/packing.py; measured "
-                            "1.05x faster end to end on RTE, BENCHMARKS.md)", flag="--no-packing")
+    packing: bool = setting(False, "pack each training batch's examples into as few rows as they fit instead of padding "
+                            "them to the longest (the same losses and gradients, engine/packing.py; off by default: on "
+                            "RTE 1.05x faster end to end with bf16 on the Xeon, 0.96x in fp32 on the AVX2 EPYC, "
+                            "BENCHMARKS.md)")
     bilstm: bool = setting(False, "add a randomly initialised BiLSTM between encoder and head (Table 5, LTR + BiLSTM)")
     warmup: float = setting(0.1, "fraction of the steps with a linear warmup")
     weight_decay: float = setting(0.01, "AdamW weight decay")
@@ -223,9 +224,10 @@ def prepare(task, tok, cfg: FinetuneConfig, max_len: int) -> Prepared:
 
 # ------------------------------------------------------------------ one trial
 def make_optimizer(model: nn.Module, lr: float, weight_decay: float, total_steps: int, warmup: float):
-    """AdamW (no decay on biases and LayerNorm weights) and a warmup + linear decay schedule (engine.optim);
-    warmup is a fraction of the steps, floored."""
-    opt = torch.optim.AdamW(param_groups(model, weight_decay), lr=lr, betas=(0.9, 0.999), eps=1e-6)
+    """AdamW (no decay on biases and LayerNorm weights; fused, engine.optim.fused) and a warmup + linear decay
+    schedule (engine.optim); warmup is a fraction of the steps, floored."""
+    device = next(model.parameters()).device
+    opt = torch.optim.AdamW(param_groups(model, weight_decay), lr=lr, betas=(0.9, 0.999), eps=1e-6, **fused(device))
     warm = int(warmup * total_steps)
     return opt, torch.optim.lr_scheduler.LambdaLR(opt, lambda step: linear_schedule(step, total_steps, warm))
 

@@ -4,9 +4,13 @@ batch without dropout, and two CPU kernels"): attention forward and backward und
 shapes, with and without a padding mask; and the blocked vocabulary loss (engine.vocab_loss) forward and backward
 at several block sizes, one block (its gradient kept) included. Medians; 2 threads. Time it alone.
 
-    python docs/lab-notes/cpu_kernels_measure.py
+    python docs/lab-notes/cpu_kernels_measure.py [--fp32] [--dropout P]
+
+`--fp32` times everything without autocast (a CPU without bf16 units trains so); `--dropout P` times attention in
+training mode with dropout P on the attention probabilities (SDPA's dropout_p, F.dropout on the explicit path), as
+fine-tuning runs it.
 """
-import math, statistics, sys, time
+import argparse, contextlib, math, statistics, sys, time
 from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # run from a checkout
 import torch
@@ -14,6 +18,14 @@ import torch.nn.functional as F
 from engine.vocab_loss import block_rows, vocab_cross_entropy
 
 torch.set_num_threads(2)
+_args = argparse.ArgumentParser()
+_args.add_argument("--fp32", action="store_true")
+_args.add_argument("--dropout", type=float, default=0.0)
+ARGS = _args.parse_args()
+
+
+def autocast():
+    return contextlib.nullcontext() if ARGS.fp32 else torch.autocast("cpu", dtype=torch.bfloat16)
 
 
 def median_ms(fn, n=7):
@@ -28,7 +40,7 @@ def explicit(q, k, v, mask):
     s = (q @ k.transpose(-2, -1)) / math.sqrt(q.shape[-1])
     if mask is not None:
         s = s.masked_fill(~mask, torch.finfo(s.dtype).min)
-    return s.softmax(-1) @ v
+    return F.dropout(s.softmax(-1), ARGS.dropout, True) @ v
 
 
 for B, A, T, D in ((16, 12, 128, 32), (32, 12, 128, 32), (64, 2, 32, 64), (64, 2, 128, 64), (256, 12, 128, 64)):
@@ -39,10 +51,11 @@ for B, A, T, D in ((16, 12, 128, 32), (32, 12, 128, 32), (64, 2, 32, 64), (64, 2
             mask = torch.ones(B, 1, 1, T, dtype=torch.bool)
             mask[::2, ..., T // 2:] = False
         line = []
-        for name, fn in (("fused", lambda: F.scaled_dot_product_attention(q, k, v, attn_mask=mask)),
+        for name, fn in (("fused", lambda: F.scaled_dot_product_attention(q, k, v, attn_mask=mask,
+                                                                                    dropout_p=ARGS.dropout)),
                          ("explicit", lambda: explicit(q, k, v, mask))):
             def step():
-                with torch.autocast("cpu", dtype=torch.bfloat16):
+                with autocast():
                     o = fn()
                 o.float().sum().backward()
             line.append(f"{name} {median_ms(step, 3 if B == 256 else 7):.1f} ms")
@@ -55,7 +68,7 @@ for N, H, V in ((320, 384, 30522), (512, 128, 8000), (2048, 128, 8000)):
     t = torch.randint(0, V, (N,))
     for rows in sorted({block_rows(torch.device("cpu"), V), 256, 512, N}):
         def step():
-            with torch.autocast("cpu", dtype=torch.bfloat16):
+            with autocast():
                 loss, _ = vocab_cross_entropy(h, w, b, t, rows=rows)
             loss.backward()
         print(f"vocabulary loss N={N} H={H} V={V} rows {rows}: {median_ms(step, 5):.1f} ms" + (" (one block, kept)" if rows >= N else ""))

@@ -59,10 +59,10 @@ CONTINUED_PRETRAINING = dict(corpus="all", objective=MLM_NSP.name, seq_len=128, 
 
 # What this code trains from a given PretrainConfig. Raise it with any change that makes the same settings train
 # another model (as sorting the vocabulary's ids did: every run's start moved; as the explicit attention on a
-# CPU did: a training step's dropout draws moved). run.json records
-# it ("training_version"; "mixed" when a resume crossed versions); a study takes over a finished run only of this
+# CPU did: a training step's dropout draws moved; as dropout's 15-bit CPU mask and the fused CPU AdamW did).
+# run.json records it ("training_version"; "mixed" when a resume crossed versions); a study takes over a finished run only of this
 # version (engine/ablations/reuse.py); runs that record none are never taken over.
-TRAINING_VERSION = 2
+TRAINING_VERSION = 3
 # Packing a step's instances (engine/pretraining/step_inputs.py) is exact; it is off by default because it was not
 # measured faster: google-research/bert's instances fill their rows but for the short ones and document ends (4.4% of
 # the classroom's 32-token batches are padding, 10.7% at 128), so first-fit saves 2-3% of the rows, which the

@@ -150,8 +150,8 @@ def test_one_epoch_tiny_finetune_learns(synth, tmp_path, capsys):
 
 
 def test_packed_and_padded_finetuning_train_the_same_model(synth, tmp_path):
-    """Packing (the default) only lays each batch's examples in fewer rows: with dropout off, the same training losses
-    and dev score as --no-packing, in fp32."""
+    """Packing (--packing) only lays each batch's examples in fewer rows: with dropout off, the same training losses
+    and dev score as the padded default, in fp32."""
     got = {}
     for packing in (True, False):
         cfg = _cfg(synth, tmp_path, "glue", "cls", lr=(3e-3,), batch_size=(8,), epochs=(1,), dropout=0.0, precision="fp32",
@@ -159,7 +159,7 @@ def test_packed_and_padded_finetuning_train_the_same_model(synth, tmp_path):
         res = finetune(cfg)
         recs = [json.loads(l) for l in (tmp_path / f"out-{packing}" / "metrics.jsonl").read_text().splitlines()]
         got[packing] = ([r["loss"] for r in recs if "loss" in r], res["score"])
-    assert FinetuneConfig().packing is True
+    assert FinetuneConfig().packing is False
     assert got[True][0] == pytest.approx(got[False][0], rel=1e-4, abs=1e-5) and got[True][1] == got[False][1]
 
 

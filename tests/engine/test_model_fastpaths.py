@@ -285,3 +285,42 @@ def test_fused_adamw_step_equals_foreach_step():
 
 def test_engine_public_api_still_exported():
     assert engine.BertForPreTraining is BertForPreTraining and engine.BertModel is em.BertModel
+
+
+def test_cpu_dropout_rate_scale_and_gradient():
+    """Dropout's CPU mask (engine.model.cpu_keep_mask): the drop rate is p to within sampling error, the kept
+    elements are scaled so the mean is kept, the backward passes the gradient through the same mask with the same
+    scale, and torch.manual_seed repeats the draws."""
+    from engine.model import DROP_LEVELS, _dropout
+    n = 400_000
+    for p in (0.1, 0.5, 0.9):
+        x = torch.ones(n, dtype=torch.float64, requires_grad=True)
+        torch.manual_seed(1)
+        y = _dropout(x, p, True)
+        rate = float((y == 0).double().mean())
+        q = round(p * DROP_LEVELS) / DROP_LEVELS
+        assert abs(rate - q) < 5 * (q * (1 - q) / n) ** 0.5, (p, rate)
+        kept = y[y != 0]
+        assert torch.allclose(kept, torch.full_like(kept, 1 / (1 - q)))
+        assert abs(float(y.detach().mean()) - 1) < 0.02
+        y.backward(torch.full_like(y, 2.0))
+        assert torch.equal(x.grad, 2.0 * y.detach())  # same mask, same scale
+        torch.manual_seed(1)
+        assert torch.equal(_dropout(x.detach(), p, True), y.detach())
+    x = torch.randn(3, 5, 7)
+    assert _dropout(x, 0.1, False) is x and _dropout(x, 0.0, True) is x
+    assert torch.equal(_dropout(x, 1.0, True), torch.zeros_like(x))
+    odd = _dropout(torch.ones(3, 5, 7), 0.3, True)  # a size not a multiple of four words
+    assert odd.shape == (3, 5, 7) and 0 < float((odd == 0).float().mean()) < 1
+
+
+def test_cpu_dropout_draws_are_independent_within_a_word():
+    """The four 15-bit values cut from one 64-bit draw are independent: neighbours are dropped together at
+    about p squared, not more."""
+    from engine.model import cpu_keep_mask
+    torch.manual_seed(0)
+    keep, _ = cpu_keep_mask((1_000_000,), 0.5)
+    drop = ~keep.view(-1, 4)
+    for i in range(3):
+        both = float((drop[:, i] & drop[:, i + 1]).float().mean())
+        assert abs(both - 0.25) < 0.005, (i, both)
