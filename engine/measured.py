@@ -201,9 +201,9 @@ FACTS = {
                                       "preparing a class (class prepare, empty runs folder and cache)"),
     # the engine against transformers (python -m engine bench): both sides from the same weights and loss
     "bench.cpu_pretrain_ratio": Measured(
-        3.38, "x", "zen4", "2026-11-22",
-        "python -m engine bench --threads 1 --scenario pretrain --preset mini --seq-len 128 --batch-size 32 "
-        "--precision fp32", "BERT-mini pre-training step, 1 CPU thread, fp32: engine / transformers"),
+        6.15, "x", "avx2", "2026-12-03",
+        "python -m engine bench --threads 2 --scenario pretrain --preset mini --seq-len 128 --batch-size 32 "
+        "--precision fp32", "BERT-mini pre-training step, 2 CPU threads, fp32: engine / transformers (median of 3)"),
     "bench.gpu_base_ratio_eager": Measured(
         1.34, "x", "h100", "2026-11-24",
         "python -m engine bench --scenario pretrain --preset base --seq-len 128 --batch-size 256 --precision bf16 "
