@@ -52,6 +52,7 @@ class Part:
     run_dir: Path  # where its job writes (a run folder; for the cache part, the folder of its log and record)
     minutes: measured.Measured = None  # its measured wall time (None: not measured on its own)
     check: str = "classroom"  # the speed check that scales it to this machine (engine.ablations.timing.timed_check)
+    minutes_fp32: measured.Measured = None  # its wall time in fp32, on a CPU without bf16 units (None: not measured)
 
 
 def probe_ready_argv(root) -> list:
@@ -73,9 +74,10 @@ def parts(root) -> list:
              ["class", "cache", "--runs-root", str(root), *RUN_FLAGS], state / "cache"),
         Part("reference", "a finished classroom run (the reference)",
              ["pretrain", *RUN_FLAGS, "--out", str(root / REFERENCE_RUN), "--quiet"], root / REFERENCE_RUN,
-             measured.fact("classroom_run.minutes_bf16")),
+             measured.fact("classroom_run.minutes_bf16"), minutes_fp32=measured.fact("classroom_run.minutes_fp32")),
         Part("probe_ready", "the probe-ready model (MiniLM continued with MLM + NSP)", probe_ready_argv(root),
-             root / PROBE_READY_RUN, measured.fact("probe_ready.minutes"), check="minilm"),
+             root / PROBE_READY_RUN, measured.fact("probe_ready.minutes"), check="minilm",
+             minutes_fp32=measured.fact("probe_ready.minutes_fp32")),
     ]
 
 
@@ -154,8 +156,8 @@ def estimate_minutes(part: Part, checks: dict) -> tuple:
     if check is not None and ref_ms and not check.gpu:
         return m.value * check.factor(ref_ms), f"{m.text()} on {m.where}, scaled by this machine's speed check"
     how = f"as measured on {m.where}; no speed check of this machine scales it"
-    if part.key == "reference":  # a CPU without bf16 units trains in fp32
-        fp32 = measured.fact("classroom_run.minutes_fp32")
+    if part.minutes_fp32 is not None:  # a CPU without bf16 units trains in fp32
+        fp32 = part.minutes_fp32
         how += f" (in fp32, on a CPU without bf16 units: {fp32.text()} on {fp32.where})"
     return m.value, how
 

@@ -191,6 +191,8 @@ FACTS = {
     # the probe-ready model: MiniLM continued with MLM + NSP (studio/probe_ready.py, the Model page's button)
     "probe_ready.minutes": Measured(15.5, "min", "zen4", "2026-12-02", _PROBE_READY,
                                     "building the probe-ready model, wall time (class prepare's third part)"),
+    "probe_ready.minutes_fp32": Measured(32.0, "min", "avx2", "2026-12-03", _PROBE_READY,
+                                         "building the probe-ready model in fp32 (a CPU without bf16 units)"),
     "probe_ready.mlm_accuracy": Measured(0.318, "", "zen4", "2026-12-02", _PROBE_READY,
                                          "the probe-ready model's held-out MLM accuracy"),
     "probe_ready.nsp_accuracy": Measured(0.857, "", "zen4", "2026-12-02", _PROBE_READY,
@@ -246,6 +248,7 @@ def readme_table() -> str:
              FACTS["classroom_run.nsp_accuracy"]),
             ("preparing a class: all three parts", FACTS["class_prepare.minutes"]),
             ("building the probe-ready model", FACTS["probe_ready.minutes"]),
+            ("building the probe-ready model, fp32", FACTS["probe_ready.minutes_fp32"]),
             ("its held-out MLM accuracy", FACTS["probe_ready.mlm_accuracy"]),
             ("its held-out NSP accuracy", FACTS["probe_ready.nsp_accuracy"])]
     rows += [(s.minutes.what, s.minutes) for s in STUDIES.values()]
