@@ -205,7 +205,7 @@ FACTS = {
     "bench.cpu_pretrain_ratio": Measured(
         6.15, "x", "avx2", "2026-12-03",
         "python -m engine bench --threads 2 --scenario pretrain --preset mini --seq-len 128 --batch-size 32 "
-        "--precision fp32", "BERT-mini pre-training step, 2 CPU threads, fp32: engine / transformers (median of 3)"),
+        "--precision fp32", "BERT-mini pre-training step, 2 threads, fp32: engine / transformers"),
     "bench.gpu_base_ratio_eager": Measured(
         1.34, "x", "h100", "2026-11-24",
         "python -m engine bench --scenario pretrain --preset base --seq-len 128 --batch-size 256 --precision bf16 "

@@ -364,9 +364,8 @@ def cpu_keep_mask(shape, p: float, generator: torch.Generator = None):
     EPYCs this was measured on, so dropout's draws were 13.6% of a MiniLM fine-tuning step (fp32, 16 x 128, AVX2
     EPYC). Here each 64-bit draw of the generator (`random_`, 63 uniform bits) gives four elements 15 bits each:
     3.1 against 11.2 ns an element; dropout forward 8.2 against 24.7 ms at 2M elements, forward and backward 18.1
-    against 35.2
-    (docs/lab-notes/packing.md, "Where a fine-tuning step's time goes"). Departure from the paper's dropout: the
-    rate is quantised to 1/32768. The draws come from `generator` (default: torch's), so torch.manual_seed makes
+    against 35.2 (docs/lab-notes/packing.md, the AVX2 EPYC entry). Departure from the paper's dropout: the rate is
+    quantised to 1/32768. The draws come from `generator` (default: torch's), so torch.manual_seed makes
     them repeatable."""
     n = math.prod(shape)
     words = torch.empty((n + 3) // 4, dtype=torch.int64).random_(generator=generator)  # [0, 2^63): 63 uniform bits

@@ -53,7 +53,7 @@ def fused(device) -> dict:
     """AdamW's keyword for its fused kernel on `device`: the pinned torch has one for CUDA and for CPUs. The same
     update as the default per-parameter loop within rounding; on the 2-core AVX2 EPYC (fp32) a MiniLM step's
     optimizer took 20 ms with it against 92-125 ms without (22.7M parameters; `python
-    docs/lab-notes/finetune_step_profile.py --fused-adamw`, docs/lab-notes/packing.md)."""
+    docs/lab-notes/finetune_step_profile.py [--loop-adamw]`, docs/lab-notes/packing.md)."""
     return {"fused": True} if torch.device(device).type in ("cuda", "cpu") else {}
 
 

@@ -1,12 +1,14 @@
 """Where a fine-tuning step's time goes: the engine's own loop pieces (prepare, TaskModel, packing, AdamW, clipping)
 on a task's real batches, each phase timed apart, then torch.profiler's table of the operators.
 
-    python docs/lab-notes/finetune_step_profile.py --train ../shared/data/rte/train.tsv --dev ../shared/data/rte/dev.tsv \
-        [--steps 20] [--warmup 3] [--batch 16] [--dropout 0.1] [--no-packing] [--fused-adamw] [--profile]
+    python docs/lab-notes/finetune_step_profile.py --train ../shared/data/rte/train.tsv \
+        --dev ../shared/data/rte/dev.tsv [--steps 20] [--warmup 3] [--batch 16] [--dropout 0.1] \
+        [--packing] [--loop-adamw] [--profile]
 
 The phases are timed with the step's own synchronous CPU execution (no GPU here): collate and pack, forward and the
-loss, backward, clipping, the optimizer and its schedule. `--fused-adamw` builds AdamW with fused=True (the CPU
-kernel of torch >= 2.4) instead of the engine's default.
+loss, backward, clipping, the optimizer and its schedule. The optimizer is the engine's (`make_optimizer`: AdamW's
+fused kernel); `--loop-adamw` builds AdamW's per-parameter loop instead (the code before the fused CPU kernel).
+`--packing` packs each batch as `finetune --packing` does.
 """
 import argparse
 import importlib
@@ -36,14 +38,14 @@ def main() -> None:
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--batch", type=int, default=16)
     ap.add_argument("--dropout", type=float, default=0.1)
-    ap.add_argument("--no-packing", action="store_true")
-    ap.add_argument("--fused-adamw", action="store_true")
+    ap.add_argument("--packing", action="store_true")
+    ap.add_argument("--loop-adamw", action="store_true")
     ap.add_argument("--precision", default="auto")
     ap.add_argument("--profile", action="store_true")
     a = ap.parse_args()
     torch.set_num_threads(2)
     cfg = ft.FinetuneConfig(model=a.model, task="glue", train=a.train, dev=a.dev, out="/tmp/unused-profile",
-                            dropout=a.dropout, packing=not a.no_packing, precision=a.precision)
+                            dropout=a.dropout, packing=a.packing, precision=a.precision)
     device = resolve_device("cpu")
     precision = resolve_precision(cfg.precision, device)
     bundle, base = ft._load_encoder(cfg)
@@ -55,9 +57,10 @@ def main() -> None:
     ft.set_dropout(model, a.dropout)
     model.train()
     total = a.steps + a.warmup
-    extra = {"fused": True} if a.fused_adamw else {}
-    opt = torch.optim.AdamW(param_groups(model, cfg.weight_decay), lr=5e-5, betas=(0.9, 0.999), eps=1e-6, **extra)
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: linear_schedule(s, total, int(0.1 * total)))
+    opt, sched = ft.make_optimizer(model, 5e-5, cfg.weight_decay, total, cfg.warmup)
+    if a.loop_adamw:
+        opt = torch.optim.AdamW(param_groups(model, cfg.weight_decay), lr=5e-5, betas=(0.9, 0.999), eps=1e-6)
+        sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: linear_schedule(s, total, int(cfg.warmup * total)))
     batches = []
     while len(batches) < total:
         batches += list(length_batches(data.train_lengths, a.batch, g))
@@ -102,7 +105,7 @@ def main() -> None:
             step(batches[i], True)
     n = len(phases["step"])
     print(f"{a.model}, {n} steps of {a.batch}, precision {precision}, dropout {a.dropout}, "
-          f"packing {cfg.packing}, fused AdamW {a.fused_adamw}; {tokens / n:.0f} real tokens a step")
+          f"packing {cfg.packing}, AdamW {'loop' if a.loop_adamw else 'fused'}; {tokens / n:.0f} real tokens a step")
     for k, v in phases.items():
         print(f"  {k:13s} median {statistics.median(v):8.1f} ms   mean {statistics.mean(v):8.1f} ms")
     print(f"  real tokens/s {tokens / (sum(phases['step']) / 1000):,.0f}")

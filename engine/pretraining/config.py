@@ -60,8 +60,8 @@ CONTINUED_PRETRAINING = dict(corpus="all", objective=MLM_NSP.name, seq_len=128, 
 # What this code trains from a given PretrainConfig. Raise it with any change that makes the same settings train
 # another model (as sorting the vocabulary's ids did: every run's start moved; as the explicit attention on a
 # CPU did: a training step's dropout draws moved; as dropout's 15-bit CPU mask and the fused CPU AdamW did).
-# run.json records it ("training_version"; "mixed" when a resume crossed versions); a study takes over a finished run only of this
-# version (engine/ablations/reuse.py); runs that record none are never taken over.
+# run.json records it ("training_version"; "mixed" when a resume crossed versions); a study takes over a finished
+# run only of this version (engine/ablations/reuse.py); runs that record none are never taken over.
 TRAINING_VERSION = 3
 # Packing a step's instances (engine/pretraining/step_inputs.py) is exact; it is off by default because it was not
 # measured faster: google-research/bert's instances fill their rows but for the short ones and document ends (4.4% of
