@@ -61,6 +61,15 @@ def _status(d: Path):
     return runs.effective_status(d, info), info
 
 
+def build_minutes():
+    """The measured time of the build on this kind of machine: in fp32 on a CPU without bf16 units, else with bf16."""
+    from engine.device import default_precision, resolve_device
+    from engine.measured import fact
+    device = resolve_device("auto")
+    fp32_cpu = device.type == "cpu" and default_precision(device) == "fp32"
+    return fact("probe_ready.minutes_fp32" if fp32_cpu else "probe_ready.minutes")
+
+
 def panel(root, why: bool = True) -> None:
     """Build (or follow, or resume) the probe-ready model. `why`: start by saying that MiniLM has no MLM or NSP
     head (False where the page has just said it, as the Probe page does)."""
@@ -69,7 +78,8 @@ def panel(root, why: bool = True) -> None:
     from engine.pretraining.config import CONTINUED_PRETRAINING as R
     from engine.pretraining.config import PROBE_READY_INIT, PretrainConfig
     heads_first = PretrainConfig.for_init(PROBE_READY_INIT).heads_first_steps()
-    BUILD, MLM, NSP = fact("probe_ready.minutes"), fact("probe_ready.mlm_accuracy"), fact("probe_ready.nsp_accuracy")
+    BUILD = build_minutes()
+    MLM, NSP = fact("probe_ready.mlm_accuracy"), fact("probe_ready.nsp_accuracy")
     d = run_dir(root)
     st.caption(("MiniLM has real weights but no MLM or NSP head. " if why else "") +
                f"This continues MiniLM's pre-training with the paper's "
