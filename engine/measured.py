@@ -207,17 +207,26 @@ FACTS = {
         "python -m engine bench --threads 2 --scenario pretrain --preset mini --seq-len 128 --batch-size 32 "
         "--precision fp32", "BERT-mini pre-training step, 2 threads, fp32: engine / transformers"),
     "bench.gpu_base_ratio_eager": Measured(
-        1.34, "x", "h100", "2026-11-24",
+        1.25, "x", "h200", "2026-12-04",
         "python -m engine bench --scenario pretrain --preset base --seq-len 128 --batch-size 256 --precision bf16 "
         "--device cuda", "BERT-base pre-training step, 128 x 256, bf16: engine / transformers"),
     "bench.gpu_base_ratio_compiled": Measured(
-        1.75, "x", "h100", "2026-11-24",
+        1.79, "x", "h200", "2026-12-04",
         "python -m engine bench --scenario pretrain --preset base --seq-len 128 --batch-size 256 --precision bf16 "
-        "--device cuda --compile", "the same step, torch.compile on both sides"),
+        "--device cuda --compile", "the same step with the engine compiled (torch.compile), transformers eager"),
     "bench.gpu_base_mfu": Measured(
-        39.4, "%", "h100", "2026-11-24",
+        44.5, "%", "h200", "2026-12-04",
         "python -m engine bench --scenario pretrain --preset base --seq-len 128 --batch-size 256 --precision bf16 "
         "--device cuda --compile", "the engine's MFU on that compiled step"),
+    "bench.gpu_large_mfu": Measured(
+        38.6, "%", "h200", "2026-12-04",
+        "python -m engine bench --scenario pretrain --preset large --seq-len 128 --batch-size 128 --precision bf16 "
+        "--device cuda", "BERT-large pre-training step, 128 x 128, bf16: the engine's MFU"),
+    "bench.gpu_packed_512_gain": Measured(
+        1.21, "x", "h200", "2026-12-04",
+        "python -m engine bench --scenario pretrain --preset base --seq-len 512 --batch-size 32 --precision bf16 "
+        "--device cuda --data all --packing (against the same without --packing)",
+        "BERT-base at 512 tokens, real corpus lengths: packed / padded useful tokens/s"),
 }
 
 
