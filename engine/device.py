@@ -66,6 +66,32 @@ def resolve_precision(precision: str, device: torch.device) -> str:
     return precision
 
 
+COMPILES = ("auto", "on", "off")
+
+
+def check_compile(compile) -> None:
+    if compile not in COMPILES and not isinstance(compile, bool):
+        raise EngineError(f"unknown --compile '{compile}'; choose one of {', '.join(COMPILES)}")
+
+
+def default_compile(device) -> bool:
+    """Whether `--compile auto` compiles the model: on CUDA where Triton is installed (torch.compile's GPU
+    backend), where a BERT-base pre-training step measured faster compiled (BENCHMARKS.md, "Engine vs transformers
+    on a GPU": the compiled and eager rows at 128 x 256); not on a CPU, where compiling took minutes and
+    gained nothing (docs/lab-notes/engine-vs-transformers-cpu.md)."""
+    import importlib.util
+    device = torch.device(device)
+    return device.type == "cuda" and importlib.util.find_spec("triton") is not None
+
+
+def resolve_compile(compile, device) -> bool:
+    """`--compile` (auto | on | off; a run saved before the choice was a word holds true or false) -> compile?"""
+    check_compile(compile)
+    if isinstance(compile, bool):
+        return compile
+    return default_compile(device) if compile == "auto" else compile == "on"
+
+
 def amp(device, precision: str):
     """bf16 autocast on `device` when `precision` (resolved) is "bf16"; weights, gradients and optimizer stay
     fp32. A disabled context otherwise."""

@@ -17,6 +17,13 @@ mkdir -p "$OUT"
 start=$SECONDS
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader > "$OUT/gpu.txt" 2>&1 || true
 python -c "import torch, transformers; print(torch.__version__, transformers.__version__)" >> "$OUT/gpu.txt"
+# a few steps of a tiny model through every path the rows take (corpus data, packing) first: a broken engine fails
+# here in seconds, with its error, instead of in every row
+if ! timeout 180 python -m engine bench --scenario pretrain --preset tiny --seq-len 128 --batch-size 8 --steps 2 \
+    --warmup 1 --data "$D128" --packing --precision bf16 --device "${DEVICE:-cuda}" --json --no-memory > /dev/null; then
+  echo "the smoke check above failed: no rows run" >&2
+  exit 1
+fi
 late() { [ "$DEADLINE" -gt 0 ] && [ $((SECONDS - start)) -ge "$DEADLINE" ]; }
 run() {
   if late; then echo "{\"skipped\": \"$*\"}" >> "$OUT/gpu-bench.jsonl"; return; fi

@@ -26,7 +26,7 @@ import torch.nn.functional as F
 
 from engine import runs
 from engine.checkpoint import load as load_checkpoint
-from engine.device import amp, resolve_precision, to_device
+from engine.device import amp, resolve_compile, resolve_precision, to_device
 from engine.distributed import Dist, all_reduce_
 from engine.errors import EngineError, as_engine_error
 from engine.model import BertForPreTraining
@@ -262,8 +262,8 @@ def set_encoder_frozen(model, frozen: bool) -> None:
 
 
 def wrap_model(model, cfg: PretrainConfig, dist: Dist, device):
-    """The model the steps call: compiled (--compile) and/or wrapped in DistributedDataParallel."""
-    if cfg.compile:
+    """The model the steps call: compiled (--compile; auto: on CUDA) and/or wrapped in DistributedDataParallel."""
+    if resolve_compile(cfg.compile, device):
         model = torch.compile(model)
     if dist.enabled:
         from torch.nn.parallel import DistributedDataParallel as DDP

@@ -302,6 +302,8 @@ def config_from_args(given: dict) -> PretrainConfig:
         base = {k: v for k, v in saved.items() if k in known and k not in ("out", "name", "resume", "stop_after")}
         if "mask_ratios" in base:
             base["mask_ratios"] = tuple(base["mask_ratios"])
+        if isinstance(base.get("compile"), bool):  # saved before --compile took auto / on / off
+            base["compile"] = "on" if base["compile"] else "off"
         if not saved:  # no run to take settings from (preflight refuses it): the flags read as from scratch
             given = over_defaults(given)
     cfg = with_prepared_data(PretrainConfig(**{**base, **given}), tuple(given) if not given.get("resume") else ())

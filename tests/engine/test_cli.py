@@ -54,7 +54,7 @@ ROUND_TRIPS = [
     PretrainConfig(),
     PretrainConfig(corpus="wiki", objective="ltr", layers=4, hidden=256, heads=4, mask_ratios=(1.0, 0.0, 0.0),
                    whole_word_mask=True, phase2_seq_len=512, lr=5e-5, warmup=100, tokenizer="tok", cased=True,
-                   out="runs/x", resume=True, stop_after=7, compile=True, quiet=True, num_threads=2, precision="fp32"),
+                   out="runs/x", resume=True, stop_after=7, compile="on", quiet=True, num_threads=2, precision="fp32"),
     FinetuneConfig(model="runs/a", task="glue", train="t.tsv", dev="d.tsv", text_cols="a,b", task_type="regression",
                    lr=(1e-4, 5e-5), batch_size=(8,), epochs=(1, 2), max_train=50, bilstm=True, random_init=True, out="o"),
     FeaturesConfig(model="minilm", task="wnut16", layers=(-1, -2, 0), combine=("concat", "last"), classifier="bilstm",

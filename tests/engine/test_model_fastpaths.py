@@ -6,7 +6,8 @@ import torch.nn.functional as F
 import engine
 import engine.fast_linear as fl
 import engine.model as em
-from engine.device import default_precision
+from engine.device import default_precision, resolve_compile
+from engine.errors import EngineError
 from engine.bench import make_optimizer
 from engine.config import BertConfig
 from engine.model import BertForPreTraining
@@ -255,6 +256,56 @@ def test_default_precision_is_bf16_only_with_native_bf16_units(monkeypatch):
         assert default_precision("cpu") == expected
     if not torch.cuda.is_available():
         assert default_precision("cuda") == "fp32"
+
+
+def test_compile_auto_compiles_on_cuda_with_triton_only(monkeypatch):
+    import importlib.util
+    from engine.distributed import Dist
+    from engine.pretraining.config import PretrainConfig
+    from engine.pretraining.loop import wrap_model
+    real_find_spec = importlib.util.find_spec
+    for has_triton in (True, False):
+        monkeypatch.setattr(importlib.util, "find_spec",
+                            lambda name, *a: (object() if has_triton else None) if name == "triton" else real_find_spec(name, *a))
+        assert resolve_compile("auto", "cuda") is has_triton
+        assert resolve_compile("auto", "cpu") is False
+    assert resolve_compile("on", "cpu") is True and resolve_compile("off", "cuda") is False
+    assert resolve_compile(True, "cpu") is True and resolve_compile(False, "cuda") is False  # runs saved before
+    with pytest.raises(EngineError, match="--compile 'yes'.*auto, on, off"):
+        resolve_compile("yes", "cpu")
+    model = _model(seed=0)
+    assert wrap_model(model, PretrainConfig(), Dist(), torch.device("cpu")) is model  # the default on a CPU: eager
+    assert wrap_model(model, PretrainConfig(compile="on"), Dist(), torch.device("cpu")) is not model
+
+
+def test_to_device_pins_host_tensors_only():
+    """A host tensor goes to CUDA through pinned memory; one already on the GPU (the benchmark moves its batches
+    once) is passed on as it is: pinning it raises."""
+    from engine.device import to_device
+    calls = []
+
+    class Fake:
+        def __init__(self, where):
+            self.device = torch.device(where)
+
+        def pin_memory(self):
+            if self.device.type != "cpu":
+                raise RuntimeError("cannot pin 'torch.cuda.LongTensor' only dense CPU tensors can be pinned")
+            calls.append("pin")
+            return self
+
+        def to(self, device, non_blocking=False):
+            calls.append(("to", str(device), non_blocking))
+            return self
+
+    to_device(Fake("cuda"), "cuda")
+    assert calls == [("to", "cuda", False)]
+    calls.clear()
+    to_device(Fake("cpu"), "cuda")
+    assert calls == ["pin", ("to", "cuda", True)]
+    calls.clear()
+    to_device(Fake("cpu"), "cpu")
+    assert calls == [("to", "cpu", False)]
 
 
 @pytest.mark.slow
