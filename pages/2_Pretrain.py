@@ -150,6 +150,7 @@ def model_fields(init, D) -> dict:
 
 def training_fields(init, data, D) -> dict:
     """Masking, steps, batch, lengths, learning rate, seed, vocabulary, cadence, precision, second phase."""
+    from engine.device import COMPILES
     from engine.pretraining.config import PretrainConfig
     from engine.pretraining.masking import PAPER_RATE
     from studio.pretrain_form import FORM_RANGES as N
@@ -163,6 +164,9 @@ def training_fields(init, data, D) -> dict:
     whole_word = c1.checkbox("Whole-word masking", value=D.whole_word_mask)
     packing = c2.checkbox("Pack sequences", value=D.packing, help="each step's instances share rows with no padding "
                           "between them: the same losses and gradients, fewer rows to compute")
+    compile_choice = c3.selectbox("Compile", COMPILES, index=COMPILES.index(D.compile),
+                                  help="auto: torch.compile the model on a GPU, where a step measured faster compiled "
+                                       "(the first steps wait for the compiler), not on a CPU; on; off")
     c1, c2, c3, c4, c5 = st.columns(5)
     steps = c1.number_input("Steps", *N["steps"][:2], D.steps)
     batch = c2.number_input("Batch size", *N["batch_size"][:2], D.batch_size)
@@ -183,7 +187,7 @@ def training_fields(init, data, D) -> dict:
                                   ("" if init else " (continued pre-training only)"))
     phase2, phase2_share = phase2_fields(data, D)
     return {"mask_rate": float(mask_rate), "mask_ratios": tuple(float(r) for r in ratios), "whole_word_mask": bool(whole_word),
-            "packing": bool(packing), "steps": int(steps), "batch_size": int(batch), "seq_len": int(seq_len), "lr": float(lr), "seed": int(seed),
+            "packing": bool(packing), "compile": compile_choice, "steps": int(steps), "batch_size": int(batch), "seq_len": int(seq_len), "lr": float(lr), "seed": int(seed),
             "vocab": int(vocab), "save_every": int(save_every), "eval_every": int(eval_every), "precision": precision,
             "phase2": phase2, "phase2_fraction": float(phase2_share), **({"heads_first": float(heads_first)} if init else {})}
 

@@ -105,7 +105,7 @@ def build(form: dict, root) -> tuple:
                     **{k: form[k] for k in ("objective", "steps", "batch_size", "seq_len", "mask_rate", "mask_ratios",
                                             "whole_word_mask", "lr", "seed", "save_every", "eval_every", "precision",
                                             "phase2_fraction")},
-                    **{k: form[k] for k in ("packing", "heads_first") if k in form})
+                    **{k: form[k] for k in ("packing", "compile", "heads_first") if k in form})
     if init:  # continued pre-training: the init's size and vocabulary, filled in (and checked) by resolve_init
         cfg = PretrainConfig.for_init(init, **settings)
     else:

@@ -149,6 +149,14 @@ def test_launch_form_validates_and_submits_a_job(runs_root, monkeypatch, page_ap
     [b for b in at.button if b.label == "Launch"][0].click().run()
     assert not at.error and len(calls) == 2, (len(calls), [e.value for e in at.error], [w.value for w in at.warning])
     assert "--packing" in calls[-1][0]
+    # the compile choice: the config's default (auto: on a GPU only), or a word the command takes
+    pick = [b for b in at.selectbox if b.label == "Compile"][0]
+    compile_flag = lambda argv: argv[argv.index("--compile") + 1]  # noqa: E731
+    assert pick.value == C.compile == "auto" and compile_flag(calls[-1][0]) == "auto"
+    pick.set_value("off")
+    [t for t in at.text_input if t.label == "Run name"][0].input("my-run-eager")
+    [b for b in at.button if b.label == "Launch"][0].click().run()
+    assert not at.error and len(calls) == 3 and compile_flag(calls[-1][0]) == "off"
 
 
 def test_launch_from_a_model_continues_its_pretraining_with_the_recipe(runs_root, monkeypatch, page_app):
