@@ -19,7 +19,8 @@ N = number of positions the MLM head is evaluated at, R = number of real (non-pa
 Departures from the paper: none in the architecture. Dropout sits where Hugging Face's BertModel puts it
 (embeddings, attention probabilities, after each sub-layer), so weights and outputs match `transformers` exactly.
 On a CPU dropout draws its mask 15 bits an element (`cpu_keep_mask`, faster than F.dropout's bernoulli_), so its
-rate is quantised to 1/32768 (0.100006 for 0.1); elsewhere it is F.dropout.
+rate is quantised to 1/32768 (0.100006 for 0.1), and applies it as a 0/1 tensor of the activations' dtype
+(`cpu_dropout_mask`); elsewhere it is F.dropout.
 
 Fast paths (each checked against the plain path in tests/engine/test_model_fastpaths.py; numbers in BENCHMARKS.md):
 - `unpad=True` (opt-in): padded positions cost nothing. The batch is cut to its last real column, the R real
@@ -349,11 +350,18 @@ def _dropout(x, p: float, training: bool):
         return x
     if x.device.type != "cpu" or p >= 1:
         return F.dropout(x, p, True)
-    keep, scale = cpu_keep_mask(x.shape, p)
-    return _MaskedScale.apply(x, keep, scale)
+    mask, scale = cpu_dropout_mask(x.shape, p, x.dtype)
+    return _MaskedScale.apply(x, mask, scale)
 
 
 DROP_LEVELS = 1 << 15  # a CPU draws 15 random bits per element for dropout (cpu_keep_mask)
+
+
+def _drop_bits(n: int, p: float, generator: torch.Generator = None):
+    """((n,) int16 uniform on [0, 2^15), the threshold round(p * 2^15)): dropout's draws on a CPU, an element
+    dropped where its value is under the threshold."""
+    words = torch.empty((n + 3) // 4, dtype=torch.int64).random_(generator=generator)  # [0, 2^63): 63 uniform bits
+    return words.view(torch.int16)[:n].bitwise_and_(DROP_LEVELS - 1), round(p * DROP_LEVELS)  # four 15-bit values a word
 
 
 def cpu_keep_mask(shape, p: float, generator: torch.Generator = None):
@@ -367,24 +375,35 @@ def cpu_keep_mask(shape, p: float, generator: torch.Generator = None):
     against 35.2 (docs/lab-notes/packing.md, the AVX2 EPYC entry). Departure from the paper's dropout: the rate is
     quantised to 1/32768. The draws come from `generator` (default: torch's), so torch.manual_seed makes
     them repeatable."""
-    n = math.prod(shape)
-    words = torch.empty((n + 3) // 4, dtype=torch.int64).random_(generator=generator)  # [0, 2^63): 63 uniform bits
-    bits = words.view(torch.int16)[:n].bitwise_and_(DROP_LEVELS - 1)  # (n,) four uniform 15-bit values per word
-    drop = round(p * DROP_LEVELS)
+    bits, drop = _drop_bits(math.prod(shape), p, generator)
     return (bits >= drop).view(shape), DROP_LEVELS / (DROP_LEVELS - drop)
 
 
+def cpu_dropout_mask(shape, p: float, dtype, generator: torch.Generator = None):
+    """(mask (shape) of `dtype`, 1 kept and 0 dropped; scale): the draws and the kept elements of `cpu_keep_mask`,
+    as numbers of the activations' dtype. Products of one dtype run vectorised on a CPU; an operation that reads a
+    bool tensor (torch.where, a product with it, masked_fill, a cast) took 1.1-1.7 against 0.2 ms at 1.9M bf16
+    elements, and dropout's forward and backward 3.8 against 5.9 ms there (AMD EPYC Zen 4,
+    docs/lab-notes/dropout_measure.py). So the mask is made by integer arithmetic on the draws, not a comparison:
+    draw - threshold is negative exactly where dropped; clamped to [-1, 0], plus one, it is the mask."""
+    bits, drop = _drop_bits(math.prod(shape), p, generator)
+    mask = bits.sub_(drop).clamp_(-1, 0).add_(1).to(dtype).view(shape)
+    return mask, DROP_LEVELS / (DROP_LEVELS - drop)
+
+
 class _MaskedScale(torch.autograd.Function):
-    """y = x * scale where keep, else 0; the backward applies the same to the gradient (it keeps the bool mask,
-    a quarter of the float mask F.dropout keeps)."""
+    """y = x * mask * scale (mask 0 or 1, of x's dtype); the backward applies the same to the gradient. The same
+    values, element for element, as torch.where(keep, x * scale, 0) for finite x (a dropped inf or nan becomes
+    nan here, 0 there): the product with 0 or 1 is exact and the scale is applied once, as there. It keeps the
+    mask in x's dtype for the backward, as F.dropout does (twice a bool mask's bytes in bf16)."""
 
     @staticmethod
-    def forward(ctx, x, keep, scale: float):
-        ctx.save_for_backward(keep)
+    def forward(ctx, x, mask, scale: float):
+        ctx.save_for_backward(mask)
         ctx.scale = scale
-        return torch.where(keep, x * scale, 0)
+        return x.mul(mask).mul_(scale)
 
     @staticmethod
     def backward(ctx, grad):
-        keep, = ctx.saved_tensors
-        return torch.where(keep, grad * ctx.scale, 0), None, None
+        mask, = ctx.saved_tensors
+        return grad.mul(mask).mul_(ctx.scale), None, None

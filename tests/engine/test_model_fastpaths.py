@@ -365,6 +365,30 @@ def test_cpu_dropout_rate_scale_and_gradient():
     assert odd.shape == (3, 5, 7) and 0 < float((odd == 0).float().mean()) < 1
 
 
+def test_cpu_dropout_applies_the_keep_mask_as_numbers_with_the_same_values():
+    """The mask as a 0/1 tensor of the activations' dtype (engine.model.cpu_dropout_mask) gives what
+    torch.where(keep, x * scale, 0) gives with the same draws, value for value, forward and backward, in bf16 and
+    fp32, for rates whose threshold is 0 (nothing dropped) and near 2^15."""
+    from engine.model import _dropout, cpu_dropout_mask, cpu_keep_mask
+    for dtype in (torch.bfloat16, torch.float32):
+        for p in (0.1, 1e-6, 0.99):
+            x = torch.randn(4, 6, 33, 17).to(dtype).requires_grad_(True)
+            torch.manual_seed(3)
+            y = _dropout(x, p, True)
+            torch.manual_seed(3)
+            keep, scale = cpu_keep_mask(x.shape, p)
+            assert y.dtype == dtype and torch.equal(y, torch.where(keep, x.detach() * scale, 0)), (dtype, p)
+            g = torch.randn_like(y)
+            y.backward(g)
+            assert torch.equal(x.grad, torch.where(keep, g * scale, 0)), (dtype, p)
+            torch.manual_seed(3)
+            mask, s2 = cpu_dropout_mask(x.shape, p, dtype)
+            assert mask.dtype == dtype and s2 == scale and torch.equal(mask.bool(), keep)
+            assert set(mask.unique().tolist()) <= {0.0, 1.0}
+    torch.manual_seed(0)
+    assert bool(cpu_dropout_mask((1000,), 1e-6, torch.float32)[0].all())  # threshold 0: every element kept
+
+
 def test_cpu_dropout_draws_are_independent_within_a_word():
     """The four 15-bit values cut from one 64-bit draw are independent: neighbours are dropped together at
     about p squared, not more."""
