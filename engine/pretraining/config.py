@@ -31,6 +31,12 @@ def phase_length(text: str):
     return n or None
 
 
+def _compiles() -> tuple:
+    """The --compile choices, read when a parser is built (engine.device imports torch)."""
+    from engine.device import COMPILES
+    return COMPILES
+
+
 def _precisions() -> tuple:
     """The --precision choices, read when a parser is built (engine.device imports torch)."""
     from engine.device import PRECISIONS
@@ -186,7 +192,7 @@ class PretrainConfig:
     num_threads: Optional[int] = setting(None, "CPU threads per process (default: torch's, divided among local ranks)",
                                          group="run")
     compile: str = setting("auto", "auto (default): torch.compile the model on CUDA, where a step measured faster "
-                           "compiled, not on a CPU, where it did not; on; off", choices=("auto", "on", "off"),
+                           "compiled, not on a CPU, where it did not; on; off", choices=_compiles,
                            group="run")
     packing: bool = setting(PACKING_DEFAULT, "pack each step's instances into as few rows as they fit, with no padding "
                             "between them (the same losses and gradients, engine/pretraining/step_inputs.py; not measured "
