@@ -70,7 +70,7 @@ COMPILES = ("auto", "on", "off")
 
 
 def check_compile(compile) -> None:
-    if compile not in COMPILES and not isinstance(compile, bool):
+    if compile not in COMPILES:
         raise EngineError(f"unknown --compile '{compile}'; choose one of {', '.join(COMPILES)}")
 
 
@@ -85,10 +85,8 @@ def default_compile(device) -> bool:
 
 
 def resolve_compile(compile, device) -> bool:
-    """`--compile` (auto | on | off; a run saved before the choice was a word holds true or false) -> compile?"""
+    """`--compile` (auto | on | off) -> compile?"""
     check_compile(compile)
-    if isinstance(compile, bool):
-        return compile
     return default_compile(device) if compile == "auto" else compile == "on"
 
 

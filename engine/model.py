@@ -18,7 +18,7 @@ N = number of positions the MLM head is evaluated at, R = number of real (non-pa
   would dominate the cost of a small model and only ~15% of positions carry a label.
 Departures from the paper: none in the architecture. Dropout sits where Hugging Face's BertModel puts it
 (embeddings, attention probabilities, after each sub-layer), so weights and outputs match `transformers` exactly.
-On a CPU dropout draws its mask 15 bits an element (`cpu_keep_mask`, faster than F.dropout's bernoulli_), so its
+On a CPU dropout draws its mask 15 bits an element (`_drop_bits`, faster than F.dropout's bernoulli_), so its
 rate is quantised to 1/32768 (0.100006 for 0.1), and applies it as a 0/1 tensor of the activations' dtype
 (`cpu_dropout_mask`); elsewhere it is F.dropout.
 
@@ -354,19 +354,12 @@ def _dropout(x, p: float, training: bool):
     return _MaskedScale.apply(x, mask, scale)
 
 
-DROP_LEVELS = 1 << 15  # a CPU draws 15 random bits per element for dropout (cpu_keep_mask)
+DROP_LEVELS = 1 << 15  # a CPU draws 15 random bits per element for dropout (_drop_bits)
 
 
 def _drop_bits(n: int, p: float, generator: torch.Generator = None):
     """((n,) int16 uniform on [0, 2^15), the threshold round(p * 2^15)): dropout's draws on a CPU, an element
-    dropped where its value is under the threshold."""
-    words = torch.empty((n + 3) // 4, dtype=torch.int64).random_(generator=generator)  # [0, 2^63): 63 uniform bits
-    return words.view(torch.int16)[:n].bitwise_and_(DROP_LEVELS - 1), round(p * DROP_LEVELS)  # four 15-bit values a word
-
-
-def cpu_keep_mask(shape, p: float, generator: torch.Generator = None):
-    """(keep (shape) bool, scale): dropout's mask on a CPU, each element dropped with probability
-    round(p * 2^15) / 2^15 (0.100006 for 0.1), and the 1 / (1 - that) the kept ones are scaled by.
+    dropped where its value is under the threshold, so with probability round(p * 2^15) / 2^15 (0.100006 for 0.1).
 
     Why not F.dropout: its bernoulli_ draws one random number per element, 10-13 ns each at 2 threads on the AMD
     EPYCs this was measured on, so dropout's draws were 13.6% of a MiniLM fine-tuning step (fp32, 16 x 128, AVX2
@@ -375,13 +368,13 @@ def cpu_keep_mask(shape, p: float, generator: torch.Generator = None):
     against 35.2 (docs/lab-notes/packing.md, the AVX2 EPYC entry). Departure from the paper's dropout: the rate is
     quantised to 1/32768. The draws come from `generator` (default: torch's), so torch.manual_seed makes
     them repeatable."""
-    bits, drop = _drop_bits(math.prod(shape), p, generator)
-    return (bits >= drop).view(shape), DROP_LEVELS / (DROP_LEVELS - drop)
+    words = torch.empty((n + 3) // 4, dtype=torch.int64).random_(generator=generator)  # [0, 2^63): 63 uniform bits
+    return words.view(torch.int16)[:n].bitwise_and_(DROP_LEVELS - 1), round(p * DROP_LEVELS)  # four 15-bit values a word
 
 
 def cpu_dropout_mask(shape, p: float, dtype, generator: torch.Generator = None):
-    """(mask (shape) of `dtype`, 1 kept and 0 dropped; scale): the draws and the kept elements of `cpu_keep_mask`,
-    as numbers of the activations' dtype. Products of one dtype run vectorised on a CPU; an operation that reads a
+    """(mask (shape) of `dtype`, 1 kept and 0 dropped; scale, the 1 / (1 - rate) the kept elements are scaled by):
+    dropout's mask on a CPU from `_drop_bits`, as numbers of the activations' dtype. Products of one dtype run vectorised on a CPU; an operation that reads a
     bool tensor (torch.where, a product with it, masked_fill, a cast) took 1.1-1.7 against 0.2 ms at 1.9M bf16
     elements, and dropout's forward and backward 3.8 against 5.9 ms there (AMD EPYC Zen 4,
     docs/lab-notes/dropout_measure.py). So the mask is made by integer arithmetic on the draws, not a comparison:

@@ -11,7 +11,8 @@ import streamlit as st
 from engine.measured import fact
 from engine.records import CURVE_X
 from engine.status import RUNNING
-from studio.common import chart_config, follow_queued_run, guard, precision_select, resume_button, runs_root
+from studio.common import (COMPILE_CHOICES, chart_config, follow_queued_run, guard, precision_select, resume_button,
+                           runs_root)
 from studio.pretrain_figures import pretraining_curves
 
 REFRESH_SECONDS = 2.0
@@ -150,7 +151,6 @@ def model_fields(init, D) -> dict:
 
 def training_fields(init, data, D) -> dict:
     """Masking, steps, batch, lengths, learning rate, seed, vocabulary, cadence, precision, second phase."""
-    from engine.device import COMPILES
     from engine.pretraining.config import PretrainConfig
     from engine.pretraining.masking import PAPER_RATE
     from studio.pretrain_form import FORM_RANGES as N
@@ -164,7 +164,7 @@ def training_fields(init, data, D) -> dict:
     whole_word = c1.checkbox("Whole-word masking", value=D.whole_word_mask)
     packing = c2.checkbox("Pack sequences", value=D.packing, help="each step's instances share rows with no padding "
                           "between them: the same losses and gradients, fewer rows to compute")
-    compile_choice = c3.selectbox("Compile", COMPILES, index=COMPILES.index(D.compile),
+    compile_choice = c3.selectbox("Compile", COMPILE_CHOICES, index=COMPILE_CHOICES.index(D.compile),
                                   help="auto: torch.compile the model on a GPU, where a step measured faster compiled "
                                        "(the first steps wait for the compiler), not on a CPU; on; off")
     c1, c2, c3, c4, c5 = st.columns(5)

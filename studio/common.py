@@ -194,6 +194,7 @@ def model_picker(label="Model", key="model", allow_path=True, help=None, probe_r
     return choice
 
 
+COMPILE_CHOICES = ("auto", "on", "off")  # engine.device.COMPILES (tests check they agree; no torch import here)
 PRECISION_CHOICES = ("auto", "fp32", "bf16")  # engine.device.PRECISIONS (tests check they agree; no torch import here)
 
 

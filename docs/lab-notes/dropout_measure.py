@@ -19,7 +19,7 @@ import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from engine.model import _dropout, cpu_keep_mask  # noqa: E402
+from engine.model import DROP_LEVELS, _drop_bits, _dropout  # noqa: E402
 
 
 def median_ms(fn, reps):
@@ -33,8 +33,9 @@ def median_ms(fn, reps):
 
 
 def where_form(x, g, p):
-    """The code before: a bool mask, torch.where forward and backward."""
-    keep, scale = cpu_keep_mask(x.shape, p)
+    """The code before: the same draws as a bool mask, torch.where forward and backward."""
+    bits, drop = _drop_bits(x.numel(), p)
+    keep, scale = (bits >= drop).view(x.shape), DROP_LEVELS / (DROP_LEVELS - drop)
     return torch.where(keep, x * scale, 0), torch.where(keep, g * scale, 0)
 
 

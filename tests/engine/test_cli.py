@@ -98,6 +98,11 @@ def test_resume_keeps_the_run_settings_not_given_again(tmp_path):
     runs.start_run(run, "pretrain", config={**PretrainConfig(steps=50, lr=5e-4).__dict__, "mask_ratios": [0.8, 0.1, 0.1]})
     cfg = config_from_args(cli.given(PretrainConfig, pretrain_parser(), ["--out", str(run), "--resume", "--steps", "80"]))
     assert (cfg.steps, cfg.lr, cfg.mask_ratios, cfg.resume) == (80, 5e-4, (0.8, 0.1, 0.1), True)
+    # a run saved when --compile was a switch (true / false) resumes with the word for it
+    for saved, word in ((False, "off"), (True, "on")):
+        old = tmp_path / f"old-{word}"
+        runs.start_run(old, "pretrain", config={**PretrainConfig().__dict__, "mask_ratios": [0.8, 0.1, 0.1], "compile": saved})
+        assert config_from_args(cli.given(PretrainConfig, pretrain_parser(), ["--out", str(old), "--resume"])).compile == word
 
 
 def test_pretrain_from_scratch_is_the_classroom_run_for_every_flag_left_out():

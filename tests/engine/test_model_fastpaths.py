@@ -270,7 +270,6 @@ def test_compile_auto_compiles_on_cuda_with_triton_only(monkeypatch):
         assert resolve_compile("auto", "cuda") is has_triton
         assert resolve_compile("auto", "cpu") is False
     assert resolve_compile("on", "cpu") is True and resolve_compile("off", "cuda") is False
-    assert resolve_compile(True, "cpu") is True and resolve_compile(False, "cuda") is False  # runs saved before
     with pytest.raises(EngineError, match="--compile 'yes'.*auto, on, off"):
         resolve_compile("yes", "cpu")
     model = _model(seed=0)
@@ -339,7 +338,7 @@ def test_engine_public_api_still_exported():
 
 
 def test_cpu_dropout_rate_scale_and_gradient():
-    """Dropout's CPU mask (engine.model.cpu_keep_mask): the drop rate is p to within sampling error, the kept
+    """Dropout's CPU mask (engine.model.cpu_dropout_mask): the drop rate is p to within sampling error, the kept
     elements are scaled so the mean is kept, the backward passes the gradient through the same mask with the same
     scale, and torch.manual_seed repeats the draws."""
     from engine.model import DROP_LEVELS, _dropout
@@ -369,14 +368,16 @@ def test_cpu_dropout_applies_the_keep_mask_as_numbers_with_the_same_values():
     """The mask as a 0/1 tensor of the activations' dtype (engine.model.cpu_dropout_mask) gives what
     torch.where(keep, x * scale, 0) gives with the same draws, value for value, forward and backward, in bf16 and
     fp32, for rates whose threshold is 0 (nothing dropped) and near 2^15."""
-    from engine.model import _dropout, cpu_dropout_mask, cpu_keep_mask
+    from engine.model import DROP_LEVELS
+    from engine.model import _drop_bits, _dropout, cpu_dropout_mask
     for dtype in (torch.bfloat16, torch.float32):
         for p in (0.1, 1e-6, 0.99):
             x = torch.randn(4, 6, 33, 17).to(dtype).requires_grad_(True)
             torch.manual_seed(3)
             y = _dropout(x, p, True)
             torch.manual_seed(3)
-            keep, scale = cpu_keep_mask(x.shape, p)
+            bits, drop = _drop_bits(x.numel(), p)  # the draws; kept where at or over the threshold
+            keep, scale = (bits >= drop).view(x.shape), DROP_LEVELS / (DROP_LEVELS - drop)
             assert y.dtype == dtype and torch.equal(y, torch.where(keep, x.detach() * scale, 0)), (dtype, p)
             g = torch.randn_like(y)
             y.backward(g)
@@ -392,10 +393,10 @@ def test_cpu_dropout_applies_the_keep_mask_as_numbers_with_the_same_values():
 def test_cpu_dropout_draws_are_independent_within_a_word():
     """The four 15-bit values cut from one 64-bit draw are independent: neighbours are dropped together at
     about p squared, not more."""
-    from engine.model import cpu_keep_mask
+    from engine.model import cpu_dropout_mask
     torch.manual_seed(0)
-    keep, _ = cpu_keep_mask((1_000_000,), 0.5)
-    drop = ~keep.view(-1, 4)
+    mask, _ = cpu_dropout_mask((1_000_000,), 0.5, torch.float32)
+    drop = (mask == 0).view(-1, 4)
     for i in range(3):
         both = float((drop[:, i] & drop[:, i + 1]).float().mean())
         assert abs(both - 0.25) < 0.005, (i, both)

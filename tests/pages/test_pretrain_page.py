@@ -200,9 +200,9 @@ def test_launch_from_a_model_continues_its_pretraining_with_the_recipe(runs_root
 
 
 def test_studio_precision_choices_are_the_engines():
-    from engine.device import PRECISIONS
-    from studio.common import PRECISION_CHOICES
-    assert PRECISION_CHOICES == PRECISIONS
+    from engine.device import COMPILES, PRECISIONS
+    from studio.common import COMPILE_CHOICES, PRECISION_CHOICES
+    assert PRECISION_CHOICES == PRECISIONS and COMPILE_CHOICES == COMPILES
 
 
 def test_launched_run_shows_queued_at_once_then_is_picked(tmp_path, monkeypatch, page_app):
