@@ -94,6 +94,12 @@ class _Parser(argparse.ArgumentParser):
     def error(self, message):  # one line through the engine's error path instead of usage + exit 2
         # a value our parse function refused reads as "--lr 'x' must be ...", not "argument --lr: 'x' must be ..."
         message = re.sub(r"^argument (--[\w-]+): (')", r"\1 \2", message)
+        # a flag of choices given bare names them: "--compile: expected one argument: auto, on or off"
+        bare = re.match(r"^argument (--[\w-]+): expected one argument$", message)
+        action = bare and next((a for a in self._actions if bare.group(1) in a.option_strings), None)
+        if action is not None and action.choices:
+            *head, last = [str(c) for c in action.choices]
+            message = f"{bare.group(1)} needs a value: {', '.join(head)} or {last}" if head else message
         raise EngineError(f"{message}; see {self.prog} --help")
 
 

@@ -90,6 +90,9 @@ def test_bad_flags_are_one_line_engine_errors_naming_the_command():
         cli.given(FinetuneConfig, finetune_parser(), ["--model", "m", "--task", "glue", "--out", "o", "--lr", "fast"])
     with pytest.raises(EngineError, match="required: --out"):
         cli.given(FeaturesConfig, features_parser(), ["--task", "wnut16"])
+    # a flag of choices given bare (the old `--compile` switch) names its values
+    with pytest.raises(EngineError, match=r"^--compile needs a value: auto, on or off; see python -m engine pretrain --help$"):
+        cli.given(PretrainConfig, pretrain_parser(), ["--compile", "--steps", "5"])
 
 
 def test_resume_keeps_the_run_settings_not_given_again(tmp_path):
