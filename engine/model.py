@@ -76,10 +76,16 @@ class BertEmbeddings(nn.Module):
         self.segment = nn.Embedding(config.type_vocab_size, config.hidden_size)
         self.norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
         self.dropout = nn.Dropout(config.hidden_dropout)
+        self.word_grad = KeptGradient()  # the word embeddings' (V, H) gradient on a CPU (word_embedding)
+
+    def train(self, mode: bool = True):
+        if not mode:
+            self.word_grad.release()  # evaluation and inference keep no gradient memory
+        return super().train(mode)
 
     def forward(self, input_ids, token_type_ids=None, position_ids=None):
         # (B, T) ids -> (B, T, H); or packed (R,) ids with their (R,) positions -> (R, H)
-        x = F.embedding(input_ids, self.word.weight, self.word.padding_idx)
+        x = word_embedding(input_ids, self.word.weight, self.word.padding_idx, self.word_grad)
         if token_type_ids is None:
             x = x + self.segment.weight[0]
         else:
@@ -345,6 +351,74 @@ def explicit_attention(x) -> bool:
     return x.device.type == "cpu" and torch.is_grad_enabled()
 
 
+def word_embedding(ids, weight, padding_idx, kept: "KeptGradient"):
+    """F.embedding(ids, weight, padding_idx), whose (V, H) weight gradient, on a CPU, is built in memory kept
+    between steps (`kept`) instead of a new zeroed tensor every step. The plain backward's fresh 47 MB tensor
+    (MiniLM's 30,522 x 384 fp32) is a new memory mapping every step on Linux, 11,500 page faults: 14-16 ms a
+    step for the gradient against 2.2-2.7 ms in kept memory, at 2 threads on the AMD EPYC Zen 4
+    (docs/lab-notes/packing.md). The gradient is the same, value for value (tests/engine/test_model_fastpaths.py).
+    Elsewhere (a GPU's caching allocator has no such cost, torch.compile, no gradient wanted) it is F.embedding."""
+    if (weight.device.type != "cpu" or not torch.is_grad_enabled() or not weight.requires_grad
+            or torch.compiler.is_compiling()):
+        return F.embedding(ids, weight, padding_idx)
+    return _KeptGradEmbedding.apply(ids, weight, padding_idx, kept)
+
+
+def _storage_users(t) -> int:
+    return torch._C._storage_Use_Count(t.untyped_storage()._cdata)
+
+
+class KeptGradient:
+    """Memory for one parameter's dense gradient, reused by the next backward when nothing holds it any more:
+    the training loops' zero_grad(set_to_none=True) drops the .grad that shares it, so the next step zeroes it
+    and accumulates into it. While any tensor still shares it (.grad kept for accumulation over micro-batches,
+    a caller's reference to an old gradient or to a view of it) the next backward takes new memory, as F.embedding
+    does, so no gradient anybody can read is overwritten."""
+
+    def __init__(self):
+        self.memory = None  # (V, H) tensor, or None
+
+    def zeros(self, shape, dtype, device) -> torch.Tensor:
+        m = self.memory
+        if (m is None or m.shape != shape or m.dtype != dtype or m.device != device
+                or _storage_users(m) != _STORAGE_ALONE):
+            self.memory = m = torch.zeros(shape, dtype=dtype, device=device)
+        else:
+            m.zero_()
+        return m
+
+    def release(self) -> None:
+        self.memory = None
+
+
+try:
+    _STORAGE_ALONE = _storage_users(torch.empty(1))  # the count of a storage only one tensor uses
+except (AttributeError, RuntimeError):  # a torch without the counter: the memory is never reused
+    _STORAGE_ALONE = -1
+
+
+class _KeptGradEmbedding(torch.autograd.Function):
+    """F.embedding with its weight gradient accumulated into `kept`'s memory: index_add of the output gradient's
+    rows in the order of the ids, as the plain CPU backward does, and 0 at `padding_idx`. The gradient is handed
+    to autograd as a new tensor on that memory (`detach`), which AccumulateGrad takes as .grad without a copy."""
+
+    @staticmethod
+    def forward(ctx, ids, weight, padding_idx, kept):
+        ctx.save_for_backward(ids)
+        ctx.like, ctx.padding_idx, ctx.kept = (weight.shape, weight.dtype, weight.device), padding_idx, kept
+        return F.embedding(ids, weight, padding_idx)
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, grad):  # grad (..., H)
+        ids, = ctx.saved_tensors
+        g = ctx.kept.zeros(*ctx.like)  # (V, H) zeros
+        g.index_add_(0, ids.reshape(-1), grad.reshape(-1, grad.shape[-1]).to(g.dtype))
+        if ctx.padding_idx is not None:
+            g[ctx.padding_idx] = 0  # the padding row gets no gradient (nn.Embedding's padding_idx)
+        return None, g.detach(), None, None
+
+
 def _dropout(x, p: float, training: bool):
     if not training or p <= 0:
         return x
@@ -378,10 +452,17 @@ def cpu_dropout_mask(shape, p: float, dtype, generator: torch.Generator = None):
     bool tensor (torch.where, a product with it, masked_fill, a cast) took 1.1-1.7 against 0.2 ms at 1.9M bf16
     elements, and dropout's forward and backward 3.8 against 5.9 ms there (AMD EPYC Zen 4,
     docs/lab-notes/dropout_measure.py). So the mask is made by integer arithmetic on the draws, not a comparison:
-    draw - threshold is negative exactly where dropped; clamped to [-1, 0], plus one, it is the mask."""
+    draw - threshold is negative exactly where dropped; clamped to [-1, 0], plus one, it is the mask. In a 16-bit
+    dtype the 0/1 integers times the bit pattern of 1.0 are the mask's own bits (`_ONE_BITS`), written in the draws'
+    memory: no conversion and no new tensor."""
     bits, drop = _drop_bits(math.prod(shape), p, generator)
-    mask = bits.sub_(drop).clamp_(-1, 0).add_(1).to(dtype).view(shape)
-    return mask, DROP_LEVELS / (DROP_LEVELS - drop)
+    keep = bits.sub_(drop).clamp_(-1, 0).add_(1)  # int16: 1 kept, 0 dropped
+    one = _ONE_BITS.get(dtype)
+    mask = keep.mul_(one).view(dtype) if one is not None else keep.to(dtype)
+    return mask.view(shape), DROP_LEVELS / (DROP_LEVELS - drop)
+
+
+_ONE_BITS = {torch.bfloat16: 0x3F80, torch.float16: 0x3C00}  # 1.0 as int16 bits; 0.0 is 0 in both
 
 
 class _MaskedScale(torch.autograd.Function):

@@ -3,16 +3,16 @@ on a task's real batches, each phase timed apart, then torch.profiler's table of
 
     python docs/lab-notes/finetune_step_profile.py --train ../shared/data/rte/train.tsv \
         --dev ../shared/data/rte/dev.tsv [--steps 20] [--warmup 3] [--batch 16] [--dropout 0.1] \
-        [--packing] [--loop-adamw] [--profile] [--malloc-no-mmap] [--embedding-buffer]
+        [--packing] [--loop-adamw] [--profile] [--malloc-no-mmap] [--plain-embedding-grad]
 
 The phases are timed with the step's own synchronous CPU execution (no GPU here): collate and pack, forward and the
 loss, backward, clipping, the optimizer and its schedule. The optimizer is the engine's (`make_optimizer`: AdamW's
 fused kernel); `--loop-adamw` builds AdamW's per-parameter loop instead (the code before the fused CPU kernel).
 `--packing` packs each batch as `finetune --packing` does. Each phase's minor page faults and system time are
-counted too (getrusage). Two trials of the page faults a step takes (the word embeddings' dense gradient, 47 MB for
-MiniLM, is a fresh glibc mapping every step): `--malloc-no-mmap` has glibc serve every allocation from its heap and
-never trim it (mallopt M_MMAP_MAX 0, M_TRIM_THRESHOLD 2^62), `--embedding-buffer` accumulates the word embeddings'
-gradient into one buffer kept between steps instead of a new dense tensor.
+counted too (getrusage). The page faults a step took before the word embeddings' gradient kept its memory (a fresh
+47 MB glibc mapping every step for MiniLM): `--plain-embedding-grad` puts back the plain F.embedding gradient;
+`--malloc-no-mmap` has glibc serve every allocation from its heap and never trim it (mallopt M_MMAP_MAX 0,
+M_TRIM_THRESHOLD 2^62).
 """
 import argparse
 import ctypes
@@ -43,50 +43,11 @@ def malloc_no_mmap() -> None:
     assert libc.mallopt(M_MMAP_MAX, 0) == 1 and libc.mallopt(M_TRIM_THRESHOLD, ctypes.c_int(2**31 - 1)) == 1
 
 
-_embedding = F.embedding  # the real one (use_embedding_buffer swaps F.embedding during a forward)
-
-
-class BufferedEmbedding(torch.autograd.Function):
-    """F.embedding whose weight gradient is accumulated into a buffer kept between steps (set as weight.grad when
-    that is None), so no step allocates a fresh (V, H) gradient."""
-    buffers = {}
-
-    @staticmethod
-    def forward(ctx, ids, weight, padding_idx):
-        ctx.save_for_backward(ids)
-        ctx.weight, ctx.padding_idx = weight, padding_idx
-        return _embedding(ids, weight, padding_idx)
-
-    @staticmethod
-    def backward(ctx, grad):
-        (ids,) = ctx.saved_tensors
-        w = ctx.weight
-        if w.grad is None:
-            buf = BufferedEmbedding.buffers.get(id(w))
-            if buf is None:
-                buf = BufferedEmbedding.buffers[id(w)] = torch.empty_like(w)
-            w.grad = buf.zero_()
-        flat = ids.reshape(-1)
-        g = grad.reshape(-1, grad.shape[-1]).to(w.grad.dtype)
-        if ctx.padding_idx is not None:
-            g = g.masked_fill((flat == ctx.padding_idx).unsqueeze(1), 0.0)
-        w.grad.index_add_(0, flat, g)
-        return None, None, None
-
-
-def use_embedding_buffer(model) -> None:
-    emb = model.bert.embeddings
-    original = emb.forward
-
-    def forward(input_ids, token_type_ids=None, position_ids=None):
-        F.embedding = lambda ids, weight, padding_idx=None, *a, **k: (
-            BufferedEmbedding.apply(ids, weight, padding_idx) if weight is emb.word.weight
-            else _embedding(ids, weight, padding_idx, *a, **k))
-        try:
-            return original(input_ids, token_type_ids, position_ids)
-        finally:
-            F.embedding = _embedding
-    emb.forward = forward
+def use_plain_embedding_grad() -> None:
+    """The word embeddings on plain F.embedding: a new zeroed (V, H) gradient every step (the code before
+    engine.model.word_embedding kept its memory)."""
+    import engine.model as em
+    em.word_embedding = lambda ids, weight, padding_idx, kept: F.embedding(ids, weight, padding_idx)
 
 
 def main() -> None:
@@ -103,11 +64,13 @@ def main() -> None:
     ap.add_argument("--precision", default="auto")
     ap.add_argument("--profile", action="store_true")
     ap.add_argument("--malloc-no-mmap", action="store_true")
-    ap.add_argument("--embedding-buffer", action="store_true")
+    ap.add_argument("--plain-embedding-grad", action="store_true")
     a = ap.parse_args()
     if a.malloc_no_mmap:
         malloc_no_mmap()
     torch.set_num_threads(2)
+    if a.plain_embedding_grad:
+        use_plain_embedding_grad()
     cfg = ft.FinetuneConfig(model=a.model, task="glue", train=a.train, dev=a.dev, out="/tmp/unused-profile",
                             dropout=a.dropout, packing=a.packing, precision=a.precision)
     device = resolve_device("cpu")
@@ -120,8 +83,6 @@ def main() -> None:
     model = TaskModel(base, data.kind, data.num_labels, dropout=a.dropout, generator=g)
     ft.set_dropout(model, a.dropout)
     model.train()
-    if a.embedding_buffer:
-        use_embedding_buffer(model)
     total = a.steps + a.warmup
     opt, sched = ft.make_optimizer(model, 5e-5, cfg.weight_decay, total, cfg.warmup)
     if a.loop_adamw:
@@ -181,8 +142,8 @@ def main() -> None:
         print(f"  {k:13s} median {statistics.median(v):8.1f} ms   mean {statistics.mean(v):8.1f} ms")
     print(f"  real tokens/s {tokens / (sum(phases['step']) / 1000):,.0f}")
     print(f"  minor page faults a step: median {statistics.median(faults):,.0f}; system time a step: median "
-          f"{statistics.median(system):.1f} ms (both threads); malloc no mmap {a.malloc_no_mmap}, embedding buffer "
-          f"{a.embedding_buffer}")
+          f"{statistics.median(system):.1f} ms (both threads); malloc no mmap {a.malloc_no_mmap}, plain embedding "
+          f"gradient {a.plain_embedding_grad}")
 
 
 if __name__ == "__main__":

@@ -370,7 +370,7 @@ def test_cpu_dropout_applies_the_keep_mask_as_numbers_with_the_same_values():
     fp32, for rates whose threshold is 0 (nothing dropped) and near 2^15."""
     from engine.model import DROP_LEVELS
     from engine.model import _drop_bits, _dropout, cpu_dropout_mask
-    for dtype in (torch.bfloat16, torch.float32):
+    for dtype in (torch.bfloat16, torch.float16, torch.float32):
         for p in (0.1, 1e-6, 0.99):
             x = torch.randn(4, 6, 33, 17).to(dtype).requires_grad_(True)
             torch.manual_seed(3)
@@ -400,3 +400,61 @@ def test_cpu_dropout_draws_are_independent_within_a_word():
     for i in range(3):
         both = float((drop[:, i] & drop[:, i + 1]).float().mean())
         assert abs(both - 0.25) < 0.005, (i, both)
+
+
+
+def _word_grad(m, ids, tt, am, plain: bool, monkeypatch, **kw):
+    """The word embeddings' gradient of a loss on the encoder's output (and the MLM head's, tied, when there is one);
+    `plain`: with F.embedding, the path word_embedding replaces on a CPU."""
+    if plain:
+        monkeypatch.setattr(em, "word_embedding", lambda i, w, pad, kept: F.embedding(i, w, pad))
+    m.zero_grad(set_to_none=True)
+    out = m(ids, tt, am, mlm_positions=am.bool() if m.mlm is not None else None, **kw)
+    loss = out.last_hidden_state.pow(2).mean() + (out.mlm_logits.logsumexp(-1).mean() if m.mlm is not None else 0)
+    loss.backward()
+    monkeypatch.undo()
+    return m.bert.embeddings.word.weight.grad.clone()
+
+
+@pytest.mark.parametrize("unpad", [False, True])
+def test_kept_word_embedding_gradient_equals_f_embedding(monkeypatch, unpad):
+    """Value for value, with padding (the padding row stays 0), tied to the MLM decoder or not, padded or unpadded."""
+    ids, tt, am = _batch()
+    ids[am == 0] = 0  # the padding id, as real batches carry it
+    for m in (_model(), _model(has_mlm_head=False)):
+        got = _word_grad(m, ids, tt, am, False, monkeypatch, unpad=unpad)
+        ref = _word_grad(m, ids, tt, am, True, monkeypatch, unpad=unpad)
+        assert torch.equal(got, ref) and got.abs().sum() > 0
+        if m.mlm is None:
+            assert not got[0].any()
+
+def test_kept_word_embedding_gradient_memory_is_reused_only_when_nobody_holds_it():
+    emb = _model().bert.embeddings
+    w = emb.word.weight
+    ids = torch.tensor([[3, 7, 7, 0], [5, 3, 0, 0]])
+
+    def backward(scale=1.0):
+        (emb(ids) * scale).sum().backward()
+        return w.grad
+
+    first = backward()
+    expected = first.clone()
+    ptr = first.data_ptr()
+    assert ptr == emb.word_grad.memory.data_ptr()  # autograd took the kept memory as .grad, no copy
+    del first
+    w.grad = None  # zero_grad(set_to_none=True)
+    assert backward().data_ptr() == ptr  # nothing held it: the next step accumulates into the same memory
+    assert torch.equal(w.grad, expected)
+    held = w.grad  # a caller keeps the old gradient: the next backward must not overwrite it
+    w.grad = None
+    backward(2.0)
+    assert w.grad.data_ptr() != held.data_ptr() and torch.equal(held, expected)
+    assert torch.allclose(w.grad, 2 * expected)
+    view, held = w.grad[3], None  # a view of it is enough to keep it
+    w.grad = None
+    backward()
+    assert torch.equal(view, 2 * expected[3])
+    backward()  # .grad kept (accumulation over micro-batches): the sum
+    assert torch.allclose(w.grad, 2 * expected)
+    emb.eval()
+    assert emb.word_grad.memory is None  # evaluation keeps no gradient memory
