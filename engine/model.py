@@ -30,6 +30,8 @@ Fast paths (each checked against the plain path in tests/engine/test_model_fastp
   there that nothing should read). Falls back to the padded path when padding is under 10% of the batch.
 - Every matrix multiply goes through `engine.fast_linear.linear`: oneDNN instead of MKL for large fp32 CPU
   products, with GELU fused in inference (see that module).
+- On a CPU while training, the word embeddings' (V, H) gradient is accumulated into memory kept between steps
+  (`word_embedding`, `KeptGradient`) instead of a fresh zeroed tensor (and its page faults) every step.
 - Per layer there are no module calls besides the layer itself (functional linear / layer_norm / dropout),
   no dropout calls in eval mode, no (B, T) position or segment id tensors, and the attention-mask check runs
   once per forward; together these matter for batch-1 latency, where Python overhead is most of the time.
@@ -354,7 +356,7 @@ def explicit_attention(x) -> bool:
 def word_embedding(ids, weight, padding_idx, kept: "KeptGradient"):
     """F.embedding(ids, weight, padding_idx), whose (V, H) weight gradient, on a CPU, is built in memory kept
     between steps (`kept`) instead of a new zeroed tensor every step. The plain backward's fresh 47 MB tensor
-    (MiniLM's 30,522 x 384 fp32) is a new memory mapping every step on Linux, 11,500 page faults: 14-16 ms a
+    (MiniLM's 30,522 x 384 fp32) is a new memory mapping every step on Linux, 11,500 page faults: 13-16 ms a
     step for the gradient against 2.2-2.7 ms in kept memory, at 2 threads on the AMD EPYC Zen 4
     (docs/lab-notes/packing.md). The gradient is the same, value for value (tests/engine/test_model_fastpaths.py).
     Elsewhere (a GPU's caching allocator has no such cost, torch.compile, no gradient wanted) it is F.embedding."""

@@ -402,7 +402,6 @@ def test_cpu_dropout_draws_are_independent_within_a_word():
         assert abs(both - 0.25) < 0.005, (i, both)
 
 
-
 def _word_grad(m, ids, tt, am, plain: bool, monkeypatch, **kw):
     """The word embeddings' gradient of a loss on the encoder's output (and the MLM head's, tied, when there is one);
     `plain`: with F.embedding, the path word_embedding replaces on a CPU."""
@@ -427,6 +426,7 @@ def test_kept_word_embedding_gradient_equals_f_embedding(monkeypatch, unpad):
         assert torch.equal(got, ref) and got.abs().sum() > 0
         if m.mlm is None:
             assert not got[0].any()
+
 
 def test_kept_word_embedding_gradient_memory_is_reused_only_when_nobody_holds_it():
     emb = _model().bert.embeddings
