@@ -22,6 +22,9 @@ the last real token (the closing [SEP], the one position that has seen the whole
 classifies from its last token. The paper does not say how its LTR model was fed to sequence-level tasks; this
 is our choice, and with it the LTR row of Table 5 is a left-to-right model rather than a constant.
 
+A head that reads only C (`TaskModel.reads_only_c`: no per-token head, no BiLSTM, not causal) asks the encoder
+for `pooled_only`, so its last layer runs at [CLS] alone (engine/model.py).
+
 Every new parameter (head, BiLSTM) is initialised from the `torch.Generator` passed in, so random restarts
 differ in their head initialisation while sharing the checkpoint. Departures from the paper: the BiLSTM (one
 layer, H/2 units per direction, so its output stays H wide) and its use as the sentence summary are our
@@ -111,17 +114,27 @@ class TaskModel(nn.Module):
     def config(self):
         return self.bert.config
 
+    @property
+    def reads_only_c(self) -> bool:
+        """Whether the head reads nothing but C (classification, regression, multiple choice, without the BiLSTM and
+        not causal, whose sequence vector is the last token's): the encoder's last layer then runs at [CLS] only."""
+        return not self.task_kind.per_token and self.bilstm is None and not self.bert.config.causal
+
     def encode(self, input_ids, token_type_ids=None, attention_mask=None, packing=None):
         """Final hidden states (B, T, H) and the sequence vector (B, H): C, or the BiLSTM summary. `packing`
         (engine.packing.pack_padded of this batch): the encoder runs on the packed rows and the states come back
-        in the padded layout, so every head reads what it reads unpacked."""
+        in the padded layout, so every head reads what it reads unpacked. A head that reads only C
+        (`reads_only_c`) gets h = None: the encoder computes its last layer at the [CLS] positions only."""
+        pooled_only = self.reads_only_c
         if packing is not None:
-            out = self.bert(packing.input_ids, packing.token_type_ids, packing=packing)
-            h, c = unpack(out.last_hidden_state, packing, input_ids.shape[-1]), out.pooled_output
+            out = self.bert(packing.input_ids, packing.token_type_ids, packing=packing, pooled_only=pooled_only)
+            h = None if pooled_only else unpack(out.last_hidden_state, packing, input_ids.shape[-1])
+            c = out.pooled_output
         else:
             # unpad: the linear layers see only the real tokens when the batch has padding (0 at padded positions,
             # which no head reads: tagging and span losses skip them, C and the last-token vector are real tokens)
-            out = self.bert(input_ids, token_type_ids, attention_mask, unpad=attention_mask is not None)
+            out = self.bert(input_ids, token_type_ids, attention_mask, unpad=attention_mask is not None,
+                            pooled_only=pooled_only)
             h, c = out.last_hidden_state, out.pooled_output
         if self.bilstm is not None:
             h, c = self.bilstm(h, attention_mask)

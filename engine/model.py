@@ -28,6 +28,10 @@ Fast paths (each checked against the plain path in tests/engine/test_model_fastp
   attention sees the padded (B, T, .) layout (one index_copy in, one index_select out per layer). Outputs at
   real positions equal the padded path's; at padded positions they are 0 (the padded path leaves values
   there that nothing should read). Falls back to the padded path when padding is under 10% of the batch.
+- `pooled_only=True`: for heads that read only the pooled C, the last layer is computed at each sequence's
+  [CLS] alone (its keys and values still come from every token; its queries, output projection, feed-forward
+  network and LayerNorms from [CLS] only), and `last_hidden_state` is None. Exact in value; dropout draws a
+  different random stream than the full path, so it is exact in distribution, not bit-identical per seed.
 - Every matrix multiply goes through `engine.fast_linear.linear`: oneDNN instead of MKL for large fp32 CPU
   products, with GELU fused in inference (see that module).
 - On a CPU while training, the word embeddings' (V, H) gradient is accumulated into memory kept between steps
@@ -136,6 +140,39 @@ class BertSelfAttention(nn.Module):
             y = y.view(B * T, H).index_select(0, packed[0])  # (R, H)
         return linear(y, self.out.weight, self.out.bias), probs
 
+    def attend_at(self, x, mask, query, packed=None):
+        """The attention output at the query positions only, keys and values from every token: (S, H).
+        `query` = (rows (S,) into x flattened to (B*T | R, H), the batch row b (S,) of each query or None when
+        query i is in row i, its column c (S,)); x and packed as in `forward`."""
+        rows, b, c = query
+        H = self.A * self.D
+        W, bias = self.qkv.weight, self.qkv.bias
+        kv = linear(x, W[H:], bias[H:])  # (B, T, 2H) or (R, 2H)
+        if packed is not None:
+            index, B, T = packed
+            kv = kv.new_zeros(B * T, 2 * H).index_copy(0, index, kv)  # (B*T, 2H), zeros at padding
+        else:
+            B, T = x.shape[0], x.shape[1]
+        k, v = kv.view(B, T, 2, self.A, self.D).permute(2, 0, 3, 1, 4)  # 2 x (B, A, T, D)
+        S = rows.numel()
+        q = linear(x.reshape(-1, H)[rows], W[:H], bias[:H]).view(S, self.A, 1, self.D)  # (S, A, 1, D)
+        if b is not None:  # several queries in a row (packing): each query its row's keys and values
+            k, v = k[b], v[b]  # (S, A, T, D)
+        if mask is not None:
+            if mask.shape[2] > 1:  # a mask per query (packing's blocks, causal): the query's own line of it
+                r = b if b is not None else torch.arange(S, device=c.device)
+                mask = mask[r if mask.shape[0] > 1 else torch.zeros_like(r), :, c][:, :, None]  # (S, 1, 1, T)
+            elif b is not None and mask.shape[0] > 1:
+                mask = mask[b]  # (S, 1, 1, T)
+        if explicit_attention(x):
+            scores = (q @ k.transpose(-2, -1)) / math.sqrt(self.D)  # (S, A, 1, T)
+            if mask is not None:
+                scores = scores.masked_fill(~mask, torch.finfo(scores.dtype).min)
+            y = _dropout(scores.softmax(dim=-1), self.dropout_p, self.training) @ v  # (S, A, 1, D)
+        else:
+            y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=self.dropout_p if self.training else 0.0)
+        return linear(y.reshape(S, H), self.out.weight, self.out.bias)  # (S, H)
+
 
 class BertLayer(nn.Module):
     """One post-LN Transformer block: x = LN(x + Attn(x)); x = LN(x + FFN(x)), GELU in the FFN."""
@@ -160,6 +197,18 @@ class BertLayer(nn.Module):
         x = F.layer_norm(x + _dropout(h, p, train), n.normalized_shape, n.weight, n.bias, n.eps)
         return x, probs
 
+    def forward_at(self, x, mask, query, packed=None):  # (B, T, H) or (R, H) -> (S, H) at the query positions
+        """The block's output at the query positions only (`BertSelfAttention.attend_at`): what a head that reads
+        only the [CLS] vectors needs from the last layer."""
+        p, train = self.dropout.p, self.training
+        a = self.attention.attend_at(x, mask, query, packed)
+        n = self.attn_norm
+        x = F.layer_norm(x.reshape(-1, x.shape[-1])[query[0]] + _dropout(a, p, train), n.normalized_shape, n.weight, n.bias, n.eps)
+        h = linear(x, self.ffn_in.weight, self.ffn_in.bias, gelu=True)  # (S, I)
+        h = linear(h, self.ffn_out.weight, self.ffn_out.bias)  # (S, H)
+        n = self.ffn_norm
+        return F.layer_norm(x + _dropout(h, p, train), n.normalized_shape, n.weight, n.bias, n.eps)
+
 
 class BertPooler(nn.Module):
     """Dense + tanh on the [CLS] vector: C, the sentence representation NSP and classifiers read."""
@@ -169,7 +218,9 @@ class BertPooler(nn.Module):
         self.dense = nn.Linear(config.hidden_size, config.hidden_size)
 
     def forward(self, x, starts=None):  # (B, T, H) -> (B, H); packed: (S, 2) (row, column) of each [CLS] -> (S, H)
-        cls = x[:, 0] if starts is None else x[starts[:, 0], starts[:, 1]]
+        return self.pool(x[:, 0] if starts is None else x[starts[:, 0], starts[:, 1]])
+
+    def pool(self, cls):  # (S, H) final [CLS] vectors -> (S, H) C
         return torch.tanh(linear(cls, self.dense.weight, self.dense.bias))
 
 
@@ -184,19 +235,33 @@ class BertModel(nn.Module):
         self.pooler = BertPooler(config)
 
     def forward(self, input_ids, token_type_ids=None, attention_mask=None, output_attentions=False,
-                output_hidden_states=False, unpad=False, packing=None):
+                output_hidden_states=False, unpad=False, packing=None, pooled_only=False):
         """`packing` (engine.packing.PackedBatch of these ids): several sequences per row, each attending only to
-        itself, with its own positions; the pooled output is then one row per sequence, (S, H)."""
+        itself, with its own positions; the pooled output is then one row per sequence, (S, H).
+        `pooled_only`: only C is wanted (last_hidden_state comes back None); the last layer runs at the [CLS]
+        positions only."""
         B, T = input_ids.shape
         if T > self.config.max_position_embeddings:
             raise EngineError(f"sequence of {T} tokens is longer than the model's {self.config.max_position_embeddings} positions; truncate the input or use a shorter --seq-len")
+        if pooled_only and (output_hidden_states or output_attentions):
+            raise EngineError("pooled_only computes the last layer at [CLS] only, so it has no hidden states or attention maps to return; drop pooled_only to get them")
         if unpad and attention_mask is not None and not output_attentions and packing is None:
-            return self._forward_unpadded(input_ids, token_type_ids, attention_mask, output_hidden_states)
+            return self._forward_unpadded(input_ids, token_type_ids, attention_mask, output_hidden_states, pooled_only)
         if packing is not None:
             mask, positions = packing.attention_mask(self.config.causal), packing.position_ids
         else:
             mask, positions = attention_mask_4d(attention_mask, T, self.config.causal, input_ids.device), None
         x = self.embeddings(input_ids, token_type_ids, positions)
+        if pooled_only and len(self.layers):
+            if packing is not None:  # each sequence's [CLS]: several per row
+                b, c = packing.starts[:, 0], packing.starts[:, 1]
+                query = (b * T + c, b, c)
+            else:  # column 0 of every row
+                b = torch.arange(B, device=x.device)
+                query = (b * T, None, torch.zeros_like(b))
+            for layer in self.layers[:-1]:
+                x, _ = layer(x, mask)
+            return BertOutput(last_hidden_state=None, pooled_output=self.pooler.pool(self.layers[-1].forward_at(x, mask, query)))
         hidden = [x] if output_hidden_states else None
         attns = [] if output_attentions else None
         for layer in self.layers:
@@ -205,6 +270,8 @@ class BertModel(nn.Module):
                 hidden.append(x)
             if output_attentions:
                 attns.append(probs)
+        if pooled_only:  # no layers: C from the embeddings
+            return BertOutput(last_hidden_state=None, pooled_output=self.pooler(x, packing.starts if packing is not None else None))
         return BertOutput(
             last_hidden_state=x,
             pooled_output=self.pooler(x, packing.starts if packing is not None else None),
@@ -212,7 +279,7 @@ class BertModel(nn.Module):
             attentions=tuple(attns) if attns is not None else None,
         )
 
-    def _forward_unpadded(self, input_ids, token_type_ids, attention_mask, output_hidden_states):
+    def _forward_unpadded(self, input_ids, token_type_ids, attention_mask, output_hidden_states, pooled_only=False):
         """The `unpad=True` path: linear layers on the (R, H) real tokens only; 0 at padded positions."""
         B, T = input_ids.shape
         real = attention_mask.bool()  # (B, T)
@@ -223,7 +290,10 @@ class BertModel(nn.Module):
         R = index.numel()
         tt = token_type_ids[:, :Tc] if token_type_ids is not None else None
         if R > (1.0 - UNPAD_MIN_PADDING) * B * Tc:  # little padding: the padded path on the cut batch is faster
-            out = self.forward(input_ids[:, :Tc], tt, attention_mask[:, :Tc], False, output_hidden_states)
+            out = self.forward(input_ids[:, :Tc], tt, attention_mask[:, :Tc], False, output_hidden_states,
+                               pooled_only=pooled_only)
+            if pooled_only:
+                return out
             keep = real_c[..., None].to(out.last_hidden_state.dtype)  # (B, Tc, 1)
             full = lambda h: F.pad(h * keep, (0, 0, 0, T - Tc))  # (B, T, H), 0 at padding
             out.last_hidden_state = full(out.last_hidden_state)
@@ -239,12 +309,21 @@ class BertModel(nn.Module):
         def full(h):  # (R, H) -> (B, T, H), 0 at padding
             return F.pad(h.new_zeros(B * Tc, h.shape[-1]).index_copy(0, index, h).view(B, Tc, -1), (0, 0, 0, T - Tc))
 
+        if pooled_only and len(self.layers) and bool(real_c[:, 0].all()):  # the last layer at each row's [CLS] only
+            rows = torch.searchsorted(index, torch.arange(B, device=index.device) * Tc)  # (B,) [CLS] rows of x
+            for layer in self.layers[:-1]:
+                x, _ = layer(x, mask, False, packed=(index, B, Tc))
+            query = (rows, None, torch.zeros_like(rows))
+            return BertOutput(last_hidden_state=None,
+                              pooled_output=self.pooler.pool(self.layers[-1].forward_at(x, mask, query, packed=(index, B, Tc))))
         hidden = [full(x)] if output_hidden_states else None
         for layer in self.layers:
             x, _ = layer(x, mask, False, packed=(index, B, Tc))
             if output_hidden_states:
                 hidden.append(full(x))
         last = hidden[-1] if output_hidden_states else full(x)
+        if pooled_only:
+            return BertOutput(last_hidden_state=None, pooled_output=self.pooler(last))
         return BertOutput(last_hidden_state=last, pooled_output=self.pooler(last),
                           hidden_states=tuple(hidden) if hidden is not None else None)
 

@@ -458,3 +458,63 @@ def test_kept_word_embedding_gradient_memory_is_reused_only_when_nobody_holds_it
     assert torch.allclose(w.grad, 2 * expected)
     emb.eval()
     assert emb.word_grad.memory is None  # evaluation keeps no gradient memory
+
+
+# ------------------------------------------------------------------ the last layer at [CLS] only (pooled_only)
+def _pooled_and_grads(bert, fwd):
+    bert.zero_grad(set_to_none=True)
+    c = fwd()
+    (c * torch.linspace(-1, 1, c.shape[-1])).sum().backward()
+    return c.detach(), {n: p.grad.clone() for n, p in bert.named_parameters() if p.grad is not None}
+
+
+@pytest.mark.parametrize("mode", ["padded", "unpad", "unpad-fallback", "packed", "packed-causal", "padded-causal"])
+def test_pooled_only_gives_the_full_paths_pooled_output_and_gradients(mode):
+    from engine.packing import pack_padded
+    bert = _model(causal=mode.endswith("causal")).bert.train()  # dropout 0; the explicit-softmax training path
+    lengths = (24, 24, 23, 24, 24) if mode == "unpad-fallback" else (26, 9, 17, 2, 12)
+    ids, tt, am = _batch(T=30, lengths=lengths)
+    kw = {"unpad": mode.startswith("unpad")}
+    if mode.startswith("packed"):
+        p = pack_padded(ids, tt, am)
+        assert p.input_ids.shape[0] < ids.shape[0]
+        args, kw = (p.input_ids, p.token_type_ids), {"packing": p}
+    else:
+        args = (ids, tt, am)
+    ref, gref = _pooled_and_grads(bert, lambda: bert(*args, **kw).pooled_output)
+    out = bert(*args, **kw, pooled_only=True)
+    assert out.last_hidden_state is None and out.pooled_output.shape == ref.shape
+    c, g = _pooled_and_grads(bert, lambda: bert(*args, **kw, pooled_only=True).pooled_output)
+    torch.testing.assert_close(c, ref, atol=1e-5, rtol=1e-5)
+    _assert_grads_close(g, gref)
+    with torch.no_grad():  # evaluation: the SDPA path
+        torch.testing.assert_close(bert.eval()(*args, **kw, pooled_only=True).pooled_output,
+                                   bert(*args, **kw).pooled_output, atol=1e-5, rtol=1e-5)
+
+
+def test_pooled_only_refuses_hidden_states_and_attention_maps():
+    bert = _model().bert.eval()
+    ids, tt, am = _batch()
+    for kw in ({"output_hidden_states": True}, {"output_attentions": True}):
+        with pytest.raises(EngineError, match="pooled_only"):
+            bert(ids, tt, am, pooled_only=True, **kw)
+
+
+@pytest.mark.parametrize("kind,bilstm,causal,only_c", [("classification", False, False, True),
+                                                       ("multiple_choice", False, False, True),
+                                                       ("classification", True, False, False),
+                                                       ("classification", False, True, False),
+                                                       ("tagging", False, False, False)])
+def test_a_head_runs_the_last_layer_at_cls_only_when_it_reads_only_c(kind, bilstm, causal, only_c, monkeypatch):
+    from engine.heads import TaskModel
+    model = TaskModel(_model(causal=causal).bert, kind, num_labels=3, bilstm=bilstm, dropout=0.0).train()
+    seen = []
+    forward = type(model.bert).forward
+    monkeypatch.setattr(type(model.bert), "forward", lambda self, *a, **kw: seen.append(kw.get("pooled_only")) or forward(self, *a, **kw))
+    ids, tt, am = _batch()
+    if kind == "multiple_choice":
+        ids, tt, am = (x[:4].view(2, 2, -1) for x in (ids, tt, am))
+    logits = model(ids, tt, am)
+    assert seen == [only_c] and model.reads_only_c == only_c
+    logits.float().pow(2).sum().backward()
+    assert torch.isfinite(logits).all()
