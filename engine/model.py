@@ -259,9 +259,7 @@ class BertModel(nn.Module):
             else:  # column 0 of every row
                 b = torch.arange(B, device=x.device)
                 query = (b * T, None, torch.zeros_like(b))
-            for layer in self.layers[:-1]:
-                x, _ = layer(x, mask)
-            return BertOutput(last_hidden_state=None, pooled_output=self.pooler.pool(self.layers[-1].forward_at(x, mask, query)))
+            return self._pooled_at(x, mask, query)
         hidden = [x] if output_hidden_states else None
         attns = [] if output_attentions else None
         for layer in self.layers:
@@ -278,6 +276,13 @@ class BertModel(nn.Module):
             hidden_states=tuple(hidden) if hidden is not None else None,
             attentions=tuple(attns) if attns is not None else None,
         )
+
+    def _pooled_at(self, x, mask, query, packed=None):
+        """`pooled_only`'s encoder from the embeddings x: every layer but the last in full, the last at the `query`
+        ([CLS]) positions only (`BertLayer.forward_at`), then the pooler."""
+        for layer in self.layers[:-1]:
+            x, _ = layer(x, mask, False, packed=packed)
+        return BertOutput(last_hidden_state=None, pooled_output=self.pooler.pool(self.layers[-1].forward_at(x, mask, query, packed)))
 
     def _forward_unpadded(self, input_ids, token_type_ids, attention_mask, output_hidden_states, pooled_only=False):
         """The `unpad=True` path: linear layers on the (R, H) real tokens only; 0 at padded positions."""
@@ -311,11 +316,7 @@ class BertModel(nn.Module):
 
         if pooled_only and len(self.layers) and bool(real_c[:, 0].all()):  # the last layer at each row's [CLS] only
             rows = torch.searchsorted(index, torch.arange(B, device=index.device) * Tc)  # (B,) [CLS] rows of x
-            for layer in self.layers[:-1]:
-                x, _ = layer(x, mask, False, packed=(index, B, Tc))
-            query = (rows, None, torch.zeros_like(rows))
-            return BertOutput(last_hidden_state=None,
-                              pooled_output=self.pooler.pool(self.layers[-1].forward_at(x, mask, query, packed=(index, B, Tc))))
+            return self._pooled_at(x, mask, (rows, None, torch.zeros_like(rows)), packed=(index, B, Tc))
         hidden = [full(x)] if output_hidden_states else None
         for layer in self.layers:
             x, _ = layer(x, mask, False, packed=(index, B, Tc))
