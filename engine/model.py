@@ -9,7 +9,8 @@ N = number of positions the MLM head is evaluated at, R = number of real (non-pa
   instead of three; the checkpoint code splits it into Hugging Face's query/key/value on save and joins them on
   load). Attention runs through `scaled_dot_product_attention` (flash / memory-efficient kernels on CUDA); when
   the caller asks for attention maps, or a CPU trains (`explicit_attention`: faster there), an explicit softmax
-  path computes the same thing (and returns the probabilities when asked). `config.causal` masks every position's right context (the paper's LTR ablation, 5.1).
+  path (`softmax_attention`: scale and mask inside one baddbmm) computes the same thing (and returns the
+  probabilities when asked). `config.causal` masks every position's right context (the paper's LTR ablation, 5.1).
 - `BertPooler`: dense + tanh on the [CLS] vector, giving C.
 - `BertModel`: embeddings, L layers, pooler.
 - `BertLMHead` and `BertForPreTraining`: the MLM head (dense + GELU + LayerNorm, then the word-embedding
@@ -24,8 +25,10 @@ rate is quantised to 1/32768 (0.100006 for 0.1), and applies it as a 0/1 tensor 
 
 Fast paths (each checked against the plain path in tests/engine/test_model_fastpaths.py; numbers in BENCHMARKS.md):
 - `unpad=True` (opt-in): padded positions cost nothing. The batch is cut to its last real column, the R real
-  tokens are packed into an (R, H) tensor for every linear layer, GELU, LayerNorm and dropout, and only the
-  attention sees the padded (B, T, .) layout (one index_copy in, one index_select out per layer). Outputs at
+  tokens are packed into an (M, H) tensor for every linear layer, GELU, LayerNorm and dropout (M: R rounded up
+  to a multiple of UNPAD_ROWS with copies of a padded slot, so the matrix shapes recur from step to step and a
+  CPU's oneDNN builds their kernels once, `unpadded_rows`), and only the attention sees the padded (B, T, .)
+  layout (one index_copy in, one index_select out per layer). Outputs at
   real positions equal the padded path's; at padded positions they are 0 (the padded path leaves values
   there that nothing should read). Falls back to the padded path when padding is under 10% of the batch.
 - `pooled_only=True`: for heads that read only the pooled C, the last layer is computed at each sequence's
@@ -56,6 +59,7 @@ from engine.fast_linear import linear
 from engine.vocab_loss import vocab_cross_entropy
 
 UNPAD_MIN_PADDING = 0.10  # unpad only when at least this fraction of the (cut) batch is padding
+UNPAD_ROWS = 64  # the unpadded path's rows are the real tokens rounded up to a multiple of this (unpadded_rows)
 
 
 @dataclass
@@ -115,29 +119,26 @@ class BertSelfAttention(nn.Module):
         self.dropout_p = config.attention_dropout
 
     def forward(self, x, mask, need_weights: bool, packed=None):
-        # x (B, T, H), or (R, H) real tokens when packed = (index (R,) into the B*T grid, B, T)
+        # x (B, T, H), or (M, H) rows when packed = (index (R,) of the real tokens in the B*T grid, B, T, rows (M,)
+        # the grid slot each row reads back: index, then M - R padded slots, engine.model.unpadded_rows)
         # mask: None, or bool (B|1, 1, 1|T, T), True where a query may attend to a key
-        qkv = linear(x, self.qkv.weight, self.qkv.bias)  # (B, T, 3H) or (R, 3H)
+        qkv = linear(x, self.qkv.weight, self.qkv.bias)  # (B, T, 3H) or (M, 3H)
         if packed is not None:
-            index, B, T = packed
-            qkv = qkv.new_zeros(B * T, qkv.shape[-1]).index_copy(0, index, qkv)  # (B*T, 3H), zeros at padding
+            index, B, T, _ = packed
+            qkv = qkv.new_zeros(B * T, qkv.shape[-1]).index_copy(0, index, qkv[:index.numel()])  # (B*T, 3H), 0 at padding
         else:
             B, T = x.shape[0], x.shape[1]
         H = self.A * self.D
         q, k, v = qkv.view(B, T, 3, self.A, self.D).permute(2, 0, 3, 1, 4)  # 3 x (B, A, T, D)
         if need_weights or explicit_attention(x):
-            scores = (q @ k.transpose(-2, -1)) / math.sqrt(self.D)  # (B, A, T, T)
-            if mask is not None:
-                scores = scores.masked_fill(~mask, torch.finfo(scores.dtype).min)
-            probs = scores.softmax(dim=-1)
-            y = _dropout(probs, self.dropout_p, self.training) @ v  # (B, A, T, D)
+            y, probs = softmax_attention(q, k, v, mask, self.dropout_p, self.training)  # (B, A, T, D), (B, A, T, T)
             probs = probs if need_weights else None
         else:
             probs = None
             y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=self.dropout_p if self.training else 0.0)
         y = y.transpose(1, 2).reshape(B, T, H)  # (B, T, H); free when SDPA returns the (B, T, A, D) layout
         if packed is not None:
-            y = y.view(B * T, H).index_select(0, packed[0])  # (R, H)
+            y = y.view(B * T, H).index_select(0, packed[3])  # (M, H)
         return linear(y, self.out.weight, self.out.bias), probs
 
     def attend_at(self, x, mask, query, packed=None):
@@ -149,8 +150,8 @@ class BertSelfAttention(nn.Module):
         W, bias = self.qkv.weight, self.qkv.bias
         kv = linear(x, W[H:], bias[H:])  # (B, T, 2H) or (R, 2H)
         if packed is not None:
-            index, B, T = packed
-            kv = kv.new_zeros(B * T, 2 * H).index_copy(0, index, kv)  # (B*T, 2H), zeros at padding
+            index, B, T, _ = packed
+            kv = kv.new_zeros(B * T, 2 * H).index_copy(0, index, kv[:index.numel()])  # (B*T, 2H), 0 at padding
         else:
             B, T = x.shape[0], x.shape[1]
         k, v = kv.view(B, T, 2, self.A, self.D).permute(2, 0, 3, 1, 4)  # 2 x (B, A, T, D)
@@ -165,10 +166,7 @@ class BertSelfAttention(nn.Module):
             elif b is not None and mask.shape[0] > 1:
                 mask = mask[b]  # (S, 1, 1, T)
         if explicit_attention(x):
-            scores = (q @ k.transpose(-2, -1)) / math.sqrt(self.D)  # (S, A, 1, T)
-            if mask is not None:
-                scores = scores.masked_fill(~mask, torch.finfo(scores.dtype).min)
-            y = _dropout(scores.softmax(dim=-1), self.dropout_p, self.training) @ v  # (S, A, 1, D)
+            y = softmax_attention(q, k, v, mask, self.dropout_p, self.training)[0]  # (S, A, 1, D)
         else:
             y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=self.dropout_p if self.training else 0.0)
         return linear(y.reshape(S, H), self.out.weight, self.out.bias)  # (S, H)
@@ -285,7 +283,8 @@ class BertModel(nn.Module):
         return BertOutput(last_hidden_state=None, pooled_output=self.pooler.pool(self.layers[-1].forward_at(x, mask, query, packed)))
 
     def _forward_unpadded(self, input_ids, token_type_ids, attention_mask, output_hidden_states, pooled_only=False):
-        """The `unpad=True` path: linear layers on the (R, H) real tokens only; 0 at padded positions."""
+        """The `unpad=True` path: linear layers on the (M, H) rows only (the R real tokens, then M - R copies of a
+        padded slot, `unpadded_rows`); 0 at padded positions."""
         B, T = input_ids.shape
         real = attention_mask.bool()  # (B, T)
         cols = real.any(0).nonzero()  # real columns (one host sync)
@@ -308,18 +307,20 @@ class BertModel(nn.Module):
         mask = real_c[:, None, None, :]  # (B, 1, 1, Tc)
         if self.config.causal:
             mask = mask & torch.ones(Tc, Tc, dtype=torch.bool, device=input_ids.device).tril()[None, None]
-        pos = index % Tc  # (R,)
-        x = self.embeddings(input_ids[:, :Tc].reshape(-1)[index], tt.reshape(-1)[index] if tt is not None else None, pos)  # (R, H)
+        rows = unpadded_rows(index, real_c)  # (M,): index, then padded slots up to a multiple of UNPAD_ROWS
+        pos = rows % Tc  # (M,)
+        x = self.embeddings(input_ids[:, :Tc].reshape(-1)[rows], tt.reshape(-1)[rows] if tt is not None else None, pos)  # (M, H)
+        packed = (index, B, Tc, rows)
 
-        def full(h):  # (R, H) -> (B, T, H), 0 at padding
-            return F.pad(h.new_zeros(B * Tc, h.shape[-1]).index_copy(0, index, h).view(B, Tc, -1), (0, 0, 0, T - Tc))
+        def full(h):  # (M, H) -> (B, T, H), 0 at padding
+            return F.pad(h.new_zeros(B * Tc, h.shape[-1]).index_copy(0, index, h[:R]).view(B, Tc, -1), (0, 0, 0, T - Tc))
 
         if pooled_only and len(self.layers) and bool(real_c[:, 0].all()):  # the last layer at each row's [CLS] only
-            rows = torch.searchsorted(index, torch.arange(B, device=index.device) * Tc)  # (B,) [CLS] rows of x
-            return self._pooled_at(x, mask, (rows, None, torch.zeros_like(rows)), packed=(index, B, Tc))
+            cls = torch.searchsorted(index, torch.arange(B, device=index.device) * Tc)  # (B,) [CLS] rows of x
+            return self._pooled_at(x, mask, (cls, None, torch.zeros_like(cls)), packed=packed)
         hidden = [full(x)] if output_hidden_states else None
         for layer in self.layers:
-            x, _ = layer(x, mask, False, packed=(index, B, Tc))
+            x, _ = layer(x, mask, False, packed=packed)
             if output_hidden_states:
                 hidden.append(full(x))
         last = hidden[-1] if output_hidden_states else full(x)
@@ -327,6 +328,24 @@ class BertModel(nn.Module):
             return BertOutput(last_hidden_state=None, pooled_output=self.pooler(last))
         return BertOutput(last_hidden_state=last, pooled_output=self.pooler(last),
                           hidden_states=tuple(hidden) if hidden is not None else None)
+
+
+def unpadded_rows(index, real):
+    """The grid slots the unpadded path's rows read, (M,): the R real tokens' `index` (R,) into the (B*T) grid of
+    `real` (B, T), then M - R copies of the first padded slot, M being R rounded up to a multiple of UNPAD_ROWS.
+
+    Why: the rows' count is the M of every linear layer's matrix multiplies, and a CPU's oneDNN builds (JIT-compiles)
+    a kernel for each new shape it meets, 18-33 ms for one bf16 (M, 384) x (384, 1536) layer forward and backward
+    against 9 ms once built (2 threads, Intel Xeon with AMX). R, a batch's count of real tokens, is new nearly every
+    step; rounded up, the shapes recur and their kernels are built once. The extra rows cost their share of the
+    linear layers (under 64 rows) and change nothing: they hold a padded slot's values, which no real token reads,
+    so their gradients are 0 (tests/engine/test_model_fastpaths.py)."""
+    R = index.numel()
+    M = -(-R // UNPAD_ROWS) * UNPAD_ROWS
+    if M == R:
+        return index
+    slot = torch.argmin(real.reshape(-1).to(torch.uint8))  # the first padded slot (the unpadded path has padding)
+    return torch.cat([index, slot.expand(M - R)])
 
 
 class BertLMHead(nn.Module):
@@ -431,6 +450,34 @@ def explicit_attention(x) -> bool:
     (evaluation, features, the Probe page) the fused kernel is faster (7 against 17 ms at MiniLM's shape), and on
     a GPU it is the flash kernel: both keep it."""
     return x.device.type == "cpu" and torch.is_grad_enabled()
+
+
+def softmax_attention(q, k, v, mask, p: float, training: bool):
+    """The explicit attention: (y = dropout(softmax(q k^T / sqrt(D) + bias)) v (N, A, Tq, D), the probabilities
+    before dropout (N, A, Tq, T)), from q (N, A, Tq, D), k and v (N, A, T, D), and mask None or bool
+    (N|1, 1, Tq|1, T), True where a query may attend to a key (bias 0 there, the dtype's lowest number elsewhere).
+
+    The same values as scores = q k^T / sqrt(D), masked_fill, softmax, dropout, then @ v, within rounding, in fewer
+    passes over the (N, A, Tq, T) scores, which are the largest tensors of a small model's step: the scale and the
+    mask are applied inside one batched matrix multiply (`baddbmm`: bias + alpha q k^T), and on a CPU dropout's
+    1 / (1 - rate) scales the (N, A, Tq, D) output instead of the probabilities (dropout(P) v = ((P * mask) v) *
+    scale). Forward and backward at MiniLM's shape under bf16 autocast: docs/lab-notes/packing.md."""
+    N, A, Tq, D = q.shape
+    T = k.shape[2]
+    qf, kf = q.reshape(N * A, Tq, D), k.transpose(-2, -1).reshape(N * A, D, T)
+    if mask is None:
+        scores = torch.bmm(qf, kf).mul_(1 / math.sqrt(D))
+    else:
+        bias = torch.zeros(mask.shape, dtype=q.dtype, device=q.device).masked_fill_(~mask, torch.finfo(q.dtype).min)
+        bias = bias.expand(N, A, mask.shape[2], T).reshape(N * A, mask.shape[2], T)  # (N*A, Tq|1, T)
+        scores = torch.baddbmm(bias, qf, kf, alpha=1 / math.sqrt(D))
+    probs = scores.view(N, A, Tq, T).softmax(dim=-1)
+    if not training or p <= 0:
+        return probs @ v, probs
+    if probs.device.type != "cpu" or p >= 1:
+        return F.dropout(probs, p, True) @ v, probs
+    keep, scale = cpu_dropout_mask(probs.shape, p, probs.dtype)
+    return ((probs * keep) @ v) * scale, probs
 
 
 def word_embedding(ids, weight, padding_idx, kept: "KeptGradient"):

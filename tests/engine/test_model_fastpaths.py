@@ -162,6 +162,36 @@ def test_sdpa_path_equals_explicit_softmax_path_with_padding_and_causal():
             assert float(probs[0].triu(1).abs().max()) == 0.0
 
 
+@pytest.mark.parametrize("mask_kind", ["none", "padding", "blocks"])
+def test_softmax_attention_equals_the_plain_formula_with_the_same_dropout_mask(mask_kind):
+    g = torch.Generator().manual_seed(1)
+    N, A, T, D = 3, 4, 10, 8
+    q, k, v = (torch.randn(N, A, T, D, generator=g, requires_grad=True) for _ in range(3))
+    mask = {"none": None,
+            "padding": (torch.arange(T)[None] < torch.tensor([10, 4, 7])[:, None])[:, None, None, :],  # (N, 1, 1, T)
+            "blocks": (torch.arange(T)[:, None] // 5 == torch.arange(T)[None] // 5)[None, None].expand(N, 1, T, T)}[mask_kind]
+    gy = torch.randn(N, A, T, D, generator=g)
+    for p, training in ((0.0, True), (0.3, False), (0.3, True)):
+        torch.manual_seed(7)
+        y, probs = em.softmax_attention(q, k, v, mask, p, training)
+        gq, gk, gv = torch.autograd.grad(y, (q, k, v), gy)
+        torch.manual_seed(7)  # the same draws for the plain formula
+        scores = q @ k.transpose(-2, -1) / D ** 0.5
+        if mask is not None:
+            scores = scores.masked_fill(~mask, torch.finfo(scores.dtype).min)
+        ref_probs = scores.softmax(-1)
+        dropped = ref_probs
+        if training and p > 0:
+            keep, scale = em.cpu_dropout_mask(ref_probs.shape, p, ref_probs.dtype)
+            assert float(keep.mean()) < 0.85  # the draws do drop
+            dropped = torch.where(keep.bool(), ref_probs * scale, 0.0)
+        ref = dropped @ v
+        rq, rk, rv = torch.autograd.grad(ref, (q, k, v), gy)
+        torch.testing.assert_close(probs, ref_probs, atol=1e-6, rtol=1e-5)
+        for a, r in ((y, ref), (gq, rq), (gk, rk), (gv, rv)):
+            torch.testing.assert_close(a, r, atol=1e-5, rtol=1e-5)
+
+
 @pytest.mark.slow
 def test_mlm_head_at_selected_positions_equals_full_projection():
     m = _model().eval()
@@ -193,14 +223,28 @@ def test_unpad_equals_padded_at_real_positions_and_is_zero_at_padding(causal):
     torch.testing.assert_close(out.mlm_logits[real], ref.mlm_logits[real], atol=1e-5, rtol=1e-5)
 
 
-@pytest.mark.slow
-def test_unpad_gradients_equal_padded_gradients():
+@pytest.mark.parametrize("rows_multiple", [1, 64])  # 66 real tokens: no extra rows, or 62 of them
+def test_unpad_gradients_equal_padded_gradients(rows_multiple, monkeypatch):
+    monkeypatch.setattr(em, "UNPAD_ROWS", rows_multiple)
     m = _model().train()  # dropout 0
-    ids, tt, am = _batch()
+    ids, tt, am = _batch(T=30, lengths=(26, 9, 17, 2, 12))
     lp, gp = _grads(m, ids, tt, am)
     lu, gu = _grads(m, ids, tt, am, unpad=True)
     torch.testing.assert_close(lu, lp, atol=1e-5, rtol=1e-5)
     _assert_grads_close(gu, gp)
+
+
+def test_unpadded_rows_round_the_real_tokens_up_with_a_padded_slot():
+    real = torch.tensor([[1, 1, 1, 0], [1, 0, 0, 0]], dtype=torch.bool)
+    index = real.reshape(-1).nonzero().squeeze(1)  # (4,): 0, 1, 2, 4
+    assert em.unpadded_rows(index, real).tolist() == [0, 1, 2, 4] + [3] * (em.UNPAD_ROWS - 4)
+    full = torch.ones(2, em.UNPAD_ROWS // 2 + 1, dtype=torch.bool)
+    full[1, -1] = False  # one padded slot, the last
+    idx = full.reshape(-1).nonzero().squeeze(1)  # UNPAD_ROWS + 1 real tokens: the rows round up to 2 x UNPAD_ROWS
+    rows = em.unpadded_rows(idx, full)
+    assert rows.numel() == 2 * em.UNPAD_ROWS and rows[:idx.numel()].equal(idx)
+    assert set(rows[idx.numel():].tolist()) == {full.numel() - 1}
+    assert em.unpadded_rows(idx[:em.UNPAD_ROWS], full).equal(idx[:em.UNPAD_ROWS])  # a multiple already: as it is
 
 
 @pytest.mark.slow
