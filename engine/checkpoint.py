@@ -248,6 +248,16 @@ def read_config(path_or_name) -> tuple:
         raise EngineError(f"{d / 'config.json'} lacks '{e.args[0]}'; it is not a BERT config") from e
 
 
+def check_model(path_or_name) -> None:
+    """Raise the one-line EngineError `load` would raise for a model that is not there (a missing folder, a file, a
+    run without a checkpoint, a folder without a BERT config.json, a Hub id offline and not in the hub cache),
+    reading only config.json: what a page asks before queueing a job on the model. Online, a Hugging Face Hub id
+    passes unchecked: its job downloads it (a page must not wait for a download) and says so when it cannot."""
+    from engine import hub
+    if not (hub.is_hub_id(str(path_or_name)) and not hub.offline()):
+        read_config(path_or_name)
+
+
 def load(path_or_name, device="cpu", tokenizer=None) -> Bundle:
     """Load a model and its tokenizer: a run dir, a checkpoint dir, a Hugging Face BERT dir, "minilm", or a Hugging
     Face Hub id of a BERT model (info["source"] is then the id)."""

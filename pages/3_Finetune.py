@@ -10,6 +10,7 @@ import streamlit as st
 
 from engine.records import read_eval
 from engine import cli
+from engine.checkpoint import check_model
 from engine import runs as R
 from engine.errors import EngineError
 from engine.finetune import FinetuneConfig
@@ -191,6 +192,7 @@ with tab_new:
         with guard("launching the fine-tuning run"):
             if task in FORMATS and not (train and dev):
                 raise EngineError(f"a {task} task needs a train and a dev file")
+            check_model(model)  # a model that is not there: its one-line error, no job queued
             run_dir = R.resolve_run_dir(root, name.strip())
             if (run_dir / R.RUN_JSON).exists():
                 raise EngineError(f"run {name} already exists in {root}; pick another name")

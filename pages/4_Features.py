@@ -12,6 +12,7 @@ import streamlit as st
 from engine import ablations as A
 from engine.records import read_eval
 from engine import cli
+from engine.checkpoint import check_model
 from engine import runs as R
 from engine.errors import EngineError
 from engine.status import status_of
@@ -72,6 +73,7 @@ with tab_run:
     if st.button("Launch", type="primary", key="fx_launch", disabled=not combos):
         with guard("launching the feature-based run"):
             layers = _layers(layers_text)
+            check_model(model)  # a model that is not there: its one-line error, no job queued
             run_dir = R.resolve_run_dir(root, name.strip())
             if (run_dir / R.RUN_JSON).exists():
                 raise EngineError(f"run {name} already exists in {root}; pick another name")

@@ -20,6 +20,25 @@ def test_missing_and_not_a_checkpoint(tmp_path):
         engine.load(tmp_path / "empty")
 
 
+def test_check_model_raises_what_load_would_and_passes_what_loads(tmp_path, tiny_checkpoint, monkeypatch):
+    """engine.checkpoint.check_model: the loader's one-line error, from config.json alone, before a job is queued."""
+    from engine.checkpoint import check_model
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "f.txt").write_text("x")
+    for bad, says in ((tmp_path / "nope", "does not exist"), (tmp_path / "empty", "no config.json"),
+                      (tmp_path / "f.txt", "is a file"), ("no-org/no-bert", "not \\(completely\\) in")):
+        with pytest.raises(engine.EngineError, match=says):
+            check_model(bad)
+    check_model(tiny_checkpoint)
+    check_model("minilm")
+    monkeypatch.setenv("HF_HUB_OFFLINE", "0")
+    monkeypatch.delenv("TRANSFORMERS_OFFLINE", raising=False)
+    monkeypatch.setattr("huggingface_hub.constants.HF_HUB_OFFLINE", False)
+    check_model("no-org/no-bert")  # online: the job downloads it; the page does not wait for the network
+
+
 def test_folder_without_weights(tmp_path, tiny_checkpoint):
     d = _copy(tiny_checkpoint, tmp_path / "c")
     (d / "model.safetensors").unlink()

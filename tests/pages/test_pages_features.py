@@ -149,3 +149,15 @@ def test_a_just_queued_run_is_announced_until_it_starts(tmp_path, monkeypatch):
     jobs["j2"] = {"status": "failed", "error": "error: the checkpoint folder /nope does not exist"}
     at.run()
     assert any("fx-bad: its job failed before the run started: error: the checkpoint folder /nope" in e.value for e in at.error)
+
+
+def test_a_model_that_is_not_there_is_one_line_and_queues_nothing(tmp_path, monkeypatch):
+    import engine.jobs as Q
+    calls = []
+    monkeypatch.setattr(Q, "submit", lambda argv, name=None, run_dir=None, root=None: calls.append(argv) or {"id": "j9"})
+    at = app(tmp_path / "runs").run()
+    at.text_input(key="fx_model_path").input(str(tmp_path / "nowhere")).run()
+    at.button(key="fx_launch").click().run()
+    assert not at.exception, at.exception
+    errs = [e.value for e in at.error]
+    assert not calls and len(errs) == 1 and "does not exist" in errs[0], errs

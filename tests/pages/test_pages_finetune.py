@@ -207,3 +207,20 @@ def test_timing_one_step_gives_the_grids_time_from_that_step(tmp_path, tiny_chec
     assert shown([2, 3]) and not shown([3])
     at.multiselect(key="ft_bs").set_value([16, 32]).run()  # a batch size never timed: no figure for it
     assert not shown([2, 3]) and any("not timed yet" in c.value for c in at.caption)
+
+
+@pytest.mark.parametrize("bad", ["/no/such/model", "{tmp}/afile.txt", "{tmp}/emptydir", "no-such-org/no-such-bert"])
+def test_a_model_that_is_not_there_is_one_line_and_queues_nothing(tmp_path, fake_submit, monkeypatch, bad):
+    """Launch on a model path that cannot load: the loader's one-line error on the page, no job in the queue (a Hub
+    id offline and not cached included)."""
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
+    (tmp_path / "afile.txt").write_text("x")
+    (tmp_path / "emptydir").mkdir()
+    at = app(tmp_path / "runs").run()
+    at.text_input(key="ft_model_path").input(bad.format(tmp=tmp_path)).run()
+    at.button(key="ft_launch").click().run()
+    assert not at.exception, at.exception
+    errs = [e.value for e in at.error]
+    assert not fake_submit and len(errs) == 1 and "\n" not in errs[0].strip(), errs
+    assert any(w in errs[0] for w in ("does not exist", "is a file", "no config.json", "not (completely) in")), errs
