@@ -97,8 +97,8 @@ class FinetuneConfig:
                              "else fp32", choices=PRECISIONS)
     out: str = setting("runs/finetune", "output folder: run.json, metrics.jsonl, eval.json", required=True)
     packing: bool = setting(False, "pack each training batch's examples into as few rows as they fit instead of padding "
-                            "them to the longest (the same losses and gradients, engine/packing.py; off by default: not "
-                            "measured faster end to end, BENCHMARKS.md)")
+                            "them to the longest (the same losses and gradients, engine/packing.py; off by default: no clear "
+                            "gain end to end on RTE, BENCHMARKS.md)")
     bilstm: bool = setting(False, "add a randomly initialised BiLSTM between encoder and head (Table 5, LTR + BiLSTM)")
     warmup: float = setting(0.1, "fraction of the steps with a linear warmup")
     weight_decay: float = setting(0.01, "AdamW weight decay")
