@@ -1,18 +1,23 @@
-"""`linear(x, w, b, gelu)`: the model's matrix multiplies, F.linear with a faster CPU path.
+"""`linear(x, w, b, gelu)`: the model's matrix multiplies, F.linear with a faster CPU path where there is one.
 
-CPU matrix multiplies in fp32 go through oneDNN (`torch.ops.mkldnn._linear_pointwise`, the kernel `torch.compile`
-uses on CPU) instead of MKL's sgemm when the product is large enough (ONEDNN_MIN_MACS): on the AMD EPYC (Zen 4)
-this was built on, MKL_VERBOSE reports MKL's generic code path while oneDNN uses AVX-512, and oneDNN's linear was
-1.2-1.45x faster in the forward and up to 1.25x for the input gradient; the weight gradient stays on MKL (as fast
-or faster). In inference the FFN's exact GELU is fused into the same call. `_OneDNNLinear` is the autograd
-wrapper. Falls back to `F.linear` when oneDNN is missing, under autocast (bf16 already runs on oneDNN), under
-`torch.compile`, for small products (oneDNN's call overhead is ~20 us), and when `FAST_CPU_LINEAR` is False.
-Checked against F.linear in tests/engine/test_model_fastpaths.py; numbers in BENCHMARKS.md.
+Which library runs an fp32 CPU matrix multiply is decided by the CPU (`ONEDNN_CPUS`, read from
+`torch.backends.cpu.get_cpu_capability()`), because the faster one differs by machine:
+- AVX-512 (the AMD EPYC Zen 4 this was built on): MKL_VERBOSE reports MKL's generic code path while oneDNN
+  (`torch.ops.mkldnn._linear_pointwise`, the kernel `torch.compile` uses on CPU) uses AVX-512, and oneDNN's linear
+  is faster in the forward and for the input gradient; the weight gradient stays on MKL (as fast or faster). In
+  inference the FFN's exact GELU is fused into the same call.
+- AVX2 only (the AMD EPYC without AVX-512): MKL's AVX2 sgemm is faster than oneDNN in the forward and for the input
+  gradient, so every product stays on F.linear.
+The figures: BENCHMARKS.md and docs/lab-notes/packing.md. `_OneDNNLinear` is the autograd wrapper. Falls back to
+`F.linear` when oneDNN is missing, under autocast (bf16 already runs on oneDNN), under `torch.compile`, for small
+products (oneDNN's call overhead is ~20 us), and where `FAST_CPU_LINEAR` (None: by the CPU) says so.
+Checked against F.linear in tests/engine/test_model_fastpaths.py.
 """
 import torch
 import torch.nn.functional as F
 
-FAST_CPU_LINEAR = True  # route large fp32 CPU matrix multiplies through oneDNN (set False to compare)
+FAST_CPU_LINEAR = None  # None: oneDNN for large fp32 CPU products where the CPU is in ONEDNN_CPUS; True / False force it
+ONEDNN_CPUS = ("AVX512",)  # torch.backends.cpu.get_cpu_capability() values where oneDNN's fp32 linear beats MKL's
 ONEDNN_MIN_MACS = 1 << 25  # below ~32M multiply-adds F.linear (MKL) has less call overhead than oneDNN
 ONEDNN_MIN_MACS_GELU = 1 << 20  # with GELU fused into the call (inference) oneDNN wins from ~1M
 
@@ -82,8 +87,15 @@ class _OneDNNLinear(torch.autograd.Function):
         return gx, gw, gb
 
 
+def onednn_chosen() -> bool:
+    """Whether large fp32 CPU products go through oneDNN on this machine (FAST_CPU_LINEAR, else the CPU's capability)."""
+    if FAST_CPU_LINEAR is not None:
+        return bool(FAST_CPU_LINEAR)
+    return torch.backends.cpu.get_cpu_capability() in ONEDNN_CPUS
+
+
 def _use_onednn(x, w, min_macs: int) -> bool:
-    if not FAST_CPU_LINEAR or x.device.type != "cpu" or x.dtype != torch.float32 or w.dtype != torch.float32:
+    if not onednn_chosen() or x.device.type != "cpu" or x.dtype != torch.float32 or w.dtype != torch.float32:
         return False
     if x.numel() * w.shape[0] < min_macs:  # M*K*N multiply-adds
         return False

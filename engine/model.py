@@ -26,9 +26,9 @@ rate is quantised to 1/32768 (0.100006 for 0.1), and applies it as a 0/1 tensor 
 Fast paths (each checked against the plain path in tests/engine/test_model_fastpaths.py; numbers in BENCHMARKS.md):
 - `unpad=True` (opt-in): padded positions cost nothing. The batch is cut to its last real column, the R real
   tokens are packed into an (M, H) tensor for every linear layer, GELU, LayerNorm and dropout (M: R rounded up
-  to a multiple of UNPAD_ROWS with copies of a padded slot, so the matrix shapes recur from step to step and a
-  CPU's oneDNN builds their kernels once, `unpadded_rows`), and only the attention sees the padded (B, T, .)
-  layout (one index_copy in, one index_select out per layer). Outputs at
+  to a multiple of UNPAD_ROWS with copies of a padded slot where the linear layers run on oneDNN, so the matrix
+  shapes recur from step to step and oneDNN builds their kernels once, `unpadded_rows`, `unpad_multiple`), and
+  only the attention sees the padded (B, T, .) layout (one index_copy in, one index_select out per layer). Outputs at
   real positions equal the padded path's; at padded positions they are 0 (the padded path leaves values
   there that nothing should read). Falls back to the padded path when padding is under 10% of the batch.
 - `pooled_only=True`: for heads that read only the pooled C, the last layer is computed at each sequence's
@@ -36,7 +36,7 @@ Fast paths (each checked against the plain path in tests/engine/test_model_fastp
   network and LayerNorms from [CLS] only), and `last_hidden_state` is None. Exact in value; dropout draws a
   different random stream than the full path, so it is exact in distribution, not bit-identical per seed.
 - Every matrix multiply goes through `engine.fast_linear.linear`: oneDNN instead of MKL for large fp32 CPU
-  products, with GELU fused in inference (see that module).
+  products on the CPUs where it is faster (AVX-512), with GELU fused in inference (see that module).
 - On a CPU while training, the word embeddings' (V, H) gradient is accumulated into memory kept between steps
   (`word_embedding`, `KeptGradient`) instead of a fresh zeroed tensor (and its page faults) every step.
 - Per layer there are no module calls besides the layer itself (functional linear / layer_norm / dropout),
@@ -55,11 +55,11 @@ import torch.nn.functional as F
 
 from engine.config import BertConfig
 from engine.errors import EngineError
-from engine.fast_linear import linear
+from engine.fast_linear import linear, onednn_chosen
 from engine.vocab_loss import vocab_cross_entropy
 
 UNPAD_MIN_PADDING = 0.10  # unpad only when at least this fraction of the (cut) batch is padding
-UNPAD_ROWS = 64  # the unpadded path's rows are the real tokens rounded up to a multiple of this (unpadded_rows)
+UNPAD_ROWS = 64  # where oneDNN runs the linear layers, the unpadded path's rows are rounded up to a multiple of this
 
 
 @dataclass
@@ -307,7 +307,7 @@ class BertModel(nn.Module):
         mask = real_c[:, None, None, :]  # (B, 1, 1, Tc)
         if self.config.causal:
             mask = mask & torch.ones(Tc, Tc, dtype=torch.bool, device=input_ids.device).tril()[None, None]
-        rows = unpadded_rows(index, real_c)  # (M,): index, then padded slots up to a multiple of UNPAD_ROWS
+        rows = unpadded_rows(index, real_c, unpad_multiple(input_ids.device))  # (M,): index, then padded slots
         pos = rows % Tc  # (M,)
         x = self.embeddings(input_ids[:, :Tc].reshape(-1)[rows], tt.reshape(-1)[rows] if tt is not None else None, pos)  # (M, H)
         packed = (index, B, Tc, rows)
@@ -330,9 +330,19 @@ class BertModel(nn.Module):
                           hidden_states=tuple(hidden) if hidden is not None else None)
 
 
-def unpadded_rows(index, real):
+def unpad_multiple(device) -> int:
+    """What the unpadded path rounds its rows up to: UNPAD_ROWS where the linear layers run on oneDNN (a CPU under
+    bf16 autocast, or in fp32 where engine.fast_linear chooses oneDNN) and on accelerators; 1 where they run on MKL's
+    sgemm (fp32 on an AVX2-only CPU), which builds no kernel per shape, so rounding would only add rows (measured:
+    docs/lab-notes/packing.md)."""
+    if device.type != "cpu" or torch.is_autocast_enabled("cpu") or onednn_chosen():
+        return UNPAD_ROWS
+    return 1
+
+
+def unpadded_rows(index, real, multiple: int = UNPAD_ROWS):
     """The grid slots the unpadded path's rows read, (M,): the R real tokens' `index` (R,) into the (B*T) grid of
-    `real` (B, T), then M - R copies of the first padded slot, M being R rounded up to a multiple of UNPAD_ROWS.
+    `real` (B, T), then M - R copies of the first padded slot, M being R rounded up to a multiple of `multiple`.
 
     Why: the rows' count is the M of every linear layer's matrix multiplies, and a CPU's oneDNN builds (JIT-compiles)
     a kernel for each new shape it meets, 18-33 ms for one bf16 (M, 384) x (384, 1536) layer forward and backward
@@ -341,7 +351,7 @@ def unpadded_rows(index, real):
     linear layers (under 64 rows) and change nothing: they hold a padded slot's values, which no real token reads,
     so their gradients are 0 (tests/engine/test_model_fastpaths.py)."""
     R = index.numel()
-    M = -(-R // UNPAD_ROWS) * UNPAD_ROWS
+    M = -(-R // multiple) * multiple
     if M == R:
         return index
     slot = torch.argmin(real.reshape(-1).to(torch.uint8))  # the first padded slot (the unpadded path has padding)

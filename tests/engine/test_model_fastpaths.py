@@ -138,8 +138,25 @@ def test_linear_keeps_f_linear_under_autocast_and_for_small_products(monkeypatch
     assert not calls
     if fl.onednn_available():
         monkeypatch.setattr(fl, "ONEDNN_MIN_MACS", 0)
+        monkeypatch.setattr(fl, "FAST_CPU_LINEAR", True)
         fl.linear(x, w)
         assert calls
+
+
+@pytest.mark.parametrize("capability, onednn", [("AVX512", True), ("AVX2", False), ("DEFAULT", False)])
+def test_the_cpu_decides_between_onednn_and_mkl_unless_forced(monkeypatch, capability, onednn):
+    calls = []
+    monkeypatch.setattr(fl, "_onednn_linear", lambda *a, **k: calls.append(1) or F.linear(a[0], a[1], a[2]))
+    monkeypatch.setattr(fl, "onednn_available", lambda: True)
+    monkeypatch.setattr(fl, "ONEDNN_MIN_MACS", 0)
+    monkeypatch.setattr(fl, "FAST_CPU_LINEAR", None)
+    monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: capability)
+    x, w = torch.randn(4, 8), torch.randn(6, 8)
+    fl.linear(x, w)
+    assert fl.onednn_chosen() is onednn and bool(calls) is onednn
+    for forced in (True, False):
+        monkeypatch.setattr(fl, "FAST_CPU_LINEAR", forced)
+        assert fl.onednn_chosen() is forced
 
 
 # ------------------------------------------------------------------ attention, MLM positions
@@ -225,7 +242,7 @@ def test_unpad_equals_padded_at_real_positions_and_is_zero_at_padding(causal):
 
 @pytest.mark.parametrize("rows_multiple", [1, 64])  # 66 real tokens: no extra rows, or 62 of them
 def test_unpad_gradients_equal_padded_gradients(rows_multiple, monkeypatch):
-    monkeypatch.setattr(em, "UNPAD_ROWS", rows_multiple)
+    monkeypatch.setattr(em, "unpad_multiple", lambda device: rows_multiple)
     m = _model().train()  # dropout 0
     ids, tt, am = _batch(T=30, lengths=(26, 9, 17, 2, 12))
     lp, gp = _grads(m, ids, tt, am)
@@ -245,6 +262,18 @@ def test_unpadded_rows_round_the_real_tokens_up_with_a_padded_slot():
     assert rows.numel() == 2 * em.UNPAD_ROWS and rows[:idx.numel()].equal(idx)
     assert set(rows[idx.numel():].tolist()) == {full.numel() - 1}
     assert em.unpadded_rows(idx[:em.UNPAD_ROWS], full).equal(idx[:em.UNPAD_ROWS])  # a multiple already: as it is
+    assert em.unpadded_rows(idx, full, 1).equal(idx)  # multiple 1: the real tokens alone
+
+
+def test_rows_are_rounded_only_where_onednn_runs_the_linear_layers(monkeypatch):
+    cpu = torch.device("cpu")
+    monkeypatch.setattr(em, "onednn_chosen", lambda: False)  # fp32 on MKL: no per-shape kernel builds
+    assert em.unpad_multiple(cpu) == 1
+    with torch.autocast("cpu", dtype=torch.bfloat16):  # bf16 runs on oneDNN
+        assert em.unpad_multiple(cpu) == em.UNPAD_ROWS
+    assert em.unpad_multiple(torch.device("meta")) == em.UNPAD_ROWS
+    monkeypatch.setattr(em, "onednn_chosen", lambda: True)
+    assert em.unpad_multiple(cpu) == em.UNPAD_ROWS
 
 
 @pytest.mark.slow
