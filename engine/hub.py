@@ -22,9 +22,12 @@ HUB_ID = re.compile(rf"{_PART}(?:/{_PART})?")  # name or org/name, in the charac
 
 
 def is_hub_id(name) -> bool:
-    """True for a string meant as a Hub id: not an existing path, not written as a path (./, ../, /, ~),
-    and `name` or `org/name` in the Hub's characters. Everything else stays a path; "minilm" is the built-in model."""
+    """True for a string meant as a Hub id: not an existing path, not written as a path (./, ../, /, ~), not
+    `folder/name` under a folder that exists here (`runs/typo` is a mistyped run, not the Hub's org "runs"), and
+    `name` or `org/name` in the Hub's characters. Everything else stays a path; "minilm" is the built-in model."""
     if not isinstance(name, str) or name == "minilm" or name.startswith((".", "/", "~")) or Path(name).expanduser().exists():
+        return False
+    if "/" in name and Path(name.split("/", 1)[0]).is_dir():
         return False
     return bool(HUB_ID.fullmatch(name)) and "--" not in name and ".." not in name
 

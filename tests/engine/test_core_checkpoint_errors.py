@@ -37,6 +37,10 @@ def test_check_model_raises_what_load_would_and_passes_what_loads(tmp_path, tiny
     monkeypatch.delenv("TRANSFORMERS_OFFLINE", raising=False)
     monkeypatch.setattr("huggingface_hub.constants.HF_HUB_OFFLINE", False)
     check_model("no-org/no-bert")  # online: the job downloads it; the page does not wait for the network
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "runs").mkdir()
+    with pytest.raises(engine.EngineError, match="'runs/typo' does not exist"):  # online too: a mistyped run, not a Hub id
+        check_model("runs/typo")
 
 
 def test_folder_without_weights(tmp_path, tiny_checkpoint):

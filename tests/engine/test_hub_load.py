@@ -94,6 +94,8 @@ def test_is_hub_id_only_for_names_that_are_not_paths(tmp_path, monkeypatch):
                  "org--name/x", "org/na..me", "", "org/", "a b", "minilm"):
         assert not hub.is_hub_id(path), path
     assert not hub.is_hub_id(tmp_path / "org")  # a Path object is a path
+    assert not hub.is_hub_id("here/typo")  # a name under a folder that exists here is a path that is missing
+    assert hub.is_hub_id("there/typo")  # no folder "there": an org on the Hub
 
 
 @pytest.mark.parametrize("legacy", [False, True, "decoder-only"], ids=["safetensors", "legacy-bin-gamma-beta-tied-decoder",
