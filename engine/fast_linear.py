@@ -6,8 +6,9 @@ Which library runs an fp32 CPU matrix multiply is decided by the CPU (`ONEDNN_CP
   (`torch.ops.mkldnn._linear_pointwise`, the kernel `torch.compile` uses on CPU) uses AVX-512, and oneDNN's linear
   is faster in the forward and for the input gradient; the weight gradient stays on MKL (as fast or faster). In
   inference the FFN's exact GELU is fused into the same call.
-- AVX2 only (the AMD EPYC without AVX-512): MKL's AVX2 sgemm is faster than oneDNN in the forward and for the input
-  gradient, so every product stays on F.linear.
+- AVX2 only (the AMD EPYC without AVX-512): it depends on the product's width, the smaller of its inner size K and
+  its output size N. At MiniLM's width (384) MKL's AVX2 sgemm is faster than oneDNN in the forward and for the input
+  gradient; at the classroom model's (128) and BERT-mini's (256) oneDNN is (`ONEDNN_CPUS["AVX2"]`, 256).
 The figures: BENCHMARKS.md and docs/lab-notes/packing.md. `_OneDNNLinear` is the autograd wrapper. Falls back to
 `F.linear` when oneDNN is missing, under autocast (bf16 already runs on oneDNN), under `torch.compile`, for small
 products (oneDNN's call overhead is ~20 us), and where `FAST_CPU_LINEAR` (None: by the CPU) says so.
@@ -16,8 +17,10 @@ Checked against F.linear in tests/engine/test_model_fastpaths.py.
 import torch
 import torch.nn.functional as F
 
-FAST_CPU_LINEAR = None  # None: oneDNN for large fp32 CPU products where the CPU is in ONEDNN_CPUS; True / False force it
-ONEDNN_CPUS = ("AVX512",)  # torch.backends.cpu.get_cpu_capability() values where oneDNN's fp32 linear beats MKL's
+FAST_CPU_LINEAR = None  # None: oneDNN for large fp32 CPU products as ONEDNN_CPUS says; True / False force it
+# torch.backends.cpu.get_cpu_capability() -> the widest product (min(K, N)) whose fp32 linear is faster on oneDNN
+# than on MKL (None: every width); a capability not here keeps MKL
+ONEDNN_CPUS = {"AVX512": None, "AVX2": 256}
 ONEDNN_MIN_MACS = 1 << 25  # below ~32M multiply-adds F.linear (MKL) has less call overhead than oneDNN
 ONEDNN_MIN_MACS_GELU = 1 << 20  # with GELU fused into the call (inference) oneDNN wins from ~1M
 
@@ -87,15 +90,23 @@ class _OneDNNLinear(torch.autograd.Function):
         return gx, gw, gb
 
 
-def onednn_chosen() -> bool:
-    """Whether large fp32 CPU products go through oneDNN on this machine (FAST_CPU_LINEAR, else the CPU's capability)."""
+def onednn_chosen(width: int) -> bool:
+    """Whether a large fp32 CPU product whose smaller side (min(K, N)) is `width` goes through oneDNN on this machine
+    (FAST_CPU_LINEAR, else ONEDNN_CPUS for the CPU's capability). A model's linear layers all have its hidden size
+    as that side."""
     if FAST_CPU_LINEAR is not None:
         return bool(FAST_CPU_LINEAR)
-    return torch.backends.cpu.get_cpu_capability() in ONEDNN_CPUS
+    cap = torch.backends.cpu.get_cpu_capability()
+    if cap not in ONEDNN_CPUS:
+        return False
+    widest = ONEDNN_CPUS[cap]
+    return widest is None or width <= widest
 
 
 def _use_onednn(x, w, min_macs: int) -> bool:
-    if not onednn_chosen() or x.device.type != "cpu" or x.dtype != torch.float32 or w.dtype != torch.float32:
+    if x.device.type != "cpu" or x.dtype != torch.float32 or w.dtype != torch.float32:
+        return False
+    if not onednn_chosen(min(x.shape[-1], w.shape[0])):
         return False
     if x.numel() * w.shape[0] < min_macs:  # M*K*N multiply-adds
         return False

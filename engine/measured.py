@@ -203,7 +203,7 @@ FACTS = {
                                       "preparing a class (class prepare, empty runs folder and cache)"),
     # the engine against transformers (python -m engine bench): both sides from the same weights and loss
     "bench.cpu_pretrain_ratio": Measured(
-        6.15, "x", "avx2", "2026-12-03",
+        3.16, "x", "avx2", "2026-12-06",
         "python -m engine bench --threads 2 --scenario pretrain --preset mini --seq-len 128 --batch-size 32 "
         "--precision fp32", "BERT-mini pre-training step, 2 threads, fp32: engine / transformers"),
     "bench.gpu_base_ratio_eager": Measured(

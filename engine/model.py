@@ -307,7 +307,7 @@ class BertModel(nn.Module):
         mask = real_c[:, None, None, :]  # (B, 1, 1, Tc)
         if self.config.causal:
             mask = mask & torch.ones(Tc, Tc, dtype=torch.bool, device=input_ids.device).tril()[None, None]
-        rows = unpadded_rows(index, real_c, unpad_multiple(input_ids.device))  # (M,): index, then padded slots
+        rows = unpadded_rows(index, real_c, unpad_multiple(input_ids.device, self.config.hidden_size))  # (M,): index, then padded slots
         pos = rows % Tc  # (M,)
         x = self.embeddings(input_ids[:, :Tc].reshape(-1)[rows], tt.reshape(-1)[rows] if tt is not None else None, pos)  # (M, H)
         packed = (index, B, Tc, rows)
@@ -330,12 +330,12 @@ class BertModel(nn.Module):
                           hidden_states=tuple(hidden) if hidden is not None else None)
 
 
-def unpad_multiple(device) -> int:
+def unpad_multiple(device, hidden_size: int) -> int:
     """What the unpadded path rounds its rows up to: UNPAD_ROWS where the linear layers run on oneDNN (a CPU under
-    bf16 autocast, or in fp32 where engine.fast_linear chooses oneDNN) and on accelerators; 1 where they run on MKL's
-    sgemm (fp32 on an AVX2-only CPU), which builds no kernel per shape, so rounding would only add rows (measured:
-    docs/lab-notes/packing.md)."""
-    if device.type != "cpu" or torch.is_autocast_enabled("cpu") or onednn_chosen():
+    bf16 autocast, or in fp32 where engine.fast_linear chooses oneDNN for this hidden size) and on accelerators; 1
+    where they run on MKL's sgemm (fp32 at MiniLM's width on an AVX2-only CPU), which builds no kernel per shape, so
+    rounding would only add rows (measured: docs/lab-notes/packing.md)."""
+    if device.type != "cpu" or torch.is_autocast_enabled("cpu") or onednn_chosen(hidden_size):
         return UNPAD_ROWS
     return 1
 

@@ -143,20 +143,24 @@ def test_linear_keeps_f_linear_under_autocast_and_for_small_products(monkeypatch
         assert calls
 
 
-@pytest.mark.parametrize("capability, onednn", [("AVX512", True), ("AVX2", False), ("DEFAULT", False)])
-def test_the_cpu_decides_between_onednn_and_mkl_unless_forced(monkeypatch, capability, onednn):
+@pytest.mark.parametrize("capability, width, onednn", [("AVX512", 384, True), ("AVX512", 1024, True),
+                                                       ("AVX2", 128, True), ("AVX2", 256, True), ("AVX2", 384, False),
+                                                       ("DEFAULT", 128, False)])
+def test_the_cpu_and_the_width_decide_between_onednn_and_mkl_unless_forced(monkeypatch, capability, width, onednn):
     calls = []
     monkeypatch.setattr(fl, "_onednn_linear", lambda *a, **k: calls.append(1) or F.linear(a[0], a[1], a[2]))
     monkeypatch.setattr(fl, "onednn_available", lambda: True)
     monkeypatch.setattr(fl, "ONEDNN_MIN_MACS", 0)
     monkeypatch.setattr(fl, "FAST_CPU_LINEAR", None)
     monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: capability)
-    x, w = torch.randn(4, 8), torch.randn(6, 8)
-    fl.linear(x, w)
-    assert fl.onednn_chosen() is onednn and bool(calls) is onednn
+    for x, w in ((torch.randn(4, width), torch.randn(4 * width, width)),   # (M, H) -> (M, 4H): the smaller side is K
+                 (torch.randn(4, 4 * width), torch.randn(width, 4 * width))):  # (M, 4H) -> (M, H): the smaller is N
+        calls.clear()
+        torch.testing.assert_close(fl.linear(x, w), F.linear(x, w))
+        assert fl.onednn_chosen(width) is onednn and bool(calls) is onednn
     for forced in (True, False):
         monkeypatch.setattr(fl, "FAST_CPU_LINEAR", forced)
-        assert fl.onednn_chosen() is forced
+        assert fl.onednn_chosen(width) is forced
 
 
 # ------------------------------------------------------------------ attention, MLM positions
@@ -242,7 +246,7 @@ def test_unpad_equals_padded_at_real_positions_and_is_zero_at_padding(causal):
 
 @pytest.mark.parametrize("rows_multiple", [1, 64])  # 66 real tokens: no extra rows, or 62 of them
 def test_unpad_gradients_equal_padded_gradients(rows_multiple, monkeypatch):
-    monkeypatch.setattr(em, "unpad_multiple", lambda device: rows_multiple)
+    monkeypatch.setattr(em, "unpad_multiple", lambda device, hidden_size: rows_multiple)
     m = _model().train()  # dropout 0
     ids, tt, am = _batch(T=30, lengths=(26, 9, 17, 2, 12))
     lp, gp = _grads(m, ids, tt, am)
@@ -267,13 +271,13 @@ def test_unpadded_rows_round_the_real_tokens_up_with_a_padded_slot():
 
 def test_rows_are_rounded_only_where_onednn_runs_the_linear_layers(monkeypatch):
     cpu = torch.device("cpu")
-    monkeypatch.setattr(em, "onednn_chosen", lambda: False)  # fp32 on MKL: no per-shape kernel builds
-    assert em.unpad_multiple(cpu) == 1
+    asked = []
+    monkeypatch.setattr(em, "onednn_chosen", lambda width: asked.append(width) or width <= 256)
+    assert em.unpad_multiple(cpu, 384) == 1 and asked == [384]  # fp32 on MKL: no per-shape kernel builds
+    assert em.unpad_multiple(cpu, 256) == em.UNPAD_ROWS  # fp32 on oneDNN at this width
     with torch.autocast("cpu", dtype=torch.bfloat16):  # bf16 runs on oneDNN
-        assert em.unpad_multiple(cpu) == em.UNPAD_ROWS
-    assert em.unpad_multiple(torch.device("meta")) == em.UNPAD_ROWS
-    monkeypatch.setattr(em, "onednn_chosen", lambda: True)
-    assert em.unpad_multiple(cpu) == em.UNPAD_ROWS
+        assert em.unpad_multiple(cpu, 384) == em.UNPAD_ROWS
+    assert em.unpad_multiple(torch.device("meta"), 384) == em.UNPAD_ROWS
 
 
 @pytest.mark.slow
