@@ -137,8 +137,27 @@ def _sync(device):
         torch.cuda.synchronize(device)
 
 
-def measure_matmul_peak(device, dtype=torch.bfloat16, n: int = 8192, iters: int = 20) -> float:
-    """The card's dense matrix-multiply rate in TFLOP/s, measured: the best of `iters` (n x n) @ (n x n)."""
+def matmul_peak_size(seconds_at_256: float, n: int, runs: int, budget_s: float) -> int:
+    """The largest n / 2^k (at least 256) whose `runs` (n x n) products fit in `budget_s`, by the cube of the size
+    from one 256^3 product's time. Why: a CPU without units for the dtype runs it emulated (bf16 on an AVX2-only CPU:
+    about 1 GFLOP/s, 2 threads), where 2048^3 takes 15 s a product; the rate hardly depends on the size there."""
+    while n > 256 and runs * seconds_at_256 * (n / 256) ** 3 > budget_s:
+        n //= 2
+    return n
+
+
+def measure_matmul_peak(device, dtype=torch.bfloat16, n: int = 8192, iters: int = 20, budget_s: float = 3.0) -> float:
+    """The device's dense matrix-multiply rate in TFLOP/s, measured: the best of `iters` (n x n) @ (n x n). On a CPU
+    the size is first cut to what fits `budget_s` (matmul_peak_size)."""
+    if device.type == "cpu":
+        a = torch.randn(256, 256, dtype=dtype)
+        a @ a
+        once = float("inf")
+        for _ in range(3):
+            t = time.perf_counter()
+            a @ a
+            once = min(once, time.perf_counter() - t)
+        n = matmul_peak_size(once, n, iters + 3, budget_s)
     a = torch.randn(n, n, device=device, dtype=dtype)
     b = torch.randn(n, n, device=device, dtype=dtype)
     for _ in range(3):

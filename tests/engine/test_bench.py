@@ -146,3 +146,12 @@ def test_bad_flags_are_one_line_errors():
                        cwd=REPO, capture_output=True, text=True, env=env, timeout=120)
     assert p.returncode == 2 and p.stderr.startswith("error: ") and len(p.stderr.strip().splitlines()) == 1
     assert "Traceback" not in p.stderr
+
+
+@pytest.mark.parametrize("seconds_at_256, expected", [
+    (0.2e-3, 2048),  # fp32 on an AVX2 CPU, 2 threads: 8 products of 2048^3 take about 1 s
+    (30e-3, 512),    # bf16 emulated on the same CPU (about 1 GFLOP/s): 2048^3 would take 15 s a product
+    (1.0, 256),      # never below 256
+])
+def test_the_cpu_matmul_peak_is_measured_at_the_size_that_fits_its_budget(seconds_at_256, expected):
+    assert bench.matmul_peak_size(seconds_at_256, 2048, runs=8, budget_s=3.0) == expected
