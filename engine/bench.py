@@ -140,7 +140,7 @@ def _sync(device):
 def matmul_peak_size(seconds_at_256: float, n: int, runs: int, budget_s: float) -> int:
     """The largest n / 2^k (at least 256) whose `runs` (n x n) products fit in `budget_s`, by the cube of the size
     from one 256^3 product's time. Why: a CPU without units for the dtype runs it emulated (bf16 on an AVX2-only CPU:
-    about 1 GFLOP/s, 2 threads), where 2048^3 takes 15 s a product; the rate hardly depends on the size there."""
+    about 1 GFLOP/s, 2 threads), where 2048^3 takes most of a minute a product; the rate hardly depends on the size there."""
     while n > 256 and runs * seconds_at_256 * (n / 256) ** 3 > budget_s:
         n //= 2
     return n
