@@ -139,8 +139,8 @@ def _sync(device):
 
 def matmul_peak_size(seconds_at_256: float, n: int, runs: int, budget_s: float) -> int:
     """The largest n / 2^k (at least 256) whose `runs` (n x n) products fit in `budget_s`, by the cube of the size
-    from one 256^3 product's time. Why: a CPU without units for the dtype runs it emulated (bf16 on an AVX2-only CPU:
-    about 1 GFLOP/s, 2 threads), where 2048^3 takes most of a minute a product; the rate hardly depends on the size there."""
+    from one 256^3 product's time. Why: a CPU without units for the dtype runs it emulated (bf16 on an AVX2-only CPU,
+    2 threads: 1.1 GFLOP/s at 512, 0.9 at 1024), where one 2048^3 product would take most of a minute."""
     while n > 256 and runs * seconds_at_256 * (n / 256) ** 3 > budget_s:
         n //= 2
     return n
