@@ -30,7 +30,7 @@ Scenarios:
 
 Reported per side: sequences/s, real (non-padding) tokens/s, step time median and p90 (ms), peak memory of a step,
 model TFLOP/s and the model FLOP utilisation (MFU) against the dense matrix-multiply peak the benchmark measures
-on the device itself (bf16 on CUDA; on a CPU fp32's, or the faster of bf16's and fp32's for a bf16 engine); for the training scenarios the padding
+on the device itself (bf16 on CUDA; on a CPU bf16 for a bf16 engine where the CPU has bf16 units, else fp32); for the training scenarios the padding
 fraction of the padded batches, and for `pretrain` the rows the engine computed per batch. Model FLOPs are counted the same for both sides (matrix multiplies, attention, the MLM head at the
 masked positions only), so a side that computes more than the model needs gets a lower MFU. Peak memory: on CUDA
 `max_memory_allocated` during one step above what was allocated before it; on CPU the peak resident set size
@@ -121,10 +121,7 @@ def machine_info(device: torch.device) -> dict:
             "cpu": _cpu_name(), "cpu_count": os.cpu_count(), "threads": torch.get_num_threads(),
             "cpu_capability": torch.backends.cpu.get_cpu_capability(),
             "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
-    try:
-        info["cpu_bf16"] = bool(torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported())
-    except Exception:
-        pass
+    info["cpu_bf16"] = default_precision(torch.device("cpu")) == "bf16"  # native bf16 units (AVX512-BF16 or AMX)
     if hasattr(os, "getloadavg"):
         info["loadavg_start"] = [round(x, 2) for x in os.getloadavg()]
     if device.type == "cuda":
@@ -137,27 +134,8 @@ def _sync(device):
         torch.cuda.synchronize(device)
 
 
-def matmul_peak_size(seconds_at_256: float, n: int, runs: int, budget_s: float) -> int:
-    """The largest n / 2^k (at least 256) whose `runs` (n x n) products fit in `budget_s`, by the cube of the size
-    from one 256^3 product's time. Why: a CPU without units for the dtype runs it emulated (bf16 on an AVX2-only CPU,
-    2 threads: 1.1 GFLOP/s at 512, 0.9 at 1024), where one 2048^3 product would take most of a minute."""
-    while n > 256 and runs * seconds_at_256 * (n / 256) ** 3 > budget_s:
-        n //= 2
-    return n
-
-
-def measure_matmul_peak(device, dtype=torch.bfloat16, n: int = 8192, iters: int = 20, budget_s: float = 3.0) -> float:
-    """The device's dense matrix-multiply rate in TFLOP/s, measured: the best of `iters` (n x n) @ (n x n). On a CPU
-    the size is first cut to what fits `budget_s` (matmul_peak_size)."""
-    if device.type == "cpu":
-        a = torch.randn(256, 256, dtype=dtype)
-        a @ a
-        once = float("inf")
-        for _ in range(3):
-            t = time.perf_counter()
-            a @ a
-            once = min(once, time.perf_counter() - t)
-        n = matmul_peak_size(once, n, iters + 3, budget_s)
+def measure_matmul_peak(device, dtype=torch.bfloat16, n: int = 8192, iters: int = 20) -> float:
+    """The device's dense matrix-multiply rate in TFLOP/s, measured: the best of `iters` (n x n) @ (n x n)."""
     a = torch.randn(n, n, device=device, dtype=dtype)
     b = torch.randn(n, n, device=device, dtype=dtype)
     for _ in range(3):
@@ -613,12 +591,12 @@ def run_bench(bc: BenchConfig) -> dict:
     precisions = {"engine": eprec, "transformers": bc.precision}
     mcfg = BertConfig.preset(bc.preset, vocab_size=bc.vocab_size)
     info = machine_info(device)
-    # the dense matrix-multiply peak MFU is read against: bf16 on CUDA (8192^3); on a CPU fp32's, or for bf16 the
-    # faster of bf16's and fp32's (a CPU without bf16 units emulates bf16 products far below its fp32 rate, and its
-    # bf16 training steps then beat that emulated "peak": MFU above 100%)
+    # the dense matrix-multiply peak MFU is read against: bf16 on CUDA (8192^3); on a CPU the units that do the
+    # engine's work: bf16's where the CPU has bf16 units (default_precision), else fp32's. Without them a bf16 product
+    # runs emulated (0.9-1.1 GFLOP/s on the AVX2 EPYC, 2 threads: minutes for 2048^3) and a bf16 step beats that rate
+    cpu_dtype = torch.bfloat16 if eprec == "bf16" and default_precision(device) == "bf16" else torch.float32
     peak = (measure_matmul_peak(device) if device.type == "cuda" else
-            max([measure_matmul_peak(device, dt, n=2048, iters=5) for dt in
-                 ((torch.bfloat16, torch.float32) if eprec == "bf16" else (torch.float32,))]))
+            measure_matmul_peak(device, cpu_dtype, n=2048, iters=5))
 
     eng, hf = build_models(bc, mcfg, device)
     make_batches = {"pretrain": _pretrain_batches, "varlen": _varlen_batches}.get(bc.scenario, _full_batches)

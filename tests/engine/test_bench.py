@@ -105,7 +105,7 @@ def test_table_is_printed_without_json(capsys):
     assert rc == 0 and "sequences/s" in out and "engine/tf" in out and "start loss" in out
     r = json.loads(out.strip().splitlines()[-1])
     assert r["engine"]["precision"] == "bf16" and r["transformers"]["precision"] == "fp32"
-    # read against the faster of bf16's and fp32's products: a CPU that emulates bf16 cannot show MFU above 100%
+    # read against the units that do the work: a CPU that emulates bf16 is read against fp32, never above 100%
     assert 0 < r["engine"]["mfu"] < 1 and 0 < r["transformers"]["mfu"] < 1
 
 
@@ -149,11 +149,3 @@ def test_bad_flags_are_one_line_errors():
     assert p.returncode == 2 and p.stderr.startswith("error: ") and len(p.stderr.strip().splitlines()) == 1
     assert "Traceback" not in p.stderr
 
-
-@pytest.mark.parametrize("seconds_at_256, expected", [
-    (0.2e-3, 2048),  # fp32 on an AVX2 CPU, 2 threads: 8 products of 2048^3 take about 1 s
-    (30e-3, 512),    # bf16 emulated on the same CPU (about 1 GFLOP/s): 2048^3 would take 15 s a product
-    (1.0, 256),      # never below 256
-])
-def test_the_cpu_matmul_peak_is_measured_at_the_size_that_fits_its_budget(seconds_at_256, expected):
-    assert bench.matmul_peak_size(seconds_at_256, 2048, runs=8, budget_s=3.0) == expected
