@@ -1,6 +1,6 @@
 """Dropout on a CPU, forward and backward, three ways: F.dropout (bernoulli_), the 15-bit draws applied with
 torch.where on a bool mask (the code before the 0/1 mask), and the engine's `_dropout` (the same draws applied as a
-0/1 tensor of the activations' dtype, engine.model.cpu_dropout_mask); plus single operations that read a bool
+0/1 tensor of the activations' dtype, engine.kernels.dropout.cpu_dropout_mask); plus single operations that read a bool
 tensor against ones that read only the activations' dtype.
 
     python docs/lab-notes/dropout_measure.py [--threads 2] [--reps 40]
@@ -19,7 +19,7 @@ import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from engine.model import DROP_LEVELS, _drop_bits, _dropout  # noqa: E402
+from engine.kernels.dropout import DROP_LEVELS, drop_bits as _drop_bits, dropout as _dropout  # noqa: E402
 
 
 def median_ms(fn, reps):

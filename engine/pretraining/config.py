@@ -48,7 +48,7 @@ def _precisions() -> tuple:
 # Measured on MiniLM with `--corpus all`, held-out accuracy against wall time (BENCHMARKS.md, "The probe-ready
 # model"; every run in docs/lab-notes/probe-ready-model.md): 800 steps of 16 x 128 with no dropout and lr 3.5e-4
 # reached MLM 0.321 / NSP 0.867 in 17.7 min where 660 steps of 32 x 128 with dropout 0.1 and lr 5e-4 took 31.3 min
-# to 0.323 / 0.875 (the same 2-core CPU, alone); with this CPU's training kernels (engine.model.explicit_attention,
+# to 0.323 / 0.875 (the same 2-core CPU, alone); with this CPU's training kernels (engine.kernels.attention.explicit_attention,
 # engine.vocab_loss.KEEP_ELEMENTS) 15.5 min to 0.318 / 0.857. The smaller batch learns more per sequence (0.297 / 0.809 after
 # 8,000 sequences against 0.283 / 0.791 after 9,600), and without dropout a step is cheaper (its random numbers
 # were a sixth of a CPU step) and the run, under one pass over the corpus, has nothing to over-fit. The first 15%

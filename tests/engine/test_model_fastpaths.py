@@ -1,11 +1,13 @@
-"""Each fast path of engine/model.py and engine/fast_linear.py (and the bench's training step) against the reference path it replaces."""
+"""Each fast path of engine/kernels/ (and the bench's training step) against the plain path of engine/model.py it replaces."""
 import pytest
 import torch
 import torch.nn.functional as F
 
 import engine
-import engine.fast_linear as fl
+import engine.kernels.linear as fl
 import engine.model as em
+from engine import kernels
+from engine.kernels import attention as ka, dropout as kd, unpad as ku
 from engine.device import default_precision, resolve_compile
 from engine.errors import EngineError
 from engine.bench import make_optimizer
@@ -194,7 +196,7 @@ def test_softmax_attention_equals_the_plain_formula_with_the_same_dropout_mask(m
     gy = torch.randn(N, A, T, D, generator=g)
     for p, training in ((0.0, True), (0.3, False), (0.3, True)):
         torch.manual_seed(7)
-        y, probs = em.softmax_attention(q, k, v, mask, p, training)
+        y, probs = ka.fast_softmax_attention(q, k, v, mask, p, training)
         gq, gk, gv = torch.autograd.grad(y, (q, k, v), gy)
         torch.manual_seed(7)  # the same draws for the plain formula
         scores = q @ k.transpose(-2, -1) / D ** 0.5
@@ -203,7 +205,7 @@ def test_softmax_attention_equals_the_plain_formula_with_the_same_dropout_mask(m
         ref_probs = scores.softmax(-1)
         dropped = ref_probs
         if training and p > 0:
-            keep, scale = em.cpu_dropout_mask(ref_probs.shape, p, ref_probs.dtype)
+            keep, scale = kd.cpu_dropout_mask(ref_probs.shape, p, ref_probs.dtype)
             assert float(keep.mean()) < 0.85  # the draws do drop
             dropped = torch.where(keep.bool(), ref_probs * scale, 0.0)
         ref = dropped @ v
@@ -246,7 +248,7 @@ def test_unpad_equals_padded_at_real_positions_and_is_zero_at_padding(causal):
 
 @pytest.mark.parametrize("rows_multiple", [1, 64])  # 66 real tokens: no extra rows, or 62 of them
 def test_unpad_gradients_equal_padded_gradients(rows_multiple, monkeypatch):
-    monkeypatch.setattr(em, "unpad_multiple", lambda device, hidden_size: rows_multiple)
+    monkeypatch.setattr(ku, "unpad_multiple", lambda device, hidden_size: rows_multiple)
     m = _model().train()  # dropout 0
     ids, tt, am = _batch(T=30, lengths=(26, 9, 17, 2, 12))
     lp, gp = _grads(m, ids, tt, am)
@@ -258,26 +260,26 @@ def test_unpad_gradients_equal_padded_gradients(rows_multiple, monkeypatch):
 def test_unpadded_rows_round_the_real_tokens_up_with_a_padded_slot():
     real = torch.tensor([[1, 1, 1, 0], [1, 0, 0, 0]], dtype=torch.bool)
     index = real.reshape(-1).nonzero().squeeze(1)  # (4,): 0, 1, 2, 4
-    assert em.unpadded_rows(index, real).tolist() == [0, 1, 2, 4] + [3] * (em.UNPAD_ROWS - 4)
-    full = torch.ones(2, em.UNPAD_ROWS // 2 + 1, dtype=torch.bool)
+    assert ku.unpadded_rows(index, real).tolist() == [0, 1, 2, 4] + [3] * (ku.UNPAD_ROWS - 4)
+    full = torch.ones(2, ku.UNPAD_ROWS // 2 + 1, dtype=torch.bool)
     full[1, -1] = False  # one padded slot, the last
     idx = full.reshape(-1).nonzero().squeeze(1)  # UNPAD_ROWS + 1 real tokens: the rows round up to 2 x UNPAD_ROWS
-    rows = em.unpadded_rows(idx, full)
-    assert rows.numel() == 2 * em.UNPAD_ROWS and rows[:idx.numel()].equal(idx)
+    rows = ku.unpadded_rows(idx, full)
+    assert rows.numel() == 2 * ku.UNPAD_ROWS and rows[:idx.numel()].equal(idx)
     assert set(rows[idx.numel():].tolist()) == {full.numel() - 1}
-    assert em.unpadded_rows(idx[:em.UNPAD_ROWS], full).equal(idx[:em.UNPAD_ROWS])  # a multiple already: as it is
-    assert em.unpadded_rows(idx, full, 1).equal(idx)  # multiple 1: the real tokens alone
+    assert ku.unpadded_rows(idx[:ku.UNPAD_ROWS], full).equal(idx[:ku.UNPAD_ROWS])  # a multiple already: as it is
+    assert ku.unpadded_rows(idx, full, 1).equal(idx)  # multiple 1: the real tokens alone
 
 
 def test_rows_are_rounded_only_where_onednn_runs_the_linear_layers(monkeypatch):
     cpu = torch.device("cpu")
     asked = []
-    monkeypatch.setattr(em, "onednn_chosen", lambda width: asked.append(width) or width <= 256)
-    assert em.unpad_multiple(cpu, 384) == 1 and asked == [384]  # fp32 on MKL: no per-shape kernel builds
-    assert em.unpad_multiple(cpu, 256) == em.UNPAD_ROWS  # fp32 on oneDNN at this width
+    monkeypatch.setattr(ku, "onednn_chosen", lambda width: asked.append(width) or width <= 256)
+    assert ku.unpad_multiple(cpu, 384) == 1 and asked == [384]  # fp32 on MKL: no per-shape kernel builds
+    assert ku.unpad_multiple(cpu, 256) == ku.UNPAD_ROWS  # fp32 on oneDNN at this width
     with torch.autocast("cpu", dtype=torch.bfloat16):  # bf16 runs on oneDNN
-        assert em.unpad_multiple(cpu, 384) == em.UNPAD_ROWS
-    assert em.unpad_multiple(torch.device("meta"), 384) == em.UNPAD_ROWS
+        assert ku.unpad_multiple(cpu, 384) == ku.UNPAD_ROWS
+    assert ku.unpad_multiple(torch.device("meta"), 384) == ku.UNPAD_ROWS
 
 
 @pytest.mark.slow
@@ -415,10 +417,10 @@ def test_engine_public_api_still_exported():
 
 
 def test_cpu_dropout_rate_scale_and_gradient():
-    """Dropout's CPU mask (engine.model.cpu_dropout_mask): the drop rate is p to within sampling error, the kept
+    """Dropout's CPU mask (engine.kernels.dropout.cpu_dropout_mask): the drop rate is p to within sampling error, the kept
     elements are scaled so the mean is kept, the backward passes the gradient through the same mask with the same
     scale, and torch.manual_seed repeats the draws."""
-    from engine.model import DROP_LEVELS, _dropout
+    DROP_LEVELS, _dropout = kd.DROP_LEVELS, kd.dropout
     n = 400_000
     for p in (0.1, 0.5, 0.9):
         x = torch.ones(n, dtype=torch.float64, requires_grad=True)
@@ -442,11 +444,10 @@ def test_cpu_dropout_rate_scale_and_gradient():
 
 
 def test_cpu_dropout_applies_the_keep_mask_as_numbers_with_the_same_values():
-    """The mask as a 0/1 tensor of the activations' dtype (engine.model.cpu_dropout_mask) gives what
+    """The mask as a 0/1 tensor of the activations' dtype (engine.kernels.dropout.cpu_dropout_mask) gives what
     torch.where(keep, x * scale, 0) gives with the same draws, value for value, forward and backward, in bf16 and
     fp32, for rates whose threshold is 0 (nothing dropped) and near 2^15."""
-    from engine.model import DROP_LEVELS
-    from engine.model import _drop_bits, _dropout, cpu_dropout_mask
+    DROP_LEVELS, _drop_bits, _dropout, cpu_dropout_mask = kd.DROP_LEVELS, kd.drop_bits, kd.dropout, kd.cpu_dropout_mask
     for dtype in (torch.bfloat16, torch.float16, torch.float32):
         for p in (0.1, 1e-6, 0.99):
             x = torch.randn(4, 6, 33, 17).to(dtype).requires_grad_(True)
@@ -470,7 +471,7 @@ def test_cpu_dropout_applies_the_keep_mask_as_numbers_with_the_same_values():
 def test_cpu_dropout_draws_are_independent_within_a_word():
     """The four 15-bit values cut from one 64-bit draw are independent: neighbours are dropped together at
     about p squared, not more."""
-    from engine.model import cpu_dropout_mask
+    cpu_dropout_mask = kd.cpu_dropout_mask
     torch.manual_seed(0)
     mask, _ = cpu_dropout_mask((1_000_000,), 0.5, torch.float32)
     drop = (mask == 0).view(-1, 4)
@@ -595,3 +596,66 @@ def test_a_head_runs_the_last_layer_at_cls_only_when_it_reads_only_c(kind, bilst
     assert seen == [only_c] and model.reads_only_c == only_c
     logits.float().pow(2).sum().backward()
     assert torch.isfinite(logits).all()
+
+
+# ------------------------------------------------------------------ the kernels' one switch
+@pytest.mark.parametrize("causal", [False, True])
+def test_the_switch_runs_the_plain_path_with_the_same_values(causal, monkeypatch):
+    """engine.kernels.use(False): the model's loss and every gradient equal the kernels' (dropout 0, so the paths are
+    comparable value for value), padded and with unpad asked for, and the attention maps equal too."""
+    ids, tt, am = _batch(T=30, lengths=(26, 9, 17, 2, 12))
+    m = _model(causal=causal).train()
+    for unpad in (False, True):
+        fast_loss, fast = _grads(m, ids, tt, am, unpad=unpad)
+        with kernels.use(False):
+            plain_loss, plain = _grads(m, ids, tt, am, unpad=unpad)
+        torch.testing.assert_close(fast_loss, plain_loss, atol=1e-5, rtol=1e-5)
+        _assert_grads_close(fast, plain)
+    m.eval()
+    with torch.no_grad():
+        a = m(ids, tt, am, output_attentions=True).attentions
+        with kernels.use(False):
+            b = m(ids, tt, am, output_attentions=True).attentions
+    for x, y in zip(a, b):
+        torch.testing.assert_close(x, y, atol=1e-6, rtol=1e-5)
+    assert kernels.enabled()  # the block put the switch back
+
+
+def test_the_switch_calls_no_kernel(monkeypatch):
+    """With the switch off, a training step on a CPU reaches none of the fast paths: no CPU dropout mask, no kept
+    gradient, no fast explicit attention, no unpadded rows, no oneDNN call."""
+    def forbidden(*a, **k):
+        raise AssertionError("a kernel ran with the switch off")
+
+    for mod, name in ((kd, "cpu_dropout_mask"), (ka, "fast_softmax_attention"), (ku, "unpadded_rows"),
+                      (fl, "_onednn_linear")):
+        monkeypatch.setattr(mod, name, forbidden)
+    monkeypatch.setattr(em, "fast_softmax_attention", forbidden)
+    monkeypatch.setattr(em, "forward_unpadded", forbidden)
+    monkeypatch.setattr(fl, "FAST_CPU_LINEAR", True)
+    monkeypatch.setattr(fl, "ONEDNN_MIN_MACS", 0)
+    m = _model(dropout=0.1).train()
+    ids, tt, am = _batch()
+    with kernels.use(False):
+        loss, grads = _grads(m, ids, tt, am, unpad=True)
+        assert m.bert.embeddings.word_grad.memory is None  # F.embedding's own gradient, not the kept memory
+        assert torch.isfinite(loss) and grads
+    with pytest.raises(AssertionError, match="a kernel ran"):
+        _grads(m, ids, tt, am)  # and with it on, they do run
+
+
+def test_plain_softmax_attention_is_the_formula():
+    """engine.model.softmax_attention, the reference the fast attention is checked against, is the textbook formula;
+    a query with every key masked attends evenly (the fast path's behaviour), never NaN."""
+    g = torch.Generator().manual_seed(2)
+    q, k, v = (torch.randn(2, 3, 5, 4, generator=g) for _ in range(3))
+    mask = torch.ones(2, 1, 5, 5, dtype=torch.bool)
+    mask[1, :, 2] = False
+    y, probs = em.softmax_attention(q, k, v, mask, 0.0, False)
+    s = (q @ k.transpose(-2, -1) / 2.0).masked_fill(~mask, float("-inf"))
+    s[1, :, 2] = 0.0  # every key masked: even weights
+    torch.testing.assert_close(probs, s.softmax(-1))
+    torch.testing.assert_close(y, s.softmax(-1) @ v)
+    fy, fp = ka.fast_softmax_attention(q, k, v, mask, 0.0, False)
+    torch.testing.assert_close(fp, probs)
+    torch.testing.assert_close(fy, y)

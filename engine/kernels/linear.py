@@ -12,10 +12,12 @@ Which library runs an fp32 CPU matrix multiply is decided by the CPU (`ONEDNN_CP
 The figures: BENCHMARKS.md and docs/lab-notes/packing.md. `_OneDNNLinear` is the autograd wrapper. Falls back to
 `F.linear` when oneDNN is missing, under autocast (bf16 already runs on oneDNN), under `torch.compile`, for small
 products (oneDNN's call overhead is ~20 us), and where `FAST_CPU_LINEAR` (None: by the CPU) says so.
-Checked against F.linear in tests/engine/test_model_fastpaths.py.
+Checked against F.linear in tests/engine/test_model_fastpaths.py; off with the kernels' switch (engine.kernels).
 """
 import torch
 import torch.nn.functional as F
+
+from engine import kernels
 
 FAST_CPU_LINEAR = None  # None: oneDNN for large fp32 CPU products as ONEDNN_CPUS says; True / False force it
 # torch.backends.cpu.get_cpu_capability() -> the widest product (min(K, N)) whose fp32 linear is faster on oneDNN
@@ -104,6 +106,8 @@ def onednn_chosen(width: int) -> bool:
 
 
 def _use_onednn(x, w, min_macs: int) -> bool:
+    if not kernels.enabled():
+        return False
     if x.device.type != "cpu" or x.dtype != torch.float32 or w.dtype != torch.float32:
         return False
     if not onednn_chosen(min(x.shape[-1], w.shape[0])):
