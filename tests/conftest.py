@@ -9,6 +9,9 @@ import json
 import math
 import os
 import random
+import socket
+import subprocess
+import sys
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -31,8 +34,8 @@ SHARED_DATA = REPO.parent / "shared" / "data"
 # --------------------------------------------------------------------------- the pinned packages, checked once
 # A package requirements.txt pins is part of the product (the BBC corpus, MiniLM's weights, the browser driver):
 # when one is missing the install is broken, and the suite stops with one line instead of skipping what needs it.
-# ../shared/data and the system Chromium are not pinned packages: tests that need them skip (shared_data,
-# studio_browser).
+# ../shared/data and the system Chromium are not pinned packages: tests that need them skip on a developer's machine
+# (shared_data, studio_browser) and fail under CI=true, where .ci/run installs Chromium and ../shared is beside the clone.
 def missing_pinned(requirements: Path) -> list:
     """The distributions `requirements` pins (one `name==version` a line, # comments) not installed here."""
     from importlib import metadata
@@ -67,10 +70,24 @@ def pinned():
     return SimpleNamespace(missing=missing_pinned, check=check_pinned_installed)
 
 
+def skip_or_fail(reason: str):
+    """Skip a test whose outside resource is missing on a developer's machine; under CI=true, where .ci/run provides
+    it, its absence is a broken CI and fails the test instead of passing it by skipping."""
+    if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
+        pytest.fail(f"{reason} (CI=true: .ci/run must provide it)", pytrace=False)
+    pytest.skip(reason)
+
+
+@pytest.fixture(scope="session")
+def missing_resource():
+    """The rule shared_data and studio_browser follow when their resource is absent (skip_or_fail)."""
+    return skip_or_fail
+
+
 @pytest.fixture(scope="session")
 def shared_data() -> Path:
     if not SHARED_DATA.is_dir():
-        pytest.skip(f"../shared/data is absent ({SHARED_DATA}); the shared benchmark files are needed for this test")
+        skip_or_fail(f"../shared/data is absent ({SHARED_DATA}); the shared benchmark files are needed for this test")
     return SHARED_DATA
 
 
@@ -432,7 +449,7 @@ def studio_browser(tmp_path):
     """(start(runs_root) -> StudioInBrowser, a launched Chromium): skips without the system Chromium (not a pinned
     package)."""
     if not (os.path.isfile(CHROMIUM) and os.access(CHROMIUM, os.X_OK)):
-        pytest.skip(f"Chromium is not installed at {CHROMIUM}; install it with `apt-get install -y chromium` (.ci/run does)")
+        skip_or_fail(f"Chromium is not installed at {CHROMIUM}; install it with `apt-get install -y chromium` (.ci/run does)")
     from playwright.sync_api import sync_playwright  # pinned: checked at session start
     artifacts = REPO / "test-artifacts" / "browser"
     artifacts.mkdir(parents=True, exist_ok=True)
@@ -452,3 +469,45 @@ def studio_browser(tmp_path):
             browser.close()
             for s in started:
                 s.stop()
+
+
+# --------------------------------------------------------------------------- torchrun on a port of its own
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _port_taken(stderr: str) -> bool:
+    return "EADDRINUSE" in stderr or "address already in use" in stderr.lower()
+
+
+class Torchrun:
+    """`torchrun.command(nproc, *engine_args)`: `python -m torch.distributed.run` on one node with its rendezvous on a
+    free local port picked for this call; `torchrun.run(nproc, args, **subprocess_kw)` runs it and, when another
+    process took the port between the pick and the bind, tries again on a new one (three tries), so a port race
+    never turns the test into a skip."""
+
+    tries = 3
+
+    def command(self, nproc: int, *args) -> list:
+        return [sys.executable, "-m", "torch.distributed.run", "--nnodes=1", f"--nproc_per_node={nproc}",
+                "--rdzv-backend=c10d", f"--rdzv-endpoint=127.0.0.1:{free_port()}", "-m", "engine", *map(str, args)]
+
+    def run(self, nproc: int, args, **kw):
+        for _ in range(self.tries):
+            p = subprocess.run(self.command(nproc, *args), capture_output=True, text=True, **kw)
+            if p.returncode == 0 or not _port_taken(p.stderr):
+                return p
+        return p
+
+    def port_taken(self, stderr: str) -> bool:
+        return _port_taken(stderr)
+
+    def free_port(self) -> int:
+        return free_port()
+
+
+@pytest.fixture(scope="session")
+def torchrun() -> Torchrun:
+    return Torchrun()

@@ -457,25 +457,15 @@ def test_the_vocabulary_sample_is_bounded_and_spread_over_the_files(tmp_path):
 
 
 @pytest.mark.slow
-def test_torchrun_two_ranks_train_from_prepared_shards(corpus, tmp_path):
-    import socket
-
-    try:
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-    except OSError:
-        pytest.skip("cannot bind a local port for the torchrun rendezvous")
+def test_torchrun_two_ranks_train_from_prepared_shards(corpus, tmp_path, torchrun):
     d, _ = corpus
     prepare(_cfg(d, tmp_path / "data", block_docs=40, seq_len=32, objective="mlm"), quiet)
     out = tmp_path / "ddp"
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "-m", "engine", "pretrain",
-           "--data", str(tmp_path / "data"), "--hidden", "32", "--heads", "2", "--layers", "1", "--max-positions", "32",
-           "--batch-size", "8", "--steps", "4", "--save-every", "2", "--eval-every", "4", "--log-every", "2",
-           "--eval-max-instances", "16", "--num-threads", "1", "--quiet", "--out", str(out)]
+    args = ["pretrain", "--data", str(tmp_path / "data"), "--hidden", "32", "--heads", "2", "--layers", "1",
+            "--max-positions", "32", "--batch-size", "8", "--steps", "4", "--save-every", "2", "--eval-every", "4",
+            "--log-every", "2", "--eval-max-instances", "16", "--num-threads", "1", "--quiet", "--out", str(out)]
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1", "TMPDIR": str(tmp_path)}  # torchrun's log folder
-    p = subprocess.run(cmd, cwd=Path(__file__).resolve().parents[2], env=env, capture_output=True, text=True, timeout=300)
-    if p.returncode != 0 and ("EADDRINUSE" in p.stderr or "address already in use" in p.stderr.lower()):
-        pytest.skip("torchrun could not bind its rendezvous port")
+    p = torchrun.run(2, args, cwd=Path(__file__).resolve().parents[2], env=env, timeout=300)
     assert p.returncode == 0, p.stderr[-3000:]
     from engine import runs
     info = runs.read_run_json(out)

@@ -10,7 +10,6 @@ import math
 import os
 import random
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -495,27 +494,13 @@ def test_cli_resume_with_only_out_continues_across_the_phase_boundary(env, tmp_p
         torch.testing.assert_close(wa[k], wb[k], atol=1e-6, rtol=1e-5, msg=k)
 
 
-def _free_port_possible() -> bool:
-    try:
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-        return True
-    except OSError:
-        return False
-
-
 @pytest.mark.slow
-def test_torchrun_two_processes_train_and_checkpoint(env, tmp_path):
-    if not _free_port_possible():
-        pytest.skip("cannot bind a local port for the torchrun rendezvous")
+def test_torchrun_two_processes_train_and_checkpoint(env, tmp_path, torchrun):
     out = tmp_path / "ddp"
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "-m", "engine",
-           "pretrain", *_common(env, out, "--steps", "4", "--save-every", "2", "--eval-every", "4", "--log-every", "2",
-                                "--grad-accum", "2", "--objective", "mlm")]  # no NSP: the unused pooler must not trip DDP
+    args = ["pretrain", *_common(env, out, "--steps", "4", "--save-every", "2", "--eval-every", "4", "--log-every", "2",
+                                 "--grad-accum", "2", "--objective", "mlm")]  # no NSP: the unused pooler must not trip DDP
     e = dict(os.environ, HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1", TMPDIR=str(tmp_path))  # torchrun's log folder
-    p = subprocess.run(cmd, cwd=REPO, env=e, capture_output=True, text=True, timeout=240)
-    if p.returncode != 0 and ("EADDRINUSE" in p.stderr or "address already in use" in p.stderr.lower()):
-        pytest.skip("torchrun could not bind its rendezvous port")
+    p = torchrun.run(2, args, cwd=REPO, env=e, timeout=240)
     assert p.returncode == 0, p.stderr[-3000:]
     summary = [json.loads(ln) for ln in p.stdout.splitlines() if ln.startswith("{")]
     assert len(summary) == 1 and summary[0]["status"] == "finished"  # rank 0 only
@@ -550,15 +535,11 @@ print(len(gloo_threads()))
 
 @pytest.mark.slow  # several seconds: processes, a real speed check or a full preparation
 @pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="counts threads through /proc")
-def test_teardown_stops_the_gloo_threads_of_a_run_wrapped_in_ddp(tmp_path):
+def test_teardown_stops_the_gloo_threads_of_a_run_wrapped_in_ddp(tmp_path, torchrun):
     """After teardown no gloo thread is left: a group that outlived destroy_process_group (held by
     torch.distributed.nn's default arguments) ran its threads into interpreter exit, where one could abort a
     finished rank (SIGABRT) and fail the whole torchrun job."""
-    if not _free_port_possible():
-        pytest.skip("cannot bind a local port for the gloo rendezvous")
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = torchrun.free_port()
     e = dict(os.environ, RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
              OMP_NUM_THREADS="1")
     p = subprocess.run([sys.executable, "-c", TEARDOWN_SCRIPT], cwd=REPO, env=e, capture_output=True, text=True, timeout=120)
@@ -567,27 +548,27 @@ def test_teardown_stops_the_gloo_threads_of_a_run_wrapped_in_ddp(tmp_path):
 
 
 @pytest.mark.slow
-def test_torchrun_sigterm_stops_every_rank_with_a_checkpoint_then_resumes(env, tmp_path):
+def test_torchrun_sigterm_stops_every_rank_with_a_checkpoint_then_resumes(env, tmp_path, torchrun):
     """SIGTERM to torchrun reaches both ranks; they agree at the next log step, save one checkpoint and stop
     (status cancelled); --resume then finishes the run."""
-    if not _free_port_possible():
-        pytest.skip("cannot bind a local port for the torchrun rendezvous")
     out = tmp_path / "ddp"
     args = _common(env, out, "--steps", "400", "--save-every", "0", "--eval-every", "0", "--log-every", "2", "--objective", "mlm")
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "-m", "engine", "pretrain", *args]
     e = dict(os.environ, HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1", TMPDIR=str(tmp_path))  # torchrun's log folder
-    p = subprocess.Popen(cmd, cwd=REPO, env=e, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
+    for _ in range(torchrun.tries):  # a new port when another process took the picked one before torchrun bound it
+        p = subprocess.Popen(torchrun.command(2, "pretrain", *args), cwd=REPO, env=e, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True)
         deadline = time.time() + 180
         while time.time() < deadline and p.poll() is None:
             if (out / "metrics.jsonl").exists() and len((out / "metrics.jsonl").read_text().splitlines()) >= 3:
                 break
             time.sleep(0.2)
-        if p.poll() is not None:
-            err = p.stderr.read()
-            if "EADDRINUSE" in err or "address already in use" in err.lower():
-                pytest.skip("torchrun could not bind its rendezvous port")
+        if p.poll() is None:
+            break
+        err = p.stderr.read()
+        if not torchrun.port_taken(err):
             pytest.fail(f"torchrun ended before the signal: {err[-3000:]}")
+    try:
+        assert p.poll() is None, "torchrun could not bind a rendezvous port in three tries"
         p.send_signal(signal.SIGTERM)
         err = p.communicate(timeout=120)[1]
         assert "SIGABRT" not in err, err[-3000:]  # each rank stopped itself; none aborted at exit

@@ -269,29 +269,18 @@ def test_init_alone_takes_the_continued_pretraining_recipe():
 
 
 @pytest.mark.slow  # two processes: torchrun's start-up
-def test_heads_first_under_torchrun_freezes_then_trains_every_rank(env, tmp_path):
+def test_heads_first_under_torchrun_freezes_then_trains_every_rank(env, tmp_path, torchrun):
     """DistributedDataParallel registers the parameters that need a gradient when it wraps the model: the loop wraps
     it again when the encoder freezes and unfreezes, so both changes train under torchrun (without that, the first
     frozen step fails waiting for the encoder's gradients)."""
     import os
-    import socket
-    import subprocess
-    import sys
-    try:
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-    except OSError:
-        pytest.skip("cannot bind a local port for the torchrun rendezvous")
     out = tmp_path / "ddp-heads-first"
     c = env["common"]
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "-m", "engine", "pretrain",
-           "--init", str(env["src"]), "--corpus", c["corpus"], "--cache-dir", c["cache_dir"], "--seq-len", "64",
-           "--batch-size", "8", "--steps", "4", "--heads-first", "2", "--save-every", "2", "--eval-every", "4",
-           "--log-every", "2", "--num-threads", "1", "--quiet", "--out", str(out)]
+    args = ["pretrain", "--init", str(env["src"]), "--corpus", c["corpus"], "--cache-dir", c["cache_dir"], "--seq-len", "64",
+            "--batch-size", "8", "--steps", "4", "--heads-first", "2", "--save-every", "2", "--eval-every", "4",
+            "--log-every", "2", "--num-threads", "1", "--quiet", "--out", str(out)]
     e = dict(os.environ, HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1", TMPDIR=str(tmp_path))
-    p = subprocess.run(cmd, cwd=Path(__file__).resolve().parents[2], env=e, capture_output=True, text=True, timeout=240)
-    if p.returncode != 0 and ("EADDRINUSE" in p.stderr or "address already in use" in p.stderr.lower()):
-        pytest.skip("torchrun could not bind its rendezvous port")
+    p = torchrun.run(2, args, cwd=Path(__file__).resolve().parents[2], env=e, timeout=240)
     assert p.returncode == 0, p.stderr[-3000:]
     assert runs.read_run_json(out)["status"] == "finished" and runs.read_run_json(out)["world_size"] == 2
     src = engine.load(env["src"]).model.state_dict()

@@ -24,3 +24,14 @@ def test_a_missing_pinned_package_stops_the_session_with_one_line(pinned, tmp_pa
     assert "pip install -r requirements.txt" in msg
     req.write_text("pytest==9.0.3\n", encoding="utf-8")
     pinned.check(req)  # nothing missing: the session goes on
+
+
+@pytest.mark.parametrize("ci", ["true", ""])
+def test_a_missing_outside_resource_fails_under_ci_and_skips_elsewhere(missing_resource, monkeypatch, ci):
+    """../shared/data and Chromium are provided by .ci/run: under CI=true their absence fails the test (a CI that lost
+    them must not pass by skipping); on a developer's machine the test skips with the install line."""
+    monkeypatch.setenv("CI", ci)
+    expected = pytest.fail.Exception if ci else pytest.skip.Exception
+    with pytest.raises(expected) as e:
+        missing_resource("Chromium is not installed at /usr/bin/chromium; install it with `apt-get install -y chromium`")
+    assert "apt-get install -y chromium" in str(e.value)
