@@ -230,10 +230,16 @@ def test_a_packed_run_trains_the_padded_runs_model(env):
                           steps=4, save_every=0, eval_every=0, log_every=2, dropout=0.0, packing=packing, precision="fp32")
             assert _pretrain(cfg)["status"] == "finished"
             recs[packing] = runs.read_metrics(cfg.out)
+        assert len(recs[True]) == len(recs[False]) >= 3  # two training records and the final held-out one
+        compared = set()
         for a, b in zip(recs[False], recs[True]):
+            assert a.keys() == b.keys() and a["step"] == b["step"]
             for k in ("loss", "eval_loss", "eval_lm_acc", "eval_mlm_acc", "eval_nsp_acc"):
                 if k in a:
                     assert b[k] == pytest.approx(a[k], rel=1e-4, abs=1e-5), (objective, k)
+                    compared.add(k)
+        expected = {"loss", "eval_loss", "eval_lm_acc"} if objective == "ltr" else {"loss", "eval_loss", "eval_mlm_acc", "eval_nsp_acc"}
+        assert compared == expected, (objective, compared)
         assert runs.read_run_json(cfg.out)["config"]["packing"] is True
 
 
