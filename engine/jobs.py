@@ -7,6 +7,14 @@ so several studio sessions can share one queue). Job record fields:
 id, name, argv, status (queued|running|finished|failed|cancelled), pid, pgid, proc_start, child_pid, child_start,
 created, started, ended,
 returncode, error (the last `error: ...` line of the log, else its last non-empty line), log, run_dir.
+Each record read from the file is checked against one schema (`JobRecord.from_dict`); a damaged record (not an
+object, no status or name, an id that is not a safe file name, a run folder that is not a path inside the runs
+folder) is set aside into `queue.json.bad-<time>` with one warning line, and the good jobs go on.
+
+Nothing in the queue file names a path outside the runs folder: a job's `log` is never read from the file but derived
+(`<run_dir>/job.log`, else `<runs>/.jobs/logs/<id>.log`), its run folder must resolve (symlinks resolved) inside the
+runs folder, and a log is opened by walking down from the runs folder without following symlinks, as a regular file
+only (no FIFO or device), and read bounded (`_open_inside`).
 
 Design (chosen over a long-lived worker): every job is started as a detached *runner*,
 `[sys.executable, "-m", "engine.jobs", "run", "--root", ROOT, JOB_ID]`, with `start_new_session=True`
@@ -35,16 +43,20 @@ only, and `engine/__init__` imports lazily, so the runner starts in tens of mill
 jobs here. Linux/POSIX only (fcntl, process groups, /proc).
 """
 import argparse
+import errno
 import fcntl
 import json
 import os
+import re
 import secrets
 import shlex
 import signal
+import stat
 import subprocess
 import sys
 import time
 from contextlib import contextmanager
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from engine.commands import COMMANDS as _COMMANDS
@@ -59,6 +71,7 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 STATUSES = JOB_STATUSES  # engine.status: what each means
 TERMINAL = tuple(n for n in JOB_STATUSES if status_of(n).terminal)
 ENGINE_COMMANDS = tuple(_COMMANDS)  # the names `python -m engine` dispatches (engine/commands.py)
+MAX_QUEUE_BYTES = 64 << 20  # a queue file past this is set aside unread (tens of thousands of jobs take a few MB)
 _LAUNCHED: dict[int, subprocess.Popen] = {}  # runners started by this process, polled so none stays a zombie
 
 
@@ -82,19 +95,68 @@ def _poll_launched() -> None:
 # ---------------------------------------------------------------------------------------------------------
 # logs
 
-def _read_log_tail(job: dict, max_bytes: int = 262144) -> str:
-    """This job's part of its log (from its header on), at most the last `max_bytes`."""
-    path = job.get("log")
-    if not path:
-        return ""
+def _inside(path: Path, root: Path) -> bool:
+    return path == root or root in path.parents
+
+
+def _open_inside(root: Path, path: Path, write: bool = False) -> int:
+    """A file descriptor of the regular file `path`, which must lie inside the folder `root`: the path is resolved,
+    then opened by walking down from `root` one folder at a time without following a symlink (so a folder swapped
+    for a symlink after the check is never followed), the file itself with O_NOFOLLOW and O_NONBLOCK (a FIFO never
+    blocks), and anything but a regular file (a FIFO, a device such as /dev/zero) is refused. `write`: opened for
+    appending, missing folders created, a file with other hard links refused. OSError when it may not be opened."""
+    root_real = Path(root).resolve()
     try:
-        with open(path, "rb") as f:
-            size = f.seek(0, os.SEEK_END)
-            start = max(int(job.get("log_offset") or 0), size - max_bytes)
-            f.seek(start)
-            data = f.read()
+        rel = Path(path).parent.resolve().relative_to(root_real)
+    except (ValueError, RuntimeError, OSError):
+        raise OSError(errno.EPERM, f"it is outside the runs folder {root_real}")
+    dir_flags = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
+    fd = os.open(root_real, dir_flags)
+    try:
+        for part in rel.parts:
+            if write:
+                try:
+                    os.mkdir(part, 0o777, dir_fd=fd)  # (less the umask, as mkdir -p)
+                except FileExistsError:
+                    pass
+            nfd = os.open(part, dir_flags | os.O_NOFOLLOW, dir_fd=fd)
+            os.close(fd)
+            fd = nfd
+        flags = os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
+        flags |= (os.O_WRONLY | os.O_APPEND | os.O_CREAT) if write else os.O_RDONLY
+        try:
+            ffd = os.open(Path(path).name, flags, 0o644, dir_fd=fd)
+        except OSError as e:
+            if e.errno == errno.ELOOP:
+                raise OSError(errno.ELOOP, "it is a symlink (never followed); remove it")
+            if e.errno == errno.ENXIO:
+                raise OSError(errno.ENXIO, "it is a FIFO, not a file; remove it")
+            raise
+    finally:
+        os.close(fd)
+    st = os.fstat(ffd)
+    problem = "it is not a regular file; remove it" if not stat.S_ISREG(st.st_mode) else \
+        "it has other hard links (it may be a file outside the runs folder); remove it" if write and st.st_nlink > 1 else None
+    if problem:
+        os.close(ffd)
+        raise OSError(errno.EINVAL, problem)
+    if write:
+        fcntl.fcntl(ffd, fcntl.F_SETFL, fcntl.fcntl(ffd, fcntl.F_GETFL) & ~os.O_NONBLOCK)
+    return ffd
+
+
+def _read_log_tail(root: Path, path: Path, offset=None, max_bytes: int = 262144) -> str:
+    """A job's part of its log `path` (from byte `offset`, its header, on), at most the last `max_bytes`; "" when the
+    log is missing or may not be read (outside `root`, a symlink, not a regular file)."""
+    try:
+        fd = _open_inside(root, path)
     except OSError:
         return ""
+    with os.fdopen(fd, "rb") as f:
+        size = os.fstat(fd).st_size
+        start = min(size, max(int(offset or 0), size - max_bytes))
+        f.seek(start)
+        data = f.read(max(0, min(max_bytes, size - start)))
     return data.decode("utf-8", "replace")
 
 
@@ -103,13 +165,99 @@ def _log_lines(text: str) -> list[str]:
     return [line.rsplit("\r", 1)[-1] if line.rstrip("\r") else "" for line in text.split("\n")]
 
 
-def _error_line(job: dict) -> str | None:
-    lines = [ln.strip() for ln in _log_lines(_read_log_tail(job))]
-    lines = [ln for ln in lines if ln and not ln.startswith(f"[job {job['id']}]")]
-    for ln in reversed(lines):
-        if ln.startswith("error:"):
-            return ln[:500]
-    return lines[-1][:500] if lines else None
+# ---------------------------------------------------------------------------------------------------------
+# the job record: one schema, checked on every read of the queue file
+
+JOB_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")  # a job's id names its log file: a safe file name
+_POSITIVE = ("pid", "pgid", "child_pid")  # process ids: never 0 or negative (killpg(0) is our own group)
+_INTS = ("proc_start", "child_start", "returncode", "log_offset")
+_TEXTS = ("created", "started", "ended", "error")
+
+
+class BadRecord(ValueError):
+    """A queue record that does not fit the schema; its message says why, in a few words."""
+
+
+def _short(value) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def run_dir_problem(run_dir, root) -> str | None:
+    """Why `run_dir` may not be a job's run folder under the runs folder `root` (None when it may): it must be an
+    absolute path that resolves, symlinks resolved, to a folder strictly inside `root`."""
+    if not isinstance(run_dir, str) or not run_dir or "\x00" in run_dir:
+        return "is not a path"
+    if not os.path.isabs(run_dir):
+        return "is not an absolute path"
+    root_real = Path(root).resolve()
+    try:
+        real = Path(run_dir).resolve()
+    except (RuntimeError, OSError):  # a symlink loop (RuntimeError before Python 3.13, OSError after)
+        return "is a symlink loop"
+    if not _inside(real, root_real) or real == root_real:
+        return f"is outside the runs folder {root_real}" + (f" (it resolves to {real})" if str(real) != run_dir else "")
+    return None
+
+
+@dataclass
+class JobRecord:
+    """One job of the queue file, checked (`from_dict`). `argv` is kept as it was: a job whose argv may not run is a
+    failed job (`argv_problem`, on launch), not a damaged record. The log is derived, never read (`Jobs._log_path`)."""
+    id: str
+    name: str
+    status: str
+    argv: object = None
+    pid: int | None = None
+    pgid: int | None = None
+    proc_start: int | None = None
+    child_pid: int | None = None
+    child_start: int | None = None
+    created: str | None = None
+    started: str | None = None
+    ended: str | None = None
+    returncode: int | None = None
+    error: str | None = None
+    log_offset: int | None = None
+    run_dir: str | None = None
+    cancel_requested: bool = False
+
+    @classmethod
+    def from_dict(cls, raw, root: Path) -> "JobRecord":
+        """The record `raw` (a dict read from the queue file of the runs folder `root`); BadRecord saying why not."""
+        if not isinstance(raw, dict):
+            raise BadRecord(f"{_short(raw)} is not a job record (a JSON object)")
+        jid = raw.get("id")
+        if not isinstance(jid, str) or not JOB_ID.fullmatch(jid):
+            raise BadRecord(f"job id {_short(jid)} is not a name of letters, digits, '.', '_' and '-'")
+        for key in ("name", "status"):
+            if key not in raw or raw[key] is None:
+                raise BadRecord(f"job {jid} has no {key}")
+            if not isinstance(raw[key], str):
+                raise BadRecord(f"job {jid}'s {key} {_short(raw[key])} is not text")
+        if raw["status"] not in STATUSES:
+            raise BadRecord(f"job {jid}'s status {_short(raw['status'])} is not one of {', '.join(STATUSES)}")
+        for key in _POSITIVE + _INTS:
+            v = raw.get(key)
+            if v is not None and (type(v) is not int or (key in _POSITIVE and v < 1) or (key == "log_offset" and v < 0)):
+                raise BadRecord(f"job {jid}'s {key} {_short(v)} is not a {'positive ' if key in _POSITIVE else ''}whole number")
+        for key in _TEXTS:
+            if raw.get(key) is not None and not isinstance(raw[key], str):
+                raise BadRecord(f"job {jid}'s {key} {_short(raw[key])} is not text")
+        if raw.get("cancel_requested") is not None and not isinstance(raw["cancel_requested"], bool):
+            raise BadRecord(f"job {jid}'s cancel_requested {_short(raw['cancel_requested'])} is not true or false")
+        run_dir = raw.get("run_dir")
+        if run_dir is not None:
+            problem = run_dir_problem(run_dir, root)
+            if problem:
+                raise BadRecord(f"job {jid}'s run folder {_short(run_dir)} {problem}")
+        fields = {k: raw.get(k) for k in cls.__dataclass_fields__}
+        fields["cancel_requested"] = bool(raw.get("cancel_requested"))
+        return cls(**fields)
+
+    def to_dict(self, log: Path) -> dict:
+        """The record as the queue keeps it; `log` is the derived path (written for readers, ignored on read)."""
+        return {**asdict(self), "log": str(log)}
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -135,6 +283,12 @@ def engine_command(argv) -> list[str]:
     if problem:
         raise EngineError(problem)
     return [sys.executable, "-m", "engine", *argv]
+
+
+def _command_of(job: dict):
+    """The engine command a job runs (argv's first item), None when argv is not a list."""
+    argv = job.get("argv")
+    return argv[0] if isinstance(argv, list) and argv else None
 
 
 def _refuse_untrusted(path: Path, st: os.stat_result) -> None:
@@ -165,35 +319,124 @@ class Jobs:
         self.repo_root = Path(repo_root) if repo_root is not None else REPO_ROOT
         self.cancel_timeout = cancel_timeout
         self.lock_timeout = lock_timeout
+        self.notices: list[str] = []  # one line each: what reading the queue file set aside or skipped
 
     # -- storage ------------------------------------------------------------------------------------------
     def _read_queue(self) -> bytes | None:
         """The queue file's bytes (None when there is none); EngineError for a file this user does not alone control.
-        Owner and mode are those of the file opened (fstat), so a file swapped in after the check is never read."""
+        Owner and mode are those of the file opened (fstat), so a file swapped in after the check is never read.
+        OSError (the caller sets the file aside) for a symlink, a FIFO or device, or a file past MAX_QUEUE_BYTES."""
         try:
-            fd = os.open(self.queue_path, os.O_RDONLY)
+            fd = os.open(self.queue_path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
         except FileNotFoundError:
             return None
         with os.fdopen(fd, "rb") as f:
-            _refuse_untrusted(self.queue_path, os.fstat(f.fileno()))
-            return f.read()
+            st = os.fstat(f.fileno())
+            _refuse_untrusted(self.queue_path, st)
+            if not stat.S_ISREG(st.st_mode) or st.st_size > MAX_QUEUE_BYTES:
+                raise OSError(errno.EINVAL, f"{self.queue_path} is not a regular file of at most {MAX_QUEUE_BYTES >> 20} MB")
+            return f.read(MAX_QUEUE_BYTES + 1)
 
-    def _load(self) -> dict:
+    def _note(self, line: str) -> None:
+        if line not in self.notices:  # a watcher reads the queue twice a second: each note once
+            self.notices.append(line)
+
+    def _log_path(self, job: dict) -> Path:
+        """Where a job's output goes, derived from its (checked) run folder or id, never read from the queue file:
+        `<run_dir>/job.log`, else `<runs>/.jobs/logs/<id>.log`."""
+        if job.get("run_dir"):
+            return Path(job["run_dir"]) / "job.log"
+        return self.dir / "logs" / f"{job['id']}.log"
+
+    def _read_log_tail(self, job: dict) -> str:
+        return _read_log_tail(self.root, self._log_path(job), job.get("log_offset"))
+
+    def _error_line(self, job: dict) -> str | None:
+        """The last `error: ...` line of the job's part of its log, else its last non-empty line."""
+        lines = [ln.strip() for ln in _log_lines(self._read_log_tail(job))]
+        lines = [ln for ln in lines if ln and not ln.startswith(f"[job {job['id']}]")]
+        for ln in reversed(lines):
+            if ln.startswith("error:"):
+                return ln[:500]
+        return lines[-1][:500] if lines else None
+
+    def _checked(self, records: list) -> tuple[list[dict], list, list[str]]:
+        """The records that fit the schema (as the queue keeps them, each with its derived log), the raw ones that do
+        not, and why not (one short reason each)."""
+        good, bad, why, seen = [], [], [], set()
+        for raw in records:
+            try:
+                rec = JobRecord.from_dict(raw, self.root)
+                if rec.id in seen:
+                    raise BadRecord(f"a second job with id {rec.id}")
+            except BadRecord as e:
+                bad.append(raw)
+                why.append(str(e))
+                continue
+            seen.add(rec.id)
+            job = rec.to_dict(self._log_path({"id": rec.id, "run_dir": rec.run_dir}))
+            if isinstance(raw.get("log"), str) and raw["log"] != job["log"]:
+                job["log_offset"] = None  # an offset into another file (the field is ignored): the log from its start
+            good.append(job)
+        return good, bad, why
+
+    def _bad_path(self) -> Path:
+        base = self.queue_path.with_name(f"queue.json.bad-{int(time.time())}")
+        path, n = base, 1
+        while os.path.lexists(path):
+            path, n = base.with_name(f"{base.name}-{n}"), n + 1
+        return path
+
+    def _set_aside(self, bad: list, why: list[str]) -> None:
+        """Keep the damaged records in `queue.json.bad-<time>` beside the queue (before the queue is saved without
+        them), and say so in one line."""
+        path = self._bad_path()
+        doc = {"from": str(self.queue_path), "set_aside": now_iso(), "why": why, "jobs": bad}
         try:
-            data = self._read_queue()
-            if data is None:
-                return {"version": 1, "jobs": []}
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+            with os.fdopen(fd, "w", encoding="utf-8") as f:
+                json.dump(doc, f, indent=1)
+                f.flush()
+                os.fsync(f.fileno())
+        except OSError as e:
+            raise EngineError(f"the job queue {self.queue_path} holds {len(bad)} damaged job record(s) ({why[0]}) and they "
+                              f"could not be set aside in {path}: {e.strerror or e}; check the runs folder's permissions")
+        n = len(bad)
+        reasons = "; ".join(why[:3]) + (f"; and {n - 3} more" if n > 3 else "")
+        self._note(f"set aside {n} damaged job record{'s' if n != 1 else ''} of {self.queue_path} in {path} "
+                   f"({reasons}); the other jobs go on. Look there for what was dropped, then delete that file")
+
+    def _parse(self, data: bytes | None):
+        """The queue dict in `data` (None: no file), or None when it is not a JSON object with a `jobs` list."""
+        if data is None:
+            return {"version": 1, "jobs": []}
+        try:
             q = json.loads(data.decode("utf-8"))
-            if isinstance(q, dict) and isinstance(q.get("jobs"), list):
-                return q
-        except (OSError, ValueError):
-            pass
-        # unreadable (edited by hand?): keep it aside and start a fresh queue rather than brick the studio
+        except ValueError:
+            return None
+        return q if isinstance(q, dict) and isinstance(q.get("jobs"), list) else None
+
+    def _load(self) -> tuple[dict, bool]:
+        """The queue (under the lock), its damaged records set aside; True when the file must be saved without them."""
         try:
-            os.replace(self.queue_path, self.queue_path.with_name(f"queue.json.bad-{int(time.time())}"))
+            q = self._parse(self._read_queue())
+        except OSError:
+            q = None
+        if q is not None:
+            good, bad, why = self._checked(q["jobs"])
+            q["jobs"] = good
+            if bad:
+                self._set_aside(bad, why)
+            return q, bool(bad)
+        # unreadable (edited by hand?): keep it aside and start a fresh queue rather than brick the studio
+        path = self._bad_path()
+        try:
+            os.replace(self.queue_path, path)
+            self._note(f"the job queue {self.queue_path} was not a JSON object with a list of jobs; it was set "
+                       f"aside as {path} and a new queue started. Look there for what was dropped, then delete that file")
         except OSError:
             pass
-        return {"version": 1, "jobs": []}
+        return {"version": 1, "jobs": []}, False
 
     @contextmanager
     def _transaction(self):
@@ -213,7 +456,9 @@ class Jobs:
                     if time.monotonic() > deadline:
                         raise EngineError(f"the job queue {self.queue_path} stayed locked for {self.lock_timeout:.0f} s; retry, or restart the studio")
                     time.sleep(0.02)
-            q = self._load()
+            q, dirty = self._load()
+            if dirty:  # damaged records were set aside: saved without them now, whatever the caller does next
+                atomic_write_json(self.queue_path, q)
             before = json.dumps(q, sort_keys=True)
             yield q
             if json.dumps(q, sort_keys=True) != before:
@@ -240,13 +485,18 @@ class Jobs:
         return [dict(j) for j in reversed(self._load_readonly()["jobs"])]
 
     def _load_readonly(self) -> dict:
+        """The queue without the lock: damaged records are skipped here (the next locked read sets them aside)."""
         try:
-            q = json.loads((self._read_queue() or b"{}").decode("utf-8"))
-            if isinstance(q, dict) and isinstance(q.get("jobs"), list):
-                return q
-        except (OSError, ValueError):
-            pass
-        return {"version": 1, "jobs": []}
+            q = self._parse(self._read_queue())
+        except OSError:
+            q = None
+        if q is None:
+            return {"version": 1, "jobs": []}
+        q["jobs"], bad, why = self._checked(q["jobs"])
+        if bad:
+            self._note(f"skipped {len(bad)} damaged job record(s) of {self.queue_path} ({why[0]}); the next "
+                       f"refresh of the queue sets them aside")
+        return q
 
     def get(self, job_id: str) -> dict | None:
         job = self._find(self._load_readonly(), job_id)
@@ -257,7 +507,7 @@ class Jobs:
         job = self.get(job_id)
         if job is None:
             raise EngineError(f"there is no job {job_id!r} in {self.queue_path}; refresh the job list")
-        lines = _log_lines(_read_log_tail(job))
+        lines = _log_lines(self._read_log_tail(job))
         while lines and not lines[-1].strip():
             lines.pop()
         return "\n".join(lines[-n:]) if n > 0 else ""
@@ -290,14 +540,14 @@ class Jobs:
         job_id = f"{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(3)}"
         if run_dir is not None:
             run_dir = Path(run_dir)
-            run_dir = str(run_dir if run_dir.is_absolute() else (self.repo_root / run_dir))
-            log = str(Path(run_dir) / "job.log")
-        else:
-            log = str(self.dir / "logs" / f"{job_id}.log")
-        job = {"id": job_id, "name": name or (Path(run_dir).name if run_dir else argv[0]), "argv": argv,
-               "status": QUEUED.name, "pid": None, "pgid": None, "proc_start": None, "child_pid": None, "child_start": None,
-               "created": now_iso(), "started": None, "ended": None, "returncode": None, "error": None,
-               "log": log, "log_offset": None, "run_dir": run_dir, "cancel_requested": False}
+            run_dir = str(run_dir if run_dir.is_absolute() else (self.repo_root.absolute() / run_dir))
+            problem = run_dir_problem(run_dir, self.root)
+            if problem:
+                raise EngineError(f"run folder {run_dir} {problem}; give an output folder (--out) inside the runs folder "
+                                  f"{self.root}, or start the studio with BERT_STUDIO_RUNS set to a folder that holds it")
+        rec = JobRecord(id=job_id, name=str(name or (Path(run_dir).name if run_dir else argv[0])), status=QUEUED.name,
+                        argv=argv, created=now_iso(), run_dir=run_dir)
+        job = rec.to_dict(self._log_path({"id": job_id, "run_dir": run_dir}))
         with self._transaction() as q:
             for other in q["jobs"]:
                 if run_dir is not None and other.get("run_dir") == run_dir and status_of(other["status"]).active:
@@ -349,7 +599,7 @@ class Jobs:
                 status = FAILED.name
             job.update(status=status, ended=now_iso())
             if status != FINISHED.name:
-                job["error"] = _error_line(job) if status == FAILED.name else "cancelled by the user"
+                job["error"] = self._error_line(job) if status == FAILED.name else "cancelled by the user"
                 job["error"] = job["error"] or "the job's process ended unexpectedly (killed?)"
                 _finalize_run_json(job.get("run_dir"), status, job["error"])
 
@@ -366,18 +616,22 @@ class Jobs:
         """Start the detached runner for `job` (called with the queue lock held); a job whose argv may not run
         (`argv_problem`) is marked failed and nothing is started."""
         problem = argv_problem(job.get("argv"))
-        if problem or not isinstance(job.get("log"), str):
-            job.update(status=FAILED.name, ended=now_iso(), error=f"refused to run this job: {problem or 'it names no log file'}")
+        if problem:
+            job.update(status=FAILED.name, ended=now_iso(), error=f"refused to run this job: {problem}")
             return
-        log = Path(job["log"])
+        log = self._log_path(job)  # derived: the queue file's `log` field is never read
         try:
-            log.parent.mkdir(parents=True, exist_ok=True)
-            with open(log, "ab") as f:
-                job["log_offset"] = f.seek(0, os.SEEK_END)
-                f.write(f"[job {job['id']}] {now_iso()} $ {shlex.join(['python', '-m', 'engine', *job['argv']])}\n".encode())
-            logf = open(log, "ab")
+            logf = os.fdopen(_open_inside(self.root, log, write=True), "ab")
         except OSError as e:
             job.update(status=FAILED.name, ended=now_iso(), error=f"could not open the job log {log}: {e.strerror or e}")
+            return
+        try:
+            job["log"], job["log_offset"] = str(log), os.fstat(logf.fileno()).st_size
+            logf.write(f"[job {job['id']}] {now_iso()} $ {shlex.join(['python', '-m', 'engine', *job['argv']])}\n".encode())
+            logf.flush()
+        except OSError as e:
+            logf.close()
+            job.update(status=FAILED.name, ended=now_iso(), error=f"could not write the job log {log}: {e.strerror or e}")
             return
         try:
             env = dict(os.environ, PYTHONUNBUFFERED="1")
@@ -419,7 +673,7 @@ class Jobs:
             if job["status"] != RUNNING.name:
                 return dict(job)
             job["cancel_requested"] = True
-            if not explicit and (job.get("argv") or [None])[0] in SAVES_ON_SIGTERM:
+            if not explicit and _command_of(job) in SAVES_ON_SIGTERM:
                 timeout = max(timeout, 60.0)
             pgid = job["pgid"]
             snapshot = dict(job)
@@ -535,7 +789,7 @@ def _run_job(root: str, job_id: str, max_concurrent: int, repo_root=None) -> int
     else:
         status = FAILED.name
     if status == FAILED.name and error is None:
-        last = _error_line(job) if job is not None else None
+        last = jobs._error_line(job) if job is not None else None
         if last and last.startswith("error:"):
             error = last
         elif rc is not None and rc < 0:
@@ -594,7 +848,11 @@ def main(argv=None) -> int:
             return _run_job(args.root, args.job_id, args.max_concurrent, args.repo_root)
         if args.cmd == "watch":
             return _watch_job(args.root, args.job_id, args.max_concurrent, args.repo_root)
-        for j in Jobs(args.root).refresh():
+        q = Jobs(args.root)
+        listed = q.refresh()
+        for note in q.notices:  # damaged records set aside: one line each, the good jobs listed below
+            print(f"warning: {note}", file=sys.stderr, flush=True)
+        for j in listed:
             print(f"{j['id']}  {j['status']:<9}  {j['name']}  {j.get('error') or ''}")
         return 0
     except EngineError as e:  # a refused queue file, a lock held too long: one line
@@ -635,6 +893,21 @@ def refresh(root=None) -> list[dict]:
 
 def job_progress(job) -> float | None:
     return Jobs().job_progress(job)
+
+
+def queue_warning(root=None) -> str | None:
+    """One line when parts of the queue file were set aside (`queue.json.bad-*` beside it), else None: what the Jobs
+    page shows until those files are deleted."""
+    q = Jobs(root)
+    try:
+        found = sorted(q.dir.glob("queue.json.bad-*"))
+    except OSError:
+        return None
+    if not found:
+        return None
+    more = f" (and {len(found) - 1} earlier one{'s' if len(found) > 2 else ''})" if len(found) > 1 else ""
+    return (f"damaged job records (or a damaged queue file) were set aside in {found[-1]}{more}; the other jobs go on. "
+            f"Look there for what was dropped, then delete {'that file' if len(found) == 1 else 'those files'} to hide this note")
 
 
 def stop_run(run_dir, root=None) -> str:

@@ -41,8 +41,14 @@ def _progress(job) -> float | None:
         return None
 
 
+def _argv(job) -> list:
+    """The job's argv as strings (a refused job's argv may be anything the queue file held)."""
+    argv = job.get("argv")
+    return [str(a) for a in argv] if isinstance(argv, list) else [] if argv is None else [str(argv)]
+
+
 def command_line(job) -> str:
-    return shlex.join(["python", "-m", "engine", *map(str, job.get("argv") or [])])
+    return shlex.join(["python", "-m", "engine", *_argv(job)])
 
 
 def jobs_table(jobs) -> pd.DataFrame:
@@ -50,7 +56,7 @@ def jobs_table(jobs) -> pd.DataFrame:
     for j in jobs:
         p = _progress(j)
         rows.append({"id": j["id"], "name": j.get("name"), "status": status_of(j['status']).shown,
-                     "progress": None if p is None else round(100 * p, 1), "command": (j.get("argv") or [""])[0],
+                     "progress": None if p is None else round(100 * p, 1), "command": (_argv(j) or [""])[0],
                      "created": j.get("created"), "started": j.get("started"), "ended": j.get("ended"),
                      "error": j.get("error") or ""})
     return pd.DataFrame(rows, columns=["id", "name", "status", "progress", "command", "created", "started", "ended", "error"])
@@ -67,6 +73,9 @@ def job_list():
     jobs = None
     with guard("reading the job queue"):  # a refused queue file: its one line, nothing else
         jobs = Q.refresh(root)
+        note = Q.queue_warning(root)  # damaged records set aside: where they are; the good jobs are listed below
+        if note:
+            st.warning(note)
     if jobs is None:
         return
     if not jobs:
