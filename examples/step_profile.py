@@ -19,7 +19,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
-from engine.bench import pretrain_step_times  # noqa: E402
+from engine.flops import pretrain_step_times  # noqa: E402
 from engine.config import PRESETS, BertConfig  # noqa: E402
 from engine.device import default_precision  # noqa: E402
 

@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 import torch
 
-import engine.bench as bench
+import engine.bench.scenarios as bench
+from engine.bench import cli as bench_cli, machine as bench_machine
 from engine.config import BertConfig
 from engine.errors import EngineError
 
@@ -18,7 +19,7 @@ SIDE_KEYS = {"precision", "sequences_per_s", "tokens_per_s", "step_ms_median", "
 
 def _run(capsys, *args):
     # BENCHMARKS.md's command at a tiny size, with a small vocabulary to keep the suite fast (the default is BERT's 30,522)
-    rc = bench.main(["--preset", "tiny", "--seq-len", "32", "--batch-size", "4", "--steps", "2", "--warmup", "1", "--json",
+    rc = bench_cli.main(["--preset", "tiny", "--seq-len", "32", "--batch-size", "4", "--steps", "2", "--warmup", "1", "--json",
                      "--vocab-size", "2000", *args])
     out = capsys.readouterr().out.strip().splitlines()
     assert len(out) == 1  # --json: one JSON object, no table
@@ -69,7 +70,7 @@ def test_pretrain_on_a_corpus_reports_padding_packs_rows_and_mfu(capsys, tmp_pat
     monkeypatch.setenv("BERT_STUDIO_CACHE", str(tmp_path))
     got = {}
     for flag in (("--packing",), ("--no-packing",)):
-        rc, r = bench.main(["--preset", "tiny", "--seq-len", "64", "--batch-size", "16", "--steps", "1", "--warmup", "0",
+        rc, r = bench_cli.main(["--preset", "tiny", "--seq-len", "64", "--batch-size", "16", "--steps", "1", "--warmup", "0",
                             "--json", "--no-memory", "--data", "bbc", "--scenario", "pretrain", *flag]), None
         r = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
         assert rc == 0 and r["same_start_loss"] is True
@@ -99,7 +100,7 @@ def test_a_different_start_is_reported_and_fails(capsys, monkeypatch):
 
 @pytest.mark.slow
 def test_table_is_printed_without_json(capsys):
-    rc = bench.main(["--scenario", "finetune", "--preset", "tiny", "--seq-len", "16", "--batch-size", "2", "--steps", "1",
+    rc = bench_cli.main(["--scenario", "finetune", "--preset", "tiny", "--seq-len", "16", "--batch-size", "2", "--steps", "1",
                      "--warmup", "0", "--no-memory", "--engine-precision", "bf16", "--vocab-size", "500"])
     out = capsys.readouterr().out
     assert rc == 0 and "sequences/s" in out and "engine/tf" in out and "start loss" in out
@@ -129,9 +130,9 @@ def test_peak_step_memory_sees_an_allocation():
         a = np.ones(64 * 2 ** 20, dtype=np.uint8)  # written, so resident
         time.sleep(0.05)
         return int(a[-1])
-    mb = bench.peak_step_memory_mb(touch_64mb, torch.device("cpu"))
+    mb = bench_machine.peak_step_memory_mb(touch_64mb, torch.device("cpu"))
     assert 48 <= mb <= 96, mb
-    assert bench.peak_step_memory_mb(lambda: None, torch.device("cpu")) < 16
+    assert bench_machine.peak_step_memory_mb(lambda: None, torch.device("cpu")) < 16
 
 
 @pytest.mark.slow
@@ -139,7 +140,7 @@ def test_bad_flags_are_one_line_errors():
     with pytest.raises(EngineError, match="seq-len"):
         bench.run_bench(bench.BenchConfig(seq_len=4))
     with pytest.raises(EngineError, match="scenario"):
-        bench.main(["--scenario", "train"])
+        bench_cli.main(["--scenario", "train"])
     if not torch.cuda.is_available():
         with pytest.raises(EngineError, match="no CUDA"):
             bench.run_bench(bench.BenchConfig(device="cuda", preset="tiny"))

@@ -10,7 +10,7 @@ from engine import kernels
 from engine.kernels import attention as ka, dropout as kd, unpad as ku
 from engine.device import default_precision, resolve_compile
 from engine.errors import EngineError
-from engine.bench import make_optimizer
+from engine.bench.scenarios import make_optimizer
 from engine.config import BertConfig
 from engine.model import BertForPreTraining
 

@@ -1,56 +1,10 @@
-"""`python -m engine bench`: the engine against `transformers`, side by side, in one process.
-
-Both sides get the same config, the same initial weights (the engine's, copied across with
-`checkpoint.to_hf_state_dict`), the same batches and the same optimizer settings (AdamW 0.9/0.999, eps 1e-6,
-weight decay 0.01 off LayerNorm weights and biases, gradient clipping at 1.0, fused where the device has it,
-which is also the Hugging Face Trainer's default optimizer). Steps alternate engine / transformers (the order
-flips every step, so a load spike on the shared machine hits both), the first `warmup` steps are not timed,
-and the figures are medians (and 90th percentiles) over `steps` timed steps. Before timing, both sides compute
-the loss of the first batch in eval mode: they must agree (`same_start_loss`).
-
-Scenarios:
-- `pretrain`: one MLM+NSP training step, exactly round(15% of the non-special positions) masked per row (80/10/10),
-  on full-length synthetic rows or, with --data, on the first batches of a prepared corpus (its real lengths).
-  transformers' BertForPreTraining projects every position onto the vocabulary and takes the loss over (B*T, V)
-  logits on the padded batch (its real behaviour); the engine runs its pre-training step
-  (engine.pretraining.loop.forward_loss): the MLM head at a fixed number of slots per sequence, its loss in blocks
-  without keeping the logits (engine.vocab_loss), on the padded rows, or with `--packing` the batch's instances
-  packed into as few rows as they fit (as `pretrain --packing`).
-- `infer`: the encoder forward as features and probes use it (eval, inference mode, all hidden states):
-  batch throughput at --batch-size and, separately, batch-1 latency (`latency`).
-- `finetune`: one sequence-classification training step (dropout + linear on C, as BertForSequenceClassification).
-- `pipeline`: the input pipeline alone, no model and no transformers side: micro-batches of --batch-size read
-  from the shards of --data (a `python -m engine prepare` folder), collated, masked and prefetched exactly as
-  `pretrain --data` makes them (`engine.pretraining.loop.pipeline_throughput`), in real tokens/s.
-- `varlen`: the fine-tuning step (and, under `forward`, the inference forward) on batches whose real lengths are
-  drawn from the BBC corpus tokenised with the BERT uncased vocabulary (sentences, sentence pairs or whole
-  documents, --unit), padded to the longest row of each batch as a dynamic-padding collator does
-  (--padding longest) or to --seq-len (--padding max_length). transformers computes every padded position;
-  the engine runs with `unpad=True`.
-
-Reported per side: sequences/s, real (non-padding) tokens/s, step time median and p90 (ms), peak memory of a step,
-model TFLOP/s and the model FLOP utilisation (MFU) against the dense matrix-multiply peak the benchmark measures
-on the device itself (bf16 on CUDA; on a CPU bf16 for a bf16 engine where the CPU has bf16 units, else fp32); for the training scenarios the padding
-fraction of the padded batches, and for `pretrain` the rows the engine computed per batch. Model FLOPs are counted the same for both sides (matrix multiplies, attention, the MLM head at the
-masked positions only), so a side that computes more than the model needs gets a lower MFU. Peak memory: on CUDA
-`max_memory_allocated` during one step above what was allocated before it; on CPU the peak resident set size
-during one step above the resting size (sampled every 0.5 ms from /proc/self/statm after `malloc_trim`;
-tracemalloc does not see torch's allocations). Ratios are engine / transformers (`ratio`: throughput).
-"""
-import argparse
+"""The benchmark's scenarios (engine.bench's docstring describes each): their batches, the two sides' models and
+steps, and `run_bench`, which runs one and returns its report."""
 import contextlib
-import ctypes
-import gc
-import json
-import math
 import os
-import platform
 import random
 import statistics
-import sys
-import threading
-import time
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import torch
@@ -59,7 +13,7 @@ import torch.nn.functional as F
 
 from engine.config import PRESETS, BertConfig
 from engine.errors import EngineError
-from engine.flops import model_flops, pretrain_step_times  # noqa: F401 (pretrain_step_times: examples/step_profile.py)
+from engine.flops import model_flops
 from engine.device import amp, default_precision, resolve_device
 from engine.model import BertForPreTraining, BertModel
 from engine.optim import param_groups
@@ -69,6 +23,8 @@ from engine.pretraining.loop import forward_loss
 from engine.pretraining.masking import mask_batch
 from engine.pretraining.step_inputs import add_prediction_slots, max_predictions, pack_batch
 from engine.tasks.batching import pad_batch
+from engine.bench.machine import machine_info, measure_matmul_peak, p90, peak_step_memory_mb, time_sides
+
 
 SCENARIOS = ("pretrain", "infer", "finetune", "varlen", "pipeline")
 UNITS = ("sentence", "pair", "document")
@@ -103,104 +59,6 @@ class BenchConfig:
     prefetch: int = 4  # pipeline: batches made ahead in the background thread (0: none)
 
 
-# ------------------------------------------------------------------ environment
-def _cpu_name() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
-def machine_info(device: torch.device) -> dict:
-    import transformers
-    info = {"torch": torch.__version__, "transformers": transformers.__version__, "python": platform.python_version(),
-            "cpu": _cpu_name(), "cpu_count": os.cpu_count(), "threads": torch.get_num_threads(),
-            "cpu_capability": torch.backends.cpu.get_cpu_capability(),
-            "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
-    info["cpu_bf16"] = default_precision(torch.device("cpu")) == "bf16"  # native bf16 units (AVX512-BF16 or AMX)
-    if hasattr(os, "getloadavg"):
-        info["loadavg_start"] = [round(x, 2) for x in os.getloadavg()]
-    if device.type == "cuda":
-        info["gpu"] = torch.cuda.get_device_name(device)
-    return info
-
-
-def _sync(device):
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
-def measure_matmul_peak(device, dtype=torch.bfloat16, n: int = 8192, iters: int = 20) -> float:
-    """The device's dense matrix-multiply rate in TFLOP/s, measured: the best of `iters` (n x n) @ (n x n)."""
-    a = torch.randn(n, n, device=device, dtype=dtype)
-    b = torch.randn(n, n, device=device, dtype=dtype)
-    for _ in range(3):
-        a @ b
-    _sync(device)
-    best = float("inf")
-    for _ in range(iters):
-        t = time.perf_counter()
-        a @ b
-        _sync(device)
-        best = min(best, time.perf_counter() - t)
-    return 2 * n ** 3 / best / 1e12
-
-
-# ------------------------------------------------------------------ memory
-_PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
-
-
-def _rss() -> int:
-    try:
-        with open("/proc/self/statm") as f:
-            return int(f.read().split()[1]) * _PAGE
-    except OSError:
-        import resource
-        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # a lower bound without /proc
-
-
-def _malloc_trim():
-    try:
-        ctypes.CDLL("libc.so.6").malloc_trim(0)
-    except (OSError, AttributeError):
-        pass
-
-
-def peak_step_memory_mb(fn, device) -> float:
-    """MB that one call of `fn` needs above the resting state (see the module docstring)."""
-    gc.collect(0)  # the young generation only: a full collection costs ~0.5 s with transformers loaded
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-        torch.cuda.reset_peak_memory_stats(device)
-        base = torch.cuda.memory_allocated(device)
-        fn()
-        torch.cuda.synchronize(device)
-        return (torch.cuda.max_memory_allocated(device) - base) / 2 ** 20
-    _malloc_trim()
-    base = _rss()
-    peak = [base]
-    stop = threading.Event()
-
-    def sample():
-        while not stop.is_set():
-            peak[0] = max(peak[0], _rss())
-            time.sleep(0.0005)
-
-    th = threading.Thread(target=sample, daemon=True)
-    th.start()
-    try:
-        fn()
-    finally:
-        stop.set()
-        th.join()
-    return max(0, max(peak[0], _rss()) - base) / 2 ** 20
-
-
-# ------------------------------------------------------------------ batches
 def _pretrain_batches(cfg: BenchConfig, device):
     """Pre-training batches, masked as pre-training masks them (exactly round(rate * n) positions, 80/10/10), with
     NSP labels: full-length synthetic [CLS] A [SEP] B [SEP] rows, or with --data the first instances of a prepared
@@ -325,7 +183,6 @@ def _varlen_batches(cfg: BenchConfig, device):
     return [{k: v.to(device) for k, v in b.items()} for b in out]
 
 
-# ------------------------------------------------------------------ the two sides
 class EngineClassifier(nn.Module):
     """The engine's encoder + dropout + linear on C, laid out as transformers' BertForSequenceClassification."""
 
@@ -430,29 +287,6 @@ def _forward_fn(model, precision, device, engine_side: bool, unpad: bool):
     return fwd
 
 
-# ------------------------------------------------------------------ timing
-def _p90(xs):
-    xs = sorted(xs)
-    return xs[min(len(xs) - 1, int(math.ceil(0.9 * len(xs))) - 1)]
-
-
-def time_sides(fns: dict, batches, steps: int, warmup: int, device) -> dict:
-    """Interleaved timing: {name: (timed step seconds, warm-up step seconds)}. The order flips every step."""
-    names = list(fns)
-    times = {n: [] for n in names}
-    warm = {n: [] for n in names}
-    for i in range(warmup + steps):
-        order = names if i % 2 == 0 else names[::-1]
-        batch = batches[i % len(batches)]
-        for n in order:
-            _sync(device)
-            t = time.perf_counter()
-            fns[n](batch)
-            _sync(device)
-            (times if i >= warmup else warm)[n].append(time.perf_counter() - t)
-    return {n: (times[n], warm[n]) for n in names}
-
-
 def _side_report(times, warm, batches, steps_cycle, flops_per_batch, device, peak_tflops, precision, mem_mb, train):
     med = statistics.median(times)
     first = warm[0] if warm else times[0]
@@ -464,7 +298,7 @@ def _side_report(times, warm, batches, steps_cycle, flops_per_batch, device, pea
     toks = sum(n_tok[i] for i in idx) / len(idx)
     flops = sum(flops_per_batch[i] for i in idx) / len(idx)
     rep = {"precision": precision, "sequences_per_s": seqs / med, "tokens_per_s": toks / med,
-           "step_ms_median": 1e3 * med, "step_ms_p90": 1e3 * _p90(times), "first_step_ms": 1e3 * first,
+           "step_ms_median": 1e3 * med, "step_ms_p90": 1e3 * p90(times), "first_step_ms": 1e3 * first,
            "peak_mem_mb": mem_mb, "model_tflops": flops / med / 1e12, "timed_steps": len(times), "train": train}
     if peak_tflops:
         rep["mfu"] = flops / med / 1e12 / peak_tflops
@@ -497,7 +331,6 @@ def _measure(bc, device, fns, batches, flops, peak, precisions, train):
     return out
 
 
-# ------------------------------------------------------------------ the benchmark
 def _check(bc: BenchConfig):
     if bc.scenario not in SCENARIOS:
         raise EngineError(f"unknown scenario '{bc.scenario}'; choose one of {', '.join(SCENARIOS)}")
@@ -617,103 +450,6 @@ def run_bench(bc: BenchConfig) -> dict:
     return report
 
 
-# ------------------------------------------------------------------ output
-def _fmt(v, unit=""):
-    if v is None:
-        return "-"
-    if isinstance(v, bool):
-        return str(v)
-    if abs(v) >= 100:
-        return f"{v:,.0f}{unit}"
-    if abs(v) >= 1:
-        return f"{v:.2f}{unit}"
-    return f"{v:.3g}{unit}"
-
-
-def format_table(r: dict) -> str:
-    c = r["config"]
-    m = r["machine"]
-    dev = m.get("gpu") if r["device"].startswith("cuda") else f"{m['cpu']}, {m['threads']} threads"
-    lines = [f"bench {r['scenario']}: preset {c['preset']} (L={r['model']['layers']} H={r['model']['hidden']} A={r['model']['heads']} V={r['model']['vocab']}), "
-             f"T={c['seq_len']} B={c['batch_size']}, {r['engine']['precision']} vs {r['transformers']['precision']}, {r['device']} ({dev}), "
-             f"{c['steps']} timed steps after {c['warmup']} warm-up, load {m.get('loadavg_start')} -> {m.get('loadavg_end')}"]
-    if r["scenario"] == "varlen":
-        lines.append(f"rows: {c['unit']} lengths from BBC, padding {c['padding']}: mean {r['mean_length']:.1f} real tokens, padding fraction {r['padding_fraction']:.2f}")
-    elif r["scenario"] == "pretrain":
-        lines.append(f"rows: {'the first batches of ' + c['data'] if c['data'] else 'full-length synthetic rows'}: mean "
-                     f"{r['mean_length']:.1f} real tokens, padding fraction {r['padding_fraction']:.3f}; the engine "
-                     f"{'packs them into ' if c['packing'] else 'pads them: '}{r['engine_rows_per_batch']:.1f} rows a batch of {c['batch_size']}")
-    s = r["start"]
-    if "engine" in s:
-        lines.append(f"start loss: engine {s['engine']:.5f}, transformers {s['transformers']:.5f} -> {'same' if s['same'] else 'DIFFERENT'}")
-    else:
-        lines.append(f"start: {s['metric']} = {s['value']:.2e} -> {'same' if s['same'] else 'DIFFERENT'}")
-    rows = [("sequences/s", "sequences_per_s"), ("real tokens/s", "tokens_per_s"), ("step ms (median)", "step_ms_median"),
-            ("step ms (p90)", "step_ms_p90"), ("peak step memory MB", "peak_mem_mb"), ("model TFLOP/s", "model_tflops"), ("MFU", "mfu"),
-            ("compile s", "compile_s")]
-
-    def block(title, e, h):
-        out = [f"{title:<22}{'engine':>14}{'transformers':>14}{'engine/tf':>12}"]
-        for label, k in rows:
-            if k not in e and k not in h:
-                continue
-            ev, hv = e.get(k), h.get(k)
-            ratio = ev / hv if isinstance(ev, (int, float)) and isinstance(hv, (int, float)) and hv else None
-            out.append(f"{label:<22}{_fmt(ev):>14}{_fmt(hv):>14}{_fmt(ratio, 'x'):>12}")
-        return out
-
-    main_title = {"pretrain": "pre-training step", "finetune": "fine-tuning step", "varlen": "fine-tuning step",
-                  "infer": f"forward, batch {c['batch_size']}"}[r["scenario"]]
-    lines += block(main_title, r["engine"], r["transformers"])
-    lines.append(f"ratio (throughput engine/transformers): {r['ratio']:.2f}x")
-    for key, title in (("latency", "forward, batch 1"), ("forward", "forward (features)")):
-        if key in r:
-            lines += block(title, r[key]["engine"], r[key]["transformers"])
-            lines.append(f"{key} ratio: {r[key]['ratio']:.2f}x")
-    return "\n".join(lines)
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message):  # one line through the engine's error path instead of usage + exit 2
-        raise EngineError(f"{message}; see python -m engine bench --help")
-
-
-def build_parser() -> argparse.ArgumentParser:
-    d = BenchConfig()
-    ap = _Parser(prog="python -m engine bench", description="Benchmark the engine against transformers.BertForPreTraining "
-                 "(sdpa attention, same weights, batches and optimizer), interleaved, after warm-up; prints a table and one JSON object.")
-    ap.add_argument("--scenario", choices=SCENARIOS, default=d.scenario, help="pretrain step, infer forward, finetune step, varlen batches")
-    ap.add_argument("--preset", choices=list(PRESETS), default=d.preset)
-    ap.add_argument("--seq-len", type=int, default=d.seq_len, help="T (varlen: the cap on the corpus lengths)")
-    ap.add_argument("--batch-size", type=int, default=d.batch_size)
-    ap.add_argument("--precision", choices=("fp32", "bf16"), default=d.precision, help="both sides: fp32, or bf16 autocast")
-    ap.add_argument("--engine-precision", choices=("same", "auto", "fp32", "bf16"), default=d.engine_precision,
-                    help="the engine side's precision: same as --precision, or auto (the engine's default on this device)")
-    ap.add_argument("--device", choices=("auto", "cpu", "cuda"), default=d.device)
-    ap.add_argument("--json", action="store_true", help="print only the JSON object")
-    ap.add_argument("--steps", type=int, default=d.steps, help="timed steps per side")
-    ap.add_argument("--warmup", type=int, default=d.warmup, help="untimed steps per side first")
-    ap.add_argument("--threads", type=int, default=d.threads, help="torch CPU threads (0: torch's default)")
-    ap.add_argument("--compile", action="store_true", help="torch.compile the engine side (compile time reported)")
-    ap.add_argument("--vocab-size", type=int, default=d.vocab_size)
-    ap.add_argument("--num-labels", type=int, default=d.num_labels, help="classes of the finetune/varlen classifier")
-    ap.add_argument("--unit", choices=UNITS, default=d.unit, help="varlen: sentences, sentence pairs or documents")
-    ap.add_argument("--padding", choices=("longest", "max_length"), default=d.padding, help="varlen: pad to the batch's longest row or to --seq-len")
-    ap.add_argument("--no-unpad", dest="unpad", action="store_false", help="varlen: run the engine padded too")
-    ap.add_argument("--mask-rate", type=float, default=d.mask_rate)
-    ap.add_argument("--lr", type=float, default=d.lr)
-    ap.add_argument("--seed", type=int, default=d.seed)
-    ap.add_argument("--no-memory", dest="memory", action="store_false", help="skip the peak-memory step")
-    ap.add_argument("--data", default=d.data, help="pipeline: a prepared data folder (python -m engine prepare); pretrain: "
-                    "also a pre-training cache folder or a built-in corpus name (bbc, all, ...: its data at --seq-len "
-                    "with the BERT uncased vocabulary), whose real lengths the batches take")
-    ap.add_argument("--packing", dest="packing", action="store_true", default=d.packing,
-                    help="pretrain: the engine side packs each batch's instances into as few rows as they fit")
-    ap.add_argument("--no-packing", dest="packing", action="store_false", help="pretrain: the engine side pads as transformers does")
-    ap.add_argument("--prefetch", type=int, default=d.prefetch, help="pipeline: batches made ahead in a background thread")
-    return ap
-
-
 def run_pipeline(bc: BenchConfig) -> dict:
     """The `pipeline` scenario: tokens/s of the input pipeline alone (see the module docstring)."""
     from engine.pretraining.prepare import open_prepared
@@ -730,22 +466,3 @@ def run_pipeline(bc: BenchConfig) -> dict:
     got = pipeline_throughput(cache, pc, bc.batch_size, batches=bc.steps, warmup=bc.warmup)
     return {"scenario": "pipeline", "config": asdict(bc), "data": cache.config["prepared"], **got,
             "machine": machine_info(torch.device("cpu"))}
-
-
-def main(argv) -> int:
-    a = build_parser().parse_args(argv)
-    names = {f.name for f in fields(BenchConfig)}
-    bc = BenchConfig(**{k: v for k, v in vars(a).items() if k in names})
-    if bc.scenario == "pipeline":
-        report = run_pipeline(bc)
-        if not a.json:
-            print(f"bench pipeline: {report['tokens_per_s']:,.0f} tokens/s, {report['sequences_per_s']:,.0f} sequences/s "
-                  f"(batch {bc.batch_size}, {report['batches']} batches, prefetch {bc.prefetch}, {report['data']['shards']} shards)")
-        print(json.dumps(report))
-        return 0
-    report = run_bench(bc)
-    if not a.json:
-        print(format_table(report))
-    print(json.dumps(report))
-    sys.stdout.flush()
-    return 0 if report["same_start_loss"] else 1
