@@ -79,6 +79,15 @@ def flags(cls) -> list:
     return out
 
 
+def field_setting(cls, name: str) -> tuple:
+    """(default, help text) of the config class's setting `name`: what a page's widget shows, read from the field
+    so a default changed there moves every form that offers it."""
+    for f, meta, _ in flags(cls):
+        if f.name == name:
+            return f.default, meta["help"]
+    raise KeyError(f"{cls.__name__} has no setting {name!r}")
+
+
 def _type(f: dataclasses.Field):
     """The parse function of a field without `parse=`: its annotation, Optional[X] -> X."""
     t = f.type

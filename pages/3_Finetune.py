@@ -9,8 +9,6 @@ import pandas as pd
 import streamlit as st
 
 from engine.records import read_eval
-from engine import cli
-from engine.checkpoint import check_model
 from engine import runs as R
 from engine.errors import EngineError
 from engine.finetune import FinetuneConfig
@@ -22,8 +20,7 @@ from studio import ablation_figures as F
 from studio import finetune_plan as plan
 from studio import finetune_results as results
 from studio.finetune_results import trial_label
-from engine import jobs as Q
-from studio.common import (chart_config, follow_queued_run, guard, load_bundle, model_picker, precision_select,
+from studio.common import (chart_config, follow_queued_run, guard, launch_run, load_bundle, model_picker, precision_select,
                            resume_button, runs_root)
 from studio.uploads import save_upload
 
@@ -192,21 +189,13 @@ with tab_new:
         with guard("launching the fine-tuning run"):
             if task in FORMATS and not (train and dev):
                 raise EngineError(f"a {task} task needs a train and a dev file")
-            check_model(model)  # a model that is not there: its one-line error, no job queued
-            run_dir = R.resolve_run_dir(root, name.strip())
-            if (run_dir / R.RUN_JSON).exists():
-                raise EngineError(f"run {name} already exists in {root}; pick another name")
             files = {"train": train, "dev": dev} if task in FORMATS else {}
-            cfg = FinetuneConfig(model=model, task=task, **files, text_cols=text_cols or None, label_col=label_col or None,
-                                 token_col=token_col or None, header=header, metric=metric or None,
-                                 lr=tuple(lrs), batch_size=tuple(sorted(batch)), epochs=tuple(sorted(epochs)),
-                                 restarts=int(restarts), max_seq_len=int(max_len), seed=int(seed), precision=precision,
-                                 max_train=int(max_train) or None, bilstm=bool(bilstm), packing=bool(packing),
-                                 out=str(run_dir))
-            argv = cli.argv(cfg)
-            rec = Q.submit(argv, name=f"finetune {name.strip()}", run_dir=str(run_dir), root=root)
-            st.session_state["ft_show"], st.session_state["ft_show_job"] = run_dir.name, rec["id"]
-            st.session_state.pop("ft_default_name", None)
+            run_dir, rec = launch_run(root, name, model, lambda out: FinetuneConfig(
+                model=model, task=task, **files, text_cols=text_cols or None, label_col=label_col or None,
+                token_col=token_col or None, header=header, metric=metric or None, lr=tuple(lrs),
+                batch_size=tuple(sorted(batch)), epochs=tuple(sorted(epochs)), restarts=int(restarts),
+                max_seq_len=int(max_len), seed=int(seed), precision=precision, max_train=int(max_train) or None,
+                bilstm=bool(bilstm), packing=bool(packing), out=str(out)), "ft")
             st.success(f"Queued job {rec['id']} for run **{run_dir.name}**; see the Results tab or the Jobs page.")
 
 # ------------------------------------------------------------------ results

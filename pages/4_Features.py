@@ -12,15 +12,14 @@ import streamlit as st
 from engine import ablations as A
 from engine.records import read_eval
 from engine import cli
-from engine.checkpoint import check_model
 from engine import runs as R
 from engine.errors import EngineError
 from engine.status import status_of
 from engine.features import FeaturesConfig
 from engine.tasks.registry import BUILTINS, feature_task_names
 from studio import ablation_figures as F
-from engine import jobs as Q
-from studio.common import chart_config, follow_queued_run, guard, load_bundle, model_picker, mtime_key, resume_button, runs_root
+from studio.common import (chart_config, follow_queued_run, guard, launch_run, load_bundle, model_picker, mtime_key,
+                           resume_button, runs_root)
 from studio.projection import PROJECTIONS, bbc_projection
 
 COMBINES = {"concat": "concatenate the chosen layers (D = K·H; the paper's best)",
@@ -58,37 +57,33 @@ with tab_run:
     c1, c2 = st.columns(2)
     combos = c1.multiselect("Combinations (one job extracts once and trains one classifier per combination)", list(COMBINES),
                             default=["concat"], key="fx_combine", format_func=lambda k: f"{k}: {COMBINES[k]}")
-    layers_text = c2.text_input("Layers for concat / sum / mean / weighted (0 = embeddings, -1 = last)", "-1,-2,-3,-4", key="fx_layers")
+    layers_default, layers_help = cli.field_setting(FeaturesConfig, "layers")
+    layers_text = c2.text_input(f"Layers for concat / sum / mean / weighted ({layers_help})",
+                                ",".join(map(str, layers_default)), key="fx_layers")
     d1, d2, d3 = st.columns(3)
     pooling = d1.selectbox("Sentence pooling", ["cls", "mean"], key="fx_pooling", help="tagging always uses the first WordPiece of each word")
     max_train = d2.number_input("Max train examples (0 = all)", 0, 1_000_000, 0, step=500, key="fx_max_train")
     seed = d3.number_input("Seed", 0, 1_000_000, 0, key="fx_seed")
     e1, e2 = st.columns(2)
-    tag_epochs = e1.number_input("BiLSTM epochs (tagging; the best epoch on dev is kept)", 1, 200, 5, key="fx_epochs",
+    epochs_default, epochs_help = cli.field_setting(FeaturesConfig, "epochs")
+    lr_default, lr_help = cli.field_setting(FeaturesConfig, "lr")
+    tag_epochs = e1.number_input(f"Tagging: {epochs_help}", 1, 200, epochs_default, key="fx_epochs",
                                  help="5 suits MiniLM; features of a tiny model need about 20 before the tagger leaves the all-O plateau")
-    tag_lr = e2.number_input("BiLSTM learning rate (tagging)", 1e-5, 1e-1, 1e-3, step=1e-4, format="%g", key="fx_lr")
+    tag_lr = e2.number_input(f"Tagging: {lr_help}", 1e-5, 1e-1, lr_default, step=1e-4, format="%g", key="fx_lr")
     if "fx_default_name" not in st.session_state:
         st.session_state["fx_default_name"] = time.strftime("fx-%Y%m%d-%H%M%S")
     name = st.text_input("Run name", value=st.session_state["fx_default_name"], key="fx_name")
     if st.button("Launch", type="primary", key="fx_launch", disabled=not combos):
         with guard("launching the feature-based run"):
             layers = _layers(layers_text)
-            check_model(model)  # a model that is not there: its one-line error, no job queued
-            run_dir = R.resolve_run_dir(root, name.strip())
-            if (run_dir / R.RUN_JSON).exists():
-                raise EngineError(f"run {name} already exists in {root}; pick another name")
             if task_key in shared:
                 ev = shared[task_key]
                 task = {"task": ev.task, "train": ev.train, "dev": ev.dev}
             else:
                 task = {"task": task_key}
-            cfg = FeaturesConfig(model=model, **task, layers=tuple(layers), combine=tuple(combos), pooling=pooling,
-                                 seed=int(seed), epochs=int(tag_epochs), lr=float(tag_lr), max_train=int(max_train) or None,
-                                 out=str(run_dir))
-            argv = cli.argv(cfg)
-            rec = Q.submit(argv, name=f"features {name.strip()}", run_dir=str(run_dir), root=root)
-            st.session_state["fx_show"], st.session_state["fx_show_job"] = run_dir.name, rec["id"]
-            st.session_state.pop("fx_default_name", None)
+            run_dir, rec = launch_run(root, name, model, lambda out: FeaturesConfig(
+                model=model, **task, layers=tuple(layers), combine=tuple(combos), pooling=pooling, seed=int(seed),
+                epochs=int(tag_epochs), lr=float(tag_lr), max_train=int(max_train) or None, out=str(out)), "fx")
             st.success(f"Queued job {rec['id']} for run **{run_dir.name}**; compare it in the next tab when it finishes.")
 
 

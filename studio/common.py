@@ -237,6 +237,25 @@ def follow_queued_run(root: Path, prefix: str, listed) -> None:
     poll()
 
 
+def launch_run(root, name: str, model: str, make_config, prefix: str) -> tuple:
+    """The Launch of the Fine-tune and Features pages: the model checked (its one-line error, no job queued), the run
+    folder resolved inside the runs folder and refused when it already holds a run, then the command line of
+    `make_config(run_dir)` (a FinetuneConfig or FeaturesConfig with out=run_dir) queued. The page's `prefix` keys
+    remember the run to follow. Returns (run folder, job record)."""
+    from engine import cli, jobs as Q
+    from engine import runs as R
+    from engine.checkpoint import check_model
+    check_model(model)
+    run_dir = R.resolve_run_dir(root, name.strip())
+    if (run_dir / RUN_JSON).exists():
+        raise EngineError(f"run {name.strip()} already exists in {root}; pick another name")
+    cfg = make_config(run_dir)
+    rec = Q.submit(cli.argv(cfg), name=f"{cfg.command} {name.strip()}", run_dir=str(run_dir), root=root)
+    st.session_state[f"{prefix}_show"], st.session_state[f"{prefix}_show_job"] = run_dir.name, rec["id"]
+    st.session_state.pop(f"{prefix}_default_name", None)
+    return run_dir, rec
+
+
 def resume_button(root: Path, run_dir: Path, config_cls, status: str, kept: str, where=st, **flags) -> None:
     """The Resume button of every page, for a run of `config_cls`'s command (PretrainConfig, FinetuneConfig,
     FeaturesConfig) that stopped before it finished: it queues `python -m engine COMMAND --out RUN --resume` plus

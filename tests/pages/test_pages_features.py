@@ -161,3 +161,26 @@ def test_a_model_that_is_not_there_is_one_line_and_queues_nothing(tmp_path, monk
     assert not at.exception, at.exception
     errs = [e.value for e in at.error]
     assert not calls and len(errs) == 1 and "does not exist" in errs[0], errs
+
+
+def test_the_forms_defaults_are_the_configs(tmp_path, monkeypatch):
+    """The layers, the tagger's epochs and learning rate the form offers are FeaturesConfig's defaults: changed on the
+    field, the form follows, and Launch left as it is queues them."""
+    import dataclasses
+    import engine.jobs as Q
+    from engine.features import FeaturesConfig
+    fields = {f.name: f for f in dataclasses.fields(FeaturesConfig)}
+    monkeypatch.setattr(fields["layers"], "default", (-1, -3))
+    monkeypatch.setattr(fields["epochs"], "default", 9)
+    monkeypatch.setattr(fields["lr"], "default", 0.002)
+    calls = []
+    monkeypatch.setattr(Q, "submit", lambda argv, name=None, run_dir=None, root=None: calls.append(argv) or {"id": "j1"})
+    at = app(tmp_path / "runs").run()
+    assert not at.exception, at.exception
+    assert at.text_input(key="fx_layers").value == "-1,-3"
+    assert at.number_input(key="fx_epochs").value == 9 and at.number_input(key="fx_lr").value == 0.002
+    at.selectbox(key="fx_task").set_value("wnut16").run()
+    at.button(key="fx_launch").click().run()
+    assert not at.exception, at.exception
+    argv = calls[0]
+    assert argv[argv.index("--epochs") + 1] == "9" and argv[argv.index("--lr") + 1] == "0.002"
