@@ -14,18 +14,40 @@ What the first class needs on this machine, built in the background in this orde
 The two short parts come first: a class that starts before the third one ends has its steps 2 and 3 ready.
 
 `prepare` is safe to run twice: a finished part is skipped, a queued or running one is not queued again, a cancelled
-or failed run continues from its last checkpoint (`--resume`). `cancel` cancels the queued parts, then the running
-one (which saves a checkpoint first). `status` says, per part, done / running / queued / cancelled / failed / to do,
-and the minutes left on this machine: a running run's own pace (its training time so far over its share done), else
-the measured figure (engine/measured.py) scaled by the part's own kind of speed check, which `prepare` ran here
+or failed run continues from its last checkpoint (`--resume`). One prepare at a time per runs folder: it holds an
+flock on `<runs>/.class/prepare.lock` throughout, and a second one refuses in one line naming the holder's pid.
+What it finds is checked, not trusted:
+- the cache part is done when every data folder `class cache` recorded opens as the run will open it (the loader's
+  own checks, engine.pretraining.cache.open_pretraining_data); one that fails them is `damaged` (the loader's reason
+  said), and the `class cache` job prepare queues sets it aside (renamed `.bad-*`, never deleted) and builds it again;
+- a run part is done when its folder holds a finished run of the part's recipe (engine.ablations.reuse.training_key
+  of its run.json config against that of the part's command line), not any finished run: a run of other settings
+  there is `foreign`, named with what differs, never overwritten or queued into (move it away);
+- its own state files are checked against what this code writes; a damaged one is set aside (`.bad-*`) with one
+  line on stderr and its state recomputed;
+- the states are decided after the speed check, which can take a minute; a check is skipped while a job of this
+  runs folder runs (it would slow the job and read slow), and one during which a job started or taken at a load
+  average above LOAD_FACTOR times the cores is recorded `under_load` (prepare.json "loaded"), not used, and not
+  saved as the machine's speed (a good reading is kept; the next idle prepare times it again).
+`cancel` cancels the queued parts, then the running one (which saves a checkpoint first). `status` says, per part,
+done / running / queued / cancelled / failed / to do / damaged / not this part's run, and the minutes left on this
+machine: a running run's own pace (its training time so far over its share done), else the measured figure
+(engine/measured.py) scaled by the part's own kind of speed check, which `prepare` ran here
 (engine.ablations.timing.timed_check: the classroom step for the reference run, a step of the probe-ready recipe for
 the probe-ready model), when the figure's machine has a reading of that check, else the figure as measured there.
-Prepare's own state (the speed checks, the cache
-folders built) is `<runs>/.class/`.
-This module imports no torch until a command needs it (`class status` is quick).
+Prepare's own state (the speed checks, the cache folders built, its lock) is `<runs>/.class/`.
+This module imports no torch until a command needs it (`class status` imports it to check what it finds: a cached
+data folder, opened as the run opens it, and a finished run's settings against its part's command line).
 """
 import argparse
+import fcntl
+import functools
 import json
+import math
+import os
+import sys
+import time
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -33,15 +55,21 @@ from engine import measured
 from engine.errors import EngineError
 from engine.fileio import atomic_write_json
 from engine.records import RUN_JSON, read_json_or_empty
-from engine.status import CANCELLED, DEAD, FAILED, FINISHED, QUEUED, RUNNING
+from engine.status import CANCELLED, DEAD, FAILED, FINISHED, QUEUED, RUNNING, status_of
 
 STOPPED = (CANCELLED.name, FAILED.name)  # a part that stopped before its end: resumed, not queued afresh
 
 REFERENCE_RUN = "classroom-reference"  # the reference run's folder under the runs root (the Start page reads it)
 STATE_DIR = ".class"  # under the runs root: prepare.json (the speed checks), cache.json (the cache folders built)
+LOCK = "prepare.lock"  # in STATE_DIR: held (flock) by the one prepare at work, its pid inside
 RUN_FLAGS: list = []  # the classroom run: `python -m engine pretrain` with its defaults (tests give tiny settings)
 PART_KEYS = ("cache", "reference", "probe_ready")
 ACTIVE = (QUEUED.name, RUNNING.name)
+# a part's own states, beside its job's (engine.status: queued, running, cancelled, failed)
+DONE, TODO = "done", "todo"
+DAMAGED = "damaged"  # the cache part's folders are there but fail the checks the loader makes when it opens them
+FOREIGN = "foreign"  # a run part's folder holds a finished run of other settings: named, never overwritten
+LOAD_FACTOR = 2.0  # a load average above this many times the cores: a speed check taken then reads the machine slow
 
 
 @dataclass(frozen=True)
@@ -99,10 +127,97 @@ def _latest_job(job_list: list, run_dir: Path) -> dict:
     return None
 
 
+def _state_file(root, name: str) -> Path:
+    return Path(root).absolute() / STATE_DIR / name
+
+
+def _read_state(root, name: str, check) -> dict:
+    """<runs>/.class/<name> as a dict after `check(data)` (ValueError, TypeError or KeyError on a record this code
+    never writes); {} when it is missing, and when it is damaged, which is set aside as <name>.bad-<ns> with one line
+    on stderr so that its state is recomputed (and the file kept for a look)."""
+    path = _state_file(root, name)
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        check(data)
+        return data
+    except FileNotFoundError:
+        return {}
+    except (OSError, ValueError, TypeError, KeyError) as e:  # UnicodeDecodeError is a ValueError
+        why = str(e) or type(e).__name__
+    bad = path.with_name(f"{name}.bad-{time.time_ns()}")
+    try:
+        os.replace(path, bad)
+    except OSError as e:
+        if path.exists():
+            print(f"warning: {path} is damaged ({why}) and could not be set aside ({e.strerror or e}); it is ignored",
+                  file=sys.stderr)
+        return {}  # (else another reader set it aside first)
+    print(f"warning: {path} was damaged ({why}); set aside as {bad.name}, its state recomputed", file=sys.stderr)
+    return {}
+
+
+def _check_cache_record(d) -> None:
+    """cache.json as `build_cache` writes it: {"data": [folder, ...], "flags": [str, ...]}."""
+    if not isinstance(d, dict):
+        raise ValueError("not a JSON object")
+    data, flags = d.get("data", []), d.get("flags", [])
+    if not isinstance(data, list) or not all(isinstance(p, str) and p for p in data):
+        raise ValueError(f"its data is {json.dumps(data)[:80]}, not a list of folders")
+    if not isinstance(flags, list) or not all(isinstance(f, str) for f in flags):
+        raise ValueError(f"its flags are {json.dumps(flags)[:80]}, not a list of strings")
+
+
+def _check_speed_record(kind, c) -> None:
+    number = lambda v: isinstance(v, (int, float)) and not isinstance(v, bool)  # noqa: E731
+    if not (isinstance(c, dict) and isinstance(c.get("precision"), str) and type(c.get("threads")) is int
+            and c["threads"] >= 1 and number(c.get("step_ms")) and math.isfinite(c["step_ms"]) and c["step_ms"] > 0
+            and isinstance(c.get("gpu", False), bool)):
+        raise ValueError(f"its {kind} check {json.dumps(c)[:80]} is not a speed check")
+
+
+def _check_prepare_record(d) -> None:
+    """prepare.json as `prepare` writes it: {"checks": {kind: SpeedCheck}, "loaded": {kind: SpeedCheck + why}}."""
+    if not isinstance(d, dict):
+        raise ValueError("not a JSON object")
+    for group in ("checks", "loaded"):
+        checks = d.get(group, {})
+        if not isinstance(checks, dict):
+            raise ValueError(f"its {group} is not an object")
+        for kind, c in checks.items():
+            _check_speed_record(kind, c)
+
+
+def _prepare_record(root) -> dict:
+    return _read_state(root, "prepare.json", _check_prepare_record)
+
+
+def data_problem(folder) -> str:
+    """Why a pre-training run could not open the data folder (the checks the loader makes at open:
+    engine.pretraining.cache.open_pretraining_data, its one-line reason), or "" when it opens."""
+    from engine.pretraining.cache import open_pretraining_data
+    try:
+        open_pretraining_data(folder)
+    except EngineError as e:
+        return str(e)
+    return ""
+
+
+def cache_state(root) -> tuple:
+    """(DONE, "") when every data folder `class cache` recorded (cache.json) opens as the run opens it; (DAMAGED, the
+    loader's reason) when one is there but fails those checks; (TODO, "") when none is recorded or one is gone."""
+    data = _read_state(root, "cache.json", _check_cache_record).get("data") or []
+    if not data or not all((Path(p) / "config.json").is_file() for p in data):
+        return TODO, ""
+    for p in data:
+        problem = data_problem(p)
+        if problem:
+            return DAMAGED, problem
+    return DONE, ""
+
+
 def cache_ready(root) -> bool:
-    """The cache part's folders (recorded by `class cache`) are all still there."""
-    data = read_json_or_empty(Path(root).absolute() / STATE_DIR / "cache.json").get("data") or []
-    return bool(data) and all((Path(p) / "config.json").is_file() for p in data)
+    """The cache part's folders (recorded by `class cache`) are all there and open as the run will open them."""
+    return cache_state(root)[0] == DONE
 
 
 def _run_state(run_dir: Path) -> str:
@@ -113,29 +228,104 @@ def _run_state(run_dir: Path) -> str:
     try:
         return effective_status(run_dir)
     except EngineError:
-        return "failed"
+        return FAILED.name
+
+
+def recipe_config(argv) -> dict:
+    """The config (as run.json records it) of a run of a part's command `python -m engine ARGV` (Part.argv): the
+    settings the command reads, an init's architecture laid over them as the run lays it (engine.pretraining.init)."""
+    from dataclasses import replace
+
+    from engine.cli import given
+    from engine.pretraining.config import PretrainConfig, config_dict
+    from engine.pretraining.init import read_init_settings
+    from engine.pretraining.run import build_parser, config_from_args
+    cfg = config_from_args(given(PretrainConfig, build_parser(), list(argv[1:])))
+    if cfg.init:
+        cfg = replace(cfg, **read_init_settings(cfg.init))
+    return config_dict(cfg)
+
+
+@functools.lru_cache(maxsize=8)
+def _recipe_key(argv: tuple) -> dict:
+    """What a part's command trains: engine.ablations.reuse.training_key of its `recipe_config`."""
+    from engine.ablations.reuse import training_key
+    return training_key(recipe_config(argv))
+
+
+def _run_key(config: dict) -> dict:
+    """What a run trained, from its run.json config (a setting it does not record: the default)."""
+    from engine.ablations.reuse import training_key
+    from engine.pretraining.config import PretrainConfig, config_dict
+    known = {k: v for k, v in config.items() if k in PretrainConfig.__dataclass_fields__}
+    if "mask_ratios" in known:
+        known["mask_ratios"] = tuple(known["mask_ratios"])
+    return training_key(config_dict(PretrainConfig(**known)))
+
+
+DEFINING = ("init", "objective", "corpus", "steps", "layers", "hidden", "heads", "seq_len", "phase2_seq_len")
+
+
+def foreign_run(part: Part) -> str:
+    """"" when the part's folder holds a finished run of the part's recipe; else one line naming the folder and
+    what differs (the run is someone else's: the class's own must not be overwritten or counted as it)."""
+    d = part.run_dir
+    fix = "move it away (or rename it), then prepare again"
+    info = read_json_or_empty(d / RUN_JSON)
+    if info.get("kind", "pretrain") != "pretrain":
+        return f"{d} holds a finished {info.get('kind')} run, not this part's pre-training; {fix}"
+    config = info.get("config")
+    if not isinstance(config, dict):
+        return f"{d} holds a finished run whose run.json records no settings; {fix}"
+    try:
+        theirs = _run_key(config)
+    except (TypeError, ValueError, EngineError) as e:
+        return f"{d} holds a finished run whose settings cannot be read ({e}); {fix}"
+    ours = _recipe_key(tuple(part.argv))
+    differ = [k for k in ours.keys() | theirs.keys() if ours.get(k) != theirs.get(k)]
+    if not differ:
+        return ""
+    differ.sort(key=lambda k: (DEFINING.index(k) if k in DEFINING else len(DEFINING), k))
+    word = lambda v: "none" if v is None else v  # noqa: E731
+    said = "; ".join(f"{k.replace('_', '-')} {word(theirs.get(k))} there, {word(ours.get(k))} in this part's recipe"
+                     for k in differ[:3])
+    more = f" and {len(differ) - 3} more" if len(differ) > 3 else ""
+    return f"{d} holds a finished run of other settings ({said}{more}); {fix}"
+
+
+def part_state_and_note(root, part: Part, job_list: list) -> tuple:
+    """(state, note): done | running | queued | cancelled | failed | todo | damaged | foreign, and for the last two
+    one line saying why (the loader's reason; the folder and what differs)."""
+    job = _latest_job(job_list, part.run_dir)
+    active = job is not None and status_of(job["status"]).active
+    stopped = job is not None and job["status"] in STOPPED
+    if part.key == "cache":
+        if active:  # its job builds or finds it: not checked while it writes
+            return job["status"], ""
+        state, note = cache_state(root)
+        if state != TODO:
+            return state, note
+        return (job["status"], "") if stopped else (TODO, "")
+    run = _run_state(part.run_dir)
+    if run == FINISHED.name:
+        note = foreign_run(part)
+        return (FOREIGN, note) if note else (DONE, "")
+    if active:
+        return job["status"], ""
+    if run in STOPPED + (DEAD.name, RUNNING.name):  # running: another process writes it (not this queue)
+        return (FAILED.name if run == DEAD.name else run), ""
+    return (job["status"], "") if stopped else (TODO, "")
 
 
 def part_state(root, part: Part, job_list: list) -> str:
-    """done | running | queued | cancelled | failed | todo."""
-    job = _latest_job(job_list, part.run_dir)
-    if part.key == "cache":
-        if cache_ready(root):
-            return "done"
-        return job["status"] if job and job["status"] in ACTIVE + STOPPED else "todo"
-    run = _run_state(part.run_dir)
-    if run == FINISHED.name:
-        return "done"
-    if job and job["status"] in ACTIVE:
-        return job["status"]
-    if run in STOPPED + (DEAD.name, RUNNING.name):  # running: another process writes it (not this queue)
-        return FAILED.name if run == DEAD.name else run
-    return job["status"] if job and job["status"] in STOPPED else "todo"
+    """done | running | queued | cancelled | failed | todo | damaged | foreign (`part_state_and_note`)."""
+    return part_state_and_note(root, part, job_list)[0]
 
 
-def _checks(root) -> dict:
-    """{kind: engine.ablations.timing.SpeedCheck} of the speed checks `prepare` ran here (none: {})."""
-    recorded = read_json_or_empty(Path(root).absolute() / STATE_DIR / "prepare.json").get("checks") or {}
+def _checks(root, record: dict = None) -> dict:
+    """{kind: engine.ablations.timing.SpeedCheck} of the good speed checks `prepare` ran here (none: {}), not those
+    taken under load."""
+    recorded = (_prepare_record(root) if record is None else record).get("checks") or {}
     from engine.ablations.timing import SpeedCheck
     return {kind: SpeedCheck(c["precision"], c["threads"], c["step_ms"], c.get("gpu", False)) for kind, c in recorded.items()}
 
@@ -177,17 +367,22 @@ def status(root, jobs=None) -> list:
     from engine.runs import run_progress
     root = Path(root).absolute()
     job_list = _jobs(root, jobs).list_jobs()
-    checks = _checks(root)
+    record = _prepare_record(root)
+    checks, loaded = _checks(root, record), record.get("loaded") or {}
     out = []
     for p in parts(root):
-        state = part_state(root, p, job_list)
+        state, note = part_state_and_note(root, p, job_list)
         job = _latest_job(job_list, p.run_dir)
-        row = {"key": p.key, "title": p.title, "state": state, "job": job["id"] if job else None,
+        row = {"key": p.key, "title": p.title, "state": state, "note": note, "job": job["id"] if job else None,
                "minutes_left": None, "how": "", "step": None, "total": None}
-        if state != "done":
+        if state != DONE:
             est, row["how"] = estimate_minutes(p, checks)
+            slow = loaded.get(p.check)
+            if est is not None and slow and p.check not in checks:
+                row["how"] += (f"; this machine's last speed check of it ({slow['step_ms']:.0f} ms) was taken under load "
+                               f"({slow.get('why') or 'busy'}), so it is not used")
             frac = None
-            if (p.run_dir / RUN_JSON).is_file():
+            if state != FOREIGN and (p.run_dir / RUN_JSON).is_file():  # (a foreign run's progress is not this part's)
                 prog = run_progress(p.run_dir)
                 row["step"], row["total"], frac = prog["step"], prog["total"], prog["fraction"]
             left, _ = _left_from_progress(p.run_dir) if state == RUNNING.name and frac else (None, None)
@@ -201,7 +396,7 @@ def status(root, jobs=None) -> list:
 
 def minutes_left(rows: list) -> float:
     """The parts still to do, summed (those not measured count nothing)."""
-    return sum(r["minutes_left"] or 0.0 for r in rows if r["state"] != "done")
+    return sum(r["minutes_left"] or 0.0 for r in rows if r["state"] != DONE)
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -213,33 +408,108 @@ def _resume_argv(part: Part) -> list:
     return cli.resume_argv(PretrainConfig, part.run_dir, quiet=True)
 
 
+@contextmanager
+def prepare_lock(root):
+    """Hold <runs>/.class/prepare.lock (an flock: the kernel drops it when its holder dies) while one prepare works,
+    else refuse in one line naming the holder's pid: two at once would queue parts twice and time the machine while
+    the other's parts run."""
+    path = _state_file(root, LOCK)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError as e:
+        raise EngineError(f"could not open {path}: {e.strerror or e}; check the runs folder's permissions") from None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        holder = os.pread(fd, 200, 0).decode(errors="replace").strip() or "pid unknown"
+        os.close(fd)
+        raise EngineError(f"another `class prepare` ({holder}) is preparing {Path(root).absolute()} now; wait for it to "
+                          "end (`python -m engine class status` shows the parts), then prepare again if anything is "
+                          "left") from None
+    try:
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"pid {os.getpid()}".encode(), 0)
+        yield
+    finally:
+        os.ftruncate(fd, 0)  # the file stays (deleting an flock file races with a new opener); empty = free
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        os.close(fd)
+
+
+def _busy(root: Path, job_list: list) -> str:
+    """What of this runs folder is training now, as words ("" when nothing): its queue's running jobs, and runs
+    under it whose writer is alive (a run started in a terminal)."""
+    from engine.runs import effective_status
+    said = [f"job {j['id']} ({j.get('name') or 'unnamed'}) was running" for j in job_list if j.get("status") == RUNNING.name]
+    queued = {str(Path(j["run_dir"])) for j in job_list if isinstance(j.get("run_dir"), str) and j.get("status") == RUNNING.name}
+    for run_json in [*root.glob(f"*/{RUN_JSON}"), *root.glob(f"studies/*/runs/*/{RUN_JSON}")]:
+        try:
+            if str(run_json.parent) not in queued and effective_status(run_json.parent) == RUNNING.name:
+                said.append(f"run {run_json.parent.name} was training")
+        except (EngineError, OSError):
+            continue
+    return "; ".join(said)
+
+
+def _machine_load() -> str:
+    """The load average over the last minute as words when it is above LOAD_FACTOR times the cores, else ""."""
+    try:
+        load = os.getloadavg()[0]
+    except (OSError, AttributeError):
+        return ""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return f"load average {load:.1f} on {cores} cores" if load > LOAD_FACTOR * cores else ""
+
+
+def _time_machine(root: Path, q) -> None:
+    """Run each kind of speed check the parts need that has no good reading yet; none while a job of this runs
+    folder runs (it would slow the job and read slow). A reading taken at a high load average, or during which a
+    job started, is recorded under "loaded" with `under_load` and why, not under "checks": it is not the machine's
+    speed, and the next prepare times it again."""
+    from dataclasses import asdict
+
+    record = _prepare_record(root)
+    good, loaded = dict(record.get("checks") or {}), dict(record.get("loaded") or {})
+    missing = [k for k in check_kinds(root) if k not in good]
+    if not missing or _busy(root, q.list_jobs()):
+        return
+    from engine.ablations.timing import timed_check
+    for kind in missing:
+        before = _machine_load()
+        check = asdict(timed_check(kind))
+        why = "; ".join(w for w in (before, _busy(root, q.list_jobs())) if w)
+        if why:
+            loaded[kind] = {**check, "under_load": True, "why": why}
+        else:
+            good[kind] = check
+            loaded.pop(kind, None)
+    atomic_write_json(_state_file(root, "prepare.json"), {"checks": good, **({"loaded": loaded} if loaded else {})})
+
+
 def prepare(root, jobs=None, speed_check=True) -> list:
     """Queue what is not done (see the module docstring); returns `status` after it. `speed_check`: time this machine
-    first, each kind of speed check the parts need (seconds; skipped when recorded or while a part runs, which would
-    slow it)."""
+    first, each kind of speed check the parts need (seconds; skipped when recorded or while a job runs here, which it
+    would slow). Holds `prepare_lock` throughout: a second prepare at the same time refuses (EngineError)."""
     root = Path(root).absolute()
     q = _jobs(root, jobs)
-    job_list = q.list_jobs()
-    states = {p.key: part_state(root, p, job_list) for p in parts(root)}
-    checks = _checks(root)
-    missing = [k for k in check_kinds(root) if k not in checks]
-    if speed_check and missing and "running" not in states.values():
-        from dataclasses import asdict
-
-        from engine.ablations.timing import timed_check
-        checks.update({kind: timed_check(kind) for kind in missing})
-        atomic_write_json(root / STATE_DIR / "prepare.json", {"checks": {k: asdict(c) for k, c in checks.items()}})
-    for p in parts(root):
-        state = states[p.key]
-        if state in ("done",) + ACTIVE:
-            continue
-        resumable = p.key != "cache" and (p.run_dir / RUN_JSON).is_file()
-        argv = _resume_argv(p) if resumable else p.argv
-        try:
-            q.submit(argv, name=f"class: {p.key}", run_dir=str(p.run_dir))
-        except EngineError as e:  # another prepare queued it in the meantime
-            if "already has job" not in str(e):
-                raise
+    with prepare_lock(root):
+        if speed_check:
+            _time_machine(root, q)
+        job_list = q.list_jobs()  # the states after the check: a part may have finished or been queued meanwhile
+        for p in parts(root):
+            state = part_state(root, p, job_list)
+            # done, someone else's run (never queued into) or active: nothing; a damaged cache is queued like a
+            # missing one (its job sets the damaged folder aside)
+            if state in (DONE, FOREIGN) or status_of(state).active:
+                continue
+            resumable = p.key != "cache" and (p.run_dir / RUN_JSON).is_file()
+            argv = _resume_argv(p) if resumable else p.argv
+            try:
+                q.submit(argv, name=f"class: {p.key}", run_dir=str(p.run_dir))
+            except EngineError as e:  # queued in the meantime (by the Jobs page, a study...)
+                if "already has job" not in str(e):
+                    raise
     return status(root, jobs=q)
 
 
@@ -256,7 +526,9 @@ def cancel(root, jobs=None) -> list:
 
 def build_cache(root, flags: list) -> list:
     """`class cache`: the vocabulary and pre-training data `python -m engine pretrain FLAGS` builds before its first
-    step, into the cache folder; records their folders in <runs>/.class/cache.json. Returns the data folders."""
+    step, into the cache folder; records their folders in <runs>/.class/cache.json. Returns the data folders.
+    A folder recorded before that no longer opens as the run would open it (`data_problem`) is set aside first
+    (renamed <folder>.bad-<ns>, kept for a look), so that it is built again instead of found and refused."""
     import tempfile
 
     from engine.cli import given
@@ -266,6 +538,12 @@ def build_cache(root, flags: list) -> list:
     from engine.pretraining.run import build_parser, config_from_args, tokenizer_and_data
     cfg = config_from_args(given(PretrainConfig, build_parser(), [*flags, "--out", "unused"]))
     validate(cfg)
+    for folder in map(Path, _read_state(root, "cache.json", _check_cache_record).get("data") or []):
+        why = data_problem(folder) if (folder / "config.json").is_file() else ""
+        if why:
+            bad = folder.with_name(f"{folder.name}.bad-{time.time_ns()}")
+            os.replace(folder, bad)
+            print(f"set aside {folder} as {bad.name} ({why}); building it again", flush=True)
     with tempfile.TemporaryDirectory() as tmp:  # the run folder tokenizer_and_data saves its tokenizer into
         _, caches = tokenizer_and_data(cfg, load_corpus(cfg.corpus), Path(tmp), Dist(), resuming=False)
     data = [str(c.path) for c in caches]
@@ -276,22 +554,25 @@ def build_cache(root, flags: list) -> list:
 # ---------------------------------------------------------------------------------------------------------
 # the command
 
-STATE_WORDS = {"done": "done", "running": "running", "queued": "queued", "cancelled": "cancelled (prepare resumes it)",
-               "failed": "failed (prepare resumes it)", "todo": "to do"}
+STATE_WORDS = {DONE: "done", RUNNING.name: "running", QUEUED.name: "queued",
+               CANCELLED.name: "cancelled (prepare resumes it)", FAILED.name: "failed (prepare resumes it)", TODO: "to do",
+               DAMAGED: "damaged (prepare builds it again)", FOREIGN: "not this part's run"}
 
 
 def describe(rows: list) -> str:
     """The status as lines for a terminal."""
     lines = []
     for i, r in enumerate(rows, 1):
-        line = f"{i}. {r['title']}: {STATE_WORDS[r['state']]}"
-        if r["step"] is not None and r["state"] != "done":
+        line = f"{i}. {r['title']}: {STATE_WORDS.get(r['state'], r['state'])}"
+        if r.get("note"):
+            line += f": {r['note']}"
+        if r["step"] is not None and r["state"] != DONE:
             line += f", step {r['step']} / {r['total'] or '?'}"
-        if r["state"] != "done":
+        if r["state"] != DONE:
             line += f"; {r['minutes_left']:.0f} min left ({r['how']})" if r["minutes_left"] is not None else f"; {r['how']}"
         lines.append(line)
     left = minutes_left(rows)
-    lines.append("everything is ready for the class" if all(r["state"] == "done" for r in rows)
+    lines.append("everything is ready for the class" if all(r["state"] == DONE for r in rows)
                  else f"about {left:.0f} min left on this machine")
     return "\n".join(lines)
 

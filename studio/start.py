@@ -22,7 +22,7 @@ from pathlib import Path
 
 from engine import measured
 from engine.records import RUN_JSON, read_json_or_empty
-from engine.status import CANCELLED, DEAD, FAILED, FINISHED, RUNNING, status_of
+from engine.status import CANCELLED, DEAD, FAILED, FINISHED, QUEUED, RUNNING, status_of
 
 TABLE5 = "pretraining-tasks"
 MINUTES = {  # step -> (bf16, fp32) measurements on an idle 2-core CPU (engine/measured.py); None: not measured
@@ -219,24 +219,36 @@ def guided_steps(root, visited: dict, precision: str = "fp32", device: str = "cp
     return steps
 
 
-PREPARE_ICONS = {"done": "✅", "running": "🟢", "queued": "⏳", "cancelled": "⏹️", "failed": "❌", "todo": "▫️"}
-PREPARE_WORDS = {"done": "done", "running": "running", "queued": "queued", "todo": "to do",
-                 "cancelled": "cancelled: the Prepare button continues it", "failed": "failed: the Prepare button continues it "
-                 "(the Jobs page has its log)"}
+def _prepare_words() -> tuple:
+    """(icon, words) per state of a Prepare panel part (engine.classroom's states and its jobs')."""
+    from engine.classroom import DAMAGED, DONE, FOREIGN, TODO
+    icons = {DONE: "✅", RUNNING.name: "🟢", QUEUED.name: "⏳", CANCELLED.name: "⏹️", FAILED.name: "❌", TODO: "▫️",
+             DAMAGED: "⚠️", FOREIGN: "⛔"}
+    words = {DONE: "done", RUNNING.name: "running", QUEUED.name: "queued", TODO: "to do",
+             CANCELLED.name: "cancelled: the Prepare button continues it",
+             FAILED.name: "failed: the Prepare button continues it (the Jobs page has its log)",
+             DAMAGED: "damaged (the Prepare button builds it again)", FOREIGN: "not this part's run"}
+    return icons, words
+
+
+PREPARE_ICONS, PREPARE_WORDS = _prepare_words()
 
 
 def prepare_lines(rows: list) -> tuple:
     """(one line per part, the summary line) for the Prepare panel, from engine.classroom.status rows."""
-    from engine.classroom import minutes_left
+    from engine.classroom import DONE, minutes_left
     lines = []
     for r in rows:
-        line = f"{PREPARE_ICONS[r['state']]} {r['title'][0].upper()}{r['title'][1:]}: {PREPARE_WORDS[r['state']]}"
-        if r["state"] != "done" and r["step"] is not None:
+        line = (f"{PREPARE_ICONS.get(r['state'], '❔')} {r['title'][0].upper()}{r['title'][1:]}: "
+                f"{PREPARE_WORDS.get(r['state'], r['state'])}")
+        if r.get("note"):  # a damaged cache's reason, a foreign run's folder and what differs
+            line += f": {r['note']}"
+        if r["state"] != DONE and r["step"] is not None:
             line += f", step {r['step']} / {r['total'] or '?'}"
-        if r["state"] != "done" and r["minutes_left"] is not None:
+        if r["state"] != DONE and r["minutes_left"] is not None:
             line += f"; about {r['minutes_left']:.0f} min left ({r['how']})"
         lines.append(line)
-    if all(r["state"] == "done" for r in rows):
+    if all(r["state"] == DONE for r in rows):
         return lines, "This machine is ready for the class."
     return lines, f"About {minutes_left(rows):.0f} minutes left on this machine for what is not done yet."
 

@@ -345,9 +345,10 @@ def open_pretraining_data(path) -> PretrainingCache:
         train = PretrainingData(path / "train", config["objective"], t["pad_id"], cont, config["seed"], vocab_size=t["vocab_size"])
         ev = (PretrainingData(path / "eval", config["objective"], t["pad_id"], cont, config["eval_seed"], vocab_size=t["vocab_size"])
               if config["has_eval"] else None)
-    except (OSError, ValueError, KeyError) as e:
+        key = config["key"]
+    except (OSError, ValueError, KeyError, TypeError) as e:  # TypeError: a config.json that is not an object
         raise EngineError(f"pre-training data in {path} is damaged ({e}); delete the folder and build it again")
-    return PretrainingCache(path, config["key"], config, train, ev, from_cache=True)
+    return PretrainingCache(path, key, config, train, ev, from_cache=True)
 
 
 
