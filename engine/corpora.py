@@ -41,10 +41,9 @@ import json
 import lzma
 import os
 import re
-import shlex
 from pathlib import Path
 
-from engine.errors import EngineError
+from engine.errors import EngineError, quoted
 
 BBC_TOPICS = ("business", "entertainment", "politics", "sport", "tech")
 WIKI_FILE = "enwiki-latest-pages-articles1.xml-p000000010p000030302-shortened.bz2"
@@ -460,14 +459,6 @@ def _load_path(path: Path) -> Corpus:
     return Corpus(docs, info)
 
 
-def _quoted(value) -> str:
-    """`value` (a corpus name or path the user typed) as one single-quoted shell word, control characters escaped:
-    an error line that echoes it stays one line and, pasted or sourced into a shell, never runs any part of it."""
-    text = "".join(c if c.isprintable() else repr(c)[1:-1] for c in str(value))
-    q = shlex.quote(text)
-    return q if q.startswith("'") else f"'{q}'"
-
-
 def load_corpus(name_or_path) -> Corpus:
     """A built-in name (BUILTIN: bbc, wiki, sotu, chat, all, everyday, wikivital) or a path (.txt with blank lines between
     documents, a folder of .txt, a .jsonl)."""
@@ -476,10 +467,10 @@ def load_corpus(name_or_path) -> Corpus:
     else:
         path = Path(name_or_path).expanduser()
         if not path.exists():
-            raise EngineError(f"corpus {_quoted(name_or_path)} not found; use {', '.join(BUILTIN)}, or the path of a .txt file, a folder of .txt files or a .jsonl file")
+            raise EngineError(f"corpus {quoted(name_or_path)} not found; use {', '.join(BUILTIN)}, or the path of a .txt file, a folder of .txt files or a .jsonl file")
         corpus = _load_path(path)
     if len(corpus) == 0:
-        raise EngineError(f"corpus {_quoted(name_or_path)} is empty; it needs at least one document with text")
+        raise EngineError(f"corpus {quoted(name_or_path)} is empty; it needs at least one document with text")
     return corpus
 
 
@@ -567,10 +558,10 @@ def corpus_files(spec) -> list:
         files = [Path(p) for p in glob.glob(str(Path(text).expanduser()), recursive=True) if Path(p).is_file()]
         files = [p for p in files if not any(is_cache_folder(a) for a in p.parents)]
     else:
-        raise EngineError(f"corpus {_quoted(spec)} not found; give a file, a folder or a glob pattern of .txt / .jsonl files (optionally .gz, .bz2, .xz)")
+        raise EngineError(f"corpus {quoted(spec)} not found; give a file, a folder or a glob pattern of .txt / .jsonl files (optionally .gz, .bz2, .xz)")
     files = sorted(p for p in files if _stream_kind(p))
     if not files:
-        raise EngineError(f"corpus {_quoted(spec)} holds no .txt or .jsonl files (optionally .gz, .bz2, .xz); "
+        raise EngineError(f"corpus {quoted(spec)} holds no .txt or .jsonl files (optionally .gz, .bz2, .xz); "
                           "put documents in .txt files (blank line between documents) or .jsonl files (a \"text\" field per line)")
     return files
 

@@ -7,6 +7,15 @@ shows it with `st.error`. Anything else that escapes is a bug in the engine.
 """
 
 
+def quoted(value) -> str:
+    """`value` (a name or path the user typed) as one single-quoted shell word, control characters escaped: an error
+    line that echoes it stays one line and, pasted or sourced into a shell, never runs any part of it."""
+    import shlex
+    text = "".join(c if c.isprintable() else repr(c)[1:-1] for c in str(value))
+    q = shlex.quote(text)
+    return q if q.startswith("'") else f"'{q}'"
+
+
 class EngineError(Exception):
     """A problem with the user's input or environment, with a one-line message that says how to fix it."""
 

@@ -30,7 +30,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from engine.errors import EngineError
+from engine.errors import EngineError, quoted
 from engine.probe_set import CLOZE_SECTION_OF, PROBE_SET
 from engine.tasks.batching import pad_batch
 
@@ -462,7 +462,7 @@ def checkpoint_steps(run_dir) -> list:
     from engine.runs import checkpoint_step, list_checkpoints
     p = Path(run_dir)
     if not p.is_dir():
-        raise EngineError(f"run folder '{run_dir}' does not exist; pick a run under the runs folder")
+        raise EngineError(f"run folder {quoted(run_dir)} does not exist; pick a run under the runs folder")
     return [(checkpoint_step(c), c) for c in list_checkpoints(p)]
 
 

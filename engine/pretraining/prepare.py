@@ -93,7 +93,7 @@ from engine import cli
 from engine.cli import setting
 from engine.corpora import (SINGLE_SENTENCE_WARN, binary_warning, corpus_files, corpus_root, document_sentences,
                             iter_documents, skip_binary)
-from engine.errors import EngineError
+from engine.errors import EngineError, quoted
 from engine.fileio import atomic_write_json
 from engine.objectives import MLM_NSP, OBJECTIVES, objective as get_objective
 from engine.pretraining.cache import (FORMAT_VERSION, PretrainingCache, PretrainingData, continuation_ids, save_npy,
@@ -428,11 +428,11 @@ def _part_files(cfg: PrepareConfig, every: list, part: int, parts: int) -> tuple
     """(this part's text files, warnings about the binary ones skipped)."""
     picked = part_files(every, part, parts, cfg.corpus)
     if not picked:
-        raise EngineError(f"part {part}/{parts} gets no file of corpus '{cfg.corpus}' ({len(every)} files; each goes to the "
+        raise EngineError(f"part {part}/{parts} gets no file of corpus {quoted(cfg.corpus)} ({len(every)} files; each goes to the "
                           "part a hash of its name picks); use fewer parts or split the corpus into more files")
     files, binary = skip_binary(picked)
     if not files:
-        raise EngineError(f"part {part}/{parts} of corpus '{cfg.corpus}' has only binary files ({binary[0]} ...), no text; "
+        raise EngineError(f"part {part}/{parts} of corpus {quoted(cfg.corpus)} has only binary files ({binary[0]} ...), no text; "
                           "give .txt or .jsonl files of UTF-8 text")
     return files, [binary_warning(f) for f in binary]
 

@@ -52,6 +52,11 @@ The run folder (see engine/runs.py):
 `resume=True` continues from the last complete checkpoint: same weights, optimizer, data order and RNG, so N
 straight steps and N/2 + resume + N/2 end in the same weights and the same metrics (metrics.jsonl is cut back to
 the checkpoint's step first).
+Under `torchrun --max-restarts N` (one node, or `--nnodes` with a c10d rendezvous) a worker that dies makes torchrun
+start the group again; the restart runs the same command, sees TORCHELASTIC_RESTART_COUNT > 0 and continues the run
+from its last complete checkpoint by itself (`run_folder.elastic_restart`), so no `--resume` is typed and no step is
+logged twice. `--report-to tensorboard,mlflow` also sends every record and the settings to those trackers
+(engine/trackers.py).
 
 Departures from the paper, on purpose:
 - Learning rate: the paper's 1e-4 with 10,000 warmup steps is for 1M steps of batch 256 x 512 on BERT-BASE.
@@ -80,13 +85,13 @@ from pathlib import Path
 from engine import cli, runs
 from engine.device import resolve_device
 from engine.distributed import Dist, dist_from_env, setup, teardown, broadcast
-from engine.errors import EngineError
+from engine.errors import EngineError, quoted
 from engine.objectives import objective
 from engine.status import CANCELLED, FINISHED
 from engine.pretraining.config import CONTINUED_PRETRAINING, PretrainConfig, over_defaults, validate
 from engine.pretraining.init import ARCH_FIELDS, conflict, init_tokenizer, read_init_settings, resolve_init
 from engine.pretraining.loop import log, train
-from engine.pretraining.run_folder import preflight, resolve_out, run_entries
+from engine.pretraining.run_folder import elastic_restart, preflight, resolve_out, run_entries
 from engine.pretraining.cache import build_pretraining_data, token_info
 from engine.tokenizer import Tokenizer, corpus_fingerprint, train_tokenizer_cached
 
@@ -192,6 +197,7 @@ def _pretrain(cfg: PretrainConfig) -> dict:
     run_dir = resolve_out(cfg)
     ckpt, restart, lock = None, False, None
     if dist.main:
+        cfg = elastic_restart(cfg, run_dir)  # torchrun --max-restarts: a restart continues the run it restarts
         ckpt, restart = preflight(cfg, run_dir)  # read-only checks: collisions, resume
     docs = load_corpus(cfg.corpus) if not cfg.data else []  # EngineError when missing or empty
     for w in getattr(docs, "info", {}).get("warnings", []):
@@ -204,7 +210,7 @@ def _pretrain(cfg: PretrainConfig) -> dict:
     if dist.main and (ckpt is not None or restart):
         check_same_corpus(run_dir, cfg, fingerprint, ckpt is not None)
     if not cfg.data and len(docs) < objective(cfg.objective).min_documents:
-        raise EngineError(f"corpus '{cfg.corpus}' has a single document; {cfg.objective} needs at least 2 (NotNext takes B from another document): add documents (blank lines separate them in a .txt) or use --objective mlm")
+        raise EngineError(f"corpus {quoted(cfg.corpus)} has a single document; {cfg.objective} needs at least 2 (NotNext takes B from another document): add documents (blank lines separate them in a .txt) or use --objective mlm")
     created_dir = not run_dir.exists()
     if dist.main:
         lock = runs.RunLock(run_dir).acquire()  # refuses a second live writer

@@ -54,9 +54,13 @@ def _run(run_dir: Path, status: str, step=None, total=10, elapsed=None):
 
 
 def _cache_done(root: Path):
-    data = root / "cache-data" / "mlm_nsp-T32-abc"
-    data.mkdir(parents=True)
-    (data / "config.json").write_text("{}")
+    """A cache record pointing at a real data folder, made tiny: the cache part is done when it opens as the run
+    opens it (engine.classroom.cache_state)."""
+    from engine.pretraining.cache import build_pretraining_data
+    from engine.tokenizer import train_tokenizer
+    docs = [[f"Document {d} says word{d} and word{i} here." for i in range(4)] for d in range(6)]
+    data = build_pretraining_data(docs, train_tokenizer([" ".join(d) for d in docs], vocab_size=100), seq_len=32,
+                                  cache_dir=root / "cache-data", eval_fraction=0.0).path
     (root / classroom.STATE_DIR).mkdir(parents=True, exist_ok=True)
     (root / classroom.STATE_DIR / "cache.json").write_text(json.dumps({"data": [str(data)]}))
     return data
@@ -139,6 +143,8 @@ def test_time_left_is_each_measured_time_scaled_by_its_own_speed_check_or_the_ru
     # this machine: the classroom step twice as slow as where the reference run was measured, MiniLM's 1.5x
     monkeypatch.setattr(timing, "speed_check", lambda: calls.append("classroom") or SpeedCheck("fp32", 2, 2 * ref_ms))
     monkeypatch.setattr(timing, "minilm_check", lambda: calls.append("minilm") or SpeedCheck("fp32", 2, 1.5 * ready_ms))
+    import os
+    monkeypatch.setattr(os, "getloadavg", lambda: (0.0, 0.0, 0.0))  # else a busy test machine marks them under load
     rows = classroom.prepare(root, jobs=q)
     classroom.prepare(root, jobs=q)
     assert calls == ["classroom", "minilm"]  # each timed once, recorded in <runs>/.class/prepare.json

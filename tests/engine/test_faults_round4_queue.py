@@ -153,6 +153,27 @@ def test_a_corpus_name_is_shell_quoted_in_its_error_line(tmp_path, loader):
     assert not marker.exists()  # the line run as a shell command runs no command of the name's
 
 
+def test_other_error_lines_quote_what_the_user_typed(tmp_path):
+    """The same quoting wherever an error line echoes a typed path: a run folder that does not exist (the Probe and
+    Attention pages' checkpoint list) and a one-document corpus for NSP."""
+    from engine import probes
+    from engine.pretraining.config import PretrainConfig
+    from engine.pretraining.run import pretrain
+    marker = tmp_path / "PWN"
+    name = EVIL_CORPUS.format(marker=marker)
+    with pytest.raises(EngineError, match="does not exist") as e:
+        probes.checkpoint_steps(str(tmp_path / name))
+    _assert_quoted(f"error: {e.value}", str(tmp_path / name))
+    one = tmp_path / name
+    one.parent.mkdir(parents=True, exist_ok=True)
+    one.write_text("one document only . it has two sentences .\n", encoding="utf-8")
+    with pytest.raises(EngineError, match="single document") as e:
+        pretrain(PretrainConfig(corpus=str(one), out=str(tmp_path / "runs" / "x"), steps=1, quiet=True))
+    _assert_quoted(f"error: {e.value}", str(one))
+    subprocess.run(["bash", "-c", f"error: {e.value}"], cwd=tmp_path, capture_output=True, timeout=30)
+    assert not marker.exists()
+
+
 def test_a_plain_corpus_name_still_reads_as_before(tmp_path):
     from engine import corpora
     with pytest.raises(EngineError, match=r"corpus 'nope' not found"):

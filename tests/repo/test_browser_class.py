@@ -136,8 +136,10 @@ def test_guided_first_class_by_clicks(tmp_path, bbc_docs, studio_browser):
 
 def _prepared_runs_folder(tmp_path: Path, bbc_docs) -> Path:
     """A runs folder as `class prepare` leaves it, made small: the class's run `first-bert` and the reference run are
-    one tiny real run (copied), the cache record points at a folder that exists, the probe-ready model is a fake
-    finished run; plus `live-bert`, a running run whose writer is this test (it holds the run lock)."""
+    one tiny real run (copied; the reference's run.json records the classroom recipe's settings, as `class status`
+    checks), the cache record points at that run's real data folder, the probe-ready model is a fake finished run
+    recording its recipe's settings; plus `live-bert`, a running run whose writer is this test (it holds the run
+    lock)."""
     import json
     import shutil
 
@@ -151,13 +153,14 @@ def _prepared_runs_folder(tmp_path: Path, bbc_docs) -> Path:
                             num_threads=1, cache_dir=str(tmp_path / "cache"), out=str(root / classroom.REFERENCE_RUN)))
     shutil.copytree(root / classroom.REFERENCE_RUN, root / "first-bert")
     (root / "first-bert" / "run.lock").unlink(missing_ok=True)
-    data = tmp_path / "cache" / "data"
-    data.mkdir(parents=True)
-    (data / "config.json").write_text("{}")
+    part = {p.key: p for p in classroom.parts(root)}
+    write_run_json(root / classroom.REFERENCE_RUN, config=classroom.recipe_config(part["reference"].argv))
+    data = sorted(str(p) for p in (tmp_path / "cache").glob("mlm_nsp-T*"))  # the tiny run's own data: it opens
     (root / classroom.STATE_DIR).mkdir()
-    (root / classroom.STATE_DIR / "cache.json").write_text(json.dumps({"data": [str(data)]}))
+    (root / classroom.STATE_DIR / "cache.json").write_text(json.dumps({"data": data}))
     ready = root / "minilm-continued"
-    write_run_json(ready, kind="pretrain", status="finished", total_steps=4, config={"objective": "mlm+nsp", "init": "minilm"})
+    write_run_json(ready, kind="pretrain", status="finished", total_steps=4,
+                   config=classroom.recipe_config(part["probe_ready"].argv))
     (ready / "checkpoints" / "step-4").mkdir(parents=True)
     mark_complete(ready / "checkpoints" / "step-4", step=4)
     write_run_json(root / "live-bert", kind="pretrain", status="running", total_steps=240, config={"objective": "mlm+nsp"})
