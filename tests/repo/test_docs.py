@@ -42,3 +42,17 @@ def test_worked_example_objective_gives_a_causal_model_with_an_nsp_head(monkeypa
     bert = model_config(cfg, vocab_size=1000)
     assert bert.causal and bert.has_mlm_head and bert.has_nsp_head
     assert obj.metrics == ("loss", "lm_loss", "lm_acc", "nsp_loss", "nsp_acc")
+
+
+def test_every_test_reliability_md_names_exists():
+    """RELIABILITY.md names the test that does each fault: every test file it names exists, and every
+    `file::test` names a test function defined in that file."""
+    text = (REPO / "RELIABILITY.md").read_text(encoding="utf-8")
+    files = set(re.findall(r"`?(tests/[\w/]+\.py)", text))
+    assert len(files) > 5
+    assert not [f for f in files if not (REPO / f).is_file()], "RELIABILITY.md names test files that do not exist"
+    missing = []
+    for f, name in re.findall(r"(tests/[\w/]+\.py)::(\w+)", text):
+        if f"def {name}(" not in (REPO / f).read_text(encoding="utf-8"):
+            missing.append(f"{f}::{name}")
+    assert not missing, f"RELIABILITY.md names tests that do not exist: {missing}"
