@@ -104,12 +104,16 @@ def probe_ready_dir(root) -> Path:
 
 
 def probe_ready_model(root) -> str | None:
-    """The probe-ready model to offer first: the button's run (probe_ready_dir) once it has a complete checkpoint, else
-    the newest other pre-training run continued from MiniLM (run.json config init "minilm") that has one."""
+    """The probe-ready model to offer first: the button's run (probe_ready_dir) once it has a complete checkpoint and
+    is the probe-ready recipe's run (engine.classroom.foreign_run: another run in that folder is not offered as it),
+    else the newest other pre-training run continued from MiniLM (run.json config init "minilm") that has one."""
     from engine import runs
+    from engine.classroom import foreign_run, parts
     d = probe_ready_dir(root)
     if d.is_dir() and runs.latest_checkpoint(d) is not None:
-        return str(d)
+        part = next(p for p in parts(root) if p.run_dir == d.absolute())
+        if not foreign_run(part):
+            return str(d)
     try:
         rows = runs.list_runs(root)  # newest first
     except Exception:

@@ -113,6 +113,11 @@ def test_a_scratch_run_has_no_card_and_minilm_stays_first_elsewhere(tmp_path, bb
     assert probe_ready.card(str(d)) == ""
     from studio.common import list_model_choices
     assert list_model_choices(tmp_path)[0] == "minilm"
+    # a run of other settings in the probe-ready folder is not offered as the probe-ready model
+    assert probe_ready.model_path(tmp_path) is None
+    assert list_model_choices(tmp_path, probe_ready_first=True)[0] == "minilm"
+    runs.write_run_json(d, config=info["config"])  # the recipe's own run again: offered first
+    assert probe_ready.model_path(tmp_path) == str(d)
     assert list_model_choices(tmp_path, probe_ready_first=True)[0] == str(d)
 
 
