@@ -78,6 +78,10 @@ class FinetuneConfig:
                                        choices=TASK_TYPES)
     max_task_file_mb: Optional[int] = setting(None, "the most text (MB, once decompressed) a task file may hold before "
                                               "it is refused (default: engine.tasks.tables.MAX_TASK_FILE_MB)")
+    max_line_bytes: Optional[int] = setting(None, "the longest line (bytes) a TSV/CSV/JSONL/tagging task file may hold, and "
+                                            "the longest SQuAD passage, before the file is refused (default: "
+                                            "engine.tasks.tables.MAX_LINE_BYTES, 1 MB); each text is cut to what "
+                                            "--max-seq-len can use anyway")
     metric: Optional[str] = setting(None, "the selection metric: accuracy | f1 | f1_macro | mcc (classification), pearson | "
                                     "spearman (regression), f1 | precision | recall (tagging), f1 | exact (squad); "
                                     "default: the task's")
@@ -141,6 +145,8 @@ class FinetuneConfig:
             raise EngineError(f"--max-dev {self.max_dev} must be at least 1")
         if self.max_task_file_mb is not None and self.max_task_file_mb < 1:
             raise EngineError(f"--max-task-file-mb {self.max_task_file_mb} must be at least 1 (MB)")
+        if self.max_line_bytes is not None and self.max_line_bytes < 1:
+            raise EngineError(f"--max-line-bytes {self.max_line_bytes} must be at least 1 (bytes)")
         check_device(self.device)
         check_precision(self.precision)
         if not 0 <= self.warmup < 1:
@@ -162,7 +168,8 @@ class FinetuneConfig:
 
 
 # settings that may differ between the first start and a resume without changing what is trained
-RUNTIME_FIELDS = ("out", "device", "precision", "num_threads", "eval_batch_size", "log_every", "max_task_file_mb", "packing")
+RUNTIME_FIELDS = ("out", "device", "precision", "num_threads", "eval_batch_size", "log_every", "max_task_file_mb",
+                  "max_line_bytes", "packing")
 
 
 # ------------------------------------------------------------------ small helpers
@@ -195,10 +202,10 @@ def _scalars(d: dict, prefix: str = "") -> dict:
 # ------------------------------------------------------------------ tasks -> training data
 def load_task(cfg: FinetuneConfig):
     """The task object of engine.tasks for a FinetuneConfig (built-in name or file format + files), its files read
-    under the `max_task_file_mb` cap."""
+    under the `max_task_file_mb` and `max_line_bytes` caps."""
     from engine.tasks.registry import load_task_files
     from engine.tasks.tables import text_cap
-    with text_cap(cfg.max_task_file_mb):
+    with text_cap(cfg.max_task_file_mb, cfg.max_line_bytes):
         return load_task_files(cfg.task, cfg.train, cfg.dev, cfg.text_cols, cfg.label_col, cfg.task_type,
                                token_col=cfg.token_col, header=HEADER_CHOICES[cfg.header], metric=cfg.metric)
 

@@ -267,6 +267,41 @@ def readme_table() -> str:
     return "\n".join(lines + ["", README_END])
 
 
+def write_readme(path) -> None:
+    """Replace the generated table between README_START and README_END in the file `path` (`measured --write`).
+    The file is replaced atomically (engine.fileio: a temporary file beside it, then a rename), so a full disk or a
+    failed write leaves it as it was; a file without exactly one start line followed by one end line, one that is not
+    UTF-8 or one that is read-only is refused. Every failure is one EngineError line."""
+    import os
+    from pathlib import Path
+
+    from engine.errors import EngineError
+    from engine.fileio import atomic_write_text
+    path = Path(os.path.realpath(path))  # a symlinked README: its target is rewritten, the link stays
+    try:
+        data = path.read_bytes() if path.is_file() else b""  # no file: "has no generated table", below
+    except OSError as e:
+        raise EngineError(f"could not read {path}: {e.strerror or e}; check its permissions") from e
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise EngineError(f"{path} is not UTF-8 text (byte {e.start}); re-save it as UTF-8, then run again") from e
+    n_start, n_end = text.count(README_START), text.count(README_END)
+    if not n_start or not n_end:
+        raise EngineError(f"{path} has no generated table (the lines {README_START} and {README_END}); add "
+                          "them where the table goes")
+    if n_start > 1 or n_end > 1:
+        which = " and ".join(f"the line {line} {n} times" for line, n in ((README_START, n_start), (README_END, n_end)) if n > 1)
+        raise EngineError(f"{path} holds {which}; keep one start line and one end line around the table, then run again")
+    start, end = text.index(README_START), text.index(README_END)
+    if end < start:
+        raise EngineError(f"{path} has the line {README_END} before the line {README_START}; put the start line above "
+                          f"the end line, then run again")
+    if not os.access(path, os.W_OK):
+        raise EngineError(f"{path} is read-only; make it writable (chmod u+w) and run again")
+    atomic_write_text(path, text[:start] + readme_table() + text[end + len(README_END):])
+
+
 def main(argv: list = None) -> int:
     """`python -m engine measured [--readme]`: every measured fact with its machine, date and command."""
     import argparse
@@ -275,16 +310,7 @@ def main(argv: list = None) -> int:
     ap.add_argument("--write", metavar="README", help="replace the generated table in this README file")
     args = ap.parse_args(argv)
     if args.write:
-        from pathlib import Path
-
-        from engine.errors import EngineError
-        path = Path(args.write)
-        text = path.read_text(encoding="utf-8") if path.is_file() else ""
-        if README_START not in text or README_END not in text:
-            raise EngineError(f"{path} has no generated table (the lines {README_START} and {README_END}); add "
-                              "them where the table goes")
-        start, end = text.index(README_START), text.index(README_END) + len(README_END)
-        path.write_text(text[:start] + readme_table() + text[end:], encoding="utf-8")
+        write_readme(args.write)
         return 0
     if args.readme:
         print(readme_table())

@@ -25,13 +25,14 @@ import os
 import re
 import shutil
 import socket
+import stat
 import sys
 import time
 from datetime import datetime
 from pathlib import Path
 
 from engine.errors import EngineError, as_engine_error
-from engine.fileio import atomic_publish_dir, atomic_write_json, atomic_write_text
+from engine.fileio import atomic_publish_dir, atomic_save_with, atomic_write_json, open_regular, read_regular, tail_regular
 from engine.procs import pid_alive, proc_start_time
 from engine.records import EVAL_JSON, METRICS, METRICS_LABELS, RUN_JSON  # noqa: F401 (the file names, defined in engine.records)
 from engine.status import CANCELLED, DEAD, FAILED, FINISHED, RUNNING, RUN_STATUSES
@@ -43,6 +44,11 @@ STATUSES = RUN_STATUSES  # engine.status: what each means
 MAX_NAME = 100
 _NAME_RE = re.compile(r"[A-Za-z0-9_.+=-]+")
 _STEP_DIR_RE = re.compile(r"step-(\d+)")
+MAX_RUN_JSON_BYTES = 16 * 2 ** 20  # run.json is a few kB; a bigger one is not the engine's and is not read
+MAX_LOCK_BYTES = 64 * 1024
+MAX_METRICS_ROWS = 20_000  # read_metrics keeps at most this many records of each series (down-sampled evenly)
+MAX_METRICS_LINE = 64 * 1024  # a record is a few hundred bytes; a longer line is skipped, never held whole
+_MAX_SERIES = 8  # series told apart by their fields; more (a file edited by hand) share the last one
 
 
 def now_iso() -> str:
@@ -126,9 +132,10 @@ def create_run_dir(root, name) -> Path:
 
 def _read_lock_info(path: Path) -> dict:
     try:
-        return json.loads(path.read_text() or "{}")
-    except (OSError, ValueError):
+        info = json.loads(read_regular(path, MAX_LOCK_BYTES, what="lock file") or b"{}")
+    except (OSError, ValueError, EngineError):
         return {}
+    return info if isinstance(info, dict) else {}
 
 
 class RunLock:
@@ -214,11 +221,13 @@ class RunLock:
 def lock_holder(run_dir) -> dict | None:
     """The holder's info ({pid, host, started}) if someone holds the run's lock, else None."""
     path = Path(run_dir) / LOCK_FILE
-    try:
-        fd = os.open(path, os.O_RDONLY)
+    try:  # never blocks on a FIFO; a lock file the engine wrote is a regular file, anything else holds no lock
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
     except OSError:
         return None
     try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
         try:
             fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -237,8 +246,8 @@ def lock_holder(run_dir) -> dict | None:
 def read_run_json(run_dir) -> dict:
     """run.json as a dict; {} when the run has none yet."""
     path = Path(run_dir) / RUN_JSON
-    try:
-        text = path.read_text(encoding="utf-8")
+    try:  # a regular file inside the run folder, of a bounded size (engine.fileio.read_regular)
+        text = read_regular(path, MAX_RUN_JSON_BYTES, what=RUN_JSON).decode("utf-8")
     except FileNotFoundError:
         return {}
     except OSError as e:
@@ -442,59 +451,156 @@ def _last_newline_end(f, size: int) -> int:
     return 0
 
 
-def _parse_lines(data: bytes) -> list[dict]:
-    out = []
-    for raw in data.split(b"\n"):
-        if not raw.strip():
-            continue
-        try:
-            rec = json.loads(raw)
-        except ValueError:
-            continue  # a torn line (only ever the last one, unless the file was edited by hand)
-        if isinstance(rec, dict) and _is_number(rec.get("step", 0)):
-            # a value of the wrong type (a file edited by hand) is dropped, not handed to a chart or a format
-            out.append({k: v for k, v in rec.items() if (k in METRICS_LABELS and isinstance(v, str)) or _is_number(v)})
+def _parse_line(raw: bytes) -> dict | None:
+    """One metrics.jsonl line as a record, or None (blank, torn, not an object, a step that is not a number)."""
+    rec = _loads(raw)
+    return None if rec is None else _clean(rec)
+
+
+def _loads(raw: bytes) -> dict | None:
+    """The JSON object of a line whose step (if any) is a number, as written; None for anything else."""
+    try:
+        rec = json.loads(raw)
+    except ValueError:
+        return None  # a torn line (only ever the last one, unless the file was edited by hand), or a blank one
+    if type(rec) is not dict or type(rec.get("step", 0)) not in (int, float):
+        return None
+    return rec
+
+
+def _clean(rec: dict) -> dict:
+    """A value of the wrong type (a file edited by hand) is dropped, not handed to a chart or a format; the keys
+    are interned, so thousands of records share one copy of each field name."""
+    out = {}
+    for k, v in rec.items():
+        t = type(v)
+        if t is float or t is int or (t is str and k in METRICS_LABELS):
+            out[sys.intern(k)] = v
     return out
+
+
+def _parse_lines(data: bytes) -> list[dict]:
+    return [r for r in map(_parse_line, data.split(b"\n")) if r is not None]
 
 
 def _is_number(v) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool)
 
 
-def read_metrics(run_dir) -> list[dict]:
-    """All complete records of metrics.jsonl ([] if none); a partial trailing line is ignored."""
+def _complete_lines(f, max_line: int = MAX_METRICS_LINE):
+    """The complete lines of a binary file, one at a time: a line longer than `max_line` is skipped a piece at a
+    time (never held whole), and a last line without its newline is left out (it may still be being written)."""
+    while True:
+        raw = f.readline(max_line)
+        if raw.endswith(b"\n"):
+            yield raw
+            continue
+        if len(raw) < max_line:
+            return  # the end of the file (after a torn or unfinished line, or none)
+        while len(raw) == max_line and not raw.endswith(b"\n"):
+            raw = f.readline(max_line)  # the rest of a line too long to be a record
+
+
+class _Series:
+    """Records of one shape (the same fields: training steps, held-out evaluations, epoch ends), down-sampled
+    evenly while they stream by: every `stride`-th is kept, and when more than `cap` are kept every other one
+    goes and the stride doubles. The last record is always kept."""
+    __slots__ = ("stride", "seen", "kept", "last")
+
+    def __init__(self):
+        self.stride, self.seen, self.kept, self.last = 1, 0, [], None
+
+    def add(self, i: int, rec: dict, cap: int) -> None:
+        """`rec` as json.loads gave it: only a record that is kept is cleaned (`_clean`), the costly part."""
+        if self.seen % self.stride == 0:
+            rec = _clean(rec)
+            self.kept.append((i, rec))
+            if len(self.kept) > cap:
+                self.kept = self.kept[::2]
+                self.stride *= 2
+        self.seen += 1
+        self.last = (i, rec)
+
+    def rows(self, cap: int) -> list:
+        kept = self.kept
+        if self.last is not None and (not kept or kept[-1][0] != self.last[0]):
+            last = (self.last[0], _clean(self.last[1]))
+            if len(kept) >= cap:
+                kept[-1] = last
+            else:
+                kept.append(last)
+        return kept
+
+
+def read_metrics(run_dir, max_rows: int | None = MAX_METRICS_ROWS, root=None) -> list[dict]:
+    """The complete records of metrics.jsonl, in file order ([] if none, or if it is not a regular file inside
+    `root`, default the run folder: engine.fileio.open_regular); a partial trailing line is ignored.
+
+    Streamed a line at a time, so memory follows what is returned, not the file: each series of records (records
+    with the same fields: training steps, held-out evaluations, fine-tuning's epoch ends) keeps at most `max_rows`
+    records, down-sampled evenly with its last record always kept (None: every record). A run logs a few hundred
+    to a few thousand records, which all come back; a rare series (evaluations) is never thinned by a frequent one."""
+    if max_rows is not None and max_rows < 2:
+        raise ValueError(f"max_rows must be at least 2 (or None), got {max_rows}")
     path = Path(run_dir) / METRICS
     try:
-        data = path.read_bytes()
-    except FileNotFoundError:
+        f = open_regular(path, root)
+    except (OSError, EngineError):  # missing, unreadable, a FIFO, a device, a symlink out of the folder
         return []
-    end = data.rfind(b"\n") + 1  # a line without its newline may still be being written
-    return _parse_lines(data[:end])
+    out, series, overflow = [], {}, None
+    with f:
+        for i, raw in enumerate(_complete_lines(f)):
+            rec = _loads(raw)
+            if rec is None:
+                continue
+            if max_rows is None:
+                out.append(_clean(rec))
+                continue
+            key = tuple(rec)
+            s = series.get(key)
+            if s is None:
+                if len(series) < _MAX_SERIES:
+                    s = series[key] = _Series()
+                else:  # a file with many shapes of record (edited by hand): the rest share one series
+                    s = overflow = overflow or _Series()
+            s.add(i, rec, max_rows)
+    if max_rows is None:
+        return out
+    rows = [pair for s in [*series.values(), *([overflow] if overflow else [])] for pair in s.rows(max_rows)]
+    return [rec for _, rec in sorted(rows, key=lambda pair: pair[0])]
 
 
 def last_metrics(run_dir, max_bytes: int = 65536) -> dict | None:
-    """The last complete record, reading only the end of the file (cheap to poll)."""
+    """The last complete record, reading only the end of the file (cheap to poll); None when there is none or the
+    file is not a regular file inside the run folder."""
     path = Path(run_dir) / METRICS
     try:
-        with open(path, "rb") as f:
-            size = f.seek(0, os.SEEK_END)
-            f.seek(max(0, size - max_bytes))
-            data = f.read()
-    except OSError:
+        data = tail_regular(path, max_bytes)
+    except (OSError, EngineError):
         return None
-    data = data[:data.rfind(b"\n") + 1]
-    recs = _parse_lines(data)
+    recs = _parse_lines(data[:data.rfind(b"\n") + 1])
     return recs[-1] if recs else None
 
 
 def truncate_metrics(run_dir, after_step: int) -> int:
-    """Keep only records with step <= after_step (records without a step are kept); returns how many remain."""
+    """Keep only records with step <= after_step (records without a step are kept); returns how many remain.
+    The file is streamed into its replacement (engine.fileio.atomic_save_with), never held whole."""
     path = Path(run_dir) / METRICS
     if not path.exists():
         return 0
-    keep = [r for r in read_metrics(run_dir) if not isinstance(r.get("step"), (int, float)) or r["step"] <= after_step]
-    atomic_write_text(path, "".join(json.dumps(r, default=float) + "\n" for r in keep))
-    return len(keep)
+    kept = 0
+
+    def save(tmp):
+        nonlocal kept
+        with open_regular(path) as src, open(tmp, "wb") as dst:
+            for raw in _complete_lines(src):
+                rec = _parse_line(raw)
+                if rec is None or (isinstance(rec.get("step"), (int, float)) and rec["step"] > after_step):
+                    continue
+                dst.write((json.dumps(rec, default=float) + "\n").encode("utf-8"))
+                kept += 1
+    atomic_save_with(path, save)
+    return kept
 
 
 # ---------------------------------------------------------------------------------------------------------

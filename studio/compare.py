@@ -4,8 +4,12 @@
   features) and the runs of every study under `studies/` (labelled "study / variant / seed", grouped by variant,
   from the study's study.json). A top-level run's group is its name without a trailing seed suffix
   ("bert-s0", "bert-seed1" -> "bert"), so a user's repeated runs group too.
-- `metrics_frame(entries)`: all their metrics.jsonl records in one long DataFrame (run, group, seed, kind, then
-  the record's fields); `numeric_metrics` lists what can be plotted.
+- `metrics_frame(entries)`: their metrics.jsonl records in one long DataFrame (run, group, seed, kind, then the
+  record's fields); `numeric_metrics` lists what can be plotted. Each run's file is streamed and each of its series
+  down-sampled evenly to at most MAX_ROWS_PER_SERIES points, its last kept (engine.runs.read_metrics), so memory
+  follows what the chart shows, not the size of the file. run.json and study.json are read only when they are
+  regular files inside their folder and of a sane size (engine.fileio.read_regular); a FIFO, a device or a symlink
+  out is skipped.
 - x axes: engine.records.CURVE_X (steps, tokens seen, training time), each a field of the records (pre-training writes all three,
   fine-tuning steps and elapsed time; a run without the chosen field is left out and the page says so).
 - `ema(values, weight)`: TensorBoard's debiased exponential moving average: s_t = w s_{t-1} + (1 - w) y_t from
@@ -25,7 +29,12 @@ import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
-from engine.records import CURVE_X, RUN_JSON, read_json_or_empty
+from engine.errors import EngineError
+from engine.fileio import read_regular
+from engine.records import CURVE_X, RUN_JSON
+
+MAX_ROWS_PER_SERIES = 5_000  # points per run and series on the chart (a chart is a few hundred pixels wide)
+MAX_JSON_BYTES = 16 * 2 ** 20  # run.json / study.json: a few kB; a bigger one is not the engine's
 COLOURS = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf"]
 NOT_METRICS = {"step", "tokens", "elapsed", "trial", "epoch", "phase", "seed"}  # x axes and bookkeeping
 NOT_SETTINGS = {"out"}  # config keys that always differ (the run's own folder)
@@ -40,6 +49,16 @@ class RunEntry:
     group: str  # runs of one variant share it
     seed: int = None
     config: dict = field(default_factory=dict)
+
+
+def read_json_or_empty(path) -> dict:
+    """A JSON object file as a dict; {} when it is missing, unreadable, not a regular file inside its folder, too
+    big or not an object (a listing must not fail, block or fill the memory on one bad folder)."""
+    try:
+        data = json.loads(read_regular(path, MAX_JSON_BYTES, what="JSON file").decode("utf-8"))
+    except (OSError, ValueError, EngineError):
+        return {}
+    return data if isinstance(data, dict) else {}
 
 
 def _entry(path: Path, label: str, group: str = None, seed=None, kind=None) -> RunEntry:
@@ -83,7 +102,7 @@ def metrics_frame(entries) -> pd.DataFrame:
     from engine.runs import read_metrics
     frames = []
     for e in entries:
-        recs = read_metrics(e.path)
+        recs = read_metrics(e.path, max_rows=MAX_ROWS_PER_SERIES)
         if not recs:
             continue
         df = pd.DataFrame(recs)

@@ -17,6 +17,14 @@ Departures from the paper / released code, on purpose:
   stopping at the first word that would overflow (the released code skips it and tries later words); the
   first word is always taken, so at least one position is selected.
 - Masking is dynamic (a new draw per batch), as RoBERTa, instead of the released code's static dupe-factor copies.
+
+Span masking (SpanBERT, Joshi et al. 2020, section 3.1; `span_selection`, `mask_tokens(..., spans=True)`): spans
+of whole words whose length in words is drawn from a geometric distribution (p = SPAN_P = 0.2) truncated to at most
+SPAN_MAX = 10 words and renormalised (mean 3.8), each starting at a uniformly drawn word, until the row's budget (the
+same max(1, round(rate * n)) pieces) is reached; MASK / RANDOM / SAME is decided once per span, so a span is replaced
+whole. Departures: a span stops at [SEP], padding and the end of the row; a span that would overlap one already
+chosen is drawn again; a word that would take the row past its budget ends the row's spans (the first word is always
+taken, as whole-word masking does), where SpanBERT's code cuts the last span at the budget token by token.
 """
 import math
 from typing import TYPE_CHECKING, Optional, Sequence
@@ -33,6 +41,8 @@ from engine.vocab_loss import IGNORE_INDEX  # label of positions the MLM loss sk
 PAPER_RATE = 0.15  # the paper's share of tokens selected: the held-out masking and mask_tokens' default
 PAPER_RATIOS = (0.8, 0.1, 0.1)  # MASK, RANDOM, SAME shares of the selected tokens (paper 3.1)
 EVAL_MASK_SEED = 12345  # the held-out set is masked once with this seed (same positions in every run)
+SPAN_P = 0.2  # SpanBERT's geometric distribution of span lengths (in words)
+SPAN_MAX = 10  # SpanBERT's longest span, in words
 
 
 def check_masking_args(rate: float, ratios) -> tuple:
@@ -57,7 +67,7 @@ def check_masking_args(rate: float, ratios) -> tuple:
 def mask_tokens(input_ids: torch.Tensor, special_tokens_mask: torch.Tensor, vocab_size: int, mask_id: int,
                 rate: float = PAPER_RATE, ratios=PAPER_RATIOS, generator: Optional[torch.Generator] = None,
                 word_starts: Optional[torch.Tensor] = None, attention_mask: Optional[torch.Tensor] = None,
-                special_ids: Optional[Sequence[int]] = None):
+                special_ids: Optional[Sequence[int]] = None, spans: bool = False):
     """Masked-LM corruption (paper 3.1): select positions, then replace them by [MASK] / a random token /
     themselves with probabilities `ratios` = (MASK, RANDOM, SAME).
 
@@ -67,7 +77,8 @@ def mask_tokens(input_ids: torch.Tensor, special_tokens_mask: torch.Tensor, voca
     (B, T) bool (True where a word begins; a `##` piece continues the word before it), whole words are
     selected. RANDOM tokens are uniform over ids in [0, vocab_size) except `special_ids` and `mask_id`
     (`special_ids` defaults to the ids found at special positions of this batch; pass the tokenizer's
-    `special_ids` to be exact). All randomness comes from `generator`.
+    `special_ids` to be exact). With `spans` (and `word_starts`), SpanBERT's spans of whole words (`span_selection`),
+    each replaced whole. All randomness comes from `generator`.
     Returns (masked_ids (B, T) long, labels (B, T) long: the original id where selected, -100 elsewhere).
     """
     rate, (p_mask, p_rand, _p_same) = check_masking_args(rate, ratios)
@@ -85,7 +96,12 @@ def mask_tokens(input_ids: torch.Tensor, special_tokens_mask: torch.Tensor, voca
     k = torch.clamp(torch.floor(n_real.double() * rate + 0.5).long(), min=1)
     k = torch.where(n_real > 0, torch.minimum(k, n_real), torch.zeros_like(k))  # (B,)
 
-    if word_starts is None:
+    span_of = None  # (B, T): the span each selected position belongs to, when masking spans
+    if spans:
+        if word_starts is None:
+            raise EngineError("span masking needs word starts (a batch's word_starts); whole-word pieces make the spans")
+        selected, span_of = span_selection(selectable, word_starts, k, generator)
+    elif word_starts is None:
         # exactly k random selectable positions per row: rank random scores, keep the k smallest
         scores = torch.rand(B, T, generator=generator, device=device)
         scores = scores.masked_fill(~selectable, 2.0)
@@ -114,6 +130,8 @@ def mask_tokens(input_ids: torch.Tensor, special_tokens_mask: torch.Tensor, voca
 
     labels = torch.where(selected, input_ids, torch.full_like(input_ids, IGNORE_INDEX))
     u = torch.rand(B, T, generator=generator, device=device)
+    if span_of is not None:  # one draw per span: its first position's, shared by the whole span
+        u = torch.gather(u, 1, span_of)
     to_mask = selected & (u < p_mask)
     to_rand = selected & (u >= p_mask) & (u < p_mask + p_rand)
     masked = input_ids.clone()
@@ -133,13 +151,79 @@ def mask_tokens(input_ids: torch.Tensor, special_tokens_mask: torch.Tensor, voca
     return masked, labels
 
 
+def span_lengths(n: int, generator: Optional[torch.Generator] = None) -> torch.Tensor:
+    """`n` span lengths in words: geometric with p = SPAN_P truncated to 1..SPAN_MAX and renormalised,
+    P(l) = p (1 - p)^(l - 1) / sum over 1..SPAN_MAX (SpanBERT's distribution: mean 3.8 words)."""
+    w = torch.tensor([SPAN_P * (1 - SPAN_P) ** (l - 1) for l in range(1, SPAN_MAX + 1)], dtype=torch.float64)
+    cdf = (w / w.sum()).cumsum(0)
+    u = torch.rand(n, generator=generator, dtype=torch.float64)
+    return torch.clamp(torch.searchsorted(cdf, u, right=True), max=SPAN_MAX - 1) + 1
+
+
+def span_selection(selectable: torch.Tensor, word_starts: torch.Tensor, k: torch.Tensor,
+                   generator: Optional[torch.Generator] = None) -> tuple:
+    """SpanBERT's selection (module docstring): (selected (B, T) bool, span_of (B, T) long, the first position of
+    the span each selected position belongs to, its own position elsewhere). `selectable` (B, T) bool, `word_starts`
+    (B, T) bool, `k` (B,) the pieces each row may select. A row draws spans until its budget is full or a word would
+    pass it; all draws come from `generator`, so the same generator state selects the same spans."""
+    device = selectable.device
+    selectable, word_starts, k = selectable.cpu(), word_starts.cpu(), k.cpu()
+    B, T = selectable.shape
+    prev_unsel = torch.cat([torch.ones(B, 1, dtype=torch.bool), ~selectable[:, :-1]], dim=1)
+    starts = (word_starts.bool() | prev_unsel) & selectable  # a selectable word begins here
+    selected = torch.zeros(B, T, dtype=torch.bool)
+    span_of = torch.arange(T).expand(B, T).clone()
+    for b in range(B):
+        words = starts[b].nonzero().squeeze(1).tolist()  # word start positions, in order
+        ends = words[1:] + [T]
+        ends = [min(e, int(p)) for e, p in zip(ends, _first_unselectable_after(selectable[b], words))]
+        budget, taken = int(k[b]), 0
+        used = [False] * len(words)
+        draws = 0
+        while words and taken < budget and draws < 20 * len(words):
+            length = int(span_lengths(1, generator)[0])
+            first = int(torch.randint(len(words), (1,), generator=generator)[0])
+            draws += 1
+            last = first  # the span's words: consecutive ones, never across [SEP] or padding
+            while last + 1 < len(words) and last + 1 < first + length and ends[last] == words[last + 1]:
+                last += 1
+            picked = list(range(first, last + 1))
+            if any(used[w] for w in picked):
+                continue  # overlaps a span already chosen: draw again
+            for w in picked:
+                size = ends[w] - words[w]
+                if taken + size > budget and taken > 0:
+                    budget = taken  # the next word would pass the budget: the row is done
+                    break
+                used[w] = True
+                selected[b, words[w]:ends[w]] = True
+                span_of[b, words[w]:ends[w]] = words[picked[0]]
+                taken += size
+    return selected.to(device), span_of.to(device)
+
+
+def _first_unselectable_after(selectable_row: torch.Tensor, words: list) -> list:
+    """For each word start, the first position after it that is not selectable (T when none): where its word ends
+    at the latest."""
+    T = selectable_row.shape[0]
+    bad = (~selectable_row).nonzero().squeeze(1).tolist() + [T]
+    out, j = [], 0
+    for w in words:
+        while bad[j] <= w:
+            j += 1
+        out.append(bad[j])
+    return out
+
+
 def mask_batch(batch: dict, vocab_size: int, mask_id: int, special_ids=None, rate: float = PAPER_RATE,
-               ratios=PAPER_RATIOS, generator: Optional[torch.Generator] = None, whole_word: bool = False) -> dict:
-    """A batch from `PretrainingData.batches` with `input_ids` masked and `labels` (B, T) added (a new dict)."""
+               ratios=PAPER_RATIOS, generator: Optional[torch.Generator] = None, whole_word: bool = False,
+               spans: bool = False) -> dict:
+    """A batch from `PretrainingData.batches` with `input_ids` masked and `labels` (B, T) added (a new dict);
+    `whole_word`: whole words; `spans`: SpanBERT's spans of whole words."""
     masked, labels = mask_tokens(batch["input_ids"], batch["special_tokens_mask"], vocab_size, mask_id, rate=rate,
                                  ratios=ratios, generator=generator,
-                                 word_starts=batch["word_starts"] if whole_word else None,
-                                 attention_mask=batch["attention_mask"], special_ids=special_ids)
+                                 word_starts=batch["word_starts"] if (whole_word or spans) else None,
+                                 attention_mask=batch["attention_mask"], special_ids=special_ids, spans=spans)
     out = dict(batch)
     out["input_ids"], out["labels"] = masked, labels
     return out

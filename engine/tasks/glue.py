@@ -33,7 +33,7 @@ import torch
 from engine import records
 from engine.errors import EngineError
 from engine.tasks import metrics as M
-from engine.tasks.batching import Prepared, pad_batch, predict
+from engine.tasks.batching import Prepared, cut_text, pad_batch, predict
 from engine.tasks.describe import collapse_warning
 from engine.tasks.kinds import CLASSIFICATION, GLUE_TYPES, REGRESSION, task_kind
 from engine.tasks.tables import find_column, read_table
@@ -139,8 +139,7 @@ class TextTask:
 
     def lengths(self, tok, examples, max_len: int) -> list:
         """Pieces per example ([CLS] A [SEP] B [SEP], truncated to max_len)."""
-        items = [e.text_a if e.text_b is None else (e.text_a, e.text_b) for e in examples]
-        return [len(e.ids) for e in tok.encode_batch(items, max_length=max_len)]
+        return [len(e.ids) for e in tok.encode_batch(_texts(examples, max_len), max_length=max_len)]
 
     def prepare(self, tok, max_len: int, cfg=None) -> Prepared:
         """The loop's view: Examples as items, a classifier (argmax) or regression (the value) evaluator."""
@@ -304,6 +303,12 @@ def load_glue(train, dev=None, name: str = None, text_a=None, text_b=None, label
     return TextTask(name, task_type, labels, tr, dv, tuple(metrics), info)
 
 
+def _texts(examples, max_len: int) -> list:
+    """What the tokenizer gets: text A, or the pair (A, B), each cut to what `max_len` pieces can use (cut_text)."""
+    return [cut_text(e.text_a, max_len) if e.text_b is None else (cut_text(e.text_a, max_len), cut_text(e.text_b, max_len))
+            for e in examples]
+
+
 def encode_classification(tok, examples, max_len: int = 128, label_to_id: dict = None) -> dict:
     """Encode Examples as one batch padded to its longest sequence (usable as a DataLoader collate_fn via
     `functools.partial(encode_classification, tok, max_len=..., label_to_id=...)` or `task.collate`).
@@ -311,8 +316,7 @@ def encode_classification(tok, examples, max_len: int = 128, label_to_id: dict =
     `label_to_id` is given, float values when it is None (regression); no `labels` when any label is None."""
     if not examples:
         raise ValueError("encode_classification needs at least one example")
-    items = [e.text_a if e.text_b is None else (e.text_a, e.text_b) for e in examples]
-    encs = tok.encode_batch(items, max_length=max_len)
+    encs = tok.encode_batch(_texts(examples, max_len), max_length=max_len)
     input_ids, token_type_ids, attention_mask = pad_batch([(e.ids, e.type_ids) for e in encs], tok.pad_id)  # (B, T)
     out = {"input_ids": input_ids, "token_type_ids": token_type_ids, "attention_mask": attention_mask}
     if all(e.label is not None for e in examples):

@@ -17,7 +17,7 @@ from pathlib import Path
 import torch
 
 from engine.errors import EngineError
-from engine.tasks.batching import Prepared, pad_batch, predict
+from engine.tasks.batching import Prepared, cut_text, pad_batch, predict
 from engine.tasks.kinds import MULTIPLE_CHOICE
 from engine.tasks.tables import find_column, read_table
 
@@ -159,7 +159,8 @@ def encode_multiple_choice(tok, examples, max_len: int = 128) -> dict:
     B, N = len(examples), len(examples[0].endings)
     if any(len(e.endings) != N for e in examples):
         raise ValueError("all examples in a batch need the same number of endings")
-    pairs = [(e.context, f"{e.start} {end}".strip()) for e in examples for end in e.endings]
+    pairs = [(cut_text(e.context, max_len), cut_text(f"{e.start} {end}".strip(), max_len))  # cut to what max_len can use
+             for e in examples for end in e.endings]
     encs = tok.encode_batch(pairs, max_length=max_len)
     input_ids, token_type_ids, attention_mask = pad_batch([(x.ids, x.type_ids) for x in encs], tok.pad_id)  # (B*N, T)
     T = input_ids.shape[1]

@@ -35,9 +35,9 @@ import torch
 
 from engine import records
 from engine.errors import EngineError
-from engine.tasks.batching import Prepared, pad_batch, predict
+from engine.tasks.batching import Prepared, cut_text, pad_batch, predict
 from engine.tasks.kinds import SQUAD
-from engine.tasks.tables import read_text
+from engine.tasks.tables import line_cap, read_text, too_long
 
 
 @dataclass
@@ -146,6 +146,8 @@ def load_squad(path_or_dict) -> tuple:
             if not isinstance(para.get("context"), str) or not isinstance(para.get("qas"), list):
                 raise EngineError(f"{where} has no context/qas; each paragraph needs \"context\" and \"qas\"")
             ctx = para["context"]
+            if len(ctx) * 4 > line_cap() and len(ctx.encode("utf-8", "surrogatepass")) > line_cap():
+                raise too_long(where, len(ctx.encode("utf-8", "surrogatepass")))  # all of it is read (windows): no cut
             for qa in para["qas"]:
                 try:
                     qid, question = str(qa["id"]), qa["question"]
@@ -219,7 +221,9 @@ def make_features(tok, examples, max_seq_len: int = 384, doc_stride: int = 128, 
         raise EngineError(f"doc_stride {doc_stride} must be at least 1")
     contexts = list(dict.fromkeys(e.context for e in examples))
     ctx_enc = dict(zip(contexts, tok.encode_batch(contexts, add_special_tokens=False)))
-    q_enc = tok.encode_batch([e.question for e in examples], add_special_tokens=False)
+    # a question is cut to what max_query_len pieces can use (cut_text); a passage is read whole, in windows (its
+    # length is bounded when the file is read: the line cap, engine.tasks.tables)
+    q_enc = tok.encode_batch([cut_text(e.question, max_query_len) for e in examples], add_special_tokens=False)
     feats = []
     for ei, (ex, qe) in enumerate(zip(examples, q_enc)):
         q_ids = qe.ids[:max_query_len]
@@ -234,6 +238,7 @@ def make_features(tok, examples, max_seq_len: int = 384, doc_stride: int = 128, 
             text, s = ex.answers[0]
             answer = _char_to_pieces(c_off, s, s + len(text))
         spans = _windows(len(c_ids), max_ctx, doc_stride)
+        starts, ends = [a for a, _ in spans], [a + n for a, n in spans]  # both ascending
         for si, (ws, wl) in enumerate(spans):
             head = [tok.cls_id] + q_ids + [tok.sep_id]
             input_ids = head + c_ids[ws:ws + wl] + [tok.sep_id]
@@ -242,7 +247,9 @@ def make_features(tok, examples, max_seq_len: int = 384, doc_stride: int = 128, 
             max_context = [False] * len(input_ids)
             for k in range(wl):
                 p = ws + k
-                best = max(range(len(spans)), key=lambda t: _context_score(spans[t], p))
+                # only the windows holding piece p can score (the others score -1): those are a run of consecutive
+                # windows, found by bisection, so a long passage's many windows cost linear time, not quadratic
+                best = max(range(bisect_right(ends, p), bisect_right(starts, p)), key=lambda t: _context_score(spans[t], p))
                 max_context[len(head) + k] = best == si
             sp = ep = 0
             if answer is not None and ws <= answer[0] and answer[1] < ws + wl:

@@ -9,6 +9,11 @@ Any of them may be compressed as `.gz` or `.bz2` (`train.tsv.gz`); the extension
 A file is read in chunks (a compressed one decompressed as it is read) and refused as soon as it holds a NUL byte
 (binary, or UTF-16) or more than `MAX_TASK_FILE_MB` of text (`text_cap` lifts it: the finetune command's
 `--max-task-file-mb`), so neither a file that decompresses to gigabytes nor a huge binary file is read whole.
+A line-based file (TSV, CSV, JSON Lines, a tagging file) is also refused as soon as one line passes
+`MAX_LINE_BYTES` (1 MB; `text_cap`'s second value: `--max-line-bytes`), before the rest of that line is read: no
+example needs a megabyte of text (the model reads at most --max-seq-len tokens of it, engine.tasks.batching.cut_text),
+while the tokenizer takes about 230 bytes of memory per character of one text (a 10 MB line: 2.3 GB). A .json
+file (SQuAD's, the official dev set is one 4.8 MB line) has no line cap; a SQuAD passage has it instead.
 A header row is detected (`looks_like_header`) when one of its cells is a known column name (or a name the
 caller asked for), or from the content: in some column every other value is a number and the first is not
 (`label` over 0/1 labels), or every other value repeats (a label column) and the first one is a word that occurs
@@ -44,18 +49,43 @@ class Table:
 COMPRESSED = {".gz": gzip.open, ".bz2": bz2.open}  # extension -> a reader that decompresses as it reads
 MAX_TASK_FILE_MB = 512  # the most text a task file may hold (decompressed); GLUE's largest, MNLI's train set, is ~300 MB
 CAP_FLAG = "--max-task-file-mb"  # the finetune flag that lifts it
+MAX_LINE_BYTES = 1 << 20  # the longest line (bytes, its newline aside) a line-based task file may hold
+LINE_FLAG = "--max-line-bytes"  # the finetune flag that changes it
 CHUNK = 1 << 20
 _CAP_MB = contextvars.ContextVar("task_file_cap_mb", default=None)  # None: MAX_TASK_FILE_MB
+_LINE_CAP = contextvars.ContextVar("task_file_line_cap", default=None)  # None: MAX_LINE_BYTES
 
 
 @contextmanager
-def text_cap(mb):
-    """Within this block a task file may hold up to `mb` MB of text (None: MAX_TASK_FILE_MB)."""
-    token = _CAP_MB.set(mb)
+def text_cap(mb, line_bytes=None):
+    """Within this block a task file may hold up to `mb` MB of text (None: MAX_TASK_FILE_MB) and lines of up to
+    `line_bytes` bytes (None: MAX_LINE_BYTES)."""
+    token, line_token = _CAP_MB.set(mb), _LINE_CAP.set(line_bytes)
     try:
         yield
     finally:
+        _LINE_CAP.reset(line_token)
         _CAP_MB.reset(token)
+
+
+def line_cap() -> int:
+    """The longest line a task file may hold now, in bytes (`text_cap`)."""
+    return _LINE_CAP.get() or MAX_LINE_BYTES
+
+
+def too_long(where: str, size: int = None) -> EngineError:
+    """The one-line error for a line longer than the line cap (`size`: a SQuAD passage's length, which has it too)."""
+    what = "the line is longer than" if size is None else f"the passage is {_bytes(size)}, longer than"
+    return EngineError(f"{where}: {what} {_bytes(line_cap())}, the most one {'line' if size is None else 'passage'} of a "
+                       f"task file may hold; shorten or split it, or raise the cap with {LINE_FLAG} N (in bytes)")
+
+
+def _bytes(n: int) -> str:
+    if n >= 1 << 20 and n % (1 << 20) == 0:
+        return f"{n >> 20} MB"
+    if n >= 1 << 20:
+        return f"{n / 2 ** 20:.1f} MB"
+    return f"{n:,} bytes"
 
 
 def file_format(path) -> str:
@@ -67,11 +97,13 @@ def file_format(path) -> str:
     return suffixes[-1] if suffixes else ""
 
 
-def read_text(path, what: str = "task file") -> str:
+def read_text(path, what: str = "task file", lines: bool = None) -> str:
     """The text of a UTF-8 file (a BOM dropped); .gz and .bz2 files are decompressed as they are read. A compressed
-    file without that extension, a NUL byte, more text than the cap (`text_cap`) or a file that is not UTF-8 is one
-    clear EngineError, raised as soon as it is seen."""
+    file without that extension, a NUL byte, more text than the cap (`text_cap`), a line longer than the line cap
+    (`lines`: None = every format but .json) or a file that is not UTF-8 is one clear EngineError, raised as soon
+    as it is seen."""
     path = Path(path)
+    lines = file_format(path) != ".json" if lines is None else lines
     if not path.is_file():
         raise EngineError(f"{what} {path} does not exist; check the path")
     ext, cap_mb = path.suffix.lower(), _CAP_MB.get() or MAX_TASK_FILE_MB
@@ -87,22 +119,36 @@ def read_text(path, what: str = "task file") -> str:
                               f"(it is then read as it is) or decompress it")
         if ext not in COMPRESSED and os.fstat(raw.fileno()).st_size > cap:
             raise EngineError(too_big)
-        data = _read_chunks(COMPRESSED[ext](raw) if ext in COMPRESSED else raw, path, ext, cap, too_big)
+        data = _read_chunks(COMPRESSED[ext](raw) if ext in COMPRESSED else raw, path, ext, cap, too_big,
+                            line_cap() if lines else None)
     try:
         return data.decode("utf-8-sig")
     except UnicodeDecodeError as e:
         raise EngineError(f"{path} is not UTF-8 text (byte {e.start}); re-save it as UTF-8")
 
 
-def _read_chunks(f, path: Path, ext: str, cap: int, too_big: str) -> bytearray:
-    """All of `f`, a chunk at a time: refused at the first NUL byte or once past `cap` bytes."""
+def _read_chunks(f, path: Path, ext: str, cap: int, too_big: str, max_line: int = None) -> bytearray:
+    """All of `f`, a chunk at a time: refused at the first NUL byte, once past `cap` bytes, or (with `max_line`)
+    once a line passes `max_line` bytes. Chunks are then at most `max_line` bytes, so a line inside one chunk is
+    shorter than the cap and only a line running across chunks needs counting."""
     data = bytearray()
+    size = min(CHUNK, max_line) if max_line else CHUNK
+    run = newlines = 0  # bytes since the last newline; newlines so far
     try:
-        while chunk := f.read(CHUNK):
+        while chunk := f.read(size):
             nul = chunk.find(b"\x00")
             if nul >= 0:
                 raise EngineError(f"{path} is not a text file (a NUL byte at byte {len(data) + nul}{' of its decompressed text' if ext in COMPRESSED else ''}: "
                                   f"binary, or UTF-16 text); give the UTF-8 text file")
+            if max_line:
+                first = chunk.find(b"\n")
+                if run + (len(chunk) if first < 0 else first) > max_line:
+                    raise too_long(f"{path}:{newlines + 1}")
+                if first < 0:
+                    run += len(chunk)
+                else:
+                    newlines += chunk.count(b"\n")
+                    run = len(chunk) - chunk.rfind(b"\n") - 1
             data += chunk
             if len(data) > cap:
                 raise EngineError(too_big)

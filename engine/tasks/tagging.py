@@ -24,7 +24,7 @@ import torch
 
 from engine import records
 from engine.errors import EngineError
-from engine.tasks.batching import Prepared, pad_batch, predict
+from engine.tasks.batching import Prepared, cut_text, pad_batch, predict
 from engine.tasks.kinds import TAGGING
 
 IGNORE = -100  # label of pieces that are not scored (non-first pieces, specials, padding)
@@ -226,7 +226,7 @@ def encode_tagging(tok, sentences, max_len: int = 128, label_to_id: dict = None)
     `word_index` (B, T) long, the word number on the first piece of each word kept, -1 elsewhere;
     `truncated` (B,) bool; `labels` (B, T) long (tag id on first pieces, -100 elsewhere) when
     `label_to_id` is given."""
-    encs = [tok.encode_words(s.words, max_length=max_len) for s in sentences]
+    encs = [tok.encode_words(_words(s, max_len), max_length=max_len) for s in sentences]
     input_ids, token_type_ids, attention_mask = pad_batch([(e.ids, e.type_ids) for e in encs], tok.pad_id)  # (B, T)
     B, T = input_ids.shape
     word_index = torch.full((B, T), -1, dtype=torch.long)  # (B, T)
@@ -253,7 +253,12 @@ def encode_tagging(tok, sentences, max_len: int = 128, label_to_id: dict = None)
 
 def count_truncated(tok, sentences, max_len: int) -> int:
     """How many sentences need more than `max_len` pieces (their last words are cut off)."""
-    return sum(len(tok.encode_words(s.words).ids) > max_len for s in sentences)
+    return sum(len(tok.encode_words(_words(s, max_len)).ids) > max_len for s in sentences)
+
+
+def _words(sentence, max_len: int) -> list:
+    """The sentence's words, each cut to what `max_len` pieces can use (engine.tasks.batching.cut_text)."""
+    return [cut_text(w, max_len) for w in sentence.words]
 
 
 def logits_to_word_tags(logits, word_index, n_words, labels) -> list:

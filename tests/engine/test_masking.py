@@ -242,3 +242,73 @@ def test_property_masking_invariants(case):
     if ratios[2] == 0 and ratios[1] == 0:
         assert (masked[sel] == MASK).all()
     assert not torch.isin(masked[sel & changed & (masked != MASK)], torch.tensor(SPECIAL_IDS)).any()
+
+
+# ------------------------------------------------------------------ span masking (SpanBERT 3.1)
+def test_span_lengths_are_geometric_truncated_at_ten():
+    """SpanBERT's lengths: p (1 - p)^(l - 1) over 1..10, renormalised, so the mean is the paper's 3.8 words."""
+    from engine.pretraining.masking import SPAN_MAX, SPAN_P, span_lengths
+    n = 200_000
+    got = span_lengths(n, torch.Generator().manual_seed(0))
+    assert int(got.min()) == 1 and int(got.max()) == SPAN_MAX
+    weights = [SPAN_P * (1 - SPAN_P) ** (length - 1) for length in range(1, SPAN_MAX + 1)]
+    for length, w in zip(range(1, SPAN_MAX + 1), weights):
+        expected = w / sum(weights)
+        share = float((got == length).double().mean())
+        assert abs(share - expected) < 5 * math.sqrt(expected * (1 - expected) / n), (length, share, expected)
+    assert abs(float(got.double().mean()) - 3.8) < 0.03  # "a mean span length of 3.8" (SpanBERT 3.1)
+
+
+def _spans(labels_row, span_row):
+    """{span start: [positions]} of the selected positions of one row."""
+    out = {}
+    for t in (labels_row != IGNORE_INDEX).nonzero().squeeze(1).tolist():
+        out.setdefault(int(span_row[t]), []).append(t)
+    return out
+
+
+def test_spans_are_whole_words_within_the_budget_and_replaced_whole():
+    """Every span is a run of whole, consecutive words starting at a word start; a row selects at most its budget
+    (beyond it only by its first word); MASK / RANDOM / SAME is one decision per span; over many rows about 80% of
+    the spans are [MASK]."""
+    from engine.pretraining.masking import span_selection
+    g = torch.Generator().manual_seed(3)
+    B, T, V, MASK = 400, 128, 30000, 4
+    ids = torch.randint(10, V, (B, T), generator=g)
+    special = torch.zeros(B, T, dtype=torch.bool)
+    special[:, 0] = special[:, -1] = special[:, 64] = True  # [CLS] A [SEP] B [SEP]
+    ws = torch.rand(B, T, generator=g) < 0.6  # 40% of the pieces continue a word
+    ws[:, 1] = ws[:, 65] = True
+    state = g.get_state()
+    masked, labels = mask_tokens(ids, special, V, MASK, rate=0.15, generator=g, word_starts=ws, spans=True)
+    selectable = ~special
+    k = torch.floor((selectable.sum(1).double() * 0.15) + 0.5).long()
+    g.set_state(state)
+    selected, span_of = span_selection(selectable, ws, k, g)
+    assert torch.equal(selected, labels != IGNORE_INDEX)  # the same draws select the same spans
+    starts = ws | special.roll(1, dims=1)
+    kinds = {"mask": 0, "same": 0, "random": 0}
+    for b in range(B):
+        n = int(selected[b].sum())
+        assert n <= k[b] or len(_spans(labels[b], span_of[b])) == 1
+        for first, pos in _spans(labels[b], span_of[b]).items():
+            assert pos == list(range(first, first + len(pos)))  # consecutive, no [SEP] inside
+            assert bool(starts[b, first]) and not bool(special[b, first:first + len(pos)].any())
+            end = first + len(pos)
+            assert end == T or bool(starts[b, end]) or bool(special[b, end])  # ends where a word ends
+            got = masked[b, pos]
+            if bool((got == MASK).all()):
+                kinds["mask"] += 1
+            elif torch.equal(got, ids[b, pos]):
+                kinds["same"] += 1
+            else:
+                assert not bool((got == MASK).any()), "a span is replaced whole, never partly [MASK]"
+                kinds["random"] += 1
+    total = sum(kinds.values())
+    assert total > 1000 and abs(kinds["mask"] / total - 0.8) < 0.04 and abs(kinds["same"] / total - 0.1) < 0.03
+
+
+def test_span_masking_needs_word_starts():
+    ids = torch.randint(10, 50, (2, 8))
+    with pytest.raises(EngineError, match="word starts"):
+        mask_tokens(ids, torch.zeros(2, 8, dtype=torch.bool), 50, 4, spans=True)
