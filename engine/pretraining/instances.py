@@ -9,6 +9,9 @@ stretches without it, short sequences, and the held-out documents. The algorithm
   label 1) and the chunk's unused sentences are put back for the next instance. The pair is truncated to
   the target, one token at a time from the longer side, from the front or the back at random (as the
   released code).
+- `mlm+sop` (ALBERT, Lan et al. 2020, section 4.6): the same chunks, B always the rest of A's chunk (the
+  consecutive text of the same document), and A and B swapped for half the pairs (label 1: swapped, 0: in order),
+  so the pair task asks about order, not topic. As ALBERT's code, the swap is drawn after truncation.
 - `mlm` (No NSP) and `ltr` (LTR & No NSP): one segment per instance, `[CLS] text [SEP]`: each document's
   tokens are cut into consecutive windows of `seq_len - 2` tokens (or a short random target with
   probability `short_seq_prob`); no NSP label. The LTR next-token loss is the training loop's business.
@@ -44,8 +47,10 @@ def _truncate_pair(a: list, b: list, max_tokens: int, rng: random.Random) -> Non
             side.pop()
 
 
-def _nsp_instances(docs: list, d: int, seq_len: int, short_seq_prob: float, rng: random.Random) -> list:
-    """Instances (tokens_a, tokens_b, is_random_next, source) from document `d` of `docs`.
+def _nsp_instances(docs: list, d: int, seq_len: int, short_seq_prob: float, rng: random.Random,
+                   order: bool = False) -> list:
+    """Instances (tokens_a, tokens_b, label, source) from document `d` of `docs`: NSP's (label: B is random, from
+    another document), or with `order` SOP's (label: A and B, consecutive, are swapped).
 
     docs: list of documents, each a list of (sentence_index, token_ids) with non-empty token lists.
     """
@@ -64,7 +69,7 @@ def _nsp_instances(docs: list, d: int, seq_len: int, short_seq_prob: float, rng:
         chunk.append(i)
         length += len(doc[i][1])
         if i == len(doc) - 1 or length >= target:
-            is_random_next = rng.random() < 0.5
+            is_random_next = False if order else rng.random() < 0.5
             if not is_random_next and len(chunk) == 1:
                 if i + 1 < len(doc):  # IsNext needs a B: take the next sentence of the document
                     i += 1
@@ -93,7 +98,10 @@ def _nsp_instances(docs: list, d: int, seq_len: int, short_seq_prob: float, rng:
                 b_src = (d, doc[chunk[a_end]][0], doc[chunk[-1]][0] + 1)
             _truncate_pair(tokens_a, tokens_b, target, rng)
             a_src = (d, doc[chunk[0]][0], doc[chunk[a_end - 1]][0] + 1)
-            out.append((tokens_a, tokens_b, is_random_next, a_src + b_src))
+            if order and rng.random() < 0.5:  # SOP: the two consecutive segments in the wrong order
+                out.append((tokens_b, tokens_a, True, b_src + a_src))
+            else:
+                out.append((tokens_a, tokens_b, is_random_next, a_src + b_src))
             chunk, length = [], 0
             target = draw_target()
         i += 1
@@ -116,16 +124,18 @@ def _single_instances(doc: list, d: int, seq_len: int, short_seq_prob: float, rn
     return out
 
 
-def make_instances(docs: list, pairs: bool, seq_len: int, short_seq_prob: float, dupe_factor: int,
+def make_instances(docs: list, pairs, seq_len: int, short_seq_prob: float, dupe_factor: int,
                     rng: random.Random) -> list:
     """docs: list of (doc_index, [(sentence_index, ids), ...]) -> instances (dupe_factor passes over docs):
-    segment pairs with an IsNext/NotNext label when `pairs` (an objective with NSP), else single stretches."""
+    segment pairs when `pairs` names the objective's pair task ("nsp": IsNext/NotNext; "sop": in order/swapped;
+    True reads as "nsp"), else ("" or None or False) single stretches."""
+    pairs = "nsp" if pairs is True else (pairs or "")
     inner = [sents for _, sents in docs]
     out = []
     for _ in range(dupe_factor):
         for n, (d, sents) in enumerate(docs):
             if pairs:
-                made = _nsp_instances(inner, n, seq_len, short_seq_prob, rng)
+                made = _nsp_instances(inner, n, seq_len, short_seq_prob, rng, order=pairs == "sop")
                 # map positions in `docs` back to the caller's document indices
                 made = [(a, b, r, (d, s[1], s[2], docs[s[3]][0], s[4], s[5])) for a, b, r, s in made]
             else:

@@ -302,3 +302,23 @@ def test_dupe_factor_and_short_seq_prob(bbc, tmp_path):
     assert 1.7 < two.train.num_instances / one.train.num_instances < 2.3
     short = build_pretraining_data(docs[:40], tok, 64, "mlm+nsp", seed=0, cache_dir=tmp_path, eval_fraction=0, short_seq_prob=1.0)
     assert short.train.lengths.mean() < 0.75 * one.train.lengths.mean()
+
+
+def test_sop_pairs_are_in_order_exactly_when_labelled_so_and_come_from_one_document(bbc):
+    """ALBERT's sentence-order pairs (engine.pretraining.instances, pairs="sop"): A and B are consecutive text of one
+    document; label 0 keeps them in order (B right after A), label 1 swaps them (A right after B), about half each.
+    The NSP instances of the same documents and seed are not changed by the SOP path."""
+    import random
+    from engine.pretraining.instances import make_instances, tokenize_documents
+    docs, tok = bbc
+    tokenized = tokenize_documents(docs, tok)
+    sop = make_instances(tokenized, "sop", 64, 0.1, 1, random.Random(5))
+    assert len(sop) > 500
+    labels = [label for _, _, label, _ in sop]
+    assert 0.44 < sum(labels) / len(labels) < 0.56
+    for a, b, swapped, (a_doc, a0, a1, b_doc, b0, b1) in sop:
+        assert a_doc == b_doc  # one document, whatever the label
+        assert (b1 == a0) if swapped else (b0 == a1)  # in order exactly when labelled so
+        assert _is_sub(a, _doc_ids(tok, docs[a_doc], a0, a1)) and _is_sub(b, _doc_ids(tok, docs[b_doc], b0, b1))
+        assert a and b and len(a) + len(b) <= 64 - 3
+    assert make_instances(tokenized, True, 64, 0.1, 1, random.Random(5)) == make_instances(tokenized, "nsp", 64, 0.1, 1, random.Random(5))
