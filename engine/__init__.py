@@ -2,7 +2,8 @@
 
 The notebook API (see README and ../shared/design.md): BertConfig, load_corpus, train_tokenizer, Tokenizer,
 load, save, mask_tokens, fill_mask, next_sentence, attention, extract_features, pretrain, finetune; the attention
-analyses attention_rollout, head_statistics, head_importance, value_weighted_attention, word_level (engine/analysis.py).
+analyses attention_rollout, head_statistics, head_importance, value_weighted_attention, word_level (engine/analysis.py);
+probes per layer and head roles over training, layer_probes and head_role_table (engine/layers.py).
 
 `import engine` is cheap: each name below is imported from its module on first use (PEP 562), so the torch-free
 modules (engine.jobs, engine.runs, engine.procs, engine.fileio, engine.errors) load without torch; the job
@@ -30,6 +31,7 @@ _NAMES = {  # public name -> the module that defines it
     "attention": "engine.probes", "compare_attention": "engine.probes", "fill_mask": "engine.probes",
     "next_sentence": "engine.probes", "probe_set_accuracy": "engine.probes",
     "extract_features": "engine.features",
+    "layer_probes": "engine.layers", "head_role_table": "engine.layers",
     "PretrainConfig": "engine.pretraining.config", "pretrain": "engine.pretraining.run",
     "FinetuneConfig": "engine.finetune", "finetune": "engine.finetune",
     "attention_rollout": "engine.analysis", "head_importance": "engine.analysis", "head_statistics": "engine.analysis",

@@ -12,6 +12,8 @@ COMMANDS = {  # name -> (module with main(argv), what it does)
     "features": ("engine.features", "extract frozen features (any layer or the paper's combinations) and train a "
                                     "classifier on them"),
     "probe": ("engine.probes", "masked-token fill, next-sentence probability and attention maps"),
+    "layers": ("engine.layers", "probes per layer with control tasks and the expected layer, over a run's checkpoints; "
+                                "--heads: head roles"),
     "ablate": ("engine.ablations", "run or summarise an ablation study (paper Tables 5-8, Figure 5)"),
     "bench": ("engine.bench", "benchmark the engine against transformers"),
     "class": ("engine.classroom", "prepare this machine for the first class in one step (prepare, status, cancel)"),
