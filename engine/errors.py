@@ -50,6 +50,6 @@ def as_engine_error(e: BaseException):
                            f"the effective batch), or --max-seq-len / --seq-len, or use a smaller model")
     if (isinstance(e, OSError) and e.errno == errno.ENOSPC) or says_no_space(e):
         where = f" while writing {e.filename}" if isinstance(e, OSError) and e.filename else ""
-        return EngineError(f"No space left on device{where}; free disk space or choose another --out, then continue the run "
-                           f"with --resume")
+        return EngineError(f"No space left on device{where}; free disk space (or choose another --out), then run the "
+                           f"command again (a run continues where it stopped with --resume)")
     return None

@@ -24,7 +24,9 @@ import math
 from pathlib import Path
 
 from engine.errors import EngineError
-from engine.fileio import atomic_write_json
+from engine.fileio import atomic_write_json, read_regular
+
+JSON_MAX_BYTES = 16 << 20  # a run folder's JSON record (run.json, eval.json, study.json) is read up to this size
 from engine.status import FINISHED
 
 RUN_JSON = "run.json"
@@ -119,9 +121,9 @@ def trial_scores(ev: dict, metric: str) -> list:
 def read_json_or_empty(path) -> dict:
     """A JSON object file as a dict; {} when it is missing, unreadable or not an object (for listings that must
     not fail on one bad folder; runs.read_run_json is the strict reader)."""
-    try:
-        data = json.loads(Path(path).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+    try:  # a regular file only, bounded: a FIFO, a device or a link out of its folder is never read
+        data = json.loads(read_regular(path, JSON_MAX_BYTES).decode("utf-8"))
+    except (OSError, ValueError, EngineError):
         return {}
     return data if isinstance(data, dict) else {}
 
@@ -148,8 +150,8 @@ def read_eval_to_resume(run_dir, key: str, what: str) -> tuple:
     if not path.exists():
         return {}, []
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as e:
+        data = json.loads(read_regular(path, JSON_MAX_BYTES).decode("utf-8"))
+    except (OSError, ValueError, EngineError) as e:
         raise EngineError(f"cannot resume: {path} is unreadable ({e}); move it away to run {what} again") from e
     if not isinstance(data, dict) or not isinstance(data.get(key) or [], list):
         raise EngineError(f"cannot resume: {path} has no list of {key}; move it away to run {what} again")

@@ -485,3 +485,22 @@ def test_measured_write_on_a_readme_that_is_not_utf8_or_not_writable_is_one_line
     one_line_error(code, err, "Permission denied")
     assert p.read_bytes() == before
     assert [x.name for x in tmp_path.iterdir()] == ["README.md"]
+
+
+def test_json_records_of_a_runs_folder_are_read_only_as_regular_bounded_files(tmp_path):
+    """engine.records.read_json_or_empty (the Start page's study.json and run.json, eval.json): a FIFO never blocks,
+    /dev/zero is not read, a file over the bound is not read whole; each reads as empty, and a real file as itself."""
+    import threading
+    from engine import records
+    fifo, zero, big, ok = (tmp_path / n for n in ("study.json", "zero.json", "big.json", "run.json"))
+    os.mkfifo(fifo)
+    zero.symlink_to("/dev/zero")
+    big.write_text('{"x": "' + "a" * (records.JSON_MAX_BYTES + 10) + '"}', encoding="utf-8")
+    ok.write_text('{"kind": "pretrain"}', encoding="utf-8")
+    got = {}
+    t = threading.Thread(target=lambda: got.update({p.name: records.read_json_or_empty(p) for p in (fifo, zero, big, ok)}),
+                         daemon=True)
+    t.start()
+    t.join(30)
+    assert not t.is_alive(), "a reader blocked"
+    assert got == {"study.json": {}, "zero.json": {}, "big.json": {}, "run.json": {"kind": "pretrain"}}
