@@ -24,7 +24,7 @@ from pathlib import Path
 import torch
 
 from engine.config import BertConfig
-from engine.errors import EngineError
+from engine.errors import EngineError, quoted
 from engine.fileio import atomic_publish_dir, atomic_save_with, atomic_write_json
 from engine.minilm import minilm_path  # (defined there: the tokenizer needs it too)
 from engine.model import BertForPreTraining
@@ -377,18 +377,18 @@ def resolve_checkpoint_dir(path) -> Path:
         return hub.snapshot(path)
     p = Path(path).expanduser()
     if not p.exists():
-        raise EngineError(f"'{path}' does not exist; give a run folder, a checkpoint folder, a Hugging Face BERT folder, 'minilm' or a Hugging Face Hub id")
+        raise EngineError(f"{quoted(path)} does not exist; give a run folder, a checkpoint folder, a Hugging Face BERT folder, 'minilm' or a Hugging Face Hub id")
     if p.is_file():
-        raise EngineError(f"'{path}' is a file; give the folder that holds config.json and model.safetensors")
+        raise EngineError(f"{quoted(path)} is a file; give the folder that holds config.json and model.safetensors")
     if (p / "config.json").is_file():
         return p
     if (p / "checkpoints").is_dir() or (p / RUN_JSON).is_file():
         from engine.runs import latest_checkpoint
         ck = latest_checkpoint(p)
         if ck is None:
-            raise EngineError(f"run '{p}' has no complete checkpoint yet; wait for its first save (--save-every) or resume it")
+            raise EngineError(f"run {quoted(p)} has no complete checkpoint yet; wait for its first save (--save-every) or resume it")
         return Path(ck)
-    raise EngineError(f"'{path}' has no config.json; it is not a BERT checkpoint (point to a run folder, a checkpoint folder or a Hugging Face BERT folder)")
+    raise EngineError(f"{quoted(path)} has no config.json; it is not a BERT checkpoint (point to a run folder, a checkpoint folder or a Hugging Face BERT folder)")
 
 
 def read_config(path_or_name) -> tuple:

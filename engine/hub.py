@@ -15,7 +15,7 @@ import threading
 from contextlib import contextmanager
 from pathlib import Path
 
-from engine.errors import EngineError
+from engine.errors import EngineError, quoted
 
 WEIGHTS, LEGACY_WEIGHTS = "model.safetensors", "pytorch_model.bin"
 FILES = ["config.json", "vocab.txt", "tokenizer_config.json", "special_tokens_map.json", "tokenizer.json", WEIGHTS]
@@ -70,7 +70,7 @@ def offline_choices() -> str:
 def _not_cached(repo_id: str, cache: str) -> EngineError:
     why, fix = (("HF_HUB_OFFLINE is set", "unset HF_HUB_OFFLINE to download it") if offline() else
                 ("the Hub could not be reached", "download it once with a network connection"))
-    return EngineError(f"'{repo_id}' is not a folder here and not (completely) in the Hugging Face Hub cache {cache}, "
+    return EngineError(f"{quoted(repo_id)} is not a folder here and not (completely) in the Hugging Face Hub cache {cache}, "
                        f"and {why}; {offline_choices()}; or {fix}")
 
 
@@ -84,9 +84,9 @@ def _check_bert(config_path: str, repo_id: str) -> None:
         cfg = json.loads(Path(config_path).read_text(encoding="utf-8"))
         model_type = cfg.get("model_type", "bert" if all(k in cfg for k in BERT_KEYS) else None)
     except (ValueError, UnicodeDecodeError, AttributeError) as e:
-        raise EngineError(f"'{repo_id}' on the Hugging Face Hub has a config.json that is not a JSON object; it is not a BERT checkpoint") from e
+        raise EngineError(f"{quoted(repo_id)} on the Hugging Face Hub has a config.json that is not a JSON object; it is not a BERT checkpoint") from e
     if model_type != "bert":
-        raise EngineError(f"'{repo_id}' on the Hugging Face Hub is a '{model_type}' model, not BERT; only BERT models "
+        raise EngineError(f"{quoted(repo_id)} on the Hugging Face Hub is a '{model_type}' model, not BERT; only BERT models "
                           f"(config model_type \"bert\") load, e.g. google-bert/bert-base-uncased or prajjwal1/bert-tiny")
 
 
@@ -124,7 +124,7 @@ def _fetch(repo_id: str, cache: str, local: bool) -> Path:
     except EntryNotFoundError as e:
         if isinstance(e, LocalEntryNotFoundError):
             raise
-        raise EngineError(f"'{repo_id}' on the Hugging Face Hub has no config.json; it is not a model in the transformers layout") from e
+        raise EngineError(f"{quoted(repo_id)} on the Hugging Face Hub has no config.json; it is not a model in the transformers layout") from e
     _check_bert(config, repo_id)
     d = Path(snapshot_download(repo_id, allow_patterns=FILES, **kw))
     if not (d / WEIGHTS).is_file():
@@ -133,7 +133,7 @@ def _fetch(repo_id: str, cache: str, local: bool) -> Path:
         except EntryNotFoundError as e:
             if isinstance(e, LocalEntryNotFoundError):
                 raise
-            raise EngineError(f"'{repo_id}' on the Hugging Face Hub has neither {WEIGHTS} nor {LEGACY_WEIGHTS} "
+            raise EngineError(f"{quoted(repo_id)} on the Hugging Face Hub has neither {WEIGHTS} nor {LEGACY_WEIGHTS} "
                               f"(sharded weights are not supported); pick another BERT model") from e
     return d
 
@@ -148,13 +148,13 @@ def snapshot(repo_id: str) -> Path:
     except LocalEntryNotFoundError as e:
         raise _not_cached(repo_id, cache) from e
     except GatedRepoError as e:
-        raise EngineError(f"'{repo_id}' is gated on the Hugging Face Hub; accept its terms at https://huggingface.co/{repo_id} "
+        raise EngineError(f"{quoted(repo_id)} is gated on the Hugging Face Hub; accept its terms at https://huggingface.co/{repo_id} "
                           f"and log in (`hf auth login`), or pick another BERT model") from e
     except RepositoryNotFoundError as e:
-        raise EngineError(f"'{repo_id}' does not exist here or on the Hugging Face Hub (a private model needs `hf auth "
+        raise EngineError(f"{quoted(repo_id)} does not exist here or on the Hugging Face Hub (a private model needs `hf auth "
                           f"login`); give a run folder, a checkpoint folder, a Hugging Face BERT folder, 'minilm' or a Hub "
                           f"id such as google-bert/bert-base-uncased") from e
     except (HfHubHTTPError, ValueError) as e:
         first = (str(e).strip().splitlines() or [type(e).__name__])[0][:160]
-        raise EngineError(f"could not fetch '{repo_id}' from the Hugging Face Hub ({first}); check the id and the network, "
+        raise EngineError(f"could not fetch {quoted(repo_id)} from the Hugging Face Hub ({first}); check the id and the network, "
                           f"or {offline_choices()}") from e

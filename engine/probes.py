@@ -295,7 +295,7 @@ def compare_attention(bundle1, bundle2, a: str, b: str = None, metric: str = "js
     "l1": mean |delta| over all (query, key) cells. Returns {"tokens", "diff" (L, A), "metric", "top" (list of
     (layer, head, value), 1-based, largest first), "att1", "att2", "truncated", "notes"}."""
     if metric not in ("jsd", "l1"):
-        raise EngineError(f"unknown metric '{metric}'; use jsd (Jensen-Shannon) or l1 (mean absolute difference)")
+        raise EngineError(f"unknown metric {quoted(metric)}; use jsd (Jensen-Shannon) or l1 (mean absolute difference)")
     n1, n2 = model_name(bundle1), model_name(bundle2)
     if not _same_vocab(bundle1, bundle2):
         raise EngineError(f"{n1} and {n2} use different vocabularies ({bundle1.tokenizer.vocab_size} vs "

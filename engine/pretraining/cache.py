@@ -33,7 +33,7 @@ from typing import Optional
 import numpy as np
 import torch
 
-from engine.errors import EngineError
+from engine.errors import EngineError, quoted
 from engine.fileio import atomic_save_with, atomic_write_json
 from engine.objectives import MLM_NSP, objective as get_objective
 from engine.pretraining.instances import eval_count, hold_out, make_instances, tokenize_documents
@@ -475,7 +475,7 @@ def build_pretraining_data(docs, tokenizer, seq_len: int = 128, objective: str =
 
     tokenized = tokenize_documents(docs, tokenizer)
     if not tokenized:
-        raise EngineError(f"the corpus '{name}' has no text the tokenizer can read; give documents with words in them")
+        raise EngineError(f"the corpus {quoted(name)} has no text the tokenizer can read; give documents with words in them")
 
     need = obj.min_documents
     if len(tokenized) < need:

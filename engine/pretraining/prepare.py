@@ -153,7 +153,7 @@ def parse_part(text: str) -> tuple:
     try:
         i, n = (int(x) for x in str(text).split("/"))
     except ValueError:
-        raise EngineError(f"--part '{text}' must look like i/n, e.g. 0/4 for the first of 4 parts")
+        raise EngineError(f"--part {quoted(text)} must look like i/n, e.g. 0/4 for the first of 4 parts")
     if n < 1 or not 0 <= i < n:
         raise EngineError(f"--part {text}: need 0 <= i < n (parts are numbered from 0), e.g. 0/4 .. 3/4")
     return i, n
