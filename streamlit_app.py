@@ -25,6 +25,7 @@ PAGES = [
     ("pages/7_Ablations.py", "Ablations", ":material/bar_chart:"),
     ("pages/8_Jobs.py", "Jobs", ":material/list_alt:"),
     ("pages/9_Compare.py", "Compare", ":material/stacked_line_chart:"),
+    ("pages/10_Layers.py", "Layers", ":material/layers:"),
 ]
 
 
