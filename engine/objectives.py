@@ -4,17 +4,19 @@
 |---------|-------------------------------------------------|----------------------------------|-----------|-----------|
 | mlm+nsp | segment pairs A/B, B the next segment half the  | masked tokens (15%, 80/10/10)    | both ways | MLM + NSP |
 |         | time (IsNext) and from another document else    | + IsNext/NotNext                 |           |           |
+| mlm+sop | segment pairs A/B of one document, consecutive, | masked tokens                    | both ways | MLM + SOP |
+|         | swapped for half of them (ALBERT 4.6)           | + in order/swapped               |           |           |
 | mlm     | one stretch of a document per instance          | masked tokens                    | both ways | MLM       |
 | ltr     | one stretch of a document per instance          | the next token at every position | causal    | MLM (LM)  |
 
-The loss is the mean cross-entropy of the token predictions, plus the NSP cross-entropy when the objective has
-NSP. Every caller asks the objective (`objective(name)`) instead of comparing names: the loop (labels, loss,
+The loss is the mean cross-entropy of the token predictions, plus the pair task's cross-entropy when the objective
+has one (NSP or SOP: the same 2-way head on C, `cls.seq_relationship` in a checkpoint). Every caller asks the objective (`objective(name)`) instead of comparing names: the loop (labels, loss,
 metrics), the data (pairs or single stretches), the model config (causal attention, NSP head), the pages
 (labels, curves). A new objective made of these parts is one more `Objective(...)` in OBJECTIVES.
 
 Metrics: a training window (and a held-out pass) sums the named quantities in SUMS; `record` turns them into the
 metrics.jsonl keys: loss, <token>_loss, <token>_acc (token = mlm, or lm for a left-to-right objective), and
-nsp_loss, nsp_acc with NSP; held-out records prefix them with eval_ and add eval_<token>_ppl, eval_loss,
+<pair>_loss, <pair>_acc with a pair task (pair = nsp or sop); held-out records prefix them with eval_ and add eval_<token>_ppl, eval_loss,
 eval_instances.
 """
 import math
@@ -26,7 +28,7 @@ from engine.errors import EngineError
 # checkpoints save it as training_state.pt's metrics_window)
 SUMS = ("loss",  # the micro-batch losses (each a mean)
         "token_loss", "token_correct", "token_n",  # summed cross-entropy, correct predictions, predicted positions
-        "nsp_loss", "nsp_correct", "nsp_n",  # the same for next-sentence prediction (0 without NSP)
+        "nsp_loss", "nsp_correct", "nsp_n",  # the same for the pair task, NSP or SOP (0 without one)
         "tokens",  # real (non-padding) tokens seen
         "batches")  # micro-batches
 
@@ -35,9 +37,11 @@ SUMS = ("loss",  # the micro-batch losses (each a mean)
 class Objective:
     name: str  # the --objective value, run.json's "objective"
     label: str  # how pages and study tables name it
-    nsp: bool  # instances are segment pairs A/B labelled IsNext / NotNext, and the model has an NSP head
+    nsp: bool  # instances are segment pairs A/B with a 2-way label, and the model has the pair head (NSP's, on C)
     causal: bool  # left-to-right: causal attention, labels are the next tokens (no masking)
     words: str = ""  # what it is in a sentence ("... continued pre-training with <words> on ..."); default: label
+    pair: str = "nsp"  # with `nsp`: the pair task, "nsp" (B next or from another document) or "sop" (A, B swapped)
+    pair_label: str = "P(IsNext)"  # what the pair head's first probability means, for probes and pages
 
     @property
     def token(self) -> str:
@@ -54,20 +58,25 @@ class Objective:
         return ("mlm", "nsp") if self.nsp else ("mlm",)
 
     @property
+    def pairs(self) -> str:
+        """The pair task its instances carry: "nsp", "sop", or "" (single stretches)."""
+        return self.pair if self.nsp else ""
+
+    @property
     def min_documents(self) -> int:
-        return 2 if self.nsp else 1  # NotNext takes B from another document
+        return 2 if self.pairs == "nsp" else 1  # NotNext takes B from another document
 
     @property
     def metrics(self) -> tuple:
         """The metric keys of its training records (besides step, tokens, lr, ...)."""
-        return ("loss", f"{self.token}_loss", f"{self.token}_acc") + (("nsp_loss", "nsp_acc") if self.nsp else ())
+        return ("loss", f"{self.token}_loss", f"{self.token}_acc") + ((f"{self.pair}_loss", f"{self.pair}_acc") if self.nsp else ())
 
     @property
     def held_out_metrics(self) -> tuple:
         """The held-out metrics a study table shows (without their eval_ prefix); an MLM's accuracy where the input
         is [MASK] and the most frequent token's share there (engine.pretraining.loop.mask_position_accuracy)."""
         return ((f"{self.token}_acc", f"{self.token}_ppl") + (() if self.causal else ("mlm_mask_acc", "mlm_mask_baseline"))
-                + (("nsp_acc",) if self.nsp else ()))
+                + ((f"{self.pair}_acc",) if self.nsp else ()))
 
     def record(self, sums: dict) -> dict:
         """Means of a window's `sums` (SUMS names) under the metrics.jsonl keys."""
@@ -75,15 +84,15 @@ class Objective:
                f"{self.token}_loss": sums["token_loss"] / max(sums["token_n"], 1),
                f"{self.token}_acc": sums["token_correct"] / max(sums["token_n"], 1)}
         if self.nsp:
-            rec["nsp_loss"] = sums["nsp_loss"] / max(sums["nsp_n"], 1)
-            rec["nsp_acc"] = sums["nsp_correct"] / max(sums["nsp_n"], 1)
+            rec[f"{self.pair}_loss"] = sums["nsp_loss"] / max(sums["nsp_n"], 1)
+            rec[f"{self.pair}_acc"] = sums["nsp_correct"] / max(sums["nsp_n"], 1)
         return rec
 
     def eval_record(self, sums: dict, instances: int) -> dict:
         """A held-out record: `record` with eval_ keys, plus perplexity, total loss and the instance count."""
         rec = {f"eval_{k}": v for k, v in self.record(sums).items()}
         rec[f"eval_{self.token}_ppl"] = math.exp(min(rec[f"eval_{self.token}_loss"], 50.0))
-        rec["eval_loss"] = rec[f"eval_{self.token}_loss"] + rec.get("eval_nsp_loss", 0.0)
+        rec["eval_loss"] = rec[f"eval_{self.token}_loss"] + rec.get(f"eval_{self.pair}_loss", 0.0)
         rec["eval_instances"] = instances
         return rec
 
@@ -92,7 +101,13 @@ MLM_NSP = Objective("mlm+nsp", "MLM + NSP (BERT)", nsp=True, causal=False,
                     words="the paper's objectives, masked LM + next sentence prediction")
 MLM = Objective("mlm", "MLM only (No NSP)", nsp=False, causal=False, words="masked LM only")
 LTR = Objective("ltr", "Left-to-right LM (LTR & No NSP)", nsp=False, causal=True, words="a left-to-right LM")
-OBJECTIVES = {o.name: o for o in (MLM_NSP, MLM, LTR)}
+# ALBERT (Lan et al. 2020, section 4.6): sentence-order prediction instead of NSP. A and B are consecutive segments of
+# one document (engine.pretraining.instances), swapped for half the pairs; the pair head on C learns their order. Our
+# version departs from ALBERT's in its model (BERT's, not ALBERT's factorised, shared-layer one) and keeps BERT's
+# chunking and masking, so it differs from `mlm+nsp` in the pair task alone (what a study of NSP against SOP needs).
+MLM_SOP = Objective("mlm+sop", "MLM + SOP (ALBERT)", nsp=True, causal=False, pair="sop", pair_label="P(in order)",
+                    words="masked LM + sentence-order prediction")
+OBJECTIVES = {o.name: o for o in (MLM_NSP, MLM, LTR, MLM_SOP)}
 
 
 def every(metrics: str) -> tuple:

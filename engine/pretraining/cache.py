@@ -481,14 +481,14 @@ def build_pretraining_data(docs, tokenizer, seq_len: int = 128, objective: str =
     if len(tokenized) < need:
         raise EngineError(f"{obj.name} needs at least 2 documents (NotNext takes B from another document); add documents (blank lines separate them) or use objective mlm")
     if obj.nsp and not any(len(s) >= 2 for _, s in tokenized):
-        raise EngineError("no document has two sentences, so NSP would have no IsNext pairs; give documents of several sentences or use objective mlm")
+        raise EngineError(f"no document has two sentences, so {obj.pair.upper()} would have no pairs; give documents of several sentences or use objective mlm")
     n_eval = eval_count(len(tokenized), eval_fraction, need)
     if eval_fraction > 0 and len(tokenized) - n_eval < need:
         raise EngineError(f"the corpus has {len(tokenized)} usable documents, too few to hold out {n_eval} for evaluation and keep {need} for training; add documents or hold out none (--eval-fraction 0)")
     train_docs, eval_docs = hold_out(tokenized, n_eval, eval_seed)
 
-    train_inst = make_instances(train_docs, obj.nsp, seq_len, short_seq_prob, dupe_factor, random.Random(seed))
-    eval_inst = make_instances(eval_docs, obj.nsp, seq_len, short_seq_prob, 1, random.Random(eval_seed)) if n_eval else []
+    train_inst = make_instances(train_docs, obj.pairs, seq_len, short_seq_prob, dupe_factor, random.Random(seed))
+    eval_inst = make_instances(eval_docs, obj.pairs, seq_len, short_seq_prob, 1, random.Random(eval_seed)) if n_eval else []
     if not train_inst:
         raise EngineError("the documents are too short to make any pre-training instance; give longer documents or a lower seq_len")
 

@@ -236,10 +236,10 @@ def build_shard(job: dict, tokenizer=None) -> dict:
     train_docs, eval_docs = hold_out(tokenized, n_eval, block_seed(s["eval_seed"], job["part"], job["block"]))
     rng = random.Random(block_seed(s["seed"], job["part"], job["block"]))
     if len(train_docs) >= need:
-        train = make_instances(train_docs, obj.nsp, seq_len, s["short_seq_prob"], s["dupe_factor"], rng)
+        train = make_instances(train_docs, obj.pairs, seq_len, s["short_seq_prob"], s["dupe_factor"], rng)
     else:
         train = []  # a lone document cannot pair with another for NotNext (reported: "lone_document")
-    ev = make_instances(eval_docs, obj.nsp, seq_len, s["short_seq_prob"], 1,
+    ev = make_instances(eval_docs, obj.pairs, seq_len, s["short_seq_prob"], 1,
                          random.Random(block_seed(s["eval_seed"], job["part"], job["block"]))) if n_eval else []
     meta = {"name": job["final"].name, "block": job["block"], "first_doc": job["first_doc"],
             "documents": {"total": len(docs), "usable": len(tokenized), "train": len(train_docs), "eval": len(eval_docs)},

@@ -8,30 +8,35 @@ import pytest
 import engine
 from engine import runs
 from engine.errors import EngineError
-from engine.objectives import LTR, MLM, MLM_NSP, OBJECTIVES, SUMS, Objective, every, objective
+from engine.objectives import LTR, MLM, MLM_NSP, MLM_SOP, OBJECTIVES, SUMS, Objective, every, objective
 from engine.pretraining.config import PretrainConfig, model_config, validate
 from engine.pretraining.run import pretrain
 
 
-def test_the_papers_three_objectives():
-    assert engine.OBJECTIVES is OBJECTIVES and list(OBJECTIVES) == ["mlm+nsp", "mlm", "ltr"]
+def test_the_papers_three_objectives_and_albert_s():
+    assert engine.OBJECTIVES is OBJECTIVES and list(OBJECTIVES) == ["mlm+nsp", "mlm", "ltr", "mlm+sop"]
     assert (MLM_NSP.nsp, MLM_NSP.causal, MLM.nsp, MLM.causal, LTR.nsp, LTR.causal) == (True, False, False, False, False, True)
+    assert (MLM_SOP.nsp, MLM_SOP.causal, MLM_SOP.pairs, MLM_NSP.pairs, MLM.pairs) == (True, False, "sop", "nsp", "")
+    assert (MLM_NSP.min_documents, MLM_SOP.min_documents, MLM.min_documents) == (2, 1, 1)  # SOP's B is A's own text
     # the metrics.jsonl keys each one writes
     assert MLM_NSP.metrics == ("loss", "mlm_loss", "mlm_acc", "nsp_loss", "nsp_acc")
+    assert MLM_SOP.metrics == ("loss", "mlm_loss", "mlm_acc", "sop_loss", "sop_acc")
     assert MLM.metrics == ("loss", "mlm_loss", "mlm_acc")
     assert LTR.metrics == ("loss", "lm_loss", "lm_acc")
     assert MLM_NSP.held_out_metrics == ("mlm_acc", "mlm_ppl", "mlm_mask_acc", "mlm_mask_baseline", "nsp_acc")
+    assert MLM_SOP.held_out_metrics == ("mlm_acc", "mlm_ppl", "mlm_mask_acc", "mlm_mask_baseline", "sop_acc")
     assert LTR.held_out_metrics == ("lm_acc", "lm_ppl")
     assert every("held_out_metrics") == ("mlm_acc", "mlm_ppl", "mlm_mask_acc", "mlm_mask_baseline", "nsp_acc", "lm_acc",
-                                         "lm_ppl")  # what study tables read
-    assert set(every("metrics")) == {"loss", "mlm_loss", "mlm_acc", "nsp_loss", "nsp_acc", "lm_loss", "lm_acc"}
+                                         "lm_ppl", "sop_acc")  # what study tables read
+    assert set(every("metrics")) == {"loss", "mlm_loss", "mlm_acc", "nsp_loss", "nsp_acc", "lm_loss", "lm_acc",
+                                     "sop_loss", "sop_acc"}
     for name, obj in OBJECTIVES.items():
         m = model_config(PretrainConfig(objective=name), vocab_size=500)
         assert (m.causal, m.has_nsp_head, m.has_mlm_head) == (obj.causal, obj.nsp, True)
 
 
 def test_unknown_objective_is_one_line_naming_the_choices():
-    with pytest.raises(EngineError, match="unknown objective 'nsp'; choose one of mlm\\+nsp, mlm, ltr"):
+    with pytest.raises(EngineError, match="unknown objective 'nsp'; choose one of mlm\\+nsp, mlm, ltr, mlm\\+sop"):
         objective("nsp")
     with pytest.raises(EngineError, match="unknown objective"):
         validate(PretrainConfig(objective="nsp"))
@@ -41,6 +46,8 @@ def test_records_are_means_of_the_named_sums():
     sums = dict.fromkeys(SUMS, 0.0)
     sums.update(loss=9.0, batches=3, token_loss=20.0, token_correct=5, token_n=10, nsp_loss=4.0, nsp_correct=6, nsp_n=8, tokens=99)
     assert MLM_NSP.record(sums) == {"loss": 3.0, "mlm_loss": 2.0, "mlm_acc": 0.5, "nsp_loss": 0.5, "nsp_acc": 0.75}
+    assert MLM_SOP.record(sums) == {"loss": 3.0, "mlm_loss": 2.0, "mlm_acc": 0.5, "sop_loss": 0.5, "sop_acc": 0.75}
+    assert MLM_SOP.eval_record(sums, 8)["eval_loss"] == pytest.approx(2.5)  # the pair task's loss counts, under its name
     assert LTR.record(sums) == {"loss": 3.0, "lm_loss": 2.0, "lm_acc": 0.5}
     ev = MLM_NSP.eval_record(sums, instances=8)
     assert ev["eval_mlm_ppl"] == pytest.approx(math.exp(2.0)) and ev["eval_loss"] == pytest.approx(2.5)
@@ -77,3 +84,24 @@ def test_a_new_objective_is_one_entry(tmp_path, monkeypatch):
     # the same settings with the paper's LTR: no NSP head, no NSP metric
     run2 = pretrain(replace(cfg, objective=LTR.name, out=str(tmp_path / "run2")))
     assert "nsp_acc" not in [r for r in runs.read_metrics(run2) if r["split"] == "train"][-1]
+
+
+@pytest.mark.slow
+def test_sop_trains_end_to_end_and_its_loss_falls(tmp_path, bbc_docs):
+    """`--objective mlm+sop`: the run writes sop_* metrics (no nsp_*), its loss falls, and its checkpoint carries the
+    pair head (`cls.seq_relationship`, so transformers' BertForPreTraining loads it)."""
+    corpus = tmp_path / "bbc.txt"
+    corpus.write_text("\n\n".join(" ".join(d) for d in bbc_docs[::20]), encoding="utf-8")  # 112 documents
+    cfg = PretrainConfig(corpus=str(corpus), objective=MLM_SOP.name, vocab_size=1000, cache_dir=str(tmp_path / "cache"),
+                         layers=1, hidden=64, heads=2, max_positions=64, seq_len=64, phase2_seq_len=None, batch_size=16,
+                         steps=40, lr=2e-3, warmup=4, log_every=10, eval_every=40, save_every=0, eval_max_instances=32,
+                         quiet=True, num_threads=1, out=str(tmp_path / "run"))
+    run = pretrain(cfg)
+    train = [r for r in runs.read_metrics(run) if r["split"] == "train"]
+    evals = [r for r in runs.read_metrics(run) if r["split"] == "eval"]
+    assert set(MLM_SOP.metrics) <= set(train[-1]) and "nsp_acc" not in train[-1]
+    assert "eval_sop_acc" in evals[-1] and "eval_nsp_acc" not in evals[-1]
+    assert train[-1]["loss"] < train[0]["loss"] - 0.3
+    import transformers
+    hf = transformers.BertForPreTraining.from_pretrained(str(runs.latest_checkpoint(run)))
+    assert hf.cls.seq_relationship.weight.shape == (2, 64)
