@@ -51,7 +51,8 @@ from engine.layer_tasks import SENTENCE_TASKS, TOKEN, control_task, load_probe_t
 
 PROBES = ("linear", "mlp")
 POOLINGS = ("mean", "cls")  # sentence tasks' vector of a text; token tasks read each word's first WordPiece
-MEMORY_ENTRIES = 8  # hidden-state arrays kept in memory
+MEMORY_BYTES = 1 << 30  # hidden-state arrays kept in memory, newest first, up to this size (at least the newest)
+DISK_BYTES = 4 << 30  # the disk cache keeps its newest files up to this size
 EXTRACT_CHUNK = 256  # texts per extraction call, converted to float16 as they come
 
 
@@ -105,13 +106,16 @@ def extract_states(bundle, texts, level: str, pooling: str = "mean", max_seq_len
 
 
 def _read_cached(path: Path, shape: tuple):
+    """A cached array of the expected shape and dtype (a regular file, no pickles), else None; a hit is touched, so the
+    disk cache drops the least recently used first."""
     try:
-        if not path.is_file():
+        if path.is_symlink() or not path.is_file():
             return None
         arr = np.load(path, allow_pickle=False)
+        os.utime(path)
     except (OSError, ValueError):
         return None
-    return arr if arr.dtype == np.float16 and arr.shape[1:] == shape[1:] and arr.shape[0] == shape[0] else None
+    return arr if arr.dtype == np.float16 and arr.shape == shape else None
 
 
 def hidden_states(bundle, texts, level: str, pooling: str = "mean", max_seq_len: int = 128, batch_size: int = 32,
@@ -135,12 +139,30 @@ def hidden_states(bundle, texts, level: str, pooling: str = "mean", max_seq_len:
                     np.save(f, arr)
             try:
                 atomic_save_with(path, write)
+                prune(path.parent, DISK_BYTES)
             except (OSError, EngineError) as e:  # a cache that cannot be written costs time, not the result
                 print(f"warning: hidden states not cached ({e})", file=sys.stderr, flush=True)
     _MEMORY[key] = arr
-    while len(_MEMORY) > MEMORY_ENTRIES:
+    while len(_MEMORY) > 1 and sum(a.nbytes for a in _MEMORY.values()) > MEMORY_BYTES:
         _MEMORY.popitem(last=False)
     return arr
+
+
+def prune(folder: Path, max_bytes: int) -> None:
+    """Remove the oldest .npy files of the cache folder until the rest fit in `max_bytes`."""
+    files = []
+    for p in folder.glob("*.npy"):
+        try:
+            st = p.stat()
+            files.append((st.st_mtime, st.st_size, p))
+        except OSError:
+            pass
+    total = sum(size for _, size, _ in files)
+    for _, size, p in sorted(files):
+        if total <= max_bytes:
+            break
+        p.unlink(missing_ok=True)
+        total -= size
 
 
 # ------------------------------------------------------------------ probes
@@ -380,6 +402,17 @@ def layer_probes(model="minilm", task="wnut16", train=None, dev=None, corpus=Non
 
 
 # ------------------------------------------------------------------ the command
+def count_or_all(text: str):
+    """'2000' -> 2000; 'all' -> None (no sample)."""
+    if str(text).strip().lower() == "all":
+        return None
+    try:
+        return int(text)
+    except ValueError:
+        import argparse
+        raise argparse.ArgumentTypeError(f"'{text}' must be a whole number or all")
+
+
 @dataclass
 class LayersConfig:
     """Every setting of `python -m engine layers` (engine/cli.py)."""
@@ -396,8 +429,10 @@ class LayersConfig:
     heads: bool = setting(False, "head roles (attention to [CLS], [SEP], punctuation, neighbours, the same word; entropy) "
                           "over the checkpoints instead of probes")
     pooling: str = setting("mean", "sentence tasks: a text's vector is the mean of its tokens or [CLS]", choices=POOLINGS)
-    max_train: Optional[int] = setting(2000, "a fixed sample of at most N training sentences or texts per task")
-    max_dev: Optional[int] = setting(500, "a fixed sample of at most N dev sentences or texts per task")
+    max_train: Optional[int] = setting(2000, "a fixed sample of at most N training sentences or texts per task (all: every one)",
+                                       parse=count_or_all, none="all")
+    max_dev: Optional[int] = setting(500, "a fixed sample of at most N dev sentences or texts per task (all: every one)",
+                                     parse=count_or_all, none="all")
     epochs: int = setting(10, "probe training epochs (minibatch Adam)")
     lr: float = setting(1e-2, "probe learning rate (Adam)")
     hidden: int = setting(256, "--probe mlp: hidden units")

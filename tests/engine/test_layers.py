@@ -191,3 +191,14 @@ def test_bad_requests_are_one_line(engine_cli, one_line_error, tiny_checkpoint):
     one_line_error(code, err, "has no complete checkpoints")
     code, _, err = engine_cli(["layers", "--model", tiny_checkpoint, "--task", "wnut16", "--train", "x.txt"])
     one_line_error(code, err, "takes no --train / --dev files")
+
+
+def test_the_disk_cache_keeps_its_newest_files_within_its_size(tmp_path):
+    import os
+    from engine.layers import prune
+    for i in range(5):
+        p = tmp_path / f"{i}.npy"
+        p.write_bytes(b"x" * 100)
+        os.utime(p, (1000 + i, 1000 + i))
+    prune(tmp_path, 250)
+    assert sorted(p.name for p in tmp_path.glob("*.npy")) == ["3.npy", "4.npy"]
