@@ -102,31 +102,11 @@ def mask_tokens(input_ids: torch.Tensor, special_tokens_mask: torch.Tensor, voca
             raise EngineError("span masking needs word starts (a batch's word_starts); whole-word pieces make the spans")
         selected, span_of = span_selection(selectable, word_starts, k, generator)
     elif word_starts is None:
-        # exactly k random selectable positions per row: rank random scores, keep the k smallest
-        scores = torch.rand(B, T, generator=generator, device=device)
-        scores = scores.masked_fill(~selectable, 2.0)
-        order = scores.argsort(dim=1)  # (B, T)
-        ranks = torch.empty_like(order)
-        ranks.scatter_(1, order, torch.arange(T, device=device).expand(B, T))
-        selected = (ranks < k[:, None]) & selectable
+        selected = token_selection(selectable, k, generator)
     else:
         if tuple(word_starts.shape) != tuple(input_ids.shape):
             raise EngineError(f"word_starts {tuple(word_starts.shape)} does not match input_ids {tuple(input_ids.shape)}")
-        # a word = a start position and the continuation pieces after it; every unselectable position is a
-        # word of its own, and a piece right after one starts a new word
-        prev_unsel = torch.cat([torch.ones(B, 1, dtype=torch.bool, device=device), ~selectable[:, :-1]], dim=1)
-        starts = word_starts.bool() | ~selectable | prev_unsel  # (B, T)
-        word = starts.long().cumsum(dim=1) - 1  # (B, T) word index per position, 0..W-1
-        W = int(word.max()) + 1 if T > 0 else 0
-        word_len = torch.zeros(B, W, dtype=torch.long, device=device).scatter_add_(1, word, torch.ones_like(word))
-        word_ok = torch.zeros(B, W, dtype=torch.bool, device=device).scatter_(1, word, selectable)  # (B, W)
-        scores = torch.rand(B, W, generator=generator, device=device).masked_fill(~word_ok, 2.0)
-        order = scores.argsort(dim=1)  # words in random order, selectable ones first
-        len_in_order = torch.gather(word_len * word_ok, 1, order)
-        take_in_order = (len_in_order.cumsum(dim=1) <= k[:, None]) & (len_in_order > 0)
-        take_in_order[:, 0] |= k > 0  # the first word always (so at least one position)
-        take_word = torch.zeros(B, W, dtype=torch.bool, device=device).scatter_(1, order, take_in_order) & word_ok
-        selected = torch.gather(take_word, 1, word) & selectable
+        selected = word_selection(selectable, word_starts, k, generator)
 
     labels = torch.where(selected, input_ids, torch.full_like(input_ids, IGNORE_INDEX))
     u = torch.rand(B, T, generator=generator, device=device)
@@ -149,6 +129,40 @@ def mask_tokens(input_ids: torch.Tensor, special_tokens_mask: torch.Tensor, voca
         pick = torch.randint(len(allowed), (n_rand,), generator=generator, device=device)
         masked[to_rand] = allowed[pick]
     return masked, labels
+
+
+def token_selection(selectable: torch.Tensor, k: torch.Tensor, generator: Optional[torch.Generator] = None):
+    """Exactly k[b] random selectable positions of each row b: (B, T) bool (rank random scores, keep the k smallest)."""
+    B, T = selectable.shape
+    device = selectable.device
+    scores = torch.rand(B, T, generator=generator, device=device)
+    scores = scores.masked_fill(~selectable, 2.0)
+    order = scores.argsort(dim=1)  # (B, T)
+    ranks = torch.empty_like(order)
+    ranks.scatter_(1, order, torch.arange(T, device=device).expand(B, T))
+    return (ranks < k[:, None]) & selectable
+
+
+def word_selection(selectable: torch.Tensor, word_starts: torch.Tensor, k: torch.Tensor,
+                   generator: Optional[torch.Generator] = None):
+    """Whole words of each row in random order while the selected pieces stay within k[b] (the first word always):
+    (B, T) bool. A word is a start position and the continuation pieces after it; every unselectable position is a
+    word of its own, and a piece right after one starts a new word."""
+    B, T = selectable.shape
+    device = selectable.device
+    prev_unsel = torch.cat([torch.ones(B, 1, dtype=torch.bool, device=device), ~selectable[:, :-1]], dim=1)
+    starts = word_starts.bool() | ~selectable | prev_unsel  # (B, T)
+    word = starts.long().cumsum(dim=1) - 1  # (B, T) word index per position, 0..W-1
+    W = int(word.max()) + 1 if T > 0 else 0
+    word_len = torch.zeros(B, W, dtype=torch.long, device=device).scatter_add_(1, word, torch.ones_like(word))
+    word_ok = torch.zeros(B, W, dtype=torch.bool, device=device).scatter_(1, word, selectable)  # (B, W)
+    scores = torch.rand(B, W, generator=generator, device=device).masked_fill(~word_ok, 2.0)
+    order = scores.argsort(dim=1)  # words in random order, selectable ones first
+    len_in_order = torch.gather(word_len * word_ok, 1, order)
+    take_in_order = (len_in_order.cumsum(dim=1) <= k[:, None]) & (len_in_order > 0)
+    take_in_order[:, 0] |= k > 0  # the first word always (so at least one position)
+    take_word = torch.zeros(B, W, dtype=torch.bool, device=device).scatter_(1, order, take_in_order) & word_ok
+    return torch.gather(take_word, 1, word) & selectable
 
 
 def span_lengths(n: int, generator: Optional[torch.Generator] = None) -> torch.Tensor:
