@@ -125,6 +125,14 @@ def _mean(table, col, lo, hi) -> float:
     return float(part.mean()) if len(part) else float("nan")
 
 
+def heads_count(layers: list, which: str) -> str:
+    """'2 next-token heads (layers 1, 3)'; '1 previous-token head (layer 2)'; '0 next-token heads'."""
+    if not layers:
+        return f"0 {which}-token heads"
+    one = len(layers) == 1
+    return f"{len(layers)} {which}-token head{'' if one else 's'} (layer{'' if one else 's'} {', '.join(map(str, layers))})"
+
+
 def findings(table) -> list:
     """Clark et al.'s findings on BERT-base beside this model's (the last step of `table`): [{"finding", "bert_base",
     "ours"}]. Percentages are shares of attention averaged over the heads of the layers named."""
@@ -145,8 +153,7 @@ def findings(table) -> list:
          "ours": f"{pct(_mean(last, 'punct', *late))} to punctuation in layers {late[0]}-{late[1]}, {pct(_mean(last, 'punct', 1, late[0] - 1))} before"},
         {"finding": "previous / next token heads", "bert_base": "some heads put most of their attention on the previous "
          "or the next token, most of them in the early layers",
-         "ours": f"{len(prv)} previous-token heads (layers {', '.join(map(str, prv)) or '-'}), {len(nxt)} next-token heads "
-                 f"(layers {', '.join(map(str, nxt)) or '-'})"},
+         "ours": f"{heads_count(prv, 'previous')}, {heads_count(nxt, 'next')}"},
         {"finding": "little on the token itself", "bert_base": "most heads put little attention on the current token",
          "ours": f"median share to itself {pct(float(last['self'].median()))}"},
         {"finding": "broad heads early", "bert_base": "some heads, mostly in the lower layers, attend very broadly",

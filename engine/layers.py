@@ -15,7 +15,8 @@ states and scored (accuracy) on the dev split's:
   the per-layer gains, E[l] = sum_l l * (s_l - s_{l-1}) / sum_l (s_l - s_{l-1}), l = 1..L. Tenney's s_l is a
   cumulative score, a probe on the mix of layers 0..l, so gains are never negative; here s_l is the best single-layer
   accuracy among layers 0..l, which plays that part (with raw per-layer scores a task held only in layer k would
-  gain at k and lose as much at k+1, and have no centre). None when no layer gains on the embeddings.
+  gain at k and lose as much at k+1, and have no centre). When no layer gains on the embeddings it is 0 if the
+  embeddings beat the majority baseline (the information is there from the start), else None.
 - over a run's checkpoints (`checkpoints="all"`): the same per checkpoint, the layer x step table behind the heatmap
   ("when and where does it appear").
 Hidden states are computed once per model (path and weights' mtime), data and settings, and kept in memory and on
@@ -240,9 +241,10 @@ def layer_name(l: int) -> str:
     return "embeddings" if l == 0 else f"layer {l}"
 
 
-def expected_layer(scores) -> Optional[float]:
+def expected_layer(scores, floor=None) -> Optional[float]:
     """Tenney's expected layer of per-layer scores s_0..s_L (module docstring): the centre of gravity of the gains of
-    the cumulative score (the best of layers 0..l); None when no layer gains on the embeddings."""
+    the cumulative score (the best of layers 0..l). When no layer gains on the embeddings: 0 if the embeddings score
+    above `floor` (the majority baseline: the information is there from the start), else None (nothing found)."""
     best, gains = None, []
     for s in scores:
         s = float(s)
@@ -250,7 +252,7 @@ def expected_layer(scores) -> Optional[float]:
         best = s if best is None else max(best, s)
     total = sum(gains)
     if total <= 1e-12:
-        return None
+        return 0.0 if floor is not None and len(gains) and float(scores[0]) > floor else None
     return sum(l * g for l, g in enumerate(gains)) / total
 
 
@@ -288,7 +290,8 @@ def probe_model(bundle, prep: Prepared, cfg) -> dict:
     dv = hidden_states(bundle, t.texts(t.dev), **kw)
     control = (prep.y["control_train"], prep.y["control_dev"]) if prep.control is not None else None
     rows = layer_scores(tr, prep.y["train"], dv, prep.y["dev"], len(t.labels), cfg.probe_settings(), control)
-    return {"layers": rows, "expected_layer": expected_layer([r["accuracy"] for r in rows])}
+    floor = majority_accuracy(prep.y["train"], prep.y["dev"])
+    return {"layers": rows, "expected_layer": expected_layer([r["accuracy"] for r in rows], floor)}
 
 
 def task_record(prep: Prepared) -> dict:

@@ -53,6 +53,8 @@ def test_expected_layer_of_information_held_in_one_layer_is_that_layer():
         assert expected_layer([0.4] * k + [0.9] * (7 - k)) == pytest.approx(k)  # kept from layer k on
     assert expected_layer([0.0, 0.5, 1.0]) == pytest.approx(1.5)  # half the gain at 1, half at 2
     assert expected_layer([0.6, 0.5, 0.6]) is None  # nothing gained on the embeddings
+    assert expected_layer([0.6, 0.5, 0.6], floor=0.3) == 0.0  # ... which know it already, above the majority floor
+    assert expected_layer([0.3, 0.3], floor=0.3) is None  # ... or nothing is known anywhere
 
 
 def words_task(n_sentences=400, n_types=300, seed=0) -> ProbeTask:
@@ -138,7 +140,7 @@ def test_the_command_prints_one_json_object(tmp_path, tiny_checkpoint, engine_cl
     for r in result["layers"]:
         assert set(r) == {"layer", "name", "accuracy", "control_accuracy", "selectivity"}
         assert r["selectivity"] == pytest.approx(r["accuracy"] - r["control_accuracy"])
-    assert result["expected_layer"] is None or 1 <= result["expected_layer"] <= 2
+    assert result["expected_layer"] is None or 0 <= result["expected_layer"] <= 2
     assert result["tasks"][0]["n_train"] == 24 and result["tasks"][0]["control"] is True
     assert list((tmp_path / "cache" / "hidden_states").glob("*.npy"))  # cached on disk
     code, out, err = engine_cli(["layers", "--model", tiny_checkpoint, "--task", "tagging", "--train", train, "--dev", dev,
