@@ -157,9 +157,11 @@ def probe_results(root: Path) -> None:
     figs = [LF.depth_figure(table)] if table["expected_layer"].notna().sum() > 1 else []
     task = st.selectbox("Task", list(table["task"]), key="ly_task_pick")
     figs.append(LF.probe_curves(df, task))
-    if df[df["task"] == task]["step"].nunique() > 1:
-        value = st.radio("Heatmap of", ("accuracy", "selectivity"), key="ly_heat_value", horizontal=True)
-        figs.append(LF.layer_step_heatmap(df, task, value if df["selectivity"].notna().any() else "accuracy"))
+    rows = df[df["task"] == task]
+    if rows["step"].nunique() > 1:
+        values = ("accuracy", "selectivity") if rows["selectivity"].notna().any() else ("accuracy",)
+        value = st.radio("Heatmap of", values, key="ly_heat_value", horizontal=True)
+        figs.append(LF.layer_step_heatmap(df, task, value))
     for i, fig in enumerate(figs):
         st.plotly_chart(fig, key=f"ly_fig_{i}", config=chart_config(f"layers-{run['name']}-{i}"))
     c1, c2 = st.columns(2)
