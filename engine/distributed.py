@@ -4,7 +4,10 @@ engine.device.resolve_device with the local rank).
 Under `torchrun` (env RANK, WORLD_SIZE, LOCAL_RANK) every rank trains on its own slice of each global batch with
 DistributedDataParallel (gloo on CPU, NCCL on GPU); gradients are all-reduced once per optimizer step. Rank 0
 writes run.json, metrics and checkpoints. Without torchrun this is one process (`Dist()`), and every helper here
-does nothing.
+does nothing. Under `torchrun --max-restarts N` a worker that dies makes torchrun stop the group and start it again
+(`restart_count` > 0): the run continues from its last complete checkpoint by itself; rank 0 writes a checkpoint
+between two barriers, so it is complete before any rank can pass it, and torchrun starts the group again only after
+every worker of the old one has stopped.
 """
 import os
 from dataclasses import dataclass
@@ -30,6 +33,16 @@ class Dist:
     def barrier(self):
         if self.enabled:
             torch.distributed.barrier()
+
+
+def restart_count() -> int:
+    """How many times torchrun has restarted this worker group (`--max-restarts`; TORCHELASTIC_RESTART_COUNT): 0 on
+    the first attempt and without torchrun. A restart runs the same command again, so it resumes the run by itself
+    (engine.pretraining.run_folder.elastic_restart)."""
+    try:
+        return max(0, int(os.environ.get("TORCHELASTIC_RESTART_COUNT") or 0))
+    except ValueError:
+        return 0
 
 
 def dist_from_env() -> Dist:

@@ -48,6 +48,7 @@ from engine.tasks.describe import describe, describe_lines
 from engine.tasks.glue import TASK_TYPES
 from engine.tasks.kinds import TAGGING, task_kind
 from engine.tasks.registry import feature_task_names
+from engine.trackers import HELP as TRACKERS_HELP, check_trackers, open_trackers, report_to
 
 COMBINES = ("concat", "sum", "mean", "weighted", "all-weighted", "last", "second-to-last", "embeddings")
 TABLE7 = ("embeddings", "second-to-last", "last", "weighted", "concat", "all-weighted")  # the paper's rows
@@ -325,6 +326,7 @@ class FeaturesConfig:
                                   flag="--no-save-features")
     num_threads: Optional[int] = setting(None, "CPU threads for torch")
     resume: bool = setting(False, "continue the run in --out with its own settings (finished combinations are kept)")
+    report_to: Optional[str] = setting(None, TRACKERS_HELP, parse=report_to)  # engine/trackers.py
 
     def __post_init__(self):
         if isinstance(self.combine, str):
@@ -349,7 +351,7 @@ class FeaturesConfig:
 
 
 # settings that may differ between the first start and a resume without changing the results
-RUNTIME_FIELDS = ("out", "device", "num_threads", "batch_size", "save_features")
+RUNTIME_FIELDS = ("out", "device", "num_threads", "batch_size", "save_features", "report_to")
 
 
 def _finished_results(out: Path, combine: tuple) -> list:
@@ -393,6 +395,7 @@ def run_features(cfg: FeaturesConfig, progress_bar: bool = False) -> dict:
     from engine.runs import Run, check_run_folder, truncate_metrics
 
     out = Path(cfg.out)
+    check_trackers(cfg.report_to)  # --report-to a tracker that is not installed: the pip command, before anything
     config = {**asdict(cfg), "layers": list(cfg.layers), "combine": list(cfg.combine)}
     config.pop("resume")
     check_run_folder(out, "features", config, cfg.resume, RUNTIME_FIELDS)  # before anything is written
@@ -403,7 +406,8 @@ def run_features(cfg: FeaturesConfig, progress_bar: bool = False) -> dict:
     out.mkdir(parents=True, exist_ok=True)
     t_start = time.time()
     with Run(out, kind="features", config=config, task=cfg.task, model=cfg.model,
-             evaluation_version=records.EVALUATION_VERSION) as run:
+             evaluation_version=records.EVALUATION_VERSION,
+             trackers=open_trackers(cfg.report_to, out, config, {"kind": "features"})) as run:
         truncate_metrics(out, after_step=len(done) + 1 if done else -1)  # step 1 extraction, k + 2 combination k
         bundle = load(cfg.model, device=device)
         fd = _feature_data(cfg, bundle, run, device, progress_bar)

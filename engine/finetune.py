@@ -57,6 +57,7 @@ from engine.tasks.batching import Prepared, length_batches
 from engine.tasks.describe import describe, describe_lines
 from engine.tasks.glue import TASK_TYPES
 from engine.tasks.registry import task_names
+from engine.trackers import HELP as TRACKERS_HELP, check_trackers, open_trackers, report_to
 
 HEADER_CHOICES = {"auto": None, "yes": True, "no": False}  # --header -> load_glue(header=...)
 
@@ -115,6 +116,7 @@ class FinetuneConfig:
     num_threads: Optional[int] = setting(None, "CPU threads for torch")
     resume: bool = setting(False, "continue the run in --out with its own settings: finished trials are kept, the "
                            "interrupted one starts again")
+    report_to: Optional[str] = setting(None, TRACKERS_HELP, parse=report_to)  # engine/trackers.py
 
     def __post_init__(self):
         for name in ("lr", "batch_size", "epochs"):
@@ -169,7 +171,7 @@ class FinetuneConfig:
 
 # settings that may differ between the first start and a resume without changing what is trained
 RUNTIME_FIELDS = ("out", "device", "precision", "num_threads", "eval_batch_size", "log_every", "max_task_file_mb",
-                  "max_line_bytes", "packing")
+                  "max_line_bytes", "packing", "report_to")
 
 
 # ------------------------------------------------------------------ small helpers
@@ -276,6 +278,7 @@ def finetune(cfg: FinetuneConfig, progress: Callable = None, progress_bar: bool 
     from engine.runs import Run, check_run_folder, truncate_metrics
 
     out = Path(cfg.out)
+    check_trackers(cfg.report_to)  # --report-to a tracker that is not installed: the pip command, before anything
     again = _failed_before_training(out)  # nothing to keep: started again in place, with these settings
     if not again:
         check_run_folder(out, "finetune", cfg.to_dict(), cfg.resume, RUNTIME_FIELDS)  # before anything is written
@@ -290,7 +293,8 @@ def finetune(cfg: FinetuneConfig, progress: Callable = None, progress_bar: bool 
         _set_aside_failed_start(out)
     t_start = time.time()
     with Run(out, kind="finetune", config=cfg.to_dict(), task=cfg.task, model=cfg.model,
-             evaluation_version=records.EVALUATION_VERSION) as run:
+             evaluation_version=records.EVALUATION_VERSION,
+             trackers=open_trackers(cfg.report_to, out, cfg.to_dict(), {"kind": "finetune"})) as run:
         bundle, base = _load_encoder(cfg)
         max_len = min(cfg.max_seq_len, bundle.config.max_position_embeddings)
         data = prepare(load_task(cfg), bundle.tokenizer, cfg, max_len)

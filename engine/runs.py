@@ -369,9 +369,11 @@ class Run:
     lock. While inside (main thread only), SIGTERM raises `RunCancelled` so the loop unwinds cleanly.
     """
 
-    def __init__(self, run_dir, kind: str, config: dict | None = None, handle_sigterm: bool = True, **fields):
+    def __init__(self, run_dir, kind: str, config: dict | None = None, handle_sigterm: bool = True, trackers=None,
+                 **fields):
         self.dir = Path(run_dir)
         self.kind, self.config, self.fields = kind, config, fields
+        self.trackers = trackers  # engine.trackers.Trackers: each record logged goes there too (never raises)
         self.lock = RunLock(self.dir)
         self.handle_sigterm = handle_sigterm
         self._old_handler = None
@@ -407,10 +409,15 @@ class Run:
             else:
                 set_status(self.dir, FAILED.name, error=f"{exc_type.__name__}: {exc}")
         finally:
+            if self.trackers is not None:
+                self.trackers.close(FINISHED.name if exc_type is None else CANCELLED.name
+                                    if issubclass(exc_type, KeyboardInterrupt) else FAILED.name)
             self.lock.release()
 
     def log(self, record: dict) -> None:
         append_metrics(self.dir, record)
+        if self.trackers is not None:
+            self.trackers.log_metrics(record)
 
     def set(self, **fields) -> dict:
         return write_run_json(self.dir, **fields)

@@ -98,7 +98,8 @@ def _eval_argv(study: Study, variant: Variant, ev: Evaluation, model: str, seed:
     from engine.features import FeaturesConfig  # (torch: engine.ablations itself loads without it)
     from engine.finetune import FinetuneConfig
     fa = study.finetune_args(variant)
-    task = dict(model=model, task=ev.task, train=ev.train, dev=ev.dev, max_train=fa.max_train, seed=seed, out=out)
+    task = dict(model=model, task=ev.task, train=ev.train, dev=ev.dev, max_train=fa.max_train, seed=seed, out=out,
+                report_to=study.base.report_to)  # the study's trackers (ablate run --report-to), as its pre-training's
     if feats is not None:
         cfg = FeaturesConfig(**task, layers=cli.ints(feats.layers), combine=feats.combine, classifier=feats.classifier,
                              epochs=feature_epochs(study))

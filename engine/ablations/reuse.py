@@ -61,6 +61,7 @@ from engine.fileio import atomic_write_json
 from engine.records import EVAL_JSON, EVALUATION_VERSION, RUN_JSON, STUDY_JSON, read_json_or_empty
 from engine.runs import latest_checkpoint
 from engine.status import FINISHED
+from engine.trackers import TRACKER_FILES
 
 # `ablate run --no-reuse` and the Ablations page's "Reuse finished runs"
 REUSE_HELP = ("a pre-training that a finished run under the runs folder has already done with the same settings (another "
@@ -173,7 +174,7 @@ def adopt(src: Path, dst: Path, moves: dict = None) -> None:
     shutil.rmtree(tmp, ignore_errors=True)
     try:
         shutil.copytree(src, tmp, copy_function=_link_or_copy,
-                        ignore=shutil.ignore_patterns("run.lock", ".run.json.lock", "job.log", "*.tmp"))
+                        ignore=shutil.ignore_patterns("run.lock", ".run.json.lock", "job.log", "*.tmp", *TRACKER_FILES))
         for name in (RUN_JSON, EVAL_JSON):  # e.g. "tokenizer": the run's own tokenizer folder; "model_path"
             if not (tmp / name).is_file():
                 continue
@@ -276,9 +277,10 @@ def evaluation_key(job: dict, study_dir: Path, runs, model=origin):
     argv = list(job.get("argv") or [])
     if any(f in argv for f in DATA_FLAGS):
         return None
-    if "--out" in argv:
-        i = argv.index("--out")
-        del argv[i:i + 2]
+    for flag in ("--out", "--report-to"):  # where it is written and which trackers watch it: not what it computes
+        if flag in argv:
+            i = argv.index(flag)
+            del argv[i:i + 2]
     key = []
     for a in argv:
         if isinstance(a, str) and a.startswith(("/", ".")):

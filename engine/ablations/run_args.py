@@ -9,6 +9,7 @@ from engine.ablations.planner import plan
 from engine.ablations.reuse import REUSE_HELP
 from engine.ablations.study import Study, with_steps
 from engine.errors import EngineError
+from engine.trackers import HELP as TRACKERS_HELP, check_trackers, report_to
 
 
 def parse_tasks(arg: str) -> tuple:
@@ -51,6 +52,8 @@ def add_run_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
     p.add_argument("--parallel", type=int, default=1, help=PARALLEL_HELP)
     p.add_argument("--no-reuse", action="store_true", help="turn reuse off; by default " + REUSE_HELP)
     p.add_argument("--dry-run", action="store_true", help="print the job command lines and stop")
+    p.add_argument("--report-to", type=report_to, default=None, help=TRACKERS_HELP + "; every job of the study reports "
+                   "there (MLflow: one experiment named after the study folder, a run per job tagged with its variant and seed)")
     return p
 
 
@@ -72,5 +75,8 @@ def study_of_run(a) -> Study:
     if a.budget_minutes is not None and budget != "time":
         raise EngineError("--budget-minutes goes with --budget time; drop it or add --budget time")
     study = replace(study, budget=budget, budget_minutes=a.budget_minutes)
+    if getattr(a, "report_to", None):  # the jobs' trackers travel in the base settings (planner: every job's --report-to)
+        check_trackers(a.report_to)
+        study = replace(study, base=replace(study.base, report_to=a.report_to))
     plan(study, "/")  # a budget the study cannot take is one line before anything is written
     return study

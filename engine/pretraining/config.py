@@ -9,6 +9,7 @@ from engine.config import PRESETS, BertConfig, check_numbers, steps_or_fraction
 from engine.cli import setting
 from engine.errors import EngineError
 from engine.objectives import MLM_NSP, OBJECTIVES, objective
+from engine.trackers import HELP as TRACKERS_HELP, check_trackers, report_to
 
 
 def ratios(text: str) -> tuple:
@@ -200,6 +201,7 @@ class PretrainConfig:
     prefetch: int = setting(4, "micro-batches assembled, masked (and pinned on CUDA) ahead in a background thread, "
                             "off the training step's path; 0 = in the loop (the same batches either way)", group="run")
     quiet: bool = setting(False, "no progress bar", group="run")
+    report_to: Optional[str] = setting(None, TRACKERS_HELP, parse=report_to, group="run")  # engine/trackers.py
 
     def heads_first_steps(self) -> int:
         """How many first steps train only the heads on the frozen encoder (`heads_first`: steps, or a fraction of
@@ -239,7 +241,8 @@ CLASSROOM_RECIPE = {k: getattr(PretrainConfig, k) for k in ("steps", "batch_size
 # settings that may differ between the first start and a resume without changing what is trained
 # (packing is exact: the same losses and gradients within rounding)
 RUNTIME_FIELDS = {"out", "name", "resume", "stop_after", "quiet", "device", "precision", "num_threads", "compile", "prefetch",
-                  "packing", "cache_dir", "log_every", "eval_every", "save_every", "keep", "steps", "max_minutes"}
+                  "packing", "cache_dir", "log_every", "eval_every", "save_every", "keep", "steps", "max_minutes",
+                  "report_to"}
 
 
 def config_dict(cfg: PretrainConfig) -> dict:
@@ -307,6 +310,7 @@ def validate(cfg: PretrainConfig) -> None:
     if cfg.tokenizer is None and cfg.vocab_size < 100:
         raise EngineError(f"--vocab-size {cfg.vocab_size} is too small; use at least a few hundred (the classroom uses 8000)")
     check_device(cfg.device)
+    check_trackers(cfg.report_to)  # a name that is no tracker, or one not installed: the pip command
     if cfg.stop_after is not None and cfg.stop_after < 1:
         raise EngineError(f"--stop-after {cfg.stop_after} must be at least 1")
     if cfg.max_minutes is not None and not cfg.max_minutes > 0:

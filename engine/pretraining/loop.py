@@ -38,6 +38,7 @@ from engine.pretraining.run_folder import StopFlag, checkpoint, last_eval, load_
 from engine.pretraining.masking import EVAL_MASK_SEED, IGNORE_INDEX, PAPER_RATE, PAPER_RATIOS, fixed_eval_masking, held_out_sample, mask_batch
 from engine.pretraining.step_inputs import add_prediction_slots, max_predictions, pack_batch
 from engine.status import RUNNING
+from engine.trackers import open_trackers
 from engine.tokenizer import Tokenizer
 
 
@@ -371,8 +372,9 @@ class Loop:
     phase, data position, tokens, elapsed: saved in checkpoints) and the open metrics window."""
 
     def __init__(self, cfg: PretrainConfig, dist: Dist, device, run_dir: Path, tok, caches: list, micro: int,
-                 raw_model, model, optimizer, state: dict, window: torch.Tensor, precision: str):
+                 raw_model, model, optimizer, state: dict, window: torch.Tensor, precision: str, trackers=None):
         self.cfg, self.dist, self.device, self.run_dir, self.tok = cfg, dist, device, run_dir, tok
+        self.trackers = trackers  # engine.trackers.Trackers (--report-to) on rank 0: each record goes there too
         self.caches, self.micro = caches, micro
         self.raw_model, self.model, self.optimizer = raw_model, model, optimizer
         self.state, self.window, self.precision = state, window, precision
@@ -524,7 +526,7 @@ class Loop:
         self.window_time, self.tokens_window_start = 0.0, state["tokens"]
         self.last_train = rec
         if self.dist.main:
-            runs.append_metrics(self.run_dir, rec)
+            self._record(rec)
             if self.pbar is not None:
                 key = f"{self.obj.token}_loss"
                 self.pbar.set_postfix(loss=f"{rec['loss']:.3f}", **{key: f"{rec[key]:.3f}"})
@@ -560,8 +562,14 @@ class Loop:
             self.last_eval = {"step": self.step, "split": "eval",
                               **evaluate(self.raw_model, self.eval_batches, self.obj, self.device, self.amp_ctx),
                               "eval_seq_len": int(self.cache.config["seq_len"]), "tokens": self.state["tokens"]}
-            runs.append_metrics(self.run_dir, self.last_eval)
+            self._record(self.last_eval)
         self.dist.barrier()
+
+    def _record(self, rec: dict) -> None:
+        """Append a record to metrics.jsonl (rank 0) and hand it to the trackers (--report-to; they never raise)."""
+        runs.append_metrics(self.run_dir, rec)
+        if self.trackers is not None:
+            self.trackers.log_metrics(rec)
 
 
 # ================================================================ one process's training
@@ -593,7 +601,9 @@ def train(cfg: PretrainConfig, dist: Dist, device, run_dir: Path, ckpt, tok: Tok
             window += blob["metrics_window"].to(device)
     model = wrap_model(raw_model, cfg, dist, device)
     precision = resolve_precision(cfg.precision, device)
-    loop = Loop(cfg, dist, device, run_dir, tok, caches, micro, raw_model, model, optimizer, state, window, precision)
+    trackers = open_trackers(cfg.report_to if dist.main else None, run_dir, config_dict(cfg), {"kind": "pretrain"})
+    loop = Loop(cfg, dist, device, run_dir, tok, caches, micro, raw_model, model, optimizer, state, window, precision,
+                trackers)
     if dist.main:
         before = runs.read_run_json(run_dir).get("training_version") if ckpt else TRAINING_VERSION
         runs.start_run(run_dir, "pretrain", config=config_dict(cfg), total_steps=int(cfg.steps),
@@ -625,6 +635,7 @@ def train(cfg: PretrainConfig, dist: Dist, device, run_dir: Path, ckpt, tok: Tok
         raise
     finally:
         stop.restore()
+        trackers.close(status if status != RUNNING.name else "failed")
         if dist.main and status != RUNNING.name:
             try:
                 runs.set_status(run_dir, status, error=error)

@@ -2,7 +2,8 @@
 and stop signals.
 
 - `preflight` refuses, before any work, what would overwrite or collide (a live run, a finished folder without
-  `--resume`, a resume with other settings).
+  `--resume`, a resume with other settings); `elastic_restart` makes a restart under `torchrun --max-restarts` a
+  resume of the run it restarts.
 - `save_checkpoint` writes `checkpoints/step-N/`: Hugging Face layout (config.json, model.safetensors,
   vocab.txt) + training_state.json (step, phase, data position, tokens, elapsed) + training_state.pt
   (optimizer, scheduler, RNG states, the open metrics window), into a temporary folder published with a
@@ -15,6 +16,7 @@ import shutil
 import signal
 import sys
 import threading
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -22,7 +24,7 @@ import torch
 
 from engine import runs
 from engine.checkpoint import save as save_checkpoint_weights
-from engine.distributed import Dist, all_reduce_
+from engine.distributed import Dist, all_reduce_, restart_count
 from engine.errors import EngineError
 from engine.fileio import atomic_save_with
 from engine.optim import schedule
@@ -88,6 +90,24 @@ def preflight(cfg: PretrainConfig, run_dir: Path):
             raise EngineError(f"the run was started with {k}={v!r} but this resume asks for {mine[k]!r}; --resume continues with the run's own settings, drop that flag or use another --out")
     ck = loadable_checkpoint(run_dir)
     return ck, ck is None
+
+
+def elastic_restart(cfg: PretrainConfig, run_dir: Path) -> PretrainConfig:
+    """`cfg` as a restart under `torchrun --max-restarts` runs it: torchrun starts the same command again
+    (engine.distributed.restart_count > 0), so when the run folder holds the pre-training this command started (its
+    run.json, with these settings) the restart continues it from its last complete checkpoint, as `--resume` does
+    (`preflight`: from step 0 when it died before its first one). The first attempt, and a restart of a run that
+    wrote no run.json yet, start as the command says."""
+    if cfg.resume or restart_count() == 0:
+        return cfg
+    info = runs.read_run_json(run_dir) if (run_dir / runs.RUN_JSON).is_file() else {}
+    saved = info.get("config") if info.get("kind") == "pretrain" else None
+    mine = config_dict(cfg)
+    if not isinstance(saved, dict) or any(saved.get(k) != v for k, v in mine.items() if k in saved and k not in RUNTIME_FIELDS):
+        return cfg  # not this command's run: refused as any start into a folder that holds a run
+    print(f"elastic restart {restart_count()} (torchrun): continuing {run_dir} from its last complete checkpoint",
+          file=sys.stderr, flush=True)
+    return replace(cfg, resume=True)
 
 
 def loadable_checkpoint(run_dir: Path):
