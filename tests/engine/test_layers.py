@@ -25,10 +25,10 @@ def planted(n: int, layers: int, hidden: int, classes: int, at: int, seed: int):
 
 
 def test_a_probe_finds_the_layer_its_answer_is_planted_in():
-    tr, ytr = planted(600, 5, 16, 3, at=3, seed=0)
-    dv, ydv = planted(300, 5, 16, 3, at=3, seed=1)
+    tr, ytr = planted(512, 5, 16, 3, at=3, seed=0)
+    dv, ydv = planted(256, 5, 16, 3, at=3, seed=1)
     for probe in ("linear", "mlp"):
-        rows = layer_scores(tr, ytr, dv, ydv, 3, ProbeSettings(probe=probe, epochs=15, lr=1e-2, hidden=32))
+        rows = layer_scores(tr, ytr, dv, ydv, 3, ProbeSettings(probe=probe, epochs=8, lr=2e-2, hidden=32, batch_size=128))
         acc = [r["accuracy"] for r in rows]
         assert int(np.argmax(acc)) == 3 and acc[3] > 0.9, (probe, acc)
         assert max(acc[:3] + acc[4:]) < 0.5, (probe, acc)  # chance is 1/3
