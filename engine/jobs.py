@@ -6,7 +6,9 @@ A job is an engine command as an argv list, e.g. `["pretrain", "--corpus", "bbc"
 so several studio sessions can share one queue). Job record fields:
 id, name, argv, status (queued|running|finished|failed|cancelled), pid, pgid, proc_start, child_pid, child_start,
 created, started, ended,
-returncode, error (the last `error: ...` line of the log, else its last non-empty line), log, run_dir.
+returncode, error (the last `error: ...` line of the log, else its last non-empty line), log, run_dir, depends_on (the ids
+of the jobs it waits for: it starts only once each has finished; one that failed or was cancelled stops it unrun, with
+one line naming that job and `resume_hint`, how to run it again). Queue files without the last two still load.
 Each record read from the file is checked against one schema (`JobRecord.from_dict`); a damaged record (not an
 object, no status or name, an id that is not a safe file name, a run folder that is not a path inside the runs
 folder) is set aside into `queue.json.bad-<time>` with one warning line, and the good jobs go on.
@@ -56,7 +58,7 @@ import subprocess
 import sys
 import time
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from engine.commands import COMMANDS as _COMMANDS
@@ -171,7 +173,8 @@ def _log_lines(text: str) -> list[str]:
 JOB_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")  # a job's id names its log file: a safe file name
 _POSITIVE = ("pid", "pgid", "child_pid")  # process ids: never 0 or negative (killpg(0) is our own group)
 _INTS = ("proc_start", "child_start", "returncode", "log_offset")
-_TEXTS = ("created", "started", "ended", "error")
+_TEXTS = ("created", "started", "ended", "error", "resume_hint")
+MAX_DEPENDENCIES = 10_000  # a study's job waits for one or two pre-trainings; a longer list is a damaged record
 
 
 class BadRecord(ValueError):
@@ -221,6 +224,8 @@ class JobRecord:
     log_offset: int | None = None
     run_dir: str | None = None
     cancel_requested: bool = False
+    depends_on: list = field(default_factory=list)  # ids of earlier jobs that must finish before this one starts
+    resume_hint: str | None = None  # how to run it again when one of those stopped (the end of its one-line error)
 
     @classmethod
     def from_dict(cls, raw, root: Path) -> "JobRecord":
@@ -251,13 +256,32 @@ class JobRecord:
             problem = run_dir_problem(run_dir, root)
             if problem:
                 raise BadRecord(f"job {jid}'s run folder {_short(run_dir)} {problem}")
-        fields = {k: raw.get(k) for k in cls.__dataclass_fields__}
-        fields["cancel_requested"] = bool(raw.get("cancel_requested"))
-        return cls(**fields)
+        problem = dependencies_problem(raw.get("depends_on"), jid)
+        if problem:
+            raise BadRecord(f"job {jid}'s depends_on {_short(raw.get('depends_on'))} {problem}")
+        values = {k: raw.get(k) for k in cls.__dataclass_fields__}
+        values["cancel_requested"] = bool(raw.get("cancel_requested"))
+        values["depends_on"] = list(raw.get("depends_on") or [])  # (a queue file older than the field: none)
+        return cls(**values)
 
     def to_dict(self, log: Path) -> dict:
         """The record as the queue keeps it; `log` is the derived path (written for readers, ignored on read)."""
         return {**asdict(self), "log": str(log)}
+
+
+def dependencies_problem(ids, job_id=None) -> str | None:
+    """Why `ids` may not be a job's `depends_on` (None when it may): a list of job ids (safe file names), not the job's
+    own, at most MAX_DEPENDENCIES of them. None (a record written before the field) is no dependency."""
+    if ids is None:
+        return None
+    if not isinstance(ids, list) or len(ids) > MAX_DEPENDENCIES:
+        return f"is not a list of at most {MAX_DEPENDENCIES} job ids"
+    for i in ids:
+        if not isinstance(i, str) or not JOB_ID.fullmatch(i):
+            return f"holds {_short(i)}, not a job id of letters, digits, '.', '_' and '-'"
+        if i == job_id:
+            return "names the job itself"
+    return None
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -300,6 +324,21 @@ def _refuse_untrusted(path: Path, st: os.stat_result) -> None:
     if st.st_mode & 0o022:
         raise EngineError(f"refusing the job queue {path}: group or others may write it (mode {st.st_mode & 0o777:o}), "
                           f"and whoever writes it chooses what runs; run chmod go-w on it if you trust what it holds")
+
+
+def _not_run(job: dict, earlier: dict):
+    """(status, error) that stops the queued `job` because of a job it waits for (`earlier`: the jobs before it in the
+    queue, by id), or None while each is finished or may still finish."""
+    hint = job.get("resume_hint") or "retry that job, then retry this one"
+    for dep_id in job["depends_on"]:
+        dep = earlier.get(dep_id)
+        if dep is None:
+            return FAILED.name, (f"not run: the job it waits for, {dep_id}, is not an earlier job of the queue (removed, "
+                                 f"or the queue file was edited); {hint}")
+        if dep["status"] in (FAILED.name, CANCELLED.name):
+            was = "failed" if dep["status"] == FAILED.name else "was cancelled"
+            return dep["status"], f"not run: {dep['name']} {was}; {hint}"
+    return None
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -524,19 +563,25 @@ class Jobs:
         return study if study is not None else run_progress(job["run_dir"])["fraction"]
 
     # -- submitting ---------------------------------------------------------------------------------------
-    def submit(self, argv, name: str | None = None, run_dir=None) -> dict:
+    def submit(self, argv, name: str | None = None, run_dir=None, depends_on=(), resume_hint: str | None = None) -> dict:
         """Queue `python -m engine *argv` and start it if a slot is free. Returns the job record.
 
         `run_dir` (default: the value of `--out` in argv; a relative path is taken from the repo root, the
-        engine's working directory) is where job.log goes and progress is read from. One active job per run dir."""
+        engine's working directory) is where job.log goes and progress is read from. One active job per run dir.
+        `depends_on`: ids of jobs already in the queue that must finish before this one starts; when one of them fails
+        or is cancelled this job is not run, and its error line ends with `resume_hint` (how to run it again)."""
         engine_command(argv)  # EngineError unless it is an engine command
         argv = list(argv)
         if run_dir is None:
             run_dir = _flag_value(argv, "--out")
-        return self._add(argv=argv, name=name, run_dir=run_dir)
+        return self._add(argv=argv, name=name, run_dir=run_dir, depends_on=list(depends_on or ()), resume_hint=resume_hint)
 
-    def _add(self, argv, name, run_dir) -> dict:
+    def _add(self, argv, name, run_dir, depends_on=(), resume_hint=None) -> dict:
         engine_command(argv)
+        problem = dependencies_problem(list(depends_on))
+        if problem or (resume_hint is not None and not isinstance(resume_hint, str)):
+            raise EngineError(f"depends_on {_short(depends_on)} {problem or 'comes with a resume_hint that is not text'}; "
+                              "give the ids of jobs in the queue")
         job_id = f"{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(3)}"
         if run_dir is not None:
             run_dir = Path(run_dir)
@@ -546,13 +591,17 @@ class Jobs:
                 raise EngineError(f"run folder {run_dir} {problem}; give an output folder (--out) inside the runs folder "
                                   f"{self.root}, or start the studio with BERT_STUDIO_RUNS set to a folder that holds it")
         rec = JobRecord(id=job_id, name=str(name or (Path(run_dir).name if run_dir else argv[0])), status=QUEUED.name,
-                        argv=argv, created=now_iso(), run_dir=run_dir)
+                        argv=argv, created=now_iso(), run_dir=run_dir, depends_on=list(depends_on), resume_hint=resume_hint)
         job = rec.to_dict(self._log_path({"id": job_id, "run_dir": run_dir}))
         with self._transaction() as q:
             for other in q["jobs"]:
                 if run_dir is not None and other.get("run_dir") == run_dir and status_of(other["status"]).active:
                     raise EngineError(f"run folder {run_dir} already has job {other['id']} {other['status']}; "
                                f"wait for it or cancel it, or pick another output folder")
+            missing = [i for i in depends_on if self._find(q, i) is None]
+            if missing:
+                raise EngineError(f"job {missing[0]}, which this job would wait for, is not in the queue {self.queue_path}; "
+                                  "refresh the job list and queue it again")
             q["jobs"].append(job)
             self._reap(q)
             self._schedule(q)
@@ -566,15 +615,22 @@ class Jobs:
         if job["status"] not in TERMINAL:
             raise EngineError(f"job {job_id} is still {job['status']}; cancel it first, then retry")
         engine_command(job.get("argv"))  # a job the queue refused is refused again
-        return self._add(argv=retry_argv(job), name=job.get("name"), run_dir=job.get("run_dir"))
+        waits = [i for i in job.get("depends_on") or [] if status_of((self.get(i) or {}).get("status")).active]
+        return self._add(argv=retry_argv(job), name=job.get("name"), run_dir=job.get("run_dir"), depends_on=waits,
+                         resume_hint=job.get("resume_hint"))
 
     def remove(self, job_id: str) -> None:
-        """Forget a finished/failed/cancelled job (its log and run folder stay)."""
+        """Forget a finished/failed/cancelled job (its log and run folder stay). A job that waited for a finished one
+        no longer waits for it; one that waited for a failed or cancelled one has already been stopped."""
         with self._transaction() as q:
             job = self._find_or_fail(q, job_id)
             if job["status"] not in TERMINAL:
                 raise EngineError(f"job {job_id} is still {job['status']}; cancel it before removing it")
+            self._stop_dependants(q)
             q["jobs"].remove(job)
+            for other in q["jobs"]:
+                if job_id in other["depends_on"]:
+                    other["depends_on"] = [i for i in other["depends_on"] if i != job_id]
 
     # -- scheduling ---------------------------------------------------------------------------------------
     def refresh(self) -> list[dict]:
@@ -604,13 +660,32 @@ class Jobs:
                 _finalize_run_json(job.get("run_dir"), status, job["error"])
 
     def _schedule(self, q: dict) -> None:
+        """Start queued jobs into free slots, in order; a job waiting for another (`depends_on`) starts only once each
+        has finished, and is stopped unrun when one of them failed or was cancelled (`_stop_dependants`, first)."""
+        self._stop_dependants(q)
+        status = {j["id"]: j["status"] for j in q["jobs"]}
         running = sum(1 for j in q["jobs"] if j["status"] == RUNNING.name)
         for job in q["jobs"]:
             if running >= self.max_concurrent:
                 break
-            if job["status"] == QUEUED.name:
+            if job["status"] == QUEUED.name and all(status.get(i) == FINISHED.name for i in job["depends_on"]):
                 self._launch(job)
                 running += job["status"] == RUNNING.name
+
+    @staticmethod
+    def _stop_dependants(q: dict) -> None:
+        """Mark each queued job that waits for a failed or cancelled job failed or cancelled, with one line naming that
+        job and how to run it again (never started: it would read what that job left half done). A job it waits for
+        must be an earlier job of the queue (so no cycle waits forever); one that is not fails it. In queue order, so
+        a job stopped here stops those that wait for it in the same pass."""
+        earlier = {}
+        for job in q["jobs"]:
+            if job["status"] == QUEUED.name and job["depends_on"]:
+                why = _not_run(job, earlier)
+                if why is not None:
+                    job.update(status=why[0], ended=now_iso(), error=why[1])
+            earlier[job["id"]] = job
+
 
     def _launch(self, job: dict) -> None:
         """Start the detached runner for `job` (called with the queue lock held); a job whose argv may not run
@@ -669,6 +744,7 @@ class Jobs:
             job = self._find_or_fail(q, job_id)
             if job["status"] == QUEUED.name:
                 job.update(status=CANCELLED.name, ended=now_iso(), error="cancelled before it started")
+                self._stop_dependants(q)
                 return dict(job)
             if job["status"] != RUNNING.name:
                 return dict(job)
@@ -863,8 +939,8 @@ def main(argv=None) -> int:
 # ---------------------------------------------------------------------------------------------------------
 # module-level shortcuts on the default runs root ($BERT_STUDIO_RUNS or ./runs)
 
-def submit(argv, name=None, run_dir=None, root=None) -> dict:
-    return Jobs(root).submit(argv, name=name, run_dir=run_dir)
+def submit(argv, name=None, run_dir=None, root=None, depends_on=(), resume_hint=None) -> dict:
+    return Jobs(root).submit(argv, name=name, run_dir=run_dir, depends_on=depends_on, resume_hint=resume_hint)
 
 
 def list_jobs(root=None) -> list[dict]:

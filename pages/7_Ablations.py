@@ -1,6 +1,7 @@
 """Ablations: launch one of the paper's ablation studies (Tables 5-8, Figure 5) as queued jobs, and watch its
-dashboard fill in: the results table in the paper's layout (mean ± std over seeds x restarts), bar charts, the pre-training
-curves of all variants, and the paper's finding with whether it reproduced. CSV download."""
+dashboard fill in: the study's state in words with Cancel and Resume for all its jobs at once, the results table in
+the paper's layout (mean ± std over seeds x restarts) beside the table as we measured it (machine and date), bar
+charts, the pre-training curves of all variants, and the paper's finding with whether it reproduced. CSV download."""
 from dataclasses import replace
 
 import pandas as pd
@@ -8,9 +9,9 @@ import streamlit as st
 
 from engine import ablations as A
 from engine import paper_tables
-from engine.status import FAILED, FINISHED, RUNNING
+from engine.status import FAILED
 from studio import ablation_figures as F
-from studio import measured_tables
+from studio import measured_tables, study_controls
 from studio.common import chart_config, guard, runs_root
 
 st.title("Ablation studies")
@@ -26,15 +27,17 @@ def variants_frame(study: A.Study) -> pd.DataFrame:
                          for v in study.variants])
 
 
-def paper_numbers(study_name: str) -> None:
-    """The paper's own table for this study (engine.paper_tables), in an expander; nothing for a study it lacks."""
+def paper_numbers(study_name: str, measured: bool = True) -> None:
+    """The paper's own table for this study (engine.paper_tables), in an expander, with ours as measured unless
+    `measured` is False (the dashboard shows ours in the open); nothing for a study it lacks."""
     t = paper_tables.PAPER_TABLES.get(study_name)
     if t is None:
         return
     with st.expander(f"The paper's numbers: {t.title}"):
         st.dataframe(paper_tables.frame(study_name), hide_index=True, width="stretch")
         st.caption(t.note)
-        measured_tables.show(study_name)
+        if measured:
+            measured_tables.show(study_name)
 
 
 def base_frame(study: A.Study) -> pd.DataFrame:
@@ -228,19 +231,15 @@ with tab_results:
                 res = A.collect_results(study_dir)
             if res is None:
                 return
-            pr = res.progress
-            done = pr.get(FINISHED.name, 0)
-            st.progress(done / pr["total"] if pr["total"] else 0.0,
-                        text=f"{done}/{pr['total']} jobs finished" + (f", {pr[FAILED.name]} failed" if pr.get(FAILED.name) else "")
-                        + (f", {pr[RUNNING.name]} running" if pr.get(RUNNING.name) else "")
-                        + (f" ({pr['reused']} job(s) reused from finished runs)" if pr.get("reused") else ""))
+            study_controls.show(study_dir, res)  # the state in words, Cancel and Resume of the whole study
             st.subheader(res.study.title)
             left, right = st.columns([3, 2])
             with left:
-                st.markdown("**Results** (dev scores in %, mean ± std over the replicates: pre-training seeds x fine-tuning restarts, n = replicates finished)")
+                st.markdown("**Your study's results** (dev scores in %, mean ± std over the replicates: pre-training seeds x fine-tuning restarts, n = replicates finished)")
                 st.dataframe(res.table, width="stretch")
                 st.download_button("Download CSV", res.to_csv(), file_name=f"{pick}.csv", mime="text/csv", key="abl_csv")
-                paper_numbers(res.study.name)
+                measured_tables.show(res.study.name)  # ours as measured, always beside the user's, finished or not
+                paper_numbers(res.study.name, measured=False)
             with right:
                 st.markdown("**The paper's finding**")
                 st.info(res.finding)
@@ -281,6 +280,6 @@ with tab_results:
                 failed = [j for j in res.jobs if j["state"] == FAILED.name]
                 if failed:
                     st.error(f"{len(failed)} job(s) failed; the first: {failed[0]['key']}: {failed[0]['error']}. "
-                             "Retry them from the Jobs page.")
+                             "Fix the cause, then Resume the study above.")
 
         dashboard()

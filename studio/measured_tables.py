@@ -1,13 +1,14 @@
 """A classroom study's results as we measured them (engine/measured.py), as tables a page shows beside the
-paper's numbers before the user's own study exists (the Start page's paper tables, the Ablations page): `show`."""
+paper's numbers (the Start page's paper tables) and beside the user's own study of that table, finished or not (the
+Ablations page), labelled with the machine and the date: `show`."""
 import pandas as pd
 
 from engine import measured
 
 
 def measured_frames(study_key: str):
-    """(results table or None, findings table, caption) of a classroom study as measured, or None for a study the
-    table has no findings of."""
+    """(results table or None, findings table, caption, where: '<machine>, <date>') of a classroom study as measured,
+    or None for a study the table has no findings of."""
     m = measured.study(study_key)
     if m is None or not m.findings:
         return None
@@ -17,8 +18,8 @@ def measured_frames(study_key: str):
     starts = f"{m.seeds} pre-training start{'s' if m.seeds != 1 else ''}"
     caption = (f"Measured at classroom scale on {m.minutes.where}: {starts}, dev scores in % "
                f"(`{m.results_command or m.minutes.command}`; one start takes {m.minutes.text()}). "
-               "Your own study replaces this once it exists.")
-    return table, findings, caption
+               "Your own study of this table is shown beside it on the Ablations page, never in its place.")
+    return table, findings, caption, m.minutes.where
 
 
 def show(study_key: str) -> bool:
@@ -28,8 +29,8 @@ def show(study_key: str) -> bool:
     ours = measured_frames(study_key)
     if ours is None:
         return False
-    table, findings, caption = ours
-    st.markdown("**At classroom scale, as we measured it**")
+    table, findings, caption, where = ours
+    st.markdown(f"**At classroom scale, as we measured it** ({where})")
     if table is not None:
         st.table(table)
     st.table(findings.set_index("finding of the paper"))

@@ -16,13 +16,15 @@ One module per job, read in this order:
 - folders.py  study folders and study.json (`study_from_dict`)
 - reuse.py    a pre-training another run has already done (or a fine-tuning another study has), taken over instead of run again (`take_over`)
 - runner.py   launching (queue or foreground) and each job's state (`launch`, `run_foreground`, `job_states`)
+- control.py  a study as one: its state in words, Cancel and Resume (`study_state`, `cancel_study`, `resume_study`)
 - results.py  reading results back: tables, curves, checks (`collect_results`)
 - lessons.py  classroom studies with the settings a class runs them with, what each showed and cost (`LESSONS`)
 - timing.py   how long a classroom study takes on this machine (`speed_check`, `estimate`)
 - run_args.py `ablate run`'s arguments and the study they make (`study_of_run`; a lesson builds its study here too)
-- cli.py      `python -m engine ablate run|lesson|show|resume|list|estimate`
+- cli.py      `python -m engine ablate run|lesson|show|resume|cancel|list|estimate`
 """
 from engine.ablations.cli import main
+from engine.ablations.control import cancel_study, find_study, is_active, queued_jobs, resume_study, study_state
 from engine.ablations.folders import (STUDY_JSON, list_studies, new_study_dir, read_study, studies_root, study_from_dict,
                                       update_job, write_study)
 from engine.ablations.lessons import LESSONS, Lesson, describe_lesson, get_lesson

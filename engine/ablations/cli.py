@@ -1,9 +1,10 @@
-"""`python -m engine ablate run|lesson|show|resume|job|list|estimate`: plan and launch a study, print its table and the paper's finding."""
+"""`python -m engine ablate run|lesson|show|resume|cancel|job|list|estimate`: plan and launch a study, print its table and the paper's finding."""
 import argparse
 import json
 import sys
 from dataclasses import asdict, replace
 
+from engine.ablations.control import cancel_study, find_study, resume_study
 from engine.ablations.folders import list_studies, read_study, studies_root, study_dir_name
 from engine.ablations.lessons import LESSONS, describe_lesson, get_lesson
 from engine.ablations.run_args import add_run_arguments, study_of_run
@@ -35,9 +36,16 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--csv", default=None, help="also write the results (mean, std, n per variant and task) to this CSV file")
     s.add_argument("--json", action="store_true", help="print one JSON object: the table, progress and each finding's "
                    "verdict (reproduced | not reproduced | inconclusive) with the compared numbers and their 95%% interval")
-    c = sub.add_parser("resume", help="run a study's unfinished jobs here (foreground)")
-    c.add_argument("study_dir")
-    c.add_argument("--parallel", type=int, default=1, help=PARALLEL_HELP)
+    c = sub.add_parser("resume", help="continue a study: one queued one job at a time has its unfinished jobs queued "
+                       "again, each after the pre-training it reads; any other (or with --foreground) runs them here")
+    c.add_argument("study_dir", help="the study's folder, or its name under the runs folder")
+    c.add_argument("--parallel", type=int, default=1, help=PARALLEL_HELP + " (runs them here)")
+    c.add_argument("--foreground", action="store_true", help="run the unfinished jobs here, one after another")
+    c.add_argument("--runs-root", default=None, help="runs folder a study's name is looked up in (default $BERT_STUDIO_RUNS or ./runs)")
+    x = sub.add_parser("cancel", help="cancel every queued or running job of a study (a running pre-training saves "
+                       "its checkpoint first); `ablate resume` continues it")
+    x.add_argument("study_dir", help="the study's folder, or its name under the runs folder")
+    x.add_argument("--runs-root", default=None, help="runs folder a study's name is looked up in (default $BERT_STUDIO_RUNS or ./runs)")
     j = sub.add_parser("job", help="run one job of a study (what the job queue runs for a queued study's pre-training): "
                        "take over a finished pre-training with the same settings when the study allows it, else run "
                        "the job's command")
@@ -104,7 +112,14 @@ def main(argv: list) -> int:
             _print_results(collect_results(d))
         print(f"study folder: {d}")
         return _failed_jobs(d) if a.foreground else 0
+    if a.cmd == "cancel":
+        cancel_study(find_study(a.study_dir, a.runs_root))
+        return 0
     if a.cmd == "resume":
+        a.study_dir = find_study(a.study_dir, a.runs_root)
+        if read_study(a.study_dir).get("mode") == "queue" and not a.foreground and a.parallel == 1:
+            resume_study(a.study_dir)
+            return 0
         counts = run_foreground(a.study_dir, parallel=a.parallel)
         print(json.dumps(counts))
         _print_results(collect_results(a.study_dir))

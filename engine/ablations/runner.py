@@ -44,7 +44,7 @@ def launch(study: Study, runs_root=None, name: str = None, foreground: bool = Fa
     study_dir = new_study_dir(study, root, name)
     jobs = plan(study, study_dir)
     mode = "foreground" if foreground else "queue" if parallel <= 1 else "parallel"
-    write_study(study_dir, study, jobs, mode=mode, runs_root=str(root), reuse=reuse)
+    write_study(study_dir, study, jobs, mode=mode, runs_root=str(root), reuse=reuse, parallel=parallel)
     if foreground:
         run_foreground(study_dir, log=log, parallel=parallel)
         return study_dir
@@ -57,19 +57,39 @@ def launch(study: Study, runs_root=None, name: str = None, foreground: bool = Fa
         return study_dir
     data = read_study(study_dir)
     taken = {j["key"] for j in data["jobs"] if _take_over(study_dir, j, data, log)}
-    ids = {}
-    for j in (j for j in jobs if j.key not in taken):
-        argv = ["ablate", "job", str(study_dir.absolute()), j.key] if reuse and j.kind == "pretrain" else j.argv
-        rec = queue.submit(argv, name=f"{study_dir.name}: {j.key}", run_dir=str(study_dir / j.out), root=root)
-        ids[j.key] = rec["id"]
-    data = read_study(study_dir)
-    for j in data["jobs"]:
-        j["job_id"] = ids.get(j["key"])
-    atomic_write_json(study_dir / STUDY_JSON, data)
+    ids = queue_jobs(study_dir, [j.key for j in jobs if j.key not in taken])
     log(f"queued {len(ids)} jobs for study {study_dir.name}" + (f" ({len(taken)} job(s) reused from finished runs)" if taken else "")
         + "; follow them on the Jobs page or with "
         f"`python -m engine ablate show {study_dir}`")
     return study_dir
+
+
+def resume_hint(study_dir) -> str:
+    """How a study stopped part way runs on: the end of the one line a job not run because of another says."""
+    return (f"resume the study with `python -m engine ablate resume {Path(study_dir).absolute()}` (or its Resume button "
+            "on the Ablations page)")
+
+
+def queue_jobs(study_dir, keys: list, waiting: dict = None) -> dict:
+    """Queue the study's jobs `keys` (in study.json's order), each as `ablate job STUDY_DIR KEY` (`run_job`: it takes
+    over a finished twin when the study allows, refuses while the pre-training it reads is not finished, else becomes
+    the job's command), each waiting in the queue for the jobs whose pre-training it reads (`depends_on`): queued here
+    or already queued, `waiting` ({key: queue id}). Records the ids in study.json; returns {key: queue id}."""
+    study_dir = Path(study_dir)
+    data = read_study(study_dir)
+    needs = _dependencies(study_dir, data["jobs"])
+    ids, known = {}, dict(waiting or {})
+    wanted = set(keys)
+    for j in (j for j in data["jobs"] if j["key"] in wanted):
+        rec = queue.submit(["ablate", "job", str(study_dir.absolute()), j["key"]], name=f"{study_dir.name}: {j['key']}",
+                           run_dir=str(study_dir / j["out"]), root=Path(data.get("runs_root") or studies_root().parent),
+                           depends_on=[known[k] for k in needs[j["key"]] if k in known], resume_hint=resume_hint(study_dir))
+        ids[j["key"]] = known[j["key"]] = rec["id"]
+    data = read_study(study_dir)
+    for j in data["jobs"]:
+        j["job_id"] = ids[j["key"]] if j["key"] in ids else j.get("job_id")
+    atomic_write_json(study_dir / STUDY_JSON, data)
+    return ids
 
 
 STUDY_LOCK = "study.lock"  # held (fcntl.flock) by the one process running a study's jobs here: `hold_study`
@@ -87,6 +107,25 @@ def run_foreground(study_dir, log=_print, parallel: int = 1) -> dict:
     read_study(study_dir)  # not a study folder, or a damaged one: one line before any lock file is made
     with hold_study(study_dir):
         return _run_jobs(study_dir, log, parallel)
+
+
+def study_runner(study_dir):
+    """Who runs the study's jobs here now (the text `hold_study` wrote: process, host, since when), or None when no
+    process holds its lock."""
+    path = Path(study_dir) / STUDY_LOCK
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except OSError:
+        return os.pread(fd, 500, 0).decode(errors="replace").strip() or "another process"
+    else:
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        return None
+    finally:
+        os.close(fd)
 
 
 @contextmanager
@@ -140,20 +179,20 @@ def _run_jobs(study_dir: Path, log, parallel: int) -> dict:
                     break
                 waiting = [k for k in needs[j["key"]] if k not in done]
                 failed = [k for k in needs[j["key"]] if done.get(k) == FAILED.name]
-                if failed:
+                if failed or not waiting:
                     todo.remove(j)
-                    err = f"not run: {failed[0]} failed (fix it, then `python -m engine ablate resume {study_dir}`)"
-                    update_job(study_dir, j["key"], status=FAILED.name, rc=None, seconds=0, error=err)
-                    done[j["key"]] = FAILED.name
-                    counts[FAILED.name] += 1
-                    log(f"    {j['key']}: {err}")
-                elif not waiting:
-                    todo.remove(j)
-                    if _take_over(study_dir, j, data, log):
+                    problem = (f"not run: {failed[0]} failed (fix it, then `python -m engine ablate resume {study_dir}`)"
+                               if failed else unfinished_pretraining(study_dir, j, data["jobs"], missing_ok=True))
+                    if problem:  # (its pre-training's own run folder is checked too, just before it would start)
+                        update_job(study_dir, j["key"], status=FAILED.name, rc=None, seconds=0, error=problem)
+                        done[j["key"]] = FAILED.name
+                        counts[FAILED.name] += 1
+                        log(f"    {j['key']}: {problem}")
+                    elif _take_over(study_dir, j, data, log):
                         done[j["key"]] = FINISHED.name
                         counts["reused"] += 1
-                        continue
-                    running[j["key"]] = _start_job(study_dir, j, env, log)
+                    else:
+                        running[j["key"]] = _start_job(study_dir, j, env, log)
             if todo and not running:  # every job left waits on another that waits: a study the planner cannot make
                 raise EngineError(f"{todo[0]['key']} waits on {needs[todo[0]['key']]}, which never start; "
                                   "re-create the study with `python -m engine ablate run`")
@@ -190,6 +229,9 @@ def run_job(study_dir, key: str, log=_print) -> int:
     job = next((j for j in data["jobs"] if j["key"] == key), None)
     if job is None:
         raise EngineError(f"study {study_dir} has no job {key!r}; its study.json lists the jobs it has (their \"key\")")
+    problem = unfinished_pretraining(study_dir, job, data["jobs"])
+    if problem:  # never fed a checkpoint its pre-training left half done (a cancel, a failure, a Retry too early)
+        raise EngineError(problem)
     if _take_over(study_dir, job, data, log):
         return 0
     cmd = job_command(study_dir, job)
@@ -236,6 +278,24 @@ def _dependencies(study_dir: Path, jobs: list) -> dict:
     """{job key: [keys of the pre-training jobs whose run folder (or a checkpoint in it) its command line reads]}."""
     runs = {j["key"]: study_dir / j["out"] for j in jobs if j["kind"] == "pretrain"}
     return {j["key"]: [k for k, run in runs.items() if k != j["key"] and paths_read(j["argv"], run)] for j in jobs}
+
+
+def unfinished_pretraining(study_dir, job: dict, jobs: list, missing_ok: bool = False):
+    """One line when a pre-training of the study that `job` reads (its command line names that run or a checkpoint in
+    it: `_dependencies`) has not finished, as its own run folder says: the job must not start on what it left; else
+    None. `missing_ok`: a run folder that says nothing of its own (no run.json status) passes (the foreground runner,
+    which saw that process exit 0); one that says cancelled, failed or running never does."""
+    study_dir = Path(study_dir)
+    by_key = {j["key"]: j for j in jobs}
+    for k in _dependencies(study_dir, jobs)[job["key"]]:
+        out = study_dir / by_key[k]["out"]
+        state = _from_run(by_key[k], out)[0]
+        if state != FINISHED.name and not (missing_ok and state is None):
+            ck = latest_checkpoint(out)
+            return (f"not run: {job['key']} reads the pre-training {k}, which has not finished ("
+                    + (f"{state}" if state else "not started") + (f", its last checkpoint {ck.name}" if ck else "")
+                    + f"); {'wait for it' if status_of(state).active else resume_hint(study_dir)}")
+    return None
 
 
 def _job_env(parallel: int) -> dict:

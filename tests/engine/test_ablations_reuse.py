@@ -157,7 +157,7 @@ def test_a_queued_study_takes_over_what_is_finished_when_it_is_queued(tmp_path, 
     queued, study.json says finished and where from; the fine-tunes of it are queued."""
     import engine.jobs as Q
     calls = []
-    monkeypatch.setattr(Q, "submit", lambda argv, name=None, run_dir=None, root=None: calls.append(argv) or {"id": f"q{len(calls)}"})
+    monkeypatch.setattr(Q, "submit", lambda argv, name=None, run_dir=None, root=None, **kw: calls.append(argv) or {"id": f"q{len(calls)}"})
     monkeypatch.setattr(Q, "list_jobs", lambda root=None: [])
     monkeypatch.setattr(reuse, "_fingerprint", lambda key: FINGERPRINT)
     t5 = A.get_study("pretraining-tasks", scale="classroom", evaluations=(A.BBC,))
@@ -169,16 +169,15 @@ def test_a_queued_study_takes_over_what_is_finished_when_it_is_queued(tmp_path, 
     assert job["reused_from"] == str(src) and job["job_id"] is None
     assert len(calls) == len(data["jobs"]) - 1 and bert.argv not in calls
     assert {s["key"]: s["state"] for s in A.job_states(d)}[bert.key] == "finished"
-    others = [j["key"] for j in data["jobs"] if j["kind"] == "pretrain" and j["key"] != bert.key]
-    assert [c for c in calls if c[0] == "ablate"] == [["ablate", "job", str(d.absolute()), k] for k in others]
-    assert all(c[0] == "finetune" for c in calls if c[0] != "ablate")  # a fine-tune is queued as its own command
+    others = [j["key"] for j in data["jobs"] if j["key"] != bert.key]
+    assert calls == [["ablate", "job", str(d.absolute()), k] for k in others]  # each job checks again when it starts
 
 
 def queued_table5(tmp_path, monkeypatch, reuse_on=True):
     """Table 5 queued one job at a time (the queue itself replaced by a list) with nothing to take over at launch."""
     import engine.jobs as Q
     calls = []
-    monkeypatch.setattr(Q, "submit", lambda argv, name=None, run_dir=None, root=None: calls.append(argv) or {"id": f"q{len(calls)}"})
+    monkeypatch.setattr(Q, "submit", lambda argv, name=None, run_dir=None, root=None, **kw: calls.append(argv) or {"id": f"q{len(calls)}"})
     monkeypatch.setattr(reuse, "_fingerprint", lambda key: FINGERPRINT)
     t5 = A.get_study("pretraining-tasks", scale="classroom", evaluations=(A.BBC,))
     d = A.launch(t5, runs_root=tmp_path, log=lambda *a: None, reuse=reuse_on)
@@ -218,8 +217,7 @@ def test_a_queued_pretraining_with_nothing_to_take_over_becomes_its_command(tmp_
     root, with --resume where its run has begun; nothing is copied."""
     from engine.ablations import runner
     d, bert, calls = queued_table5(tmp_path, monkeypatch, reuse_on=case != "reuse off")
-    if case == "reuse off":
-        assert bert["argv"] in calls  # with reuse off the plain command is queued; `ablate job` still runs it
+    assert ["ablate", "job", str(d.absolute()), bert["key"]] in calls  # with reuse off too: it checks its model
     if case != "nothing finished":
         finished_run(tmp_path / "classroom-bert", bert["argv"], checkpoints=(375, 3000))
     out = d / bert["out"]

@@ -162,13 +162,13 @@ def test_a_new_training_in_a_deleted_studys_folder_is_another_model(tmp_path, in
 
 # --------------------------------------------------------------------------------------------- status from the truth
 def test_a_studys_status_is_its_jobs_own_records(tmp_path, in_process_jobs, monkeypatch, capsys):
-    """A queued study whose queue jobs were cancelled, then finished by `ablate resume`: `ablate show --json` says
+    """A queued study whose queue jobs were cancelled, then finished by `ablate resume --foreground`: `ablate show --json` says
     every job finished (its run folder has the result), not cancelled beside a full table. With the run folders
     deleted, a foreground study says none finished (over its empty table), where study.json still says finished;
     `ablate resume` runs them again."""
     import engine.jobs as Q
     submitted = []
-    monkeypatch.setattr(Q, "submit", lambda argv, name=None, run_dir=None, root=None:
+    monkeypatch.setattr(Q, "submit", lambda argv, name=None, run_dir=None, root=None, **kw:
                         submitted.append(run_dir) or {"id": f"q{len(submitted)}"})
     monkeypatch.setattr(Q, "list_jobs", lambda root=None: [
         {"id": f"q{i + 1}", "status": "cancelled", "run_dir": r, "error": "cancelled by the user"}
@@ -176,7 +176,7 @@ def test_a_studys_status_is_its_jobs_own_records(tmp_path, in_process_jobs, monk
     d = A.launch(small_study(4), runs_root=tmp_path, name="queued", log=lambda *a: None)
     assert len(submitted) == 2 and in_process_jobs.ran == []
     assert A.collect_results(d).progress["cancelled"] == 2
-    assert A.main(["resume", str(d)]) == 0 and len(in_process_jobs.ran) == 2
+    assert A.main(["resume", str(d), "--foreground"]) == 0 and len(in_process_jobs.ran) == 2
     capsys.readouterr()
     A.main(["show", str(d), "--json"])
     shown = json.loads(capsys.readouterr().out)

@@ -258,3 +258,101 @@ def test_stop_run_signals_only_the_proved_writer(tmp_path):
     finally:
         if holder.poll() is None:
             holder.kill()
+
+
+# ------------------------------------------------------------------------------------- jobs that wait for other jobs
+def _stamping(stamp: Path, name: str, seconds: float = 0.0, rc: int = 0) -> str:
+    """A job program that records when it started and ended (`stamp`/NAME.start, .end) and exits with `rc`."""
+    return (f"import sys, time; open({str(stamp / (name + '.start'))!r}, 'w').write(repr(time.time()))\n"
+            f"time.sleep({seconds})\nopen({str(stamp / (name + '.end'))!r}, 'w').write(repr(time.time())); sys.exit({rc})\n")
+
+
+@pytest.mark.parametrize("how", ["cancelled", "failed"])
+def test_a_dependant_never_starts_after_its_dependency_is_cancelled_or_fails(q, tmp_path, fake_engine, how):
+    """B and C wait for A (C through B too); D waits for nothing. A cancelled while it runs, or failing: B and C end
+    as A did, unrun, with one line naming A and the hint they were queued with; D runs."""
+    stamp = tmp_path / "stamps"
+    stamp.mkdir()
+    a = q.submit(fake_engine.py(_stamping(stamp, "a", 30 if how == "cancelled" else 0.2, rc=3)), name="study: pretrain/a")
+    b = q.submit(fake_engine.py(_stamping(stamp, "b")), name="b", depends_on=[a["id"]], resume_hint="resume the study")
+    c = q.submit(fake_engine.py(_stamping(stamp, "c")), name="c", depends_on=[a["id"], b["id"]])
+    d = q.submit(fake_engine.py(_stamping(stamp, "d")), name="d")
+    assert b["depends_on"] == [a["id"]] and b["resume_hint"] == "resume the study" and d["depends_on"] == []
+    if how == "cancelled":
+        wait_for((stamp / "a.start").exists)
+        q.cancel(a["id"], timeout=5)
+    assert wait_done(q, d["id"])["status"] == "finished"
+    for job in (b, c):
+        rec = q.get(job["id"])
+        assert rec["status"] == how and rec["started"] is None and rec["pid"] is None
+    was = "was cancelled" if how == "cancelled" else "failed"
+    assert q.get(b["id"])["error"] == f"not run: study: pretrain/a {was}; resume the study"
+    assert q.get(c["id"])["error"] == f"not run: study: pretrain/a {was}; retry that job, then retry this one"
+    time.sleep(0.3)
+    assert sorted(p.name for p in stamp.iterdir()) == sorted(["a.start", "d.start", "d.end"] + (["a.end"] if how == "failed" else []))
+
+
+def test_a_dependant_starts_only_after_its_dependency_finishes(q, tmp_path, fake_engine):
+    """B waits for A although B was queued first in a free slot's turn; D, queued after B with no dependency, does
+    not jump A's run (one at a time); B starts after A ended."""
+    stamp = tmp_path / "stamps"
+    stamp.mkdir()
+    a = q.submit(fake_engine.py(_stamping(stamp, "a", 0.5)), name="a")
+    b = q.submit(fake_engine.py(_stamping(stamp, "b")), name="b", depends_on=[a["id"]])
+    assert q.get(b["id"])["status"] == "queued"
+    assert wait_done(q, b["id"])["status"] == "finished"
+    assert float((stamp / "a.end").read_text()) <= float((stamp / "b.start").read_text())
+    # a job may only wait for jobs the queue holds
+    with pytest.raises(EngineError) as e:
+        q.submit(fake_engine.py("pass"), depends_on=["20990101-000000-abcdef"])
+    assert "\n" not in str(e.value) and "20990101-000000-abcdef" in str(e.value) and "not in the queue" in str(e.value)
+    with pytest.raises(EngineError, match="not a job id"):
+        q.submit(fake_engine.py("pass"), depends_on=["../../etc"])
+
+
+def test_retry_and_remove_keep_dependencies_true(q, tmp_path, fake_engine):
+    """A Retry waits only for what is still to run; removing a finished job frees those that waited for it."""
+    hold = q.submit(fake_engine.py("import time; time.sleep(30)"), name="hold")
+    done = q.submit(fake_engine.py("pass"), name="done")
+    failed = q.submit(fake_engine.py("raise SystemExit(1)"), name="failed")
+    q.cancel(hold["id"], timeout=1)
+    wait_done(q, failed["id"])
+    waiter = q.submit(fake_engine.py("import time; time.sleep(30)"), name="waiter")
+    after = q.submit(fake_engine.py("pass"), name="after", depends_on=[done["id"], waiter["id"]])
+    q.cancel(after["id"])
+    retried = q.retry(after["id"])
+    assert retried["depends_on"] == [waiter["id"]]  # the finished one is no longer waited for
+    q.cancel(retried["id"])
+    q.cancel(waiter["id"], timeout=1)
+    loose = q.submit(fake_engine.py("import time; time.sleep(30)"), name="loose")
+    late = q.submit(fake_engine.py("pass"), name="late", depends_on=[done["id"], loose["id"]])
+    q.remove(done["id"])
+    assert q.get(late["id"])["depends_on"] == [loose["id"]]
+    q.cancel(loose["id"], timeout=1)
+    assert q.get(late["id"])["status"] == "cancelled"
+
+
+def test_old_queue_files_load_and_bad_dependencies_are_set_aside(tmp_path, fake_engine):
+    """A queue file written before jobs could wait for others (no depends_on, no resume_hint) loads and runs as it
+    did; a record whose depends_on is not a list of job ids, or names the job itself, is set aside in one line."""
+    root = tmp_path / "runs"
+    jq = Jobs(root, repo_root=fake_engine.repo)
+    jq.queue_path.parent.mkdir(parents=True)
+    old = {"id": "old", "name": "old", "argv": fake_engine.py("print('old ran')"), "status": "queued", "pid": None,
+           "pgid": None, "proc_start": None, "created": "x", "started": None, "ended": None, "returncode": None,
+           "error": None, "log": str(root / "old.log"), "log_offset": 0, "run_dir": None, "cancel_requested": False}
+    bad = [dict(old, id="b1", depends_on="old"), dict(old, id="b2", depends_on=["../x"]), dict(old, id="b3", depends_on=["b3"]),
+           dict(old, id="b4", depends_on=[1]), dict(old, id="b5", resume_hint=["not", "text"])]
+    jq.queue_path.write_text(json.dumps({"version": 1, "jobs": [old, *bad]}))
+    listed = jq.list_jobs()
+    assert [j["id"] for j in listed] == ["old"] and listed[0]["depends_on"] == [] and listed[0]["resume_hint"] is None
+    jq.refresh()
+    assert "set aside 5 damaged job records" in jq.notices[-1] and "names the job itself" in jq.notices[-1]
+    assert wait_done(jq, "old")["status"] == "finished" and "old ran" in jq.tail_log("old")
+    # a dependency that is not an earlier job of the queue (a hand edit: removed, or a loop) stops the job unrun
+    saved = json.loads(jq.queue_path.read_text())
+    saved["jobs"] += [dict(old, id="x", name="x", depends_on=["y"]), dict(old, id="y", name="y", depends_on=["x"])]
+    jq.queue_path.write_text(json.dumps(saved))
+    jq.refresh()
+    assert jq.get("x")["status"] == "failed" and "not an earlier job of the queue" in jq.get("x")["error"]
+    assert jq.get("y")["status"] == "failed" and jq.get("y")["error"].startswith("not run: x failed")

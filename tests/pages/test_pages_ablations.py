@@ -3,6 +3,7 @@ the finding with its checks, the charts and a CSV download; the New-study tab sh
 import json
 from pathlib import Path
 
+import pandas as pd
 import pytest
 from streamlit.testing.v1 import AppTest
 
@@ -62,8 +63,8 @@ def test_dashboard_shows_table_findings_and_charts(study_root):
     assert bars["data"][0]["y"] == pytest.approx([90.5, 30.5, 5.0])  # the tasks, then held-out accuracy at [MASK]
     curve = json.loads(charts[1].proto.spec)
     assert {t["name"].rsplit(" (seed", 1)[0] for t in curve["data"]} == {"BERT (MLM + NSP)", "No NSP", "LTR & No NSP"}
-    assert "16/16" not in at.get("progress")[0].proto.text and "27/27" not in at.get("progress")[0].proto.text
-    assert at.get("progress")[0].proto.text.startswith("22/22 jobs finished")
+    assert "16 of 16" not in at.get("progress")[0].proto.text and "27 of 27" not in at.get("progress")[0].proto.text
+    assert at.get("progress")[0].proto.text == "22 of 22 done"
     # the CSV download is there
     assert at.get("download_button")
 
@@ -91,7 +92,7 @@ def test_dashboard_curve_selector_switches_metric(study_root):
 def test_new_study_tab_shows_study_and_launches(study_root, monkeypatch):
     import engine.jobs as Q
     submitted = []
-    monkeypatch.setattr(Q, "submit", lambda argv, name=None, run_dir=None, root=None: submitted.append(argv) or {"id": f"j{len(submitted)}"})
+    monkeypatch.setattr(Q, "submit", lambda argv, name=None, run_dir=None, root=None, **kw: submitted.append(argv) or {"id": f"j{len(submitted)}"})
     at = app(study_root).run()
     assert not at.exception
     assert at.selectbox(key="abl_study").value == "pretraining-tasks"
@@ -249,7 +250,7 @@ def test_new_study_reuses_a_finished_pretraining_unless_told_not_to(study_root, 
     from engine.ablations import reuse
     from engine.ablations.planner import plan
     submitted = []
-    monkeypatch.setattr(Q, "submit", lambda argv, name=None, run_dir=None, root=None: submitted.append(argv) or {"id": f"j{len(submitted)}"})
+    monkeypatch.setattr(Q, "submit", lambda argv, name=None, run_dir=None, root=None, **kw: submitted.append(argv) or {"id": f"j{len(submitted)}"})
     monkeypatch.setattr(reuse, "_fingerprint", lambda key: "f" * 64)
     bert = next(j for j in plan(A.get_study("pretraining-tasks", scale="classroom"), study_root / "x") if j.kind == "pretrain")
     src = study_root / "classroom-bert"
@@ -278,7 +279,7 @@ def test_a_lesson_fills_the_new_study_form_and_launches(study_root, monkeypatch)
     value twice (its default and the lesson's)."""
     import engine.jobs as Q
     submitted = []
-    monkeypatch.setattr(Q, "submit", lambda argv, name=None, run_dir=None, root=None: submitted.append(argv) or {"id": f"j{len(submitted)}"})
+    monkeypatch.setattr(Q, "submit", lambda argv, name=None, run_dir=None, root=None, **kw: submitted.append(argv) or {"id": f"j{len(submitted)}"})
     at = app(study_root).run()
     assert not at.exception, at.exception
     span = A.get_lesson("span")
@@ -312,3 +313,60 @@ def test_a_lesson_fills_the_new_study_form_and_launches(study_root, monkeypatch)
     at.button(key="abl_lesson_setup").click().run()
     assert at.selectbox(key="abl_budget_pretraining-tasks_classroom").value == "flops"
     assert any("Run it after" in m.value for m in at.markdown)
+
+
+def test_a_study_says_its_state_in_words_with_cancel_and_resume_beside_the_measured_table(tmp_path, monkeypatch):
+    """A study queued one job at a time, read through a stand-in queue: cancelled, it says "cancelled", offers Resume
+    (not Cancel) and the measured Table 5 stays beside its empty table, labelled with machine and date; Resume queues
+    its 19 jobs again, each fine-tune waiting for its pre-training; running, it says which job and how far, and Cancel
+    cancels every job, the queued ones first; failed, it names the job that failed."""
+    import engine.jobs as Q
+    root = tmp_path / "runs"
+    d = root / "studies" / "t5"
+    d.mkdir(parents=True)
+    jobs = A.plan(A.get_study("pretraining-tasks", scale="classroom"), d)
+    A.write_study(d, A.get_study("pretraining-tasks", scale="classroom"), jobs, mode="queue", runs_root=str(root))
+    queue = [{"id": f"q{i}", "name": f"t5: {j.key}", "status": "cancelled", "run_dir": str(d / j.out),
+              "error": "cancelled by the user"} for i, j in enumerate(jobs)]
+    submitted, cancelled = [], []
+    monkeypatch.setattr(Q, "list_jobs", lambda root=None: list(reversed(queue)))
+    monkeypatch.setattr(Q, "submit", lambda argv, name=None, run_dir=None, root=None, **kw:
+                        submitted.append((argv, kw["depends_on"])) or {"id": f"n{len(submitted)}"})
+
+    def cancel(job_id, root=None, timeout=None):
+        rec = next(r for r in queue if r["id"] == job_id)
+        cancelled.append((job_id, rec["status"]))
+        rec.update(status="cancelled")
+        return dict(rec)
+    monkeypatch.setattr(Q, "cancel", cancel)
+    at = app(root).run()
+    assert not at.exception, at.exception
+    assert at.get("progress")[0].proto.text == "cancelled (0 of 19 done)"
+    assert at.button(key="abl_cancel").disabled and not at.button(key="abl_resume").disabled
+    ours = measured.study("pretraining-tasks")
+    assert any(t.value.equals(pd.DataFrame(ours.table).T) for t in at.table)  # the measured table, not dashes
+    assert any(f"as we measured it** ({ours.minutes.where})" in m.value for m in at.markdown)
+    assert (at.dataframe[0].value == "–").all().all()  # the study's own table: nothing finished yet
+    at.button(key="abl_resume").click().run()
+    assert not at.exception, at.exception
+    assert [a[3] for a, _ in submitted] == [j.key for j in jobs] and all(a[:2] == ["ablate", "job"] for a, _ in submitted)
+    first_pre = [f"n{i + 1}" for i, j in enumerate(jobs) if j.kind == "pretrain"][0]
+    assert submitted[0][1] == [] and submitted[1][1] == [first_pre]  # a fine-tune waits for its pre-training
+    assert any("queued 19 unfinished job(s) of study t5" in s.value for s in at.success)
+
+    for i, rec in enumerate(queue):  # the study runs again: its first pre-training running, the rest queued
+        rec.update(status="running" if i == 0 else "queued", error=None)
+    at.run()
+    assert at.get("progress")[0].proto.text == f"running {jobs[0].key} (0 of 19 done)"
+    assert not at.button(key="abl_cancel").disabled and at.button(key="abl_resume").disabled
+    at.button(key="abl_cancel").click().run()
+    assert not at.exception, at.exception
+    assert len(cancelled) == 19 and cancelled[-1] == ("q0", "running")  # the queued ones first
+    assert at.get("progress")[0].proto.text == "cancelled (0 of 19 done)"
+    assert any("cancelled 19 job(s) of study t5" in s.value for s in at.success)
+
+    queue[0].update(status="failed", error="error: out of memory")
+    for rec in queue[1:]:
+        rec.update(status="failed", error="not run: t5: pretrain failed; resume the study with ...")
+    at.run()
+    assert at.get("progress")[0].proto.text == f"failed at {jobs[0].key} (0 of 19 done)"
