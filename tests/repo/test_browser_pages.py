@@ -10,7 +10,7 @@ from engine import measured
 REPO_ARTIFACTS = __import__("pathlib").Path(__file__).resolve().parents[2] / "test-artifacts" / "browser"
 pytestmark = pytest.mark.slow  # starts the studio and a headless browser
 
-PAGES = ["", "Model", "Pre-train", "Fine-tune", "Features", "Probe", "Attention", "Ablations", "Jobs", "Compare"]
+PAGES = ["", "Model", "Pre-train", "Fine-tune", "Features", "Probe", "Attention", "Ablations", "Jobs", "Compare", "Layers"]
 HISTORY = re.compile(r"\bstop \d+|\bissue \d+|\bcommit [0-9a-f]{7,40}\b", re.I)
 MINUTES = re.compile(r"\b\d+\.\d+ ?min\b")  # a measured time: estimates on this machine are rounded ("about 5 min")
 ACCURACY = re.compile(r"(?<![\d.])0\.\d{3}(?!\d)")
