@@ -26,7 +26,7 @@ def _act(what: str, study_dir) -> None:
             A.cancel_study(study_dir, log=lines.append)
         else:
             A.resume_study(study_dir, log=lines.append)
-        st.session_state[NOTE] = ("success", " ".join(lines))
+        st.session_state[NOTE] = ("success", "  \n".join(lines))  # one line each
     except Exception as e:  # EngineError: one line naming the problem and the fix
         st.session_state[NOTE] = ("error", f"could not {what} the study: {e}")
 
