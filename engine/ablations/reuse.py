@@ -70,6 +70,9 @@ REUSE_HELP = ("a pre-training that a finished run under the runs folder has alre
               "settings (a second seed after a one-seed study trains the second seed only); off, every job is trained "
               "afresh (e.g. to see the spread between two starts)")
 IGNORED = RUNTIME_FIELDS - {"steps", "max_minutes"}  # what a resume may change, less how long it trains: not the model
+# settings added after runs were recorded without them, whose default (off) is what those runs trained with: a run
+# that does not record one is taken over by a study whose config has it at the default
+ADDED_OFF = ("span_mask",)
 LINKED_SUFFIXES = (".safetensors", ".pt", ".bin")  # written once, never modified: hard-linked
 KEPT = ("job.log",)  # what a job's run folder may hold before it starts: the queue's log, written by the job itself
 
@@ -81,6 +84,8 @@ def training_key(config: dict) -> dict:
     known = {k: v for k, v in config.items() if k in PretrainConfig.__dataclass_fields__}
     known["mask_ratios"] = tuple(float(r) for r in known.get("mask_ratios", (0.8, 0.1, 0.1)))
     cfg = PretrainConfig(**known)
+    for name in ADDED_OFF:  # a setting added since a run was recorded trained as its default, off
+        known.setdefault(name, getattr(cfg, name))
     m = model_config(cfg, cfg.vocab_size)
     key = {k: v for k, v in known.items() if k not in IGNORED | {"layers", "hidden", "heads"}}
     key.update(layers=m.num_layers, hidden=m.hidden_size, heads=m.num_heads, mask_ratios=list(key["mask_ratios"]))

@@ -118,6 +118,9 @@ class PretrainConfig:
     mask_ratios: tuple = setting((0.8, 0.1, 0.1), "MASK,RANDOM,SAME shares of the selected tokens (paper Table 8)",
                                  parse=ratios, group="data")
     whole_word_mask: bool = setting(False, "mask whole words (all their ## pieces) instead of single pieces", group="data")
+    span_mask: bool = setting(False, "mask SpanBERT's spans of whole words instead of single pieces: lengths geometric "
+                              "(p 0.2, at most 10 words, mean 3.8), one MASK/RANDOM/SAME choice per span "
+                              "(engine/pretraining/masking.py)", group="data")
     short_seq_prob: float = setting(0.1, "chance of a shorter instance (the released code's short_seq_prob)", group="data")
     dupe_factor: int = setting(1, "segmentations per document (passes over the documents)", group="data")
     eval_fraction: float = setting(0.05, "share of documents held out (chosen by a fixed seed)", group="data")
@@ -263,6 +266,12 @@ def validate(cfg: PretrainConfig) -> None:
     if cfg.preset not in PRESETS:
         raise EngineError(f"unknown preset '{cfg.preset}'; choose one of {', '.join(PRESETS)}")
     check_masking_args(cfg.mask_rate, cfg.mask_ratios)
+    if cfg.span_mask and cfg.whole_word_mask:
+        raise EngineError("--span-mask and --whole-word-mask are two masking schemes (spans are made of whole words "
+                          "already); give one")
+    if cfg.span_mask and objective(cfg.objective).causal:
+        raise EngineError(f"--span-mask masks tokens, but --objective {cfg.objective} predicts the next token with no "
+                          f"masking; drop --span-mask or use a masked objective (mlm, mlm+nsp, mlm+sop)")
     check_precision(cfg.precision)
     check_compile(cfg.compile)
     for name in ("steps", "batch_size", "grad_accum", "log_every", "max_positions", "eval_max_instances"):

@@ -186,7 +186,7 @@ def evaluate(model, batches: list, obj: Objective, device, amp_ctx_fn=contextlib
     model.train(was_training)
     rec = obj.eval_record(sums_of(total), n_inst)
     if obj.nsp:
-        rec["eval_nsp_baseline"] = nsp_baseline(batches)  # the best no-model rule, beside the model's accuracy
+        rec[f"eval_{obj.pair}_baseline"] = nsp_baseline(batches)  # the best no-model rule, beside the model's accuracy
     if not obj.causal and batches and "mask_input" in batches[0]:
         rec.update(mask_position_accuracy(batches, [p.cpu() for p in preds]))
     return rec
@@ -285,7 +285,8 @@ def training_batches(cache, cfg: PretrainConfig, obj: Objective, step: int, posi
         else:
             g = torch.Generator().manual_seed(mix_seed(cfg.seed, step, m, rank, 2))
             batch = mask_batch(batch, cache.vocab_size, cache.mask_id, cache.special_ids, rate=cfg.mask_rate,
-                               ratios=cfg.mask_ratios, generator=g, whole_word=cfg.whole_word_mask)
+                               ratios=cfg.mask_ratios, generator=g, whole_word=cfg.whole_word_mask,
+                               spans=cfg.span_mask)
         batch = add_prediction_slots(batch, slots)
         if cfg.packing:
             batch = pack_batch(batch)

@@ -553,3 +553,15 @@ def test_origin_is_the_weights_content_not_the_folder(tmp_path):
     (a / "checkpoints" / "step-4" / "model.safetensors").write_bytes(b"v" * 65)  # trained again, other weights
     assert reuse.origin(a) not in (None, first)
     assert reuse.origin(finished_run(tmp_path / "b", ["pretrain"])) is None
+
+
+def test_a_run_recorded_before_a_setting_existed_keeps_its_key_at_that_settings_default():
+    """A run.json written before span masking existed records no span_mask: it trained without spans, so its
+    training key equals that of today's config at the default, and differs from one with spans."""
+    from dataclasses import asdict
+    from engine.ablations.reuse import training_key
+    from engine.pretraining.config import PretrainConfig
+    today = asdict(PretrainConfig())
+    old = {k: v for k, v in today.items() if k != "span_mask"}
+    assert training_key(old) == training_key(today)
+    assert training_key(old) != training_key(dict(today, span_mask=True))

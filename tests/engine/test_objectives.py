@@ -105,3 +105,27 @@ def test_sop_trains_end_to_end_and_its_loss_falls(tmp_path, bbc_docs):
     import transformers
     hf = transformers.BertForPreTraining.from_pretrained(str(runs.latest_checkpoint(run)))
     assert hf.cls.seq_relationship.weight.shape == (2, 64)
+
+
+@pytest.mark.slow
+def test_span_masking_reaches_the_training_step_and_trains(tmp_path, bbc_docs, monkeypatch):
+    """`--span-mask`: every training batch is masked in SpanBERT's spans (the loop asks span_selection), the held-out
+    set keeps the paper's fixed masking, and the run trains; with --whole-word-mask, or for LTR, one line."""
+    from engine.pretraining import masking
+    calls = []
+    real = masking.span_selection
+    monkeypatch.setattr(masking, "span_selection", lambda *a, **k: calls.append(1) or real(*a, **k))
+    corpus = tmp_path / "bbc.txt"
+    corpus.write_text("\n\n".join(" ".join(d) for d in bbc_docs[::40]), encoding="utf-8")
+    cfg = PretrainConfig(corpus=str(corpus), objective=MLM.name, span_mask=True, vocab_size=1000, cache_dir=str(tmp_path / "c"),
+                         layers=1, hidden=64, heads=2, max_positions=64, seq_len=64, phase2_seq_len=None, batch_size=8,
+                         steps=20, lr=2e-3, warmup=2, log_every=5, eval_every=20, save_every=0, eval_max_instances=16,
+                         quiet=True, num_threads=1, prefetch=0, out=str(tmp_path / "run"))
+    run = pretrain(cfg)
+    train = [r for r in runs.read_metrics(run) if r["split"] == "train"]
+    assert len(calls) >= 20 and train[-1]["loss"] < train[0]["loss"]
+    assert runs.read_run_json(run)["config"]["span_mask"] is True
+    with pytest.raises(EngineError, match="two masking schemes"):
+        validate(replace(cfg, whole_word_mask=True))
+    with pytest.raises(EngineError, match="predicts the next token"):
+        validate(replace(cfg, objective=LTR.name))
