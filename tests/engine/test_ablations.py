@@ -701,3 +701,19 @@ def test_jobs_that_wait_on_each_other_are_one_line_error_not_a_hang(tmp_path, mo
     A.write_study(d, study, [a, b], mode="foreground")
     with pytest.raises(EngineError, match=r"pretrain/a/s0 waits on \['pretrain/b/s0'\], which never start"):
         A.run_foreground(d, log=lambda *x: None, parallel=2)
+
+
+def test_table5_with_fewer_rows_makes_the_claims_whose_rows_it_has():
+    """A Table 5 study run with two of its rows (`--variants`): its check names only the claim between those two, and
+    reading it does not fail (before: every study of fewer than four rows raised ValueError on the page)."""
+    import pandas as pd
+    from dataclasses import replace as dc_replace
+    s = A.get_study("pretraining-tasks", scale="classroom")
+    two = dc_replace(s, variants=tuple(v for v in s.variants if v.name in ("BERT (MLM + NSP)", "No NSP")))
+    col = s.evaluations[0].name
+    summary = pd.DataFrame([{"variant": "BERT (MLM + NSP)", "column": col, "step": None, "mean": 0.6},
+                            {"variant": "No NSP", "column": col, "step": None, "mean": 0.5}])
+    claims = two.check_finding(summary)
+    assert [c["claim"] for c in claims] == ["BERT (MLM + NSP) ≥ No NSP on average (removing NSP hurts)"]
+    assert claims[0]["holds"] is True
+    assert len(s.check_finding(summary)) == 3  # the whole study: all three, those without results not yet decided
