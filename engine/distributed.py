@@ -14,6 +14,8 @@ from dataclasses import dataclass
 
 import torch
 
+from engine.errors import EngineError
+
 
 @dataclass
 class Dist:
@@ -60,13 +62,45 @@ def setup(dist: Dist, device: torch.device, num_threads) -> None:
         # destroy_process_group, its gloo threads run on into interpreter exit and can abort the process (SIGABRT,
         # "terminate called without an active exception") after a run that finished
         from torch.distributed import nn as _defaults_bound_now  # noqa: F401
-        torch.distributed.init_process_group("nccl" if device.type == "cuda" else "gloo")
+        backend = "nccl" if device.type == "cuda" else "gloo"
+        store = attempt_store(dist)
+        if store is None:
+            torch.distributed.init_process_group(backend)
+        else:
+            torch.distributed.init_process_group(backend, store=store, rank=dist.rank, world_size=dist.world_size)
     if device.type == "cuda":
         torch.cuda.set_device(device)
     if num_threads:
         torch.set_num_threads(int(num_threads))
     elif device.type == "cpu" and dist.local_world_size > 1:
         torch.set_num_threads(max(1, (os.cpu_count() or 1) // dist.local_world_size))
+
+
+def attempt_store(dist: Dist):
+    """The store of this attempt's process group under torchrun's shared store (TORCHELASTIC_USE_AGENT_STORE=True, the
+    default), else None (init_process_group's own). The shared store outlives a restart and still holds the keys of
+    the attempt that died: a rank that reads one before the new rank 0 has overwritten it connects to a process that
+    is gone, and the restart fails (pytorch/pytorch#135712). Each attempt's keys go under a prefix of their own, its
+    restart count, which every rank of one node agrees on. Across nodes the counts may differ (torchrun counts a
+    restart only on the nodes whose workers failed), so several nodes with restarts need torch's own opt-out,
+    TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1, which gives every attempt a new store."""
+    if os.environ.get("TORCHELASTIC_USE_AGENT_STORE") != "True":
+        return None
+    if int(os.environ.get("GROUP_WORLD_SIZE") or 1) > 1 and int(os.environ.get("TORCHELASTIC_MAX_RESTARTS") or 0) > 0:
+        raise EngineError("torchrun --max-restarts on several nodes needs a new store for each attempt: set "
+                          "TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 in torchrun's environment on every node (README, Do research)")
+    from torch.distributed.constants import default_pg_timeout
+    store = torch.distributed.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), dist.world_size,
+                                       is_master=False, timeout=default_pg_timeout)
+    return torch.distributed.PrefixStore(f"bert-studio/attempt-{restart_count()}", store)
+
+
+def group_restart_count(dist: Dist, device) -> int:
+    """The highest `restart_count` over the ranks: torchrun counts a restart only on the nodes whose workers failed (a
+    node restarted because another one failed counts none), so rank 0's own count may be 0 on a restart."""
+    n = torch.tensor([float(restart_count())], device=device)
+    all_reduce_(dist, n, op=torch.distributed.ReduceOp.MAX if dist.enabled else None)
+    return int(n.item())
 
 
 def broadcast(dist: Dist, values: list) -> list:

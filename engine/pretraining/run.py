@@ -84,7 +84,7 @@ from pathlib import Path
 
 from engine import cli, runs
 from engine.device import resolve_device
-from engine.distributed import Dist, dist_from_env, setup, teardown, broadcast
+from engine.distributed import Dist, dist_from_env, group_restart_count, setup, teardown, broadcast
 from engine.errors import EngineError, quoted
 from engine.objectives import objective
 from engine.status import CANCELLED, FINISHED
@@ -187,17 +187,28 @@ def pretrain(cfg: PretrainConfig) -> Path:
 
 
 def _pretrain(cfg: PretrainConfig) -> dict:
-    """Check, lock the run folder, prepare tokenizer and data, train; returns the summary `main` prints."""
-    from engine.corpora import load_corpus
-
+    """Check, join the process group (under torchrun), then `_pretrain_in_group`; returns the summary `main` prints."""
     cfg = with_prepared_data(cfg)
     validate(cfg)
     cfg = resolve_init(cfg)  # --init: its architecture and vocabulary, conflicts refused (engine/pretraining/init.py)
     dist = dist_from_env()
     run_dir = resolve_out(cfg)
+    device = resolve_device(cfg.device, dist.local_rank if dist.enabled else None)  # a rank takes its local GPU
+    setup(dist, device, cfg.num_threads)  # first: whether torchrun restarted the group is known only to all ranks
+    try:
+        return _pretrain_in_group(cfg, dist, device, run_dir)
+    finally:
+        teardown(dist)
+
+
+def _pretrain_in_group(cfg: PretrainConfig, dist: Dist, device, run_dir: Path) -> dict:
+    """Lock the run folder (a restart under torchrun --max-restarts continues its run), prepare tokenizer and data, train."""
+    from engine.corpora import load_corpus
+
+    restarts = group_restart_count(dist, device)
     ckpt, restart, lock = None, False, None
     if dist.main:
-        cfg = elastic_restart(cfg, run_dir)  # torchrun --max-restarts: a restart continues the run it restarts
+        cfg = elastic_restart(cfg, run_dir, restarts)  # torchrun --max-restarts: a restart continues the run it restarts
         ckpt, restart = preflight(cfg, run_dir)  # read-only checks: collisions, resume
     docs = load_corpus(cfg.corpus) if not cfg.data else []  # EngineError when missing or empty
     for w in getattr(docs, "info", {}).get("warnings", []):
@@ -218,8 +229,6 @@ def _pretrain(cfg: PretrainConfig) -> dict:
     try:
         if dist.main and fresh and run_entries(run_dir):  # another start slipped in before our lock
             raise EngineError(f"run folder {run_dir} already holds a run; continue it with --resume, or choose another --out")
-        device = resolve_device(cfg.device, dist.local_rank if dist.enabled else None)  # a rank takes its local GPU
-        setup(dist, device, cfg.num_threads)
         obj = broadcast(dist, [str(ckpt) if ckpt else None, restart])  # every rank learns whether rank 0 resumes
         ckpt, restart = (Path(obj[0]) if obj[0] else None), bool(obj[1])
         fresh = ckpt is None and not restart
@@ -242,7 +251,6 @@ def _pretrain(cfg: PretrainConfig) -> dict:
     finally:
         if lock is not None:
             lock.release()
-        teardown(dist)
 
 
 def _micro_batch_size(cfg: PretrainConfig, dist: Dist) -> int:

@@ -24,7 +24,7 @@ import torch
 
 from engine import runs
 from engine.checkpoint import save as save_checkpoint_weights
-from engine.distributed import Dist, all_reduce_, restart_count
+from engine.distributed import Dist, all_reduce_
 from engine.errors import EngineError
 from engine.fileio import atomic_save_with
 from engine.optim import schedule
@@ -92,20 +92,20 @@ def preflight(cfg: PretrainConfig, run_dir: Path):
     return ck, ck is None
 
 
-def elastic_restart(cfg: PretrainConfig, run_dir: Path) -> PretrainConfig:
-    """`cfg` as a restart under `torchrun --max-restarts` runs it: torchrun starts the same command again
-    (engine.distributed.restart_count > 0), so when the run folder holds the pre-training this command started (its
-    run.json, with these settings) the restart continues it from its last complete checkpoint, as `--resume` does
-    (`preflight`: from step 0 when it died before its first one). The first attempt, and a restart of a run that
-    wrote no run.json yet, start as the command says."""
-    if cfg.resume or restart_count() == 0:
+def elastic_restart(cfg: PretrainConfig, run_dir: Path, restarts: int) -> PretrainConfig:
+    """`cfg` as a restart under `torchrun --max-restarts` runs it: torchrun starts the same command again (`restarts`,
+    engine.distributed.group_restart_count, > 0), so when the run folder holds the pre-training this command started
+    (its run.json, with these settings) the restart continues it from its last complete checkpoint, as `--resume`
+    does (`preflight`: from step 0 when it died before its first one). The first attempt, and a restart of a run
+    that wrote no run.json yet, start as the command says."""
+    if cfg.resume or restarts == 0:
         return cfg
     info = runs.read_run_json(run_dir) if (run_dir / runs.RUN_JSON).is_file() else {}
     saved = info.get("config") if info.get("kind") == "pretrain" else None
     mine = config_dict(cfg)
     if not isinstance(saved, dict) or any(saved.get(k) != v for k, v in mine.items() if k in saved and k not in RUNTIME_FIELDS):
         return cfg  # not this command's run: refused as any start into a folder that holds a run
-    print(f"elastic restart {restart_count()} (torchrun): continuing {run_dir} from its last complete checkpoint",
+    print(f"elastic restart {restarts} (torchrun): continuing {run_dir} from its last complete checkpoint",
           file=sys.stderr, flush=True)
     return replace(cfg, resume=True)
 

@@ -595,6 +595,82 @@ def test_torchrun_sigterm_stops_every_rank_with_a_checkpoint_then_resumes(env, t
     assert info["status"] == "finished" and engine.load(out).info["training_state"]["step"] == step + 4
 
 
+def _worker_pids(marker: str, rank: int) -> list:
+    """The pids of the processes whose environment holds `marker` (set for one test's torchrun) and RANK=`rank`, on
+    torchrun's first attempt (TORCHELASTIC_RESTART_COUNT=0)."""
+    found = []
+    for d in Path("/proc").iterdir():
+        try:
+            env = dict(kv.split(b"=", 1) for kv in (d / "environ").read_bytes().split(b"\0") if b"=" in kv)
+        except (OSError, ValueError):
+            continue
+        if env.get(b"ELASTIC_TEST") == marker.encode() and env.get(b"RANK") == str(rank).encode() \
+                and env.get(b"TORCHELASTIC_RESTART_COUNT") == b"0":
+            found.append(int(d.name))
+    return found
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not Path("/proc/self/environ").is_file(), reason="finds the worker to kill through /proc")
+def test_torchrun_restarts_a_killed_worker_and_the_run_continues_from_its_checkpoint(env, tmp_path, torchrun):
+    """`torchrun --max-restarts 1`: SIGKILL to rank 1 mid-run makes torchrun stop the group and start it again; the
+    same command (no --resume) continues from the last checkpoint, logs every step once and ends in the weights of
+    an uninterrupted run (the same world size: each rank's slice and masking are those of the straight run)."""
+    flags = ("--steps", "120", "--save-every", "20", "--eval-every", "0", "--log-every", "2", "--objective", "mlm")
+    e = dict(os.environ, HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1", TMPDIR=str(tmp_path), ELASTIC_TEST=str(tmp_path))
+    straight = torchrun.run(2, ["pretrain", *_common(env, tmp_path / "straight", *flags)], cwd=REPO, env=e, timeout=300)
+    assert straight.returncode == 0, straight.stderr[-3000:]
+    out = tmp_path / "elastic"
+    for _ in range(torchrun.tries):  # a new port when another process took the picked one before torchrun bound it
+        cmd = torchrun.command(2, "pretrain", *_common(env, out, *flags))
+        cmd.insert(cmd.index("torch.distributed.run") + 1, "--max-restarts=1")
+        p = subprocess.Popen(cmd, cwd=REPO, env=e, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        deadline = time.time() + 240
+        while time.time() < deadline and p.poll() is None:  # past the checkpoint of step 20, before the end
+            if max((r["step"] for r in runs.read_metrics(out)), default=0) >= 26:
+                break
+            time.sleep(0.05)
+        if p.poll() is None:
+            break
+        err = p.stderr.read()
+        if not torchrun.port_taken(err):
+            pytest.fail(f"torchrun ended before the kill: {err[-3000:]}")
+    try:
+        [victim] = _worker_pids(str(tmp_path), 1)
+        killed_at = max(r["step"] for r in runs.read_metrics(out))
+        os.kill(victim, signal.SIGKILL)
+        stdout, err = p.communicate(timeout=300)
+    finally:
+        if p.poll() is None:
+            p.kill()
+    assert p.returncode == 0, err[-3000:]
+    assert "elastic restart 1" in err and json.loads(stdout.splitlines()[-1])["status"] == "finished"
+    info = runs.read_run_json(out)
+    assert info["status"] == "finished" and info["starts"] == 2 and info["resumed_from"].endswith("step-" + str(killed_at // 20 * 20))
+    steps = [r["step"] for r in runs.read_metrics(out) if r["split"] == "train"]
+    assert steps == list(range(2, 121, 2)) and killed_at < 120  # every step once, though some were trained twice
+    assert [c.name for c in runs.list_checkpoints(out)] == [f"step-{k}" for k in range(20, 121, 20)]
+    wa, wb = _weights(tmp_path / "straight" / "checkpoints" / "step-120"), _weights(out / "checkpoints" / "step-120")
+    for k in wa:
+        torch.testing.assert_close(wa[k], wb[k], atol=1e-6, rtol=1e-5, msg=k)
+
+
+def test_restarts_on_several_nodes_over_torchruns_shared_store_are_one_line_naming_the_opt_out(monkeypatch):
+    """torchrun's shared store keeps a dead attempt's keys, and the restart counts behind the per-attempt prefix differ
+    between nodes: several nodes with --max-restarts need TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 (a store per attempt)."""
+    from engine.distributed import Dist, attempt_store, restart_count
+    monkeypatch.setenv("TORCHELASTIC_USE_AGENT_STORE", "True")
+    monkeypatch.setenv("GROUP_WORLD_SIZE", "2")
+    monkeypatch.setenv("TORCHELASTIC_MAX_RESTARTS", "3")
+    with pytest.raises(EngineError, match="TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1"):
+        attempt_store(Dist(rank=1, world_size=4))
+    monkeypatch.setenv("TORCHELASTIC_USE_AGENT_STORE", "False")  # the opt-out: init_process_group's own store
+    assert attempt_store(Dist(rank=1, world_size=4)) is None
+    for value, count in (("2", 2), ("", 0), ("x", 0)):
+        monkeypatch.setenv("TORCHELASTIC_RESTART_COUNT", value)
+        assert restart_count() == count
+
+
 @pytest.mark.slow
 def test_precision_auto_follows_the_machine_and_bf16_trains_on_cpu(env, monkeypatch):
     from engine.device import default_precision, resolve_precision
