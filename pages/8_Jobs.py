@@ -7,6 +7,7 @@ import streamlit as st
 
 from engine import jobs as Q
 from engine.status import FAILED, QUEUED, RUNNING, status_of
+from engine.trackers import open_commands
 from studio.common import guard, runs_root
 
 SHOW_MAX = 40  # jobs shown with details (newest first); the table lists them all
@@ -16,6 +17,8 @@ st.caption("Every pre-training, fine-tuning, feature and ablation job runs here,
            "closing the tab or reloading loses nothing.")
 
 root = runs_root()
+st.caption("Jobs started with `--report-to tensorboard,mlflow` also report to TensorBoard and MLflow; open them with "
+           + " or ".join(f"`{c}`" for c in open_commands(root)))
 
 
 def _cancel(job_id):

@@ -3,6 +3,7 @@ the x axis, debiased EMA smoothing over the faint raw curve, runs grouped by var
 seed band, the settings that differ, and one CSV of every selected run's metrics."""
 import streamlit as st
 
+from engine.trackers import open_commands
 from studio import compare as C
 from studio.common import chart_config, guard, runs_root
 
@@ -10,6 +11,9 @@ st.title("Compare runs")
 st.caption("Pick any runs (pre-training, fine-tuning, a study's variants) and see one metric of all of them on one chart.")
 
 root = runs_root()
+with st.expander("Open these runs in TensorBoard or MLflow"):
+    st.caption("Runs started with `--report-to tensorboard,mlflow` write there too (`pip install -r requirements-trackers.txt`).")
+    st.code("\n".join(open_commands(root)), language="bash")
 entries = C.find_runs(root)
 if not entries:
     st.info(f"No runs under `{root}` yet. Pre-train one (Pre-train page) or run a study (Ablations page), then compare here.")
