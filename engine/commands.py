@@ -7,7 +7,7 @@ COMMANDS = {  # name -> (module with main(argv), what it does)
     "tokenizer": ("engine.tokenizer", "train a WordPiece vocabulary on a corpus"),
     "prepare": ("engine.pretraining.prepare", "prepare pre-training data from a corpus of any size into shards "
                                               "(worker processes)"),
-    "pretrain": ("engine.pretraining.run", "pre-train BERT (MLM+NSP, MLM only, or LTR) into a run folder"),
+    "pretrain": ("engine.pretraining.run", "pre-train BERT (MLM+NSP, MLM only, LTR, or MLM+SOP) into a run folder"),
     "finetune": ("engine.finetune", "fine-tune on a downstream task over a learning-rate grid with restarts"),
     "features": ("engine.features", "extract frozen features (any layer or the paper's combinations) and train a "
                                     "classifier on them"),

@@ -201,6 +201,11 @@ FACTS = {
     # probe-ready model, one after the other (engine/classroom.py)
     "class_prepare.minutes": Measured(24.9, "min", "zen4", "2026-12-02", "python -m engine class prepare",
                                       "preparing a class (class prepare, empty runs folder and cache)"),
+    # Table 5 at lab scale on one GPU, the 19 jobs sharing it (engine/ablations/paper.py LAB, BENCHMARKS.md "Lab scale")
+    "lab_table5.minutes_h200": Measured(
+        10.2, "min", "h200", "2026-11-27",
+        "python -m engine ablate run pretraining-tasks --lab --seeds 1 --foreground --parallel 6",
+        "Table 5 at lab scale, one seed, 6 jobs at once on one GPU"),
     # the engine against transformers (python -m engine bench): both sides from the same weights and loss
     "bench.cpu_pretrain_ratio": Measured(
         3.16, "x", "avx2", "2026-12-06",

@@ -36,7 +36,7 @@ class Step:
     number: int
     title: str
     what: str
-    time: str  # "about 3 minutes on this machine (...)"
+    time: str  # "about N minutes on this machine (...)", from engine/measured.py
     page: str  # the page file the button opens
     button: str
     prefill: dict = field(default_factory=dict)  # session_state keys the target page reads

@@ -31,6 +31,7 @@ from engine.ablations.study import (Evaluation, FeatureArgs, FinetuneArgs, Study
                                     with_epochs, with_steps)
 from engine.ablations.verdict import Contrast
 from engine.cli import text
+from engine import measured
 from engine.errors import EngineError
 from engine.objectives import LTR, MLM, MLM_NSP
 from engine.pretraining.config import CLASSROOM_RECIPE, PretrainConfig
@@ -379,8 +380,8 @@ CLASSROOM_PRETRAIN = dict(preset="tiny", **CLASSROOM_RECIPE)
 CLASSROOM_FINETUNE = FinetuneArgs(lr=(1e-3,), batch_size=(32,), epochs=(5,), restarts=3, max_train=1500, max_seq_len=128)
 
 
-# Lab scale: the same studies for one GPU. Measured once (BENCHMARKS.md, "Lab scale"): Table 5 with one seed took
-# 10.2 min on an H200 with 6-8 jobs at once (`--parallel`); the other studies are not measured. The mini preset
+# Lab scale: the same studies for one GPU. Measured once (BENCHMARKS.md, "Lab scale"; engine/measured.py,
+# lab_table5.minutes_h200): Table 5 with one seed, 6 jobs at once (`--parallel`); the other studies are not measured. The mini preset
 # (4 layers, hidden 256) for 5,000 steps of 128 x 128 on BBC News (kept so the corpus-made tasks' dev texts stay unseen), five segmentations of each document so the ~70 passes over 1.2M tokens see fresh
 # masks and pairs, and the paper's dropout 0.1 and 15% masking for the longer run; two pre-training seeds for the
 # headline contrasts; fine-tuning on every training example at a rate for a 4-layer model.
@@ -390,7 +391,7 @@ LAB_FINETUNE = FinetuneArgs(lr=(3e-4,), batch_size=(32,), epochs=(4,), restarts=
 
 
 LAB_PARALLEL_HINT = ("On a GPU the mini model leaves most of it idle: set **Jobs at once** to 6 (Table 5, one seed: "
-                     "10.2 min on an H200; BENCHMARKS.md), or in a terminal "
+                     + measured.fact("lab_table5.minutes_h200").text() + " on an H200; BENCHMARKS.md), or in a terminal "
                      "`python -m engine ablate run {name} --lab --foreground --parallel 6`.")
 # `ablate run/resume --parallel` and the Ablations page's "Jobs at once"
 PARALLEL_HELP = ("how many of the study's jobs run at once, each fine-tune starting once its model's pre-training has "

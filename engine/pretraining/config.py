@@ -47,10 +47,10 @@ def _precisions() -> tuple:
 # The one overlay: the defaults of a run started from a pre-trained model (`--init`, PretrainConfig.for_init, the
 # Pre-train page, the studio's probe-ready button): continued pre-training, not the classroom's from-scratch run.
 # Measured on MiniLM with `--corpus all`, held-out accuracy against wall time (BENCHMARKS.md, "The probe-ready
-# model"; every run in docs/lab-notes/probe-ready-model.md): 800 steps of 16 x 128 with no dropout and lr 3.5e-4
-# reached MLM 0.321 / NSP 0.867 in 17.7 min where 660 steps of 32 x 128 with dropout 0.1 and lr 5e-4 took 31.3 min
-# to 0.323 / 0.875 (the same 2-core CPU, alone); with this CPU's training kernels (engine.kernels.attention.explicit_attention,
-# engine.vocab_loss.KEEP_ELEMENTS) 15.5 min to 0.318 / 0.857. The smaller batch learns more per sequence (0.297 / 0.809 after
+# model"; every run and its time in docs/lab-notes/probe-ready-model.md): 800 steps of 16 x 128 with no dropout and
+# lr 3.5e-4 reached MLM 0.321 / NSP 0.867 in about half the time 660 steps of 32 x 128 with dropout 0.1 and lr 5e-4
+# took to 0.323 / 0.875 (the same 2-core CPU, alone); with this CPU's training kernels (engine/kernels/,
+# engine.vocab_loss.KEEP_ELEMENTS) it is engine/measured.py's probe_ready figures. The smaller batch learns more per sequence (0.297 / 0.809 after
 # 8,000 sequences against 0.283 / 0.791 after 9,600), and without dropout a step is cheaper (its random numbers
 # were a sixth of a CPU step) and the run, under one pass over the corpus, has nothing to over-fit. The first 15%
 # of the steps train only the new heads on the frozen encoder (a step there costs the encoder's forward only): of
@@ -86,7 +86,7 @@ class PretrainConfig:
     """All settings of a pre-training run, each also a flag of `python -m engine pretrain` (engine/cli.py).
     `PretrainConfig()` is the run that command trains from scratch, the classroom run: a tiny BERT (2 layers,
     hidden 128) pre-trained on BBC News with MLM+NSP, 3,000 steps of 64 sequences, 32 tokens, then 128 for the
-    last 30%, about 5 minutes on a 2-core CPU. Continued pre-training (`--init`) is the one overlay,
+    last 30% (its wall time on a 2-core CPU: engine/measured.py, classroom_run.minutes_*). Continued pre-training (`--init`) is the one overlay,
     CONTINUED_PRETRAINING (`PretrainConfig.for_init`). THE ONE PLACE to tune a default: the CLI, the Pre-train
     page, the classroom studies and the docs read it from here.
 

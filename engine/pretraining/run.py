@@ -20,7 +20,8 @@ What it does, per optimizer step:
   model (`config.causal=True`) predicting the next token at every real position (labels = inputs shifted left,
   no masking, no NSP head).
 - AdamW (beta 0.9/0.999, eps 1e-6 as google-research/bert, weight decay 0.01 except LayerNorm weights and
-  biases; fused on CUDA), gradient clipping, linear warmup then linear decay to 0, dropout 0.1.
+  biases; fused on CUDA), gradient clipping, linear warmup then linear decay to 0, dropout (`--dropout`, the
+  PretrainConfig default; the paper's is 0.1).
 - Optionally a second phase at a longer sequence length for the last `phase2_fraction` of the steps (paper:
   90% of steps at 128, the last 10% at 512, to learn the position embeddings), on data built at that length.
 - `--device auto`: CUDA when present, else CPU. `--precision auto`: bf16 autocast (weights and optimizer stay
@@ -264,11 +265,14 @@ def _micro_batch_size(cfg: PretrainConfig, dist: Dist) -> int:
 # ================================================================ CLI
 def build_parser():
     """The flags of `python -m engine pretrain`: PretrainConfig's settings (engine/cli.py), plus --classroom."""
+    from engine.measured import fact
+    bf16, fp32 = fact("classroom_run.minutes_bf16"), fact("classroom_run.minutes_fp32")
     ap = cli.parser(PretrainConfig,
-                    "Pre-train BERT (MLM+NSP, MLM only, or LTR) into a run folder. Every flag left out takes its default "
-                    "shown here, the classroom run (a tiny BERT on BBC News that learns to read context, about 5 "
-                    "minutes on 2 CPU cores; a given --seq-len without --phase2-seq-len is one phase). --init has its "
-                    "own recipe; --resume continues a run with its own saved settings.")
+                    "Pre-train BERT (MLM+NSP, MLM only, LTR, MLM+SOP) into a run folder. Every flag left out takes its "
+                    "default shown here, the classroom run (a tiny BERT on BBC News that learns to read context: "
+                    f"{bf16.text()} on a 2-core CPU with bf16, {fp32.text()} in fp32, measured; a given --seq-len "
+                    "without --phase2-seq-len is one phase). --init has its own recipe; --resume continues a run with "
+                    "its own saved settings.")
     ap.add_argument("--classroom", action="store_true",
                     help="the classroom run for every flag not given (the same values as leaving them out)")
     return ap

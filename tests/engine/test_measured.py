@@ -104,3 +104,48 @@ def test_write_replaces_only_the_generated_table(tmp_path):
     from engine.errors import EngineError
     with pytest.raises(EngineError, match="no generated table"):
         measured.main(["--write", str(tmp_path / "missing.md")])
+
+
+DOCS = [REPO / "docs" / "teaching.md"]
+
+
+def test_code_help_text_and_the_teaching_plan_state_no_time_outside_the_table():
+    """A measured time in engine/, studio/, pages/ (help text, docstrings, comments, captions) or docs/teaching.md is
+    one the table holds: a figure to one decimal ("8.6 min") exactly, an "about N minutes" rounded from one. Plans
+    ("a 50-minute class") are not measurements; lab notes keep their history."""
+    known = {m.text() for m in every_measurement()}
+    rounded = {round(m.value) for m in every_measurement() if m.unit == "min"}
+    bad = []
+    for p in [*CODE, *DOCS]:
+        if p != TABLE:  # a string literal split over lines is read joined: quotes and line breaks as one space
+            text = re.sub(r'"\s*\n\s*(?:f|rf|r)?"', "", p.read_text(encoding="utf-8"))
+            bad += [f"{p.relative_to(REPO)}: {f}" for f in unknown_times(text, known, rounded)]
+    assert not bad, f"times not in engine/measured.py (read them from measured.fact): {bad}"
+
+
+def unknown_times(text: str, known: set, rounded: set) -> list:
+    text = " ".join(text.split())
+    out = [f for f in re.findall(r"(?<![\d.])\d+\.\d+ ?min(?:utes)?\b", text)
+           if re.sub(r" ?minutes$", " min", f).replace("min", " min").replace("  ", " ") not in known]
+    return out + [f"about {n} minutes" for n in re.findall(r"\babout (\d+) ?min(?:utes)?\b", text) if int(n) not in rounded]
+
+
+def test_every_commands_help_states_no_time_outside_the_table():
+    """What `python -m engine <command> --help` prints, as a user reads it."""
+    import importlib
+    import io
+    from contextlib import redirect_stdout
+    from engine.commands import COMMANDS
+    known = {m.text() for m in every_measurement()}
+    rounded = {round(m.value) for m in every_measurement() if m.unit == "min"}
+    bad, seen = {}, 0
+    for name, (module, _) in COMMANDS.items():
+        out = io.StringIO()
+        with redirect_stdout(out), pytest.raises(SystemExit):  # argparse exits after printing the help
+            importlib.import_module(module).main(["--help"])
+        seen += "usage" in out.getvalue()
+        found = unknown_times(out.getvalue(), known, rounded)
+        if found:
+            bad[name] = found
+    assert seen >= len(COMMANDS) - 1  # every command printed its help (one may print its own usage line)
+    assert not bad, f"--help states times not in engine/measured.py: {bad}"
