@@ -72,7 +72,7 @@ REUSE_HELP = ("a pre-training that a finished run under the runs folder has alre
 IGNORED = RUNTIME_FIELDS - {"steps", "max_minutes"}  # what a resume may change, less how long it trains: not the model
 # settings added after runs were recorded without them, whose default (off) is what those runs trained with: a run
 # that does not record one is taken over by a study whose config has it at the default
-ADDED_OFF = ("span_mask",)
+ADDED_OFF = ("span_mask", "static_masking")
 LINKED_SUFFIXES = (".safetensors", ".pt", ".bin")  # written once, never modified: hard-linked
 KEPT = ("job.log",)  # what a job's run folder may hold before it starts: the queue's log, written by the job itself
 

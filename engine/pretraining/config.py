@@ -118,6 +118,8 @@ class PretrainConfig:
     mask_ratios: tuple = setting((0.8, 0.1, 0.1), "MASK,RANDOM,SAME shares of the selected tokens (paper Table 8)",
                                  parse=ratios, group="data")
     whole_word_mask: bool = setting(False, "mask whole words (all their ## pieces) instead of single pieces", group="data")
+    static_masking: bool = setting(False, "mask each instance the same way every epoch (google-research/bert's static "
+                                   "masks; RoBERTa Table 1) instead of a new draw each time it is read", group="data")
     span_mask: bool = setting(False, "mask SpanBERT's spans of whole words instead of single pieces: lengths geometric "
                               "(p 0.2, at most 10 words, mean 3.8), one MASK/RANDOM/SAME choice per span "
                               "(engine/pretraining/masking.py)", group="data")
@@ -269,6 +271,8 @@ def validate(cfg: PretrainConfig) -> None:
     if cfg.span_mask and cfg.whole_word_mask:
         raise EngineError("--span-mask and --whole-word-mask are two masking schemes (spans are made of whole words "
                           "already); give one")
+    if cfg.static_masking and objective(cfg.objective).causal:
+        raise EngineError(f"--static-masking fixes the masks, but --objective {cfg.objective} has none; drop it")
     if cfg.span_mask and objective(cfg.objective).causal:
         raise EngineError(f"--span-mask masks tokens, but --objective {cfg.objective} predicts the next token with no "
                           f"masking; drop --span-mask or use a masked objective (mlm, mlm+nsp, mlm+sop)")

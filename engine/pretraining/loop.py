@@ -276,7 +276,8 @@ def wrap_model(model, cfg: PretrainConfig, dist: Dist, device):
 def training_batches(cache, cfg: PretrainConfig, obj: Objective, step: int, position, rank: int, world_size: int,
                      micro: int, pin: bool = False):
     """Labelled micro-batches from optimizer step `step` on, in order (grad_accum per step): the next tokens (a
-    causal objective) or a masking drawn from (seed, step, micro-batch, rank). Each dict keeps its "position"."""
+    causal objective) or a masking drawn from (seed, step, micro-batch, rank), with --static-masking from (seed,
+    instance) alone. Each dict keeps its "position"."""
     m = 0
     slots = max_predictions(int(cache.config["seq_len"]), cfg.mask_rate, obj.causal)
     for batch in cache.train.batches(micro, start_position=position, rank=rank, world_size=world_size):
@@ -286,7 +287,7 @@ def training_batches(cache, cfg: PretrainConfig, obj: Objective, step: int, posi
             g = torch.Generator().manual_seed(mix_seed(cfg.seed, step, m, rank, 2))
             batch = mask_batch(batch, cache.vocab_size, cache.mask_id, cache.special_ids, rate=cfg.mask_rate,
                                ratios=cfg.mask_ratios, generator=g, whole_word=cfg.whole_word_mask,
-                               spans=cfg.span_mask)
+                               spans=cfg.span_mask, static_seed=cfg.seed if cfg.static_masking else None)
         batch = add_prediction_slots(batch, slots)
         if cfg.packing:
             batch = pack_batch(batch)

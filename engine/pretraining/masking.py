@@ -16,7 +16,9 @@ Departures from the paper / released code, on purpose:
 - Whole-word masking takes whole words in random order while the selected pieces stay within the count,
   stopping at the first word that would overflow (the released code skips it and tries later words); the
   first word is always taken, so at least one position is selected.
-- Masking is dynamic (a new draw per batch), as RoBERTa, instead of the released code's static dupe-factor copies.
+- Masking is dynamic (a new draw per batch), as RoBERTa, by default; static masking (`static_seed`: each instance
+  masked the same way every epoch, as the released code's dupe-factor copies, whose `dupe_factor` passes give
+  differently cut copies here) is the setting RoBERTa's Table 1 compares it with.
 
 Span masking (SpanBERT, Joshi et al. 2020, section 3.1; `span_selection`, `mask_tokens(..., spans=True)`): spans
 of whole words whose length in words is drawn from a geometric distribution (p = SPAN_P = 0.2) truncated to at most
@@ -231,16 +233,34 @@ def _first_unselectable_after(selectable_row: torch.Tensor, words: list) -> list
 
 def mask_batch(batch: dict, vocab_size: int, mask_id: int, special_ids=None, rate: float = PAPER_RATE,
                ratios=PAPER_RATIOS, generator: Optional[torch.Generator] = None, whole_word: bool = False,
-               spans: bool = False) -> dict:
+               spans: bool = False, static_seed: Optional[int] = None) -> dict:
     """A batch from `PretrainingData.batches` with `input_ids` masked and `labels` (B, T) added (a new dict);
-    `whole_word`: whole words; `spans`: SpanBERT's spans of whole words."""
-    masked, labels = mask_tokens(batch["input_ids"], batch["special_tokens_mask"], vocab_size, mask_id, rate=rate,
-                                 ratios=ratios, generator=generator,
-                                 word_starts=batch["word_starts"] if (whole_word or spans) else None,
-                                 attention_mask=batch["attention_mask"], special_ids=special_ids, spans=spans)
+    `whole_word`: whole words; `spans`: SpanBERT's spans of whole words. `static_seed` (static masking, RoBERTa 4.1
+    and google-research/bert): each instance masked from a generator of its own, seeded by (static_seed, its instance
+    number `batch["index"]`), on its own length, so it gets the same mask every epoch and in every batch it lands in;
+    None (dynamic, the default): the batch is masked from `generator`, a new draw every time."""
+    kw = dict(rate=rate, ratios=ratios, spans=spans, special_ids=special_ids)
+    if static_seed is None:
+        masked, labels = mask_tokens(batch["input_ids"], batch["special_tokens_mask"], vocab_size, mask_id,
+                                     generator=generator, word_starts=batch["word_starts"] if (whole_word or spans) else None,
+                                     attention_mask=batch["attention_mask"], **kw)
+    else:
+        masked, labels = batch["input_ids"].long().clone(), torch.full_like(batch["input_ids"], IGNORE_INDEX).long()
+        for b, index in enumerate(batch["index"].tolist()):
+            n = int(batch["attention_mask"][b].sum())  # the row on its own length: the mask ignores the batch's padding
+            g = torch.Generator().manual_seed(static_mask_seed(static_seed, int(index)))
+            m, lab = mask_tokens(batch["input_ids"][b:b + 1, :n], batch["special_tokens_mask"][b:b + 1, :n], vocab_size,
+                                 mask_id, generator=g, word_starts=batch["word_starts"][b:b + 1, :n] if (whole_word or spans) else None,
+                                 **kw)
+            masked[b, :n], labels[b, :n] = m[0], lab[0]
     out = dict(batch)
     out["input_ids"], out["labels"] = masked, labels
     return out
+
+
+def static_mask_seed(seed: int, index: int) -> int:
+    """The seed of instance `index`'s static mask (a 63-bit mix of the run's seed and the instance number)."""
+    return (seed * 0x9E3779B97F4A7C15 + index * 0xBF58476D1CE4E5B9 + 0x94D049BB133111EB) % (1 << 63)
 
 
 

@@ -312,3 +312,67 @@ def test_span_masking_needs_word_starts():
     ids = torch.randint(10, 50, (2, 8))
     with pytest.raises(EngineError, match="word starts"):
         mask_tokens(ids, torch.zeros(2, 8, dtype=torch.bool), 50, 4, spans=True)
+
+
+# ------------------------------------------------------------------ static against dynamic masking (RoBERTa 4.1)
+def _batch_of(rows, T):
+    """A batch like PretrainingData.batches of the given (instance number, ids) rows, right-padded to T."""
+    B = len(rows)
+    ids = torch.zeros(B, T, dtype=torch.long)
+    am = torch.zeros(B, T, dtype=torch.long)
+    for b, (_, r) in enumerate(rows):
+        ids[b, :len(r)] = torch.tensor(r)
+        am[b, :len(r)] = 1
+    special = (am == 0) | (ids == 2) | (ids == 3)
+    return {"input_ids": ids, "attention_mask": am, "special_tokens_mask": special, "word_starts": am.bool(),
+            "index": torch.tensor([i for i, _ in rows])}
+
+
+def test_static_masking_repeats_each_instances_mask_across_epochs_and_dynamic_does_not():
+    """Static: an instance read again (another epoch, another batch, other neighbours and padding, another step's
+    generator) gets the very same mask; dynamic: a new one. Static masks still differ between instances."""
+    from engine.pretraining.masking import mask_batch
+    g = torch.Generator().manual_seed(0)
+    rows = [(i, [2] + torch.randint(10, 500, (int(n),), generator=g).tolist() + [3])
+            for i, n in enumerate(torch.randint(20, 60, (12,), generator=g))]
+    epoch1 = _batch_of(rows[:6], 62)
+    epoch2 = _batch_of([rows[4], rows[9], rows[0], rows[2], rows[5], rows[1]], 70)  # shuffled, regrouped, padded anew
+    kw = dict(vocab_size=500, mask_id=4, special_ids=[0, 1, 2, 3], rate=0.15)
+    s1 = mask_batch(epoch1, generator=torch.Generator().manual_seed(1), static_seed=7, **kw)
+    s2 = mask_batch(epoch2, generator=torch.Generator().manual_seed(2), static_seed=7, **kw)
+    d1 = mask_batch(epoch1, generator=torch.Generator().manual_seed(1), **kw)
+    d2 = mask_batch(epoch2, generator=torch.Generator().manual_seed(2), **kw)
+    same_static = same_dynamic = 0
+    for b2, i in enumerate([4, 9, 0, 2, 5, 1]):
+        if i >= 6:
+            continue
+        n = len(rows[i][1])
+        same_static += torch.equal(s1["labels"][i, :n], s2["labels"][b2, :n]) and torch.equal(s1["input_ids"][i, :n], s2["input_ids"][b2, :n])
+        same_dynamic += torch.equal(d1["labels"][i, :n], d2["labels"][b2, :n])
+    assert same_static == 5 and same_dynamic == 0
+    masks = {tuple((s1["labels"][b] != IGNORE_INDEX).nonzero().squeeze(1).tolist()) for b in range(6)}
+    assert len(masks) == 6  # instances are not all masked alike
+    assert (s1["labels"] != IGNORE_INDEX).sum() == (d1["labels"] != IGNORE_INDEX).sum()  # the same budget per row
+
+
+def test_static_masking_is_a_setting_the_loop_passes_and_ltr_refuses(monkeypatch):
+    from engine.pretraining import loop
+    from engine.pretraining.config import PretrainConfig, validate
+    seen = []
+    real = loop.mask_batch
+    monkeypatch.setattr(loop, "mask_batch", lambda *a, **k: seen.append(k.get("static_seed")) or real(*a, **k))
+
+    class Train:  # one batch of two instances, as PretrainingData.batches yields them
+        def batches(self, micro, start_position=None, rank=0, world_size=1):
+            yield _batch_of([(3, [2, 11, 12, 13, 14, 15, 3]), (8, [2, 21, 22, 23, 3])], 7)
+
+    class Cache:
+        config = {"seq_len": 8}
+        vocab_size, mask_id, special_ids, train = 100, 4, [0, 1, 2, 3], Train()
+
+    for static in (False, True):
+        cfg = PretrainConfig(objective="mlm", static_masking=static, seed=5)
+        list(loop.training_batches(Cache(), cfg, loop.objective("mlm"), 0, None, 0, 1, 2))
+    assert seen == [None, 5]
+    with pytest.raises(EngineError, match="static-masking"):
+        validate(PretrainConfig(objective="ltr", static_masking=True))
