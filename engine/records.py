@@ -39,6 +39,25 @@ STUDY_JSON = "study.json"
 # training time in seconds (`elapsed`: no evaluation or saving; a held-out point takes the values of the training
 # record at its step). The Pre-train, Compare and Ablations pages all plot against these.
 CURVE_X = {"step": "steps", "tokens": "tokens seen", "elapsed": "training time (s)"}
+# metrics.jsonl keys in words, for every chart and picker that names one (`metric_label`): the keys whose words
+# are not their parts', then the words of the parts (eval_ -> held-out, dev_ -> dev)
+METRIC_LABELS = {"loss": "training loss", "eval_loss": "held-out loss", "score": "dev score", "lr": "learning rate",
+                 "tokens_per_s": "tokens / s", "grad_norm": "gradient norm", "train_loss": "training loss (epoch)",
+                 "eval_mlm_mask_acc": "held-out accuracy at [MASK]",
+                 "eval_mlm_mask_baseline": "held-out most frequent token at [MASK]",
+                 "eval_nsp_baseline": "held-out NSP no-model rule", "eval_seq_len": "held-out length (tokens)",
+                 "eval_instances": "held-out instances", "seconds": "seconds"}
+METRIC_WORDS = {"eval": "held-out", "dev": "dev", "mlm": "MLM", "lm": "next-token", "nsp": "NSP", "sop": "SOP",
+                "acc": "accuracy", "ppl": "perplexity", "f1": "F1", "em": "exact match", "mcc": "Matthews"}
+
+
+def metric_label(key: str) -> str:
+    """A metrics.jsonl key in words: "eval_mlm_acc" -> "held-out MLM accuracy", "mlm_loss" -> "training MLM loss"."""
+    if key in METRIC_LABELS:
+        return METRIC_LABELS[key]
+    parts = [part for part in str(key).split("_") if part]
+    training = parts[:1] in (["mlm"], ["lm"], ["nsp"], ["sop"])  # a pre-training record's own (not held-out) figure
+    return ("training " if training else "") + " ".join(METRIC_WORDS.get(part, part) for part in parts)
 
 RUN_FIELDS = (
     "kind",  # "pretrain" | "finetune" | "features"

@@ -1,7 +1,9 @@
 """Pre-train: launch a pre-training run as its own process, follow its curves live, cancel or resume it.
 
 Thin: the form builds the `python -m engine pretrain ...` flags and hands them to the job launcher
-(engine.jobs), so a page reload or a closed tab loses nothing; the run list and the curves are read from the
+(engine.jobs), so a page reload or a closed tab loses nothing. The form is plain widgets, not an st.form (where Enter
+in any box submits): only a click on Launch queues a run, and Launch is disabled while the form holds a mistake,
+whose line (studio.pretrain_form.launch_problem) stands beside it; the run list and the curves are read from the
 run folders (engine.runs) and refreshed with `st.fragment(run_every=...)` while a run is alive.
 """
 from pathlib import Path
@@ -62,10 +64,10 @@ def prepared_data_picker(root: Path):
 
 
 def launch_form(root: Path) -> None:
-    from engine.objectives import objective
-    from engine.pretraining.masking import PAPER_RATE
+    """The form, no st.form: Enter in a box only commits that box; Launch is the one button that queues a run, and
+    is disabled while the form holds a mistake (its line beside it)."""
     from studio.common import list_model_choices
-    from studio.pretrain_form import form_defaults, preset_size
+    from studio.pretrain_form import form_defaults
 
     init_choice = st.selectbox(
         "Start from", ["random weights (pre-train from scratch)", "minilm"] + list_model_choices()[1:],
@@ -75,52 +77,84 @@ def launch_form(root: Path) -> None:
     init = None if init_choice.startswith("random") else init_choice
     D = form_defaults(init)  # every default of the form (engine/pretraining/config.py)
     data = prepared_data_picker(root)
-    with st.form("pretrain_launch"):
-        st.subheader("New pre-training run")
-        if init:
-            st.caption(f"Continued pre-training of `{init}`: its architecture and vocabulary; the defaults are the "
-                       f"continued-pre-training recipe ({D.steps} steps of {D.batch_size} x {D.seq_len} at "
-                       f"learning rate {D.lr:g}, on {D.corpus}" +
-                       (f"; the first {D.heads_first_steps()} train only the new heads on the frozen encoder" if D.heads_first else "") + ").")
-        else:
-            L, H, _ = preset_size(D.preset)
-            st.caption(f"The defaults are the classroom run: a {D.preset} BERT ({L} layers, hidden {H}) on "
-                       f"{D.corpus}, {objective(D.objective).label}, "
-                       f"{D.steps:,} steps of {D.batch_size} sequences, {D.seq_len} tokens then {D.phase2_seq_len} for the "
-                       f"last {D.phase2_fraction:.0%} (the paper's short-then-long schedule, scaled down: a tiny model "
-                       f"learns to read context far sooner from short sequences), {CLASSROOM_MINUTES.text()} on "
-                       f"{CLASSROOM_MINUTES.where}; it masks "
-                       f"{D.mask_rate:.0%} of the tokens at learning rate {D.lr:.0e}, dropout {D.dropout:g} (the paper: "
-                       f"{PAPER_RATE:.0%}, 1e-04, dropout 0.1).")
-        form = {"init": init, "data": data, **corpus_fields(init, D), **model_fields(init, D)}
-        form.update(training_fields(init, data, D))
-        submitted = st.form_submit_button("Launch", type="primary")
-    if submitted:
+    st.subheader("New pre-training run")
+    st.caption(form_caption(init, D))
+    form = {"init": init, "data": data, **corpus_fields(init, D), **model_fields(init, D)}
+    form.update(training_fields(init, data, D))
+    launch_row(form, root)
+
+
+def form_caption(init, D) -> str:
+    """What the form's defaults are: the classroom run, or the continued-pre-training recipe."""
+    from engine.objectives import objective
+    from engine.pretraining.masking import PAPER_RATE
+    from studio.pretrain_form import preset_size
+    if init:
+        return (f"Continued pre-training of `{init}`: its architecture and vocabulary; the defaults are the "
+                f"continued-pre-training recipe ({D.steps} steps of {D.batch_size} x {D.seq_len} at "
+                f"learning rate {D.lr:g}, on {D.corpus}" +
+                (f"; the first {D.heads_first_steps()} train only the new heads on the frozen encoder" if D.heads_first else "") + ").")
+    L, H, _ = preset_size(D.preset)
+    return (f"The defaults are the classroom run: a {D.preset} BERT ({L} layers, hidden {H}) on "
+            f"{D.corpus}, {objective(D.objective).label}, "
+            f"{D.steps:,} steps of {D.batch_size} sequences, {D.seq_len} tokens then {D.phase2_seq_len} for the "
+            f"last {D.phase2_fraction:.0%} (the paper's short-then-long schedule, scaled down: a tiny model "
+            f"learns to read context far sooner from short sequences), {CLASSROOM_MINUTES.text()} on "
+            f"{CLASSROOM_MINUTES.where}; it masks "
+            f"{D.mask_rate:.0%} of the tokens at learning rate {D.lr:.0e}, dropout {D.dropout:g} (the paper: "
+            f"{PAPER_RATE:.0%}, 1e-04, dropout 0.1).")
+
+
+def launch_row(form: dict, root: Path) -> None:
+    """Launch, disabled with the form's first mistake beside it (studio.pretrain_form.launch_problem: the engine's
+    own checks); a click queues the run and confirms it with its job id and a link to the Jobs page."""
+    from studio.common import confirm_launch, launch_confirmation, load_bundle
+    from studio.pretrain_form import build, launch_problem
+    problem = "the model to continue could not be loaded (see above)"
+    with guard("loading the model to continue"):
+        problem = launch_problem(form, root, load_bundle(form["init"]) if form["init"] else None)
+    c1, c2 = st.columns([1, 5])
+    clicked = c1.button("Launch", type="primary", key="pretrain_launch", disabled=problem is not None)
+    if problem is not None:
+        c2.error(problem)
+    if clicked and problem is None:
         with guard("launching the run"):
             from engine import cli
-            from studio.pretrain_form import build
-            run_name, run_dir, cfg = build(form, root)
+            run_name, run_dir, cfg = build(form, root, bundle=load_bundle(form["init"]) if form["init"] else None)
             how, job_id = _launch(cli.argv(cfg), run_name, run_dir, root)
             # follow it below at once: "queued" until its job writes the run, then the picker moves to it
             st.session_state["pretrain_show"], st.session_state["pretrain_show_job"] = run_name, job_id
-            st.success(f"Launched **{run_name}** ({how}); follow it below.")
+            confirm_launch("pretrain", f"Launched **{run_name}** ({how}); its curves follow below under Runs.", job_id)
+    launch_confirmation("pretrain")
 
 
 def corpus_fields(init, D) -> dict:
-    """The run name and the corpus (built-in, a path, or an upload)."""
+    """The run name and the corpus (built-in, a path, or an upload): typing a path or uploading a file picks the
+    Corpus choice that uses it."""
     from engine.corpora import builtin_corpora
     from studio.pretrain_form import PATH, UPLOAD
     c1, c2, c3 = st.columns(3)
     name = c1.text_input("Run name", placeholder="bert-tiny-bbc", key="pretrain_name",  # the Start page may fill it in
                          help="Letters, digits and - _ . + =; the folder under the runs folder")
     corpora = builtin_corpora() + [PATH, UPLOAD]
-    corpus_kind = c2.selectbox("Corpus", corpora, index=corpora.index(D.corpus),
+    key = f"pretrain_corpus-{init or 'scratch'}"  # another init: its own default corpus
+    if st.session_state.get(key) not in corpora:
+        st.session_state[key] = D.corpus
+
+    def picks(choice, box):  # a path typed, a file uploaded: the Corpus choice follows
+        if st.session_state.get(box):
+            st.session_state[key] = choice
+    corpus_kind = c2.selectbox("Corpus", corpora, key=key,
                                help="BBC News (2,225 articles), a Wikipedia extract, the State of the Union addresses "
                                     "1790-2026, all three (all), the Wikipedia vital articles (wikivital, when its "
                                     "optional package is installed), or your own text: a .txt with blank lines "
                                     "between documents, a folder of .txt files, or a .jsonl with a \"text\" field")
-    corpus_path = c3.text_input("Corpus path", value="", help="used when Corpus is 'a path on this machine'")
-    upload = st.file_uploader("Corpus file (.txt or .jsonl)", type=["txt", "jsonl"], help="used when Corpus is 'an uploaded file'")
+    corpus_path = c3.text_input("Corpus path", value="", key="pretrain_corpus_path", on_change=picks,
+                                args=(PATH, "pretrain_corpus_path"),
+                                help=f"a .txt file, a folder of .txt files or a .jsonl; typing one picks '{PATH}'")
+    upload = st.file_uploader("Corpus file (.txt or .jsonl)", type=["txt", "jsonl"], key="pretrain_upload",
+                              on_change=picks, args=(UPLOAD, "pretrain_upload"),
+                              help=f"uploading one picks '{UPLOAD}'")
     return {"name": name, "corpus_kind": corpus_kind, "corpus_path": corpus_path,
             "upload_name": upload.name if upload is not None else None,
             "upload_bytes": upload.getvalue() if upload is not None else None}
@@ -139,10 +173,10 @@ def model_fields(init, D) -> dict:
     size_mode = c1.radio("Model size", ["preset", "custom L/H/A"], horizontal=True, disabled=off)
     preset = c2.selectbox("Preset", list(PRESETS), index=list(PRESETS).index(D.preset), disabled=off,
                           help=", ".join(f"{k} {l}/{h}" for k, (l, h, _) in PRESETS.items()) + " (layers/hidden)" + size_help)
-    layers = c3.number_input("Layers L", *N["layers"][:2], L, N["layers"][2], help="custom size only" + size_help, disabled=off)
-    hidden = c4.number_input("Hidden H", *N["hidden"][:2], H, step=N["hidden"][2],
+    layers = c3.number_input("Layers L", value=L, step=N["layers"][2], help="custom size only" + size_help, disabled=off)
+    hidden = c4.number_input("Hidden H", value=H, step=N["hidden"][2],
                              help="custom size only; heads must divide it" + size_help, disabled=off)
-    heads = c4.number_input("Heads A", *N["heads"][:2], A, N["heads"][2], help="custom size only" + size_help, disabled=off)
+    heads = c4.number_input("Heads A", value=A, step=N["heads"][2], help="custom size only" + size_help, disabled=off)
     names = list(OBJECTIVES)
     objective = c3.selectbox("Objective", names, index=names.index(D.objective), format_func=lambda n: OBJECTIVES[n].label)
     return {"size_mode": size_mode, "preset": preset, "layers": int(layers), "hidden": int(hidden), "heads": int(heads),
@@ -159,7 +193,7 @@ def training_fields(init, data, D) -> dict:
     mask_rate = c1.slider("Masking rate", *N["mask_rate"][:2], D.mask_rate, N["mask_rate"][2],
                           help=f"share of the tokens the MLM predicts (paper {PAPER_RATE:.0%}; the classroom run "
                                f"{PretrainConfig.mask_rate:.0%})")
-    ratios = tuple(c.number_input(label, *N["mask_ratio"][:2], float(r), N["mask_ratio"][2]) for c, label, r in
+    ratios = tuple(c.number_input(label, value=float(r), step=N["mask_ratio"][2]) for c, label, r in
                    zip((c2, c3, c4), ("→ [MASK]", "→ random token", "→ unchanged"), D.mask_ratios))
     whole_word = c1.checkbox("Whole-word masking", value=D.whole_word_mask)
     packing = c2.checkbox("Pack sequences", value=D.packing, help="each step's instances share rows with no padding "
@@ -168,20 +202,20 @@ def training_fields(init, data, D) -> dict:
                                   help="auto: torch.compile the model on a GPU, where a step measured faster compiled "
                                        "(the first steps wait for the compiler), not on a CPU; on; off")
     c1, c2, c3, c4, c5 = st.columns(5)
-    steps = c1.number_input("Steps", *N["steps"][:2], D.steps)
-    batch = c2.number_input("Batch size", *N["batch_size"][:2], D.batch_size)
+    steps = c1.number_input("Steps", value=D.steps, step=N["steps"][2])
+    batch = c2.number_input("Batch size", value=D.batch_size, step=N["batch_size"][2])
     lengths = length_choices(D)
     seq_len = c3.selectbox("Sequence length", lengths, index=lengths.index(D.seq_len),
                            help="tokens per instance in the first phase (paper: 128)")
-    lr = c4.number_input("Learning rate", *N["lr"][:2], D.lr, step=N["lr"][2], format="%.1e")
-    seed = c5.number_input("Seed", *N["seed"][:2], D.seed)
+    lr = c4.number_input("Learning rate", value=D.lr, step=N["lr"][2], format="%.1e")
+    seed = c5.number_input("Seed", value=D.seed, step=N["seed"][2])
     c1, c2, c3, c4, c5 = st.columns(5)
-    vocab = c1.number_input("Vocabulary size", *N["vocab_size"][:2], D.vocab_size, step=N["vocab_size"][2], disabled=bool(init),
+    vocab = c1.number_input("Vocabulary size", value=D.vocab_size, step=N["vocab_size"][2], disabled=bool(init),
                             help="a WordPiece vocabulary trained on the corpus" + ("" if not init else " (ignored: the init brings its own)"))
-    save_every = c2.number_input("Checkpoint every (steps)", *N["every"][:2], D.save_every)
-    eval_every = c3.number_input("Evaluate every (steps)", *N["every"][:2], D.eval_every)
+    save_every = c2.number_input("Checkpoint every (steps)", value=D.save_every, step=N["every"][2])
+    eval_every = c3.number_input("Evaluate every (steps)", value=D.eval_every, step=N["every"][2])
     precision = precision_select(c4)
-    heads_first = c5.number_input("Heads first (share)", *N["heads_first"][:2], float(D.heads_first), N["heads_first"][2],
+    heads_first = c5.number_input("Heads first (share)", value=float(D.heads_first), step=N["heads_first"][2],
                                   disabled=not init, help="the first share of the steps trains only the new heads on the "
                                   "frozen encoder, then the whole model (the probe-ready recipe's start)" +
                                   ("" if init else " (continued pre-training only)"))
@@ -206,8 +240,8 @@ def phase2_fields(data, D) -> tuple:
                                f"the classroom run is {C.seq_len} tokens, then {C.phase2_seq_len} for the last "
                                f"{C.phase2_fraction:.0%} of the steps (BENCHMARKS.md)" +
                                (" (ignored with prepared data: they have one length)" if data else ""))
-    phase2_share = c2.number_input("Second phase share", *N["phase2_fraction"][:2], D.phase2_fraction,
-                                   N["phase2_fraction"][2], format="%.2f")
+    phase2_share = c2.number_input("Second phase share", value=D.phase2_fraction, step=N["phase2_fraction"][2],
+                                   format="%.2f")
     return phase2, phase2_share
 
 

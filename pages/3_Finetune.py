@@ -20,8 +20,8 @@ from studio import ablation_figures as F
 from studio import finetune_plan as plan
 from studio import finetune_results as results
 from studio.finetune_results import trial_label
-from studio.common import (chart_config, follow_queued_run, guard, launch_run, load_bundle, model_picker, precision_select,
-                           resume_button, runs_root)
+from studio.common import (chart_config, confirm_launch, follow_queued_run, guard, launch_confirmation, launch_run,
+                           load_bundle, model_picker, precision_select, resume_button, runs_root)
 from studio.uploads import save_upload
 
 st.title("Fine-tune")
@@ -196,7 +196,9 @@ with tab_new:
                 batch_size=tuple(sorted(batch)), epochs=tuple(sorted(epochs)), restarts=int(restarts),
                 max_seq_len=int(max_len), seed=int(seed), precision=precision, max_train=int(max_train) or None,
                 bilstm=bool(bilstm), packing=bool(packing), out=str(out)), "ft")
-            st.success(f"Queued job {rec['id']} for run **{run_dir.name}**; see the Results tab or the Jobs page.")
+            confirm_launch("ft", f"Queued job {rec['id']} for run **{run_dir.name}**; the Results tab follows it too.",
+                           rec["id"])
+    launch_confirmation("ft")
 
 # ------------------------------------------------------------------ results
 with tab_runs:

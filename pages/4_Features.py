@@ -18,8 +18,8 @@ from engine.status import status_of
 from engine.features import FeaturesConfig
 from engine.tasks.registry import BUILTINS, feature_task_names
 from studio import ablation_figures as F
-from studio.common import (chart_config, follow_queued_run, guard, launch_run, load_bundle, model_picker, mtime_key,
-                           resume_button, runs_root)
+from studio.common import (chart_config, confirm_launch, follow_queued_run, guard, launch_confirmation, launch_run,
+                           load_bundle, model_picker, mtime_key, resume_button, runs_root)
 from studio.projection import PROJECTIONS, bbc_projection
 
 COMBINES = {"concat": "concatenate the chosen layers (D = K·H; the paper's best)",
@@ -84,7 +84,9 @@ with tab_run:
             run_dir, rec = launch_run(root, name, model, lambda out: FeaturesConfig(
                 model=model, **task, layers=tuple(layers), combine=tuple(combos), pooling=pooling, seed=int(seed),
                 epochs=int(tag_epochs), lr=float(tag_lr), max_train=int(max_train) or None, out=str(out)), "fx")
-            st.success(f"Queued job {rec['id']} for run **{run_dir.name}**; compare it in the next tab when it finishes.")
+            confirm_launch("fx", f"Queued job {rec['id']} for run **{run_dir.name}**; compare it in the next tab when it "
+                           "finishes.", rec["id"])
+    launch_confirmation("fx")
 
 
 # ------------------------------------------------------------------ compare

@@ -2,15 +2,14 @@
 by default) and neuron view drawn offline (studio.attention_view, studio.neuron_view), the per-head difference
 between two checkpoints, and the analyses of engine.analysis (studio.attention_analysis): rollout, per-head
 statistics, word level, value-weighted attention, head importance (on models with an MLM head)."""
-import pandas as pd
 import streamlit as st
 
 from engine import analysis, probes
 from studio import attention_analysis as AA
 from studio.attention_view import (MAX_TOKENS, head_importance_unavailable, head_view_html, hide_special, long_csv,
                                    matrix_csv, render_head_view)
-from studio.common import chart_config, guard, list_model_choices, load_bundle, model_picker
-from studio.figures import attention_heatmap, head_diff_figure, model_view_figure
+from studio.common import chart_config, guard, load_bundle, model_picker
+from studio.figures import attention_heatmap, model_view_figure
 from studio.neuron_view import render_neuron_view
 
 HEAD_VIEW_CELLS = 1_500_000  # weights sent to the head view at most (layers x heads x T^2)
@@ -118,38 +117,7 @@ with tab_neuron:
         render_neuron_view(list(nv_tokens), nv_q, nv_k, nv_layer, nv_head, causal=bool(cfg.causal))
 
 with tab_cmp:
-    st.caption("The same input through a second model (e.g. BERT vs No NSP, or an early vs a late checkpoint of one run): "
-               "per-head difference, averaged over the query tokens.")
-    choices = list_model_choices()
-    same_run = [c for c in choices if c != path and bundle.path and str(c).startswith(str(bundle.path).rsplit("/", 1)[0])]
-    if path not in choices:
-        choices = [path] + choices
-    default = choices.index(same_run[0]) if same_run else choices.index(path)
-    other_path = st.selectbox("Compare with", choices, index=default, key=f"att_cmp_model_{path}")
-    metric = st.radio("Difference", ["jsd", "l1"], horizontal=True, key="att_cmp_metric",
-                      format_func=lambda x: "Jensen-Shannon divergence" if x == "jsd" else "mean |Δ weight|")
-    if other_path == path:
-        st.info("Pick a different model to compare with.")
-    else:
-        with guard("Comparing the two models"):
-            other = load_bundle(other_path)
-            r = probes.compare_attention(bundle, other, sa, sb or None, metric=metric, top=10)
-            st.plotly_chart(head_diff_figure(r["diff"], metric, r["names"]), config=chart_config("attention-head-difference"),
-                            key="att_diff_fig")
-            top = pd.DataFrame([{"layer": l, "head": h, metric: round(v, 5)} for l, h, v in r["top"]])
-            st.markdown("**Heads that changed most**")
-            st.dataframe(top, hide_index=True, width="stretch")
-            l, h, _ = r["top"][0]
-            ctoks = list(r["tokens"])
-            a1, a2 = r["att1"][l - 1, h - 1], r["att2"][l - 1, h - 1]
-            if hide:
-                _, a1 = hide_special(ctoks, a1, r["tokens"].special)
-                ctoks, a2 = hide_special(ctoks, a2, r["tokens"].special)
-            s1, s2 = st.columns(2)
-            s1.plotly_chart(attention_heatmap(a1, ctoks, title=f"{r['names'][0]}: layer {l}, head {h}", zmax=1.0),
-                            config=chart_config("attention-compare-1"), key="att_cmp_1")
-            s2.plotly_chart(attention_heatmap(a2, ctoks, title=f"{r['names'][1]}: layer {l}, head {h}", zmax=1.0),
-                            config=chart_config("attention-compare-2"), key="att_cmp_2")
+    AA.render_compare(bundle, path, sa, sb, hide)
 
 with tab_roll:
     AA.render_rollout(view_tokens, view_att)

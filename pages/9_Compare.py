@@ -36,7 +36,7 @@ if not metrics:
     st.stop()
 
 c1, c2, c3, c4 = st.columns([2, 2, 2, 1.4])
-metric = c1.selectbox("Metric", metrics, key="compare_metric")
+metric = c1.selectbox("Metric", metrics, key="compare_metric", format_func=C.metric_label)
 x = c2.radio("x axis", list(C.CURVE_X), format_func=C.CURVE_X.get, horizontal=True, key="compare_x")
 weight = c3.slider("Smoothing", 0.0, 0.99, 0.6, 0.01, key="compare_smooth",
                    help="debiased exponential moving average (as TensorBoard); 0 = the raw curve")
@@ -47,7 +47,7 @@ with guard("Drawing the comparison"):
     cv = C.curves(df, metric, x, weight)
     missing = [e.label for e in sel if e.label not in cv]
     if missing:
-        st.caption(f"Not drawn (no {metric} against {C.CURVE_X[x]}): " + ", ".join(missing))
+        st.caption(f"Not drawn (no {C.metric_label(metric)} against {C.CURVE_X[x]}): " + ", ".join(missing))
     if cv:
         st.plotly_chart(C.comparison_figure(cv, metric, x, grouped), config=chart_config(f"compare-{metric}"), key="compare_fig")
 

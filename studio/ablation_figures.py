@@ -13,6 +13,7 @@ Scores in [0, 1] are shown in percent, as in the paper's tables.
 import plotly.graph_objects as go
 
 from engine.ablations.results import CURVE_X
+from engine.ablations.study import is_pretrain_column
 
 PALETTE = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2", "#17becf", "#7f7f7f", "#bcbd22"]
 
@@ -21,20 +22,23 @@ def _colour(i: int) -> str:
     return PALETTE[i % len(PALETTE)]
 
 
-def _is_fraction(col: str) -> bool:
-    return "ppl" not in col and "perplexity" not in col
+def _is_dev_score(col: str) -> bool:
+    """A column the dev-score bars draw: a downstream score, not a held-out pre-training figure (its own table)."""
+    return not is_pretrain_column(col) and "ppl" not in col and "perplexity" not in col
 
 
 def results_bars(summary, variants=None, columns=None, title="Results (mean ± std over seeds x restarts)") -> go.Figure:
     """Grouped bars: x = task column, one bar per variant (in `variants` order), error bars = std over seeds x restarts.
 
     `summary` has columns variant, column, step, mean, std, n (engine.ablations.summarise); rows with a
-    step (Figure 5) are left to `steps_lines`. Perplexity columns get their own axis values (not percent)."""
+    step (Figure 5) are left to `steps_lines`. Held-out pre-training columns (the study's `pretrain_columns`: perplexity,
+    accuracy at [MASK]) are not dev scores and are left out: the results table and the held-out pre-training table
+    show them."""
     fig = go.Figure()
     if summary is None or len(summary) == 0:
         return _empty(fig, title, "no results yet")
     s = summary[summary["step"].isna()] if "step" in summary else summary
-    s = s[s["column"].map(_is_fraction)]
+    s = s[s["column"].map(_is_dev_score)]
     if len(s) == 0:
         return _empty(fig, title, "no results yet")
     variants = list(variants) if variants else list(dict.fromkeys(s["variant"]))

@@ -1,6 +1,6 @@
 """The Attention page's analysis tabs (engine.analysis): rollout, per-head statistics over a set of texts (a grid
-that opens the head), the word-level view, value-weighted attention beside the plain weights, and head
-importance. Each `render_*` draws one tab; the page only lays the tabs out."""
+that opens the head), the word-level view, value-weighted attention beside the plain weights, head importance, and
+the comparison of two checkpoints (opening on another checkpoint than the model itself: `compare_default`). Each `render_*` draws one tab; the page only lays the tabs out."""
 import io
 
 import numpy as np
@@ -161,3 +161,88 @@ def render_head_importance(bundle, sa, sb):
     st.dataframe(df.round(5), hide_index=True, width="stretch")
     st.download_button("Download head importance as CSV", _df_csv(df), file_name="head-importance.csv", mime="text/csv",
                        on_click="ignore", key="att_imp_csv")
+
+
+def _checkpoint_dir(choice: str):
+    """The checkpoint folder a picker choice loads ("minilm" and local folders only: a Hub id is never fetched for a
+    default), or None when it does not resolve."""
+    from pathlib import Path
+    from engine.checkpoint import resolve_checkpoint_dir
+    from engine.minilm import minilm_path
+    try:
+        if choice == "minilm":
+            return Path(minilm_path()).resolve()
+        if not choice or not Path(choice).expanduser().exists():
+            return None
+        return Path(resolve_checkpoint_dir(choice)).resolve()
+    except Exception:  # an unreadable folder is just not a default
+        return None
+
+
+def _step(folder) -> int:
+    tail = folder.name.rpartition("-")[2]
+    return int(tail) if folder.name.startswith("step-") and tail.isdigit() else -1
+
+
+def compare_default(loaded, config, choices: list):
+    """The choice the Compare-with box opens on: never the loaded model itself (`loaded`: its checkpoint folder). The
+    checkpoint before it in its run, else the run's first other checkpoint, else the first other model of the same
+    vocabulary and shape (`config`: the loaded model's BertConfig); None when there is none."""
+    from pathlib import Path
+    from engine.checkpoint import read_config
+    me = Path(loaded).resolve()
+    dirs = {c: _checkpoint_dir(c) for c in choices}
+    others = {c: d for c, d in dirs.items() if d is not None and d != me}
+    same_run = sorted((c for c, d in others.items() if d.parent == me.parent and _step(d) >= 0), key=lambda c: _step(others[c]))
+    before = [c for c in same_run if _step(others[c]) < _step(me)]
+    if before or same_run:
+        return (before or same_run)[-1 if before else 0]
+    for c, d in others.items():
+        try:
+            cfg = read_config(d)[1]
+        except Exception:
+            continue
+        if (cfg.vocab_size, cfg.num_layers, cfg.num_heads) == (config.vocab_size, config.num_layers, config.num_heads):
+            return c
+    return None
+
+
+def render_compare(bundle, path: str, sa: str, sb: str, hide: bool) -> None:
+    """The Compare checkpoints tab: a second model (by default another checkpoint, `compare_default`) through the
+    same input, the per-head difference, the heads that changed most side by side. The same weights twice, or no
+    second model to compare with, is one line instead of a map of zeros."""
+    from studio.attention_view import hide_special
+    from studio.common import list_model_choices, load_bundle
+    from studio.figures import head_diff_figure
+    from engine import probes
+    st.caption("The same input through a second model (e.g. BERT vs No NSP, or an early vs a late checkpoint of one run): "
+               "per-head difference, averaged over the query tokens.")
+    choices = list_model_choices()
+    choices = choices if path in choices else [path] + choices
+    default = compare_default(bundle.path or path, bundle.config, choices)
+    if default is None:
+        st.info(f"{probes.model_name(bundle)} is the only model of its vocabulary and shape here: pre-train a run (its "
+                "checkpoints compare with each other) or pick another model below.")
+    other_path = st.selectbox("Compare with", choices, index=choices.index(default or path), key=f"att_cmp_model_{path}")
+    metric = st.radio("Difference", ["jsd", "l1"], horizontal=True, key="att_cmp_metric",
+                      format_func=lambda x: "Jensen-Shannon divergence" if x == "jsd" else "mean |Δ weight|")
+    other_dir = _checkpoint_dir(other_path)
+    if other_path == path or (other_dir is not None and other_dir == _checkpoint_dir(str(bundle.path or path))):
+        if default is not None:
+            st.info(f"{other_path} is the model above ({probes.model_name(bundle)}, the same weights); pick another one.")
+        return
+    with guard("Comparing the two models"):
+        r = probes.compare_attention(bundle, load_bundle(other_path), sa, sb or None, metric=metric, top=10)
+        st.plotly_chart(head_diff_figure(r["diff"], metric, r["names"]), config=chart_config("attention-head-difference"),
+                        key="att_diff_fig")
+        st.markdown("**Heads that changed most**")
+        st.dataframe(pd.DataFrame([{"layer": l, "head": h, metric: round(v, 5)} for l, h, v in r["top"]]),
+                     hide_index=True, width="stretch")
+        l, h, _ = r["top"][0]
+        ctoks, (a1, a2) = list(r["tokens"]), (r["att1"][l - 1, h - 1], r["att2"][l - 1, h - 1])
+        if hide:
+            _, a1 = hide_special(ctoks, a1, r["tokens"].special)
+            ctoks, a2 = hide_special(ctoks, a2, r["tokens"].special)
+        for col, a, name, n in zip(st.columns(2), (a1, a2), r["names"], (1, 2)):
+            col.plotly_chart(attention_heatmap(a, ctoks, title=f"{name}: layer {l}, head {h}", zmax=1.0),
+                             config=chart_config(f"attention-compare-{n}"), key=f"att_cmp_{n}")

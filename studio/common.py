@@ -1,4 +1,5 @@
-"""Shared Streamlit helpers for the pages: the runs folder, cached model loading, and error display.
+"""Shared Streamlit helpers for the pages: the runs folder, cached model loading, error display, and the Launch of
+the Fine-tune and Features pages with the confirmation every Launch gives (its job id and a link to the Jobs page).
 
 Every page wraps its work in `guard()` so an `EngineError` (or any other failure) shows as one clear message on
 the page, never a traceback.
@@ -243,9 +244,10 @@ def follow_queued_run(root: Path, prefix: str, listed) -> None:
 
 def launch_run(root, name: str, model: str, make_config, prefix: str) -> tuple:
     """The Launch of the Fine-tune and Features pages: the model checked (its one-line error, no job queued), the run
-    folder resolved inside the runs folder and refused when it already holds a run, then the command line of
-    `make_config(run_dir)` (a FinetuneConfig or FeaturesConfig with out=run_dir) queued. The page's `prefix` keys
-    remember the run to follow. Returns (run folder, job record)."""
+    folder resolved inside the runs folder and refused when it already holds a run, the task files the config names
+    checked to exist (`check_task_files`), then the command line of `make_config(run_dir)` (a FinetuneConfig or
+    FeaturesConfig with out=run_dir) queued. The page's `prefix` keys remember the run to follow; the page confirms
+    the job (`confirm_launch`). Returns (run folder, job record)."""
     from engine import cli, jobs as Q
     from engine import runs as R
     from engine.checkpoint import check_model
@@ -254,10 +256,51 @@ def launch_run(root, name: str, model: str, make_config, prefix: str) -> tuple:
     if (run_dir / RUN_JSON).exists():
         raise EngineError(f"run {name.strip()} already exists in {root}; pick another name")
     cfg = make_config(run_dir)
+    check_task_files(cfg)
     rec = Q.submit(cli.argv(cfg), name=f"{cfg.command} {name.strip()}", run_dir=str(run_dir), root=root)
     st.session_state[f"{prefix}_show"], st.session_state[f"{prefix}_show_job"] = run_dir.name, rec["id"]
     st.session_state.pop(f"{prefix}_default_name", None)
     return run_dir, rec
+
+
+def check_task_files(cfg) -> None:
+    """The train and dev files a fine-tuning or features config names exist as files: a job for a file already
+    known to be missing is refused here, in one line, instead of failing in the queue."""
+    from engine.errors import quoted
+    for part in ("train", "dev"):
+        path = getattr(cfg, part, None)
+        if path and not Path(path).expanduser().is_file():
+            raise EngineError(f"the {part} file {quoted(path)} does not exist; check the path or pick the file again "
+                              "(nothing was queued)")
+
+
+JOBS_PAGE = "pages/8_Jobs.py"  # the page that follows every job live (streamlit_app.PAGES)
+
+
+def confirm_launch(prefix: str, text: str, job_id: str) -> None:
+    """Remember a Launch's confirmation (`text`, its job id) for `launch_confirmation` to show on every rerun of
+    the page until its next Launch (a rerun that follows the job would otherwise wipe a one-off message)."""
+    st.session_state[f"{prefix}_launched"] = (text, job_id)
+
+
+def launch_confirmation(prefix: str) -> None:
+    """The page's last Launch: its line, with the job id, and a link to the Jobs page that follows the job live."""
+    done = st.session_state.get(f"{prefix}_launched")
+    if not done:
+        return
+    text, job_id = done
+    st.success(text)
+    page_link(JOBS_PAGE, f"Follow job {job_id} live on the Jobs page")
+
+
+def page_link(page: str, label: str) -> None:
+    """st.page_link to one of the router's pages; a page run without the router (`streamlit run pages/X.py`, AppTest
+    on one file) has no pages to link to, and shows the label alone."""
+    from streamlit.errors import StreamlitPageNotFoundError
+    try:
+        st.page_link(page, label=label)
+    except StreamlitPageNotFoundError:
+        st.caption(label)
 
 
 def resume_button(root: Path, run_dir: Path, config_cls, status: str, kept: str, where=st, **flags) -> None:

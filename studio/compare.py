@@ -17,8 +17,9 @@
 - `group_band(curves)`: per group, every run interpolated onto the union of their x values (only inside each
   run's own range): the mean line and the band from the lowest to the highest run (the seed band).
 - `differing_settings(entries)`: the run.json config keys whose values differ between the selected runs.
-- `comparison_figure(...)`: the plotly chart: each run's raw curve faint behind its smoothed curve, or per group
-  the smoothed mean line over its seed band.
+- `comparison_figure(...)`: the plotly chart: each run's raw curve faint behind its smoothed curve, each run with
+  its own dash and marker (`line_style`: runs with the same curve stay visible and named), or per group the smoothed
+  mean line over its seed band; metrics named in words (engine.records.metric_label).
 """
 import json
 import re
@@ -31,10 +32,12 @@ import plotly.graph_objects as go
 
 from engine.errors import EngineError
 from engine.fileio import read_regular
-from engine.records import CURVE_X, RUN_JSON
+from engine.records import CURVE_X, RUN_JSON, metric_label
 
 MAX_ROWS_PER_SERIES = 5_000  # points per run and series on the chart (a chart is a few hundred pixels wide)
 MAX_JSON_BYTES = 16 * 2 ** 20  # run.json / study.json: a few kB; a bigger one is not the engine's
+DASHES = ["solid", "dash", "dot", "dashdot", "longdash", "longdashdot"]  # a run's curve: its colour, dash and marker
+SYMBOLS = ["circle", "square", "diamond", "triangle-up", "x", "cross", "star", "triangle-down"]
 COLOURS = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf"]
 NOT_METRICS = {"step", "tokens", "elapsed", "trial", "epoch", "phase", "seed"}  # x axes and bookkeeping
 NOT_SETTINGS = {"out"}  # config keys that always differ (the run's own folder)
@@ -183,30 +186,40 @@ def differing_settings(entries) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["run", "kind", *diff])
 
 
+def line_style(i: int, colour: str, width: float) -> dict:
+    """The i-th curve's line and markers: its own dash and marker symbol as well as its colour, so two runs with the
+    same curve stay two visible, named curves (one drawn on the other would hide it)."""
+    return dict(line=dict(color=colour, width=width, dash=DASHES[i % len(DASHES)]),
+                marker=dict(color=colour, symbol=SYMBOLS[i % len(SYMBOLS)], size=7, maxdisplayed=24))
+
+
 def comparison_figure(cv: dict, metric: str, x: str, grouped: bool = False) -> go.Figure:
-    """`cv`: curves(...)'s dict. Per run: raw curve faint, smoothed curve on top; grouped: per group the mean of
-    the smoothed curves over a band from the lowest to the highest run, raw curves faint behind."""
+    """`cv`: curves(...)'s dict. Per run: raw curve faint, smoothed curve on top, each run with its own colour, dash
+    and marker and its name in the legend and in the hover (all runs at the hovered x); grouped: per group the mean
+    of the smoothed curves over a band from the lowest to the highest run, raw curves faint behind. The metric is
+    named in words (engine.records.metric_label)."""
     fig = go.Figure()
+    label = metric_label(metric)
     groups = list(dict.fromkeys(g for g, *_ in cv.values()))
     colour = {g: COLOURS[i % len(COLOURS)] for i, g in enumerate(groups)} if grouped else {}
     for i, (run, (g, xs, raw, sm)) in enumerate(cv.items()):
         c = colour.get(g) or COLOURS[i % len(COLOURS)]
         fig.add_trace(go.Scatter(x=xs, y=raw, mode="lines", line=dict(color=c, width=1), opacity=0.25, showlegend=False,
-                                 name=f"{run} (raw)", hovertemplate=f"{run} raw<br>%{{x}}: %{{y:.4f}}<extra></extra>"))
+                                 name=f"{run} (raw)", hoverinfo="skip"))
         if not grouped:
-            fig.add_trace(go.Scatter(x=xs, y=sm, mode="lines", line=dict(color=c, width=2), name=run,
-                                     hovertemplate=f"{run}<br>%{{x}}: %{{y:.4f}}<extra></extra>"))
+            fig.add_trace(go.Scatter(x=xs, y=sm, mode="lines+markers", name=run, **line_style(i, c, 2),
+                                     hovertemplate=f"{run}: %{{y:.4f}}<extra></extra>"))
     if grouped:
-        for g in groups:
+        for k, g in enumerate(groups):
             items = [(xs, sm) for gg, xs, _, sm in cv.values() if gg == g]
             grid, mean, lo, hi = group_band(items)
             c = colour[g]
             fig.add_trace(go.Scatter(x=np.concatenate([grid, grid[::-1]]), y=np.concatenate([hi, lo[::-1]]), fill="toself",
                                      fillcolor=c, opacity=0.2, line=dict(width=0), hoverinfo="skip", showlegend=False,
                                      name=f"{g} (seed band)"))
-            fig.add_trace(go.Scatter(x=grid, y=mean, mode="lines", line=dict(color=c, width=3),
-                                     name=f"{g} (mean of {len(items)})",
-                                     hovertemplate=f"{g} mean<br>%{{x}}: %{{y:.4f}}<extra></extra>"))
-    fig.update_layout(title=f"{metric} against {CURVE_X.get(x, x)}", xaxis_title=CURVE_X.get(x, x), yaxis_title=metric,
-                      height=460, margin=dict(l=10, r=10, t=60, b=10), legend=dict(orientation="h", y=-0.18))
+            fig.add_trace(go.Scatter(x=grid, y=mean, mode="lines+markers", name=f"{g} (mean of {len(items)})",
+                                     **line_style(k, c, 3), hovertemplate=f"{g} mean: %{{y:.4f}}<extra></extra>"))
+    fig.update_layout(title=f"{label} against {CURVE_X.get(x, x)}", xaxis_title=CURVE_X.get(x, x), yaxis_title=label,
+                      hovermode="x unified", height=460, margin=dict(l=10, r=10, t=60, b=10),
+                      legend=dict(orientation="h", y=-0.18))
     return fig

@@ -31,8 +31,10 @@ def show(study_key: str) -> bool:
         return False
     table, findings, caption, where = ours
     st.markdown(f"**At classroom scale, as we measured it** ({where})")
+    # st.table reads row labels as markdown: "+ BiLSTM" would be a list item ("• BiLSTM"), so a leading mark is escaped
+    plain = lambda r: "\\" + r if str(r)[:1] in "+-*#>" else r  # noqa: E731
     if table is not None:
-        st.table(table)
-    st.table(findings.set_index("finding of the paper"))
+        st.table(table.rename(index=plain))
+    st.table(findings.set_index("finding of the paper").rename(index=plain))
     st.caption(caption)
     return True

@@ -5,8 +5,12 @@ run, and whether the "no context learned yet" hint applies.
 - `form_defaults(init)`: the config whose values the form shows first (PretrainConfig(), or the continued-pre-training
   recipe); `FORM_RANGES`, `length_choices`, `phase2_choices`: the boxes' ranges and choices, beside the config.
 - `default_name(form)`: the run name when the Run name box is empty.
-- `corpus_of(form, root)`: the corpus the form names (a built-in one, a path, an upload saved under the runs folder).
-- `build(form, root)`: (run name, run folder, PretrainConfig), every mistake one EngineError line.
+- `corpus_of(form, root)`: the corpus the form names (a built-in one, a path that exists, an upload saved under the
+  runs folder).
+- `check_ranges(form)`: each number box inside its FORM_RANGES (the boxes themselves take any number, so a value out
+  of range reaches this check instead of being refused silently by the browser).
+- `build(form, root)`: (run name, run folder, PretrainConfig), every mistake one EngineError line;
+  `launch_problem(form, root)`: that line for the page to show beside a disabled Launch, before anything is saved.
 - `table_rows(rows)`: the runs table, from engine.runs.list_runs rows.
 - `stopped_notice(status, info, checkpoint)`: (kind, text) for a failed, dead or cancelled run, in the page's words
   (its Resume button, not a command-line flag).
@@ -25,8 +29,8 @@ STATUS_ICON = {"running": "🟢 running", "finished": "✅ finished", "failed": 
                "dead": "💀 dead (process gone; resume it)", "unreadable": "⚠️ unreadable"}
 
 
-# (lowest, highest, step) of the form's number boxes: what the boxes let a hand type, wider than the config's checks
-# where those allow it (engine.pretraining.config.validate refuses the rest with one line)
+# (lowest, highest, step) of the form's number boxes: what the form launches (check_ranges), wider than the config's
+# checks where those allow it (engine.pretraining.config.validate refuses the rest with one line)
 FORM_RANGES = {"mask_rate": (0.05, 0.5, 0.01), "mask_ratio": (0.0, 1.0, 0.05), "steps": (1, 10_000_000, 1),
                "batch_size": (1, 4096, 1), "lr": (1e-6, 1e-1, 1e-4), "seed": (0, 2**31 - 1, 1),
                "vocab_size": (200, 100_000, 1000), "every": (0, 10_000_000, 1), "phase2_fraction": (0.01, 0.99, 0.05),
@@ -67,31 +71,80 @@ def default_name(form: dict) -> str:
     return f"bert-{size}-{objective}"
 
 
-def corpus_of(form: dict, root) -> str:
-    """The corpus to train on (form: corpus_kind, corpus_path, upload_name, upload_bytes, data)."""
+def corpus_of(form: dict, root, save: bool = True) -> str:
+    """The corpus to train on (form: corpus_kind, corpus_path, upload_name, upload_bytes, data); `save` False: an
+    upload's name only (the form's live check writes nothing)."""
     if form.get("data"):
         return "bbc"  # unused: the prepared data say what they were made from
     kind = form["corpus_kind"]
     if kind == PATH:
-        if not form.get("corpus_path", "").strip():
+        path = form.get("corpus_path", "").strip()
+        if not path:
             raise EngineError("give the corpus path, or pick a built-in corpus (bbc, wiki, sotu, all)")
-        return form["corpus_path"].strip()
+        if not Path(path).expanduser().exists():
+            from engine.errors import quoted
+            raise EngineError(f"'Corpus path' {quoted(path)} does not exist; give the path of a .txt file, a folder of "
+                              ".txt files or a .jsonl file on this machine")
+        return path
     if kind == UPLOAD:
         if form.get("upload_bytes") is None:
             raise EngineError("upload a .txt or .jsonl corpus file, or pick another corpus")
+        if not save:
+            return form["upload_name"]
         from studio.uploads import save_upload
         return str(save_upload(root, form["upload_name"], form["upload_bytes"], ("txt", "jsonl"),
                                "corpus file (plain text or JSON lines)"))
     return kind
 
 
-def build(form: dict, root) -> tuple:
-    """(run name, run folder, PretrainConfig) of the launch form, checked as the job would check it."""
+# the number boxes: form key -> (its FORM_RANGES entry, the flag whose box it is: FORM_LABELS names it)
+NUMBER_BOXES = {"steps": ("steps", "--steps"), "batch_size": ("batch_size", "--batch-size"), "lr": ("lr", "--lr"),
+                "seed": ("seed", "--seed"), "vocab": ("vocab_size", "--vocab-size"),
+                "save_every": ("every", "--save-every"), "eval_every": ("every", "--eval-every"),
+                "phase2_fraction": ("phase2_fraction", "--phase2-fraction"), "heads_first": ("heads_first", "--heads-first"),
+                "layers": ("layers", "--layers"), "hidden": ("hidden", "--hidden"), "heads": ("heads", "--heads")}
+
+
+def _number(v) -> str:
+    return f"{v:,}" if isinstance(v, int) else f"{v:g}"
+
+
+def check_ranges(form: dict) -> None:
+    """Each number box the run uses (the custom size only for a custom size from scratch, the vocabulary only from
+    scratch) inside its FORM_RANGES; else one line naming the box, its bound and the fix."""
+    unused = ({"layers", "hidden", "heads"} if form.get("init") or form.get("size_mode") == "preset" else set()) | (
+        {"vocab"} if form.get("init") else set())
+    for key, (kind, flag) in NUMBER_BOXES.items():
+        if key not in form or key in unused:
+            continue
+        lo, hi, _ = FORM_RANGES[kind]
+        v = form[key]
+        if not lo <= v <= hi:
+            above = v > hi
+            raise EngineError(f"'{FORM_LABELS[flag]}' {_number(v)} is {'above' if above else 'below'} "
+                              f"{_number(hi if above else lo)}, the {'most' if above else 'least'} this form takes; "
+                              f"{'lower' if above else 'raise'} it")
+
+
+def launch_problem(form: dict, root, bundle=None):
+    """The line that keeps Launch disabled: the first mistake `build` finds in the form (an upload is not saved,
+    nothing is queued), or None. `bundle`: the init, already loaded."""
+    try:
+        build(form, root, bundle=bundle, save=False)
+    except EngineError as e:
+        return str(e)
+    return None
+
+
+def build(form: dict, root, bundle=None, save: bool = True) -> tuple:
+    """(run name, run folder, PretrainConfig) of the launch form, checked as the job would check it. `bundle`: the
+    init, already loaded (else loaded here); `save` False: an upload is not written (corpus_of)."""
     from engine import runs
     from engine.pretraining.config import PretrainConfig, validate
     from engine.pretraining.run import with_prepared_data
     from engine.pretraining.init import resolve_init
     root = Path(root)
+    check_ranges(form)
     run_name = runs.safe_run_name(form.get("name", "").strip() or default_name(form))
     run_dir = runs.resolve_run_dir(root, run_name)
     if (run_dir / runs.RUN_JSON).exists():
@@ -100,7 +153,7 @@ def build(form: dict, root) -> tuple:
     if data and init:
         raise EngineError("continued pre-training keeps the model's own vocabulary, so it cannot train from prepared "
                           "data (made with its own vocabulary); pick 'build from a corpus' or start from random weights")
-    settings = dict(corpus=corpus_of(form, root), out=str(run_dir), quiet=True,
+    settings = dict(corpus=corpus_of(form, root, save), out=str(run_dir), quiet=True,
                     phase2_seq_len=int(form["phase2"]) if form.get("phase2") and not data else None,
                     **{k: form[k] for k in ("objective", "steps", "batch_size", "seq_len", "mask_rate", "mask_ratios",
                                             "whole_word_mask", "lr", "seed", "save_every", "eval_every", "precision",
@@ -116,7 +169,7 @@ def build(form: dict, root) -> tuple:
         cfg = with_prepared_data(replace(cfg, data=data))
     try:
         validate(cfg)  # the form's mistakes show here, not in a failed job
-        return run_name, run_dir, resolve_init(cfg)  # --init: a sequence longer than its positions, a model that does not load
+        return run_name, run_dir, resolve_init(cfg, bundle)  # --init: a sequence longer than its positions, a model that does not load
     except EngineError as e:
         raise EngineError(_form_words(str(e))) from None
 

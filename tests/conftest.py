@@ -226,6 +226,22 @@ def page_app():
     return run
 
 
+@pytest.fixture(scope="session")
+def routed_app():
+    """routed_app(page, runs_root, **state): pages/<page> run through the router (streamlit_app.py, its st.navigation)
+    in AppTest, so a link to another page (st.page_link) resolves as in the served studio."""
+    from streamlit.testing.v1 import AppTest
+
+    def run(page: str, runs_root, **state):
+        at = AppTest.from_file(str(REPO / "streamlit_app.py"), default_timeout=90)
+        at.session_state["runs_root"] = str(runs_root)
+        for k, v in state.items():
+            at.session_state[k] = v
+        at.switch_page(f"pages/{page}")
+        return at.run()
+    return run
+
+
 # --------------------------------------------------------------------------- fake run records for study tests
 # Records shaped as engine.finetune / engine.features / engine.pretrain write them, so the study tests read
 # results back without training anything.
@@ -511,3 +527,97 @@ class Torchrun:
 @pytest.fixture(scope="session")
 def torchrun() -> Torchrun:
     return Torchrun()
+
+
+# --------------------------------------------------------------------------- tiny encoders other than BERT, offline
+# Each architecture engine.encoders reads, as a random tiny transformers model with a tokenizer trained here on a few
+# sentences (no download): WordPiece, byte-level BPE (Ġ marks a word start) or Unigram with ▁, with the checkpoint's
+# own special tokens (RoBERTa's <s>, </s>, <mask>), saved with save_pretrained.
+ENCODER_TEXTS = ["the cat sat on the mat .", "the dog ran to the store .", "paris is the capital of france .",
+                 "he bought milk and bread at the market .", "she read a big red book .", "the man went to the store .",
+                 "the government said it would cut taxes .", "a prime minister spoke on monday ."]
+ENCODER_SPECIALS = {"bert": dict(cls="[CLS]", sep="[SEP]", mask="[MASK]", pad="[PAD]", unk="[UNK]"),
+                    "roberta": dict(cls="<s>", sep="</s>", mask="<mask>", pad="<pad>", unk="<unk>"),
+                    "albert": dict(cls="[CLS]", sep="[SEP]", mask="[MASK]", pad="<pad>", unk="<unk>")}
+TINY_ENCODERS = {"roberta": ("bytelevel", "roberta"), "xlm-roberta": ("metaspace", "roberta"),  # model_type -> pieces,
+                 "distilbert": ("wordpiece", "bert"), "albert": ("metaspace", "albert"),  # special tokens
+                 "electra": ("wordpiece", "bert"), "deberta-v2": ("metaspace", "albert"), "modernbert": ("bytelevel", "bert")}
+
+
+def _encoder_tokenizer(style: str, specials: dict):
+    from tokenizers import AddedToken, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
+    from transformers import PreTrainedTokenizerFast
+    order = [specials[k] for k in ("cls", "pad", "sep", "unk", "mask")]
+    if style == "wordpiece":
+        t = Tokenizer(models.WordPiece(unk_token=specials["unk"]))
+        t.normalizer, t.pre_tokenizer = normalizers.BertNormalizer(lowercase=True), pre_tokenizers.BertPreTokenizer()
+        t.decoder = decoders.WordPiece()
+        trainer = trainers.WordPieceTrainer(vocab_size=200, special_tokens=order, show_progress=False)
+    elif style == "bytelevel":
+        t = Tokenizer(models.BPE())
+        t.pre_tokenizer, t.decoder = pre_tokenizers.ByteLevel(add_prefix_space=False), decoders.ByteLevel()
+        trainer = trainers.BpeTrainer(vocab_size=400, special_tokens=order, show_progress=False,
+                                      initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    else:
+        t = Tokenizer(models.Unigram())
+        t.normalizer, t.pre_tokenizer, t.decoder = normalizers.Lowercase(), pre_tokenizers.Metaspace(), decoders.Metaspace()
+        trainer = trainers.UnigramTrainer(vocab_size=150, special_tokens=order, unk_token=specials["unk"], show_progress=False)
+    t.train_from_iterator(ENCODER_TEXTS * 4, trainer)
+    t.add_special_tokens([AddedToken(specials["mask"], lstrip=True, special=True)])  # " <mask>" takes its space
+    ids = {k: t.token_to_id(v) for k, v in specials.items()}
+    cls, sep = specials["cls"], specials["sep"]
+    if cls == "<s>":
+        t.post_processor = processors.RobertaProcessing((sep, ids["sep"]), (cls, ids["cls"]), add_prefix_space=False)
+    else:
+        t.post_processor = processors.TemplateProcessing(single=f"{cls} $A {sep}", pair=f"{cls} $A {sep} $B:1 {sep}:1",
+                                                         special_tokens=[(cls, ids["cls"]), (sep, ids["sep"])])
+    return PreTrainedTokenizerFast(tokenizer_object=t, model_max_length=64, bos_token=cls, eos_token=sep,
+                                   **{f"{k}_token": v for k, v in specials.items()})
+
+
+def _encoder_config(kind: str, vocab: int, tok, **extra):
+    import transformers
+    ids = dict(pad_token_id=tok.pad_token_id, bos_token_id=tok.cls_token_id, eos_token_id=tok.sep_token_id)
+    size = dict(vocab_size=vocab, hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=37,
+                max_position_embeddings=66, initializer_range=0.3, **ids, **extra)
+    if kind == "distilbert":
+        return transformers.DistilBertConfig(vocab_size=vocab, dim=32, n_layers=2, n_heads=2, hidden_dim=37, initializer_range=0.3,
+                                             max_position_embeddings=64, pad_token_id=tok.pad_token_id, **extra)
+    cls, more = {"roberta": (transformers.RobertaConfig, dict(type_vocab_size=1)),
+                 "xlm-roberta": (transformers.XLMRobertaConfig, dict(type_vocab_size=1)),
+                 "albert": (transformers.AlbertConfig, dict(embedding_size=16)),
+                 "electra": (transformers.ElectraConfig, dict(embedding_size=16)),
+                 "deberta-v2": (transformers.DebertaV2Config, dict(relative_attention=True, position_buckets=16, type_vocab_size=0,
+                                                                   pos_att_type=["p2c", "c2p"], position_biased_input=False)),
+                 "modernbert": (transformers.ModernBertConfig, dict(global_attn_every_n_layers=1, local_attention=16,
+                                                                   cls_token_id=tok.cls_token_id, sep_token_id=tok.sep_token_id))}[kind]
+    return cls(**size, **more)
+
+
+@pytest.fixture(scope="session")
+def tiny_encoder(tmp_path_factory):
+    """tiny_encoder(kind, head=True, model_class=None, **config) -> the folder of a tiny random `kind` (a key of
+    TINY_ENCODERS: roberta, xlm-roberta, distilbert, albert, electra, deberta-v2, modernbert), saved as its
+    AutoModelForMaskedLM (head=True), its AutoModel (head=False) or `model_class` (a transformers class name), with its
+    tokenizer; DeBERTa and ModernBERT with three embedding rows beyond the tokenizer's (as DeBERTa-v3's and ModernBERT's
+    own). Made once per session and arguments."""
+    import transformers
+    made = {}
+
+    def make(kind: str, head: bool = True, model_class: str = None, **config) -> Path:
+        key = (kind, head, model_class, tuple(sorted(config.items())))
+        if key not in made:
+            style, specials = TINY_ENCODERS[kind]
+            tok = _encoder_tokenizer(style, ENCODER_SPECIALS[specials])
+            extra_rows = 3 if kind in ("deberta-v2", "modernbert") else 0
+            cfg = _encoder_config(kind, len(tok) + extra_rows, tok, **config)
+            torch.manual_seed(0)
+            cls = (getattr(transformers, model_class) if model_class else
+                   transformers.AutoModelForMaskedLM if head else transformers.AutoModel)
+            model = cls.from_config(cfg) if model_class is None else cls(cfg)
+            out = tmp_path_factory.mktemp(f"tiny-{kind}")
+            model.eval().save_pretrained(out)
+            tok.save_pretrained(out)
+            made[key] = out
+        return made[key]
+    return make

@@ -197,7 +197,16 @@ def describe(study: Study) -> str:
     return "\n".join(lines)
 
 
+# the table headers of held-out pre-training metrics in `Study.pretrain_columns` (beside the dev scores, not dev scores)
+PRETRAIN_COLUMN_NAMES = {"mlm_ppl": "held-out MLM ppl", "mlm_acc": "held-out MLM acc", "nsp_acc": "held-out NSP acc",
+                         "mlm_mask_acc": "held-out acc at [MASK]"}
+
+
 def pretrain_column_name(col: str) -> str:
     """The table header of a held-out pre-training metric in `Study.pretrain_columns`."""
-    return {"mlm_ppl": "held-out MLM ppl", "mlm_acc": "held-out MLM acc", "nsp_acc": "held-out NSP acc",
-            "mlm_mask_acc": "held-out acc at [MASK]"}.get(col, col)
+    return PRETRAIN_COLUMN_NAMES.get(col, col)
+
+
+def is_pretrain_column(name: str) -> bool:
+    """A results column that holds a held-out pre-training figure (`pretrain_column_name`), not a dev score."""
+    return name in PRETRAIN_COLUMN_NAMES.values() or name in PRETRAIN_COLUMN_NAMES

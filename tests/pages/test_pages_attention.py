@@ -103,7 +103,9 @@ def test_minilm_real_weights(tiny_run, tiny_run_steps, plotly, page_app):
     np.testing.assert_allclose(data["k"], k[5, 11], atol=6e-4)
     for frame in at.get("iframe"):  # no view names a URL outside localhost
         assert not URL.search(frame.proto.srcdoc)
-    assert any("Pick a different model" in i.value for i in at.info)
+    # no other model of MiniLM's vocabulary here: one line says so (no map of MiniLM against itself)
+    assert any("MiniLM is the only model of its vocabulary and shape here" in i.value for i in at.info)
+    assert not plotly.titled(at, "MiniLM vs MiniLM")
     # comparing MiniLM with a checkpoint of another vocabulary: one clear message
     at.selectbox(key="att_cmp_model_minilm").set_value(str(tiny_run / "checkpoints" / f"step-{tiny_run_steps[-1]}")).run()
     assert not at.exception and len(at.error) == 1 and "different vocabularies" in at.error[0].value
@@ -119,3 +121,23 @@ def test_long_input_is_capped_in_the_head_view():
     assert any("first 128 tokens" in n for n in notes) and height <= 1200
     evil = head_view_html(["</script><script>alert(1)</script>", "b"], np.full((1, 1, 2, 2), 0.5), [0], [0])[0]
     assert "</script><script>alert(1)" not in evil
+
+
+def test_compare_opens_on_the_previous_checkpoint_never_on_the_model_itself(tiny_run, tiny_run_steps, plotly, page_app):
+    """The run folder loads its last checkpoint: Compare opens on the checkpoint before it (it opened on that same
+    last checkpoint, an all-zero map); the first checkpoint opens on the run's next one."""
+    cks = [str(tiny_run / "checkpoints" / f"step-{s}") for s in tiny_run_steps]
+    at = page_app(PAGE, tiny_run.parent, att_model_path=str(tiny_run))
+    assert not at.exception and not at.error
+    assert at.selectbox(key=f"att_cmp_model_{tiny_run}").value == cks[-2]
+    diff = plotly.array(plotly.titled(at, f"tiny-run/step-{tiny_run_steps[-1]} vs tiny-run/step-{tiny_run_steps[-2]}")[0]["data"][0]["z"])
+    assert diff.max() > 0
+    at = page_app(PAGE, tiny_run.parent, att_model=cks[0])
+    assert at.selectbox(key=f"att_cmp_model_{cks[0]}").value == cks[1]
+
+
+def test_a_model_with_nothing_to_compare_with_says_so_in_one_line(tmp_path, tiny_checkpoint, plotly, page_app):
+    at = page_app(PAGE, tmp_path / "runs", att_model_path=str(tiny_checkpoint))
+    assert not at.exception and not at.error
+    lines = [i.value for i in at.info if "only model" in i.value]
+    assert len(lines) == 1 and "\n" not in lines[0] and not plotly.titled(at, "checkpoint vs checkpoint")

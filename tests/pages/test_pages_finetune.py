@@ -224,3 +224,32 @@ def test_a_model_that_is_not_there_is_one_line_and_queues_nothing(tmp_path, fake
     errs = [e.value for e in at.error]
     assert not fake_submit and len(errs) == 1 and "\n" not in errs[0].strip(), errs
     assert any(w in errs[0] for w in ("does not exist", "is a file", "no config.json", "not (completely) in")), errs
+
+
+def test_a_task_file_known_to_be_missing_is_refused_at_once(tmp_path, fake_submit):
+    """Files on the server: a dev path that does not exist (the preview already says so) makes Launch refuse in one
+    line naming the file; no job is queued for it."""
+    (tmp_path / "train.tsv").write_text(TRAIN)
+    at = app(tmp_path / "runs").run()
+    at.radio(key="ft_source").set_value("Files on the server").run()
+    at.selectbox(key="ft_kind").set_value("glue").run()
+    at.text_input(key="ft_path_train").input(str(tmp_path / "train.tsv"))
+    at.text_input(key="ft_path_dev").input(str(tmp_path / "gone.tsv")).run()
+    at.button(key="ft_launch").click().run()
+    assert not at.exception and not fake_submit
+    refused = [e.value for e in at.error if "was queued" in e.value]
+    assert len(refused) == 1 and "the dev file" in refused[0] and "gone.tsv" in refused[0] and "\n" not in refused[0]
+    assert not at.success
+
+
+def test_launch_confirms_with_the_job_id_and_a_link_to_the_jobs_page(tmp_path, fake_submit, routed_app):
+    """Through the router (as served): the confirmation names the job and links to the Jobs page, and it stays
+    on the page's next reruns (following the queued run reruns the page)."""
+    at = routed_app("3_Finetune.py", tmp_path / "runs")
+    at.text_input(key="ft_name").set_value("confirmed").run()
+    at.button(key="ft_launch").click().run()
+    assert not at.exception and len(fake_submit) == 1
+    for _ in range(2):
+        assert any("Queued job job-1 for run **confirmed**" in s.value for s in at.success)
+        assert [(l.proto.label, l.proto.page) for l in at.get("page_link")] == [("Follow job job-1 live on the Jobs page", "Jobs")]
+        at.run()

@@ -209,3 +209,18 @@ def test_the_classroom_runs_time_is_the_measured_fact_for_each_kind_of_machine(p
         assert ("bf16 on this CPU" in text) == (precision == "bf16")
     else:
         assert text.startswith("under") and "this GPU is faster" in text
+
+
+def test_the_measured_tables_row_labels_read_as_text_not_markdown_lists(tmp_path, page_app):
+    """st.table renders its labels as markdown, where "+ BiLSTM" is a list item (it showed as "• BiLSTM"): every
+    row label of the measured tables renders as the plain label."""
+    from markdown_it import MarkdownIt  # the CommonMark parser streamlit's own dependencies bring
+    at = page_app(PAGE, tmp_path / "runs")
+    assert not at.exception
+    labels = [str(r) for t in at.table for r in t.value.index]
+    assert any(l.endswith("+ BiLSTM") for l in labels)
+    md = MarkdownIt()
+    for label in labels:
+        html = md.render(label)
+        assert html.startswith("<p>") and "<li>" not in html, (label, html)
+        assert html[3:-5].replace("&amp;", "&") == label.replace("\\+", "+"), (label, html)

@@ -106,31 +106,29 @@ def test_launch_form_validates_and_submits_a_job(runs_root, monkeypatch, page_ap
     value = lambda kind, label: [w for w in getattr(at, kind) if w.label == label][0].value
     assert (value("number_input", "Steps"), value("number_input", "Batch size")) == (C.steps, C.batch_size) == (3000, 64)
     assert (value("selectbox", "Sequence length"), value("selectbox", "Second phase at")) == (C.seq_len, C.phase2_seq_len) == (32, 128)
-    name = [t for t in at.text_input if t.label == "Run name"][0]
-    launch = [b for b in at.button if b.label == "Launch"][0]
-    # an unsafe name: one line, nothing submitted
-    name.input("../escape")
-    launch.click().run()
+    launch = lambda: [b for b in at.button if b.label == "Launch"][0]  # noqa: E731
+    # an unsafe name: one line beside a disabled Launch, nothing submitted
+    [t for t in at.text_input if t.label == "Run name"][0].input("../escape").run()
     assert not at.exception and any("'..'" in e.value or "separator" in e.value for e in at.error)
-    assert calls == []
+    assert launch().disabled and calls == []
     # bad masking ratios: caught before launching
     [t for t in at.text_input if t.label == "Run name"][0].input("my-run")
-    [n for n in at.number_input if n.label == "→ random token"][0].set_value(0.3)
-    [b for b in at.button if b.label == "Launch"][0].click().run()
-    assert any("sum to" in e.value for e in at.error) and calls == []
+    [n for n in at.number_input if n.label == "→ random token"][0].set_value(0.3).run()
+    assert any("sum to" in e.value for e in at.error) and launch().disabled and calls == []
     [n for n in at.number_input if n.label == "→ random token"][0].set_value(0.1)
     # a second phase shorter than the first: refused in one line, nothing submitted
     [b for b in at.selectbox if b.label == "Sequence length"][0].set_value(256)
-    [b for b in at.selectbox if b.label == "Second phase at"][0].set_value(128)
-    [b for b in at.button if b.label == "Launch"][0].click().run()
+    [b for b in at.selectbox if b.label == "Second phase at"][0].set_value(128).run()
     # in the page's words: its boxes, not the command's flags
-    assert any("'Second phase at' 128 is not longer than 'Sequence length' 256" in e.value for e in at.error) and calls == []
+    assert any("'Second phase at' 128 is not longer than 'Sequence length' 256" in e.value for e in at.error)
+    assert launch().disabled and calls == []
     assert not any("--" in e.value for e in at.error)
     [n for n in at.number_input if n.label == "Steps"][0].set_value(50)
     # the short-then-long schedule: 32 tokens, then 128 for the last 30%
     [b for b in at.selectbox if b.label == "Sequence length"][0].set_value(32)
-    [b for b in at.selectbox if b.label == "Second phase at"][0].set_value(128)
-    [b for b in at.button if b.label == "Launch"][0].click().run()
+    [b for b in at.selectbox if b.label == "Second phase at"][0].set_value(128).run()
+    assert not at.error and not launch().disabled, [e.value for e in at.error]  # every box right: Launch enabled
+    launch().click().run()
     assert not at.exception and not at.error, [e.value for e in at.error]
     assert len(calls) == 1
     argv, jname, run_dir, root = calls[0]
@@ -187,11 +185,10 @@ def test_launch_from_a_model_continues_its_pretraining_with_the_recipe(runs_root
     assert (flags["vocab_size"], flags["layers"], flags["hidden"], flags["heads"]) == (30522, 6, 384, 12)
     cfg = config_from_args(flags)
     assert cfg.init == "minilm" and cfg.steps == 40 and cfg.warmup == R["warmup"] and cfg.heads_first == R["heads_first"]
-    # a share that leaves no step for the whole model: one line, in the page's words, nothing queued
+    # a share that leaves no step for the whole model: one line, in the page's words, Launch disabled, nothing queued
     [n for n in at.number_input if n.label == "Steps"][0].set_value(2)
-    [n for n in at.number_input if n.label == "Heads first (share)"][0].set_value(0.9)
-    [b for b in at.button if b.label == "Launch"][0].click().run()
-    assert not at.exception and len(calls) == 1
+    [n for n in at.number_input if n.label == "Heads first (share)"][0].set_value(0.9).run()
+    assert not at.exception and len(calls) == 1 and [b for b in at.button if b.label == "Launch"][0].disabled
     assert [e.value for e in at.error] == ["'Heads first (share)' 0.9 leaves none of the 2 steps to train the whole model; "
                                            "lower it (e.g. 0.15: the first 15% of the steps) or raise 'Steps'"]
     # from scratch the box is off and the command names no heads-first start
@@ -327,3 +324,76 @@ def test_the_form_logic_names_and_checks_the_run(tmp_path):
     assert F.corpus_of({"corpus_kind": "wiki"}, tmp_path) == "wiki"
     saved = F.corpus_of({"corpus_kind": F.UPLOAD, "upload_name": "c.txt", "upload_bytes": b"one. two.\n\nthree."}, tmp_path)
     assert Path(saved).read_bytes() == b"one. two.\n\nthree." and Path(saved).is_relative_to(tmp_path)
+
+
+def _queue(monkeypatch) -> list:
+    from engine import jobs
+    calls = []
+    monkeypatch.setattr(jobs, "submit", lambda argv, name=None, run_dir=None, root=None: calls.append(argv) or {"id": f"j{len(calls)}", "status": "queued"})
+    monkeypatch.setattr(jobs, "get", lambda job_id, root=None: {"id": job_id, "status": "queued"})
+    return calls
+
+
+def test_the_form_is_no_st_form_so_enter_in_a_box_launches_nothing(tmp_path, monkeypatch, page_app):
+    """Inside an st.form, Enter in any text or number box submits the form, whose submit button was Launch: the boxes
+    are plain widgets (no form), Launch an explicit click only, and committing a box (what Enter does) queues nothing."""
+    calls = _queue(monkeypatch)
+    at = page_app(PAGE, tmp_path / "runs")
+    launch = [b for b in at.button if b.label == "Launch"][0]
+    assert launch.form_id == "" and not launch.disabled
+    assert all(w.form_id == "" for w in list(at.text_input) + list(at.number_input) + list(at.selectbox))
+    [t for t in at.text_input if t.label == "Run name"][0].input("typed-then-enter").run()
+    [n for n in at.number_input if n.label == "Steps"][0].set_value(30).run()
+    [n for n in at.number_input if n.label == "Learning rate"][0].set_value(2e-3).run()
+    assert not at.exception and not at.error and calls == [] and not at.success
+
+
+@pytest.mark.parametrize("label, value, line", [
+    ("Steps", 999_999_999_999, "'Steps' 999,999,999,999 is above 10,000,000, the most this form takes; lower it"),
+    ("Batch size", 0, "'Batch size' 0 is below 1, the least this form takes; raise it"),
+    ("Checkpoint every (steps)", -5, "'Checkpoint every (steps)' -5 is below 0, the least this form takes; raise it")])
+def test_a_value_out_of_range_is_one_line_beside_a_disabled_launch(tmp_path, monkeypatch, page_app, label, value, line):
+    """The boxes take any number (a browser refuses one beyond a box's own bounds with a small red mark and sends
+    nothing): the form's check says what is wrong beside Launch, which stays disabled until it is fixed."""
+    calls = _queue(monkeypatch)
+    at = page_app(PAGE, tmp_path / "runs")
+    [n for n in at.number_input if n.label == label][0].set_value(value).run()
+    assert not at.exception and [e.value for e in at.error] == [line]
+    assert [b for b in at.button if b.label == "Launch"][0].disabled and calls == []
+    [n for n in at.number_input if n.label == label][0].set_value(30).run()
+    assert not at.error and not [b for b in at.button if b.label == "Launch"][0].disabled
+
+
+def test_typing_a_corpus_path_picks_the_path_choice_and_trains_on_it(tmp_path, monkeypatch, page_app):
+    """A path typed while the Corpus choice is still a built-in corpus switches the choice to the path (it was
+    ignored and the run trained on BBC); a path that does not exist is one line and Launch waits."""
+    from studio.pretrain_form import PATH
+    calls = _queue(monkeypatch)
+    corpus = _corpus(tmp_path / "mine.txt")
+    at = page_app(PAGE, tmp_path / "runs")
+    box = [s for s in at.selectbox if s.label == "Corpus"][0]
+    assert box.value == engine.PretrainConfig.corpus == "bbc"
+    [t for t in at.text_input if t.label == "Corpus path"][0].input(str(tmp_path / "missing.txt")).run()
+    assert [s for s in at.selectbox if s.label == "Corpus"][0].value == PATH
+    assert any("'Corpus path'" in e.value and "does not exist" in e.value for e in at.error)
+    assert [b for b in at.button if b.label == "Launch"][0].disabled
+    [t for t in at.text_input if t.label == "Corpus path"][0].input(str(corpus)).run()
+    assert not at.error
+    [b for b in at.button if b.label == "Launch"][0].click().run()
+    assert not at.exception and len(calls) == 1
+    assert calls[0][calls[0].index("--corpus") + 1] == str(corpus)
+
+
+def test_launch_confirms_with_the_job_id_and_a_link_to_the_jobs_page(tmp_path, monkeypatch, routed_app):
+    """Through the router (as served): Launch says which job it queued and links to the Jobs page, which follows it;
+    the line stays on the page's next reruns (the run being followed reruns it)."""
+    calls = _queue(monkeypatch)
+    at = routed_app(PAGE, tmp_path / "runs")
+    [t for t in at.text_input if t.label == "Run name"][0].input("linked").run()
+    [b for b in at.button if b.label == "Launch"][0].click().run()
+    assert not at.exception and len(calls) == 1
+    for _ in range(2):
+        assert any("Launched **linked** (job j1 queued)" in s.value for s in at.success)
+        links = at.get("page_link")
+        assert [(l.proto.label, l.proto.page) for l in links] == [("Follow job j1 live on the Jobs page", "Jobs")]
+        at.run()

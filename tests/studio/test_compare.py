@@ -102,3 +102,28 @@ def test_compare_page_draws_smoothed_curves_group_bands_settings_and_csv(root, p
     assert list(table.columns) == ["run", "kind", "objective", "seed"]
     csv = at.get("download_button")[0].proto
     assert "3 selected run" in csv.label
+
+
+def test_identical_runs_stay_two_named_curves_and_metrics_read_as_words(tmp_path, plotly):
+    """Two runs with the same curve: each its own legend entry, dash and marker and its name in the hover (one was
+    drawn exactly on the other and hid it); the metric picker and the axis say what a metric is, not its key."""
+    from engine.records import metric_label
+    root = tmp_path / "runs"
+    recs = [{"step": s, "split": "eval", "eval_mlm_mask_acc": 0.1 * s, "eval_mlm_acc": 0.2} for s in (1, 2, 3)]
+    for name in ("same-a", "same-b"):
+        _run(root / name, "pretrain", {"objective": "mlm"}, recs)
+    at = AppTest.from_file(str(REPO / "pages" / "9_Compare.py"), default_timeout=60)
+    at.session_state["runs_root"] = str(root)
+    at.run()
+    at.selectbox(key="compare_metric").set_value("eval_mlm_mask_acc").run()
+    assert not at.exception and not at.error
+    fig = json.loads(at.get("plotly_chart")[0].proto.spec)
+    shown = [t for t in fig["data"] if t.get("showlegend", True)]
+    assert [t["name"] for t in shown] == ["same-a", "same-b"]
+    assert len({(t["line"]["dash"], t["marker"]["symbol"]) for t in shown}) == 2 and all("markers" in t["mode"] for t in shown)
+    assert all(t["name"] in t["hovertemplate"] for t in shown) and fig["layout"]["hovermode"] == "x unified"
+    label = metric_label("eval_mlm_mask_acc")
+    assert label == "held-out accuracy at [MASK]" and fig["layout"]["yaxis"]["title"]["text"] == label
+    assert label in fig["layout"]["title"]["text"] and "eval_" not in fig["layout"]["title"]["text"]
+    box = at.selectbox(key="compare_metric")
+    assert "held-out MLM accuracy" in box.options and not any("eval_" in o for o in box.options)
