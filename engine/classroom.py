@@ -40,20 +40,18 @@ This module imports no torch until a command needs it (`class status` imports it
 data folder, opened as the run opens it, and a finished run's settings against its part's command line).
 """
 import argparse
-import fcntl
 import functools
 import json
 import math
 import os
 import sys
 import time
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 from engine import measured
 from engine.errors import EngineError
-from engine.fileio import atomic_write_json
+from engine.fileio import atomic_write_json, held_flock
 from engine.records import RUN_JSON, read_json_or_empty
 from engine.status import CANCELLED, DEAD, FAILED, FINISHED, QUEUED, RUNNING, status_of
 
@@ -408,33 +406,15 @@ def _resume_argv(part: Part) -> list:
     return cli.resume_argv(PretrainConfig, part.run_dir, quiet=True)
 
 
-@contextmanager
 def prepare_lock(root):
-    """Hold <runs>/.class/prepare.lock (an flock: the kernel drops it when its holder dies) while one prepare works,
-    else refuse in one line naming the holder's pid: two at once would queue parts twice and time the machine while
-    the other's parts run."""
-    path = _state_file(root, LOCK)
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-    except OSError as e:
-        raise EngineError(f"could not open {path}: {e.strerror or e}; check the runs folder's permissions") from None
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError:
-        holder = os.pread(fd, 200, 0).decode(errors="replace").strip() or "pid unknown"
-        os.close(fd)
-        raise EngineError(f"another `class prepare` ({holder}) is preparing {Path(root).absolute()} now; wait for it to "
-                          "end (`python -m engine class status` shows the parts), then prepare again if anything is "
-                          "left") from None
-    try:
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, f"pid {os.getpid()}".encode(), 0)
-        yield
-    finally:
-        os.ftruncate(fd, 0)  # the file stays (deleting an flock file races with a new opener); empty = free
-        fcntl.flock(fd, fcntl.LOCK_UN)
-        os.close(fd)
+    """Hold <runs>/.class/prepare.lock while one prepare works (engine.fileio.held_flock), else refuse in one line
+    naming the holder's pid: two at once would queue parts twice and time the machine while the other's parts run."""
+    root_text = Path(root).absolute()
+    return held_flock(_state_file(root, LOCK), f"pid {os.getpid()}",
+                      lambda holder: f"another `class prepare` ({holder or 'pid unknown'}) is preparing {root_text} now; "
+                                     "wait for it to end (`python -m engine class status` shows the parts), then prepare "
+                                     "again if anything is left",
+                      "check the runs folder's permissions")
 
 
 def _busy(root: Path, job_list: list) -> str:

@@ -10,6 +10,7 @@ ends), a socket, or a symlink that leads out of the folder the file belongs to; 
 Each refusal is one `EngineError` line naming the file; a missing file is FileNotFoundError, as with open().
 """
 import errno
+from contextlib import contextmanager
 import json
 import os
 import shutil
@@ -187,3 +188,32 @@ def tail_regular(path, max_bytes: int, root=None) -> bytes:
 
 def _size(n: int) -> str:
     return f"{n / 2 ** 20:g} MB" if n >= 2 ** 20 else f"{n / 1024:g} kB" if n >= 1024 else f"{n} bytes"
+
+
+@contextmanager
+def held_flock(path, holder: str, busy, cannot_open: str):
+    """Hold an exclusive flock on `path` (made if missing) while the block runs, with `holder` (who holds it) written
+    in it; the kernel drops the lock when its holder dies, so a SIGKILLed holder leaves nothing to clean up. Taken
+    already: EngineError(busy(text the holder wrote)). `cannot_open`: what to check when the file cannot be made.
+    The file stays after (deleting an flock file races with a new opener); empty means free."""
+    import fcntl
+    path = Path(path)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError as e:
+        raise EngineError(f"could not open {path}: {e.strerror or e}; {cannot_open}") from None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        text = os.pread(fd, 500, 0).decode(errors="replace").strip()
+        os.close(fd)
+        raise EngineError(busy(text)) from None
+    try:
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, holder.encode(), 0)
+        yield
+    finally:
+        os.ftruncate(fd, 0)
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        os.close(fd)

@@ -10,7 +10,6 @@ import subprocess
 import sys
 import threading
 import time
-from contextlib import contextmanager
 from pathlib import Path
 
 from engine import jobs as queue
@@ -19,7 +18,7 @@ from engine.ablations.planner import paths_read, plan
 from engine.ablations.reuse import take_over
 from engine.ablations.study import Study
 from engine.errors import EngineError
-from engine.fileio import atomic_write_json
+from engine.fileio import atomic_write_json, held_flock
 from engine.records import EVAL_JSON, RUN_JSON, read_json_or_empty
 from engine.runs import effective_status, latest_checkpoint, now_iso, read_run_json
 from engine.status import CANCELLED, DEAD, FAILED, FINISHED, QUEUED, RUNNING, status_of
@@ -128,31 +127,14 @@ def study_runner(study_dir):
         os.close(fd)
 
 
-@contextmanager
 def hold_study(study_dir):
-    """Hold the study's lock (STUDY_LOCK in its folder) while this process runs its jobs, else refuse in one line
-    naming the holder: two runners of one study would start the same jobs twice and write into one job.log. An
-    flock, so the kernel drops it when its holder dies (a SIGKILLed resume leaves nothing to clean up)."""
-    path = Path(study_dir) / STUDY_LOCK
-    try:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-    except OSError as e:
-        raise EngineError(f"could not open {path}: {e.strerror or e}; check the study folder's permissions") from None
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError:
-        holder = os.pread(fd, 500, 0).decode(errors="replace").strip() or "another process"
-        os.close(fd)
-        raise EngineError(f"study {study_dir} is being run by {holder}; wait for it to end (or stop it), then "
-                          f"`python -m engine ablate resume {study_dir}`") from None
-    try:
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, f"process {os.getpid()} on {socket.gethostname()} (since {now_iso()})".encode(), 0)
-        yield
-    finally:
-        os.ftruncate(fd, 0)  # the file stays (deleting an flock file races with a new opener); empty = free
-        fcntl.flock(fd, fcntl.LOCK_UN)
-        os.close(fd)
+    """Hold the study's lock (STUDY_LOCK in its folder, engine.fileio.held_flock) while this process runs its jobs,
+    else refuse in one line naming the holder: two runners of one study would start the same jobs twice and write
+    into one job.log."""
+    return held_flock(Path(study_dir) / STUDY_LOCK, f"process {os.getpid()} on {socket.gethostname()} (since {now_iso()})",
+                      lambda holder: f"study {study_dir} is being run by {holder or 'another process'}; wait for it to end "
+                                     f"(or stop it), then `python -m engine ablate resume {study_dir}`",
+                      "check the study folder's permissions")
 
 
 def _run_jobs(study_dir: Path, log, parallel: int) -> dict:
