@@ -32,6 +32,11 @@ SUMS = ("loss",  # the micro-batch losses (each a mean)
         "tokens",  # real (non-padding) tokens seen
         "batches")  # micro-batches
 
+# the pre-training heads, named once: Objective.heads, a checkpoint's missing heads (engine.checkpoint), the heads a
+# model can use (engine.probes.heads); "mlm" names the masked-LM head, which an LTR model uses to predict the next token
+MLM_HEAD = "mlm"
+NSP_HEAD = "nsp"  # the 2-way pair head on C: NSP's, or SOP's under mlm+sop
+
 
 @dataclass(frozen=True)
 class Objective:
@@ -55,7 +60,7 @@ class Objective:
     @property
     def heads(self) -> tuple:
         """The pre-training heads its model carries (the LM head is the MLM head predicting the next token)."""
-        return ("mlm", "nsp") if self.nsp else ("mlm",)
+        return (MLM_HEAD, NSP_HEAD) if self.nsp else (MLM_HEAD,)
 
     @property
     def pairs(self) -> str:
