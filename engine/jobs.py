@@ -61,7 +61,7 @@ from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from engine.commands import COMMANDS as _COMMANDS
+from engine.commands import COMMANDS as _COMMANDS, PRETRAIN, kind_of, written_by
 from engine.errors import EngineError
 from engine.fileio import atomic_write_json
 from engine.procs import killpg, proc_stat, proven_alive
@@ -335,8 +335,8 @@ def _not_run(job: dict, earlier: dict):
         if dep is None:
             return FAILED.name, (f"not run: the job it waits for, {dep_id}, is not an earlier job of the queue (removed, "
                                  f"or the queue file was edited); {hint}")
-        if dep["status"] in (FAILED.name, CANCELLED.name):
-            was = "failed" if dep["status"] == FAILED.name else "was cancelled"
+        if status_of(dep["status"]) in (FAILED, CANCELLED):
+            was = "failed" if status_of(dep["status"]) is FAILED else "was cancelled"
             return dep["status"], f"not run: {dep['name']} {was}; {hint}"
     return None
 
@@ -553,9 +553,9 @@ class Jobs:
 
     def job_progress(self, job: dict) -> float | None:
         """Fraction done in [0, 1] from the run dir (last logged step / total steps); None if unknown."""
-        if job.get("status") == FINISHED.name:
+        if status_of(job.get("status")) is FINISHED:
             return 1.0
-        if job.get("status") == QUEUED.name:
+        if status_of(job.get("status")) is QUEUED:
             return 0.0
         if not job.get("run_dir"):
             return None
@@ -643,34 +643,34 @@ class Jobs:
     def _reap(self, q: dict) -> None:
         _poll_launched()
         for job in q["jobs"]:
-            if job["status"] != RUNNING.name or _job_alive(job):
+            if status_of(job["status"]) is not RUNNING or _job_alive(job):
                 continue
             # the runner ended without recording the exit (killed): decide from what is left
             run_status = _run_json_status(job.get("run_dir"))
             if job.get("cancel_requested"):
-                status = CANCELLED.name
-            elif run_status == FINISHED.name:
-                status = FINISHED.name
+                status = CANCELLED
+            elif status_of(run_status) is FINISHED:
+                status = FINISHED
             else:
-                status = FAILED.name
-            job.update(status=status, ended=now_iso())
-            if status != FINISHED.name:
-                job["error"] = self._error_line(job) if status == FAILED.name else "cancelled by the user"
+                status = FAILED
+            job.update(status=status.name, ended=now_iso())
+            if status is not FINISHED:
+                job["error"] = self._error_line(job) if status is FAILED else "cancelled by the user"
                 job["error"] = job["error"] or "the job's process ended unexpectedly (killed?)"
-                _finalize_run_json(job.get("run_dir"), status, job["error"])
+                _finalize_run_json(job.get("run_dir"), status.name, job["error"])
 
     def _schedule(self, q: dict) -> None:
         """Start queued jobs into free slots, in order; a job waiting for another (`depends_on`) starts only once each
         has finished, and is stopped unrun when one of them failed or was cancelled (`_stop_dependants`, first)."""
         self._stop_dependants(q)
         status = {j["id"]: j["status"] for j in q["jobs"]}
-        running = sum(1 for j in q["jobs"] if j["status"] == RUNNING.name)
+        running = sum(1 for j in q["jobs"] if status_of(j["status"]) is RUNNING)
         for job in q["jobs"]:
             if running >= self.max_concurrent:
                 break
-            if job["status"] == QUEUED.name and all(status.get(i) == FINISHED.name for i in job["depends_on"]):
+            if status_of(job["status"]) is QUEUED and all(status_of(status.get(i)) is FINISHED for i in job["depends_on"]):
                 self._launch(job)
-                running += job["status"] == RUNNING.name
+                running += status_of(job["status"]) is RUNNING
 
     @staticmethod
     def _stop_dependants(q: dict) -> None:
@@ -680,7 +680,7 @@ class Jobs:
         a job stopped here stops those that wait for it in the same pass."""
         earlier = {}
         for job in q["jobs"]:
-            if job["status"] == QUEUED.name and job["depends_on"]:
+            if status_of(job["status"]) is QUEUED and job["depends_on"]:
                 why = _not_run(job, earlier)
                 if why is not None:
                     job.update(status=why[0], ended=now_iso(), error=why[1])
@@ -742,11 +742,11 @@ class Jobs:
         timeout = self.cancel_timeout if timeout is None else timeout
         with self._transaction() as q:
             job = self._find_or_fail(q, job_id)
-            if job["status"] == QUEUED.name:
+            if status_of(job["status"]) is QUEUED:
                 job.update(status=CANCELLED.name, ended=now_iso(), error="cancelled before it started")
                 self._stop_dependants(q)
                 return dict(job)
-            if job["status"] != RUNNING.name:
+            if status_of(job["status"]) is not RUNNING:
                 return dict(job)
             job["cancel_requested"] = True
             if not explicit and _command_of(job) in SAVES_ON_SIGTERM:
@@ -777,10 +777,11 @@ def retry_argv(job: dict) -> list[str]:
     fine-tune and features keep their finished trials/combinations, and a finished run stays as it is).
     A retry never starts a command afresh over an existing run's results."""
     argv = list(job["argv"])
-    if argv and argv[0] in RESUMABLE and job.get("run_dir") \
+    kind = written_by(argv[0]) if argv else None  # the run kind the command writes (engine.commands.RUN_KINDS)
+    if kind is not None and kind.resumes and job.get("run_dir") \
             and "--resume" not in argv and not any(a.startswith("--resume=") for a in argv):
         run_dir = job["run_dir"]
-        if _run_json(run_dir).get("kind") == argv[0] or (argv[0] == "pretrain" and latest_checkpoint(run_dir) is not None):
+        if kind_of(_run_json(run_dir).get("kind")) is kind or (kind.checkpoints and latest_checkpoint(run_dir) is not None):
             argv.append("--resume")
     return argv
 
@@ -794,8 +795,7 @@ def _flag_value(argv: list[str], flag: str) -> str | None:
     return None
 
 
-RESUMABLE = ("pretrain", "finetune", "features")  # commands whose run folders `--resume` continues
-SAVES_ON_SIGTERM = ("pretrain", "ablate")  # commands that may be pre-training (a study's job: `ablate job`, `ablate resume`)
+SAVES_ON_SIGTERM = (PRETRAIN.command, "ablate")  # commands that may be pre-training (a study's job: `ablate job`, `ablate resume`)
 
 
 def _run_json(run_dir) -> dict:
@@ -808,7 +808,7 @@ def _run_json_status(run_dir) -> str | None:
 
 def _finalize_run_json(run_dir, status: str, error: str | None) -> None:
     """If the engine died leaving run.json at `running`, record how it ended."""
-    if _run_json_status(run_dir) != RUNNING.name:
+    if status_of(_run_json_status(run_dir)) is not RUNNING:
         return
     try:
         set_status(run_dir, status, error=error)
@@ -832,7 +832,7 @@ def _run_job(root: str, job_id: str, max_concurrent: int, repo_root=None) -> int
     rc, error, cmd = None, None, None
     with jobs._transaction() as q:
         job = jobs._find(q, job_id)
-        if job is None or job["status"] != RUNNING.name or job.get("pid") != os.getpid():
+        if job is None or status_of(job["status"]) is not RUNNING or job.get("pid") != os.getpid():
             print(f"[job {job_id}] runner {os.getpid()} does not own this job; exiting", flush=True)
             return 1
         try:  # checked again here: the file may have changed since the launch
@@ -864,7 +864,7 @@ def _run_job(root: str, job_id: str, max_concurrent: int, repo_root=None) -> int
         status, error = CANCELLED.name, "cancelled by the user"
     else:
         status = FAILED.name
-    if status == FAILED.name and error is None:
+    if status_of(status) is FAILED and error is None:
         last = jobs._error_line(job) if job is not None else None
         if last and last.startswith("error:"):
             error = last
@@ -897,7 +897,7 @@ def _watch_job(root: str, job_id: str, max_concurrent: int, repo_root=None, inte
         job = jobs.get(job_id)
         if job is None or job["status"] in TERMINAL:
             return 0
-        if job["status"] == RUNNING.name and not _job_alive(job):  # ("queued": the launch is not saved yet)
+        if status_of(job["status"]) is RUNNING and not _job_alive(job):  # ("queued": the launch is not saved yet)
             jobs.refresh()
             return 0
         time.sleep(interval)
@@ -992,7 +992,7 @@ def stop_run(run_dir, root=None) -> str:
     Returns what was done, in words."""
     run_dir = Path(run_dir).resolve()
     for job in refresh(root=root):
-        if job.get("status") == RUNNING.name and job.get("run_dir") and Path(job["run_dir"]).resolve() == run_dir:
+        if status_of(job.get("status")) is RUNNING and job.get("run_dir") and Path(job["run_dir"]).resolve() == run_dir:
             cancel(job["id"], root=root)
             return "cancelled (the run saved a checkpoint)"
     pid = run_writer_pid(run_dir)

@@ -11,8 +11,9 @@
 
 `active`: a process will still change it (the job queue waits for it); the others are terminal (`terminal`:
 nothing changes them until someone resumes or reruns them). `resumable`: it stopped before its end and the Resume
-button (`--resume`) continues it from its last checkpoint. The strings on disk are the names above; every caller
-compares with these objects (`RUNNING.name`, `status_of(name).active`) instead of spelling the strings.
+button (`--resume`) continues it from its last checkpoint. The strings on disk are the names above, written as `RUNNING.name`;
+every caller asks the object (`status_of(name) is RUNNING`, `status_of(name).active`, `.resumable`, `.terminal`)
+instead of comparing names, spelled or as `RUNNING.name` (tests/repo/test_repo_rules.py parses the code to hold it).
 """
 from dataclasses import dataclass
 
@@ -51,5 +52,6 @@ TERMINAL = tuple(s.name for s in STATUSES.values() if s.terminal)
 
 def status_of(name) -> Status:
     """The Status named `name`; a name this code never writes (a damaged file's, "unknown") is neither active nor
-    resumable, shown as itself."""
-    return STATUSES.get(name) or Status(str(name), False, False, "❔", "not a status the studio writes")
+    resumable, shown as itself; so is a value that is not a string at all (None, a damaged file's list)."""
+    known = STATUSES.get(name) if isinstance(name, str) else None
+    return known or Status(str(name), False, False, "❔", "not a status the studio writes")
