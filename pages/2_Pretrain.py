@@ -185,6 +185,7 @@ def model_fields(init, D) -> dict:
 
 def training_fields(init, data, D) -> dict:
     """Masking, steps, batch, lengths, learning rate, seed, vocabulary, cadence, precision, second phase."""
+    from engine import cli
     from engine.pretraining.config import PretrainConfig
     from engine.pretraining.masking import PAPER_RATE
     from studio.pretrain_form import FORM_RANGES as N
@@ -196,6 +197,9 @@ def training_fields(init, data, D) -> dict:
     ratios = tuple(c.number_input(label, value=float(r), step=N["mask_ratio"][2]) for c, label, r in
                    zip((c2, c3, c4), ("→ [MASK]", "→ random token", "→ unchanged"), D.mask_ratios))
     whole_word = c1.checkbox("Whole-word masking", value=D.whole_word_mask)
+    spans = c1.checkbox("Span masking (SpanBERT)", value=D.span_mask, help=cli.field_setting(PretrainConfig, "span_mask")[1])
+    static = c1.checkbox("Static masks (RoBERTa Table 1)", value=D.static_masking,
+                         help=cli.field_setting(PretrainConfig, "static_masking")[1])
     packing = c2.checkbox("Pack sequences", value=D.packing, help="each step's instances share rows with no padding "
                           "between them: the same losses and gradients, fewer rows to compute")
     compile_choice = c3.selectbox("Compile", COMPILE_CHOICES, index=COMPILE_CHOICES.index(D.compile),
@@ -221,6 +225,7 @@ def training_fields(init, data, D) -> dict:
                                   ("" if init else " (continued pre-training only)"))
     phase2, phase2_share = phase2_fields(data, D)
     return {"mask_rate": float(mask_rate), "mask_ratios": tuple(float(r) for r in ratios), "whole_word_mask": bool(whole_word),
+            "span_mask": bool(spans), "static_masking": bool(static),
             "packing": bool(packing), "compile": compile_choice, "steps": int(steps), "batch_size": int(batch), "seq_len": int(seq_len), "lr": float(lr), "seed": int(seed),
             "vocab": int(vocab), "save_every": int(save_every), "eval_every": int(eval_every), "precision": precision,
             "phase2": phase2, "phase2_fraction": float(phase2_share), **({"heads_first": float(heads_first)} if init else {})}

@@ -158,6 +158,7 @@ def build(form: dict, root, bundle=None, save: bool = True) -> tuple:
                     **{k: form[k] for k in ("objective", "steps", "batch_size", "seq_len", "mask_rate", "mask_ratios",
                                             "whole_word_mask", "lr", "seed", "save_every", "eval_every", "precision",
                                             "phase2_fraction")},
+                    **{k: form[k] for k in ("span_mask", "static_masking") if k in form},
                     **{k: form[k] for k in ("packing", "compile", "heads_first") if k in form})
     if init:  # continued pre-training: the init's size and vocabulary, filled in (and checked) by resolve_init
         cfg = PretrainConfig.for_init(init, **settings)
@@ -179,7 +180,9 @@ FORM_LABELS = {"--heads-first-lr": "Heads first learning rate", "--heads-first":
                "--batch-size": "Batch size", "--seq-len": "Sequence length", "--phase2-seq-len": "Second phase at",
                "--phase2-fraction": "Second phase share", "--mask-rate": "Masking rate", "--lr": "Learning rate",
                "--seed": "Seed", "--vocab-size": "Vocabulary size", "--save-every": "Checkpoint every (steps)",
-               "--eval-every": "Evaluate every (steps)", "--layers": "Layers L", "--hidden": "Hidden H", "--heads": "Heads A"}
+               "--eval-every": "Evaluate every (steps)", "--layers": "Layers L", "--hidden": "Hidden H", "--heads": "Heads A",
+               "--whole-word-mask": "Whole-word masking", "--span-mask": "Span masking (SpanBERT)",
+               "--static-masking": "Static masks (RoBERTa Table 1)"}
 
 
 def _form_words(error: str) -> str:

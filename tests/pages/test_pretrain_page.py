@@ -397,3 +397,26 @@ def test_launch_confirms_with_the_job_id_and_a_link_to_the_jobs_page(tmp_path, m
         links = at.get("page_link")
         assert [(l.proto.label, l.proto.page) for l in links] == [("Follow job j1 live on the Jobs page", "Jobs")]
         at.run()
+
+
+def test_the_familys_masking_choices_launch_their_flags(tmp_path, monkeypatch, page_app):
+    """The objective choice lists ALBERT's mlm+sop (from the objectives table), and the span and static masking boxes
+    launch --span-mask and --static-masking; both schemes with whole words is one line beside a disabled Launch."""
+    from engine import jobs
+    calls = []
+    monkeypatch.setattr(jobs, "submit", lambda argv, **k: calls.append(argv) or {"id": "j1", "status": "queued"})
+    at = page_app(PAGE, tmp_path / "runs")
+    objective = [b for b in at.selectbox if "bjective" in b.label][0]
+    assert "mlm+sop" in objective.options or any("SOP" in o for o in objective.options)
+    box = lambda label: [c for c in at.checkbox if c.label.startswith(label)][0]  # noqa: E731
+    launch = lambda: [b for b in at.button if b.label == "Launch"][0]  # noqa: E731
+    box("Span masking").check()
+    box("Whole-word masking").check().run()
+    assert any("two masking schemes" in e.value and "'Span masking (SpanBERT)'" in e.value for e in at.error)
+    assert launch().disabled and calls == []
+    box("Whole-word masking").uncheck()
+    box("Static masks").check()
+    [t for t in at.text_input if t.label == "Run name"][0].input("spans").run()
+    assert not at.error, [e.value for e in at.error]
+    launch().click().run()
+    assert calls and "--span-mask" in calls[0] and "--static-masking" in calls[0]
