@@ -35,7 +35,7 @@ from engine.errors import EngineError, as_engine_error
 from engine.fileio import atomic_publish_dir, atomic_save_with, atomic_write_json, open_regular, read_regular, tail_regular
 from engine.procs import pid_alive, proc_start_time
 from engine.records import EVAL_JSON, METRICS, METRICS_LABELS, RUN_JSON  # noqa: F401 (the file names, defined in engine.records)
-from engine.status import CANCELLED, DEAD, FAILED, FINISHED, RUNNING, RUN_STATUSES
+from engine.status import CANCELLED, DEAD, FAILED, FINISHED, RUNNING, RUN_STATUSES, status_of
 
 LOCK_FILE = "run.lock"
 CHECKPOINTS = "checkpoints"
@@ -308,7 +308,7 @@ def set_status(run_dir, status: str, error=None) -> dict:
     if status not in STATUSES:
         raise ValueError(f"unknown run status {status!r}; expected one of {STATUSES}")
     fields = {"status": status, "error": None if error is None else " ".join(str(error).split())}
-    if status != RUNNING.name:
+    if status_of(status) is not RUNNING:
         fields["ended"] = now_iso()
     return write_run_json(run_dir, **fields)
 
@@ -684,7 +684,7 @@ def effective_status(run_dir, info: dict | None = None) -> str:
     run_dir = Path(run_dir)
     info = read_run_json(run_dir) if info is None else info
     status = info.get("status") or "unknown"
-    if status != RUNNING.name:
+    if status_of(status) is not RUNNING:
         return status
     host = info.get("host")
     if host and host != socket.gethostname():
@@ -696,7 +696,7 @@ def effective_status(run_dir, info: dict | None = None) -> str:
         again = read_run_json(run_dir)
     except EngineError:
         return DEAD.name
-    return DEAD.name if again.get("status") == RUNNING.name else (again.get("status") or "unknown")
+    return DEAD.name if status_of(again.get("status")) is RUNNING else (again.get("status") or "unknown")
 
 
 def alive_writer(run_dir, info: dict) -> bool:
@@ -734,7 +734,7 @@ def run_progress(run_dir, info: dict | None = None) -> dict:
     frac = None
     if isinstance(step, (int, float)) and total:
         frac = max(0.0, min(1.0, step / total))
-    if info.get("status") == FINISHED.name:
+    if status_of(info.get("status")) is FINISHED:
         frac = 1.0
     return {"step": step, "total": total, "fraction": frac}
 

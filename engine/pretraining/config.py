@@ -8,7 +8,7 @@ from typing import ClassVar, Optional
 from engine.config import PRESETS, BertConfig, check_numbers, steps_or_fraction
 from engine.cli import setting
 from engine.errors import EngineError
-from engine.objectives import MLM_NSP, OBJECTIVES, objective
+from engine.objectives import MLM_HEAD, MLM_NSP, NSP_HEAD, OBJECTIVES, objective
 from engine.trackers import HELP as TRACKERS_HELP, check_trackers, report_to
 
 
@@ -345,6 +345,6 @@ def model_config(cfg: PretrainConfig, vocab_size: int) -> BertConfig:
         over["num_heads"] = int(cfg.heads)
     return BertConfig.preset(cfg.preset, vocab_size=vocab_size, max_position_embeddings=cfg.max_positions,
                              hidden_dropout=cfg.dropout, attention_dropout=cfg.dropout,
-                             causal=obj.causal, has_mlm_head="mlm" in obj.heads, has_nsp_head="nsp" in obj.heads, **over)
+                             causal=obj.causal, has_mlm_head=MLM_HEAD in obj.heads, has_nsp_head=NSP_HEAD in obj.heads, **over)
 
 

@@ -26,6 +26,7 @@ import torch.nn.functional as F
 
 from engine import runs
 from engine.checkpoint import load as load_checkpoint
+from engine.commands import PRETRAIN
 from engine.device import amp, resolve_compile, resolve_precision, to_device
 from engine.distributed import Dist, all_reduce_
 from engine.errors import EngineError, as_engine_error
@@ -37,7 +38,7 @@ from engine.pretraining.init import init_model, init_record, load_init, model_co
 from engine.pretraining.run_folder import StopFlag, checkpoint, last_eval, load_training_state, remove_partial_checkpoints, set_rng_state
 from engine.pretraining.masking import EVAL_MASK_SEED, IGNORE_INDEX, PAPER_RATE, PAPER_RATIOS, fixed_eval_masking, held_out_sample, mask_batch
 from engine.pretraining.step_inputs import add_prediction_slots, max_predictions, pack_batch
-from engine.status import RUNNING
+from engine.status import CANCELLED, FAILED, FINISHED, RUNNING
 from engine.trackers import open_trackers
 from engine.tokenizer import Tokenizer
 
@@ -582,12 +583,12 @@ def summary(run_dir, status, step, cfg, last_train, last_ev) -> dict:
 
 
 def failure(e: BaseException) -> tuple:
-    """(status, error) that run.json records for an exception that ends the training."""
+    """(status, error) that run.json records for an exception that ends the training (the Status: engine.status)."""
     if isinstance(e, KeyboardInterrupt):
-        return "cancelled", "cancelled by the user (interrupted while saving?); continue with --resume"
+        return CANCELLED, "cancelled by the user (interrupted while saving?); continue with --resume"
     if as_engine_error(e) is not None:  # a user error, out of memory, a full disk: its one line
-        return "failed", str(as_engine_error(e))
-    return "failed", f"{type(e).__name__}: {str(e).splitlines()[0][:300] if str(e) else ''}"
+        return FAILED, str(as_engine_error(e))
+    return FAILED, f"{type(e).__name__}: {str(e).splitlines()[0][:300] if str(e) else ''}"
 
 
 def train(cfg: PretrainConfig, dist: Dist, device, run_dir: Path, ckpt, tok: Tokenizer, caches: list, micro: int,
@@ -603,44 +604,44 @@ def train(cfg: PretrainConfig, dist: Dist, device, run_dir: Path, ckpt, tok: Tok
             window += blob["metrics_window"].to(device)
     model = wrap_model(raw_model, cfg, dist, device)
     precision = resolve_precision(cfg.precision, device)
-    trackers = open_trackers(cfg.report_to if dist.main else None, run_dir, config_dict(cfg), {"kind": "pretrain"})
+    trackers = open_trackers(cfg.report_to if dist.main else None, run_dir, config_dict(cfg), {"kind": PRETRAIN.name})
     loop = Loop(cfg, dist, device, run_dir, tok, caches, micro, raw_model, model, optimizer, state, window, precision,
                 trackers)
     if dist.main:
         before = runs.read_run_json(run_dir).get("training_version") if ckpt else TRAINING_VERSION
-        runs.start_run(run_dir, "pretrain", config=config_dict(cfg), total_steps=int(cfg.steps),
+        runs.start_run(run_dir, PRETRAIN.name, config=config_dict(cfg), total_steps=int(cfg.steps),
                        training_version=TRAINING_VERSION if before == TRAINING_VERSION else "mixed",
                        tokenizer=str(run_dir / "tokenizer"), objective=cfg.objective, world_size=dist.world_size,
                        device=str(device), bf16=precision == "bf16", model=mcfg.to_dict(), parameters=raw_model.num_parameters(),
                        resumed_from=str(ckpt) if ckpt else None, init=init_info, corpus_fingerprint=corpus_fingerprint)
-    status, error = "running", None
+    status, error = RUNNING, None
     stop = StopFlag().install()
     try:
         if dist.main and (ckpt is not None or restart):
             runs.truncate_metrics(run_dir, loop.step)  # drop what was logged after the checkpoint (restart: all)
             remove_partial_checkpoints(run_dir)
         if dist.main and loop.step >= cfg.steps:
-            status = "finished"
+            status = FINISHED
             log(f"run {run_dir} already finished at step {loop.step}; pass a larger --steps to train on", cfg, dist)
-            return summary(run_dir, "finished", loop.step, cfg, {}, last_eval(run_dir))
+            return summary(run_dir, FINISHED.name, loop.step, cfg, {}, last_eval(run_dir))
         error = loop.run(stop) or None
         if error:
-            status = "cancelled"
+            status = CANCELLED
         elif loop.step >= cfg.steps or loop.time_up:
-            status = "finished"
+            status = FINISHED
             if loop.time_up and loop.step < cfg.steps:
                 log(f"time budget of {cfg.max_minutes:g} minutes reached at step {loop.step} (--max-minutes)", cfg, dist)
         else:
-            status, error = "cancelled", f"stopped after step {loop.step} as asked (--stop-after); continue with --resume"
+            status, error = CANCELLED, f"stopped after step {loop.step} as asked (--stop-after); continue with --resume"
     except (KeyboardInterrupt, Exception) as e:
         status, error = failure(e)
         raise
     finally:
         stop.restore()
-        trackers.close(status if status != RUNNING.name else "failed")
-        if dist.main and status != RUNNING.name:
+        trackers.close((FAILED if status is RUNNING else status).name)
+        if dist.main and status is not RUNNING:
             try:
-                runs.set_status(run_dir, status, error=error)
+                runs.set_status(run_dir, status.name, error=error)
             except Exception:
                 pass  # the disk may be full; the lock release below still tells the studio the process is gone
-    return summary(run_dir, status, loop.step, cfg, loop.last_train, loop.last_eval)
+    return summary(run_dir, status.name, loop.step, cfg, loop.last_train, loop.last_eval)

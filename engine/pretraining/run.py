@@ -88,7 +88,7 @@ from engine.device import resolve_device
 from engine.distributed import Dist, dist_from_env, group_restart_count, setup, teardown, broadcast
 from engine.errors import EngineError, quoted
 from engine.objectives import objective
-from engine.status import CANCELLED, FINISHED
+from engine.status import CANCELLED, FINISHED, status_of
 from engine.pretraining.config import CONTINUED_PRETRAINING, PretrainConfig, over_defaults, validate
 from engine.pretraining.init import ARCH_FIELDS, conflict, init_tokenizer, read_init_settings, resolve_init
 from engine.pretraining.loop import log, train
@@ -340,4 +340,5 @@ def main(argv) -> int:
     if dist_from_env().main:
         out = dict(result, run_dir=str(result["run_dir"]), seconds=round(time.time() - t0, 1))
         print(json.dumps(out, default=float), flush=True)
-    return 0 if result["status"] == FINISHED.name or (result["status"] == CANCELLED.name and cfg.stop_after) else 130
+    ended = status_of(result["status"])
+    return 0 if ended is FINISHED or (ended is CANCELLED and cfg.stop_after) else 130

@@ -24,6 +24,7 @@ import torch
 
 from engine import runs
 from engine.checkpoint import save as save_checkpoint_weights
+from engine.commands import PRETRAIN, kind_of
 from engine.distributed import Dist, all_reduce_
 from engine.errors import EngineError
 from engine.fileio import atomic_save_with
@@ -76,7 +77,7 @@ def preflight(cfg: PretrainConfig, run_dir: Path):
     if not has_ck and not info:
         where = "does not exist" if not run_dir.exists() else "holds no run (no run.json, no checkpoint)"
         raise EngineError(f"cannot resume: {run_dir} {where}; start a new run without --resume (into an empty or new --out)")
-    if info.get("kind") not in (None, "pretrain"):
+    if info.get("kind") is not None and kind_of(info["kind"]) is not PRETRAIN:
         raise EngineError(f"{run_dir} is a {info.get('kind')} run, not a pre-training run; choose another --out")
     saved = info.get("config")
     if not isinstance(saved, dict) or not saved:
@@ -101,7 +102,7 @@ def elastic_restart(cfg: PretrainConfig, run_dir: Path, restarts: int) -> Pretra
     if cfg.resume or restarts == 0:
         return cfg
     info = runs.read_run_json(run_dir) if (run_dir / runs.RUN_JSON).is_file() else {}
-    saved = info.get("config") if info.get("kind") == "pretrain" else None
+    saved = info.get("config") if kind_of(info.get("kind")) is PRETRAIN else None
     mine = config_dict(cfg)
     if not isinstance(saved, dict) or any(saved.get(k) != v for k, v in mine.items() if k in saved and k not in RUNTIME_FIELDS):
         return cfg  # not this command's run: refused as any start into a folder that holds a run
