@@ -43,7 +43,7 @@ from engine.cli import setting
 from engine.errors import EngineError
 from engine.fileio import atomic_save_with, atomic_write_text
 from engine.heads import last_real_index
-from engine.tasks.batching import pad_batch
+from engine.tasks.batching import pad_batch, cut_text
 from engine.tasks.describe import describe, describe_lines
 from engine.tasks.glue import TASK_TYPES
 from engine.tasks.kinds import TAGGING, task_kind
@@ -125,10 +125,12 @@ def layer_stack(bundle, texts, layer_idx: list, pooling: str = "cls", batch_size
     bert.eval()
     max_len = min(int(max_seq_len), bundle.config.max_position_embeddings)
     texts = list(texts)
+    # each text (each word) cut to what max_len pieces can use before tokenizing (engine.tasks.batching.cut_text)
     if pooling == "first-subtoken":
-        encs = [tok.encode_words(_as_words(t), max_length=max_len) for t in texts]
+        encs = [tok.encode_words([cut_text(w, max_len) for w in _as_words(t)], max_length=max_len) for t in texts]
     else:
-        items = [tuple(t) if isinstance(t, (list, tuple)) else t for t in texts]
+        items = [tuple(cut_text(x, max_len) for x in t) if isinstance(t, (list, tuple)) else cut_text(t, max_len)
+                 for t in texts]
         encs = tok.encode_batch(items, max_length=max_len) if items else []
     order = sorted(range(len(encs)), key=lambda i: len(encs[i].ids))
     K, H = len(layer_idx), bundle.config.hidden_size

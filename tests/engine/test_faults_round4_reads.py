@@ -504,3 +504,25 @@ def test_json_records_of_a_runs_folder_are_read_only_as_regular_bounded_files(tm
     t.join(30)
     assert not t.is_alive(), "a reader blocked"
     assert got == {"study.json": {}, "zero.json": {}, "big.json": {}, "run.json": {"kind": "pretrain"}}
+
+
+def test_features_cut_each_text_to_what_max_seq_len_can_use(tiny_checkpoint):
+    """`features` reads task files too: each text (and each tagging word) reaches the tokenizer cut to max_seq_len x 32
+    characters, and the features equal those of the uncut text (the model reads only max_seq_len pieces anyway)."""
+    import engine
+    from engine.features import layer_stack
+    bundle = engine.load(tiny_checkpoint)
+    tok = bundle.tokenizer
+    seen = []
+    real_batch, real_words = tok.encode_batch, tok.encode_words
+    tok.encode_batch = lambda items, **k: seen.extend(len(x) if isinstance(x, str) else sum(map(len, x)) for x in items) or real_batch(items, **k)
+    tok.encode_words = lambda words, **k: seen.append(max(map(len, words))) or real_words(words, **k)
+    long = "the market rose sharply today . " * 20_000  # 640 kB
+    cut = layer_stack(bundle, [long, ("a short one .", long)], [-1], "cls", max_seq_len=16)
+    word = layer_stack(bundle, [["x" * 900_000, "rose"]], [-1], "first-subtoken", max_seq_len=16)
+    assert seen and max(seen) <= 2 * 16 * 32  # a pair: two cut texts
+    tok.encode_batch, tok.encode_words = real_batch, real_words
+    full = layer_stack(bundle, [long, ("a short one .", long)], [-1], "cls", max_seq_len=16)
+    import numpy as np
+    np.testing.assert_allclose(np.asarray(cut), np.asarray(full), atol=1e-5)
+    assert len(word) == 1 and np.asarray(word[0]).shape[0] == 2
