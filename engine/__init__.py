@@ -3,7 +3,9 @@
 The notebook API (see README and ../shared/design.md): BertConfig, load_corpus, train_tokenizer, Tokenizer,
 load, save, mask_tokens, fill_mask, next_sentence, attention, extract_features, pretrain, finetune; the attention
 analyses attention_rollout, head_statistics, head_importance, value_weighted_attention, word_level (engine/analysis.py);
-probes per layer and head roles over training, layer_probes and head_role_table (engine/layers.py).
+probes per layer and head roles over training, layer_probes and head_role_table (engine/layers.py). `load` of a
+RoBERTa, DistilBERT, ALBERT, ELECTRA, DeBERTa or ModernBERT checkpoint gives an EncoderBundle (engine/encoders.py)
+that the look-inside functions take as they take a BERT.
 
 `import engine` is cheap: each name below is imported from its module on first use (PEP 562), so the torch-free
 modules (engine.jobs, engine.runs, engine.procs, engine.fileio, engine.errors) load without torch; the job
@@ -20,6 +22,7 @@ _NAMES = {  # public name -> the module that defines it
     "Corpus": "engine.corpora", "load_corpus": "engine.corpora", "load_bbc_labeled": "engine.corpora",
     "BertForPreTraining": "engine.model", "BertModel": "engine.model", "BertOutput": "engine.model",
     "Bundle": "engine.checkpoint", "load": "engine.checkpoint", "save": "engine.checkpoint",
+    "EncoderBundle": "engine.encoders",
     "OBJECTIVES": "engine.objectives",
     "PretrainingCache": "engine.pretraining.cache", "PretrainingData": "engine.pretraining.cache",
     "build_pretraining_data": "engine.pretraining.cache", "open_pretraining_data": "engine.pretraining.cache",

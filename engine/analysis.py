@@ -32,6 +32,9 @@ L = layers, A = heads per layer, T = WordPieces, W = words, H = hidden size, D =
   15% of the non-special WordPieces of every text (at least one) are replaced by [MASK], chosen by a seeded
   generator so every head is scored on the same positions. A left-to-right model (LTR) is scored on next-token
   prediction at the same positions, input unmasked (its training task). Needs an MLM head (MiniLM has none).
+Rollout, head statistics and word level read only the attention weights, so they work on every encoder engine.load
+reads; value-weighted attention, the queries and keys and head importance read BERT's own weights, and on another
+encoder (engine.encoders) are one line saying so.
 """
 import unicodedata
 
@@ -39,6 +42,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from engine.encoders import require_bert
 from engine.errors import EngineError
 
 STATISTICS = ("cls", "sep", "self", "prev", "next", "punct", "entropy")  # the columns of head_statistics
@@ -199,6 +203,7 @@ def value_weighted_attention(bundle, text_a: str, text_b: str = None):
     """(tokens, vw, att): the WordPieces, the value-weighted norms (L, A, T, T) (not normalised; divide each row
     by its sum to compare with the weights) and the plain attention weights (L, A, T, T)."""
     from engine.probes import attention_and_output
+    require_bert(bundle, "value-weighted attention (it reads BERT's own value and output weights)")
     tokens, att, out = attention_and_output(bundle, text_a, text_b, output_hidden_states=True)
     with torch.no_grad():
         norms = value_norms(bundle.model, out.hidden_states)
@@ -229,6 +234,7 @@ def queries_and_keys(bundle, text_a: str, text_b: str = None):
     """(tokens, q, k, att): the WordPieces, per-layer per-head queries and keys (L, A, T, D) each, and the
     attention weights (L, A, T, T) of the same forward pass (att = softmax(q k^T / sqrt(D)) for an encoder)."""
     from engine.probes import attention_and_output
+    require_bert(bundle, "the neuron view (it reads BERT's own query and key weights)")
     tokens, att, out = attention_and_output(bundle, text_a, text_b, output_hidden_states=True)
     with torch.no_grad():
         q, k = queries_keys(bundle.model, out.hidden_states)
@@ -279,6 +285,7 @@ def head_importance(bundle, texts, seed: int = 0) -> np.ndarray:
     """(L, A) numpy: held-out MLM loss with head (l, h) masked minus the loss with every head (Michel et al.).
     The result also carries `.base_loss` (the loss with every head) and `.n_positions` (masked pieces scored)."""
     from engine.probes import require_head
+    require_bert(bundle, "head importance (it masks heads in BERT's own output projection)")
     require_head(bundle, "mlm")
     model = bundle.model
     dev = next(model.parameters()).device

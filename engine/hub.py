@@ -3,9 +3,10 @@
 The files come through huggingface_hub (installed with transformers) into the user's own hub cache
 (HF_HUB_CACHE, else HF_HOME/hub, read when called). Offline (HF_HUB_OFFLINE=1 or TRANSFORMERS_OFFLINE=1, read
 when called, or no network) a cached id is read from that cache and an uncached one is one line naming what
-works offline. Only what a BERT needs is fetched: config.json first, so a model that is not BERT is refused
-before any weight is downloaded, then the tokenizer files and model.safetensors; pytorch_model.bin only when the
-repository has no safetensors (engine.checkpoint reads it with torch.load(weights_only=True)).
+works offline. Only what a BERT, or another encoder of engine.encoders (RoBERTa, DistilBERT, ALBERT, ELECTRA,
+DeBERTa-v2/v3, ModernBERT), needs is fetched: config.json first, so a model that is neither is refused before any
+weight is downloaded, then the tokenizer files and model.safetensors; pytorch_model.bin only when the repository has
+no safetensors (read with torch.load(weights_only=True)).
 This module never sets HF_HUB_OFFLINE: whether to go online is the user's choice.
 """
 import json
@@ -18,7 +19,8 @@ from pathlib import Path
 from engine.errors import EngineError, quoted
 
 WEIGHTS, LEGACY_WEIGHTS = "model.safetensors", "pytorch_model.bin"
-FILES = ["config.json", "vocab.txt", "tokenizer_config.json", "special_tokens_map.json", "tokenizer.json", WEIGHTS]
+FILES = ["config.json", "vocab.txt", "tokenizer_config.json", "special_tokens_map.json", "tokenizer.json", WEIGHTS,
+         "vocab.json", "merges.txt", "spm.model", "sentencepiece.bpe.model", "added_tokens.json"]  # BPE and sentencepiece
 _PART = r"[A-Za-z0-9](?:[A-Za-z0-9._-]{0,94}[A-Za-z0-9])?"
 HUB_ID = re.compile(rf"{_PART}(?:/{_PART})?")  # name or org/name, in the characters the Hub allows
 
@@ -79,15 +81,17 @@ BERT_KEYS = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_he
 
 def _check_bert(config_path: str, repo_id: str) -> None:
     """config.json names a BERT: model_type "bert", or no model_type and BERT's fields (older uploads such as
-    prajjwal1/bert-tiny predate model_type; engine.checkpoint.read_config reads them as BERT too)."""
+    prajjwal1/bert-tiny predate model_type; engine.checkpoint.read_config reads them as BERT too); or another encoder
+    of engine.encoders."""
+    from engine.encoders import ENCODERS, names
     try:
         cfg = json.loads(Path(config_path).read_text(encoding="utf-8"))
         model_type = cfg.get("model_type", "bert" if all(k in cfg for k in BERT_KEYS) else None)
     except (ValueError, UnicodeDecodeError, AttributeError) as e:
         raise EngineError(f"{quoted(repo_id)} on the Hugging Face Hub has a config.json that is not a JSON object; it is not a BERT checkpoint") from e
-    if model_type != "bert":
-        raise EngineError(f"{quoted(repo_id)} on the Hugging Face Hub is a '{model_type}' model, not BERT; only BERT models "
-                          f"(config model_type \"bert\") load, e.g. google-bert/bert-base-uncased or prajjwal1/bert-tiny")
+    if model_type != "bert" and model_type not in ENCODERS:
+        raise EngineError(f"{quoted(repo_id)} on the Hugging Face Hub is a '{model_type}' model, not BERT or another encoder "
+                          f"read here ({names()}); pick one of those, e.g. google-bert/bert-base-uncased or FacebookAI/roberta-base")
 
 
 _NO_RETRY = threading.Lock()
@@ -134,7 +138,7 @@ def _fetch(repo_id: str, cache: str, local: bool) -> Path:
             if isinstance(e, LocalEntryNotFoundError):
                 raise
             raise EngineError(f"{quoted(repo_id)} on the Hugging Face Hub has neither {WEIGHTS} nor {LEGACY_WEIGHTS} "
-                              f"(sharded weights are not supported); pick another BERT model") from e
+                              f"(sharded weights are not supported); pick another model") from e
     return d
 
 
@@ -149,7 +153,7 @@ def snapshot(repo_id: str) -> Path:
         raise _not_cached(repo_id, cache) from e
     except GatedRepoError as e:
         raise EngineError(f"{quoted(repo_id)} is gated on the Hugging Face Hub; accept its terms at https://huggingface.co/{repo_id} "
-                          f"and log in (`hf auth login`), or pick another BERT model") from e
+                          f"and log in (`hf auth login`), or pick another model") from e
     except RepositoryNotFoundError as e:
         raise EngineError(f"{quoted(repo_id)} does not exist here or on the Hugging Face Hub (a private model needs `hf auth "
                           f"login`); give a run folder, a checkpoint folder, a Hugging Face BERT folder, 'minilm' or a Hub "

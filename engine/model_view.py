@@ -1,14 +1,18 @@
 """What the Model page shows of a loaded model: its WordPieces, ids and segments for an input (`tokenize_table`),
 the shape of every output of one forward pass (`output_shapes`) and its configuration and parameter counts
-(`model_summary`). The encoding and the forward pass are the probes' own (engine.probes)."""
+(`model_summary`: with, for an encoder other than BERT, the line that says what it is). The encoding and the
+forward pass are the probes' own (engine.probes)."""
 from engine.probes import encode_input, forward_encoded, model_name
 
 
 def tokenize_table(bundle, a: str, b: str = None) -> dict:
-    """{"rows": [{"position", "token", "id", "segment", "special"}], "truncated", "notes"}."""
+    """{"rows": [{"position", "token", "id", "segment", "special"}], "truncated", "notes"}; another encoder's rows
+    (engine.encoders) also say each piece as the checkpoint spells it ("piece": RoBERTa's "<s>", "Ġcat")."""
     enc, truncated, notes = encode_input(bundle, a, b)
     rows = [{"position": i, "token": t, "id": int(x), "segment": int(s), "special": bool(m)}
             for i, (t, x, s, m) in enumerate(zip(enc.tokens, enc.ids, enc.type_ids, enc.special_tokens_mask))]
+    for row, piece in zip(rows, getattr(enc, "pieces", None) or []):
+        row["piece"] = piece
     return {"rows": rows, "truncated": truncated, "notes": notes}
 
 
@@ -37,5 +41,6 @@ def model_summary(bundle) -> dict:
     n = sum(p.numel() for p in bundle.model.parameters())
     heads = [h for h, ok in (("MLM", cfg.has_mlm_head), ("NSP", cfg.has_nsp_head)) if ok]
     return {"name": model_name(bundle), "path": bundle.path, "config": d, "parameters": int(n),
+            "about": bundle.info.get("about"),
             "heads": heads, "missing_heads": list(bundle.info.get("missing_heads") or []),
             "tokenizer_vocab": bundle.tokenizer.vocab_size, "lowercase": bundle.tokenizer.lowercase}

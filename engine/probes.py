@@ -114,22 +114,27 @@ def heads(bundle) -> tuple:
 def heads_on_disk(path) -> tuple:
     """The heads a saved model has, from its weight names alone (the safetensors header: nothing is loaded):
     ("mlm", "nsp"), a part of it, () for MiniLM; None when that cannot be told cheaply (a legacy
-    pytorch_model.bin, a Hub id, an unreadable folder)."""
+    pytorch_model.bin, a Hub id, an unreadable folder). Another encoder (engine.encoders): ("mlm",) or ()."""
     if str(path) == "minilm":
         return ()
     from engine.checkpoint import resolve_checkpoint_dir
     from engine.hub import is_hub_id
     if is_hub_id(str(path)):
         return None
+    from engine import encoders
     try:
-        st_path = resolve_checkpoint_dir(path) / "model.safetensors"
+        d = resolve_checkpoint_dir(path)
+        st_path = d / "model.safetensors"
         if not st_path.is_file():
             return None
         from safetensors import safe_open
         with safe_open(str(st_path), framework="pt") as f:
             names = set(f.keys())
+        kind = encoders.model_type(d)
     except Exception:  # a broken folder: the page says so when it is loaded
         return None
+    if kind in encoders.ENCODERS:  # another encoder: its own MLM head's names, never an NSP head
+        return ("mlm",) if encoders.mlm_head_in(kind, names) else ()
     found = [h for h, key in (("mlm", "cls.predictions.transform.dense.weight"), ("nsp", "cls.seq_relationship.weight"))
              if key in names]
     return tuple(found)
@@ -141,6 +146,9 @@ def require_head(bundle, head: str) -> None:
     if not absent:
         return
     name = model_name(bundle)
+    if getattr(bundle, "kind", "bert") == "auto":  # another encoder (engine.encoders): its own words
+        from engine.encoders import missing_head
+        raise EngineError(missing_head(bundle, head, name))
     if head == "mlm":
         raise EngineError(f"{name} has no MLM head: it was saved as an encoder only, so it cannot predict masked words; "
                           "use a checkpoint pre-trained with mlm or mlm+nsp")
@@ -598,7 +606,8 @@ def _cli_parser():
     ap = argparse.ArgumentParser(prog="python -m engine probe",
                                  description="Masked-token predictions, next-sentence probability, attention maps, the built-in probe set.")
     ap.add_argument("--model", default="minilm", help="a run folder, checkpoint folder, Hugging Face BERT folder, minilm, "
-                    "or a Hugging Face Hub id (google-bert/bert-base-uncased)")
+                    "or a Hugging Face Hub id (google-bert/bert-base-uncased); a RoBERTa, DistilBERT, ALBERT, ELECTRA, "
+                    "DeBERTa-v2/v3 or ModernBERT folder or Hub id too (no --nsp: they have no NSP head)")
     g = ap.add_mutually_exclusive_group(required=True)
     g.add_argument("--fill", metavar="TEXT", help="a sentence with one or more [MASK]")
     g.add_argument("--nsp", nargs=2, metavar=("A", "B"), help="P(IsNext) that B follows A")

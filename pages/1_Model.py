@@ -9,7 +9,7 @@ from studio.common import guard, load_bundle, model_picker, runs_root
 
 st.title("Model")
 st.caption("A BERT is a stack of Transformer encoder layers over WordPiece embeddings (paper section 3). "
-           "Pick one and look inside.")
+           "Pick one and look inside (a RoBERTa, DistilBERT, ALBERT, ELECTRA, DeBERTa or ModernBERT folder or Hub id too).")
 
 with st.expander("A real BERT to probe: continue pre-training MiniLM with MLM + NSP",
                  expanded=probe_ready.model_path(runs_root()) is None):
@@ -30,6 +30,8 @@ st.subheader(summary["name"])
 about = probe_ready.card(path, step=(bundle.info.get("training_state") or {}).get("step"))
 if about:
     st.info(about)
+if summary["about"]:
+    st.caption(summary["about"])
 c = st.columns(5)
 c[0].metric("Parameters", f"{summary['parameters']:,}")
 c[1].metric("Layers (L)", cfg["num_layers"])
@@ -38,7 +40,9 @@ c[3].metric("Heads (A)", cfg["num_heads"])
 c[4].metric("Vocabulary", f"{cfg['vocab_size']:,}")
 if summary["missing_heads"]:
     st.info(f"{summary['name']} has no {' and no '.join(h.upper() for h in summary['missing_heads'])} head: "
-            "it can give hidden states and attention maps, but not masked-word or next-sentence predictions.")
+            "it can give hidden states and attention maps, but not "
+            f"{' or '.join(w for h, w in (('mlm', 'masked-word'), ('nsp', 'next-sentence')) if h in summary['missing_heads'])} "
+            "predictions.")
 else:
     st.caption(f"Pre-training heads: {', '.join(summary['heads'])}. Folder: `{summary['path']}`")
 

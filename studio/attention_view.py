@@ -27,9 +27,15 @@ HEAD_COLOURS = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b"
 
 def head_importance_unavailable(bundle):
     """None when head importance can be scored on `bundle`, else the one line saying why not: it masks words and
-    reads the MLM head's loss, so a model without an MLM head (MiniLM is an encoder only) cannot be scored."""
+    reads the MLM head's loss, so a model without an MLM head (MiniLM is an encoder only) cannot be scored; nor can an
+    encoder other than BERT (engine.encoders), whose heads it cannot mask."""
     from engine import probes
+    from engine.encoders import require_bert
     from engine.errors import EngineError
+    try:
+        require_bert(bundle, "head importance (it masks heads in BERT's own output projection)")
+    except EngineError as e:
+        return str(e)
     try:
         probes.require_head(bundle, "mlm")
     except EngineError:

@@ -193,7 +193,9 @@ def model_picker(label="Model", key="model", allow_path=True, help=None, probe_r
     if allow_path:
         custom = st.text_input("…or a checkpoint / Hugging Face BERT folder, or a Hugging Face Hub id", key=f"{key}_path", value="",
                                help="a folder path, or a Hub id of a BERT model such as google-bert/bert-base-uncased: "
-                                    "downloaded once into your Hugging Face cache, then it loads offline too")
+                                    "downloaded once into your Hugging Face cache, then it loads offline too. The Model, "
+                                    "Probe, Attention and Layers pages also read RoBERTa, DistilBERT, ALBERT, ELECTRA, "
+                                    "DeBERTa-v2/v3 and ModernBERT (e.g. FacebookAI/roberta-base)")
         if custom.strip():
             return custom.strip()
     return choice

@@ -51,7 +51,7 @@ def launch(root: Path, prefix: str, name: str, fields: dict, what: str) -> None:
     """Queue `python -m engine layers` with `fields` (LayersConfig) into the run folder `name`."""
     from engine.checkpoint import check_model
     from engine.layers import LayersConfig
-    check_model(fields["model"])  # a model that is not there: its one-line error, no job queued
+    check_model(fields["model"], any_encoder=True)  # a model that is not there: its one-line error, no job queued
     run_dir = R.resolve_run_dir(root, name.strip())
     if (run_dir / R.RUN_JSON).exists():
         raise EngineError(f"run {name} already exists in {root}; pick another name")

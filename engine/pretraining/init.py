@@ -85,8 +85,11 @@ def load_init(init: str):
     """The init's Bundle (engine.checkpoint.load: weights, tokenizer, config, missing heads), its errors one line."""
     from engine.checkpoint import load
     check_init_source(init)
+    from engine.encoders import require_bert
     try:
-        return load(init)
+        bundle = load(init)
+        require_bert(bundle, "continued pre-training (--init)")
+        return bundle
     except EngineError as e:
         raise EngineError(f"--init {init}: {e}") from e
 

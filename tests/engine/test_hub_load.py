@@ -1,6 +1,7 @@
 """Hugging Face Hub ids through engine.load (engine/hub.py), offline: a hub cache in a temporary folder, laid out
 as huggingface_hub writes it (models--org--name/{blobs,refs/main,snapshots/<commit>}), holding a tiny
-transformers BertForPreTraining; huggingface_hub's own lookup finds it before the engine is asked."""
+transformers BertForPreTraining (and a tiny RoBERTa, read through engine.encoders); huggingface_hub's own lookup finds
+it before the engine is asked."""
 import hashlib
 import json
 import os
@@ -260,3 +261,17 @@ def test_cli_probe_takes_a_hub_id(cache, tmp_path, hf_model, capsys):
     assert run(["probe", "--model", "org/not-downloaded", "--fill", TEXT]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("error: ") and "\n" not in err and "'minilm'" in err
+
+
+def test_a_cached_hub_roberta_loads_offline_through_transformers(cache, tiny_encoder, capsys):
+    folder = tiny_encoder("roberta")
+    put_in_cache(cache, "org/tiny-roberta", {p.name: p.read_bytes() for p in folder.iterdir()})
+    b = engine.load("org/tiny-roberta")
+    assert b.kind == "auto" and b.info["hub_id"] == "org/tiny-roberta" and b.info["model_type"] == "roberta"
+    assert engine.probes.model_name(b) == "org/tiny-roberta"
+    local = engine.fill_mask(engine.load(str(folder)), TEXT, top_k=2)
+    assert engine.fill_mask(b, TEXT, top_k=2) == local
+    from engine.__main__ import run
+    assert run(["probe", "--model", "org/tiny-roberta", "--fill", TEXT, "--top-k", "2", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert [m["token"] for m in out["masks"][0]] == [t for t, _ in local[0]]
