@@ -16,7 +16,7 @@ from engine.ablations.study import describe, with_steps
 from engine.ablations.timing import REFERENCE_MACHINE, describe_check, estimate, speed_check
 from engine.ablations.verdict import describe_entry
 from engine.errors import EngineError
-from engine.status import CANCELLED, FAILED, FINISHED
+from engine.status import FAILED, FINISHED, status_of
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -139,7 +139,7 @@ def _failed_jobs(study_dir) -> int:
     """Exit status of a run that ran the jobs here: 1, with one line saying how many failed and what to do, when
     any did (so a script, or the job queue running a parallel study, sees it), else 0."""
     jobs = read_study(study_dir)["jobs"]
-    failed = [j for j in jobs if j.get("status") in (FAILED.name, CANCELLED.name)]
+    failed = [j for j in jobs if status_of(j.get("status")).resumable]  # failed or cancelled (study.json holds no "dead")
     if not failed:
         return 0
     print(f"error: {len(failed)} of {len(jobs)} jobs did not finish (first: {failed[0]['key']}: {failed[0].get('error')}); "

@@ -65,7 +65,7 @@ def cancel_study(study_dir, log=_print) -> list:
         active = queued_jobs(study_dir, data)
         if not active:
             break
-        for rec in sorted(active, key=lambda r: r["status"] == RUNNING.name):
+        for rec in sorted(active, key=lambda r: status_of(r["status"]) is RUNNING):
             cancelled.append(queue.cancel(rec["id"], root=root))
     holder = study_runner(study_dir)
     if not cancelled and holder:
@@ -105,7 +105,7 @@ def resume_study(study_dir, parallel: int = None, log=_print) -> list:
     waiting = {str(Path(r["run_dir"])): r["id"] for r in active}
     waiting = {j["key"]: waiting[str((study_dir / j["out"]).absolute())] for j in data["jobs"]
                if str((study_dir / j["out"]).absolute()) in waiting}
-    todo = [r["key"] for r in job_states(study_dir, data) if r["state"] != FINISHED.name and r["key"] not in waiting]
+    todo = [r["key"] for r in job_states(study_dir, data) if status_of(r["state"]) is not FINISHED and r["key"] not in waiting]
     ids = queue_jobs(study_dir, todo, waiting)
     log(f"queued {len(ids)} unfinished job(s) of study {study_dir.name}, each after the pre-training it reads"
         if ids else f"every job of study {study_dir.name} is finished or already queued")
@@ -115,15 +115,16 @@ def resume_study(study_dir, parallel: int = None, log=_print) -> list:
 def study_state(rows: list) -> str:
     """The study's state in words, from its jobs' states (`job_states`): "running <job> (N of M done)", "cancelled",
     "failed at <job>" (the first job that failed of itself, not one not run because of it), else "N of M done"."""
-    done = f"{sum(r['state'] == FINISHED.name for r in rows)} of {len(rows)} done"
-    running = [r for r in rows if r["state"] == RUNNING.name]
+    states = [status_of(r["state"]) for r in rows]
+    done = f"{states.count(FINISHED)} of {len(rows)} done"
+    running = [r for r, s in zip(rows, states) if s is RUNNING]
     if running:
         return f"running {running[0]['key']} ({done})"
-    if any(r["state"] == CANCELLED.name for r in rows):
+    if CANCELLED in states:
         return CANCELLED.name
-    failed = [r for r in rows if r["state"] == FAILED.name]
+    failed = [r for r, s in zip(rows, states) if s is FAILED]
     if failed:
         first = next((r for r in failed if not str(r.get("error") or "").startswith("not run:")), failed[0])
-        waiting = any(r["state"] == QUEUED.name for r in rows)
+        waiting = QUEUED in states
         return f"{done}; failed at {first['key']}" if waiting else f"failed at {first['key']}"
     return done

@@ -11,6 +11,7 @@ from engine.ablations.study import Study, pretrain_column_name
 from engine.ablations.verdict import judge
 from engine.fileio import atomic_write_text
 from engine.objectives import every
+from engine.commands import PRETRAIN, kind_of
 from engine.status import CANCELLED, FAILED, FINISHED, QUEUED, RUNNING
 
 
@@ -61,7 +62,7 @@ def collect_results(study_dir) -> StudyResults:
     floors = {}  # accuracy column -> its dev set's majority-class rate, from a fine-tuning's eval.json (the same dev set)
     for j in jobs:
         out = study_dir / j["out"]
-        if j["kind"] == "pretrain":
+        if kind_of(j["kind"]) is PRETRAIN:
             recs = runs.read_metrics(out)
             seen = {}  # step -> (tokens, elapsed) of the training record: the x axes of the held-out points too
             for r in recs:

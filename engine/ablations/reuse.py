@@ -55,12 +55,13 @@ import os
 import shutil
 from pathlib import Path
 
+from engine.commands import PRETRAIN, kind_of
 from engine.errors import EngineError
 from engine.pretraining.config import RUNTIME_FIELDS, TRAINING_VERSION
 from engine.fileio import atomic_write_json
 from engine.records import EVAL_JSON, EVALUATION_VERSION, RUN_JSON, STUDY_JSON, read_json_or_empty
 from engine.runs import latest_checkpoint
-from engine.status import FINISHED
+from engine.status import FINISHED, status_of
 from engine.trackers import TRACKER_FILES
 
 # `ablate run --no-reuse` and the Ablations page's "Reuse finished runs"
@@ -120,7 +121,7 @@ def matching_run(argv: list, needed: list, runs_root: Path, exclude: Path):
     fingerprint = None
     for run in candidate_runs(runs_root, exclude):
         info = read_json_or_empty(run / RUN_JSON)
-        if info.get("kind") != "pretrain" or info.get("status") != FINISHED.name or not info.get("config"):
+        if kind_of(info.get("kind")) is not PRETRAIN or status_of(info.get("status")) is not FINISHED or not info.get("config"):
             continue
         if info.get("training_version") != TRAINING_VERSION:  # trained by code that trains these settings otherwise
             continue
@@ -224,7 +225,7 @@ def take_over(study_dir: Path, job: dict, jobs: list, runs_root: Path):
     out = Path(study_dir) / job["out"]
     if _started(out):
         return None
-    if job["kind"] != "pretrain":
+    if not kind_of(job["kind"]).reusable:  # an evaluation: taken over from another study's job only
         found = matching_evaluation(study_dir, job, jobs, runs_root)
         if found is None:
             return None
@@ -272,7 +273,7 @@ def _file_hash(path: Path) -> str:
 
 def _pretrain_runs(study_dir: Path, jobs: list) -> list:
     """The absolute run folders of the study's pre-training jobs."""
-    return [Path(study_dir).absolute() / j["out"] for j in jobs if j.get("kind") == "pretrain" and j.get("out")]
+    return [Path(study_dir).absolute() / j["out"] for j in jobs if kind_of(j.get("kind")) is PRETRAIN and j.get("out")]
 
 
 def evaluation_key(job: dict, study_dir: Path, runs, model=origin):
@@ -307,7 +308,7 @@ def matching_evaluation(study_dir: Path, job: dict, jobs: list, runs_root: Path)
     from engine.ablations.planner import paths_read
     study_dir = Path(study_dir).absolute()
     runs = _pretrain_runs(study_dir, jobs)
-    if any(read_json_or_empty(run / RUN_JSON).get("status") != FINISHED.name for run in runs if paths_read(job["argv"], run)):
+    if any(status_of(read_json_or_empty(run / RUN_JSON).get("status")) is not FINISHED for run in runs if paths_read(job["argv"], run)):
         return None  # its model is not there yet (at launch, a pre-training still to train): nothing to look for
     return finished_evaluation(study_dir, job, {run: origin(run) for run in runs}, other_studies(runs_root, study_dir))
 
@@ -346,7 +347,7 @@ def finished_evaluation(study_dir: Path, job: dict, ours: dict, others: list):
             if evaluation_key(j, other_dir, theirs, model=lambda run: "") != shape or not (src / EVAL_JSON).is_file():
                 continue
             info = read_json_or_empty(src / RUN_JSON)
-            if info.get("status") != FINISHED.name or info.get("evaluation_version") != EVALUATION_VERSION:
+            if status_of(info.get("status")) is not FINISHED or info.get("evaluation_version") != EVALUATION_VERSION:
                 continue
             if evaluation_key(j, other_dir, theirs) != key:  # another model behind the same command line
                 continue

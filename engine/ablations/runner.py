@@ -21,6 +21,7 @@ from engine.errors import EngineError
 from engine.fileio import atomic_write_json, held_flock
 from engine.records import EVAL_JSON, RUN_JSON, read_json_or_empty
 from engine.runs import effective_status, latest_checkpoint, now_iso, read_run_json
+from engine.commands import PRETRAIN, kind_of
 from engine.status import CANCELLED, DEAD, FAILED, FINISHED, QUEUED, RUNNING, status_of
 
 REPO_ROOT = Path(__file__).resolve().parents[2]  # `python -m engine` runs from here
@@ -143,7 +144,7 @@ def _run_jobs(study_dir: Path, log, parallel: int) -> dict:
     counts = {FINISHED.name: 0, FAILED.name: 0, "skipped": 0, "reused": 0}
     todo = []
     for j in data["jobs"]:
-        if _from_run(j, study_dir / j["out"])[0] == FINISHED.name:  # its own records say so, whatever study.json does
+        if status_of(_from_run(j, study_dir / j["out"])[0]) is FINISHED:  # its own records say so, whatever study.json does
             counts["skipped"] += 1
         else:
             todo.append(j)
@@ -160,7 +161,7 @@ def _run_jobs(study_dir: Path, log, parallel: int) -> dict:
                 if len(running) >= max(1, parallel):
                     break
                 waiting = [k for k in needs[j["key"]] if k not in done]
-                failed = [k for k in needs[j["key"]] if done.get(k) == FAILED.name]
+                failed = [k for k in needs[j["key"]] if status_of(done.get(k)) is FAILED]
                 if failed or not waiting:
                     todo.remove(j)
                     problem = (f"not run: {failed[0]} failed (fix it, then `python -m engine ablate resume {study_dir}`)"
@@ -237,7 +238,7 @@ def _take_over(study_dir: Path, job: dict, data: dict, log) -> bool:
     if src is None:
         return False
     update_job(study_dir, job["key"], status=FINISHED.name, rc=0, seconds=0, error=None, reused_from=str(src))
-    what = "pre-training" if job["kind"] == "pretrain" else "evaluation of the same model"
+    what = "pre-training" if kind_of(job["kind"]) is PRETRAIN else "evaluation of the same model"
     log(f"    {job['key']}: reused the finished {what} {src} (same settings)")
     return True
 
@@ -258,7 +259,7 @@ def _stop(proc, timeout: float = 60.0) -> None:
 
 def _dependencies(study_dir: Path, jobs: list) -> dict:
     """{job key: [keys of the pre-training jobs whose run folder (or a checkpoint in it) its command line reads]}."""
-    runs = {j["key"]: study_dir / j["out"] for j in jobs if j["kind"] == "pretrain"}
+    runs = {j["key"]: study_dir / j["out"] for j in jobs if kind_of(j["kind"]) is PRETRAIN}
     return {j["key"]: [k for k, run in runs.items() if k != j["key"] and paths_read(j["argv"], run)] for j in jobs}
 
 
@@ -272,7 +273,7 @@ def unfinished_pretraining(study_dir, job: dict, jobs: list, missing_ok: bool = 
     for k in _dependencies(study_dir, jobs)[job["key"]]:
         out = study_dir / by_key[k]["out"]
         state = _from_run(by_key[k], out)[0]
-        if state != FINISHED.name and not (missing_ok and state is None):
+        if status_of(state) is not FINISHED and not (missing_ok and state is None):
             ck = latest_checkpoint(out)
             return (f"not run: {job['key']} reads the pre-training {k}, which has not finished ("
                     + (f"{state}" if state else "not started") + (f", its last checkpoint {ck.name}" if ck else "")
@@ -326,8 +327,8 @@ def _run_error(job: dict, out: Path, t0: float):
     except OSError:
         return None
     info = read_json_or_empty(out / RUN_JSON)
-    if info.get("kind") not in (None, job["kind"]) or info.get("status") not in (FAILED.name, CANCELLED.name):
-        return None
+    if info.get("kind") not in (None, job["kind"]) or not status_of(info.get("status")).resumable:
+        return None  # (run.json holds no "dead": resumable there is failed or cancelled)
     return info.get("error") or None
 
 
@@ -377,18 +378,18 @@ def _state(job: dict, out: Path, rec, runner) -> tuple:
     run.json); else how its queue job, or the study's one queue job `runner`, ended; else what study.json recorded
     (a job not run because its model failed). A job recorded finished whose result is gone is to run again."""
     state, error = _from_run(job, out)
-    if state == FINISHED.name:
+    if status_of(state) is FINISHED:
         return state, None
     if rec is not None and status_of(rec.get("status")).active:
         return rec["status"], None
     if state is not None:
         return state, error
     for status, why in ((rec or {}).get("status"), (rec or {}).get("error")), (job.get("status"), job.get("error")):
-        if status in (FAILED.name, CANCELLED.name):
+        if status_of(status).resumable:  # failed or cancelled (a queue or study.json holds no "dead")
             return status, why
-    if runner is not None and runner.get("status") in (FAILED.name, CANCELLED.name):
+    if runner is not None and status_of(runner.get("status")).resumable:
         return runner["status"], f"not run: the study's job {runner['status']}: {runner.get('error')}"
-    if FINISHED.name in ((rec or {}).get("status"), job.get("status")):
+    if FINISHED in (status_of((rec or {}).get("status")), status_of(job.get("status"))):
         return QUEUED.name, f"recorded finished, but its result is not in {out} (deleted?); `ablate resume` runs it again"
     return QUEUED.name, None
 
@@ -401,19 +402,23 @@ def _from_run(job: dict, out: Path) -> tuple:
     info = read_json_or_empty(out / RUN_JSON)
     if info.get("kind") not in (None, job["kind"]):
         return None, None
-    status = info.get("status")
-    if status == RUNNING.name:
+    recorded = info.get("status")  # None: its run.json (if any) says nothing yet
+    status = status_of(recorded)
+    if status is RUNNING:
         try:
-            status = effective_status(out, info)
+            status = status_of(effective_status(out, info))
         except EngineError:
-            status = DEAD.name
-    if status in (FINISHED.name, None) and job["kind"] != "pretrain" and (out / EVAL_JSON).is_file():
+            status = DEAD
+    pretraining = kind_of(job["kind"]) is PRETRAIN
+    if (status is FINISHED or recorded is None) and not pretraining and (out / EVAL_JSON).is_file():
         return FINISHED.name, None
-    if status == FINISHED.name and job["kind"] == "pretrain":
+    if status is FINISHED and pretraining:
         return FINISHED.name, None
-    if status == DEAD.name:
+    if status is DEAD:
         return FAILED.name, (f"interrupted: its process ended without recording how (killed?); `python -m engine "
                           f"ablate resume {out.parent.parent}` continues it")
-    if status in (RUNNING.name, FAILED.name, CANCELLED.name):
-        return status, info.get("error") if status != RUNNING.name else None
+    if status is RUNNING:
+        return status.name, None
+    if status.resumable:  # failed or cancelled (dead is above)
+        return status.name, info.get("error")
     return None, None

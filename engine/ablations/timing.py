@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 from engine.measured import MACHINES, STUDIES
+from engine.commands import PRETRAIN, kind_of, written_by
 from engine.status import FINISHED, status_of
 
 
@@ -139,7 +140,7 @@ def reusable(study, runs_root) -> list:
     where = Path(runs_root).absolute() / "studies" / f".estimate-{study.name}"  # a study folder never written
     jobs = [asdict(j) for j in plan(study, where)]
     out = []
-    for j in (j for j in jobs if j["kind"] == "pretrain"):
+    for j in (j for j in jobs if kind_of(j["kind"]) is PRETRAIN):
         run = matching_run(j["argv"], needed_paths(where, j, jobs), runs_root, where)
         if run is not None:
             elapsed = [r["elapsed"] for r in read_metrics(run) if r.get("split") == "train" and r.get("elapsed")]
@@ -177,7 +178,7 @@ def queued_twins(study, runs_root, skip=()) -> list:
     ahead = [(job, cfg) for job in Jobs(runs_root).list_jobs() if status_of(job.get("status")).active
              for cfg in _pretrain_configs(job.get("argv") or [])]
     out = []
-    for j in (j for j in jobs if j["kind"] == "pretrain" and j["key"] not in skip):
+    for j in (j for j in jobs if kind_of(j["kind"]) is PRETRAIN and j["key"] not in skip):
         key, needed = training_key(config_of(j["argv"])), needed_paths(where, j, jobs)
         twin = next((job for job, cfg in ahead if training_key(cfg) == key and _would_save(cfg, needed)), None)
         if twin is not None:
@@ -193,14 +194,14 @@ def _pretrain_configs(argv: list) -> list:
     from engine.ablations.reuse import config_of
     from engine.errors import EngineError
     try:
-        if argv[:1] == ["pretrain"]:
+        if argv and written_by(argv[0]) is PRETRAIN:  # a `pretrain` command
             return [config_of(argv)]
         if argv[:2] not in (["ablate", "job"], ["ablate", "resume"]) or len(argv) < 3:
             return []
         jobs = read_study(argv[2])["jobs"]
         if argv[1] == "job":
-            return [config_of(j["argv"]) for j in jobs if j["key"] in argv[3:4] and j["kind"] == "pretrain"]
-        return [config_of(j["argv"]) for j in jobs if j["kind"] == "pretrain" and j.get("status") != FINISHED.name]
+            return [config_of(j["argv"]) for j in jobs if j["key"] in argv[3:4] and kind_of(j["kind"]) is PRETRAIN]
+        return [config_of(j["argv"]) for j in jobs if kind_of(j["kind"]) is PRETRAIN and status_of(j.get("status")) is not FINISHED]
     except (OSError, EngineError, SystemExit, TypeError, ValueError, KeyError):
         return []
 
@@ -301,13 +302,13 @@ def job_minutes(study, check: SpeedCheck) -> dict:
         return training_seconds(PretrainConfig(**config_of(job.argv)), c) / 60
 
     default = plan(get_study(study.name, scale="classroom"), where)
-    default_evals = [j for j in default if j.kind != "pretrain"]
-    rest = max(0.0, ref.minutes - sum(pretraining(j, reference) for j in default if j.kind == "pretrain"))
+    default_evals = [j for j in default if kind_of(j.kind) is not PRETRAIN]
+    rest = max(0.0, ref.minutes - sum(pretraining(j, reference) for j in default if kind_of(j.kind) is PRETRAIN))
     share = rest / max(1, len(default_evals))
     counterpart = {(j.variant, j.evaluation, j.step): j for j in default_evals}
     out = {}
     for j in plan(study, where):
-        if j.kind == "pretrain":
+        if kind_of(j.kind) is PRETRAIN:
             out[j.key] = pretraining(j, check)
             continue
         c = counterpart.get((j.variant, j.evaluation, j.step)) or next(
@@ -344,13 +345,13 @@ def reusable_evaluations(study, runs_root, reused: list) -> list:
     jobs = [asdict(j) for j in plan(study, where)]
     taken = {r["key"]: r["run"] for r in reused}
     ours, untrained = {}, set()
-    for j in (j for j in jobs if j["kind"] == "pretrain"):
+    for j in (j for j in jobs if kind_of(j["kind"]) is PRETRAIN):
         run = where / j["out"]
         ours[run] = origin(Path(taken[j["key"]])) if j["key"] in taken else str(run)
         if j["key"] not in taken:
             untrained.add(run)  # trained by this study: no other study has evaluated it
     out, others = [], other_studies(runs_root, where)
-    for j in (j for j in jobs if j["kind"] != "pretrain"):
+    for j in (j for j in jobs if kind_of(j["kind"]) is not PRETRAIN):
         if any(paths_read(j["argv"], run) for run in untrained):
             continue
         found = finished_evaluation(where, j, ours, others)
