@@ -59,14 +59,15 @@ class _Engine(types.ModuleType):
     """`engine.finetune` is an entry point (the function), though engine/finetune.py is a module of the same name.
 
     Importing a submodule sets it as an attribute of its package (`engine.finetune = <module>` after
-    `from engine.finetune import main`), which would hide the function; for that one name the package keeps the
+    `from engine.finetune import main`), which would hide the function; for a public name defined in the submodule
+    of the same name (`_NAMES`: engine.finetune's `finetune`, the one such name today) the package keeps the
     function of the module instead. The module stays importable by name (`importlib.import_module("engine.finetune")`).
     `engine.pretrain` and `engine.prepare` need no such care: their modules live in the engine/pretraining/ package
     (engine/pretraining/run.py, engine/pretraining/prepare.py), so no submodule shares their names."""
 
     def __setattr__(self, name, value):
-        if name == "finetune" and isinstance(value, types.ModuleType):
-            value = value.finetune
+        if isinstance(value, types.ModuleType) and value.__name__ == _NAMES.get(name) == f"{__name__}.{name}":
+            value = getattr(value, name)
         super().__setattr__(name, value)
 
 

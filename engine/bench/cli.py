@@ -7,7 +7,7 @@ from dataclasses import fields
 from engine.config import PRESETS
 from engine.errors import EngineError
 from engine.bench.report import format_table
-from engine.bench.scenarios import SCENARIOS, UNITS, BenchConfig, run_bench, run_pipeline
+from engine.bench.scenarios import PIPELINE, SCENARIOS, UNITS, BenchConfig, run_bench, run_pipeline, scenario_of
 
 
 class _Parser(argparse.ArgumentParser):
@@ -55,7 +55,7 @@ def main(argv) -> int:
     a = build_parser().parse_args(argv)
     names = {f.name for f in fields(BenchConfig)}
     bc = BenchConfig(**{k: v for k, v in vars(a).items() if k in names})
-    if bc.scenario == "pipeline":
+    if scenario_of(bc.scenario) is PIPELINE:
         report = run_pipeline(bc)
         if not a.json:
             print(f"bench pipeline: {report['tokens_per_s']:,.0f} tokens/s, {report['sequences_per_s']:,.0f} sequences/s "

@@ -1,4 +1,5 @@
 """The benchmark's report as a table for the terminal."""
+from engine.bench.scenarios import PRETRAINING, VARLEN, scenario_of
 
 
 def _fmt(v, unit=""):
@@ -20,9 +21,10 @@ def format_table(r: dict) -> str:
     lines = [f"bench {r['scenario']}: preset {c['preset']} (L={r['model']['layers']} H={r['model']['hidden']} A={r['model']['heads']} V={r['model']['vocab']}), "
              f"T={c['seq_len']} B={c['batch_size']}, {r['engine']['precision']} vs {r['transformers']['precision']}, {r['device']} ({dev}), "
              f"{c['steps']} timed steps after {c['warmup']} warm-up, load {m.get('loadavg_start')} -> {m.get('loadavg_end')}"]
-    if r["scenario"] == "varlen":
+    scenario = scenario_of(r["scenario"])
+    if scenario is VARLEN:
         lines.append(f"rows: {c['unit']} lengths from BBC, padding {c['padding']}: mean {r['mean_length']:.1f} real tokens, padding fraction {r['padding_fraction']:.2f}")
-    elif r["scenario"] == "pretrain":
+    elif scenario is PRETRAINING:
         lines.append(f"rows: {'the first batches of ' + c['data'] if c['data'] else 'full-length synthetic rows'}: mean "
                      f"{r['mean_length']:.1f} real tokens, padding fraction {r['padding_fraction']:.3f}; the engine "
                      f"{'packs them into ' if c['packing'] else 'pads them: '}{r['engine_rows_per_batch']:.1f} rows a batch of {c['batch_size']}")
@@ -45,8 +47,7 @@ def format_table(r: dict) -> str:
             out.append(f"{label:<22}{_fmt(ev):>14}{_fmt(hv):>14}{_fmt(ratio, 'x'):>12}")
         return out
 
-    main_title = {"pretrain": "pre-training step", "finetune": "fine-tuning step", "varlen": "fine-tuning step",
-                  "infer": f"forward, batch {c['batch_size']}"}[r["scenario"]]
+    main_title = scenario.step.format(batch_size=c["batch_size"])
     lines += block(main_title, r["engine"], r["transformers"])
     lines.append(f"ratio (throughput engine/transformers): {r['ratio']:.2f}x")
     for key, title in (("latency", "forward, batch 1"), ("forward", "forward (features)")):

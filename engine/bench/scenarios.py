@@ -17,7 +17,7 @@ from engine.flops import model_flops
 from engine.device import amp, default_precision, resolve_device
 from engine.model import BertForPreTraining, BertModel
 from engine.optim import param_groups
-from engine.objectives import objective
+from engine.objectives import MLM_NSP, OBJECTIVES
 from engine.pretraining.config import PACKING_DEFAULT
 from engine.pretraining.loop import forward_loss
 from engine.pretraining.masking import mask_batch
@@ -26,7 +26,28 @@ from engine.tasks.batching import pad_batch
 from engine.bench.machine import machine_info, measure_matmul_peak, p90, peak_step_memory_mb, time_sides
 
 
-SCENARIOS = ("pretrain", "infer", "finetune", "varlen", "pipeline")
+@dataclass(frozen=True)
+class Scenario:
+    """One --scenario, named once (engine.bench's docstring describes each); the code asks which one it is
+    (`scenario_of(bc.scenario) is PRETRAINING`) instead of comparing names."""
+    name: str  # --scenario, a report's "scenario"
+    step: str  # what one timed step is, as the report's table names it ({batch_size}: --batch-size)
+
+
+PRETRAINING = Scenario("pretrain", "pre-training step")  # BertForPreTraining, masked instances, MLM + NSP loss
+INFERENCE = Scenario("infer", "forward, batch {batch_size}")  # the encoder's forward, then at batch size 1
+FINETUNING = Scenario("finetune", "fine-tuning step")  # a classifier on full-length rows
+VARLEN = Scenario("varlen", "fine-tuning step")  # a classifier on rows of real lengths; the encoder's forward too
+PIPELINE = Scenario("pipeline", "input pipeline")  # no model: tokens/s of the pre-training input pipeline alone
+SCENARIOS = {s.name: s for s in (PRETRAINING, INFERENCE, FINETUNING, VARLEN, PIPELINE)}
+
+
+def scenario_of(name: str) -> Scenario:
+    """The Scenario called `name` (EngineError naming the choices when there is none)."""
+    if not isinstance(name, str) or name not in SCENARIOS:
+        raise EngineError(f"unknown scenario '{name}'; choose one of {', '.join(SCENARIOS)}")
+    return SCENARIOS[name]
+
 UNITS = ("sentence", "pair", "document")
 CLS_ID, SEP_ID, MASK_ID, PAD_ID = 2, 3, 4, 0  # engine tokenizer order: [PAD] [UNK] [CLS] [SEP] [MASK]
 N_BATCHES = 4  # distinct batches, cycled
@@ -87,7 +108,7 @@ def _pretrain_batches(cfg: BenchConfig, device):
 def _data_batches(cfg: BenchConfig) -> list:
     """N_BATCHES masked batches of --batch-size instances from --data, in its first epoch's order."""
     cache = _data_cache(cfg)
-    if cache.config["objective"] != "mlm+nsp":
+    if OBJECTIVES.get(str(cache.config["objective"])) is not MLM_NSP:
         raise EngineError(f"--data {cfg.data} was prepared for {cache.config['objective']}; the pretrain scenario "
                           "times MLM + NSP: prepare it with --objective mlm+nsp")
     if cache.vocab_size > cfg.vocab_size:
@@ -210,11 +231,11 @@ def build_models(bc: BenchConfig, mcfg: BertConfig, device):
     torch.manual_seed(bc.seed)
     eng = BertForPreTraining(mcfg)
     sd = to_hf_state_dict(eng)
-    if bc.scenario == "pretrain":
+    if scenario_of(bc.scenario) is PRETRAINING:
         hf = transformers.BertForPreTraining(_hf_config(mcfg))
         res = hf.load_state_dict(sd, strict=False)
         allowed = {"cls.predictions.decoder.weight", "cls.predictions.decoder.bias"}  # tied to what was loaded
-    elif bc.scenario == "infer":
+    elif scenario_of(bc.scenario) is INFERENCE:
         eng = eng.bert
         hf = transformers.BertModel(_hf_config(mcfg))
         res = hf.load_state_dict({k[len("bert."):]: v for k, v in sd.items() if k.startswith("bert.")}, strict=False)
@@ -245,17 +266,17 @@ def make_optimizer(model, lr: float, device) -> torch.optim.Optimizer:
 
 
 def _engine_loss(bc, model, batch):
-    if bc.scenario == "pretrain":  # the loss as pre-training computes it (engine.pretraining.loop.forward_loss)
-        loss, _ = forward_loss(model, batch["engine_inputs"], objective("mlm+nsp"), batch["input_ids"].device,
+    if scenario_of(bc.scenario) is PRETRAINING:  # the loss as pre-training computes it (engine.pretraining.loop.forward_loss)
+        loss, _ = forward_loss(model, batch["engine_inputs"], MLM_NSP, batch["input_ids"].device,
                                contextlib.nullcontext())
         return loss
     logits = model(batch["input_ids"], batch["token_type_ids"], batch["attention_mask"],
-                   unpad=bc.scenario == "varlen" and bc.unpad)
+                   unpad=scenario_of(bc.scenario) is VARLEN and bc.unpad)
     return F.cross_entropy(logits.float(), batch["labels"])
 
 
 def _hf_loss(bc, model, batch):
-    if bc.scenario == "pretrain":
+    if scenario_of(bc.scenario) is PRETRAINING:
         return model(input_ids=batch["input_ids"], token_type_ids=batch["token_type_ids"], attention_mask=batch["attention_mask"],
                      labels=batch["labels"], next_sentence_label=batch["next_sentence_label"]).loss
     return model(input_ids=batch["input_ids"], token_type_ids=batch["token_type_ids"], attention_mask=batch["attention_mask"],
@@ -332,8 +353,7 @@ def _measure(bc, device, fns, batches, flops, peak, precisions, train):
 
 
 def _check(bc: BenchConfig):
-    if bc.scenario not in SCENARIOS:
-        raise EngineError(f"unknown scenario '{bc.scenario}'; choose one of {', '.join(SCENARIOS)}")
+    scenario_of(bc.scenario)  # EngineError for an unknown one
     if bc.preset not in PRESETS:
         raise EngineError(f"unknown preset '{bc.preset}'; choose one of {', '.join(PRESETS)}")
     if not 8 <= bc.seq_len <= 512:
@@ -354,7 +374,7 @@ def _same_start(bc: BenchConfig, eng, hf, batch: dict, device) -> dict:
     eng.eval()
     hf.eval()
     with torch.no_grad():
-        if bc.scenario == "infer":
+        if scenario_of(bc.scenario) is INFERENCE:
             he = _forward_fn(eng, "fp32", device, True, False)(batch).float()
             hh = _forward_fn(hf, "fp32", device, False, False)(batch).float()
             diff = float((he - hh).abs().max())
@@ -387,7 +407,7 @@ def _bench_training(bc: BenchConfig, eng, hf, batches, mcfg, device, peak, preci
     hf.train()
     fns = {"engine": _train_step_fn(bc, eng, _engine_loss, make_optimizer(eng, bc.lr, device), precisions["engine"], device),
            "transformers": _train_step_fn(bc, hf, _hf_loss, make_optimizer(hf, bc.lr, device), bc.precision, device)}
-    if bc.scenario == "pretrain":
+    if scenario_of(bc.scenario) is PRETRAINING:
         flops = [model_flops(mcfg, [int(n) for n in b["attention_mask"].sum(1)], n_mlm=int((b["labels"] != -100).sum()), n_cls=2)
                  for b in batches]
     else:
@@ -397,9 +417,9 @@ def _bench_training(bc: BenchConfig, eng, hf, batches, mcfg, device, peak, preci
     cells = sum(b["attention_mask"].numel() for b in batches)
     out["padding_fraction"] = 1 - real / cells  # of the padded batches (what transformers computes)
     out["mean_length"] = real / sum(b["input_ids"].shape[0] for b in batches)
-    if bc.scenario == "pretrain":  # rows the engine computed: fewer than the instances when packed
+    if scenario_of(bc.scenario) is PRETRAINING:  # rows the engine computed: fewer than the instances when packed
         out["engine_rows_per_batch"] = sum(b["engine_rows"] for b in batches) / len(batches)
-    if bc.scenario == "varlen":
+    if scenario_of(bc.scenario) is VARLEN:
         eng.eval()
         hf.eval()
         ffns = {"engine": _forward_fn(eng.bert if not bc.compile else eng._orig_mod.bert, precisions["engine"], device, True, bc.unpad),
@@ -432,7 +452,7 @@ def run_bench(bc: BenchConfig) -> dict:
             measure_matmul_peak(device, cpu_dtype, n=2048, iters=5))
 
     eng, hf = build_models(bc, mcfg, device)
-    make_batches = {"pretrain": _pretrain_batches, "varlen": _varlen_batches}.get(bc.scenario, _full_batches)
+    make_batches = {PRETRAINING: _pretrain_batches, VARLEN: _varlen_batches}.get(scenario_of(bc.scenario), _full_batches)
     batches = make_batches(bc, device)
     start = _same_start(bc, eng, hf, batches[0], device)
     report = {"scenario": bc.scenario, "config": asdict(bc), "model": {"preset": bc.preset, "layers": mcfg.num_layers,
@@ -443,7 +463,7 @@ def run_bench(bc: BenchConfig) -> dict:
         report["machine"]["bf16_matmul_peak_tflops" if device.type == "cuda" else "cpu_matmul_peak_tflops"] = peak
     if bc.compile:
         eng = torch.compile(eng)
-    bench = _bench_inference if bc.scenario == "infer" else _bench_training
+    bench = _bench_inference if scenario_of(bc.scenario) is INFERENCE else _bench_training
     report.update(bench(bc, eng, hf, batches, mcfg, device, peak, precisions))
     if hasattr(os, "getloadavg"):
         report["machine"]["loadavg_end"] = [round(x, 2) for x in os.getloadavg()]
@@ -464,5 +484,5 @@ def run_pipeline(bc: BenchConfig) -> dict:
     pc = PretrainConfig(objective=cache.config["objective"], seq_len=cache.config["seq_len"], mask_rate=bc.mask_rate,
                         seed=bc.seed, prefetch=bc.prefetch)
     got = pipeline_throughput(cache, pc, bc.batch_size, batches=bc.steps, warmup=bc.warmup)
-    return {"scenario": "pipeline", "config": asdict(bc), "data": cache.config["prepared"], **got,
+    return {"scenario": PIPELINE.name, "config": asdict(bc), "data": cache.config["prepared"], **got,
             "machine": machine_info(torch.device("cpu"))}
