@@ -53,21 +53,52 @@ from engine import measured
 from engine.errors import EngineError
 from engine.fileio import atomic_write_json, held_flock
 from engine.records import RUN_JSON, read_json_or_empty
-from engine.status import CANCELLED, DEAD, FAILED, FINISHED, QUEUED, RUNNING, status_of
-
-STOPPED = (CANCELLED.name, FAILED.name)  # a part that stopped before its end: resumed, not queued afresh
+from engine.commands import PRETRAIN, kind_of
+from engine.status import CANCELLED, DEAD, FAILED, FINISHED, QUEUED, RUNNING, Status, status_of
 
 REFERENCE_RUN = "classroom-reference"  # the reference run's folder under the runs root (the Start page reads it)
 STATE_DIR = ".class"  # under the runs root: prepare.json (the speed checks), cache.json (the cache folders built)
 LOCK = "prepare.lock"  # in STATE_DIR: held (flock) by the one prepare at work, its pid inside
 RUN_FLAGS: list = []  # the classroom run: `python -m engine pretrain` with its defaults (tests give tiny settings)
 PART_KEYS = ("cache", "reference", "probe_ready")
-ACTIVE = (QUEUED.name, RUNNING.name)
-# a part's own states, beside its job's (engine.status: queued, running, cancelled, failed)
-DONE, TODO = "done", "todo"
-DAMAGED = "damaged"  # the cache part's folders are there but fail the checks the loader makes when it opens them
-FOREIGN = "foreign"  # a run part's folder holds a finished run of other settings: named, never overwritten
 LOAD_FACTOR = 2.0  # a load average above this many times the cores: a speed check taken then reads the machine slow
+
+
+@dataclass(frozen=True)
+class PartState:
+    """What a part can be, each state described once: its own (done, to do, damaged, someone else's run) or its
+    job's status (engine.status) while a job builds it, or after one stopped. A `status` row's "state" is the name;
+    callers ask the object (`part_state_of(row["state"]) is DONE`, `.queued_by_prepare`) instead of comparing names."""
+    name: str  # a `status` row's "state"
+    icon: str  # how the Start page's Prepare panel marks it
+    words: str  # how `class status` says it in a terminal
+    panel: str  # how the Start page's Prepare panel says it
+    queued_by_prepare: bool  # prepare queues a job for it: neither done, nor someone else's run, nor in the queue
+    status: Status | None = None  # the job status (engine.status) it shows; None for a part's own states
+
+
+DONE = PartState("done", "✅", "done", "done", False)
+TODO = PartState("todo", "▫️", "to do", "to do", True)
+# the cache part's folders are there but fail the checks the loader makes when it opens them
+DAMAGED = PartState("damaged", "⚠️", "damaged (prepare builds it again)", "damaged (the Prepare button builds it again)", True)
+# a run part's folder holds a finished run of other settings: named, never overwritten
+FOREIGN = PartState("foreign", "⛔", "not this part's run", "not this part's run", False)
+# its job's statuses, as a part shows them (a dead run shows as failed)
+PART_STATES = {s.name: s for s in (
+    DONE, TODO, DAMAGED, FOREIGN,
+    PartState(QUEUED.name, "⏳", "queued", "queued", False, QUEUED),
+    PartState(RUNNING.name, "🟢", "running", "running", False, RUNNING),
+    PartState(CANCELLED.name, "⏹️", "cancelled (prepare resumes it)", "cancelled: the Prepare button continues it", True,
+              CANCELLED),
+    PartState(FAILED.name, "❌", "failed (prepare resumes it)",
+              "failed: the Prepare button continues it (the Jobs page has its log)", True, FAILED))}
+
+
+def part_state_of(name) -> PartState:
+    """The PartState called `name` (a `status` row's "state", or a job status); another name (a queue record of
+    another version) is shown as itself and queued again, as a part that is not done."""
+    known = PART_STATES.get(name) if isinstance(name, str) else None
+    return known or PartState(str(name), "❔", str(name), str(name), True)
 
 
 @dataclass(frozen=True)
@@ -215,7 +246,7 @@ def cache_state(root) -> tuple:
 
 def cache_ready(root) -> bool:
     """The cache part's folders (recorded by `class cache`) are all there and open as the run will open them."""
-    return cache_state(root)[0] == DONE
+    return cache_state(root)[0] is DONE
 
 
 def _run_state(run_dir: Path) -> str:
@@ -270,7 +301,7 @@ def foreign_run(part: Part) -> str:
     d = part.run_dir
     fix = "move it away (or rename it), then prepare again"
     info = read_json_or_empty(d / RUN_JSON)
-    if info.get("kind", "pretrain") != "pretrain":
+    if kind_of(info.get("kind", PRETRAIN.name)) is not PRETRAIN:  # (a run.json without a kind: a pre-training)
         return f"{d} holds a finished {info.get('kind')} run, not this part's pre-training; {fix}"
     config = info.get("config")
     if not isinstance(config, dict):
@@ -292,30 +323,31 @@ def foreign_run(part: Part) -> str:
 
 
 def part_state_and_note(root, part: Part, job_list: list) -> tuple:
-    """(state, note): done | running | queued | cancelled | failed | todo | damaged | foreign, and for the last two
-    one line saying why (the loader's reason; the folder and what differs)."""
+    """(PartState, note): done | running | queued | cancelled | failed | todo | damaged | foreign, and for the last
+    two one line saying why (the loader's reason; the folder and what differs)."""
     job = _latest_job(job_list, part.run_dir)
     active = job is not None and status_of(job["status"]).active
-    stopped = job is not None and job["status"] in STOPPED
+    # stopped before its end (failed or cancelled: a queue holds no "dead"): resumed, not queued afresh
+    stopped = job is not None and status_of(job["status"]).resumable
     if part.key == "cache":
         if active:  # its job builds or finds it: not checked while it writes
-            return job["status"], ""
+            return part_state_of(job["status"]), ""
         state, note = cache_state(root)
-        if state != TODO:
+        if state is not TODO:
             return state, note
-        return (job["status"], "") if stopped else (TODO, "")
-    run = _run_state(part.run_dir)
-    if run == FINISHED.name:
+        return (part_state_of(job["status"]), "") if stopped else (TODO, "")
+    run = status_of(_run_state(part.run_dir))
+    if run is FINISHED:
         note = foreign_run(part)
         return (FOREIGN, note) if note else (DONE, "")
     if active:
-        return job["status"], ""
-    if run in STOPPED + (DEAD.name, RUNNING.name):  # running: another process writes it (not this queue)
-        return (FAILED.name if run == DEAD.name else run), ""
-    return (job["status"], "") if stopped else (TODO, "")
+        return part_state_of(job["status"]), ""
+    if run.resumable or run is RUNNING:  # running: another process writes it (not this queue)
+        return part_state_of((FAILED if run is DEAD else run).name), ""
+    return (part_state_of(job["status"]), "") if stopped else (TODO, "")
 
 
-def part_state(root, part: Part, job_list: list) -> str:
+def part_state(root, part: Part, job_list: list) -> PartState:
     """done | running | queued | cancelled | failed | todo | damaged | foreign (`part_state_and_note`)."""
     return part_state_and_note(root, part, job_list)[0]
 
@@ -371,19 +403,19 @@ def status(root, jobs=None) -> list:
     for p in parts(root):
         state, note = part_state_and_note(root, p, job_list)
         job = _latest_job(job_list, p.run_dir)
-        row = {"key": p.key, "title": p.title, "state": state, "note": note, "job": job["id"] if job else None,
+        row = {"key": p.key, "title": p.title, "state": state.name, "note": note, "job": job["id"] if job else None,
                "minutes_left": None, "how": "", "step": None, "total": None}
-        if state != DONE:
+        if state is not DONE:
             est, row["how"] = estimate_minutes(p, checks)
             slow = loaded.get(p.check)
             if est is not None and slow and p.check not in checks:
                 row["how"] += (f"; this machine's last speed check of it ({slow['step_ms']:.0f} ms) was taken under load "
                                f"({slow.get('why') or 'busy'}), so it is not used")
             frac = None
-            if state != FOREIGN and (p.run_dir / RUN_JSON).is_file():  # (a foreign run's progress is not this part's)
+            if state is not FOREIGN and (p.run_dir / RUN_JSON).is_file():  # (a foreign run's progress is not this part's)
                 prog = run_progress(p.run_dir)
                 row["step"], row["total"], frac = prog["step"], prog["total"], prog["fraction"]
-            left, _ = _left_from_progress(p.run_dir) if state == RUNNING.name and frac else (None, None)
+            left, _ = _left_from_progress(p.run_dir) if state.status is RUNNING and frac else (None, None)
             if left is not None:
                 row["minutes_left"], row["how"] = left, "from the run's own pace so far"
             elif est is not None:
@@ -394,7 +426,7 @@ def status(root, jobs=None) -> list:
 
 def minutes_left(rows: list) -> float:
     """The parts still to do, summed (those not measured count nothing)."""
-    return sum(r["minutes_left"] or 0.0 for r in rows if r["state"] != DONE)
+    return sum(r["minutes_left"] or 0.0 for r in rows if part_state_of(r["state"]) is not DONE)
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -421,11 +453,11 @@ def _busy(root: Path, job_list: list) -> str:
     """What of this runs folder is training now, as words ("" when nothing): its queue's running jobs, and runs
     under it whose writer is alive (a run started in a terminal)."""
     from engine.runs import effective_status
-    said = [f"job {j['id']} ({j.get('name') or 'unnamed'}) was running" for j in job_list if j.get("status") == RUNNING.name]
-    queued = {str(Path(j["run_dir"])) for j in job_list if isinstance(j.get("run_dir"), str) and j.get("status") == RUNNING.name}
+    said = [f"job {j['id']} ({j.get('name') or 'unnamed'}) was running" for j in job_list if status_of(j.get("status")) is RUNNING]
+    queued = {str(Path(j["run_dir"])) for j in job_list if isinstance(j.get("run_dir"), str) and status_of(j.get("status")) is RUNNING}
     for run_json in [*root.glob(f"*/{RUN_JSON}"), *root.glob(f"studies/*/runs/*/{RUN_JSON}")]:
         try:
-            if str(run_json.parent) not in queued and effective_status(run_json.parent) == RUNNING.name:
+            if str(run_json.parent) not in queued and status_of(effective_status(run_json.parent)) is RUNNING:
                 said.append(f"run {run_json.parent.name} was training")
         except (EngineError, OSError):
             continue
@@ -481,7 +513,7 @@ def prepare(root, jobs=None, speed_check=True) -> list:
             state = part_state(root, p, job_list)
             # done, someone else's run (never queued into) or active: nothing; a damaged cache is queued like a
             # missing one (its job sets the damaged folder aside)
-            if state in (DONE, FOREIGN) or status_of(state).active:
+            if not state.queued_by_prepare:
                 continue
             resumable = p.key != "cache" and (p.run_dir / RUN_JSON).is_file()
             argv = _resume_argv(p) if resumable else p.argv
@@ -498,8 +530,8 @@ def cancel(root, jobs=None) -> list:
     root = Path(root).absolute()
     q = _jobs(root, jobs)
     job_list = q.list_jobs()
-    active = [j for p in parts(root) if (j := _latest_job(job_list, p.run_dir)) and j["status"] in ACTIVE]
-    for job in sorted(active, key=lambda j: j["status"] == RUNNING.name):  # queued first: nothing starts after
+    active = [j for p in parts(root) if (j := _latest_job(job_list, p.run_dir)) and status_of(j["status"]).active]
+    for job in sorted(active, key=lambda j: status_of(j["status"]) is RUNNING):  # queued first: nothing starts after
         q.cancel(job["id"])
     return status(root, jobs=q)
 
@@ -534,25 +566,21 @@ def build_cache(root, flags: list) -> list:
 # ---------------------------------------------------------------------------------------------------------
 # the command
 
-STATE_WORDS = {DONE: "done", RUNNING.name: "running", QUEUED.name: "queued",
-               CANCELLED.name: "cancelled (prepare resumes it)", FAILED.name: "failed (prepare resumes it)", TODO: "to do",
-               DAMAGED: "damaged (prepare builds it again)", FOREIGN: "not this part's run"}
-
-
 def describe(rows: list) -> str:
     """The status as lines for a terminal."""
     lines = []
     for i, r in enumerate(rows, 1):
-        line = f"{i}. {r['title']}: {STATE_WORDS.get(r['state'], r['state'])}"
+        state = part_state_of(r["state"])
+        line = f"{i}. {r['title']}: {state.words}"
         if r.get("note"):
             line += f": {r['note']}"
-        if r["step"] is not None and r["state"] != DONE:
+        if r["step"] is not None and state is not DONE:
             line += f", step {r['step']} / {r['total'] or '?'}"
-        if r["state"] != DONE:
+        if state is not DONE:
             line += f"; {r['minutes_left']:.0f} min left ({r['how']})" if r["minutes_left"] is not None else f"; {r['how']}"
         lines.append(line)
     left = minutes_left(rows)
-    lines.append("everything is ready for the class" if all(r["state"] == DONE for r in rows)
+    lines.append("everything is ready for the class" if all(part_state_of(r["state"]) is DONE for r in rows)
                  else f"about {left:.0f} min left on this machine")
     return "\n".join(lines)
 

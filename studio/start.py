@@ -22,7 +22,8 @@ from pathlib import Path
 
 from engine import measured
 from engine.records import RUN_JSON, read_json_or_empty
-from engine.status import CANCELLED, DEAD, FAILED, FINISHED, QUEUED, RUNNING, status_of
+from engine.commands import PRETRAIN, kind_of
+from engine.status import CANCELLED, DEAD, FAILED, FINISHED, RUNNING, status_of
 
 TABLE5 = "pretraining-tasks"
 MINUTES = {  # step -> (bf16, fp32) measurements on an idle 2-core CPU (engine/measured.py); None: not measured
@@ -78,7 +79,7 @@ def pretrain_runs(root) -> tuple:
     from engine.runs import list_runs
     own, ready, reference = [], [], None
     for r in list_runs(root):
-        if r.get("kind") != "pretrain":
+        if kind_of(r.get("kind")) is not PRETRAIN:
             continue
         cfg = read_json_or_empty(Path(r["path"]) / RUN_JSON).get("config") or {}
         if r["name"] == REFERENCE_RUN:
@@ -105,7 +106,8 @@ def table5_studies(root) -> list:
         if (data.get("study") or {}).get("name") != TABLE5:
             continue
         jobs = data.get("jobs", [])
-        done = sum(read_json_or_empty(d / j.get("out", "") / RUN_JSON).get("status") == FINISHED.name for j in jobs if j.get("out"))
+        done = sum(status_of(read_json_or_empty(d / j.get("out", "") / RUN_JSON).get("status")) is FINISHED
+                   for j in jobs if j.get("out"))
         out.append((d, done, len(jobs)))
     return out
 
@@ -137,7 +139,7 @@ def _table5_what() -> str:
             "The Ablations page's lessons go further: a second seed, the paper's equal steps, and longer runs.")
 
 
-STOPPED = {CANCELLED.name: "was cancelled", FAILED.name: "failed", DEAD.name: "stopped (its process is gone)"}
+STOPPED = {CANCELLED: "was cancelled", FAILED: "failed", DEAD: "stopped (its process is gone)"}  # the resumable ones
 
 
 def _step2(root, own: list, precision: str, device: str) -> Step:
@@ -148,19 +150,19 @@ def _step2(root, own: list, precision: str, device: str) -> Step:
               "if you close the tab.",
               _minutes("pretrain", precision, device), "pages/2_Pretrain.py", "Set up the classroom run",
               {"pretrain_name": _free_name(root, "first-bert")})
-    finished = [r for r in own if r["effective_status"] == FINISHED.name]
-    running = [r for r in own if r["effective_status"] == RUNNING.name]
+    finished = [r for r in own if status_of(r["effective_status"]) is FINISHED]
+    running = [r for r in own if status_of(r["effective_status"]) is RUNNING]
     if finished:
         s2.done, s2.status = True, f"finished: {finished[0]['name']}"
     elif running:
         r = running[0]
         s2.status = f"running: {r['name']}, step {r['step'] or 0} / {r['total_steps'] or '?'}"
-    elif own and own[0]["effective_status"] in STOPPED:
+    elif own and status_of(own[0]["effective_status"]).resumable:
         r = own[0]
         kept = (f"it continues from checkpoint step-{r['checkpoint_step']}" if r["checkpoint_step"] is not None
                 else "it has no checkpoint yet, so it starts again from step 0")
-        error = f" ({r['error']})" if r["effective_status"] == FAILED.name and r.get("error") else ""
-        s2.status = (f"{r['name']} {STOPPED[r['effective_status']]} at step {r['step'] or 0} / {r['total_steps'] or '?'}"
+        error = f" ({r['error']})" if status_of(r["effective_status"]) is FAILED and r.get("error") else ""
+        s2.status = (f"{r['name']} {STOPPED[status_of(r['effective_status'])]} at step {r['step'] or 0} / {r['total_steps'] or '?'}"
                      f"{error}: press Resume on the Pre-train page ({kept}), or launch a new run")
         s2.button, s2.prefill = "Resume it on the Pre-train page", {"pretrain_pick": r["name"]}
     return s2
@@ -170,11 +172,11 @@ def _step3(root, own: list, reference, probed: bool) -> Step:
     s3 = Step(3, "Probe it and the probe-ready model",
               "Fill in masked words, click a word to mask it and watch where it looks, score next-sentence pairs, and "
               "compare with a model that knows English.", "about a minute", "pages/5_Probe.py", "Probe your model")
-    order = {FINISHED.name: 0, RUNNING.name: 1}  # the class's own model first, a stopped run's checkpoints too
-    mine = sorted((r for r in own if r["checkpoint_step"] is not None), key=lambda r: order.get(r["effective_status"], 2))
+    order = {FINISHED: 0, RUNNING: 1}  # the class's own model first, a stopped run's checkpoints too
+    mine = sorted((r for r in own if r["checkpoint_step"] is not None), key=lambda r: order.get(status_of(r["effective_status"]), 2))
     if mine:
         target = mine[0]
-        if target["effective_status"] in STOPPED:
+        if status_of(target["effective_status"]).resumable:
             s3.status = f"probes {target['name']}'s last checkpoint (step {target['checkpoint_step']}; the run stopped there)"
     elif reference is not None and reference["checkpoint_step"] is not None:
         target = reference
@@ -219,43 +221,29 @@ def guided_steps(root, visited: dict, precision: str = "fp32", device: str = "cp
     return steps
 
 
-def _prepare_words() -> tuple:
-    """(icon, words) per state of a Prepare panel part (engine.classroom's states and its jobs')."""
-    from engine.classroom import DAMAGED, DONE, FOREIGN, TODO
-    icons = {DONE: "✅", RUNNING.name: "🟢", QUEUED.name: "⏳", CANCELLED.name: "⏹️", FAILED.name: "❌", TODO: "▫️",
-             DAMAGED: "⚠️", FOREIGN: "⛔"}
-    words = {DONE: "done", RUNNING.name: "running", QUEUED.name: "queued", TODO: "to do",
-             CANCELLED.name: "cancelled: the Prepare button continues it",
-             FAILED.name: "failed: the Prepare button continues it (the Jobs page has its log)",
-             DAMAGED: "damaged (the Prepare button builds it again)", FOREIGN: "not this part's run"}
-    return icons, words
-
-
-PREPARE_ICONS, PREPARE_WORDS = _prepare_words()
-
-
 def prepare_lines(rows: list) -> tuple:
-    """(one line per part, the summary line) for the Prepare panel, from engine.classroom.status rows."""
-    from engine.classroom import DONE, minutes_left
+    """(one line per part, the summary line) for the Prepare panel, from engine.classroom.status rows (each state's
+    icon and words: engine.classroom.PART_STATES)."""
+    from engine.classroom import DONE, minutes_left, part_state_of
     lines = []
     for r in rows:
-        line = (f"{PREPARE_ICONS.get(r['state'], '❔')} {r['title'][0].upper()}{r['title'][1:]}: "
-                f"{PREPARE_WORDS.get(r['state'], r['state'])}")
+        state = part_state_of(r["state"])
+        line = f"{state.icon} {r['title'][0].upper()}{r['title'][1:]}: {state.panel}"
         if r.get("note"):  # a damaged cache's reason, a foreign run's folder and what differs
             line += f": {r['note']}"
-        if r["state"] != DONE and r["step"] is not None:
+        if state is not DONE and r["step"] is not None:
             line += f", step {r['step']} / {r['total'] or '?'}"
-        if r["state"] != DONE and r["minutes_left"] is not None:
+        if state is not DONE and r["minutes_left"] is not None:
             line += f"; about {r['minutes_left']:.0f} min left ({r['how']})"
         lines.append(line)
-    if all(r["state"] == DONE for r in rows):
+    if all(part_state_of(r["state"]) is DONE for r in rows):
         return lines, "This machine is ready for the class."
     return lines, f"About {minutes_left(rows):.0f} minutes left on this machine for what is not done yet."
 
 
 def preparing(rows: list) -> bool:
     """A part is queued or running."""
-    return any(status_of(r["state"]).active for r in rows)
+    return any(status_of(r["state"]).active for r in rows)  # (a part's queued and running are its job's)
 
 
 TEACHING = Path(__file__).resolve().parents[1] / "docs" / "teaching.md"

@@ -91,12 +91,12 @@ def test_a_truncated_cached_array_is_damaged_not_done_and_prepare_rebuilds_it(tm
     monkeypatch.setattr(classroom, "RUN_FLAGS", flags)
     data = [Path(p) for p in classroom.build_cache(root, flags)]
     q = FakeQueue()
-    assert classroom.status(root, jobs=q)[0]["state"] == classroom.DONE
+    assert classroom.status(root, jobs=q)[0]["state"] == classroom.DONE.name
     tokens = data[0] / "train" / "tokens.npy"
     tokens.write_bytes(tokens.read_bytes()[:len(tokens.read_bytes()) // 2])
 
     rows = classroom.status(root, jobs=q)
-    assert rows[0]["state"] == classroom.DAMAGED and not classroom.cache_ready(root)
+    assert rows[0]["state"] == classroom.DAMAGED.name and not classroom.cache_ready(root)
     assert str(tokens) in rows[0]["note"] and "truncated" in rows[0]["note"]
     line = classroom.describe(rows).splitlines()[0]
     assert line.split(": ", 1)[1].startswith("damaged") and str(tokens) in line
@@ -108,7 +108,7 @@ def test_a_truncated_cached_array_is_damaged_not_done_and_prepare_rebuilds_it(tm
     # the queued job itself (what the queue would run): the damaged folder set aside, the data built again
     code, out, err = engine_cli(q.jobs[0]["argv"])
     assert code == 0, err
-    assert classroom.status(root, jobs=FakeQueue())[0]["state"] == classroom.DONE
+    assert classroom.status(root, jobs=FakeQueue())[0]["state"] == classroom.DONE.name
     assert open_pretraining_data(data[0]).train.num_instances > 0  # what the reference run opens
     assert len(list(data[0].parent.glob(f"{data[0].name}.bad-*"))) == 1  # kept, never deleted
 
@@ -125,11 +125,11 @@ def test_a_finished_run_of_other_settings_in_a_part_folder_is_foreign_not_done(t
     shutil.copytree(run, ready)
     before = (ready / "run.json").read_bytes()
     rows = classroom.status(root, jobs=q)
-    assert rows[2]["state"] == classroom.FOREIGN
+    assert rows[2]["state"] == classroom.FOREIGN.name
     assert str(ready) in rows[2]["note"] and "move it away" in rows[2]["note"]
     assert "init" in rows[2]["note"] or "steps" in rows[2]["note"]
     line = classroom.describe(rows).splitlines()[2]
-    assert str(ready) in line and line.split(": ", 1)[1].startswith(classroom.STATE_WORDS[classroom.FOREIGN])
+    assert str(ready) in line and line.split(": ", 1)[1].startswith(classroom.FOREIGN.words)
     assert "everything is ready" not in classroom.describe(rows)
     assert str(ready) in start.prepare_lines(rows)[0][2]
 
@@ -139,7 +139,7 @@ def test_a_finished_run_of_other_settings_in_a_part_folder_is_foreign_not_done(t
 
     monkeypatch.setattr(classroom, "RUN_FLAGS", flags)  # the classroom run is the tiny one: that run is its recipe
     shutil.copytree(run, root / classroom.REFERENCE_RUN)
-    assert classroom.status(root, jobs=FakeQueue())[1]["state"] == classroom.DONE
+    assert classroom.status(root, jobs=FakeQueue())[1]["state"] == classroom.DONE.name
 
 
 # ---------------------------------------------------------------- 9. its own damaged state files
@@ -244,7 +244,7 @@ def test_a_speed_check_taken_while_a_job_ran_is_marked_under_load_and_not_saved(
     assert saved["loaded"]["minilm"]["under_load"] is True and saved["loaded"]["minilm"]["step_ms"] == 900.0
     assert "another run" in saved["loaded"]["minilm"]["why"]
     assert [j["run_dir"] for j in q.jobs if j["id"] != "other"] == [str(state / "cache"), str(root / PROBE_READY_RUN)]
-    assert rows[1]["state"] == classroom.DONE  # decided after the check
+    assert rows[1]["state"] == classroom.DONE.name  # decided after the check
     assert "under load" in rows[2]["how"] and "no speed check of this machine scales it" in rows[2]["how"]
 
     q.jobs[0]["status"] = "finished"  # the other job ended; now a load average far above the cores: under load again
