@@ -40,6 +40,7 @@ import torch.nn.functional as F
 
 from engine import cli, records
 from engine.cli import setting
+from engine.progress import Progress
 from engine.errors import EngineError
 from engine.fileio import atomic_save_with, atomic_write_text
 from engine.heads import last_real_index
@@ -135,10 +136,7 @@ def layer_stack(bundle, texts, layer_idx: list, pooling: str = "cls", batch_size
     order = sorted(range(len(encs)), key=lambda i: len(encs[i].ids))
     K, H = len(layer_idx), bundle.config.hidden_size
     out = [None] * len(encs)
-    bar = None
-    if progress:
-        from tqdm import tqdm
-        bar = tqdm(total=len(encs), file=sys.stderr, unit="text", mininterval=1.0, desc="features")
+    bar = Progress(len(encs), "features", "text") if progress else None  # a bar on a terminal, lines in a log
     for s in range(0, len(order), batch_size):
         idx = order[s:s + batch_size]
         ids, types, mask = pad_batch([(encs[i].ids, encs[i].type_ids) for i in idx], tok.pad_id)  # (B, T) each

@@ -49,6 +49,7 @@ import torch.nn as nn
 from engine import cli, records
 from engine.cli import setting
 from engine.device import PRECISIONS, amp, check_device, check_precision, resolve_device, resolve_precision, to_device
+from engine.progress import Progress
 from engine.errors import EngineError
 from engine.fileio import atomic_save_with
 from engine.heads import TaskModel, pack_inputs
@@ -312,10 +313,8 @@ def finetune(cfg: FinetuneConfig, progress: Callable = None, progress_bar: bool 
             print(f"resuming {out}: {len(done)} of {len(grid)} trials finished, starting at trial {len(done) + 1}",
                   file=sys.stderr, flush=True)
         records.write_eval(out, _eval_json(result))  # a polling page sees the task and the data at once
-        if progress_bar:
-            from tqdm import tqdm
-            ctx.bar = tqdm(total=ctx.total_steps, file=sys.stderr, unit="step", mininterval=1.0, dynamic_ncols=True)
-            ctx.bar.update(ctx.step)
+        if progress_bar:  # the CLI: a bar on a terminal, a plain line a minute in a log (engine.progress)
+            ctx.bar = Progress(ctx.total_steps, "finetune", "step", initial=ctx.step)
         try:
             for ti in range(len(done), len(grid)):
                 rec, best_state = _run_trial(ctx, base, ti, grid[ti], steps[ti], result["score"])
@@ -458,7 +457,7 @@ def _train_epoch(ctx: TrialContext, model: TaskModel, opt, sched, g: torch.Gener
                               f"(finished trials are kept: fix the grid and fine-tune into a new --out)")
         if ctx.bar is not None:
             ctx.bar.update(1)
-            ctx.bar.set_postfix(trial=f"{ti + 1}/{ctx.n_trials}", epoch=epoch, loss=f"{losses[-1]:.3f}", refresh=False)
+            ctx.bar.note(trial=f"{ti + 1}/{ctx.n_trials}", epoch=epoch, loss=f"{losses[-1]:.3f}")
         if ctx.step % cfg.log_every == 0:
             ctx.run.log({"step": ctx.step, "trial": ti, "epoch": epoch, "elapsed": ctx.elapsed(),
                          "loss": float(np.mean(losses[-cfg.log_every:])), "lr": sched.get_last_lr()[0]})

@@ -47,6 +47,7 @@ import torch.nn.functional as F
 
 from engine import cli
 from engine.cli import setting
+from engine.progress import Progress
 from engine.errors import EngineError
 from engine.layer_tasks import SENTENCE_TASKS, TOKEN, control_task, load_probe_task, sized, task_names
 
@@ -481,8 +482,15 @@ def run_layers(cfg: LayersConfig) -> dict:
     if cfg.num_threads:
         torch.set_num_threads(int(cfg.num_threads))
     work = head_roles_result if cfg.heads else sweep
+    bar = {}  # one (checkpoint, task) sweep a unit: a bar on a terminal, a plain line a minute in a log
+
+    def shown(result, k, total):
+        progress = bar.get("p") or bar.setdefault("p", Progress(total, "layers", "sweep"))
+        progress.update(k - progress.done)
     if not cfg.out:
-        result = work(cfg)
+        result = work(cfg, on_step=shown)
+        if bar:
+            bar["p"].close()
         result["status"] = "finished"
         return result
     from engine import records
@@ -492,10 +500,13 @@ def run_layers(cfg: LayersConfig) -> dict:
     check_run_folder(out, "layers", config, False)
     with Run(out, kind="layers", config=config, model=cfg.model, task=",".join(cfg.task)) as run:
         def on_step(result, k, total):
+            shown(result, k, total)
             run.set(total_steps=total)
             run.log({"step": k, "seconds": result.get("seconds") or 0.0})
             records.write_eval(out, {**result, "status": "running", "config": config})
         result = work(cfg, on_step=on_step)
+        if bar:
+            bar["p"].close()
         result["status"] = "finished"
         records.write_eval(out, {**result, "config": config})
     return result

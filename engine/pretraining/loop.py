@@ -31,6 +31,7 @@ from engine.device import amp, resolve_compile, resolve_precision, to_device
 from engine.distributed import Dist, all_reduce_
 from engine.errors import EngineError, as_engine_error
 from engine.model import BertForPreTraining
+from engine.progress import Progress
 from engine.objectives import SUMS, Objective, objective
 from engine.optim import adamw, lr_at
 from engine.pretraining.config import TRAINING_VERSION, PretrainConfig, config_dict, model_config
@@ -424,9 +425,7 @@ class Loop:
         if self._phase2_due():
             self.state["phase"], self.state["position"] = 2, None
         self._open_data(self.state["phase"], self.state["position"])
-        if self.dist.main and not cfg.quiet and sys.stderr.isatty():
-            from tqdm import tqdm
-            self.pbar = tqdm(total=cfg.steps, initial=self.step, file=sys.stderr, desc="pretrain", dynamic_ncols=True)
+        self.pbar = Progress(cfg.steps, "pretrain", "step", initial=self.step, enabled=self.dist.main and not cfg.quiet)
         try:
             while self.step < self.stop_at and not self.time_up:
                 if self._one_step(stop):
@@ -434,8 +433,7 @@ class Loop:
             return ""
         finally:
             self._close_data()
-            if self.pbar is not None:
-                self.pbar.close()
+            self.pbar.close()
 
     def _one_step(self, stop: StopFlag) -> bool:
         """One optimizer step and what follows it (metrics, evaluation, checkpoint); True when asked to stop."""
@@ -461,7 +459,7 @@ class Loop:
                               f"then start again or --resume from the last checkpoint")
         if at_log or self.time_up:  # all ranks reduce at the same steps (time_up is agreed at log steps under DDP)
             self._log_window(lr, grad_norm)
-        if self.pbar is not None:
+        if self.pbar is not None:  # (None before `run` opens it)
             self.pbar.update(1)
         stop_now = self._stop_requested(stop, at_log)
         if (cfg.eval_every and self.step % cfg.eval_every == 0) or self.step == cfg.steps or self.time_up:
@@ -532,7 +530,7 @@ class Loop:
             self._record(rec)
             if self.pbar is not None:
                 key = f"{self.obj.token}_loss"
-                self.pbar.set_postfix(loss=f"{rec['loss']:.3f}", **{key: f"{rec[key]:.3f}"})
+                self.pbar.note(loss=f"{rec['loss']:.3f}", **{key: f"{rec[key]:.3f}"})
 
     def _time_up(self, at_log: bool) -> bool:
         """--max-minutes: has the training time reached the budget? (rank 0's clock decides, at log steps under DDP,

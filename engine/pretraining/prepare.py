@@ -91,8 +91,9 @@ import numpy as np
 
 from engine import cli
 from engine.cli import setting
-from engine.corpora import (SINGLE_SENTENCE_WARN, binary_warning, corpus_files, corpus_root, document_sentences,
-                            iter_documents, skip_binary)
+from engine.corpora import (COMPRESSED, SINGLE_SENTENCE_WARN, binary_warning, corpus_files, corpus_root,
+                            document_sentences, iter_documents, skip_binary)
+from engine.progress import Progress
 from engine.errors import EngineError, quoted
 from engine.fileio import atomic_write_json
 from engine.objectives import MLM_NSP, OBJECTIVES, objective as get_objective
@@ -451,11 +452,24 @@ def _build_shards(cfg: PrepareConfig, folder: Path, files: list, settings: dict,
             yield job
 
     shards, words = [], 0
-    for meta in _run_jobs(jobs(), cfg.workers, tok, str(folder / "tokenizer")):
+    # the share read: the corpus's bytes when its files are plain text (compressed files' text size is not known
+    # ahead, so then the count of shards alone); a bar on a terminal, a plain line a minute in a log
+    plain = not any(str(f).endswith(COMPRESSED) for f in files)
+    progress = Progress(sum(f.stat().st_size for f in files) >> 20 if plain else 0, "prepare", "MB")
+    read = [0]
+
+    def counted(it):
+        for job in it:
+            read[0] += sum(len(t) for t in job.get("texts", ()))
+            yield job
+
+    for meta in _run_jobs(counted(jobs()), cfg.workers, tok, str(folder / "tokenizer")):
         shards.append(meta)
         words += meta["words"]
+        progress.update((read[0] >> 20) - progress.done)
         if len(shards) % 20 == 0:
             log(f"  {len(shards)} shards, {words:,} words, {time.time() - t0:.0f} s")
+    progress.close()
     return shards, hasher.hexdigest()
 
 
