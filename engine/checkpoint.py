@@ -31,6 +31,7 @@ from engine.errors import EngineError, quoted
 from engine.fileio import atomic_publish_dir, atomic_save_with, atomic_write_json
 from engine.minilm import minilm_path  # (defined there: the tokenizer needs it too)
 from engine.model import BertForPreTraining
+from engine.objectives import MLM_HEAD, NSP_HEAD
 from engine.records import RUN_JSON
 from engine.tokenizer import Tokenizer
 
@@ -488,10 +489,10 @@ def load(path_or_name, device="cpu", tokenizer=None) -> Bundle:
         raise EngineError(f"{d}: config.json says vocab_size {config.vocab_size} but the embeddings have {emb.shape[0]} rows; the files do not belong together")
     missing = []
     if "cls.predictions.transform.dense.weight" not in sd:
-        missing.append("mlm")
+        missing.append(MLM_HEAD)
     if "cls.seq_relationship.weight" not in sd:
-        missing.append("nsp")
-    config = config.replace(has_mlm_head="mlm" not in missing, has_nsp_head="nsp" not in missing)
+        missing.append(NSP_HEAD)
+    config = config.replace(has_mlm_head=MLM_HEAD not in missing, has_nsp_head=NSP_HEAD not in missing)
 
     if tokenizer is None:
         tokenizer = Tokenizer.from_file(d)

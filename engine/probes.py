@@ -31,6 +31,7 @@ import numpy as np
 import torch
 
 from engine.errors import EngineError, quoted
+from engine.objectives import MLM_HEAD, NSP_HEAD
 from engine.probe_set import CLOZE_SECTION_OF, PROBE_SET
 from engine.tasks.batching import pad_batch
 
@@ -104,10 +105,10 @@ def heads(bundle) -> tuple:
     """The pre-training heads `bundle` can use: a subset of ("mlm", "nsp"), in that order."""
     missing = bundle.info.get("missing_heads") or []
     out = []
-    if "mlm" not in missing and bundle.config.has_mlm_head and getattr(bundle.model, "mlm", None) is not None:
-        out.append("mlm")
-    if "nsp" not in missing and bundle.config.has_nsp_head and getattr(bundle.model, "nsp", None) is not None:
-        out.append("nsp")
+    if MLM_HEAD not in missing and bundle.config.has_mlm_head and getattr(bundle.model, "mlm", None) is not None:
+        out.append(MLM_HEAD)
+    if NSP_HEAD not in missing and bundle.config.has_nsp_head and getattr(bundle.model, "nsp", None) is not None:
+        out.append(NSP_HEAD)
     return tuple(out)
 
 
@@ -134,8 +135,8 @@ def heads_on_disk(path) -> tuple:
     except Exception:  # a broken folder: the page says so when it is loaded
         return None
     if kind in encoders.ENCODERS:  # another encoder: its own MLM head's names, never an NSP head
-        return ("mlm",) if encoders.mlm_head_in(kind, names) else ()
-    found = [h for h, key in (("mlm", "cls.predictions.transform.dense.weight"), ("nsp", "cls.seq_relationship.weight"))
+        return (MLM_HEAD,) if encoders.mlm_head_in(kind, names) else ()
+    found = [h for h, key in ((MLM_HEAD, "cls.predictions.transform.dense.weight"), (NSP_HEAD, "cls.seq_relationship.weight"))
              if key in names]
     return tuple(found)
 
@@ -149,7 +150,7 @@ def require_head(bundle, head: str) -> None:
     if getattr(bundle, "kind", "bert") == "auto":  # another encoder (engine.encoders): its own words
         from engine.encoders import missing_head
         raise EngineError(missing_head(bundle, head, name))
-    if head == "mlm":
+    if head == MLM_HEAD:
         raise EngineError(f"{name} has no MLM head: it was saved as an encoder only, so it cannot predict masked words; "
                           "use a checkpoint pre-trained with mlm or mlm+nsp")
     raise EngineError(f"{name} has no NSP head: it cannot score whether B follows A; "
@@ -219,7 +220,7 @@ def _causal_note(bundle) -> list:
 
 def fill_mask(bundle, text: str, top_k: int = 5, text_pair: str = None) -> MaskPredictions:
     """Top-k (token, probability) for each [MASK] in `text` (and `text_pair`), in order of appearance."""
-    require_head(bundle, "mlm")
+    require_head(bundle, MLM_HEAD)
     top_k = int(top_k)
     if top_k < 1:
         raise EngineError(f"top_k must be at least 1 (got {top_k})")
@@ -250,7 +251,7 @@ def fill_mask(bundle, text: str, top_k: int = 5, text_pair: str = None) -> MaskP
 
 def next_sentence(bundle, a: str, b: str) -> NextSentenceProbability:
     """P(IsNext) that `b` follows `a`, from the NSP head on [CLS] (paper 3.1, task #2)."""
-    require_head(bundle, "nsp")
+    require_head(bundle, NSP_HEAD)
     if not isinstance(b, str) or not b.strip():
         raise EngineError("sentence B is empty; next-sentence prediction needs two sentences")
     enc, truncated, notes = encode_input(bundle, a, b)
@@ -337,7 +338,7 @@ def probe_set_accuracy(bundle, probe_set: dict = None, top_k: int = 5) -> dict:
     Returns {"cloze_top1", "cloze_topk", "cloze_n", "nsp_acc", "nsp_n", "top_k", "by_section" ({section: {"n",
     "top1", "topk"}} for the cloze sections scored), "items" (each with its "section"), "notes"}."""
     ps = probe_set or PROBE_SET
-    has_mlm, has_nsp = "mlm" in heads(bundle), "nsp" in heads(bundle)
+    has_mlm, has_nsp = MLM_HEAD in heads(bundle), NSP_HEAD in heads(bundle)
     if not has_mlm and not has_nsp:
         raise EngineError(f"{model_name(bundle)} has no MLM head and no NSP head, so the probe set cannot be scored; "
                           "use a checkpoint pre-trained with mlm or mlm+nsp")

@@ -22,10 +22,11 @@ from pathlib import Path
 
 import torch
 
+from engine.commands import PRETRAIN, kind_of
 from engine.config import steps_or_fraction
 from engine.corpora import CORPUS_WORDS
 from engine.errors import EngineError
-from engine.objectives import OBJECTIVES
+from engine.objectives import MLM_HEAD, NSP_HEAD, OBJECTIVES
 from engine.records import RUN_JSON
 
 # the run settings an init decides, with the flag that would set them
@@ -53,7 +54,7 @@ def check_init_source(init: str) -> None:
         return
     from engine.runs import read_run_json
     kind = read_run_json(p).get("kind")
-    if kind and kind != "pretrain":
+    if kind and kind_of(kind) is not PRETRAIN:
         best = p / "best"
         also = f" (its fine-tuned encoder, {best}, is a Hugging Face BERT folder)" if (best / "config.json").is_file() else ""
         raise EngineError(f"--init {init} is a {kind} run, and a {kind} run cannot be a pre-training init; give a pre-training "
@@ -162,7 +163,7 @@ def conflict(name: str, given, own, init: str) -> str:
 def init_record(cfg, bundle, mcfg) -> dict:
     """What run.json records under "init": where the run started and which weights were new."""
     missing = set(bundle.info.get("missing_heads") or [])
-    heads = ("mlm", "nsp") if mcfg.has_nsp_head else ("mlm",)  # the run's model's heads
+    heads = (MLM_HEAD, NSP_HEAD) if mcfg.has_nsp_head else (MLM_HEAD,)  # the run's model's heads
     return {"source": str(cfg.init), "kind": init_kind(cfg.init), "path": str(bundle.path),
             "heads_from_init": [h for h in heads if h not in missing], "heads_new": [h for h in heads if h in missing]}
 
@@ -191,7 +192,7 @@ def model_config_from_init(cfg, init_config):
     """The BertConfig an init run trains: the init's shape, the objective's heads and causality, the run's dropout."""
     from engine.objectives import objective
     obj = objective(cfg.objective)
-    return init_config.replace(causal=obj.causal, has_mlm_head="mlm" in obj.heads, has_nsp_head="nsp" in obj.heads,
+    return init_config.replace(causal=obj.causal, has_mlm_head=MLM_HEAD in obj.heads, has_nsp_head=NSP_HEAD in obj.heads,
                                hidden_dropout=cfg.dropout, attention_dropout=cfg.dropout)
 
 
