@@ -115,6 +115,11 @@ MLM_SOP = Objective("mlm+sop", "MLM + SOP (ALBERT)", nsp=True, causal=False, pai
 OBJECTIVES = {o.name: o for o in (MLM_NSP, MLM, LTR, MLM_SOP)}
 
 
+# what a pre-training record's own metric keys begin with: each objective's token prediction and pair task
+# (mlm, nsp, lm, sop); a held-out record's begin with eval_
+METRIC_PREFIXES = tuple(dict.fromkeys(p for o in OBJECTIVES.values() for p in (o.token, o.pairs) if p))
+
+
 def every(metrics: str) -> tuple:
     """The `metrics` ("metrics" or "held_out_metrics") of every objective, in order, without repeats: the keys a
     reader of any pre-training run looks for."""

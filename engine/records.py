@@ -27,7 +27,8 @@ from engine.errors import EngineError
 from engine.fileio import atomic_write_json, read_regular
 
 JSON_MAX_BYTES = 16 << 20  # a run folder's JSON record (run.json, eval.json, study.json) is read up to this size
-from engine.status import FINISHED
+from engine.objectives import METRIC_PREFIXES
+from engine.status import FINISHED, status_of
 
 RUN_JSON = "run.json"
 METRICS = "metrics.jsonl"
@@ -56,12 +57,12 @@ def metric_label(key: str) -> str:
     if key in METRIC_LABELS:
         return METRIC_LABELS[key]
     parts = [part for part in str(key).split("_") if part]
-    training = parts[:1] in (["mlm"], ["lm"], ["nsp"], ["sop"])  # a pre-training record's own (not held-out) figure
+    training = bool(parts) and parts[0] in METRIC_PREFIXES  # a pre-training record's own (not held-out) figure
     return ("training " if training else "") + " ".join(METRIC_WORDS.get(part, part) for part in parts)
 
 RUN_FIELDS = (
-    "kind",  # "pretrain" | "finetune" | "features"
-    "status",  # running | finished | failed | cancelled (engine.runs.STATUSES)
+    "kind",  # pretrain | finetune | features | layers (engine.commands.RUN_KINDS)
+    "status",  # running | finished | failed | cancelled (engine.runs.STATUSES, engine.status)
     "config",  # the command's configuration as a dict
     "pid", "proc_start", "host",  # the writer process (engine.runs.effective_status checks it is alive)
     "created", "started", "ended", "updated",  # ISO times with UTC offset
@@ -153,7 +154,7 @@ def study_fraction_done(study_dir) -> float | None:
     jobs = read_json_or_empty(Path(study_dir) / STUDY_JSON).get("jobs")
     if not jobs:
         return None
-    return sum(j.get("status") == FINISHED.name for j in jobs) / len(jobs)
+    return sum(status_of(j.get("status")) is FINISHED for j in jobs) / len(jobs)
 
 
 def read_eval(run_dir) -> dict:
