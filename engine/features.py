@@ -40,6 +40,7 @@ import torch.nn.functional as F
 
 from engine import cli, records
 from engine.cli import setting
+from engine.commands import FEATURES
 from engine.progress import Progress
 from engine.errors import EngineError
 from engine.fileio import atomic_save_with, atomic_write_text
@@ -50,6 +51,7 @@ from engine.tasks.glue import TASK_TYPES
 from engine.tasks.kinds import TAGGING, task_kind
 from engine.tasks.registry import feature_task_names
 from engine.trackers import HELP as TRACKERS_HELP, check_trackers, open_trackers, report_to
+from engine.status import FINISHED, RUNNING
 
 COMBINES = ("concat", "sum", "mean", "weighted", "all-weighted", "last", "second-to-last", "embeddings")
 TABLE7 = ("embeddings", "second-to-last", "last", "weighted", "concat", "all-weighted")  # the paper's rows
@@ -398,22 +400,22 @@ def run_features(cfg: FeaturesConfig, progress_bar: bool = False) -> dict:
     check_trackers(cfg.report_to)  # --report-to a tracker that is not installed: the pip command, before anything
     config = {**asdict(cfg), "layers": list(cfg.layers), "combine": list(cfg.combine)}
     config.pop("resume")
-    check_run_folder(out, "features", config, cfg.resume, RUNTIME_FIELDS)  # before anything is written
+    check_run_folder(out, FEATURES.name, config, cfg.resume, RUNTIME_FIELDS)  # before anything is written
     done = _finished_results(out, cfg.combine) if cfg.resume else []
     if cfg.num_threads:
         torch.set_num_threads(int(cfg.num_threads))
     device = resolve_device(cfg.device)
     out.mkdir(parents=True, exist_ok=True)
     t_start = time.time()
-    with Run(out, kind="features", config=config, task=cfg.task, model=cfg.model,
+    with Run(out, kind=FEATURES.name, config=config, task=cfg.task, model=cfg.model,
              evaluation_version=records.EVALUATION_VERSION,
-             trackers=open_trackers(cfg.report_to, out, config, {"kind": "features"})) as run:
+             trackers=open_trackers(cfg.report_to, out, config, {"kind": FEATURES.name})) as run:
         truncate_metrics(out, after_step=len(done) + 1 if done else -1)  # step 1 extraction, k + 2 combination k
         bundle = load(cfg.model, device=device)
         fd = _feature_data(cfg, bundle, run, device, progress_bar)
         run.log({"step": 1, "phase": "extracted", "seconds": round(time.time() - t_start, 2)})
         task = fd.task
-        result = {"kind": "features", "status": "running", "model": cfg.model, "model_path": bundle.path, "task": task.name,
+        result = {"kind": FEATURES.name, "status": RUNNING.name, "model": cfg.model, "model_path": bundle.path, "task": task.name,
                   "task_source": cfg.task, "task_kind": task.kind, "classifier": fd.classifier, "pooling": fd.pooling,
                   "layers": list(cfg.layers), "metric": task.metrics[0], "results": list(done), "config": config,
                   "data": {"train_examples": len(fd.train), "dev_examples": len(fd.dev), "hidden_size": fd.hidden_size,
@@ -430,7 +432,7 @@ def run_features(cfg: FeaturesConfig, progress_bar: bool = False) -> dict:
             best = max(result["results"], key=lambda r: r["score"])
             result.update(combine=best["combine"], score=best["score"], dev=best["dev"], seconds=round(time.time() - t_start, 2))
             records.write_eval(out, result)
-        result["status"] = "finished"
+        result["status"] = FINISHED.name
         records.write_eval(out, result)
         run.set(best_score=result["score"], metric=result["metric"])
     return result

@@ -48,6 +48,7 @@ import torch.nn as nn
 
 from engine import cli, records
 from engine.cli import setting
+from engine.commands import FINETUNE, kind_of
 from engine.device import PRECISIONS, amp, check_device, check_precision, resolve_device, resolve_precision, to_device
 from engine.progress import Progress
 from engine.errors import EngineError
@@ -59,6 +60,7 @@ from engine.tasks.describe import describe, describe_lines
 from engine.tasks.glue import TASK_TYPES
 from engine.tasks.registry import task_names
 from engine.trackers import HELP as TRACKERS_HELP, check_trackers, open_trackers, report_to
+from engine.status import FINISHED, RUNNING, status_of
 
 HEADER_CHOICES = {"auto": None, "yes": True, "no": False}  # --header -> load_glue(header=...)
 
@@ -282,7 +284,7 @@ def finetune(cfg: FinetuneConfig, progress: Callable = None, progress_bar: bool 
     check_trackers(cfg.report_to)  # --report-to a tracker that is not installed: the pip command, before anything
     again = _failed_before_training(out)  # nothing to keep: started again in place, with these settings
     if not again:
-        check_run_folder(out, "finetune", cfg.to_dict(), cfg.resume, RUNTIME_FIELDS)  # before anything is written
+        check_run_folder(out, FINETUNE.name, cfg.to_dict(), cfg.resume, RUNTIME_FIELDS)  # before anything is written
     if cfg.num_threads:
         torch.set_num_threads(int(cfg.num_threads))
     device = resolve_device(cfg.device)
@@ -293,9 +295,9 @@ def finetune(cfg: FinetuneConfig, progress: Callable = None, progress_bar: bool 
     if again:
         _set_aside_failed_start(out)
     t_start = time.time()
-    with Run(out, kind="finetune", config=cfg.to_dict(), task=cfg.task, model=cfg.model,
+    with Run(out, kind=FINETUNE.name, config=cfg.to_dict(), task=cfg.task, model=cfg.model,
              evaluation_version=records.EVALUATION_VERSION,
-             trackers=open_trackers(cfg.report_to, out, cfg.to_dict(), {"kind": "finetune"})) as run:
+             trackers=open_trackers(cfg.report_to, out, cfg.to_dict(), {"kind": FINETUNE.name})) as run:
         bundle, base = _load_encoder(cfg)
         max_len = min(cfg.max_seq_len, bundle.config.max_position_embeddings)
         data = prepare(load_task(cfg), bundle.tokenizer, cfg, max_len)
@@ -330,7 +332,7 @@ def finetune(cfg: FinetuneConfig, progress: Callable = None, progress_bar: bool 
         result["warnings"] = list(data.info["parsed"]["warnings"])
         if (result.get("dev") or {}).get("collapse"):
             result["warnings"].append(f"best trial: {result['dev']['collapse']}")
-        result["status"] = "finished"
+        result["status"] = FINISHED.name
         result["seconds"] = round(time.time() - t_start, 2)
         records.write_eval(out, _eval_json(result))
         run.set(best_score=result["score"], metric=data.metric)
@@ -354,7 +356,7 @@ def _load_encoder(cfg: FinetuneConfig) -> tuple:
 def _first_result(cfg: FinetuneConfig, bundle, data: Prepared, max_len: int, device, precision: str) -> dict:
     """eval.json before any trial ends (fields: engine.records.FINETUNE_EVAL_FIELDS)."""
     return {
-        "kind": "finetune", "status": "running", "model": cfg.model, "model_path": bundle.path, "random_init": cfg.random_init,
+        "kind": FINETUNE.name, "status": RUNNING.name, "model": cfg.model, "model_path": bundle.path, "random_init": cfg.random_init,
         "causal": bool(bundle.config.causal), "task": data.info["task"], "task_source": cfg.task, "task_kind": data.kind,
         "metric": data.metric, "score": None, "dev": None, "best": None, "trials": [], "grid": [],
         "data": {**data.info, "max_seq_len": max_len}, "device": str(device), "precision": precision,
@@ -473,9 +475,8 @@ def _failed_before_training(out: Path) -> bool:
     trial in eval.json and no saved model. It holds no result, so the command may begin it again in place with
     new settings (the fix of a missing --dev, a bad file or a wrong --model), with or without --resume."""
     from engine.runs import effective_status, read_run_json
-    from engine.status import status_of
     info = read_run_json(out) if (out / records.RUN_JSON).is_file() else {}
-    if info.get("kind") != "finetune" or not status_of(effective_status(out, info)).resumable:
+    if kind_of(info.get("kind")) is not FINETUNE or not status_of(effective_status(out, info)).resumable:
         return False
     if (out / "best").exists() or (out / "checkpoints").exists():
         return False

@@ -47,9 +47,11 @@ import torch.nn.functional as F
 
 from engine import cli
 from engine.cli import setting
+from engine.commands import LAYERS
 from engine.progress import Progress
 from engine.errors import EngineError
 from engine.layer_tasks import SENTENCE_TASKS, TOKEN, control_task, load_probe_task, sized, task_names
+from engine.status import FINISHED, RUNNING
 
 PROBES = ("linear", "mlp")
 POOLINGS = ("mean", "cls")  # sentence tasks' vector of a text; token tasks read each word's first WordPiece
@@ -359,7 +361,7 @@ def sweep(cfg, on_step=None) -> dict:
     preps = prepare_tasks(cfg)
     device = resolve_device(cfg.device)
     records = [task_record(p) for p in preps]
-    result = {"kind": "layers", "model": cfg.model, "probe": cfg.probe, "checkpoints": [s for s, _ in models] if cfg.checkpoints else None,
+    result = {"kind": LAYERS.name, "model": cfg.model, "probe": cfg.probe, "checkpoints": [s for s, _ in models] if cfg.checkpoints else None,
               "tasks": records, "by_depth": [], "seconds": None}
     k = 0
     for step, path in models:
@@ -491,23 +493,23 @@ def run_layers(cfg: LayersConfig) -> dict:
         result = work(cfg, on_step=shown)
         if bar:
             bar["p"].close()
-        result["status"] = "finished"
+        result["status"] = FINISHED.name
         return result
     from engine import records
     from engine.runs import Run, check_run_folder
     out = Path(cfg.out)
     config = {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(cfg).items()}
-    check_run_folder(out, "layers", config, False)
-    with Run(out, kind="layers", config=config, model=cfg.model, task=",".join(cfg.task)) as run:
+    check_run_folder(out, LAYERS.name, config, False)
+    with Run(out, kind=LAYERS.name, config=config, model=cfg.model, task=",".join(cfg.task)) as run:
         def on_step(result, k, total):
             shown(result, k, total)
             run.set(total_steps=total)
             run.log({"step": k, "seconds": result.get("seconds") or 0.0})
-            records.write_eval(out, {**result, "status": "running", "config": config})
+            records.write_eval(out, {**result, "status": RUNNING.name, "config": config})
         result = work(cfg, on_step=on_step)
         if bar:
             bar["p"].close()
-        result["status"] = "finished"
+        result["status"] = FINISHED.name
         records.write_eval(out, {**result, "config": config})
     return result
 
