@@ -13,6 +13,8 @@ import streamlit as st
 
 from engine.errors import EngineError
 from engine.records import RUN_JSON
+from engine.commands import PRETRAIN, kind_of
+from engine.objectives import MLM_HEAD, NSP_HEAD
 from engine.status import FINISHED, QUEUED, status_of
 
 DEFAULT_RUNS = os.environ.get("BERT_STUDIO_RUNS", "runs")
@@ -120,7 +122,7 @@ def probe_ready_model(root) -> str | None:
     except Exception:
         return None
     for r in rows:
-        if r.get("kind") == "pretrain" and r.get("checkpoint_step") is not None:
+        if kind_of(r.get("kind")) is PRETRAIN and r.get("checkpoint_step") is not None:
             cfg = (runs.read_run_json(r["path"]).get("config") or {})
             if cfg.get("init") == "minilm":
                 return str(r["path"])
@@ -137,9 +139,10 @@ def fill_blanks_model(root) -> str | None:
     if ready is not None:
         return ready
     for r in list_runs(root):  # newest first
-        if r.get("kind") == "pretrain" and r.get("effective_status") == FINISHED.name and r.get("checkpoint_step") is not None:
+        finished = kind_of(r.get("kind")) is PRETRAIN and status_of(r.get("effective_status")) is FINISHED
+        if finished and r.get("checkpoint_step") is not None:
             ck = latest_checkpoint(Path(root) / r["name"])
-            if ck is not None and "mlm" in (heads_on_disk(ck) or ()):
+            if ck is not None and MLM_HEAD in (heads_on_disk(ck) or ()):
                 return str(ck)
     return None
 
@@ -170,8 +173,8 @@ def list_model_choices(root: Path = None, probe_ready_first: bool = False, fill_
     return list(dict.fromkeys(choices))
 
 
-HEAD_SKILLS = {("mlm", "nsp"): "fills blanks, scores sentence pairs", ("mlm",): "fills blanks, no NSP head",
-               ("nsp",): "scores sentence pairs, no MLM head", (): "no MLM or NSP head: attention only"}
+HEAD_SKILLS = {(MLM_HEAD, NSP_HEAD): "fills blanks, scores sentence pairs", (MLM_HEAD,): "fills blanks, no NSP head",
+               (NSP_HEAD,): "scores sentence pairs, no MLM head", (): "no MLM or NSP head: attention only"}
 
 
 def choice_label(choice: str) -> str:

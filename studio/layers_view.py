@@ -15,6 +15,7 @@ import streamlit as st
 from engine import cli
 from engine import jobs as Q
 from engine import runs as R
+from engine.commands import LAYERS, kind_of
 from engine.errors import EngineError
 from engine.records import read_eval
 from engine.status import status_of
@@ -105,7 +106,7 @@ def heads_form(root: Path) -> None:
 
 def pick_run(root: Path, prefix: str, heads: bool):
     """The layers run to show (its list entry and eval.json), following a just-queued one; None when there is none."""
-    runs = [r for r in R.list_runs(root) if r.get("kind") == "layers"
+    runs = [r for r in R.list_runs(root) if kind_of(r.get("kind")) is LAYERS
             and bool((R.read_run_json(r["path"]).get("config") or {}).get("heads")) == heads]
     follow_queued_run(root, prefix, [r["name"] for r in runs])
     if not runs:

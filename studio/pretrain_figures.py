@@ -55,7 +55,7 @@ def pretraining_curves(train: list, evals: list, obj, x: str = "step", smoothing
             train_traces(fig, f"{key}_{what}", f"train {what}", "#1f77b4", row=1, col=col)
             xs, ys = series(evals, f"eval_{key}_{what}", x, at_step)
             fig.add_trace(go.Scatter(x=xs, y=ys, mode="lines+markers", name=f"held-out {what}", line=dict(color="#d62728")), row=1, col=col)
-        if key == "mlm":  # where the input is [MASK]: what context taught, beside the most frequent token's share
+        if key == obj.token and not obj.causal:  # a masked LM's: where the input is [MASK]: what context taught, beside the most frequent token's share
             for k, name, style in (("eval_mlm_mask_acc", "held-out acc at [MASK]", dict(color="#2ca02c")),
                                    ("eval_mlm_mask_baseline", "most frequent token at [MASK]", dict(color="#2ca02c", dash="dot"))):
                 xs, ys = series(evals, k, x, at_step)

@@ -21,7 +21,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from engine.errors import EngineError
-from engine.status import CANCELLED, DEAD, FAILED
+from engine.status import CANCELLED, DEAD, FAILED, status_of
 
 PATH, UPLOAD = "a path on this machine", "an uploaded file"  # the Corpus box's two non-built-in choices
 NO_CONTEXT_MARGIN = 0.01  # accuracy at [MASK] within a point of the most frequent token's share: nothing from context
@@ -208,11 +208,12 @@ def stopped_notice(status: str, info: dict, checkpoint) -> tuple:
     """(st function name, text) for a run that stopped before it finished, or None."""
     kept = (f"the Resume button continues it from checkpoint {checkpoint.name}" if checkpoint is not None
             else "the Resume button starts it again from step 0 (it saved no checkpoint)")
-    if status == FAILED.name:
+    stopped = status_of(status)
+    if stopped is FAILED:
         return "error", f"Run failed: {_page_words(info.get('error') or 'no error line recorded')}"
-    if status == DEAD.name:
+    if stopped is DEAD:
         return "warning", f"The run's process is gone (killed or crashed) while it was running; {kept}."
-    if status == CANCELLED.name:
+    if stopped is CANCELLED:
         step = (info.get("error") or "").partition(" at step ")[2].split(";")[0].strip()
         return "info", f"Cancelled{f' at step {step}' if step.isdigit() else ''}: {kept}."
     return None

@@ -112,10 +112,10 @@ def panel(root, why: bool = True) -> None:
                     st.session_state["probe_ready_job"] = job["id"]
                     st.rerun()
         return
-    if status == RUNNING.name:
+    if status_of(status) is RUNNING:
         _live(d)
         return
-    if status == FINISHED.name:
+    if status_of(status) is FINISHED:
         st.success(f"Done: **{d.name}** is offered first on the Probe and Attention pages.")
     else:
         st.warning(f"{d.name} is {status}: {info.get('error') or 'stopped'}")
@@ -150,7 +150,7 @@ def _live(d: Path) -> None:
     @st.fragment(run_every=REFRESH_SECONDS)
     def live():
         status, _ = _status(d)
-        if status != RUNNING.name:
+        if status_of(status) is not RUNNING:
             st.rerun()
         _numbers(d)
     live()
