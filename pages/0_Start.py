@@ -34,7 +34,7 @@ def prepare_panel(rows: list) -> None:
         st.markdown("  \n".join(lines))
         st.caption(summary)
         b1, b2, _ = st.columns([2, 2, 3])
-        if not all(r["state"] == "done" for r in now) and b1.button("Prepare this machine for a class", key="class_prepare",
+        if not start.ready(now) and b1.button("Prepare this machine for a class", key="class_prepare",
                                                                   type="primary"):
             with guard("Queuing the preparation"), st.spinner("timing this machine, then queuing …"):
                 from engine import classroom
@@ -54,7 +54,7 @@ prepared = []
 with guard("Reading what is prepared"):
     prepared = start.prepare_rows(root)
 with st.expander("Prepare this machine for a class (the day before)",
-                 expanded=not all(r["state"] == "done" for r in prepared)):
+                 expanded=not start.ready(prepared)):
     st.caption("One button builds in the background, in this order, what the first class needs here: the classroom "
                "run's vocabulary and pre-training data (so the class's own run starts at once), a finished classroom "
                "run as a reference, and the probe-ready model. It goes on with the tab closed; pressing it again skips "

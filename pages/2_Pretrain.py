@@ -12,7 +12,8 @@ import streamlit as st
 
 from engine.measured import fact
 from engine.records import CURVE_X
-from engine.status import RUNNING
+from engine.commands import PRETRAIN, kind_of
+from engine.status import RUNNING, status_of
 from studio.common import (COMPILE_CHOICES, chart_config, follow_queued_run, guard, precision_select, resume_button,
                            runs_root)
 from studio.pretrain_figures import pretraining_curves
@@ -255,7 +256,7 @@ def pretrain_rows(root: Path) -> list:
     """The pre-training runs, newest first; a run whose run.json cannot be read stays listed with its error (a
     pre-training folder: tokenizer/, checkpoints/)."""
     from engine import runs
-    return [r for r in runs.list_runs(root) if r.get("kind") == "pretrain" or (
+    return [r for r in runs.list_runs(root) if kind_of(r.get("kind")) is PRETRAIN or (
         r["effective_status"] == "unreadable" and any((Path(r["path"]) / d).is_dir() for d in ("tokenizer", "checkpoints")))]
 
 
@@ -303,7 +304,7 @@ def run_view(run_dir: Path, root: Path) -> str:
         st.info(hint)
 
     b1, b2, _ = st.columns([1, 1, 4])
-    if status == RUNNING.name and b1.button("Cancel", key=f"cancel-{run_dir.name}", help="Stop at the end of the current step, after a checkpoint"):
+    if status_of(status) is RUNNING and b1.button("Cancel", key=f"cancel-{run_dir.name}", help="Stop at the end of the current step, after a checkpoint"):
         with guard("cancelling"):
             from engine import jobs
             st.toast(jobs.stop_run(run_dir, root=str(root)))
@@ -370,7 +371,7 @@ def runs_section(root: Path, alive: bool) -> None:
             choice = st.selectbox("Run", names, key="pretrain_run")
             with guard("showing the run"):
                 run_view(Path(next(r for r in rows if r["name"] == choice)["path"]), root)
-        if alive != any(r["effective_status"] == RUNNING.name for r in rows):
+        if alive != any(status_of(r["effective_status"]) is RUNNING for r in rows):
             st.rerun()  # a run started or ended: poll, or stop polling
     live()
 
@@ -388,4 +389,4 @@ listed = []
 with guard("listing runs"):
     listed = pretrain_rows(root)
 follow_queued_run(root, "pretrain", [r["name"] for r in listed])  # a run just launched: queued, then picked once listed
-runs_section(root, any(r["effective_status"] == RUNNING.name for r in listed))
+runs_section(root, any(status_of(r["effective_status"]) is RUNNING for r in listed))

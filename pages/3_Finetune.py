@@ -12,7 +12,8 @@ from engine.records import read_eval
 from engine import runs as R
 from engine.errors import EngineError
 from engine.finetune import FinetuneConfig
-from engine.status import FINISHED
+from engine.commands import FINETUNE, kind_of
+from engine.status import FINISHED, status_of
 from engine.tasks.metrics import METRICS
 from engine.tasks.registry import BUILTINS, FORMATS
 from engine.tasks.shared_files import shared_task_files, shared_tasks
@@ -204,7 +205,7 @@ with tab_new:
 with tab_runs:
     runs = []
     with guard("listing runs"):
-        runs = [r for r in R.list_runs(root) if r.get("kind") == "finetune"]
+        runs = [r for r in R.list_runs(root) if kind_of(r.get("kind")) is FINETUNE]
     follow_queued_run(root, "ft", [r["name"] for r in runs])
     if not runs:
         st.info(f"No fine-tuning runs yet in {root}. Launch one in the first tab.")
@@ -227,7 +228,7 @@ with tab_runs:
             ev = read_eval(run_dir)
             precision = f" · {ev['precision']}" if ev.get("precision") else ""  # as resolved ("auto" -> bf16 / fp32)
             st.markdown(f"**{pick}** — status **{status}** · model `{cfg.get('model', '?')}` · task `{cfg.get('task', '?')}`{precision}")
-            if status == FINISHED.name:
+            if status_of(status) is FINISHED:
                 st.progress(1.0, text="finished")
             elif prog["fraction"] is not None:
                 st.progress(prog["fraction"], text=f"step {prog['step'] or 0} of {prog['total'] or '?'}")

@@ -14,6 +14,7 @@ from engine.records import read_eval
 from engine import cli
 from engine import runs as R
 from engine.errors import EngineError
+from engine.commands import FEATURES, FINETUNE, kind_of
 from engine.status import status_of
 from engine.features import FeaturesConfig
 from engine.tasks.registry import BUILTINS, feature_task_names
@@ -111,8 +112,8 @@ with tab_compare:
     runs = []
     with guard("listing runs"):
         runs = R.list_runs(root)
-    fx_runs = [r for r in runs if r.get("kind") == "features"]
-    ft_runs = [r for r in runs if r.get("kind") == "finetune"]
+    fx_runs = [r for r in runs if kind_of(r.get("kind")) is FEATURES]
+    ft_runs = [r for r in runs if kind_of(r.get("kind")) is FINETUNE]
     follow_queued_run(root, "fx", [r["name"] for r in fx_runs])
     if not fx_runs:
         st.info("No feature-based runs yet: launch one in the first tab.")

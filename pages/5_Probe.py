@@ -10,6 +10,7 @@ import pandas as pd
 import streamlit as st
 
 from engine import measured, probe_baselines, probe_set, probes
+from engine.objectives import MLM_HEAD, NSP_HEAD
 from studio import mask_watch, probe_ready
 from studio.common import (chart_config, choice_label, fill_blanks_model, guard, list_model_choices, load_bundle,
                            model_picker, runs_root)
@@ -54,7 +55,7 @@ DEFAULT_PAIR = ("the man went to the store .", "he bought a gallon of milk .")
 masked, (sa, sb), top_k = DEFAULT_TEXT, DEFAULT_PAIR, 5
 
 # ---------------------------------------------------------------------------------------------- fill the mask
-if not missing("mlm", "filling the mask"):
+if not missing(MLM_HEAD, "filling the mask"):
     st.header("Fill the mask")
     text = st.text_input("Sentence with one or more [MASK]", key="probe_text", value=DEFAULT_TEXT)
     words = text.split()
@@ -85,7 +86,7 @@ if not missing("mlm", "filling the mask"):
 WATCH_DEFAULT = "the prime minister said the government would cut taxes ."
 st.header("Mask and watch")
 st.caption("Click any WordPiece to mask it (click again to unmask): " +
-           ("the predictions at the masked positions and " if "mlm" in have else "") +
+           ("the predictions at the masked positions and " if MLM_HEAD in have else "") +
            "where the masked token looks, in every layer, update at once.")
 wtext = st.text_input("Sentence", value=WATCH_DEFAULT, key="probe_watch_text")
 with guard("Reading the sentence"):
@@ -100,7 +101,7 @@ with guard("Reading the sentence"):
         st.caption(f"The model sees: `{wmasked}`")
         wtokens, watt = probes.attention(bundle, wmasked)
         mask_pos = [i for i, t in enumerate(wtokens) if t == "[MASK]"]
-        if "mlm" in have:  # the predictions need the MLM head; where the masked token looks needs none
+        if MLM_HEAD in have:  # the predictions need the MLM head; where the masked token looks needs none
             with guard("Predicting the masked pieces"):
                 wpreds = probes.fill_mask(bundle, wmasked, top_k=top_k)
                 for piece, m in zip(sorted(picked), wpreds):
@@ -119,7 +120,7 @@ with guard("Reading the sentence"):
                             config=chart_config("masked-token-attention-heads"), key="probe_watch_heads")
 
 # ---------------------------------------------------------------------------------------------- next sentence
-if not missing("nsp", "next sentence prediction"):
+if not missing(NSP_HEAD, "next sentence prediction"):
     st.header("Next sentence")
     c1, c2 = st.columns(2)
     sa = c1.text_input("Sentence A", value=DEFAULT_PAIR[0], key="probe_nsp_a")

@@ -9,7 +9,8 @@ import streamlit as st
 
 from engine import ablations as A
 from engine import paper_tables
-from engine.status import FAILED
+from engine.commands import PRETRAIN, kind_of
+from engine.status import FAILED, status_of
 from studio import ablation_figures as F
 from studio import measured_tables, study_controls
 from studio.common import chart_config, guard, runs_root
@@ -188,7 +189,7 @@ with tab_new:
         elif scale == "lab":
             st.caption(A.LAB_PARALLEL_HINT.format(name=study.name))
         jobs = A.plan(study, root / "studies" / "<name>")
-        n_pre = sum(j.kind == "pretrain" for j in jobs)
+        n_pre = sum(kind_of(j.kind) is PRETRAIN for j in jobs)
         at_once = "run one at a time" if parallel == 1 else f"run {parallel} at a time, each fine-tune after its model"
         st.write(f"**{len(jobs)} jobs**: {n_pre} pre-training runs and {len(jobs) - n_pre} downstream evaluations, {at_once}.")
         with st.expander("Job commands"):
@@ -277,7 +278,7 @@ with tab_results:
             with st.expander("Jobs of this study"):
                 jt = pd.DataFrame(res.jobs)[["key", "kind", "state", "error", "reused_from", "out"]]
                 st.dataframe(jt, hide_index=True, width="stretch")
-                failed = [j for j in res.jobs if j["state"] == FAILED.name]
+                failed = [j for j in res.jobs if status_of(j["state"]) is FAILED]
                 if failed:
                     st.error(f"{len(failed)} job(s) failed; the first: {failed[0]['key']}: {failed[0]['error']}. "
                              "Fix the cause, then Resume the study above.")

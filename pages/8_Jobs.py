@@ -94,7 +94,7 @@ def job_list():
                  column_config={"progress": st.column_config.ProgressColumn("progress", min_value=0, max_value=100, format="%.0f%%")})
     for j in jobs[:SHOW_MAX]:
         label = f"{status_of(j['status']).icon} {j.get('name') or j['id']} — {j['status']}"
-        with st.expander(label, expanded=j["status"] in (RUNNING.name, FAILED.name) and j is jobs[0]):
+        with st.expander(label, expanded=status_of(j["status"]) in (RUNNING, FAILED) and j is jobs[0]):
             st.code(command_line(j), language="bash")
             p = _progress(j)
             if p is not None:
@@ -110,7 +110,7 @@ def job_list():
             if j["status"] in Q.TERMINAL:
                 b2.button("Retry", key=f"retry-{j['id']}", on_click=_retry, args=(j["id"],),
                           help="queue the same command again; a run it already started continues (--resume): a pre-training run from its last checkpoint, a fine-tune or features run keeps its finished trials, a finished one stays as it is")
-            if j["status"] != QUEUED.name:
+            if status_of(j["status"]) is not QUEUED:
                 tail = ""
                 with guard("reading the log"):
                     tail = Q.tail_log(j["id"], 40, root=root)

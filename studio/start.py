@@ -236,9 +236,15 @@ def prepare_lines(rows: list) -> tuple:
         if state is not DONE and r["minutes_left"] is not None:
             line += f"; about {r['minutes_left']:.0f} min left ({r['how']})"
         lines.append(line)
-    if all(part_state_of(r["state"]) is DONE for r in rows):
+    if ready(rows):
         return lines, "This machine is ready for the class."
     return lines, f"About {minutes_left(rows):.0f} minutes left on this machine for what is not done yet."
+
+
+def ready(rows: list) -> bool:
+    """Every part is done (engine.classroom.status rows)."""
+    from engine.classroom import DONE, part_state_of
+    return all(part_state_of(r["state"]) is DONE for r in rows)
 
 
 def preparing(rows: list) -> bool:
