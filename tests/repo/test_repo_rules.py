@@ -1,7 +1,8 @@
 """Rules that keep the code readable for a newcomer: no test edits sys.path (pytest.ini's `pythonpath = .` puts
 the repository on it), no test module imports another (shared fixtures live in tests/conftest.py), tests say what
 they check rather than which issue asked for it, no function runs over 80 lines in engine/ or over 60 in studio/ and
-pages/, and no module imports another module's private (underscored) name from engine/."""
+pages/, no module imports another module's private (underscored) name from engine/, and no status, run kind,
+objective or class-preparation part state is compared by its name (the code is parsed, not searched for spellings)."""
 import ast
 import re
 from pathlib import Path
@@ -106,3 +107,76 @@ def test_private_import_rule_sees_absolute_and_relative_imports():
                      "from engine.tasks import __version__\n")
     assert _private_imports(Path("engine/tasks/glue.py"), tree) == [
         "engine/tasks/glue.py:1 imports _pool from engine.tasks.heads", "engine/tasks/glue.py:3 imports _top from engine"]
+
+
+def _named_things():
+    """(the names of every status, run kind, objective and class-preparation part state, the module-level names
+    bound to those objects), read from their tables: engine.status.STATUSES, engine.commands.RUN_KINDS,
+    engine.objectives.OBJECTIVES, engine.classroom.PART_STATES."""
+    from engine import classroom, commands, objectives, status
+    names, objects = set(), set()
+    for module, table in ((status, status.STATUSES), (commands, commands.RUN_KINDS), (objectives, objectives.OBJECTIVES),
+                          (classroom, classroom.PART_STATES)):
+        names |= set(table)
+        objects |= {k for k, v in vars(module).items() if any(v is x for x in table.values())}
+    return names, objects
+
+
+def _spells_a_name(node, names, objects) -> bool:
+    """`node` is a string literal that names a status, run kind, objective or part state, a tuple/list/set holding
+    one, or the `.name` of one of their objects (`FINISHED.name`, `status.FINISHED.name`)."""
+    if isinstance(node, ast.Constant):
+        return isinstance(node.value, str) and node.value in names
+    if isinstance(node, (ast.Tuple, ast.List, ast.Set)):
+        return any(_spells_a_name(e, names, objects) for e in node.elts)
+    if isinstance(node, ast.Attribute) and node.attr == "name":
+        inner = node.value
+        return (isinstance(inner, ast.Name) and inner.id in objects) or (isinstance(inner, ast.Attribute) and inner.attr in objects)
+    return False
+
+
+def named_comparisons(path: Path, names, objects) -> list:
+    """Every `==`, `!=`, `in`, `not in` (and `case`) in the file `path` with a side that spells a status, run kind,
+    objective or part state name (`_spells_a_name`), as "path:line: code"."""
+    tree = ast.parse(Path(path).read_text(encoding="utf-8"))
+    found = []
+    for n in ast.walk(tree):
+        if isinstance(n, ast.Compare) and any(isinstance(op, (ast.Eq, ast.NotEq, ast.In, ast.NotIn)) for op in n.ops):
+            sides = [n.left, *n.comparators]
+        elif isinstance(n, ast.MatchValue):
+            sides = [n.value]
+        else:
+            continue
+        if any(_spells_a_name(s, names, objects) for s in sides):
+            found.append(f"{path}:{n.lineno}: {ast.unparse(n)}")
+    return found
+
+
+def test_no_status_run_kind_or_objective_is_compared_by_name():
+    """A status, a run kind, an objective and a class-preparation part state are each described once
+    (engine/status.py, engine/commands.py, engine/objectives.py, engine/classroom.py): code asks the object
+    (`status_of(s) is FINISHED`, `status_of(s).resumable`, `kind_of(info.get("kind")) is PRETRAIN`, `.checkpoints`,
+    `objective(name).nsp`, `part_state_of(r["state"]) is DONE`) instead of comparing its name, spelled or as
+    `FINISHED.name`. A word spelled like one that means something else (a bench scenario, a head, a command) gets its
+    own named constant or object where it is decided (engine.bench.scenarios.SCENARIOS, engine.objectives.MLM_HEAD,
+    engine.commands.written_by)."""
+    names, objects = _named_things()
+    found = [f.removeprefix(f"{REPO}/") for folder in ("engine", "studio", "pages") for p in sorted((REPO / folder).rglob("*.py"))
+             for f in named_comparisons(p, names, objects)]
+    assert not found, (f"{len(found)} comparisons by name: {found}; ask the object (engine.status.status_of, "
+                       "engine.commands.kind_of, engine.objectives.objective, engine.classroom.part_state_of)")
+
+
+def test_the_name_scan_sees_each_form(tmp_path):
+    names, objects = _named_things()
+    assert {"finished", "dead", "pretrain", "layers", "mlm+nsp", "ltr", "done", "foreign"} <= names
+    assert {"FINISHED", "DEAD", "PRETRAIN", "LAYERS", "MLM_NSP", "MLM", "DONE", "FOREIGN"} <= objects
+    caught = ['s == "finished"', '"pretrain" != kind', 'o in ("mlm+nsp", "x")', 'o not in ["ltr"]', 'k in {"features"}',
+              'argv[:1] == ["pretrain"]', 's == FINISHED.name', 's in (RUNNING.name, FAILED.name)', 'status.DEAD.name != s',
+              'a < b == "cancelled"', 'r["state"] != DONE.name', 'x in [("todo", 1)]', 'match s:\n    case "queued":\n        pass']
+    missed = ['status_of(s) is FINISHED', 'kind_of(k).checkpoints', 'x == "other"', 'd["finished"] = 1', 's = FINISHED.name',
+              'write(status=CANCELLED.name)', 'o == OTHER.name', 'f"{FINISHED.name}" + s', 'k in ("layers_x", "mlm_acc")']
+    for i, code in enumerate(caught + missed):
+        (tmp_path / f"c{i}.py").write_text(code + "\n")
+    hits = [bool(named_comparisons(tmp_path / f"c{i}.py", names, objects)) for i in range(len(caught + missed))]
+    assert hits == [True] * len(caught) + [False] * len(missed)
