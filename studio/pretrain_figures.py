@@ -48,7 +48,7 @@ def pretraining_curves(train: list, evals: list, obj, x: str = "step", smoothing
                                      line=dict(color=colour, width=2)), **where)
 
     figs = []
-    groups = [(obj.token, obj.token_label)] + ([("nsp", "NSP")] if obj.nsp else [])
+    groups = [(obj.token, obj.token_label)] + ([(obj.pairs, obj.pairs.upper())] if obj.pairs else [])
     for key, label in groups:
         fig = make_subplots(rows=1, cols=2, subplot_titles=(f"{label} loss", f"{label} accuracy"))
         for col, what in ((1, "loss"), (2, "acc")):

@@ -1,0 +1,24 @@
+"""studio/pretrain_figures.py: the pre-training curves draw each objective's own metrics."""
+from engine.objectives import MLM_NSP, MLM_SOP
+from studio.pretrain_figures import pretraining_curves
+
+
+def _records(pair: str):
+    train = [{"step": s, "split": "train", "loss": 3.0 - s / 100, "mlm_loss": 2.0, "mlm_acc": 0.1 * s / 100,
+              f"{pair}_loss": 0.69, f"{pair}_acc": 0.5 + s / 1000} for s in (10, 20, 30)]
+    evals = [{"step": 30, "split": "eval", "eval_mlm_loss": 2.1, "eval_mlm_acc": 0.05, f"eval_{pair}_loss": 0.7,
+              f"eval_{pair}_acc": 0.52}]
+    return train, evals
+
+
+def test_a_sop_run_draws_its_sentence_order_curves_as_an_nsp_run_draws_its_nsp_curves():
+    for obj in (MLM_NSP, MLM_SOP):
+        train, evals = _records(obj.pairs)
+        figs = dict(pretraining_curves(train, evals, obj))  # (title, figure) pairs
+        assert list(figs)[:2] == ["MLM", obj.pairs.upper()]
+        pair = figs[obj.pairs.upper()]
+        titles = [a.text for a in pair.layout.annotations]
+        assert titles[:2] == [f"{obj.pairs.upper()} loss", f"{obj.pairs.upper()} accuracy"]
+        drawn = [t for t in pair.data if t.y is not None and len(t.y)]
+        assert len(drawn) == 4  # train and held-out, loss and accuracy
+        assert list(drawn[2].y) == [0.51, 0.52, 0.53]  # the train accuracy of the pair task, from its own keys
