@@ -24,7 +24,7 @@ the matrix multiplies (`linear`), dropout's CPU mask (quantised to a rate of 1/3
 CPU while training, the word embeddings' kept gradient, and `unpad=True` (padded positions cost nothing). One more
 lives here because it is a choice of what to compute, not how: `pooled_only=True`, for heads that read only C,
 runs the last layer at each sequence's [CLS] alone (its keys and values still from every token); exact in value,
-exact in distribution under dropout. Each is checked against the plain path in tests/engine/test_model_fastpaths.py.
+exact in distribution under dropout. Each is checked against the plain path in tests/engine/kernels/test_model_fastpaths.py.
 bf16 autocast, fused AdamW and torch.compile are the caller's switches (engine/device.py, engine/pretraining/run.py,
 engine/bench.py).
 """

@@ -2,7 +2,7 @@
 
 engine/model.py is the reference: the encoder and heads as the paper describes them, in plain PyTorch. Each module
 here replaces one of its steps with a faster one that computes the same thing, and each is checked against the
-plain path in tests/engine/test_model_fastpaths.py (the figures that justify them: BENCHMARKS.md and
+plain path in tests/engine/kernels/test_model_fastpaths.py (the figures that justify them: BENCHMARKS.md and
 docs/lab-notes/packing.md):
 
 - `linear`: the matrix multiplies, on oneDNN instead of MKL for large fp32 CPU products where that is faster,

@@ -10,7 +10,7 @@ def word_embedding(ids, weight, padding_idx, kept: "KeptGradient"):
     between steps (`kept`) instead of a new zeroed tensor every step. The plain backward's fresh 47 MB tensor
     (MiniLM's 30,522 x 384 fp32) is a new memory mapping every step on Linux, 11,500 page faults: 13-16 ms a
     step for the gradient against 2.2-2.7 ms in kept memory, at 2 threads on the AMD EPYC Zen 4
-    (docs/lab-notes/packing.md). The gradient is the same, value for value (tests/engine/test_model_fastpaths.py).
+    (docs/lab-notes/packing.md). The gradient is the same, value for value (tests/engine/kernels/test_model_fastpaths.py).
     Elsewhere (a GPU's caching allocator has no such cost, torch.compile, no gradient wanted) it is F.embedding."""
     if (not kernels.enabled() or weight.device.type != "cpu" or not torch.is_grad_enabled() or not weight.requires_grad
             or torch.compiler.is_compiling()):

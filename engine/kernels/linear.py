@@ -12,7 +12,7 @@ Which library runs an fp32 CPU matrix multiply is decided by the CPU (`ONEDNN_CP
 The figures: BENCHMARKS.md and docs/lab-notes/packing.md. `_OneDNNLinear` is the autograd wrapper. Falls back to
 `F.linear` when oneDNN is missing, under autocast (bf16 already runs on oneDNN), under `torch.compile`, for small
 products (oneDNN's call overhead is ~20 us), and where `FAST_CPU_LINEAR` (None: by the CPU) says so.
-Checked against F.linear in tests/engine/test_model_fastpaths.py; off with the kernels' switch (engine.kernels).
+Checked against F.linear in tests/engine/kernels/test_model_fastpaths.py; off with the kernels' switch (engine.kernels).
 """
 import torch
 import torch.nn.functional as F

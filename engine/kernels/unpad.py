@@ -80,7 +80,7 @@ def unpadded_rows(index, real, multiple: int = UNPAD_ROWS):
     against 9 ms once built (2 threads, Intel Xeon with AMX). R, a batch's count of real tokens, is new nearly every
     step; rounded up, the shapes recur and their kernels are built once. The extra rows cost their share of the
     linear layers (under 64 rows) and change nothing: they hold a padded slot's values, which no real token reads,
-    so their gradients are 0 (tests/engine/test_model_fastpaths.py)."""
+    so their gradients are 0 (tests/engine/kernels/test_model_fastpaths.py)."""
     R = index.numel()
     M = -(-R // multiple) * multiple
     if M == R:

@@ -13,15 +13,10 @@ import transformers
 
 import engine
 from engine.errors import EngineError
+from tests.helpers import one_line
 
 KINDS = ["roberta", "xlm-roberta", "distilbert", "albert", "electra", "deberta-v2", "modernbert"]
 TEXT = "the cat [MASK] on the mat ."
-
-
-def one_line(e) -> str:
-    msg = str(e.value)
-    assert msg and "\n" not in msg
-    return msg
 
 
 def reference(folder, head=True):

@@ -15,29 +15,7 @@ from engine import classroom
 from engine.ablations.timing import SpeedCheck
 from engine.errors import EngineError
 from engine.pretraining.config import PROBE_READY_RUN
-
-
-class FakeQueue:
-    """The job queue's interface as classroom uses it (submit, list_jobs, cancel), in memory."""
-
-    def __init__(self):
-        self.jobs = []
-
-    def submit(self, argv, name=None, run_dir=None):
-        for j in self.jobs:
-            if j["run_dir"] == str(run_dir) and j["status"] in ("queued", "running"):
-                raise EngineError(f"run folder {run_dir} already has job {j['id']} {j['status']}; wait for it")
-        job = {"id": f"j{len(self.jobs)}", "argv": list(argv), "name": name, "run_dir": str(run_dir), "status": "queued"}
-        self.jobs.append(job)
-        return dict(job)
-
-    def list_jobs(self):
-        return [dict(j) for j in reversed(self.jobs)]
-
-    def cancel(self, job_id):
-        job = next(j for j in self.jobs if j["id"] == job_id)
-        job["status"] = "cancelled"
-        return dict(job)
+from tests.helpers import FakeQueue
 
 
 def _corpus(path: Path) -> Path:

@@ -26,6 +26,7 @@ from safetensors.torch import load_file, save_file
 import engine
 import engine.checkpoint as C
 from engine.errors import EngineError
+from tests.helpers import one_line
 
 REPO = Path(__file__).resolve().parents[2]
 # a subprocess's own address space now (Linux), for setting `ulimit -v` relative to it
@@ -39,12 +40,6 @@ def never_built(monkeypatch):
         raise AssertionError(f"the model was built ({config.num_layers} layers, feed-forward {config.intermediate_size}) "
                              f"before the checkpoint was checked")
     monkeypatch.setattr(C, "BertForPreTraining", tripwire)
-
-
-def one_line(e) -> str:
-    msg = str(e.value)
-    assert msg and "\n" not in msg
-    return msg
 
 
 def _edit(src: Path, dst: Path, drop=lambda k: False, replace: dict = None, config: dict = None) -> Path:

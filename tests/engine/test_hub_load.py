@@ -15,6 +15,7 @@ import transformers
 import engine
 from engine import hub
 from engine.errors import EngineError
+from tests.helpers import one_line
 
 
 VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "the", "cat", "sat", "on", "mat", "dog", "ran", "a", "man",
@@ -79,12 +80,6 @@ def cache(tmp_path, monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(c))
     return c
-
-
-def one_line(e) -> str:
-    msg = str(e.value)
-    assert "\n" not in msg and msg
-    return msg
 
 
 def test_is_hub_id_only_for_names_that_are_not_paths(tmp_path, monkeypatch):

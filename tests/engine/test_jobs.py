@@ -16,18 +16,9 @@ from engine import jobs as jobs_mod
 from engine import procs, runs
 from engine.errors import EngineError
 from engine.jobs import TERMINAL, Jobs
+from tests.helpers import wait_for
 
 pytestmark = pytest.mark.slow  # every test starts detached runner processes
-
-
-def wait_for(pred, timeout=20.0, step=0.05):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = pred()
-        if value:
-            return value
-        time.sleep(step)
-    raise AssertionError("timed out waiting")
 
 
 def wait_done(q: Jobs, job_id, timeout=20.0, refresh=False):

@@ -23,22 +23,29 @@ def test_no_test_edits_sys_path():
 
 
 def test_no_test_module_imports_another():
-    local = {p.stem for p in TESTS.rglob("*.py")}
+    """Shared fixtures live in tests/conftest.py and shared plain helpers in tests/helpers.py; no test module imports
+    another test module."""
+    local = {p.stem for p in TESTS.rglob("*.py")} - {"helpers"}
     found = []
     for p, tree in _modules():
         for n in ast.walk(tree):
             names = [a.name for a in n.names] if isinstance(n, ast.Import) else [n.module or ""] if isinstance(n, ast.ImportFrom) else []
-            found += [f"{p.name}:{n.lineno} imports {m}" for m in names if m.split(".")[0] in local | {"tests"}]
-    assert not found, f"{found}: move what is shared into a fixture in tests/conftest.py"
+            found += [f"{p.name}:{n.lineno} imports {m}" for m in names
+                      if m.split(".")[0] in local or (m.split(".")[0] == "tests" and m != "tests.helpers")]
+    assert not found, f"{found}: move what is shared into tests/helpers.py or a fixture in tests/conftest.py"
 
 
 def test_tests_mirror_the_source():
-    """Each test file sits in the folder of what it tests: tests/engine/, tests/studio/, tests/pages/, or tests/repo/
-    for the product as a whole (the browser, the docs, the rules); shared fixtures only in tests/conftest.py."""
-    loose = [p.name for p in TESTS.glob("*.py") if p.name != "conftest.py"]
-    elsewhere = [str(p.relative_to(TESTS)) for p in TESTS.rglob("test_*.py")
-                 if p.parent.name not in ("engine", "studio", "pages", "repo")]
-    assert not loose and not elsewhere, f"{loose + elsewhere}: move each into tests/engine, studio, pages or repo"
+    """Each test file sits in the folder of what it tests: tests/engine/ (and tests/engine/<package>/ for each package
+    of engine/), tests/studio/, tests/pages/, or tests/repo/ for the product as a whole (the browser, the docs, the
+    rules); shared fixtures only in tests/conftest.py, shared helpers in tests/helpers.py."""
+    packages = sorted(p.parent.name for p in (REPO / "engine").glob("*/__init__.py"))
+    folders = {"engine", "studio", "pages", "repo", *(f"engine/{k}" for k in packages)}
+    loose = [p.name for p in TESTS.glob("*.py") if p.name not in ("conftest.py", "helpers.py")]
+    elsewhere = [str(p.relative_to(TESTS)) for p in TESTS.rglob("test_*.py") if str(p.parent.relative_to(TESTS)) not in folders]
+    assert not loose and not elsewhere, f"{loose + elsewhere}: move each into tests/engine[/<package>], studio, pages or repo"
+    empty = [k for k in packages if not list((TESTS / "engine" / k).glob("test_*.py"))]
+    assert not empty, f"engine packages without their tests/engine/<package>/ folder: {empty}"
     names = [p.name for p in TESTS.rglob("test_*.py")]
     assert len(names) == len(set(names)), "two test files share a name (pytest imports them by name)"
 

@@ -263,7 +263,7 @@ def test_a_killed_preparation_leaves_no_usable_cache(corpus, tmp_path):
     cmd = [sys.executable, "-m", "engine", "prepare", "--corpus", str(big), "--out", str(out), "--tokenizer",
            str(d / "tok"), "--seq-len", "64", "--block-docs", "20"]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    p = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=Path(__file__).resolve().parents[2])
+    p = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=Path(__file__).resolve().parents[3])
     part = out / "part-0-of-1"
     deadline = time.time() + 300
     while time.time() < deadline and len(list(part.glob("shard-*"))) < 3:
@@ -275,7 +275,7 @@ def test_a_killed_preparation_leaves_no_usable_cache(corpus, tmp_path):
         open_prepared(out)
     for shard in part.glob("shard-*"):  # every published shard is complete
         assert (shard / "meta.json").is_file() and (shard / "train" / "source.npy").is_file()
-    r = subprocess.run(cmd, env=env, capture_output=True, text=True, cwd=Path(__file__).resolve().parents[2])
+    r = subprocess.run(cmd, env=env, capture_output=True, text=True, cwd=Path(__file__).resolve().parents[3])
     assert r.returncode == 0, r.stderr
     got = open_prepared(out)
     assert got.train.num_shards == len(list(part.glob("shard-*"))) and got.train.num_instances > 0
@@ -420,7 +420,7 @@ def test_memory_stays_bounded_on_a_corpus_far_larger_than_the_memory_cap(tmp_pat
     the in-memory builder does fails under the same cap (so the cap is real)."""
     script = tmp_path / "memory.py"
     script.write_text(MEMORY_SCRIPT, encoding="utf-8")
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(Path(__file__).resolve().parents[3])}
     r = subprocess.run([sys.executable, str(script), str(tmp_path), "9", "3"], capture_output=True, text=True, env=env, timeout=600)
     assert r.returncode == 0, r.stderr[-2000:]
     lines = r.stdout.strip().splitlines()
@@ -465,7 +465,7 @@ def test_torchrun_two_ranks_train_from_prepared_shards(corpus, tmp_path, torchru
             "--max-positions", "32", "--batch-size", "8", "--steps", "4", "--save-every", "2", "--eval-every", "4",
             "--log-every", "2", "--eval-max-instances", "16", "--num-threads", "1", "--quiet", "--out", str(out)]
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1", "TMPDIR": str(tmp_path)}  # torchrun's log folder
-    p = torchrun.run(2, args, cwd=Path(__file__).resolve().parents[2], env=env, timeout=300)
+    p = torchrun.run(2, args, cwd=Path(__file__).resolve().parents[3], env=env, timeout=300)
     assert p.returncode == 0, p.stderr[-3000:]
     from engine import runs
     info = runs.read_run_json(out)

@@ -261,7 +261,7 @@ def test_the_ablations_page_lists_the_good_studies_beside_a_damaged_one(tmp_path
         A.write_study(d, study, jobs, mode="foreground")
         fake_runs.fill_table5(d, jobs)
     damage(root / "studies" / "bad", "study null")
-    at = AppTest.from_file(str(Path(__file__).resolve().parents[2] / "pages" / "7_Ablations.py"), default_timeout=60)
+    at = AppTest.from_file(str(Path(__file__).resolve().parents[3] / "pages" / "7_Ablations.py"), default_timeout=60)
     at.session_state["runs_root"] = str(root)
     at.session_state["abl_show"] = "good"
     at.run()

@@ -19,6 +19,7 @@ from engine.ablations import runner
 from engine.ablations.planner import Job
 from engine.errors import EngineError
 from engine.jobs import TERMINAL, Jobs
+from tests.helpers import wait_for
 
 pytestmark = pytest.mark.slow  # detached runner processes
 
@@ -73,16 +74,6 @@ open(os.path.join(out, "started"), "w").write(json.dumps({"t": time.time(), "mod
 json.dump({"kind": "finetune", "status": "finished", "score": 0.5}, open(os.path.join(out, "eval.json"), "w"))
 json.dump({"kind": "finetune", "status": "finished"}, open(os.path.join(out, "run.json"), "w"))
 """
-
-
-def wait_for(pred, timeout=30.0, step=0.05):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = pred()
-        if value:
-            return value
-        time.sleep(step)
-    raise AssertionError("timed out waiting")
 
 
 @pytest.fixture

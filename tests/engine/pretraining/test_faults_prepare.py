@@ -18,7 +18,7 @@ from engine.errors import EngineError
 from engine.pretraining.prepare import PrepareConfig, open_prepared, part_files, prepare, read_manifests
 from engine.tokenizer import train_tokenizer
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 quiet = lambda m: None  # noqa: E731
 
 

@@ -13,7 +13,7 @@ from engine.tasks import (SquadExample, SquadFeature, SquadPrediction, answers, 
 from engine.tasks.squad import exact_match, f1, normalize_answer
 from engine.tokenizer import Tokenizer
 
-DATA = Path(__file__).resolve().parents[3] / "shared" / "data"
+DATA = Path(__file__).resolve().parents[4] / "shared" / "data"
 
 
 @pytest.fixture(scope="module")

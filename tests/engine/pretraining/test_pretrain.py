@@ -28,7 +28,7 @@ from engine.pretraining.config import PretrainConfig, model_config, validate
 from engine.pretraining.loop import ltr_labels
 from engine.pretraining.run import _pretrain, pretrain
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 TOPICS = 6
 WORDS = 8
 

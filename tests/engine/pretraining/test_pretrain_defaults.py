@@ -9,7 +9,7 @@ from engine.pretraining.config import CLASSROOM_RECIPE, CONTINUED_PRETRAINING, P
 from engine.pretraining.run import build_parser, config_from_args
 from studio.pretrain_form import form_defaults, length_choices, phase2_choices
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 
 
 def _from_flags(*argv):

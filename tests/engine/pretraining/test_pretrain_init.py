@@ -280,7 +280,7 @@ def test_heads_first_under_torchrun_freezes_then_trains_every_rank(env, tmp_path
             "--batch-size", "8", "--steps", "4", "--heads-first", "2", "--save-every", "2", "--eval-every", "4",
             "--log-every", "2", "--num-threads", "1", "--quiet", "--out", str(out)]
     e = dict(os.environ, HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1", TMPDIR=str(tmp_path))
-    p = torchrun.run(2, args, cwd=Path(__file__).resolve().parents[2], env=e, timeout=240)
+    p = torchrun.run(2, args, cwd=Path(__file__).resolve().parents[3], env=e, timeout=240)
     assert p.returncode == 0, p.stderr[-3000:]
     assert runs.read_run_json(out)["status"] == "finished" and runs.read_run_json(out)["world_size"] == 2
     src = engine.load(env["src"]).model.state_dict()

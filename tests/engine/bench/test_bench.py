@@ -13,7 +13,7 @@ from engine.bench import cli as bench_cli, machine as bench_machine
 from engine.config import BertConfig
 from engine.errors import EngineError
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 SIDE_KEYS = {"precision", "sequences_per_s", "tokens_per_s", "step_ms_median", "step_ms_p90", "peak_mem_mb", "model_tflops"}
 
 

@@ -14,7 +14,7 @@ from engine.tasks.describe import counted
 from engine.tasks.kinds import (CLASSIFICATION, HEAD_KINDS, KINDS, MULTIPLE_CHOICE, REGRESSION, SPAN, SQUAD, TAGGING,
                                 task_kind)
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 
 
 def test_each_kind_outputs_and_reads():

@@ -13,7 +13,7 @@ from engine.tasks import metrics as M
 from engine.tasks.glue import Example, encode_classification
 from engine.tokenizer import Tokenizer
 
-DATA = Path(__file__).resolve().parents[3] / "shared" / "data"
+DATA = Path(__file__).resolve().parents[4] / "shared" / "data"
 
 
 @pytest.fixture(scope="module")
