@@ -71,13 +71,15 @@ class Progress:
         print(text, file=self.stream, flush=True)
         return text
 
-    def close(self) -> None:
+    def close(self, final_line: bool = True) -> None:
+        """End it: the bar closed, or in a log the last line (`final_line`: off where the command prints its own
+        summary)."""
         if not self.enabled:
             return
         if self.bar is not None:
             self.bar.close()
             self.bar = None
-        elif self.done > self.start_done:
+        elif final_line and self.done > self.start_done:
             self.line()
         self.enabled = False
 

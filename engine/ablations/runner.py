@@ -17,6 +17,7 @@ from engine.ablations.folders import STUDY_JSON, new_study_dir, read_study, stud
 from engine.ablations.planner import paths_read, plan
 from engine.ablations.reuse import take_over
 from engine.ablations.study import Study
+from engine.progress import Progress
 from engine.errors import EngineError
 from engine.fileio import atomic_write_json, held_flock
 from engine.records import EVAL_JSON, RUN_JSON, read_json_or_empty
@@ -152,6 +153,8 @@ def _run_jobs(study_dir: Path, log, parallel: int) -> dict:
     done = {j["key"]: FINISHED.name for j in data["jobs"] if j not in todo}
     running = {}  # key -> (job, process, log file, start time)
     env = _job_env(parallel)
+    progress = Progress(len(todo), f"study {study_dir.name}", "job")  # the time left at the jobs' pace so far
+    first_done = len(done)
     previous = None  # a SIGTERM to this process also stops the jobs it started (else they would run on, orphaned)
     if threading.current_thread() is threading.main_thread():
         previous = signal.signal(signal.SIGTERM, _sigterm_as_interrupt)
@@ -187,6 +190,7 @@ def _run_jobs(study_dir: Path, log, parallel: int) -> dict:
                 status = _finish_job(study_dir, j, proc.returncode, t0, log)
                 done[key] = status
                 counts[status] += 1
+            progress.update(len(done) - first_done - progress.done)  # ended here: run, failed unrun or reused
             if running:
                 time.sleep(0.2)
     except KeyboardInterrupt:  # Ctrl-C, or SIGTERM (a `timeout`, a scheduler's limit): stop the jobs, keep their runs
@@ -196,6 +200,7 @@ def _run_jobs(study_dir: Path, log, parallel: int) -> dict:
             update_job(study_dir, key, status=CANCELLED.name)
         raise
     finally:
+        progress.close(final_line=False)  # the command prints the study's summary
         if previous is not None:
             signal.signal(signal.SIGTERM, previous)
     return counts
