@@ -1,5 +1,6 @@
 """docs/architecture.md stays true: it names every module of engine/ and studio/, every module it names exists, and
-the worked example's registration lines have the shape the registries take."""
+the worked example's registration lines have the shape the registries take; every picture README.md and docs/ show is
+a file of the repository under 200 KB."""
 import dataclasses
 import re
 from pathlib import Path
@@ -56,3 +57,27 @@ def test_every_test_reliability_md_names_exists():
         if f"def {name}(" not in (REPO / f).read_text(encoding="utf-8"):
             missing.append(f"{f}::{name}")
     assert not missing, f"RELIABILITY.md names tests that do not exist: {missing}"
+
+
+IMAGE = re.compile(r"!\[[^\]]*\]\(\s*<?([^)\s>]+)>?(?:\s+\"[^\"]*\")?\s*\)|<img\b[^>]*\bsrc=[\"']([^\"']+)[\"']", re.I)
+MAX_IMAGE_BYTES = 200_000  # examples/screenshots.py keeps every picture under this
+
+
+def test_every_image_readme_and_docs_name_exists_and_is_small():
+    """Every picture README.md and docs/**/*.md show (`![..](path)` or `<img src>`) is a file of the repository, under
+    200 KB; README.md opens with the studio's pictures (examples/screenshots.py makes them)."""
+    named = {}
+    for doc in [REPO / "README.md", *sorted((REPO / "docs").rglob("*.md"))]:
+        for m in IMAGE.finditer(doc.read_text(encoding="utf-8")):
+            named.setdefault(doc, []).append(m.group(1) or m.group(2))
+    assert len(named.get(REPO / "README.md", [])) >= 3, "README.md shows no pictures of the studio"
+    problems = []
+    for doc, refs in named.items():
+        for ref in refs:
+            path = (doc.parent / ref.split("#")[0]).resolve()
+            where = f"{doc.relative_to(REPO)} -> {ref}"
+            if "://" in ref or not path.is_file() or REPO not in path.parents:
+                problems.append(f"{where}: no such file in the repository")
+            elif path.stat().st_size >= MAX_IMAGE_BYTES:
+                problems.append(f"{where}: {path.stat().st_size:,} bytes, over {MAX_IMAGE_BYTES:,}")
+    assert not problems, problems
