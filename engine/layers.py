@@ -484,10 +484,13 @@ def run_layers(cfg: LayersConfig) -> dict:
     if cfg.num_threads:
         torch.set_num_threads(int(cfg.num_threads))
     work = head_roles_result if cfg.heads else sweep
-    bar = {}  # one (checkpoint, task) sweep a unit: a bar on a terminal, a plain line a minute in a log
+    bar, started = {}, time.monotonic()  # one (checkpoint, task) sweep a unit: a bar on a terminal, a line a minute in a log
 
     def shown(result, k, total):
-        progress = bar.get("p") or bar.setdefault("p", Progress(total, "layers", "sweep"))
+        progress = bar.get("p")
+        if progress is None:  # the count is known at the first sweep's end; the pace counts from the command's start
+            progress = bar["p"] = Progress(total, "layers", "sweep")
+            progress.t0 = progress.last_line = started
         progress.update(k - progress.done)
     if not cfg.out:
         result = work(cfg, on_step=shown)
