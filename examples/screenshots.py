@@ -25,8 +25,14 @@ sqlite:///<runs>/mlflow.db` on 127.0.0.1 and saves
     tensorboard-hparams.png   TensorBoard's HParams table: the study's runs side by side
     mlflow-runs.png           the MLflow UI listing the study's runs
 
-The MLflow UI is in the full `mlflow` package (mlflow-skinny, which requirements-trackers.txt installs, has no UI):
-without it that picture is skipped with one line. Every picture is a reduced-palette PNG under 200 KB (Pillow,
+The MLflow UI is in the full `mlflow` package (mlflow-skinny, which requirements-trackers.txt installs, has no UI),
+of the same version as the client that wrote mlflow.db (a UI older than the database's schema refuses it). It may
+live in a virtual environment of its own, used only to serve the UI; --mlflow-ui (or MLFLOW_UI) names its `mlflow`:
+
+    python3 -m venv /tmp/mlui && /tmp/mlui/bin/pip install mlflow==3.17.2
+    python examples/screenshots.py --out docs/images --trackers --mlflow-ui /tmp/mlui/bin/mlflow
+
+Without an `mlflow` that serves the UI's pages (default: the one on PATH) that picture is skipped with one line. Every picture is a reduced-palette PNG under 200 KB (Pillow,
 which streamlit installs). It needs Chromium at /usr/bin/chromium, and a colour emoji font for the pages' status
 marks (apt-get install chromium fonts-noto-color-emoji). The numbers in the pictures are those of tiny runs trained
 for seconds: they show what the pages look like, not what BERT learns (BENCHMARKS.md has the measured figures).
@@ -41,6 +47,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.parse
 import urllib.request
 from dataclasses import replace
 from pathlib import Path
@@ -125,8 +132,9 @@ def start_tensorboard(root: Path, port: int, log: Path) -> subprocess.Popen:
                          "--port", str(port), "--reload_interval", "0"], root, log)
 
 
-def start_mlflow_ui(root: Path, port: int, log: Path) -> subprocess.Popen:
-    return start_server([sys.executable, "-m", "mlflow", "ui", "--backend-store-uri", f"sqlite:///{root}/mlflow.db",
+def start_mlflow_ui(mlflow: str, root: Path, port: int, log: Path) -> subprocess.Popen:
+    """`mlflow ui` of the executable `mlflow` (the full package, perhaps in a virtual environment of its own)."""
+    return start_server([mlflow, "ui", "--backend-store-uri", f"sqlite:///{root}/mlflow.db",
                          "--host", "127.0.0.1", "--port", str(port), "--workers", "1"], root, log)
 
 
@@ -294,20 +302,56 @@ def shoot_tensorboard(browser, url: str, out: Path, blocked: list) -> list:
 
 def shoot_mlflow(browser, url: str, out: Path, blocked: list) -> Path:
     """The MLflow UI on the study's experiment: its runs listed with their variant, seed and metrics."""
+    import json
+    query = urllib.parse.urlencode({"experiment_name": STUDY_NAME})
+    with urllib.request.urlopen(f"{url}/ajax-api/2.0/mlflow/experiments/get-by-name?{query}", timeout=30) as r:
+        experiment = json.load(r)["experiment"]["experiment_id"]
     page = open_offline_page(browser, blocked, height=900)
-    page.goto(url)
-    page.get_by_text(STUDY_NAME).first.click()
-    page.wait_for_timeout(5000)
+    page.goto(f"{url}/#/experiments/{experiment}/runs")
+    page.get_by_text("bert-mlm-nsp-s0").first.wait_for()  # the runs' names: the study's jobs
+    page.wait_for_timeout(2000)
+    close = page.get_by_role("button", name="Close")  # the Assistant's side pane
+    if close.count():
+        close.last.click()
+    page.get_by_text("Columns").first.click()  # the fine-tunes' scores, in place of Dataset, Source, Models
+    for column in ("Dataset", "Source", "Models", "dev_accuracy", "dev_f1_macro", "dev_mcc"):
+        page.get_by_text(column, exact=True).last.click()
+    page.keyboard.press("Escape")
+    page.wait_for_timeout(3000)
     path = save_small(page.screenshot(), out / "mlflow-runs.png")
     page.close()
     return path
 
 
-def mlflow_ui_installed() -> bool:
-    """The MLflow UI's built pages ship with the full `mlflow` package only (not mlflow-skinny)."""
-    import importlib.util
-    spec = importlib.util.find_spec("mlflow")
-    return bool(spec and spec.origin) and (Path(spec.origin).parent / "server" / "js" / "build" / "index.html").is_file()
+def find_mlflow_ui(given: str = None) -> str:
+    """The `mlflow` executable that serves the UI: `given` (--mlflow-ui), else MLFLOW_UI, else `mlflow` on PATH;
+    None when there is none."""
+    name = given or os.environ.get("MLFLOW_UI") or "mlflow"
+    return shutil.which(name)
+
+
+def serve_mlflow_ui(mlflow: str, root: Path, work: Path, servers: list) -> str:
+    """The MLflow UI on a free port of 127.0.0.1 (its process added to `servers`), its address; None, with the
+    reason printed, when `mlflow` does not serve the UI's pages (mlflow-skinny, which has no UI)."""
+    if mlflow is None:
+        print("mlflow-runs.png skipped: no `mlflow` executable (the UI is in the full mlflow package: "
+              "pip install mlflow==3.17.2, or name one with --mlflow-ui)", flush=True)
+        return None
+    port, log = free_port(), work / "mlflow.log"
+    servers.append(start_mlflow_ui(mlflow, root, port, log))
+    url = f"http://127.0.0.1:{port}"
+    try:
+        wait_until_answering(url + "/health", servers[-1])
+        with urllib.request.urlopen(url + "/", timeout=30) as r:
+            page = r.read(4096).decode("utf-8", "replace")
+    except (OSError, RuntimeError) as e:  # TimeoutError is an OSError
+        print(f"mlflow-runs.png skipped: {mlflow} ui did not answer ({e}); its output is in {log}", flush=True)
+        return None
+    if "<html" not in page.lower():
+        print(f"mlflow-runs.png skipped: {mlflow} serves no UI pages (mlflow-skinny has none: pip install "
+              "mlflow==3.17.2, perhaps in a virtual environment of its own, and name it with --mlflow-ui)", flush=True)
+        return None
+    return url
 
 
 def trackers_installed() -> bool:
@@ -316,7 +360,7 @@ def trackers_installed() -> bool:
 
 
 # ------------------------------------------------------------------------------------------------ the command
-def make_pictures(out: Path, trackers: bool, keep: Path = None) -> list:
+def make_pictures(out: Path, trackers: bool, keep: Path = None, mlflow_ui: str = None) -> list:
     from playwright.sync_api import sync_playwright
     out.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix="studio-screenshots-")) if keep is None else keep
@@ -350,15 +394,9 @@ def make_pictures(out: Path, trackers: bool, keep: Path = None) -> list:
                 url = f"http://127.0.0.1:{port}"
                 wait_until_answering(url, servers[-1])
                 saved += shoot_tensorboard(browser, url, out, blocked)
-                if mlflow_ui_installed():
-                    port = free_port()
-                    servers.append(start_mlflow_ui(root, port, work / "mlflow.log"))
-                    url = f"http://127.0.0.1:{port}"
-                    wait_until_answering(url + "/health", servers[-1])
+                url = serve_mlflow_ui(find_mlflow_ui(mlflow_ui), root, work, servers)
+                if url:
                     saved.append(shoot_mlflow(browser, url, out, blocked))
-                else:
-                    print("mlflow-runs.png skipped: the MLflow UI is in the full mlflow package "
-                          "(pip install mlflow==3.18.0), not in mlflow-skinny", flush=True)
             browser.close()
     finally:
         for proc in servers:
@@ -378,6 +416,9 @@ def main(argv=None) -> int:
                     "written with --report-to tensorboard,mlflow; pip install -r requirements-trackers.txt)")
     ap.add_argument("--keep", type=Path, default=None, help="make the runs folder here and keep it, or use the "
                     "runs an earlier --keep made there (default: a temporary folder, removed at the end)")
+    ap.add_argument("--mlflow-ui", default=None, metavar="PATH", help="the `mlflow` executable that serves the "
+                    "MLflow UI (the full package, the version of the client that wrote mlflow.db; perhaps in a "
+                    "virtual environment of its own; default: MLFLOW_UI, else `mlflow` on PATH)")
     a = ap.parse_args(argv)
     if not (os.path.isfile(CHROMIUM) and os.access(CHROMIUM, os.X_OK)):
         print(f"error: Chromium is not installed at {CHROMIUM} (apt-get install chromium)", file=sys.stderr)
@@ -385,7 +426,7 @@ def main(argv=None) -> int:
     if a.trackers and not trackers_installed():
         print("error: --trackers needs tensorboard and mlflow: pip install -r requirements-trackers.txt", file=sys.stderr)
         return 2
-    for path in make_pictures(a.out, a.trackers, a.keep):
+    for path in make_pictures(a.out, a.trackers, a.keep, a.mlflow_ui):
         print(f"{path}  {path.stat().st_size // 1000} KB")
     return 0
 
