@@ -35,6 +35,7 @@ from pathlib import Path
 import torch
 import torch.nn as nn
 
+from engine.tokenizer import set_truncation
 from engine.errors import EngineError
 from engine.model import BertOutput
 
@@ -275,12 +276,7 @@ class EncoderTokenizer:
         return text.replace("[MASK]", self.mask_token)
 
     def _truncation(self, max_length):
-        if max_length is None:
-            self.hf.no_truncation()
-        else:
-            if max_length < 3:
-                raise EngineError(f"max_length {max_length} is too short; it must leave room for [CLS] and [SEP]")
-            self.hf.enable_truncation(int(max_length), strategy="longest_first")
+        set_truncation(self.hf, max_length)
 
     def encode(self, text: str, text_pair: str = None, max_length: int = None, add_special_tokens: bool = True):
         self._truncation(max_length)

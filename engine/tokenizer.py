@@ -110,12 +110,7 @@ class Tokenizer:
         return self.hf.decode([int(i) for i in ids], skip_special_tokens=skip_special_tokens)
 
     def _truncation(self, max_length):
-        if max_length is None:
-            self.hf.no_truncation()
-        else:
-            if max_length < 3:
-                raise EngineError(f"max_length {max_length} is too short; it must leave room for [CLS] and [SEP]")
-            self.hf.enable_truncation(max_length, strategy="longest_first")
+        set_truncation(self.hf, max_length)
 
     # --- files ---
     def save(self, directory) -> Path:
@@ -294,3 +289,14 @@ def main(argv) -> int:
     out = tok.save(a.out)
     print(json.dumps({"out": str(out), "vocab_size": tok.vocab_size, "documents": len(docs), "seconds": round(time.time() - t0, 1)}))
     return 0
+
+
+def set_truncation(hf, max_length) -> None:
+    """A `tokenizers.Tokenizer` set to cut at `max_length` pieces, the longer side of a pair first (None: no cut);
+    a length without room for [CLS] and [SEP] is one line."""
+    if max_length is None:
+        hf.no_truncation()
+    else:
+        if max_length < 3:
+            raise EngineError(f"max_length {max_length} is too short; it must leave room for [CLS] and [SEP]")
+        hf.enable_truncation(int(max_length), strategy="longest_first")

@@ -621,3 +621,17 @@ def tiny_encoder(tmp_path_factory):
             made[key] = out
         return made[key]
     return make
+
+
+@pytest.fixture
+def offline_hub_cache(tmp_path, monkeypatch):
+    """An empty Hugging Face hub cache that both the environment and huggingface_hub (which reads it once) point to;
+    offline."""
+    import huggingface_hub.constants
+    c = tmp_path / "hf-home" / "hub"
+    c.mkdir(parents=True)
+    monkeypatch.setenv("HF_HOME", str(c.parent))
+    monkeypatch.setenv("HF_HUB_CACHE", str(c))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(c))
+    return c

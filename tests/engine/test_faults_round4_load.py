@@ -75,15 +75,8 @@ def _put_in_hub_cache(cache: Path, repo_id: str, folder: Path) -> None:
 
 
 @pytest.fixture
-def hub_cache(tmp_path, monkeypatch):
-    import huggingface_hub.constants
-    c = tmp_path / "hf-home" / "hub"
-    c.mkdir(parents=True)
-    monkeypatch.setenv("HF_HOME", str(c.parent))
-    monkeypatch.setenv("HF_HUB_CACHE", str(c))
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(c))
-    return c
+def hub_cache(offline_hub_cache):
+    return offline_hub_cache
 
 
 # ------------------------------------------------------------------ 3. a crafted config cannot allocate without bound

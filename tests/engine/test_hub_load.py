@@ -71,15 +71,8 @@ def bert_files(model, tmp_path, legacy=False, model_type=True) -> dict:
 
 
 @pytest.fixture
-def cache(tmp_path, monkeypatch):
-    """An empty hub cache that both the environment and huggingface_hub (which reads it once) point to; offline."""
-    c = tmp_path / "hf-home" / "hub"
-    c.mkdir(parents=True)
-    monkeypatch.setenv("HF_HOME", str(c.parent))
-    monkeypatch.setenv("HF_HUB_CACHE", str(c))
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(c))
-    return c
+def cache(offline_hub_cache):
+    return offline_hub_cache
 
 
 def test_is_hub_id_only_for_names_that_are_not_paths(tmp_path, monkeypatch):
