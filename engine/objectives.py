@@ -79,7 +79,7 @@ class Objective:
     @property
     def held_out_metrics(self) -> tuple:
         """The held-out metrics a study table shows (without their eval_ prefix); an MLM's accuracy where the input
-        is [MASK] and the most frequent token's share there (engine.pretraining.loop.mask_position_accuracy)."""
+        is [MASK] and the most frequent token's share there (engine.pretraining.evaluation.mask_position_accuracy)."""
         return ((f"{self.token}_acc", f"{self.token}_ppl") + (() if self.causal else ("mlm_mask_acc", "mlm_mask_baseline"))
                 + ((f"{self.pair}_acc",) if self.nsp else ()))
 

@@ -10,7 +10,7 @@ the input is [MASK] beside the most frequent token's share there (what context t
 at the held-out length (the length being trained: a two-phase run's last evaluations score the second length),
 then the run's wall time from run.json's started/ended (everything: vocabulary, data, evaluation, saving) and its settings that
 differ from the first run's. Held-out sets are the same for runs that share the corpus, vocabulary, sequence
-length and held-out fraction (engine.pretraining.loop.eval_batches masks them once with a fixed seed).
+length and held-out fraction (engine.pretraining.evaluation.eval_batches masks them once with a fixed seed).
 """
 import argparse
 import json

@@ -19,7 +19,7 @@ import engine  # noqa: E402 (after the repository root is on the path)
 from engine.objectives import objective  # noqa: E402
 from engine.pretraining.cache import open_pretraining_data  # noqa: E402
 from engine.pretraining.config import PretrainConfig  # noqa: E402
-from engine.pretraining.loop import eval_batches, evaluate  # noqa: E402
+from engine.pretraining.evaluation import eval_batches, evaluate  # noqa: E402
 from engine.pretraining.masking import EVAL_MASK_SEED, PAPER_RATE, PAPER_RATIOS, fixed_eval_masking  # noqa: E402
 from engine.pretraining.step_inputs import add_prediction_slots, max_predictions  # noqa: E402
 

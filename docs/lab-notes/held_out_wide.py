@@ -28,7 +28,8 @@ from engine.distributed import dist_from_env  # noqa: E402
 from engine.objectives import objective  # noqa: E402
 from engine.vocab_loss import IGNORE_INDEX  # noqa: E402
 from engine.pretraining.config import PretrainConfig  # noqa: E402
-from engine.pretraining.loop import build_model, eval_batches, evaluate  # noqa: E402
+from engine.pretraining.evaluation import eval_batches, evaluate  # noqa: E402
+from engine.pretraining.loop import build_model  # noqa: E402
 from engine.pretraining.run import tokenizer_and_data  # noqa: E402
 
 

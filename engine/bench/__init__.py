@@ -13,7 +13,7 @@ Scenarios:
   on full-length synthetic rows or, with --data, on the first batches of a prepared corpus (its real lengths).
   transformers' BertForPreTraining projects every position onto the vocabulary and takes the loss over (B*T, V)
   logits on the padded batch (its real behaviour); the engine runs its pre-training step
-  (engine.pretraining.loop.forward_loss): the MLM head at a fixed number of slots per sequence, its loss in blocks
+  (engine.pretraining.loss.forward_loss): the MLM head at a fixed number of slots per sequence, its loss in blocks
   without keeping the logits (engine.vocab_loss), on the padded rows, or with `--packing` the batch's instances
   packed into as few rows as they fit (as `pretrain --packing`).
 - `infer`: the encoder forward as features and probes use it (eval, inference mode, all hidden states):

@@ -19,7 +19,7 @@ from engine.model import BertForPreTraining, BertModel
 from engine.optim import param_groups
 from engine.objectives import MLM_NSP, OBJECTIVES
 from engine.pretraining.config import PACKING_DEFAULT
-from engine.pretraining.loop import forward_loss
+from engine.pretraining.loss import forward_loss
 from engine.pretraining.masking import mask_batch
 from engine.pretraining.step_inputs import add_prediction_slots, max_predictions, pack_batch
 from engine.tasks.batching import pad_batch
@@ -266,7 +266,7 @@ def make_optimizer(model, lr: float, device) -> torch.optim.Optimizer:
 
 
 def _engine_loss(bc, model, batch):
-    if scenario_of(bc.scenario) is PRETRAINING:  # the loss as pre-training computes it (engine.pretraining.loop.forward_loss)
+    if scenario_of(bc.scenario) is PRETRAINING:  # the loss as pre-training computes it (engine.pretraining.loss.forward_loss)
         loss, _ = forward_loss(model, batch["engine_inputs"], MLM_NSP, batch["input_ids"].device,
                                contextlib.nullcontext())
         return loss

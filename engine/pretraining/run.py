@@ -38,9 +38,9 @@ The run folder (see engine/runs.py):
   numbers are means over the steps since the previous record. Held-out records every `eval_every` steps and at
   the end, `"split": "eval"` with keys prefixed `eval_`: eval_mlm_loss, eval_mlm_acc, eval_mlm_ppl,
   eval_mlm_mask_acc and eval_mlm_mask_baseline (the accuracy where the input is [MASK], so no copying, beside
-  the most frequent token's share there: `pretrain_loop.mask_position_accuracy`),
+  the most frequent token's share there: `engine.pretraining.evaluation.mask_position_accuracy`),
   eval_nsp_loss, eval_nsp_acc, eval_nsp_baseline (the best no-model rule on the same pairs,
-  `pretrain_loop.nsp_baseline`) (ltr: eval_lm_loss, eval_lm_acc, eval_lm_ppl), eval_loss, eval_instances,
+  `evaluation.nsp_baseline`) (ltr: eval_lm_loss, eval_lm_acc, eval_lm_ppl), eval_loss, eval_instances,
   eval_seq_len. The held-out documents are chosen by a fixed seed and masked once with a fixed seed using the
   standard BERT masking (15%, 80/10/10) whatever the run's own masking, so every run is scored on the same
   positions; at the length being trained (eval_seq_len: a two-phase run switches to the second length with

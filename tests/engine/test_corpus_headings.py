@@ -70,7 +70,7 @@ def _batch(la, lb, labels):
 
 
 def test_nsp_baseline_finds_the_heading_shortcut_and_not_more():
-    from engine.pretraining.loop import nsp_baseline
+    from engine.pretraining.evaluation import nsp_baseline
     # NotNext pairs whose B is a lone heading (2 tokens), IsNext pairs with real sentences: a length rule is perfect
     shortcut = _batch([10, 12, 9, 11, 10, 8], [2, 2, 2, 14, 9, 12], [1, 1, 1, 0, 0, 0])
     assert nsp_baseline([shortcut]) == 1.0

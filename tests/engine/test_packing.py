@@ -129,7 +129,7 @@ def _pretraining_batch(lengths, T, vocab=97, seed=0):
 def _step(model, batch):
     import contextlib
     from engine.objectives import objective
-    from engine.pretraining.loop import forward_loss
+    from engine.pretraining.loss import forward_loss
     model.zero_grad(set_to_none=True)
     loss, sums = forward_loss(model, batch, objective("mlm+nsp"), torch.device("cpu"), contextlib.nullcontext())
     loss.backward()

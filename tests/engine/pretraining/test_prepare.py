@@ -512,7 +512,7 @@ def test_without_a_tokenizer_a_vocabulary_is_trained_and_an_unfinished_run_keeps
 
 def test_held_out_batches_of_prepared_data_collate_only_what_is_evaluated(sharded, monkeypatch):
     from engine.pretraining.config import PretrainConfig
-    from engine.pretraining.loop import eval_batches
+    from engine.pretraining.evaluation import eval_batches
 
     seen = []
     real = type(sharded.eval).collate

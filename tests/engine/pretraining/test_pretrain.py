@@ -25,7 +25,7 @@ from engine import runs
 from engine.errors import EngineError
 from engine.optim import lr_at, param_groups
 from engine.pretraining.config import PretrainConfig, model_config, validate
-from engine.pretraining.loop import ltr_labels
+from engine.pretraining.loss import ltr_labels
 from engine.pretraining.run import _pretrain, pretrain
 
 REPO = Path(__file__).resolve().parents[3]
@@ -97,7 +97,7 @@ def test_schedule_and_param_groups():
 
 @pytest.mark.slow
 def test_accuracy_at_mask_counts_only_positions_whose_input_is_mask():
-    from engine.pretraining.loop import mask_position_accuracy
+    from engine.pretraining.evaluation import mask_position_accuracy
     M = 3  # [MASK]'s id in this hand-made batch
     b = {"input_ids": torch.tensor([[1, M, 9, M, 8], [1, M, 5, 6, M]]),
          "labels": torch.tensor([[-100, 7, 9, 7, 4], [-100, 7, -100, -100, 5]])}

@@ -229,7 +229,7 @@ def test_a_run_evaluates_held_out_instances_spread_over_the_held_out_documents(n
     a run scores are spread evenly over the split, not its first ones."""
     from dataclasses import replace
     from engine.pretraining.config import PretrainConfig
-    from engine.pretraining.loop import eval_batches
+    from engine.pretraining.evaluation import eval_batches
     from engine.pretraining.masking import held_out_sample
     N = nsp.eval.num_instances
     assert held_out_sample(N, N + 5).tolist() == list(range(N))  # all of them when there are no more

@@ -1,0 +1,67 @@
+"""One micro-batch's loss: the objective's labels (the next tokens for a left-to-right model, `ltr_labels`), the
+token loss at the prediction slots and the pair task's (NSP or SOP) loss (`forward_loss`), and the named sums a
+metrics window adds up (`sums_vector`, `sums_of`: engine.objectives.SUMS). The training loop and the held-out
+evaluation both call it, and so does the benchmark."""
+import torch
+import torch.nn.functional as F
+
+from engine.device import to_device
+from engine.objectives import SUMS, Objective
+from engine.pretraining.masking import IGNORE_INDEX
+
+
+def ltr_labels(input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+    """Next-token targets: labels[:, t] = input_ids[:, t+1] where position t+1 is real, else -100. (B, T)"""
+    labels = torch.full_like(input_ids, IGNORE_INDEX)
+    nxt_real = attention_mask[:, 1:].bool() & attention_mask[:, :-1].bool()
+    labels[:, :-1] = torch.where(nxt_real, input_ids[:, 1:], torch.full_like(input_ids[:, 1:], IGNORE_INDEX))
+    return labels
+
+
+def forward_loss(model, batch: dict, obj: Objective, device, amp_ctx, predictions: list = None):
+    """(loss, sums) of a micro-batch: the mean cross-entropy of the token predictions (+ the NSP cross-entropy
+    when the objective has NSP), and its metric sums as a (len(SUMS),) float64 vector (engine.objectives.SUMS).
+    The batch carries its prediction slots (engine.pretraining.step_inputs: fixed shapes, counts made on the host,
+    so nothing here waits for the device) and, when packed, its `packing`.
+    `predictions`, when given, gets the (N,) predicted token ids at the labelled positions (held-out evaluation)."""
+    input_ids = to_device(batch["input_ids"], device)  # (B, T), or (B', T) packed rows
+    token_type = to_device(batch["token_type_ids"], device)
+    packing = batch.get("packing")
+    # no mask where the batch has no padding (SDPA's fastest kernels), as the host knows (step_inputs: "padded")
+    attn = to_device(batch["attention_mask"], device) if packing is None and batch["padded"] else None
+    if packing is not None:
+        packing = packing.to(device)
+    rows, cols = to_device(batch["mlm_rows"], device), to_device(batch["mlm_cols"], device)  # (B * P,) each
+    target = to_device(batch["mlm_targets"], device)  # (B * P,), IGNORE_INDEX at unused slots
+    valid = to_device(batch["mlm_valid"], device)
+    with amp_ctx:  # the summed cross-entropy over the vocabulary without its (N, V) logits (engine.vocab_loss)
+        out = model(input_ids, token_type, attn, mlm_positions=(rows, cols), mlm_targets=target, packing=packing)
+    token_sum, pred = out.mlm_loss_sum, out.mlm_predictions  # (), (B * P,)
+    n = batch["mlm_n"]
+    loss = token_sum / max(n, 1)
+    if predictions is not None:
+        predictions.append(pred[valid])
+    sums = {"token_loss": token_sum.detach().double(), "token_correct": ((pred == target) & valid).sum().double(),
+            "token_n": n}
+    if obj.nsp:
+        nsp_logits = out.nsp_logits.float()  # (B, 2): one per instance, packed or not
+        nsp_target = to_device(batch["next_sentence_label"], device)
+        nsp_loss = F.cross_entropy(nsp_logits, nsp_target)
+        loss = loss + nsp_loss
+        sums.update(nsp_loss=nsp_loss.detach().double() * len(nsp_target),
+                    nsp_correct=(nsp_logits.detach().argmax(-1) == nsp_target).sum().double(), nsp_n=len(nsp_target))
+    sums.update(loss=loss.detach().double(), tokens=batch["real_tokens"], batches=1.0)
+    return loss, sums_vector(sums, device)
+
+
+def sums_vector(sums: dict, device) -> torch.Tensor:
+    """{name in SUMS: value} -> (len(SUMS),) float64 (names left out are 0)."""
+    v = torch.zeros(len(SUMS), dtype=torch.float64, device=device)
+    for name, x in sums.items():
+        v[SUMS.index(name)] = x
+    return v
+
+
+def sums_of(v: torch.Tensor) -> dict:
+    """The named sums of a (len(SUMS),) vector."""
+    return dict(zip(SUMS, v.tolist()))
