@@ -35,7 +35,7 @@ from engine.errors import EngineError, as_engine_error
 from engine.fileio import atomic_publish_dir, atomic_save_with, atomic_write_json, open_regular, read_regular, tail_regular
 from engine.procs import pid_alive, proc_start_time
 from engine.records import EVAL_JSON, METRICS, METRICS_LABELS, RUN_JSON  # noqa: F401 (the file names, defined in engine.records)
-from engine.status import CANCELLED, DEAD, FAILED, FINISHED, RUNNING, RUN_STATUSES, status_of
+from engine.status import CANCELLED, DEAD, FAILED, FINISHED, RUN_STATUSES, RUNNING, UNREADABLE, status_of
 
 LOCK_FILE = "run.lock"
 CHECKPOINTS = "checkpoints"
@@ -755,7 +755,7 @@ def list_runs(root=None) -> list[dict]:
             info = read_run_json(d)
             eff = effective_status(d, info)
         except EngineError as e:
-            info, eff = {"error": str(e)}, "unreadable"
+            info, eff = {"error": str(e)}, UNREADABLE.name
         prog = run_progress(d, info)
         ck = latest_checkpoint(d)
         created = info.get("created")

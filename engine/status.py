@@ -8,6 +8,7 @@
 | failed    | run.json, queue.json, study.json    | no     | yes       | stopped by an error (its "error" says which)     |
 | cancelled | run.json, queue.json, study.json    | no     | yes       | stopped by the user                              |
 | dead      | never: read from a run folder       | no     | yes       | run.json says running but no process writes it   |
+| unreadable| never: a run listing's, read        | no     | no        | its run.json cannot be read (the row says why)   |
 
 `active`: a process will still change it (the job queue waits for it); the others are terminal (`terminal`:
 nothing changes them until someone resumes or reruns them). `resumable`: it stopped before its end and the Resume
@@ -43,8 +44,9 @@ FINISHED = Status("finished", False, False, "✅", "done: its results are on dis
 FAILED = Status("failed", False, True, "❌", "stopped by an error")
 CANCELLED = Status("cancelled", False, True, "🚫", "stopped by the user")
 DEAD = Status("dead", False, True, "💀", "its process is gone without recording how it ended")
+UNREADABLE = Status("unreadable", False, False, "⚠️", "its run.json cannot be read (the listing says why)")
 
-STATUSES = {s.name: s for s in (QUEUED, RUNNING, FINISHED, FAILED, CANCELLED, DEAD)}
+STATUSES = {s.name: s for s in (QUEUED, RUNNING, FINISHED, FAILED, CANCELLED, DEAD, UNREADABLE)}
 RUN_STATUSES = tuple(s.name for s in (RUNNING, FINISHED, FAILED, CANCELLED))  # what run.json holds
 JOB_STATUSES = tuple(s.name for s in (QUEUED, RUNNING, FINISHED, FAILED, CANCELLED))  # queue.json, study.json
 TERMINAL = tuple(s.name for s in STATUSES.values() if s.terminal)

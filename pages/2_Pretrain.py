@@ -13,7 +13,7 @@ import streamlit as st
 from engine.measured import fact
 from engine.records import CURVE_X
 from engine.commands import PRETRAIN, kind_of
-from engine.status import RUNNING, status_of
+from engine.status import RUNNING, UNREADABLE, status_of
 from studio.common import (COMPILE_CHOICES, chart_config, follow_queued_run, guard, precision_select, resume_button,
                            runs_root)
 from studio.pretrain_figures import pretraining_curves
@@ -257,7 +257,7 @@ def pretrain_rows(root: Path) -> list:
     pre-training folder: tokenizer/, checkpoints/)."""
     from engine import runs
     return [r for r in runs.list_runs(root) if kind_of(r.get("kind")) is PRETRAIN or (
-        r["effective_status"] == "unreadable" and any((Path(r["path"]) / d).is_dir() for d in ("tokenizer", "checkpoints")))]
+        status_of(r["effective_status"]) is UNREADABLE and any((Path(r["path"]) / d).is_dir() for d in ("tokenizer", "checkpoints")))]
 
 
 def runs_table(root: Path, pending: bool = False) -> list:

@@ -30,12 +30,9 @@ import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
-from engine.errors import EngineError
-from engine.fileio import read_regular
-from engine.records import CURVE_X, RUN_JSON, metric_label
+from engine.records import CURVE_X, RUN_JSON, metric_label, read_json_or_empty
 
 MAX_ROWS_PER_SERIES = 5_000  # points per run and series on the chart (a chart is a few hundred pixels wide)
-MAX_JSON_BYTES = 16 * 2 ** 20  # run.json / study.json: a few kB; a bigger one is not the engine's
 DASHES = ["solid", "dash", "dot", "dashdot", "longdash", "longdashdot"]  # a run's curve: its colour, dash and marker
 SYMBOLS = ["circle", "square", "diamond", "triangle-up", "x", "cross", "star", "triangle-down"]
 COLOURS = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf"]
@@ -52,16 +49,6 @@ class RunEntry:
     group: str  # runs of one variant share it
     seed: int = None
     config: dict = field(default_factory=dict)
-
-
-def read_json_or_empty(path) -> dict:
-    """A JSON object file as a dict; {} when it is missing, unreadable, not a regular file inside its folder, too
-    big or not an object (a listing must not fail, block or fill the memory on one bad folder)."""
-    try:
-        data = json.loads(read_regular(path, MAX_JSON_BYTES, what="JSON file").decode("utf-8"))
-    except (OSError, ValueError, EngineError):
-        return {}
-    return data if isinstance(data, dict) else {}
 
 
 def _entry(path: Path, label: str, group: str = None, seed=None, kind=None) -> RunEntry:

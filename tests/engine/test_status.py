@@ -1,20 +1,21 @@
 """One definition of what a run or job can be (engine/status.py): what each status means, the strings on disk, and
 no other module spelling a status to compare it."""
 from engine import jobs, runs
-from engine.status import CANCELLED, DEAD, FAILED, FINISHED, QUEUED, RUNNING, STATUSES, TERMINAL, status_of
+from engine.status import CANCELLED, DEAD, FAILED, FINISHED, QUEUED, RUNNING, STATUSES, TERMINAL, UNREADABLE, status_of
 
 
 def test_the_strings_on_disk_stay_the_same():
     assert runs.STATUSES == ("running", "finished", "failed", "cancelled")
     assert jobs.STATUSES == ("queued", "running", "finished", "failed", "cancelled")
     assert jobs.TERMINAL == ("finished", "failed", "cancelled")
-    assert [s.name for s in (QUEUED, RUNNING, FINISHED, FAILED, CANCELLED, DEAD)] == list(STATUSES)
+    assert [s.name for s in (QUEUED, RUNNING, FINISHED, FAILED, CANCELLED, DEAD, UNREADABLE)] == list(STATUSES)
 
 
 def test_what_each_status_means():
     assert [s.name for s in STATUSES.values() if s.active] == ["queued", "running"]
     assert [s.name for s in STATUSES.values() if s.resumable] == ["failed", "cancelled", "dead"]
-    assert TERMINAL == ("finished", "failed", "cancelled", "dead") and not FINISHED.resumable
+    assert TERMINAL == ("finished", "failed", "cancelled", "dead", "unreadable") and not FINISHED.resumable
+    assert status_of("unreadable") is UNREADABLE and not (UNREADABLE.active or UNREADABLE.resumable)  # a listing's row
     assert status_of("running") is RUNNING and FINISHED.shown == "✅ finished"
     odd = status_of("unknown")  # a damaged run.json's: neither waited for nor offered a Resume
     assert (odd.name, odd.active, odd.resumable) == ("unknown", False, False) and status_of(None).name == "None"
