@@ -18,7 +18,7 @@ or failed run continues from its last checkpoint (`--resume`). One prepare at a 
 flock on `<runs>/.class/prepare.lock` throughout, and a second one refuses in one line naming the holder's pid.
 What it finds is checked, not trusted:
 - the cache part is done when every data folder `class cache` recorded opens as the run will open it (the loader's
-  own checks, engine.pretraining.cache.open_pretraining_data); one that fails them is `damaged` (the loader's reason
+  own checks, engine.pretraining.prepare.open_prepared); one that fails them is `damaged` (the loader's reason
   said), and the `class cache` job prepare queues sets it aside (renamed `.bad-*`, never deleted) and builds it again;
 - a run part is done when its folder holds a finished run of the part's recipe (engine.ablations.reuse.training_key
   of its run.json config against that of the part's command line), not any finished run: a run of other settings
@@ -30,11 +30,14 @@ What it finds is checked, not trusted:
   average above LOAD_FACTOR times the cores is recorded `under_load` (prepare.json "loaded"), not used, and not
   saved as the machine's speed (a good reading is kept; the next idle prepare times it again).
 `cancel` cancels the queued parts, then the running one (which saves a checkpoint first). `status` says, per part,
-done / running / queued / cancelled / failed / to do / damaged / not this part's run, and the minutes left on this
-machine: a running run's own pace (its training time so far over its share done), else the measured figure
-(engine/measured.py) scaled by the part's own kind of speed check, which `prepare` ran here
-(engine.ablations.timing.timed_check: the classroom step for the reference run, a step of the probe-ready recipe for
-the probe-ready model), when the figure's machine has a reading of that check, else the figure as measured there.
+done / running / queued / cancelled / failed / to do / damaged / not this part's run, and the time on this machine,
+from the one estimator (`estimate`, which the Start page's steps and its Prepare panel ask too): a running run's own
+pace (its training time so far over its share done); else the measured figure (engine/measured.py) x this machine's
+reading of the part's kind of work (`readings`: the classroom step for the reference run, a step of the probe-ready
+recipe for the probe-ready model) / that kind's reading where the figure was measured. A reading is, first, the
+clock: a part of that kind that finished here in one go implies it (`clock_minutes`); else the speed check `prepare`
+ran here (engine.ablations.timing.timed_check, the fastest of CHECK_ROUNDS); without either, the figure as measured
+there. A part done here in one go shows what it took beside what prepare estimated when it queued it.
 Prepare's own state (the speed checks, the cache folders built, its lock) is `<runs>/.class/`.
 This module imports no torch until a command needs it (`class status` imports it to check what it finds: a cached
 data folder, opened as the run opens it, and a finished run's settings against its part's command line).
@@ -62,6 +65,7 @@ LOCK = "prepare.lock"  # in STATE_DIR: held (flock) by the one prepare at work, 
 RUN_FLAGS: list = []  # the classroom run: `python -m engine pretrain` with its defaults (tests give tiny settings)
 PART_KEYS = ("cache", "reference", "probe_ready")
 LOAD_FACTOR = 2.0  # a load average above this many times the cores: a speed check taken then reads the machine slow
+CHECK_ROUNDS = 3  # each speed check taken this many times, the fastest kept (load only slows a reading)
 
 
 @dataclass(frozen=True)
@@ -205,7 +209,8 @@ def _check_speed_record(kind, c) -> None:
 
 
 def _check_prepare_record(d) -> None:
-    """prepare.json as `prepare` writes it: {"checks": {kind: SpeedCheck}, "loaded": {kind: SpeedCheck + why}}."""
+    """prepare.json as `prepare` writes it: {"checks": {kind: SpeedCheck}, "loaded": {kind: SpeedCheck + why},
+    "estimates": {part key: minutes}}."""
     if not isinstance(d, dict):
         raise ValueError("not a JSON object")
     for group in ("checks", "loaded"):
@@ -214,18 +219,28 @@ def _check_prepare_record(d) -> None:
             raise ValueError(f"its {group} is not an object")
         for kind, c in checks.items():
             _check_speed_record(kind, c)
+    estimates = d.get("estimates", {})
+    if not isinstance(estimates, dict) or not all(isinstance(v, (int, float)) and not isinstance(v, bool)
+                                                  and math.isfinite(v) and v >= 0 for v in estimates.values()):
+        raise ValueError(f"its estimates {json.dumps(estimates)[:80]} are not minutes per part")
 
 
 def _prepare_record(root) -> dict:
     return _read_state(root, "prepare.json", _check_prepare_record)
 
 
+def _complete(folder) -> bool:
+    """The data folder `class cache` prepares (one part, engine.pretraining.prepare.build_pretraining_data) has its
+    manifest, written last."""
+    return (Path(folder) / "part-0-of-1" / "manifest.json").is_file()
+
+
 def data_problem(folder) -> str:
     """Why a pre-training run could not open the data folder (the checks the loader makes at open:
-    engine.pretraining.cache.open_pretraining_data, its one-line reason), or "" when it opens."""
-    from engine.pretraining.cache import open_pretraining_data
+    engine.pretraining.prepare.open_prepared, its one-line reason), or "" when it opens."""
+    from engine.pretraining.prepare import open_prepared
     try:
-        open_pretraining_data(folder)
+        open_prepared(folder)
     except EngineError as e:
         return str(e)
     return ""
@@ -235,7 +250,7 @@ def cache_state(root) -> tuple:
     """(DONE, "") when every data folder `class cache` recorded (cache.json) opens as the run opens it; (DAMAGED, the
     loader's reason) when one is there but fails those checks; (TODO, "") when none is recorded or one is gone."""
     data = _read_state(root, "cache.json", _check_cache_record).get("data") or []
-    if not data or not all((Path(p) / "config.json").is_file() for p in data):
+    if not data or not all(_complete(p) for p in data):  # a folder of the in-memory builder's layout: built again
         return TODO, ""
     for p in data:
         problem = data_problem(p)
@@ -365,21 +380,112 @@ def check_kinds(root) -> list:
     return list(dict.fromkeys(p.check for p in parts(root) if p.minutes is not None))
 
 
-def estimate_minutes(part: Part, checks: dict) -> tuple:
-    """(minutes, how): the part's measured time scaled to this machine by its kind of speed check (Part.check) when
-    its machine has a reading of that check, else as measured there; (None, why) when it is not measured on its own."""
-    m = part.minutes
-    if m is None:
-        return None, "not measured on its own (the classroom run's measured time started from an empty cache)"
-    ref_ms = measured.MACHINES[m.machine].check(part.check)
-    check = checks.get(part.check)
-    if check is not None and ref_ms and not check.gpu:
-        return m.value * check.factor(ref_ms), f"{m.text()} on {m.where}, scaled by this machine's speed check"
-    how = f"as measured on {m.where}; no speed check of this machine scales it"
-    if part.minutes_fp32 is not None:  # a CPU without bf16 units trains in fp32
-        fp32 = part.minutes_fp32
-        how += f" (in fp32, on a CPU without bf16 units: {fp32.text()} on {fp32.where})"
-    return m.value, how
+# ---------------------------------------------------------------------------------------------------------
+# the one estimator: every time the class preparation and the Start page show
+
+@dataclass(frozen=True)
+class Reading:
+    """This machine's speed at one kind of work, as the step time (ms) of that kind's speed check
+    (engine.ablations.timing.timed_check): read by the check itself, or implied by a part's own wall time here."""
+    step_ms: float
+    said: str  # how it was read, in words
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """How long some work takes on this machine (`estimate`): its minutes (None: not estimated), how they were
+    reached (a help icon's text), whether they are scaled to this machine (`here`) and whether they are an upper
+    bound (`under`: a CPU's figure where a GPU trains)."""
+    minutes: float | None
+    how: str
+    here: bool = True
+    under: bool = False
+
+    def clause(self, minutes: float = None, left: bool = False) -> str:
+        """One short clause: "about 4 min here", "about 2 h 05 min left here", "about 9 min" (as measured on
+        another machine), "under 9 min here" (a GPU); "" when not estimated. `minutes`: another share of it."""
+        m = self.minutes if minutes is None else minutes
+        if m is None:
+            return ""
+        whole = int(round(m))
+        text = ("under a minute" if m < 1 else f"about {whole} min" if whole < 90
+                else f"about {whole // 60} h {whole % 60:02d} min")
+        if self.under and m >= 1:
+            text = "under " + text.removeprefix("about ")
+        return text + (" left" if left else "") + (" here" if self.here else "")
+
+
+def estimate(figure: measured.Measured, kind: str, readings: dict, fp32: measured.Measured = None,
+             precision: str = "bf16", device: str = "cpu") -> Estimate:
+    """THE estimator (class prepare before and after its speed check, `class status`, the Start page's steps and its
+    Prepare panel all ask it): the measured figure (engine/measured.py, wall minutes on a 2-core CPU) x this
+    machine's reading of the figure's kind of work (`readings`: {kind: Reading}) / the same kind's reading on the
+    machine the figure was measured on (Machine.check). Without a reading here, or where the figure's machine has
+    none of that kind: the figure as measured there (`fp32`'s, when this CPU trains in fp32 and it is given), not
+    scaled (`here` False). On a GPU (`device` "cuda"): at most the CPU's figure."""
+    if device == "cuda":
+        return Estimate(figure.value, f"{figure.text()} on {figure.where}, a 2-core CPU; a GPU trains faster (not "
+                                      "measured)", under=True)
+    reading, ref_ms = readings.get(kind), measured.MACHINES[figure.machine].check(kind)
+    if reading is not None and ref_ms:
+        ratio = reading.step_ms / ref_ms
+        return Estimate(figure.value * ratio, f"{figure.text()} on {figure.where} x {ratio:.2f}: {reading.said}, "
+                                              f"{reading.step_ms:.0f} ms a step, against {ref_ms:.0f} ms there")
+    if precision == "fp32" and fp32 is not None:
+        figure = fp32
+    why = ("no reading of this machine yet (the Prepare button times it)" if reading is None
+           else f"{measured.MACHINES[figure.machine].name} has no reading of this kind of step to scale it by")
+    return Estimate(figure.value, f"{figure.text()} as measured on {figure.where}; {why}", here=False)
+
+
+@functools.lru_cache(maxsize=1)
+def machine() -> tuple:
+    """(the precision pre-training picks here, "cpu" | "cuda"): what `--device auto` trains on."""
+    from engine.device import default_precision, resolve_device
+    dev = resolve_device("auto").type
+    return default_precision(dev), dev
+
+
+def clock_minutes(part: Part) -> float | None:
+    """The part's own wall time on this machine, in minutes: its run finished in one go here (run.json: finished,
+    one start, this host, its start and end times); else None (resumed, copied from another machine, not done)."""
+    import socket
+    from datetime import datetime
+    info = read_json_or_empty(part.run_dir / RUN_JSON)
+    if status_of(info.get("status")) is not FINISHED or info.get("starts") != 1 or info.get("host") != socket.gethostname():
+        return None
+    try:
+        seconds = (datetime.fromisoformat(info["ended"]) - datetime.fromisoformat(info["started"])).total_seconds()
+    except (KeyError, TypeError, ValueError):
+        return None
+    return seconds / 60 if seconds > 0 else None
+
+
+def readings(root, record: dict = None, done: set = None) -> dict:
+    """{kind: Reading}: this machine's speed at each kind of work the estimates scale by. The clock first: a part
+    of that kind that finished here in one go (`clock_minutes`) is the work itself timed here, so it implies the
+    kind's step time (the figure's machine's reading x the time here / the figure). Else the good speed check
+    `prepare` recorded. `done`: the keys of the parts known done (else each finished run's recipe is checked)."""
+    out = {kind: Reading(c.step_ms, f"this machine's speed check read {c.step_ms:.0f} ms") for kind, c in
+           _checks(root, record).items() if not c.gpu}
+    for p in parts(root):
+        ref_ms = measured.MACHINES[p.minutes.machine].check(p.check) if p.minutes is not None else None
+        took = clock_minutes(p) if ref_ms and (done is None or p.key in done) else None
+        if took is None or (done is None and foreign_run(p)):
+            continue
+        out[p.check] = Reading(ref_ms * took / p.minutes.value, f"{p.title} took {took:.1f} min here")
+    return out
+
+
+def part_estimate(root, key: str, found: dict = None, on: tuple = None) -> Estimate:
+    """A part's whole time on this machine (`estimate` of its measured figure; `found`: `readings` already read;
+    `on`: (precision, device), default `machine()`). The reference part is the classroom run, so this is also the
+    class's own step-2 run (the Start page asks it)."""
+    p = next(p for p in parts(root) if p.key == key)
+    if p.minutes is None:
+        return Estimate(None, "not measured on its own (the classroom run's measured time started from an empty cache)")
+    precision, device = on or machine()
+    return estimate(p.minutes, p.check, readings(root) if found is None else found, p.minutes_fp32, precision, device)
 
 
 def _left_from_progress(run_dir: Path):
@@ -392,35 +498,47 @@ def _left_from_progress(run_dir: Path):
     return max(elapsed) * (1 - frac) / frac / 60, frac
 
 
-def status(root, jobs=None) -> list:
-    """[{key, title, state, job, minutes_left, how, step, total}] per part, in order (see the module docstring)."""
+def _row_time(root, p: Part, state: PartState, found: dict, record: dict) -> dict:
+    """A status row's time fields: a part to do or under way, its estimate (`part_estimate`) less the share done, or
+    its own pace once it runs; a part done here in one go, what it took (`clock_minutes`) and what prepare
+    estimated for it when it queued it (prepare.json "estimates")."""
     from engine.runs import run_progress
+    row = {"minutes_left": None, "how": "", "here": True, "step": None, "total": None, "took": None,
+           "estimated": (record.get("estimates") or {}).get(p.key)}
+    if state is DONE:
+        row["took"] = clock_minutes(p) if p.minutes is not None else None
+        return row
+    est = part_estimate(root, p.key, found)
+    row["how"], row["here"] = est.how, est.here
+    slow = (record.get("loaded") or {}).get(p.check)
+    if est.minutes is not None and slow and p.check not in found:
+        row["how"] += (f"; this machine's last speed check of it ({slow['step_ms']:.0f} ms) was taken under load "
+                       f"({slow.get('why') or 'busy'}), so it is not used")
+    frac = None
+    if state is not FOREIGN and (p.run_dir / RUN_JSON).is_file():  # (a foreign run's progress is not this part's)
+        prog = run_progress(p.run_dir)
+        row["step"], row["total"], frac = prog["step"], prog["total"], prog["fraction"]
+    left, _ = _left_from_progress(p.run_dir) if state.status is RUNNING and frac else (None, None)
+    if left is not None:
+        row["minutes_left"], row["how"], row["here"] = left, "from the run's own pace so far", True
+    elif est.minutes is not None:
+        row["minutes_left"] = est.minutes * (1 - (frac or 0.0))
+    return row
+
+
+def status(root, jobs=None) -> list:
+    """[{key, title, state, note, job, minutes_left, how, here, step, total, took, estimated}] per part, in order
+    (see the module docstring; the time fields: `_row_time`)."""
     root = Path(root).absolute()
     job_list = _jobs(root, jobs).list_jobs()
     record = _prepare_record(root)
-    checks, loaded = _checks(root, record), record.get("loaded") or {}
+    states = [(p, *part_state_and_note(root, p, job_list)) for p in parts(root)]
+    found = readings(root, record, done={p.key for p, state, _ in states if state is DONE})
     out = []
-    for p in parts(root):
-        state, note = part_state_and_note(root, p, job_list)
+    for p, state, note in states:
         job = _latest_job(job_list, p.run_dir)
-        row = {"key": p.key, "title": p.title, "state": state.name, "note": note, "job": job["id"] if job else None,
-               "minutes_left": None, "how": "", "step": None, "total": None}
-        if state is not DONE:
-            est, row["how"] = estimate_minutes(p, checks)
-            slow = loaded.get(p.check)
-            if est is not None and slow and p.check not in checks:
-                row["how"] += (f"; this machine's last speed check of it ({slow['step_ms']:.0f} ms) was taken under load "
-                               f"({slow.get('why') or 'busy'}), so it is not used")
-            frac = None
-            if state is not FOREIGN and (p.run_dir / RUN_JSON).is_file():  # (a foreign run's progress is not this part's)
-                prog = run_progress(p.run_dir)
-                row["step"], row["total"], frac = prog["step"], prog["total"], prog["fraction"]
-            left, _ = _left_from_progress(p.run_dir) if state.status is RUNNING and frac else (None, None)
-            if left is not None:
-                row["minutes_left"], row["how"] = left, "from the run's own pace so far"
-            elif est is not None:
-                row["minutes_left"] = est * (1 - (frac or 0.0))
-        out.append(row)
+        out.append({"key": p.key, "title": p.title, "state": state.name, "note": note, "job": job["id"] if job else None,
+                    **_row_time(root, p, state, found, record)})
     return out
 
 
@@ -474,29 +592,59 @@ def _machine_load() -> str:
     return f"load average {load:.1f} on {cores} cores" if load > LOAD_FACTOR * cores else ""
 
 
-def _time_machine(root: Path, q) -> None:
-    """Run each kind of speed check the parts need that has no good reading yet; none while a job of this runs
-    folder runs (it would slow the job and read slow). A reading taken at a high load average, or during which a
-    job started, is recorded under "loaded" with `under_load` and why, not under "checks": it is not the machine's
-    speed, and the next prepare times it again."""
+def _best_check(root: Path, q, kind: str) -> tuple:
+    """(the fastest of CHECK_ROUNDS readings of speed check `kind`, as a dict; "" or why it was taken under load).
+    Other work on the machine only slows a reading, and a few seconds of it (a browser repainting, another process's
+    burst) are enough to read the machine several times slower than it trains; the 1-minute load average lags such
+    bursts. A round during which a job of this runs folder started, or taken at a high load average, ends it."""
     from dataclasses import asdict
 
+    from engine.ablations.timing import timed_check
+    best = None
+    for _ in range(CHECK_ROUNDS):
+        before = _machine_load()
+        check = asdict(timed_check(kind))
+        why = "; ".join(w for w in (before, _busy(root, q.list_jobs())) if w)
+        if why:
+            return check, why
+        best = check if best is None or check["step_ms"] < best["step_ms"] else best
+    return best, ""
+
+
+def _time_machine(root: Path, q) -> None:
+    """Run each kind of speed check the parts need that has no good reading yet (`_best_check`); none while a job
+    of this runs folder runs (it would slow the job and read slow). A reading taken at a high load average, or
+    during which a job started, is recorded under "loaded" with `under_load` and why, not under "checks": it is not
+    the machine's speed, and the next prepare times it again."""
     record = _prepare_record(root)
     good, loaded = dict(record.get("checks") or {}), dict(record.get("loaded") or {})
     missing = [k for k in check_kinds(root) if k not in good]
     if not missing or _busy(root, q.list_jobs()):
         return
-    from engine.ablations.timing import timed_check
     for kind in missing:
-        before = _machine_load()
-        check = asdict(timed_check(kind))
-        why = "; ".join(w for w in (before, _busy(root, q.list_jobs())) if w)
+        check, why = _best_check(root, q, kind)
         if why:
             loaded[kind] = {**check, "under_load": True, "why": why}
         else:
             good[kind] = check
             loaded.pop(kind, None)
-    atomic_write_json(_state_file(root, "prepare.json"), {"checks": good, **({"loaded": loaded} if loaded else {})})
+    _write_prepare_record(root, {**record, "checks": good, "loaded": loaded})
+
+
+def _write_prepare_record(root, record: dict) -> None:
+    """<runs>/.class/prepare.json, its empty groups left out."""
+    atomic_write_json(_state_file(root, "prepare.json"), {k: v for k, v in record.items() if v or k == "checks"})
+
+
+def _note_estimates(root, rows: list, queued: set) -> None:
+    """Record in prepare.json what this prepare estimated for each part it queued (prepare.json "estimates"), so
+    that `status` can set it beside what the part took (the clock) once done."""
+    record = _prepare_record(root)
+    estimates = dict(record.get("estimates") or {})
+    estimates.update({r["key"]: round(r["minutes_left"], 2) for r in rows if r["key"] in queued
+                      and r["minutes_left"] is not None and r["step"] is None})
+    if estimates != (record.get("estimates") or {}):
+        _write_prepare_record(root, {**record, "estimates": estimates})
 
 
 def prepare(root, jobs=None, speed_check=True) -> list:
@@ -509,6 +657,7 @@ def prepare(root, jobs=None, speed_check=True) -> list:
         if speed_check:
             _time_machine(root, q)
         job_list = q.list_jobs()  # the states after the check: a part may have finished or been queued meanwhile
+        queued = set()
         for p in parts(root):
             state = part_state(root, p, job_list)
             # done, someone else's run (never queued into) or active: nothing; a damaged cache is queued like a
@@ -519,10 +668,13 @@ def prepare(root, jobs=None, speed_check=True) -> list:
             argv = _resume_argv(p) if resumable else p.argv
             try:
                 q.submit(argv, name=f"class: {p.key}", run_dir=str(p.run_dir))
+                queued.add(p.key)
             except EngineError as e:  # queued in the meantime (by the Jobs page, a study...)
                 if "already has job" not in str(e):
                     raise
-    return status(root, jobs=q)
+        rows = status(root, jobs=q)
+        _note_estimates(root, rows, queued)
+    return rows
 
 
 def cancel(root, jobs=None) -> list:
@@ -551,7 +703,7 @@ def build_cache(root, flags: list) -> list:
     cfg = config_from_args(given(PretrainConfig, build_parser(), [*flags, "--out", "unused"]))
     validate(cfg)
     for folder in map(Path, _read_state(root, "cache.json", _check_cache_record).get("data") or []):
-        why = data_problem(folder) if (folder / "config.json").is_file() else ""
+        why = data_problem(folder) if _complete(folder) else ""
         if why:
             bad = folder.with_name(f"{folder.name}.bad-{time.time_ns()}")
             os.replace(folder, bad)
@@ -566,8 +718,32 @@ def build_cache(root, flags: list) -> list:
 # ---------------------------------------------------------------------------------------------------------
 # the command
 
+def time_words(row: dict) -> tuple:
+    """(one short clause, its details for a help icon or "") of a `status` row: what is left ("about 9 min left
+    here"), or for a part done here in one go what it took and, beside it, what prepare estimated for it."""
+    state = part_state_of(row["state"])
+    if state is DONE:
+        took, est = row.get("took"), row.get("estimated")
+        if took is None:
+            return "", ""
+        return f"took {took:.0f} min here", (f"{took:.1f} min by the clock; estimated {est:.1f} min when prepare "
+                                             f"queued it ({(took - est) / est:+.0%})" if est else "")
+    if row["minutes_left"] is None:
+        return "", row["how"]
+    return Estimate(row["minutes_left"], row["how"], row.get("here", True)).clause(left=True), row["how"]
+
+
+def summary_clause(rows: list) -> str:
+    """What is left in all, in one clause ("about 20 min left here"); "" when every part is done."""
+    todo = [r for r in rows if part_state_of(r["state"]) is not DONE]
+    if not todo:
+        return ""
+    here = all(r.get("here", True) for r in todo if r["minutes_left"] is not None)
+    return Estimate(minutes_left(rows), "", here).clause(left=True)
+
+
 def describe(rows: list) -> str:
-    """The status as lines for a terminal."""
+    """The status as lines for a terminal: per part its state and time (`time_words`, the details after " · ")."""
     lines = []
     for i, r in enumerate(rows, 1):
         state = part_state_of(r["state"])
@@ -576,12 +752,10 @@ def describe(rows: list) -> str:
             line += f": {r['note']}"
         if r["step"] is not None and state is not DONE:
             line += f", step {r['step']} / {r['total'] or '?'}"
-        if state is not DONE:
-            line += f"; {r['minutes_left']:.0f} min left ({r['how']})" if r["minutes_left"] is not None else f"; {r['how']}"
+        clause, details = time_words(r)
+        line += "".join(f"{sep}{t}" for sep, t in (("; ", clause), (" · " if clause else "; ", details)) if t)
         lines.append(line)
-    left = minutes_left(rows)
-    lines.append("everything is ready for the class" if all(part_state_of(r["state"]) is DONE for r in rows)
-                 else f"about {left:.0f} min left on this machine")
+    lines.append(summary_clause(rows) or "everything is ready for the class")
     return "\n".join(lines)
 
 

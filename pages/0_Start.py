@@ -30,8 +30,8 @@ def prepare_panel(rows: list) -> None:
     @st.fragment(run_every=3 if start.preparing(rows) else None)
     def panel():
         now = start.prepare_rows(root)
-        lines, summary = start.prepare_lines(now)
-        st.markdown("  \n".join(lines))
+        lines, summary, details = start.prepare_lines(now)
+        st.markdown("  \n".join(lines), help=details or None)
         st.caption(summary)
         b1, b2, _ = st.columns([2, 2, 3])
         if not start.ready(now) and b1.button("Prepare this machine for a class", key="class_prepare",
@@ -74,7 +74,7 @@ for s in steps:
     with st.container(border=True):
         c1, c2, c3 = st.columns([0.5, 6, 2])
         c1.markdown(f"### {'✅' if s.done else s.number}")
-        c2.markdown(f"**{s.number}. {s.title}** · {s.time}")
+        c2.markdown(f"**{s.number}. {s.title}** · {s.time}", help=s.time_help or None)
         c2.caption(s.what)
         if s.status:
             c2.markdown(f"_{s.status}_")

@@ -14,8 +14,9 @@ on this machine, where each button goes with which fields filled in, and whether
 4. Run the paper's Table 5 at classroom scale: the Ablations page's New study tab, with the pre-training-tasks
    study at classroom scale selected (done once such a study has every job finished).
 `prepare_rows` is the "Prepare this machine for a class" panel's state (engine.classroom.status).
-Times and findings are read from engine/measured.py (the one table of measured facts): measured on 2-core CPUs,
-with bf16 where the CPU has native bf16 units and in fp32 where it has not.
+Every time is engine.classroom's one estimator (`estimate`, `part_estimate`: a figure of engine/measured.py scaled
+by this machine's reading of the same kind of work), in one clause with its details behind a help icon, so that step
+2 and the Prepare panel give the same figure for the same run; findings are read from engine/measured.py.
 """
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,10 +27,6 @@ from engine.commands import PRETRAIN, kind_of
 from engine.status import CANCELLED, DEAD, FAILED, FINISHED, RUNNING, status_of
 
 TABLE5 = "pretraining-tasks"
-MINUTES = {  # step -> (bf16, fp32) measurements on an idle 2-core CPU (engine/measured.py); None: not measured
-    "pretrain": (measured.fact("classroom_run.minutes_bf16"), measured.fact("classroom_run.minutes_fp32")),
-    "table5": (measured.study(TABLE5).minutes, None),
-}
 
 
 @dataclass
@@ -37,32 +34,20 @@ class Step:
     number: int
     title: str
     what: str
-    time: str  # "about N minutes on this machine (...)", from engine/measured.py
+    time: str  # one short clause, "about 9 min here" (engine.classroom.estimate), or a plain time
     page: str  # the page file the button opens
     button: str
     prefill: dict = field(default_factory=dict)  # session_state keys the target page reads
     done: bool = False
     status: str = ""  # a line about progress ("running: step 400 / 2,000") or what is missing
     alt: tuple = None  # a second button on the same page: (label, prefill)
+    time_help: str = ""  # how the time was reached (the figure, its machine, what scaled it): a help icon
 
 
 def machine_precision() -> tuple:
-    """(precision the engine picks here, "cpu" | "cuda")."""
-    from engine.device import default_precision, resolve_device
-    dev = resolve_device("auto").type  # what `--device auto` picks
-    return default_precision(dev), dev
-
-
-def _minutes(key: str, precision: str, device: str) -> str:
-    bf16, fp32 = MINUTES[key]
-    m = bf16 if precision == "bf16" else fp32
-    where = "bf16 on this CPU" if precision == "bf16" else "fp32: this CPU has no native bf16"
-    if m is None:
-        return (f"about {bf16.value:.0f} minutes on a 2-core CPU with bf16 ({bf16.where}); not measured in fp32, which "
-                "this CPU uses: expect several times longer (the Ablations page's speed check estimates it here)")
-    if device == "cuda":
-        return f"under {m.value:.0f} minutes (measured {m.text()} on a 2-core CPU; this GPU is faster)"
-    return f"about {m.value:.0f} minutes on this machine ({where}; measured on {m.where})"
+    """(precision the engine picks here, "cpu" | "cuda") (engine.classroom.machine)."""
+    from engine.classroom import machine
+    return machine()
 
 
 def probe_ready_command(root) -> str:
@@ -142,14 +127,16 @@ def _table5_what() -> str:
 STOPPED = {CANCELLED: "was cancelled", FAILED: "failed", DEAD: "stopped (its process is gone)"}  # the resumable ones
 
 
-def _step2(root, own: list, precision: str, device: str) -> Step:
+def _step2(root, own: list, found: dict, on: tuple) -> Step:
+    from engine.classroom import part_estimate
     from engine.pretraining.config import CLASSROOM_RECIPE as R
+    est = part_estimate(root, "reference", found, on)  # the classroom run: the Prepare panel's reference part
     s2 = Step(2, "Pre-train a tiny BERT",
               f"2 layers, hidden 128, masked LM + next sentence prediction on BBC News, {R['steps']:,} steps of "
               f"{R['seq_len']} tokens then {R['phase2_seq_len']} (the classroom run). Press Launch; the run goes on even "
               "if you close the tab.",
-              _minutes("pretrain", precision, device), "pages/2_Pretrain.py", "Set up the classroom run",
-              {"pretrain_name": _free_name(root, "first-bert")})
+              est.clause(), "pages/2_Pretrain.py", "Set up the classroom run",
+              {"pretrain_name": _free_name(root, "first-bert")}, time_help=est.how)
     finished = [r for r in own if status_of(r["effective_status"]) is FINISHED]
     running = [r for r in own if status_of(r["effective_status"]) is RUNNING]
     if finished:
@@ -200,19 +187,22 @@ def _step3(root, own: list, reference, probed: bool) -> Step:
 
 def guided_steps(root, visited: dict, precision: str = "fp32", device: str = "cpu") -> list:
     """The four steps with their state; `visited`: session flags {"model": bool, "probed": bool}."""
+    from engine.classroom import estimate, readings
     root = Path(root)
     own, _, reference = pretrain_runs(root)
+    found = readings(root)  # this machine's readings, as the Prepare panel's (engine.classroom.status)
     steps = [Step(1, "Look inside a real model",
                   "MiniLM's real pre-trained weights: its configuration, a sentence as WordPieces and segment ids, "
                   "the shape of every output.", "under a minute", "pages/1_Model.py", "Open the Model page",
                   {"model_page_model": "minilm"}, done=bool(visited.get("model"))),
-             _step2(root, own, precision, device), _step3(root, own, reference, bool(visited.get("probed")))]
+             _step2(root, own, found, (precision, device)), _step3(root, own, reference, bool(visited.get("probed")))]
     studies = table5_studies(root)
+    est = estimate(measured.study(TABLE5).minutes, "classroom", found, precision=precision, device=device)
     s4 = Step(4, "Run the paper's Table 5 at classroom scale",
-              _table5_what(),
-              _minutes("table5", precision, device),
+              _table5_what(), est.clause(),
               "pages/7_Ablations.py", "Set up the Table 5 study",
-              {"abl_study": TABLE5, "abl_scale": "classroom", "abl_tab": "New study"})  # (the Ablations page's tabs)
+              {"abl_study": TABLE5, "abl_scale": "classroom", "abl_tab": "New study"},  # (the Ablations page's tabs)
+              time_help=est.how)
     if studies:
         d, n_done, n = studies[0]
         s4.done = n > 0 and n_done == n
@@ -222,10 +212,11 @@ def guided_steps(root, visited: dict, precision: str = "fp32", device: str = "cp
 
 
 def prepare_lines(rows: list) -> tuple:
-    """(one line per part, the summary line) for the Prepare panel, from engine.classroom.status rows (each state's
-    icon and words: engine.classroom.PART_STATES)."""
-    from engine.classroom import DONE, minutes_left, part_state_of
-    lines = []
+    """(one line per part, the summary line, the details of the times for a help icon) for the Prepare panel, from
+    engine.classroom.status rows (each state's icon and words: engine.classroom.PART_STATES; each time in one clause,
+    engine.classroom.time_words)."""
+    from engine.classroom import DONE, part_state_of, summary_clause, time_words
+    lines, details = [], []
     for r in rows:
         state = part_state_of(r["state"])
         line = f"{state.icon} {r['title'][0].upper()}{r['title'][1:]}: {state.panel}"
@@ -233,12 +224,16 @@ def prepare_lines(rows: list) -> tuple:
             line += f": {r['note']}"
         if state is not DONE and r["step"] is not None:
             line += f", step {r['step']} / {r['total'] or '?'}"
-        if state is not DONE and r["minutes_left"] is not None:
-            line += f"; about {r['minutes_left']:.0f} min left ({r['how']})"
+        clause, how = time_words(r)
+        if clause:
+            line += f"; {clause}"
+        if how:
+            details.append(f"{r['title'][0].upper()}{r['title'][1:]}: {how}.")
         lines.append(line)
     if ready(rows):
-        return lines, "This machine is ready for the class."
-    return lines, f"About {minutes_left(rows):.0f} minutes left on this machine for what is not done yet."
+        return lines, "This machine is ready for the class.", "\n\n".join(details)
+    left = summary_clause(rows)
+    return lines, f"{left[0].upper()}{left[1:]} for what is not done yet." if left else "", "\n\n".join(details)
 
 
 def ready(rows: list) -> bool:

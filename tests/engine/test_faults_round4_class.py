@@ -223,7 +223,7 @@ def test_a_speed_check_taken_while_a_job_ran_is_marked_under_load_and_not_saved(
     assert "another run" in saved["loaded"]["minilm"]["why"]
     assert [j["run_dir"] for j in q.jobs if j["id"] != "other"] == [str(state / "cache"), str(root / PROBE_READY_RUN)]
     assert rows[1]["state"] == classroom.DONE.name  # decided after the check
-    assert "under load" in rows[2]["how"] and "no speed check of this machine scales it" in rows[2]["how"]
+    assert "under load" in rows[2]["how"] and "no reading of this machine yet" in rows[2]["how"]
 
     q.jobs[0]["status"] = "finished"  # the other job ended; now a load average far above the cores: under load again
     for j in q.jobs[1:]:

@@ -33,10 +33,9 @@ def test_empty_runs_folder_shows_four_open_steps_times_and_the_paper_tables(tmp_
     assert [s.split("**")[1] for s in steps] == ["1. Look inside a real model", "2. Pre-train a tiny BERT",
                                                 "3. Probe it and the probe-ready model",
                                                 "4. Run the paper's Table 5 at classroom scale"]
-    precision, device = start.machine_precision()
-    m = measured.fact("classroom_run.minutes_bf16" if precision == "bf16" else "classroom_run.minutes_fp32")
-    assert f"{m.value:.0f} minutes" in steps[1]
-    assert (m.where if device == "cpu" else "this GPU is faster") in steps[1]
+    from engine import classroom
+    assert steps[1].endswith(" · " + classroom.part_estimate(tmp_path / "runs", "reference").clause())
+    assert "(" not in steps[1].split(" · ", 1)[1]  # one clause, its details behind the help icon
     assert not any("✅" in m.value for m in at.markdown)  # nothing done yet
     from engine.pretraining.config import CONTINUED_PRETRAINING
     cmd = (f"python -m engine pretrain --corpus {CONTINUED_PRETRAINING['corpus']} --init minilm --out "
@@ -169,8 +168,7 @@ def test_the_prepare_panel_shows_each_part_and_its_button_queues_them(tmp_path, 
     assert not at.exception and not at.error
     lines = next(m.value for m in at.markdown if "reference" in m.value).split("  \n")
     assert [ln.split(" ", 1)[0] for ln in lines] == ["▫️", "✅", "▫️"]  # cache to do, reference done, probe-ready to do
-    ready = measured.fact("probe_ready.minutes")
-    assert f"about {ready.value:.0f} min left" in lines[2]
+    assert lines[2].endswith("; " + classroom.part_estimate(root, "probe_ready").clause(left=True))
     at.button(key="class_prepare").click().run()
     assert not at.exception and calls == [str(root)]
 
@@ -198,17 +196,36 @@ def test_the_table5_button_lands_on_the_filled_new_study_form(tmp_path):
 
 
 @pytest.mark.parametrize("precision, device", [("bf16", "cpu"), ("fp32", "cpu"), ("bf16", "cuda")])
-def test_the_classroom_runs_time_is_the_measured_fact_for_each_kind_of_machine(precision, device):
-    """Whatever machine runs the suite, each kind of machine's wording: the measured minutes of its precision, where
-    they were measured on a CPU, and 'under' that on a GPU."""
+def test_the_classroom_runs_time_is_the_estimators_for_each_kind_of_machine(tmp_path, precision, device):
+    """Whatever machine runs the suite, each kind of machine's wording with no reading of it yet: the measured
+    minutes of its precision, not said to be this machine's; 'under' that on a GPU."""
     fact = measured.fact(f"classroom_run.minutes_{precision}")
-    text = start._minutes("pretrain", precision, device)
-    assert f"{fact.value:.0f} minutes" in text
+    s2 = start.guided_steps(tmp_path / "runs", {}, precision, device)[1]
     if device == "cpu":
-        assert text.startswith("about") and fact.where in text
-        assert ("bf16 on this CPU" in text) == (precision == "bf16")
+        assert s2.time == f"about {fact.value:.0f} min" and fact.where in s2.time_help
     else:
-        assert text.startswith("under") and "this GPU is faster" in text
+        assert s2.time == f"under {measured.fact('classroom_run.minutes_bf16').value:.0f} min here"
+
+
+def test_step_2_and_the_prepare_panel_give_one_figure_for_the_same_run(tmp_path, monkeypatch, page_app):
+    """With a speed check recorded (the classroom step read 1.5x its reading where the figure was measured), step 2's
+    caption and the Prepare panel's reference part both say the estimator's one figure, each in one clause."""
+    import dataclasses
+    from engine import classroom
+    root = tmp_path / "runs"
+    fig = measured.fact("classroom_run.minutes_bf16")
+    ref_ms = measured.MACHINES[fig.machine].check_ms
+    state = root / classroom.STATE_DIR
+    state.mkdir(parents=True)
+    check = {"precision": "bf16", "threads": 2, "step_ms": 1.5 * ref_ms, "gpu": False}
+    (state / "prepare.json").write_text(json.dumps({"checks": {"classroom": check}}))
+    at = page_app(PAGE, root)
+    assert not at.exception and not at.error
+    want = f"about {1.5 * fig.value:.0f} min"
+    step2 = next(m for m in at.markdown if m.value.startswith("**2. "))
+    assert step2.value.endswith(f" · {want} here") and fig.where in step2.help
+    panel = next(m.value for m in at.markdown if "reference" in m.value).split("  \n")
+    assert panel[1].endswith(f"; {want} left here")
 
 
 def test_the_measured_tables_row_labels_read_as_text_not_markdown_lists(tmp_path, page_app):
