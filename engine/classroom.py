@@ -402,8 +402,8 @@ class Estimate:
     under: bool = False
 
     def clause(self, minutes: float = None, left: bool = False) -> str:
-        """One short clause: "about 4 min here", "about 2 h 05 min left here", "about 9 min" (as measured on
-        another machine), "under 9 min here" (a GPU); "" when not estimated. `minutes`: another share of it."""
+        """One short clause: "about N min here", "about H h MM min left here", "about N min" (as measured on
+        another machine), "under N min here" (a GPU); "" when not estimated. `minutes`: another share of it."""
         m = self.minutes if minutes is None else minutes
         if m is None:
             return ""
@@ -719,7 +719,7 @@ def build_cache(root, flags: list) -> list:
 # the command
 
 def time_words(row: dict) -> tuple:
-    """(one short clause, its details for a help icon or "") of a `status` row: what is left ("about 9 min left
+    """(one short clause, its details for a help icon or "") of a `status` row: what is left ("about N min left
     here"), or for a part done here in one go what it took and, beside it, what prepare estimated for it."""
     state = part_state_of(row["state"])
     if state is DONE:
@@ -734,7 +734,7 @@ def time_words(row: dict) -> tuple:
 
 
 def summary_clause(rows: list) -> str:
-    """What is left in all, in one clause ("about 20 min left here"); "" when every part is done."""
+    """What is left in all, in one clause ("about N min left here"); "" when every part is done."""
     todo = [r for r in rows if part_state_of(r["state"]) is not DONE]
     if not todo:
         return ""

@@ -34,7 +34,7 @@ class Step:
     number: int
     title: str
     what: str
-    time: str  # one short clause, "about 9 min here" (engine.classroom.estimate), or a plain time
+    time: str  # one short clause, "about N min here" (engine.classroom.estimate), or a plain time
     page: str  # the page file the button opens
     button: str
     prefill: dict = field(default_factory=dict)  # session_state keys the target page reads
