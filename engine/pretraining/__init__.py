@@ -6,6 +6,7 @@
 - run.py: the entry point and its command line: checks, the run lock, tokenizer and data, then the loop.
 - init.py: `--init`, continued pre-training from a run, a checkpoint, a Hugging Face folder or MiniLM.
 - instances.py: segment pairs with IsNext/NotNext, single stretches, short sequences, the held-out documents.
+- input_formats.py: RoBERTa's input formats (SEGMENT-PAIR, SENTENCE-PAIR, FULL-SENTENCES, DOC-SENTENCES), one table.
 - cache.py: the memory-mapped store of unmasked instances, its key and checks; batches from it.
 - prepare.py: `python -m engine prepare`, a corpus of any size streamed into shards by worker processes.
 - masking.py: the 80/10/10 masked-LM corruption, whole-word masking, the fixed held-out masking.
