@@ -70,7 +70,7 @@ def rollout(att: np.ndarray, residual: float = 0.5) -> np.ndarray:
 def attention_rollout(bundle, text_a: str, text_b: str = None) -> np.ndarray:
     """The rollout (T, T) of `bundle` on one sentence or a pair; rows sum to 1. The WordPieces are
     `engine.attention(bundle, text_a, text_b)[0]`."""
-    from engine.probes import attention
+    from engine.probes.attention_maps import attention
     _, att = attention(bundle, text_a, text_b)
     return rollout(att)
 
@@ -133,7 +133,7 @@ def head_statistics_from_attention(items) -> "object":
 def head_statistics(bundle, texts) -> "object":
     """Clark et al.'s per-head statistics of `bundle` over `texts` (strings, or (a, b) pairs): a pandas
     DataFrame, one row per (layer, head), columns layer, head, cls, sep, self, prev, next, punct, entropy."""
-    from engine.probes import attention
+    from engine.probes.attention_maps import attention
     texts = [t for t in (texts or []) if (t if isinstance(t, str) else t[0]).strip()]
     if not texts:
         raise EngineError("no texts to compute head statistics on; give at least one non-empty sentence")
@@ -202,7 +202,7 @@ def value_weighted_from(att: np.ndarray, norms: np.ndarray) -> np.ndarray:
 def value_weighted_attention(bundle, text_a: str, text_b: str = None):
     """(tokens, vw, att): the WordPieces, the value-weighted norms (L, A, T, T) (not normalised; divide each row
     by its sum to compare with the weights) and the plain attention weights (L, A, T, T)."""
-    from engine.probes import attention_and_output
+    from engine.probes.attention_maps import attention_and_output
     require_bert(bundle, "value-weighted attention (it reads BERT's own value and output weights)")
     tokens, att, out = attention_and_output(bundle, text_a, text_b, output_hidden_states=True)
     with torch.no_grad():
@@ -233,7 +233,7 @@ def queries_keys(model, hidden_states):
 def queries_and_keys(bundle, text_a: str, text_b: str = None):
     """(tokens, q, k, att): the WordPieces, per-layer per-head queries and keys (L, A, T, D) each, and the
     attention weights (L, A, T, T) of the same forward pass (att = softmax(q k^T / sqrt(D)) for an encoder)."""
-    from engine.probes import attention_and_output
+    from engine.probes.attention_maps import attention_and_output
     require_bert(bundle, "the neuron view (it reads BERT's own query and key weights)")
     tokens, att, out = attention_and_output(bundle, text_a, text_b, output_hidden_states=True)
     with torch.no_grad():
@@ -284,7 +284,7 @@ def _mlm_loss(model, ids, tt, am, pos, labels, causal: bool) -> float:
 def head_importance(bundle, texts, seed: int = 0) -> np.ndarray:
     """(L, A) numpy: held-out MLM loss with head (l, h) masked minus the loss with every head (Michel et al.).
     The result also carries `.base_loss` (the loss with every head) and `.n_positions` (masked pieces scored)."""
-    from engine.probes import require_head
+    from engine.probes.model_info import require_head
     require_bert(bundle, "head importance (it masks heads in BERT's own output projection)")
     require_head(bundle, "mlm")
     model = bundle.model

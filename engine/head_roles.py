@@ -87,7 +87,7 @@ def table_from_attention(items, step=None):
 
 def head_table(bundle, texts=None, step=None):
     """The role table of one model over `texts` (default the probe set): one row per (layer, head), 1-based."""
-    from engine.probes import attention
+    from engine.probes.attention_maps import attention
     texts = list(texts) if texts else probe_texts()
     items = []
     for t in texts:

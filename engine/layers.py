@@ -314,7 +314,7 @@ def model_list(model: str, checkpoints=None) -> list:
     comma-separated steps)."""
     if not checkpoints:
         return [(None, str(model))]
-    from engine.probes import checkpoint_steps
+    from engine.probes.over_steps import checkpoint_steps
     if not Path(str(model)).is_dir():
         raise EngineError(f"--checkpoints needs --model to be a run folder with checkpoints; '{model}' is not a folder")
     found = checkpoint_steps(model)

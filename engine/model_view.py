@@ -1,8 +1,9 @@
 """What the Model page shows of a loaded model: its WordPieces, ids and segments for an input (`tokenize_table`),
 the shape of every output of one forward pass (`output_shapes`) and its configuration and parameter counts
 (`model_summary`: with, for an encoder other than BERT, the line that says what it is). The encoding and the
-forward pass are the probes' own (engine.probes)."""
-from engine.probes import encode_input, forward_encoded, model_name
+forward pass are the probes' own (engine.probes.inputs)."""
+from engine.probes.inputs import encode_input, forward_encoded
+from engine.probes.model_info import model_name
 
 
 def tokenize_table(bundle, a: str, b: str = None) -> dict:
