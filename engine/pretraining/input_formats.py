@@ -28,7 +28,11 @@ Where ours departs, on purpose:
   full rows. Ours batches those two formats by tokens (`batch_by_tokens`): a step takes instances, in the epoch's
   order, while their tokens fit in batch_size x seq_len (the tokens of batch_size full rows; at least one instance),
   so the number of sequences per step varies and the tokens per step stay about constant
-  (engine.pretraining.cache.PretrainingData.batches). The held-out evaluation keeps its fixed instances.
+  (engine.pretraining.cache.PretrainingData.batches). The held-out evaluation keeps its fixed instances. The budget
+  is full rows, not FULL-SENTENCES' own tokens per batch (RoBERTa's reference): at 512 tokens whole sentences fill
+  a row almost completely, but at the classroom's short rows a sentence is a large share of one, so FULL-SENTENCES
+  rows (a fixed batch_size of them) hold fewer tokens than a DOC-SENTENCES step; a comparison at equal tokens reads
+  the runs' `tokens` (real tokens seen, in metrics.jsonl), not their steps.
 - `short_seq_prob` keeps its meaning for the packed formats (a row's target length is drawn short with that chance;
   RoBERTa trains on full-length inputs only: give --short-seq-prob 0 for its recipe); SENTENCE-PAIR ignores it (two
   sentences are short already). A sentence longer than a row is cut into row-length pieces (the only place a packed
