@@ -1,4 +1,5 @@
-"""What a model step costs: `model_flops` counts the matrix-multiply FLOPs of a forward (or training step) and
+"""What a model step costs: `model_flops` counts the matrix-multiply FLOPs of a forward (or training step) (`electra_flops`:
+ELECTRA's generator and discriminator together) and
 `pretrain_step_times` times real pre-training steps on the CPU. The benchmark (engine.bench) reports both sides'
 throughput against these FLOPs; the studies' planner and speed check (engine.ablations.planner, .timing) use them
 without loading the benchmark."""
@@ -23,6 +24,21 @@ def model_flops(cfg: BertConfig, lengths, n_mlm: int = 0, n_cls: int = 0, train:
         if pooler:
             f += 2 * H * H + 2 * H * n_cls
     f += n_mlm * (2 * H * H + 2 * H * V)
+    return 3 * f if train else f
+
+
+def electra_flops(cfg: BertConfig, generator: BertConfig, lengths, n_mlm: int, train: bool = True) -> float:
+    """Matrix-multiply FLOPs of an ELECTRA step (engine/electra.py): the discriminator of `cfg` at every token
+    (`model_flops` with no MLM head and no pooler) and its replaced-token head (2H^2 + 2H a token), plus the
+    `generator`: the projection from the shared embeddings (2HG a token where G != H), its layers (`model_flops` of
+    its config) and its MLM head at the `n_mlm` masked positions (2GH + 2HV). Both networks count, so an
+    equal-compute comparison with MLM is honest; the sampling has no matrix multiply. Training counts 3x the forward
+    (the generator's backward too: its MLM loss trains it)."""
+    H, G, V = cfg.hidden_size, generator.hidden_size, cfg.vocab_size
+    n = sum(lengths)
+    f = model_flops(cfg, lengths, train=False, pooler=False) + n * (2 * H * H + 2 * H)
+    f += model_flops(generator, lengths, train=False, pooler=False) + (n * 2 * H * G if G != H else 0)
+    f += n_mlm * (2 * G * H + 2 * H * V)
     return 3 * f if train else f
 
 

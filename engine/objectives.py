@@ -8,15 +8,20 @@
 |         | swapped for half of them (ALBERT 4.6)           | + in order/swapped               |           |           |
 | mlm     | one stretch of a document per instance          | masked tokens                    | both ways | MLM       |
 | ltr     | one stretch of a document per instance          | the next token at every position | causal    | MLM (LM)  |
+| electra | one stretch of a document per instance          | masked tokens (all [MASK]) for   | both ways | RTD (the  |
+|         |                                                 | the generator; replaced or not   |           | generator |
+|         |                                                 | at every real token              |           | MLM apart)|
 
 The loss is the mean cross-entropy of the token predictions, plus the pair task's cross-entropy when the objective
-has one (NSP or SOP: the same 2-way head on C, `cls.seq_relationship` in a checkpoint). Every caller asks the objective (`objective(name)`) instead of comparing names: the loop (labels, loss,
+has one (NSP or SOP: the same 2-way head on C, `cls.seq_relationship` in a checkpoint), plus, for ELECTRA, 50 x the
+discriminator's mean binary cross-entropy over every real token (`rtd_weight`; engine/electra.py). Every caller asks the objective (`objective(name)`) instead of comparing names: the loop (labels, loss,
 metrics), the data (pairs or single stretches), the model config (causal attention, NSP head), the pages
 (labels, curves). A new objective made of these parts is one more `Objective(...)` in OBJECTIVES.
 
 Metrics: a training window (and a held-out pass) sums the named quantities in SUMS; `record` turns them into the
 metrics.jsonl keys: loss, <token>_loss, <token>_acc (token = mlm, or lm for a left-to-right objective), and
-<pair>_loss, <pair>_acc with a pair task (pair = nsp or sop); held-out records prefix them with eval_ and add eval_<token>_ppl, eval_loss,
+<pair>_loss, <pair>_acc with a pair task (pair = nsp or sop), disc_loss, disc_acc and disc_replaced (the share of the
+real tokens the generator's samples changed) with replaced-token detection; held-out records prefix them with eval_ and add eval_<token>_ppl, eval_loss,
 eval_instances.
 """
 import math
@@ -30,12 +35,16 @@ SUMS = ("loss",  # the micro-batch losses (each a mean)
         "token_loss", "token_correct", "token_n",  # summed cross-entropy, correct predictions, predicted positions
         "nsp_loss", "nsp_correct", "nsp_n",  # the same for the pair task, NSP or SOP (0 without one)
         "tokens",  # real (non-padding) tokens seen
-        "batches")  # micro-batches
+        "batches",  # micro-batches
+        "disc_loss", "disc_correct", "disc_n", "disc_replaced")  # ELECTRA's discriminator: summed binary
+# cross-entropy, correct replaced/original calls, real tokens judged, tokens the samples changed (0 without it); last,
+# so a checkpoint saved before they existed resumes with its window's first entries (engine/pretraining/loop.py)
 
 # the pre-training heads, named once: Objective.heads, a checkpoint's missing heads (engine.checkpoint), the heads a
 # model can use (engine.probes.heads); "mlm" names the masked-LM head, which an LTR model uses to predict the next token
 MLM_HEAD = "mlm"
 NSP_HEAD = "nsp"  # the 2-way pair head on C: NSP's, or SOP's under mlm+sop
+RTD_HEAD = "rtd"  # ELECTRA's discriminator head: replaced or original at every token (engine/electra.py)
 
 
 @dataclass(frozen=True)
@@ -47,6 +56,14 @@ class Objective:
     words: str = ""  # what it is in a sentence ("... continued pre-training with <words> on ..."); default: label
     pair: str = "nsp"  # with `nsp`: the pair task, "nsp" (B next or from another document) or "sop" (A, B swapped)
     pair_label: str = "P(IsNext)"  # what the pair head's first probability means, for probes and pages
+    rtd_weight: float = 0.0  # > 0: replaced-token detection (ELECTRA): a generator MLM and a discriminator on every
+    # token, whose loss counts this many times (the paper's lambda, 50); the discriminator is the run's model
+    mask_ratios: tuple = ()  # MASK,RANDOM,SAME shares the objective fixes (ELECTRA: all [MASK]); () = --mask-ratios
+
+    @property
+    def rtd(self) -> bool:
+        """Replaced-token detection: the run trains a generator and a discriminator (engine/electra.py)."""
+        return self.rtd_weight > 0
 
     @property
     def token(self) -> str:
@@ -60,6 +77,8 @@ class Objective:
     @property
     def heads(self) -> tuple:
         """The pre-training heads its model carries (the LM head is the MLM head predicting the next token)."""
+        if self.rtd:  # the generator's MLM head is the generator's, not the discriminator's
+            return (RTD_HEAD,)
         return (MLM_HEAD, NSP_HEAD) if self.nsp else (MLM_HEAD,)
 
     @property
@@ -74,14 +93,15 @@ class Objective:
     @property
     def metrics(self) -> tuple:
         """The metric keys of its training records (besides step, tokens, lr, ...)."""
-        return ("loss", f"{self.token}_loss", f"{self.token}_acc") + ((f"{self.pair}_loss", f"{self.pair}_acc") if self.nsp else ())
+        return (("loss", f"{self.token}_loss", f"{self.token}_acc") + ((f"{self.pair}_loss", f"{self.pair}_acc") if self.nsp else ())
+                + (("disc_loss", "disc_acc", "disc_replaced") if self.rtd else ()))
 
     @property
     def held_out_metrics(self) -> tuple:
         """The held-out metrics a study table shows (without their eval_ prefix); an MLM's accuracy where the input
         is [MASK] and the most frequent token's share there (engine.pretraining.evaluation.mask_position_accuracy)."""
         return ((f"{self.token}_acc", f"{self.token}_ppl") + (() if self.causal else ("mlm_mask_acc", "mlm_mask_baseline"))
-                + ((f"{self.pair}_acc",) if self.nsp else ()))
+                + ((f"{self.pair}_acc",) if self.nsp else ()) + (("disc_acc",) if self.rtd else ()))
 
     def record(self, sums: dict) -> dict:
         """Means of a window's `sums` (SUMS names) under the metrics.jsonl keys."""
@@ -91,13 +111,17 @@ class Objective:
         if self.nsp:
             rec[f"{self.pair}_loss"] = sums["nsp_loss"] / max(sums["nsp_n"], 1)
             rec[f"{self.pair}_acc"] = sums["nsp_correct"] / max(sums["nsp_n"], 1)
+        if self.rtd:
+            n = max(sums["disc_n"], 1)
+            rec.update(disc_loss=sums["disc_loss"] / n, disc_acc=sums["disc_correct"] / n, disc_replaced=sums["disc_replaced"] / n)
         return rec
 
     def eval_record(self, sums: dict, instances: int) -> dict:
         """A held-out record: `record` with eval_ keys, plus perplexity, total loss and the instance count."""
         rec = {f"eval_{k}": v for k, v in self.record(sums).items()}
         rec[f"eval_{self.token}_ppl"] = math.exp(min(rec[f"eval_{self.token}_loss"], 50.0))
-        rec["eval_loss"] = rec[f"eval_{self.token}_loss"] + rec.get(f"eval_{self.pair}_loss", 0.0)
+        rec["eval_loss"] = (rec[f"eval_{self.token}_loss"] + rec.get(f"eval_{self.pair}_loss", 0.0)
+                            + self.rtd_weight * rec.get("eval_disc_loss", 0.0))
         rec["eval_instances"] = instances
         return rec
 
@@ -112,12 +136,19 @@ LTR = Objective("ltr", "Left-to-right LM (LTR & No NSP)", nsp=False, causal=True
 # chunking and masking, so it differs from `mlm+nsp` in the pair task alone (what a study of NSP against SOP needs).
 MLM_SOP = Objective("mlm+sop", "MLM + SOP (ALBERT)", nsp=True, causal=False, pair="sop", pair_label="P(in order)",
                     words="masked LM + sentence-order prediction")
-OBJECTIVES = {o.name: o for o in (MLM_NSP, MLM, LTR, MLM_SOP)}
+# ELECTRA (Clark et al. 2020, sections 2 and 3.1-3.2): replaced-token detection. A small MLM generator (its width
+# --generator-size of the discriminator's) fills the masked positions (all [MASK] in its input) with samples from its
+# softmax; the discriminator judges every real token, replaced or original, and its binary loss counts 50 times
+# (lambda). A sample that equals the original token is "original". The generator shares the discriminator's
+# embeddings. The discriminator is the run's model (engine/electra.py, where ours departs from the paper).
+ELECTRA = Objective("electra", "ELECTRA (replaced-token detection)", nsp=False, causal=False, rtd_weight=50.0,
+                    mask_ratios=(1.0, 0.0, 0.0), words="ELECTRA's replaced-token detection")
+OBJECTIVES = {o.name: o for o in (MLM_NSP, MLM, LTR, MLM_SOP, ELECTRA)}
 
 
 # what a pre-training record's own metric keys begin with: each objective's token prediction and pair task
-# (mlm, nsp, lm, sop); a held-out record's begin with eval_
-METRIC_PREFIXES = tuple(dict.fromkeys(p for o in OBJECTIVES.values() for p in (o.token, o.pairs) if p))
+# (mlm, nsp, lm, sop) and ELECTRA's discriminator (disc); a held-out record's begin with eval_
+METRIC_PREFIXES = tuple(dict.fromkeys(p for o in OBJECTIVES.values() for p in (o.token, o.pairs, "disc" if o.rtd else "") if p))
 
 
 def every(metrics: str) -> tuple:

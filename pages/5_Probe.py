@@ -9,7 +9,7 @@ from pathlib import Path
 import pandas as pd
 import streamlit as st
 
-from engine import measured, probe_baselines, probe_set, probes
+from engine import measured, probe_baselines, probe_set, probes, replaced_tokens
 from engine.objectives import MLM_HEAD, NSP_HEAD
 from studio import mask_watch, probe_ready
 from studio.common import (chart_config, choice_label, fill_blanks_model, guard, list_model_choices, load_bundle,
@@ -134,6 +134,17 @@ if not missing(NSP_HEAD, "next sentence prediction"):
                    "NSP gives about 0.50 to every pair (the classroom run ends at held-out "
                    f"{measured.fact('classroom_run.nsp_accuracy').text()}, the probe-ready model at "
                    f"{measured.fact('probe_ready.nsp_accuracy').text()}).")
+
+# ---------------------------------------------------------------------------------------------- replaced tokens
+if replaced_tokens.has_detector(getattr(bundle, "path", "") or "."):  # an ELECTRA run's discriminator
+    st.header("Which tokens were replaced?")
+    rtd_text = st.text_input("Sentence (swap a word for one that does not belong)", key="probe_rtd_text",
+                             value="the prime minister said the government would cut bananas .")
+    with guard("Scoring every token"):
+        rtd_rows = replaced_tokens.replaced_tokens(replaced_tokens.load_detector(bundle), rtd_text)
+        st.dataframe(pd.DataFrame(rtd_rows).rename(columns={"p_replaced": "P(replaced)"}), hide_index=True)
+        st.caption(f"{name} is ELECTRA's discriminator: in training it judged every token, original or replaced by "
+                   "its generator's sample; above 0.5 it says replaced.")
 
 # ---------------------------------------------------------------------------------------------- over training steps
 st.header("Over training steps")

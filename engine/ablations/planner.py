@@ -18,12 +18,18 @@ BUDGETS = ("steps", "flops", "time")
 def step_flops(cfg) -> float:
     """Training FLOPs of one pre-training step of a PretrainConfig (engine.flops.model_flops, 3x the forward): every
     sequence at full --seq-len (a second phase's steps: `run_flops`); the LM head at every position for a left-to-right objective, at --mask-rate of them
-    (15%) for MLM; the pooler and the 2-way NSP classifier only with NSP."""
+    (15%) for MLM; the pooler and the 2-way NSP classifier only with NSP; ELECTRA's generator and discriminator both
+    (engine.flops.electra_flops)."""
     from engine.flops import model_flops  # (torch: engine.ablations itself loads without it)
     from engine.pretraining.config import model_config
     obj = objective(cfg.objective)
     B, T = cfg.batch_size, cfg.seq_len
     n_pred = B * T if obj.causal else int(round(cfg.mask_rate * B * T))
+    if obj.rtd:  # ELECTRA: the generator's FLOPs as well as the discriminator's
+        from engine.electra import generator_config
+        from engine.flops import electra_flops
+        m = model_config(cfg, cfg.vocab_size)
+        return electra_flops(m, generator_config(m, cfg.generator_size), [T] * B, n_pred)
     return model_flops(model_config(cfg, cfg.vocab_size), [T] * B, n_mlm=n_pred, n_cls=2 if obj.nsp else 0,
                        train=True, pooler=obj.nsp)
 

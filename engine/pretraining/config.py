@@ -157,6 +157,8 @@ class PretrainConfig:
     max_positions: int = setting(512, "position embeddings: the longest sequence the model accepts", group="model")
     dropout: float = setting(0.0, "hidden and attention dropout (paper: 0.1; none in the classroom recipe: minutes of "
                              "training do not over-fit)", group="model")
+    generator_size: float = setting(0.25, "with --objective electra: the generator's hidden size as a share of the "
+                                    "model's (the discriminator's; the paper: 1/4 to 1/2), engine/electra.py", group="model")
     # --- optimisation
     steps: int = setting(3000, "optimizer steps", group="optimisation")
     batch_size: int = setting(64, "sequences per step, all processes and accumulation steps together", group="optimisation")
@@ -276,6 +278,9 @@ def validate(cfg: PretrainConfig) -> None:
     if cfg.span_mask and objective(cfg.objective).causal:
         raise EngineError(f"--span-mask masks tokens, but --objective {cfg.objective} predicts the next token with no "
                           f"masking; drop --span-mask or use a masked objective (mlm, mlm+nsp, mlm+sop)")
+    if objective(cfg.objective).rtd:
+        from engine.electra import check_settings
+        check_settings(cfg)  # ELECTRA's generator size, and what it does not combine with
     check_precision(cfg.precision)
     check_compile(cfg.compile)
     for name in ("steps", "batch_size", "grad_accum", "log_every", "max_positions", "eval_max_instances"):

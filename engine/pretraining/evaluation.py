@@ -1,7 +1,8 @@
 """Pre-training's held-out evaluation: the fixed held-out batches (masked once with the paper's standard masking, so
 every run is scored on the same positions: `eval_batches`), the model's held-out record (`evaluate`), the accuracy
 where the input is [MASK] beside the most frequent token's share there (`mask_position_accuracy`), and the best
-no-model rule on the pair task (`nsp_baseline`)."""
+no-model rule on the pair task (`nsp_baseline`). An objective that fixes its masking shares (ELECTRA's all [MASK])
+is scored on its own shares at the paper's rate, and its discriminator on samples drawn from a fixed seed."""
 import contextlib
 
 import numpy as np
@@ -26,8 +27,8 @@ def eval_batches(cache, cfg: PretrainConfig, batch_size: int) -> list:
             b["labels"] = ltr_labels(b["input_ids"], b["attention_mask"])
             out.append(add_prediction_slots(b, b["input_ids"].shape[1]))
         return out
-    masked = fixed_eval_masking(cache.eval, cache.vocab_size, cache.mask_id, cache.special_ids,
-                                rate=PAPER_RATE, ratios=PAPER_RATIOS, seed=EVAL_MASK_SEED, limit=n)
+    masked = fixed_eval_masking(cache.eval, cache.vocab_size, cache.mask_id, cache.special_ids, rate=PAPER_RATE,
+                                ratios=objective(cfg.objective).mask_ratios or PAPER_RATIOS, seed=EVAL_MASK_SEED, limit=n)
     out = []
     for b in masked.batches(batch_size):
         b["mask_input"] = b["input_ids"] == cache.mask_id  # (B, T): where the input is [MASK] (no copying there)
@@ -78,10 +79,15 @@ def evaluate(model, batches: list, obj: Objective, device, amp_ctx_fn=contextlib
     model.eval()
     total = torch.zeros(len(SUMS), dtype=torch.float64, device=device)
     n_inst, preds = 0, []
-    for b in batches:
-        _, sums = forward_loss(model, b, obj, device, amp_ctx_fn(), predictions=preds)
-        total += sums
-        n_inst += len(b["input_ids"])
+    # ELECTRA's generator samples: from a fixed seed here, so every evaluation scores the same draws' way (and the
+    # training's random state is left as it was)
+    with torch.random.fork_rng(devices=[device] if torch.device(device).type == "cuda" else [], enabled=obj.rtd):
+        if obj.rtd:
+            torch.manual_seed(EVAL_MASK_SEED)
+        for b in batches:
+            _, sums = forward_loss(model, b, obj, device, amp_ctx_fn(), predictions=preds)
+            total += sums
+            n_inst += len(b["input_ids"])
     model.train(was_training)
     rec = obj.eval_record(sums_of(total), n_inst)
     if obj.nsp:

@@ -26,6 +26,7 @@ from engine import runs
 from engine.checkpoint import load as load_checkpoint
 from engine.commands import PRETRAIN
 from engine.device import amp, resolve_compile, resolve_precision
+from engine.electra import ElectraPreTraining, load_pair
 from engine.distributed import Dist, all_reduce_
 from engine.errors import EngineError, as_engine_error
 from engine.model import BertForPreTraining
@@ -76,14 +77,19 @@ def build_model(cfg: PretrainConfig, tok: Tokenizer, ckpt, device):
     else:
         mcfg = model_config(cfg, tok.vocab_size)
         torch.manual_seed(cfg.seed)
-        model = BertForPreTraining(mcfg)
+        rtd = objective(cfg.objective).rtd  # ELECTRA: the discriminator with its generator (engine/electra.py)
+        model = ElectraPreTraining(mcfg, cfg.generator_size) if rtd else BertForPreTraining(mcfg)
     state = {"step": 0, "phase": 1, "position": None, "tokens": 0, "elapsed": 0.0}
     blob = None
     if ckpt is not None:
         bundle = load_checkpoint(ckpt, tokenizer=tok)
         if bundle.config.to_dict() != mcfg.to_dict():
             raise EngineError(f"checkpoint {ckpt} holds a different model than the run's settings; resume with the run's own settings")
-        model.load_state_dict(bundle.model.state_dict())
+        if objective(cfg.objective).rtd:  # the root holds the discriminator's encoder; its head and the generator beside
+            model.bert.pooler.load_state_dict(bundle.model.bert.pooler.state_dict())
+            load_pair(model, ckpt)
+        else:
+            model.load_state_dict(bundle.model.state_dict())
         blob = load_training_state(ckpt)
         state.update(blob["state"])
     if not mcfg.has_nsp_head:  # without NSP nothing trains the pooler: freeze it (DDP then sees no unused parameter)
@@ -132,7 +138,7 @@ def training_batches(cache, cfg: PretrainConfig, obj: Objective, step: int, posi
         else:
             g = torch.Generator().manual_seed(mix_seed(cfg.seed, step, m, rank, 2))
             batch = mask_batch(batch, cache.vocab_size, cache.mask_id, cache.special_ids, rate=cfg.mask_rate,
-                               ratios=cfg.mask_ratios, generator=g, whole_word=cfg.whole_word_mask,
+                               ratios=obj.mask_ratios or cfg.mask_ratios, generator=g, whole_word=cfg.whole_word_mask,
                                spans=cfg.span_mask, static_seed=cfg.seed if cfg.static_masking else None)
         batch = add_prediction_slots(batch, slots)
         if cfg.packing:
@@ -443,7 +449,8 @@ def train(cfg: PretrainConfig, dist: Dist, device, run_dir: Path, ckpt, tok: Tok
         optimizer.load_state_dict(blob["optimizer"])
         set_rng_state(blob["rng"])
         if dist.main:
-            window += blob["metrics_window"].to(device)
+            saved = blob["metrics_window"].to(device)  # a window saved before SUMS grew is its first entries
+            window[:len(saved)] += saved
     model = wrap_model(raw_model, cfg, dist, device)
     precision = resolve_precision(cfg.precision, device)
     trackers = open_trackers(cfg.report_to if dist.main else None, run_dir, config_dict(cfg), {"kind": PRETRAIN.name})

@@ -1,11 +1,12 @@
 """One micro-batch's loss: the objective's labels (the next tokens for a left-to-right model, `ltr_labels`), the
-token loss at the prediction slots and the pair task's (NSP or SOP) loss (`forward_loss`), and the named sums a
+token loss at the prediction slots, the pair task's (NSP or SOP) loss and ELECTRA's discriminator loss (`forward_loss`), and the named sums a
 metrics window adds up (`sums_vector`, `sums_of`: engine.objectives.SUMS). The training loop and the held-out
 evaluation both call it, and so does the benchmark."""
 import torch
 import torch.nn.functional as F
 
 from engine.device import to_device
+from engine.electra import replaced_token_loss
 from engine.objectives import SUMS, Objective
 from engine.pretraining.masking import IGNORE_INDEX
 
@@ -50,6 +51,11 @@ def forward_loss(model, batch: dict, obj: Objective, device, amp_ctx, prediction
         loss = loss + nsp_loss
         sums.update(nsp_loss=nsp_loss.detach().double() * len(nsp_target),
                     nsp_correct=(nsp_logits.detach().argmax(-1) == nsp_target).sum().double(), nsp_n=len(nsp_target))
+    if obj.rtd:  # ELECTRA: the discriminator's binary loss over every real token, x lambda (engine/electra.py)
+        real = to_device(batch["attention_mask"], device)
+        rtd_loss, rtd_sums = replaced_token_loss(out.rtd_logits, out.rtd_labels, real, batch["real_tokens"])
+        loss = loss + obj.rtd_weight * rtd_loss
+        sums.update(rtd_sums)
     sums.update(loss=loss.detach().double(), tokens=batch["real_tokens"], batches=1.0)
     return loss, sums_vector(sums, device)
 

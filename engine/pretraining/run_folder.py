@@ -5,7 +5,8 @@ and stop signals.
   `--resume`, a resume with other settings); `elastic_restart` makes a restart under `torchrun --max-restarts` a
   resume of the run it restarts.
 - `save_checkpoint` writes `checkpoints/step-N/`: Hugging Face layout (config.json, model.safetensors,
-  vocab.txt) + training_state.json (step, phase, data position, tokens, elapsed) + training_state.pt
+  vocab.txt; an ELECTRA run's discriminator, with its pair in `discriminator/` and `generator/`, engine/electra.py)
+  + training_state.json (step, phase, data position, tokens, elapsed) + training_state.pt
   (optimizer, scheduler, RNG states, the open metrics window), into a temporary folder published with a
   COMPLETE marker. `load_training_state` reads it back with `torch.load(weights_only=True)`.
 - `StopFlag`: SIGTERM / Ctrl-C ask the loop to checkpoint at the end of the step and stop.
@@ -26,8 +27,10 @@ from engine import runs
 from engine.checkpoint import save as save_checkpoint_weights
 from engine.commands import PRETRAIN, kind_of
 from engine.distributed import Dist, all_reduce_
+from engine.electra import save_pair
 from engine.errors import EngineError
 from engine.fileio import atomic_save_with
+from engine.objectives import objective
 from engine.optim import schedule
 from engine.pretraining.config import RUNTIME_FIELDS, PretrainConfig, config_dict
 from engine.tokenizer import Tokenizer
@@ -177,6 +180,8 @@ def save_checkpoint(run_dir: Path, model, tokenizer: Tokenizer, optimizer, state
     tmp = runs.new_checkpoint_dir(run_dir, step)
     try:
         save_checkpoint_weights(model, tmp, tokenizer=tokenizer, extra_files={"training_state.json": state})
+        if objective(cfg.objective).rtd:  # ELECTRA: discriminator/ and generator/ in transformers' layout, beside
+            save_pair(model, tmp, tokenizer)
         blob = {"format": STATE_FORMAT, "step": step, "optimizer": optimizer.state_dict(),
                 "scheduler": {"kind": "linear_warmup_linear_decay", **schedule(cfg), "last_step": step},
                 "rng": rng_state(), "metrics_window": window.detach().cpu().clone(),

@@ -14,7 +14,7 @@ from engine.pretraining.run import pretrain
 
 
 def test_the_papers_three_objectives_and_albert_s():
-    assert engine.OBJECTIVES is OBJECTIVES and list(OBJECTIVES) == ["mlm+nsp", "mlm", "ltr", "mlm+sop"]
+    assert engine.OBJECTIVES is OBJECTIVES and list(OBJECTIVES) == ["mlm+nsp", "mlm", "ltr", "mlm+sop", "electra"]
     assert (MLM_NSP.nsp, MLM_NSP.causal, MLM.nsp, MLM.causal, LTR.nsp, LTR.causal) == (True, False, False, False, False, True)
     assert (MLM_SOP.nsp, MLM_SOP.causal, MLM_SOP.pairs, MLM_NSP.pairs, MLM.pairs) == (True, False, "sop", "nsp", "")
     assert (MLM_NSP.min_documents, MLM_SOP.min_documents, MLM.min_documents) == (2, 1, 1)  # SOP's B is A's own text
@@ -27,12 +27,12 @@ def test_the_papers_three_objectives_and_albert_s():
     assert MLM_SOP.held_out_metrics == ("mlm_acc", "mlm_ppl", "mlm_mask_acc", "mlm_mask_baseline", "sop_acc")
     assert LTR.held_out_metrics == ("lm_acc", "lm_ppl")
     assert every("held_out_metrics") == ("mlm_acc", "mlm_ppl", "mlm_mask_acc", "mlm_mask_baseline", "nsp_acc", "lm_acc",
-                                         "lm_ppl", "sop_acc")  # what study tables read
+                                         "lm_ppl", "sop_acc", "disc_acc")  # what study tables read
     assert set(every("metrics")) == {"loss", "mlm_loss", "mlm_acc", "nsp_loss", "nsp_acc", "lm_loss", "lm_acc",
-                                     "sop_loss", "sop_acc"}
+                                     "sop_loss", "sop_acc", "disc_loss", "disc_acc", "disc_replaced"}
     for name, obj in OBJECTIVES.items():
         m = model_config(PretrainConfig(objective=name), vocab_size=500)
-        assert (m.causal, m.has_nsp_head, m.has_mlm_head) == (obj.causal, obj.nsp, True)
+        assert (m.causal, m.has_nsp_head, m.has_mlm_head) == (obj.causal, obj.nsp, not obj.rtd)  # ELECTRA: the generator's
 
 
 def test_unknown_objective_is_one_line_naming_the_choices():
