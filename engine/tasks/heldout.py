@@ -1,4 +1,4 @@
-"""The documents the corpus-made built-in tasks (bbc-cloze, bbc-punct, bbc-next, bbc-story) are built from, chosen so that no
+"""The documents the corpus-made built-in tasks (bbc-cloze, bbc-punct, bbc-next, bbc-story, bbc-order) are built from, chosen so that no
 dev text was seen in classroom pre-training.
 
 Classroom pre-training (`python -m engine pretrain`'s defaults) trains on the BBC corpus and holds out the
@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 
 from engine.errors import EngineError
 
-HELD_OUT_TASKS = ("bbc-cloze", "bbc-punct", "bbc-next", "bbc-story")  # the built-in tasks whose dev texts this module chooses
+HELD_OUT_TASKS = ("bbc-cloze", "bbc-punct", "bbc-next", "bbc-story", "bbc-order")  # the built-in tasks whose dev texts this module chooses
 DEV_MIN = 2000  # dev examples aimed for: a 2,000-example accuracy has ~1 point of standard error at 50%
 TRAIN_MAX = 8000  # training examples kept (a fixed sample), so one fine-tuning epoch takes minutes on a CPU
 SPLIT_SEED = 0

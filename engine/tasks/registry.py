@@ -17,6 +17,7 @@ from typing import Callable
 from engine.errors import EngineError
 from engine.tasks.bbc_cloze import bbc_cloze_task
 from engine.tasks.bbc_next import bbc_next_task
+from engine.tasks.bbc_order import bbc_order_task
 from engine.tasks.bbc_punct import bbc_punct_task
 from engine.tasks.bbc_story import bbc_story_task
 from engine.tasks.builtin import bbc_topic_task, wnut16_task
@@ -74,6 +75,8 @@ BUILTINS = {b.name: b for b in (
     BuiltinTask("bbc-next", "does sentence B follow A? negatives from the same article (accuracy)", bbc_next_task, "glue"),
     BuiltinTask("bbc-story", "does sentence B continue A's story? negatives from another article on the same topic "
                 "(accuracy)", bbc_story_task, "glue"),
+    BuiltinTask("bbc-order", "are these two consecutive sentences of one story in order, or swapped? (accuracy)",
+                bbc_order_task, "glue"),
 )}
 
 
