@@ -11,6 +11,10 @@ What the first class needs on this machine, built in the background in this orde
    defaults (REFERENCE_RUN): the Start page offers its checkpoints to step 3 while the class's own run trains, and
    does not count it as the class's step 2.
 3. `probe_ready`: the probe-ready model, MiniLM continued with MLM + NSP (`probe_ready_argv`, PROBE_READY_RUN).
+4. `bert_base`, optional: Google's bert-base-uncased (engine.hub.BERT_BASE) into the user's Hugging Face cache, with
+   progress (`python -m engine class fetch`, `fetch_bert_base`), which the Probe and Attention pages then offer
+   first. Offline (HF_HUB_OFFLINE set) prepare queues no job for it and the part is `skipped` with one line; with
+   the Hub out of reach its job says so in one line and succeeds: the class needs it not.
 The two short parts come first: a class that starts before the third one ends has its steps 2 and 3 ready.
 
 `prepare` is safe to run twice: a finished part is skipped, a queued or running one is not queued again, a cancelled
@@ -79,9 +83,13 @@ class PartState:
     panel: str  # how the Start page's Prepare panel says it
     queued_by_prepare: bool  # prepare queues a job for it: neither done, nor someone else's run, nor in the queue
     status: Status | None = None  # the job status (engine.status) it shows; None for a part's own states
+    ready: bool = False  # nothing left to do for the class (done, or an optional part skipped)
 
 
-DONE = PartState("done", "✅", "done", "done", False)
+DONE = PartState("done", "✅", "done", "done", False, ready=True)
+# an optional part (Google's bert-base-uncased) that could not be fetched: offline, or the Hub out of reach; the
+# class needs it not, and prepare tries again when online
+SKIPPED = PartState("skipped", "⏭️", "skipped", "skipped", True, ready=True)
 TODO = PartState("todo", "▫️", "to do", "to do", True)
 # the cache part's folders are there but fail the checks the loader makes when it opens them
 DAMAGED = PartState("damaged", "⚠️", "damaged (prepare builds it again)", "damaged (the Prepare button builds it again)", True)
@@ -89,7 +97,7 @@ DAMAGED = PartState("damaged", "⚠️", "damaged (prepare builds it again)", "d
 FOREIGN = PartState("foreign", "⛔", "not this part's run", "not this part's run", False)
 # its job's statuses, as a part shows them (a dead run shows as failed)
 PART_STATES = {s.name: s for s in (
-    DONE, TODO, DAMAGED, FOREIGN,
+    DONE, TODO, DAMAGED, FOREIGN, SKIPPED,
     PartState(QUEUED.name, "⏳", "queued", "queued", False, QUEUED),
     PartState(RUNNING.name, "🟢", "running", "running", False, RUNNING),
     PartState(CANCELLED.name, "⏹️", "cancelled (prepare resumes it)", "cancelled: the Prepare button continues it", True,
@@ -114,6 +122,7 @@ class Part:
     minutes: measured.Measured = None  # its measured wall time (None: not measured on its own)
     check: str = "classroom"  # the speed check that scales it to this machine (engine.ablations.timing.timed_check)
     minutes_fp32: measured.Measured = None  # its wall time in fp32, on a CPU without bf16 units (None: not measured)
+    no_time: str = "not measured on its own (the classroom run's measured time started from an empty cache)"
 
 
 def probe_ready_argv(root) -> list:
@@ -125,8 +134,11 @@ def probe_ready_argv(root) -> list:
     return cli.argv(cfg, only=("init", "corpus", "out", "quiet"))
 
 
+BERT_BASE_PART = "bert_base"  # the optional part: Google's bert-base-uncased into the Hugging Face cache, when online
+
+
 def parts(root) -> list:
-    """The three parts, in the order they run."""
+    """The four parts, in the order they run (the last one only when online: `fetch_bert_base`)."""
     from engine.pretraining.config import PROBE_READY_RUN
     root = Path(root).absolute()
     state = root / STATE_DIR
@@ -139,6 +151,9 @@ def parts(root) -> list:
         Part("probe_ready", "the probe-ready model (MiniLM continued with MLM + NSP)", probe_ready_argv(root),
              root / PROBE_READY_RUN, measured.fact("probe_ready.minutes"), check="minilm",
              minutes_fp32=measured.fact("probe_ready.minutes_fp32")),
+        Part(BERT_BASE_PART, "Google's bert-base-uncased in the Hugging Face cache (when online)",
+             ["class", "fetch", "--runs-root", str(root)], state / "bert-base",
+             no_time="a download: its time is the network's"),
     ]
 
 
@@ -344,6 +359,8 @@ def part_state_and_note(root, part: Part, job_list: list) -> tuple:
     active = job is not None and status_of(job["status"]).active
     # stopped before its end (failed or cancelled: a queue holds no "dead"): resumed, not queued afresh
     stopped = job is not None and status_of(job["status"]).resumable
+    if part.key == BERT_BASE_PART:
+        return _bert_base_state(root, job, active, stopped)
     if part.key == "cache":
         if active:  # its job builds or finds it: not checked while it writes
             return part_state_of(job["status"]), ""
@@ -360,6 +377,58 @@ def part_state_and_note(root, part: Part, job_list: list) -> tuple:
     if run.resumable or run is RUNNING:  # running: another process writes it (not this queue)
         return part_state_of((FAILED if run is DEAD else run).name), ""
     return (part_state_of(job["status"]), "") if stopped else (TODO, "")
+
+
+def _check_fetch_record(d) -> None:
+    """bert-base.json as `fetch_bert_base` writes it: {} or {"skipped": its line}."""
+    if not isinstance(d, dict) or not isinstance(d.get("skipped", ""), str):
+        raise ValueError("not {} or {\"skipped\": a line}")
+
+
+def _bert_base_state(root, job, active: bool, stopped: bool) -> tuple:
+    """The optional part's (PartState, note): done once the hub cache holds it; skipped, saying why, while
+    HF_HUB_OFFLINE is set (prepare queues nothing then) or after its job found the Hub out of reach."""
+    from engine import hub
+    if active:
+        return part_state_of(job["status"]), ""
+    if hub.cached(hub.BERT_BASE) is not None:
+        return DONE, ""
+    if hub.offline():
+        return SKIPPED, skipped_line("HF_HUB_OFFLINE is set")
+    line = _read_state(root, "bert-base.json", _check_fetch_record).get("skipped")
+    if line and job is not None and status_of(job["status"]) is FINISHED:
+        return SKIPPED, line
+    return (part_state_of(job["status"]), "") if stopped else (TODO, "")
+
+
+def skipped_line(why: str) -> str:
+    """The one line of a skipped fetch of Google's bert-base-uncased."""
+    from engine import hub
+    return (f"{hub.BERT_BASE} not fetched: {why}; the class does not need it (the Probe and Attention pages offer the "
+            f"probe-ready model), and `python -m engine class prepare` fetches it once online")
+
+
+def fetch_bert_base(root, stream=None) -> str:
+    """`class fetch`, the optional part's job: Google's bert-base-uncased into the user's Hugging Face cache with
+    progress (engine.hub.download); nothing to do when the cache holds it; offline (HF_HUB_OFFLINE) or with the Hub
+    out of reach, skipped, never an error: the class needs it not. Records the skip for `status` (.class/
+    bert-base.json) and returns the one line it says."""
+    from engine import hub
+    skipped = ""
+    if hub.cached(hub.BERT_BASE) is not None:
+        line = f"{hub.BERT_BASE} is in the Hugging Face cache {hub.cache_dir()}; the Probe and Attention pages offer it first"
+    elif hub.offline():
+        line = skipped = skipped_line("HF_HUB_OFFLINE is set")
+    else:
+        try:
+            hub.download(hub.BERT_BASE, stream=stream)
+            line = f"fetched {hub.BERT_BASE} into the Hugging Face cache {hub.cache_dir()}; the Probe and Attention pages offer it first"
+        except hub.NotCached:
+            line = skipped = skipped_line("the Hugging Face Hub could not be reached")
+        except EngineError as e:
+            line = skipped = skipped_line(str(e))
+    atomic_write_json(_state_file(root, "bert-base.json"), {"skipped": skipped} if skipped else {})
+    return line
 
 
 def part_state(root, part: Part, job_list: list) -> PartState:
@@ -483,7 +552,7 @@ def part_estimate(root, key: str, found: dict = None, on: tuple = None) -> Estim
     class's own step-2 run (the Start page asks it)."""
     p = next(p for p in parts(root) if p.key == key)
     if p.minutes is None:
-        return Estimate(None, "not measured on its own (the classroom run's measured time started from an empty cache)")
+        return Estimate(None, p.no_time)
     precision, device = on or machine()
     return estimate(p.minutes, p.check, readings(root) if found is None else found, p.minutes_fp32, precision, device)
 
@@ -505,8 +574,8 @@ def _row_time(root, p: Part, state: PartState, found: dict, record: dict) -> dic
     from engine.runs import run_progress
     row = {"minutes_left": None, "how": "", "here": True, "step": None, "total": None, "took": None,
            "estimated": (record.get("estimates") or {}).get(p.key)}
-    if state is DONE:
-        row["took"] = clock_minutes(p) if p.minutes is not None else None
+    if state.ready:
+        row["took"] = clock_minutes(p) if p.minutes is not None and state is DONE else None
         return row
     est = part_estimate(root, p.key, found)
     row["how"], row["here"] = est.how, est.here
@@ -544,7 +613,7 @@ def status(root, jobs=None) -> list:
 
 def minutes_left(rows: list) -> float:
     """The parts still to do, summed (those not measured count nothing)."""
-    return sum(r["minutes_left"] or 0.0 for r in rows if part_state_of(r["state"]) is not DONE)
+    return sum(r["minutes_left"] or 0.0 for r in rows if not part_state_of(r["state"]).ready)
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -580,6 +649,11 @@ def _busy(root: Path, job_list: list) -> str:
         except (EngineError, OSError):
             continue
     return "; ".join(said)
+
+
+def _offline() -> bool:
+    from engine import hub
+    return hub.offline()
 
 
 def _machine_load() -> str:
@@ -662,7 +736,7 @@ def prepare(root, jobs=None, speed_check=True) -> list:
             state = part_state(root, p, job_list)
             # done, someone else's run (never queued into) or active: nothing; a damaged cache is queued like a
             # missing one (its job sets the damaged folder aside)
-            if not state.queued_by_prepare:
+            if not state.queued_by_prepare or (p.key == BERT_BASE_PART and _offline()):
                 continue
             resumable = p.key != "cache" and (p.run_dir / RUN_JSON).is_file()
             argv = _resume_argv(p) if resumable else p.argv
@@ -722,7 +796,7 @@ def time_words(row: dict) -> tuple:
     """(one short clause, its details for a help icon or "") of a `status` row: what is left ("about N min left
     here"), or for a part done here in one go what it took and, beside it, what prepare estimated for it."""
     state = part_state_of(row["state"])
-    if state is DONE:
+    if state.ready:
         took, est = row.get("took"), row.get("estimated")
         if took is None:
             return "", ""
@@ -735,7 +809,7 @@ def time_words(row: dict) -> tuple:
 
 def summary_clause(rows: list) -> str:
     """What is left in all, in one clause ("about N min left here"); "" when every part is done."""
-    todo = [r for r in rows if part_state_of(r["state"]) is not DONE]
+    todo = [r for r in rows if not part_state_of(r["state"]).ready]
     if not todo:
         return ""
     here = all(r.get("here", True) for r in todo if r["minutes_left"] is not None)
@@ -750,7 +824,7 @@ def describe(rows: list) -> str:
         line = f"{i}. {r['title']}: {state.words}"
         if r.get("note"):
             line += f": {r['note']}"
-        if r["step"] is not None and state is not DONE:
+        if r["step"] is not None and not state.ready:
             line += f", step {r['step']} / {r['total'] or '?'}"
         clause, details = time_words(r)
         line += "".join(f"{sep}{t}" for sep, t in (("; ", clause), (" · " if clause else "; ", details)) if t)
@@ -764,7 +838,8 @@ def main(argv=None) -> int:
     sub = ap.add_subparsers(dest="cmd", required=True)
     for name, text in (("prepare", "queue what the first class needs (skips what is done; resumes what stopped)"),
                        ("status", "what is done, what runs and the time left"),
-                       ("cancel", "cancel the queued and running parts (resume with prepare)")):
+                       ("cancel", "cancel the queued and running parts (resume with prepare)"),
+                       ("fetch", "(a job of prepare) fetch Google's bert-base-uncased into the Hugging Face cache")):
         p = sub.add_parser(name, help=text)
         p.add_argument("--runs-root", default=None, help="the runs folder (default $BERT_STUDIO_RUNS or ./runs)")
         if name == "prepare":
@@ -779,6 +854,9 @@ def main(argv=None) -> int:
     if args.cmd == "cache":
         for d in build_cache(root, rest):
             print(f"cached {d}")
+        return 0
+    if args.cmd == "fetch":
+        print(fetch_bert_base(root), flush=True)
         return 0
     if args.cmd == "prepare":
         rows = prepare(root, speed_check=not args.no_speed_check)

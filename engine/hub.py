@@ -7,6 +7,8 @@ works offline. Only what a BERT, or another encoder of engine.encoders (RoBERTa,
 DeBERTa-v2/v3, ModernBERT), needs is fetched: config.json first, so a model that is neither is refused before any
 weight is downloaded, then the tokenizer files and model.safetensors; pytorch_model.bin only when the repository has
 no safetensors (read with torch.load(weights_only=True)).
+`class prepare` fetches Google's BERT-base (BERT_BASE) when online (`download`: `snapshot` with progress), and the
+Probe and Attention pages offer it first once `cached` finds it.
 This module never sets HF_HUB_OFFLINE: whether to go online is the user's choice.
 """
 import json
@@ -23,6 +25,11 @@ FILES = ["config.json", "vocab.txt", "tokenizer_config.json", "special_tokens_ma
          "vocab.json", "merges.txt", "spm.model", "sentencepiece.bpe.model", "added_tokens.json"]  # BPE and sentencepiece
 _PART = r"[A-Za-z0-9](?:[A-Za-z0-9._-]{0,94}[A-Za-z0-9])?"
 HUB_ID = re.compile(rf"{_PART}(?:/{_PART})?")  # name or org/name, in the characters the Hub allows
+BERT_BASE = "google-bert/bert-base-uncased"  # Google's BERT-base, uncased (the paper's): `class prepare` fetches it
+
+
+class NotCached(EngineError):
+    """The model is not (completely) in the hub cache, and HF_HUB_OFFLINE is set or the Hub could not be reached."""
 
 
 def is_hub_id(name) -> bool:
@@ -72,8 +79,8 @@ def offline_choices() -> str:
 def _not_cached(repo_id: str, cache: str) -> EngineError:
     why, fix = (("HF_HUB_OFFLINE is set", "unset HF_HUB_OFFLINE to download it") if offline() else
                 ("the Hub could not be reached", "download it once with a network connection"))
-    return EngineError(f"{quoted(repo_id)} is not a folder here and not (completely) in the Hugging Face Hub cache {cache}, "
-                       f"and {why}; {offline_choices()}; or {fix}")
+    return NotCached(f"{quoted(repo_id)} is not a folder here and not (completely) in the Hugging Face Hub cache {cache}, "
+                     f"and {why}; {offline_choices()}; or {fix}")
 
 
 BERT_KEYS = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads")
@@ -162,3 +169,70 @@ def snapshot(repo_id: str) -> Path:
         first = (str(e).strip().splitlines() or [type(e).__name__])[0][:160]
         raise EngineError(f"could not fetch {quoted(repo_id)} from the Hugging Face Hub ({first}); check the id and the network, "
                           f"or {offline_choices()}") from e
+
+
+def cached(repo_id: str) -> Path | None:
+    """The folder of `repo_id` in the user's hub cache when its config.json and weights are all there, read with no
+    network (as `snapshot` reads it offline); None when they are not, or when what is cached is not a model read
+    here."""
+    from huggingface_hub.errors import LocalEntryNotFoundError
+    try:
+        return _fetch(repo_id, cache_dir(), local=True)
+    except (LocalEntryNotFoundError, EngineError, OSError, ValueError):
+        return None
+
+
+def _download_megabytes(repo_id: str) -> int:
+    """What `snapshot` would download of `repo_id`, in megabytes, from the Hub's file list (0 when unknown)."""
+    from fnmatch import fnmatch
+
+    from huggingface_hub import HfApi
+    try:
+        files = {f.rfilename: f.size or 0 for f in HfApi().model_info(repo_id, files_metadata=True).siblings or []}
+    except Exception:  # (any failure of the size query: the download says what is wrong)
+        return 0
+    wanted = [f for f in files if any(fnmatch(f, pattern) for pattern in FILES)]
+    if WEIGHTS not in files and LEGACY_WEIGHTS in files:
+        wanted.append(LEGACY_WEIGHTS)
+    return int(sum(files[f] for f in wanted) / 1e6)
+
+
+def _megabytes_under(folder: Path) -> int:
+    """The megabytes of the files under `folder` (a cache repository's blobs, the one being written included)."""
+    total = 0
+    for f in folder.glob("*") if folder.is_dir() else ():
+        try:
+            total += f.stat().st_size
+        except OSError:
+            pass
+    return int(total / 1e6)
+
+
+def download(repo_id: str, stream=None, every: float = 60.0) -> Path:
+    """`snapshot` with progress (engine.progress: a bar on a terminal, a line every `every` seconds in a log): the
+    megabytes written into the repository's cache folder against the files' sizes the Hub lists. Every failure is
+    one line (EngineError; NotCached when the Hub could not be reached)."""
+    import threading
+
+    from engine.progress import Progress
+    blobs = Path(cache_dir()) / ("models--" + repo_id.replace("/", "--")) / "blobs"
+    before = _megabytes_under(blobs)
+    bar = Progress(_download_megabytes(repo_id), f"downloading {repo_id}", unit="megabyte", stream=stream, every=every)
+    stop = threading.Event()
+
+    def follow():
+        while True:
+            stopped = stop.wait(1.0)
+            done = max(0, _megabytes_under(blobs) - before)
+            if done > bar.done:
+                bar.update(done - bar.done)
+            if stopped:
+                return
+    watcher = threading.Thread(target=follow, daemon=True)
+    watcher.start()
+    try:
+        return snapshot(repo_id)
+    finally:
+        stop.set()
+        watcher.join()
+        bar.close()

@@ -129,6 +129,13 @@ def probe_ready_model(root) -> str | None:
     return None
 
 
+def bert_base_model() -> str | None:
+    """Google's bert-base-uncased (engine.hub.BERT_BASE) when the user's Hugging Face cache holds it (`class prepare`
+    fetches it when online), read from the cache with no network; else None. The model pickers offer it first."""
+    from engine import hub
+    return hub.BERT_BASE if hub.cached(hub.BERT_BASE) is not None else None
+
+
 def fill_blanks_model(root) -> str | None:
     """The model the Probe page offers first: the probe-ready model (studio.probe_ready) once it has a checkpoint,
     else the latest checkpoint of the newest finished pre-training run whose weights hold an MLM head; None when
@@ -150,7 +157,8 @@ def fill_blanks_model(root) -> str | None:
 def list_model_choices(root: Path = None, probe_ready_first: bool = False, fill_first: bool = False) -> list:
     """"minilm" plus every complete checkpoint under the runs folder, newest first; with `probe_ready_first`,
     the probe-ready model (MiniLM continued-pre-trained with MLM + NSP, studio.probe_ready) first when it exists;
-    with `fill_first` (the Probe page), `fill_blanks_model` first when there is one."""
+    with `fill_first` (the Probe page), `fill_blanks_model` first when there is one; with either, Google's
+    bert-base-uncased before them when the Hugging Face cache holds it (`bert_base_model`)."""
     root = Path(root or runs_root())
     choices = ["minilm"]
     first = fill_blanks_model(root) if fill_first else None
@@ -158,6 +166,9 @@ def list_model_choices(root: Path = None, probe_ready_first: bool = False, fill_
         first = probe_ready_model(root)
     if first is not None:
         choices.insert(0, first)
+    bert = bert_base_model() if fill_first or probe_ready_first else None
+    if bert is not None:
+        choices.insert(0, bert)
     try:
         from engine.runs import list_checkpoints
     except ImportError:  # pragma: no cover
@@ -179,9 +190,10 @@ HEAD_SKILLS = {(MLM_HEAD, NSP_HEAD): "fills blanks, scores sentence pairs", (MLM
 
 def choice_label(choice: str) -> str:
     """A picker's line for a model: its name and, when its weights tell it cheaply, what it can do."""
+    from engine import hub
     from engine.probes import heads_on_disk
-    name = "MiniLM (real weights)" if choice == "minilm" else choice
-    heads = heads_on_disk(choice)
+    name = {"minilm": "MiniLM (real weights)", hub.BERT_BASE: f"{hub.BERT_BASE} (Google's BERT-base)"}.get(choice, choice)
+    heads = heads_on_disk((hub.cached(choice) or choice) if choice == hub.BERT_BASE else choice)
     return name if heads is None else f"{name} · {HEAD_SKILLS[heads]}"
 
 

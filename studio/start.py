@@ -158,7 +158,7 @@ def _step2(root, own: list, found: dict, on: tuple) -> Step:
 def _step3(root, own: list, reference, probed: bool) -> Step:
     s3 = Step(3, "Probe it and the probe-ready model",
               "Fill in masked words, click a word to mask it and watch where it looks, score next-sentence pairs, and "
-              "compare with a model that knows English.", "about a minute", "pages/5_Probe.py", "Probe your model")
+              "compare with the probe-ready model.", "about a minute", "pages/5_Probe.py", "Probe your model")
     order = {FINISHED: 0, RUNNING: 1}  # the class's own model first, a stopped run's checkpoints too
     mine = sorted((r for r in own if r["checkpoint_step"] is not None), key=lambda r: order.get(status_of(r["effective_status"]), 2))
     if mine:
@@ -177,12 +177,23 @@ def _step3(root, own: list, reference, probed: bool) -> Step:
     from studio.probe_ready import model_path
     ready_path = model_path(root)  # what the Probe page's picker offers first
     if ready_path:
-        s3.what += f" The probe-ready model: {Path(ready_path).name} (MiniLM continued on our corpora, with MLM and NSP heads)."
+        s3.what += f" The probe-ready model: {Path(ready_path).name}, {probe_ready_does()}."
         s3.alt = ("Probe the probe-ready model", {"probe_model": ready_path})
     else:
         s3.what += (" The probe-ready model (MiniLM continued with MLM and NSP heads) is not in the runs folder yet; "
                     f"make it with the Model page's button, the Prepare button above or `{probe_ready_command(root)}`.")
+    from studio.common import bert_base_model
+    if bert_base_model():
+        s3.what += (f" Google's {bert_base_model()} (BERT-base as the paper released it) is in the Hugging Face cache: the "
+                    "Probe page offers it first.")
     return s3
+
+
+def probe_ready_does() -> str:
+    """What the probe-ready model measurably does (engine/measured.py), in a clause."""
+    mlm, nsp = measured.fact("probe_ready.mlm_accuracy"), measured.fact("probe_ready.nsp_accuracy")
+    return (f"MiniLM continued with MLM and NSP: on held-out text it predicts {mlm.text()} of the masked words and "
+            f"tells {nsp.text()} of the sentence pairs right ({mlm.where})")
 
 
 def guided_steps(root, visited: dict, precision: str = "fp32", device: str = "cpu") -> list:
@@ -237,9 +248,9 @@ def prepare_lines(rows: list) -> tuple:
 
 
 def ready(rows: list) -> bool:
-    """Every part is done (engine.classroom.status rows)."""
-    from engine.classroom import DONE, part_state_of
-    return all(part_state_of(r["state"]) is DONE for r in rows)
+    """Every part is done, or skipped where it is optional (engine.classroom.status rows)."""
+    from engine.classroom import part_state_of
+    return all(part_state_of(r["state"]).ready for r in rows)
 
 
 def preparing(rows: list) -> bool:

@@ -1,5 +1,6 @@
 """Plain helpers several test modules share (fixtures live in tests/conftest.py): `wait_for`, `one_line`, and
-`FakeQueue`, the job queue's interface as engine.classroom uses it, in memory."""
+`FakeQueue`, the job queue's interface as engine.classroom uses it, in memory; `tiny_bert_in_hub_cache`, a tiny BERT
+laid out in a Hugging Face hub cache as a download of it is."""
 import time
 
 from engine.errors import EngineError
@@ -48,3 +49,37 @@ class FakeQueue:
         self.cancelled.append((job_id, job["status"]))
         job["status"] = CANCELLED.name
         return dict(job)
+
+
+TINY_VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "the", "cat", "sat", "on", "mat", "dog", "ran", "a", "man",
+              "went", "to", "store", ".", ",", "he", "bought", "milk", "she", "read", "book", "##s", "big", "red"]
+
+
+def tiny_bert_in_hub_cache(cache, repo_id: str, tmp_path) -> str:
+    """A tiny random transformers BertForPreTraining (config, model.safetensors, vocab.txt) laid out in the hub cache
+    `cache` as huggingface_hub caches a download of `repo_id` (blobs named by content, snapshot symlinks, refs/main);
+    returns the snapshot's commit."""
+    import hashlib
+    import json
+    import os
+
+    import torch
+    import transformers
+    torch.manual_seed(0)
+    cfg = transformers.BertConfig(vocab_size=len(TINY_VOCAB), hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                                  intermediate_size=64, max_position_embeddings=64)
+    saved = tmp_path / f"saved-{repo_id.replace('/', '--')}"
+    transformers.BertForPreTraining(cfg).save_pretrained(saved)  # its MLM and NSP heads and pooler, as bert-base-uncased
+    files = {"config.json": (saved / "config.json").read_bytes(), "model.safetensors": (saved / "model.safetensors").read_bytes(),
+             "vocab.txt": "\n".join(TINY_VOCAB).encode(), "tokenizer_config.json": json.dumps({"do_lower_case": True}).encode()}
+    repo = cache / ("models--" + repo_id.replace("/", "--"))
+    commit = hashlib.sha1(repo_id.encode()).hexdigest()
+    snap = repo / "snapshots" / commit
+    for d in (repo / "blobs", snap, repo / "refs"):
+        d.mkdir(parents=True, exist_ok=True)
+    (repo / "refs" / "main").write_text(commit)
+    for name, data in files.items():
+        blob = repo / "blobs" / hashlib.sha256(data).hexdigest()
+        blob.write_bytes(data)
+        (snap / name).symlink_to(os.path.relpath(blob, snap))
+    return commit

@@ -32,7 +32,7 @@ def _run(run_dir: Path, status: str, step=None, total=10, elapsed=None):
 def _cache_done(root: Path):
     """A cache record pointing at a real data folder, made tiny: the cache part is done when it opens as the run
     opens it (engine.classroom.cache_state)."""
-    from engine.pretraining.cache import build_pretraining_data
+    from engine.pretraining.prepare import build_pretraining_data
     from engine.tokenizer import train_tokenizer
     docs = [[f"Document {d} says word{d} and word{i} here." for i in range(4)] for d in range(6)]
     data = build_pretraining_data(docs, train_tokenizer([" ".join(d) for d in docs], vocab_size=100), seq_len=32,
@@ -43,6 +43,7 @@ def _cache_done(root: Path):
 
 
 def test_prepare_queues_the_three_parts_in_order_and_twice_queues_nothing_more(tmp_path):
+    """Offline (the suite sets HF_HUB_OFFLINE), the optional fourth part is skipped and queues no job."""
     root, q = tmp_path / "runs", FakeQueue()
     rows = classroom.prepare(root, jobs=q, speed_check=False)
     assert [j["argv"][0] for j in q.jobs] == ["class", "pretrain", "pretrain"]
@@ -50,10 +51,10 @@ def test_prepare_queues_the_three_parts_in_order_and_twice_queues_nothing_more(t
     assert q.jobs[1]["argv"] == ["pretrain", "--out", str(root.absolute() / classroom.REFERENCE_RUN), "--quiet"]
     assert q.jobs[2]["argv"] == classroom.probe_ready_argv(root.absolute())
     assert "--init" in q.jobs[2]["argv"] and "minilm" in q.jobs[2]["argv"]
-    assert [r["state"] for r in rows] == ["queued"] * 3
+    assert [r["state"] for r in rows] == ["queued"] * 3 + ["skipped"]
     q.jobs[0]["status"] = "running"
     rows = classroom.prepare(root, jobs=q, speed_check=False)  # the second press
-    assert len(q.jobs) == 3 and [r["state"] for r in rows] == ["running", "queued", "queued"]
+    assert len(q.jobs) == 3 and [r["state"] for r in rows] == ["running", "queued", "queued", "skipped"]
 
 
 def test_finished_parts_are_skipped(tmp_path):
@@ -88,7 +89,7 @@ def test_a_cancelled_or_failed_run_resumes_from_its_checkpoint_and_a_failed_cach
     ref, ready = _part(root, "reference").run_dir, _part(root, "probe_ready").run_dir
     _run(ref, "cancelled", step=4)  # the run saved a checkpoint when it was cancelled
     _run(ready, "failed", step=2)
-    assert [r["state"] for r in classroom.status(root, jobs=q)] == ["failed", "cancelled", "failed"]
+    assert [r["state"] for r in classroom.status(root, jobs=q)] == ["failed", "cancelled", "failed", "skipped"]
     classroom.prepare(root, jobs=q, speed_check=False)
     again = q.jobs[3:]
     assert again[0]["argv"] == q.jobs[0]["argv"]  # the cache: built again (whatever is cached is found)
@@ -155,7 +156,7 @@ def test_cli_status_prints_the_parts_and_a_bad_flag_is_one_line(tmp_path, capsys
     from engine.__main__ import run
     assert run(["class", "status", "--runs-root", str(tmp_path / "runs")]) == 0
     out = capsys.readouterr().out.splitlines()
-    assert [ln.split(":")[0] for ln in out[:3]] == [f"{i}. {p.title}" for i, p in enumerate(classroom.parts(tmp_path), 1)]
+    assert [ln.split(":")[0] for ln in out[:4]] == [f"{i}. {p.title}" for i, p in enumerate(classroom.parts(tmp_path), 1)]
     assert out[-1].startswith("about ") and out[-1].endswith("min left")  # no speed check yet: not "here"
     assert run(["class", "status", "--steps", "3"]) == 2
     err = capsys.readouterr().err.strip()
@@ -300,3 +301,82 @@ def test_a_part_done_here_is_the_clock_that_scales_its_kind_and_its_error_is_sho
     from engine.runs import write_run_json as w
     w(_part(root, "reference").run_dir, host="elsewhere")
     assert classroom.readings(root)["classroom"].step_ms == 600.0
+
+
+# ---------------------------------------------------------------- Google's bert-base-uncased, when online
+def test_offline_the_fetch_step_finds_bert_base_in_the_local_hub_cache(tmp_path, offline_hub_cache, capsys):
+    """A hub cache holding a tiny BERT under bert-base-uncased's name, HF_HUB_OFFLINE set: `class fetch` finds it
+    there (no download), the part is done, prepare queues no job for it, and engine.load reads it from the cache."""
+    from engine import hub
+    from engine.__main__ import run
+    from tests.helpers import tiny_bert_in_hub_cache
+    commit = tiny_bert_in_hub_cache(offline_hub_cache, hub.BERT_BASE, tmp_path)
+    root, q = tmp_path / "runs", FakeQueue()
+    assert commit in str(hub.cached(hub.BERT_BASE))
+    line = classroom.fetch_bert_base(root)
+    assert "\n" not in line and "is in the Hugging Face cache" in line and str(offline_hub_cache) in line
+    rows = classroom.prepare(root, jobs=q, speed_check=False)
+    assert rows[3]["key"] == classroom.BERT_BASE_PART and rows[3]["state"] == "done"
+    assert not [j for j in q.jobs if j["argv"][:2] == ["class", "fetch"]]
+    assert run(["class", "fetch", "--runs-root", str(root)]) == 0
+    assert capsys.readouterr().out.strip() == line
+    import engine
+    assert engine.load(hub.BERT_BASE).info["source"] == hub.BERT_BASE
+
+
+def test_with_no_cache_the_fetch_is_skipped_in_one_line_offline_or_with_no_network(tmp_path, offline_hub_cache,
+                                                                                   monkeypatch, capsys):
+    """Offline (HF_HUB_OFFLINE): prepare queues no job and the part says skipped in one line; the class is ready
+    without it. Not flagged offline but with the Hub out of reach (a refused connection): prepare queues the fetch,
+    whose job says so in one line and succeeds; the part is then skipped with that line, and nothing is an error."""
+    import huggingface_hub.constants
+    from engine import hub
+    from engine.__main__ import run
+    root, q = tmp_path / "runs", FakeQueue()
+    rows = classroom.prepare(root, jobs=q, speed_check=False)
+    row = rows[3]
+    assert row["state"] == "skipped" and "HF_HUB_OFFLINE is set" in row["note"] and "\n" not in row["note"]
+    assert not [j for j in q.jobs if j["argv"][:2] == ["class", "fetch"]]
+    assert classroom.part_state_of("skipped").ready  # the class needs it not
+    assert run(["class", "fetch", "--runs-root", str(root)]) == 0
+    out = capsys.readouterr().out.strip().splitlines()
+    assert len(out) == 1 and "not fetched: HF_HUB_OFFLINE is set" in out[0]
+    # online by the flags, but nothing answers
+    monkeypatch.delenv("HF_HUB_OFFLINE")
+    monkeypatch.delenv("TRANSFORMERS_OFFLINE", raising=False)
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", False)
+    monkeypatch.setattr(huggingface_hub.constants, "ENDPOINT", "http://127.0.0.1:9")
+    monkeypatch.setattr(huggingface_hub.constants, "HUGGINGFACE_CO_URL_TEMPLATE",
+                        "http://127.0.0.1:9/{repo_id}/resolve/{revision}/{filename}")
+    assert not hub.offline()
+    rows = classroom.prepare(root, jobs=q, speed_check=False)
+    fetch = [j for j in q.jobs if j["argv"][:2] == ["class", "fetch"]]
+    assert len(fetch) == 1 and rows[3]["state"] == "queued"
+    start = time.monotonic()
+    line = classroom.fetch_bert_base(root)
+    assert time.monotonic() - start < 20  # one refused connection, no retries
+    assert "\n" not in line and "not fetched: the Hugging Face Hub could not be reached" in line
+    fetch[0]["status"] = "finished"
+    row = classroom.status(root, jobs=q)[3]
+    assert (row["state"], row["note"]) == ("skipped", line)
+    assert classroom.describe(classroom.status(root, jobs=q)).splitlines()[3].endswith(line)
+
+
+def test_the_download_reports_its_progress_in_a_log(tmp_path, offline_hub_cache, monkeypatch):
+    """engine.hub.download: the megabytes written into the repository's cache folder, as engine.progress lines."""
+    import io
+    from engine import hub
+    blobs = offline_hub_cache / "models--org--big" / "blobs"
+
+    def slow_snapshot(repo_id):
+        blobs.mkdir(parents=True)
+        for i in range(3):
+            (blobs / f"part{i}.incomplete").write_bytes(b"x" * 2_000_000)
+            time.sleep(1.1)
+        return blobs.parent
+    monkeypatch.setattr(hub, "snapshot", slow_snapshot)
+    monkeypatch.setattr(hub, "_download_megabytes", lambda repo_id: 6)
+    out = io.StringIO()
+    assert hub.download("org/big", stream=out, every=0.5) == blobs.parent
+    lines = out.getvalue().splitlines()
+    assert lines and lines[-1].startswith("downloading org/big: 6/6 megabytes (100%)")

@@ -63,14 +63,14 @@ def _one_line_each(text: str, n: int) -> list:
 def test_a_truncated_cached_array_is_damaged_not_done_and_prepare_rebuilds_it(tmp_path, monkeypatch, engine_cli):
     """tokens.npy of the cached classroom data cut in half: status says damaged (the loader's own reason, naming the
     file), prepare queues the cache part first, and that job sets the damaged folder aside and builds it again."""
-    from engine.pretraining.cache import open_pretraining_data
+    from engine.pretraining.prepare import open_prepared
     from studio import start
     root, flags = tmp_path / "runs", _tiny_flags(tmp_path)
     monkeypatch.setattr(classroom, "RUN_FLAGS", flags)
     data = [Path(p) for p in classroom.build_cache(root, flags)]
     q = FakeQueue()
     assert classroom.status(root, jobs=q)[0]["state"] == classroom.DONE.name
-    tokens = data[0] / "train" / "tokens.npy"
+    tokens = data[0] / "part-0-of-1" / "shard-000000" / "train" / "tokens.npy"
     tokens.write_bytes(tokens.read_bytes()[:len(tokens.read_bytes()) // 2])
 
     rows = classroom.status(root, jobs=q)
@@ -87,7 +87,7 @@ def test_a_truncated_cached_array_is_damaged_not_done_and_prepare_rebuilds_it(tm
     code, out, err = engine_cli(q.jobs[0]["argv"])
     assert code == 0, err
     assert classroom.status(root, jobs=FakeQueue())[0]["state"] == classroom.DONE.name
-    assert open_pretraining_data(data[0]).train.num_instances > 0  # what the reference run opens
+    assert open_prepared(data[0]).train.num_instances > 0  # what the reference run opens
     assert len(list(data[0].parent.glob(f"{data[0].name}.bad-*"))) == 1  # kept, never deleted
 
 
@@ -144,7 +144,7 @@ def test_damaged_state_files_are_set_aside_in_one_line_each_and_recomputed(tmp_p
     monkeypatch.setattr(timing, "minilm_check", lambda: SpeedCheck("fp32", 2, 1200.0))
     (state / "prepare.json").write_text('{"checks": {"classroom": {"precision": "fp32", "threads": 2, "step_ms": -1}}}')
     rows = classroom.prepare(root, jobs=FakeQueue())
-    assert [r["state"] for r in rows] == ["queued"] * 3
+    assert [r["state"] for r in rows] == ["queued"] * 3 + ["skipped"]  # (offline: the optional part)
     assert set(json.loads((state / "prepare.json").read_text())["checks"]) == {"classroom", "minilm"}
 
 

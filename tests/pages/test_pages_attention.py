@@ -141,3 +141,15 @@ def test_a_model_with_nothing_to_compare_with_says_so_in_one_line(tmp_path, tiny
     assert not at.exception and not at.error
     lines = [i.value for i in at.info if "only model" in i.value]
     assert len(lines) == 1 and "\n" not in lines[0] and not plotly.titled(at, "checkpoint vs checkpoint")
+
+
+def test_bert_base_in_the_hub_cache_is_offered_first(tiny_run, offline_hub_cache, tmp_path, page_app):
+    """With bert-base-uncased in the hub cache (a tiny BERT under its name, offline), the Attention page's picker
+    opens on it and draws its maps."""
+    from engine import hub
+    from tests.helpers import tiny_bert_in_hub_cache
+    tiny_bert_in_hub_cache(offline_hub_cache, hub.BERT_BASE, tmp_path)
+    at = page_app(PAGE, tiny_run.parent)
+    assert not at.exception and not at.error
+    assert at.selectbox(key="att_model").value == hub.BERT_BASE
+    assert at.get("plotly_chart")

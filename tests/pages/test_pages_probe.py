@@ -163,3 +163,25 @@ def test_compare_models_on_the_probe_set(tiny_run, ck, page_app):
     assert expect["names"][0] != expect["names"][1]
     fig = [c for c in _charts(at) if c["layout"]["title"]["text"].startswith("Classroom probe set")][0]
     assert [t["name"] for t in fig["data"]] == expect["names"]
+
+
+def test_bert_base_in_the_hub_cache_is_offered_first_and_fills_blanks_offline(tiny_run, offline_hub_cache, tmp_path,
+                                                                               page_app):
+    """A hub cache holding a tiny BERT under bert-base-uncased's name (as `class prepare` leaves it when online),
+    HF_HUB_OFFLINE set: the Probe page offers it first, before the class's own checkpoint, and fills the mask with
+    it; with no such cache it is not offered."""
+    from engine import hub
+    from tests.helpers import tiny_bert_in_hub_cache
+    at = page_app(PAGE, tiny_run.parent)
+    assert hub.BERT_BASE not in at.selectbox(key="probe_model").options
+    tiny_bert_in_hub_cache(offline_hub_cache, hub.BERT_BASE, tmp_path)
+    at = page_app(PAGE, tiny_run.parent)
+    assert not at.exception and not at.error
+    picker = at.selectbox(key="probe_model")
+    assert picker.value == hub.BERT_BASE and "Google's BERT-base" in picker.options[0]
+    bundle = engine.load(hub.BERT_BASE)
+    preds = probes.fill_mask(bundle, "the cat [MASK] on the mat .", top_k=5)
+    at.text_input(key="probe_text").input("the cat [MASK] on the mat .").run()
+    assert not at.exception and not at.error
+    line = next(m.value for m in at.markdown if m.value.startswith("**[MASK] 1**"))
+    assert f"`{preds[0][0][0]}` {preds[0][0][1]:.3f}" in line

@@ -241,3 +241,15 @@ def test_the_measured_tables_row_labels_read_as_text_not_markdown_lists(tmp_path
         html = md.render(label)
         assert html.startswith("<p>") and "<li>" not in html, (label, html)
         assert html[3:-5].replace("&amp;", "&") == label.replace("\\+", "+"), (label, html)
+
+
+def test_step_3_says_what_the_models_measurably_do_and_names_bert_base_once_cached(tmp_path, offline_hub_cache):
+    from engine import hub
+    from tests.helpers import tiny_bert_in_hub_cache
+    does = start.probe_ready_does()
+    for key in ("probe_ready.mlm_accuracy", "probe_ready.nsp_accuracy"):
+        assert measured.fact(key).text() in does
+    s3 = start.guided_steps(tmp_path / "runs", {})[2]
+    assert "English" not in s3.what and hub.BERT_BASE not in s3.what
+    tiny_bert_in_hub_cache(offline_hub_cache, hub.BERT_BASE, tmp_path)
+    assert f"Google's {hub.BERT_BASE}" in start.guided_steps(tmp_path / "runs", {})[2].what
