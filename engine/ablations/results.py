@@ -189,8 +189,8 @@ def paper_table(study: Study, summary):
     for ev in study.evaluations:
         for k in steps:
             columns.append((ev.name, k))
-    for c in study.pretrain_columns:
-        columns.append((pretrain_column_name(c), None))
+    for c in dict.fromkeys(pretrain_column_name(c) for c in study.pretrain_columns):  # two keys may share a header
+        columns.append((c, None))
     rows = []
     for v in study.variants:
         row = {"variant": v.name}

@@ -198,8 +198,11 @@ def describe(study: Study) -> str:
 
 
 # the table headers of held-out pre-training metrics in `Study.pretrain_columns` (beside the dev scores, not dev scores)
+# An NSP run's accuracy on sentence-order pairs (cross_sop_acc) sits under the SOP header, an SOP run's on NSP pairs
+# (cross_nsp_acc) under the NSP one (engine.pretraining.pair_tasks): the two pair columns are ALBERT's 2x2 table
 PRETRAIN_COLUMN_NAMES = {"mlm_ppl": "held-out MLM ppl", "mlm_acc": "held-out MLM acc", "nsp_acc": "held-out NSP acc",
-                         "mlm_mask_acc": "held-out acc at [MASK]"}
+                         "mlm_mask_acc": "held-out acc at [MASK]", "sop_acc": "held-out SOP acc",
+                         "cross_nsp_acc": "held-out NSP acc", "cross_sop_acc": "held-out SOP acc"}
 
 
 def pretrain_column_name(col: str) -> str:

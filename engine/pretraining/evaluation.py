@@ -1,7 +1,8 @@
 """Pre-training's held-out evaluation: the fixed held-out batches (masked once with the paper's standard masking, so
 every run is scored on the same positions: `eval_batches`), the model's held-out record (`evaluate`), the accuracy
 where the input is [MASK] beside the most frequent token's share there (`mask_position_accuracy`), and the best
-no-model rule on the pair task (`nsp_baseline`). An objective that fixes its masking shares (ELECTRA's all [MASK])
+no-model rule on the pair task (`nsp_baseline`); a pair model's accuracy on the other pair task
+(engine.pretraining.pair_tasks: eval_cross_sop_acc of an NSP run, eval_cross_nsp_acc of an SOP run). An objective that fixes its masking shares (ELECTRA's all [MASK])
 is scored on its own shares at the paper's rate, and its discriminator on samples drawn from a fixed seed."""
 import contextlib
 
@@ -12,6 +13,7 @@ from engine.objectives import SUMS, Objective, objective
 from engine.pretraining.config import PretrainConfig
 from engine.pretraining.masking import EVAL_MASK_SEED, IGNORE_INDEX, PAPER_RATE, PAPER_RATIOS, fixed_eval_masking, held_out_sample
 from engine.pretraining.loss import forward_loss, ltr_labels, sums_of
+from engine.pretraining.pair_tasks import other_task_accuracy
 from engine.pretraining.step_inputs import add_prediction_slots, max_predictions
 
 
@@ -88,8 +90,12 @@ def evaluate(model, batches: list, obj: Objective, device, amp_ctx_fn=contextlib
             _, sums = forward_loss(model, b, obj, device, amp_ctx_fn(), predictions=preds)
             total += sums
             n_inst += len(b["input_ids"])
+    # the other pair task on pairs rebuilt from these (an NSP model on sentence order, an SOP model on NSP: ALBERT's
+    # cross-task figures, engine.pretraining.pair_tasks), in eval mode
+    other = other_task_accuracy(model, batches, obj.pair, device, amp_ctx_fn) if obj.nsp else {}
     model.train(was_training)
     rec = obj.eval_record(sums_of(total), n_inst)
+    rec.update(other)
     if obj.nsp:
         rec[f"eval_{obj.pair}_baseline"] = nsp_baseline(batches)  # the best no-model rule, beside the model's accuracy
     if not obj.causal and batches and "mask_input" in batches[0]:
