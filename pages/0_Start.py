@@ -57,8 +57,9 @@ with st.expander("Prepare this machine for a class (the day before)",
                  expanded=not start.ready(prepared)):
     st.caption("One button builds in the background, in this order, what the first class needs here: the classroom "
                "run's vocabulary and pre-training data (so the class's own run starts at once), a finished classroom "
-               "run as a reference, and the probe-ready model. It goes on with the tab closed; pressing it again skips "
-               "what is done and continues what stopped.")
+               "run as a reference, the probe-ready model, and, when this machine is online, Google's "
+               "bert-base-uncased in the Hugging Face cache (offline it is skipped: the class needs it not). It goes on "
+               "with the tab closed; pressing it again skips what is done and continues what stopped.")
     if prepared:
         prepare_panel(prepared)
 if start.TEACHING.is_file():
