@@ -21,7 +21,8 @@ metrics), the data (pairs or single stretches), the model config (causal attenti
 Metrics: a training window (and a held-out pass) sums the named quantities in SUMS; `record` turns them into the
 metrics.jsonl keys: loss, <token>_loss, <token>_acc (token = mlm, or lm for a left-to-right objective), and
 <pair>_loss, <pair>_acc with a pair task (pair = nsp or sop), disc_loss, disc_acc and disc_replaced (the share of the
-real tokens the generator's samples changed) with replaced-token detection; held-out records prefix them with eval_ and add eval_<token>_ppl, eval_loss,
+real tokens the generator's samples changed) with replaced-token detection, sbo_loss and sbo_acc when the window
+has span boundary predictions (--span-boundary, training only); held-out records prefix them with eval_ and add eval_<token>_ppl, eval_loss,
 eval_instances.
 """
 import math
@@ -36,9 +37,11 @@ SUMS = ("loss",  # the micro-batch losses (each a mean)
         "nsp_loss", "nsp_correct", "nsp_n",  # the same for the pair task, NSP or SOP (0 without one)
         "tokens",  # real (non-padding) tokens seen
         "batches",  # micro-batches
-        "disc_loss", "disc_correct", "disc_n", "disc_replaced")  # ELECTRA's discriminator: summed binary
-# cross-entropy, correct replaced/original calls, real tokens judged, tokens the samples changed (0 without it); last,
-# so a checkpoint saved before they existed resumes with its window's first entries (engine/pretraining/loop.py)
+        "disc_loss", "disc_correct", "disc_n", "disc_replaced",  # ELECTRA's discriminator: summed binary
+        # cross-entropy, correct replaced/original calls, real tokens judged, tokens the samples changed (0 without it)
+        "sbo_loss", "sbo_correct", "sbo_n")  # SpanBERT's span boundary objective (--span-boundary; 0 without it)
+# new sums go last, so a checkpoint saved before they existed resumes with its window's first entries
+# (engine/pretraining/loop.py)
 
 # the pre-training heads, named once: Objective.heads, a checkpoint's missing heads (engine.checkpoint), the heads a
 # model can use (engine.probes.heads); "mlm" names the masked-LM head, which an LTR model uses to predict the next token
@@ -114,6 +117,8 @@ class Objective:
         if self.rtd:
             n = max(sums["disc_n"], 1)
             rec.update(disc_loss=sums["disc_loss"] / n, disc_acc=sums["disc_correct"] / n, disc_replaced=sums["disc_replaced"] / n)
+        if sums.get("sbo_n"):  # --span-boundary (a setting of span masking, not an objective: engine/span_boundary.py)
+            rec.update(sbo_loss=sums["sbo_loss"] / sums["sbo_n"], sbo_acc=sums["sbo_correct"] / sums["sbo_n"])
         return rec
 
     def eval_record(self, sums: dict, instances: int) -> dict:

@@ -123,6 +123,9 @@ class PretrainConfig:
     span_mask: bool = setting(False, "mask SpanBERT's spans of whole words instead of single pieces: lengths geometric "
                               "(p 0.2, at most 10 words, mean 3.8), one MASK/RANDOM/SAME choice per span "
                               "(engine/pretraining/masking.py)", group="data")
+    span_boundary: bool = setting(False, "with --span-mask: add SpanBERT's span boundary objective (section 3.2), each "
+                                  "masked token predicted from the span's two boundary tokens and its position in the "
+                                  "span, its loss added to MLM's (engine/span_boundary.py)", group="data")
     short_seq_prob: float = setting(0.1, "chance of a shorter instance (the released code's short_seq_prob)", group="data")
     dupe_factor: int = setting(1, "segmentations per document (passes over the documents)", group="data")
     eval_fraction: float = setting(0.05, "share of documents held out (chosen by a fixed seed)", group="data")
@@ -278,6 +281,9 @@ def validate(cfg: PretrainConfig) -> None:
     if cfg.span_mask and objective(cfg.objective).causal:
         raise EngineError(f"--span-mask masks tokens, but --objective {cfg.objective} predicts the next token with no "
                           f"masking; drop --span-mask or use a masked objective (mlm, mlm+nsp, mlm+sop)")
+    if cfg.span_boundary and (not cfg.span_mask or cfg.packing or cfg.init or MLM_HEAD not in objective(cfg.objective).heads):
+        raise EngineError("--span-boundary predicts SpanBERT's masked spans from their boundaries: it needs --span-mask and "
+                          "a masked objective (mlm, mlm+nsp, mlm+sop), trains from scratch (no --init) and unpacked (no --packing)")
     if objective(cfg.objective).rtd:
         from engine.electra import check_settings
         check_settings(cfg)  # ELECTRA's generator size, and what it does not combine with

@@ -27,6 +27,7 @@ from engine.checkpoint import load as load_checkpoint
 from engine.commands import PRETRAIN
 from engine.device import amp, resolve_compile, resolve_precision
 from engine.electra import ElectraPreTraining, load_pair
+from engine.span_boundary import SpanBoundaryPreTraining, add_boundary_slots, load_head
 from engine.distributed import Dist, all_reduce_
 from engine.errors import EngineError, as_engine_error
 from engine.model import BertForPreTraining
@@ -78,7 +79,8 @@ def build_model(cfg: PretrainConfig, tok: Tokenizer, ckpt, device):
         mcfg = model_config(cfg, tok.vocab_size)
         torch.manual_seed(cfg.seed)
         rtd = objective(cfg.objective).rtd  # ELECTRA: the discriminator with its generator (engine/electra.py)
-        model = ElectraPreTraining(mcfg, cfg.generator_size) if rtd else BertForPreTraining(mcfg)
+        model = (ElectraPreTraining(mcfg, cfg.generator_size) if rtd else
+                 SpanBoundaryPreTraining(mcfg) if cfg.span_boundary else BertForPreTraining(mcfg))  # SpanBERT's SBO
     state = {"step": 0, "phase": 1, "position": None, "tokens": 0, "elapsed": 0.0}
     blob = None
     if ckpt is not None:
@@ -89,7 +91,9 @@ def build_model(cfg: PretrainConfig, tok: Tokenizer, ckpt, device):
             model.bert.pooler.load_state_dict(bundle.model.bert.pooler.state_dict())
             load_pair(model, ckpt)
         else:
-            model.load_state_dict(bundle.model.state_dict())
+            model.load_state_dict(bundle.model.state_dict(), strict=not cfg.span_boundary)
+            if cfg.span_boundary:  # the span boundary head, in its own file beside (engine/span_boundary.py)
+                load_head(model, ckpt)
         blob = load_training_state(ckpt)
         state.update(blob["state"])
     if not mcfg.has_nsp_head:  # without NSP nothing trains the pooler: freeze it (DDP then sees no unused parameter)
@@ -141,6 +145,8 @@ def training_batches(cache, cfg: PretrainConfig, obj: Objective, step: int, posi
                                ratios=obj.mask_ratios or cfg.mask_ratios, generator=g, whole_word=cfg.whole_word_mask,
                                spans=cfg.span_mask, static_seed=cfg.seed if cfg.static_masking else None)
         batch = add_prediction_slots(batch, slots)
+        if cfg.span_boundary:  # SpanBERT's SBO: each slot's span boundaries (engine/span_boundary.py)
+            batch = add_boundary_slots(batch)
         if cfg.packing:
             batch = pack_batch(batch)
         if pin:

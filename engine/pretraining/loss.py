@@ -1,5 +1,6 @@
 """One micro-batch's loss: the objective's labels (the next tokens for a left-to-right model, `ltr_labels`), the
-token loss at the prediction slots, the pair task's (NSP or SOP) loss and ELECTRA's discriminator loss (`forward_loss`), and the named sums a
+token loss at the prediction slots, the pair task's (NSP or SOP) loss, ELECTRA's discriminator loss and SpanBERT's
+span boundary loss when the batch carries its slots (`forward_loss`), and the named sums a
 metrics window adds up (`sums_vector`, `sums_of`: engine.objectives.SUMS). The training loop and the held-out
 evaluation both call it, and so does the benchmark."""
 import torch
@@ -35,8 +36,10 @@ def forward_loss(model, batch: dict, obj: Objective, device, amp_ctx, prediction
     rows, cols = to_device(batch["mlm_rows"], device), to_device(batch["mlm_cols"], device)  # (B * P,) each
     target = to_device(batch["mlm_targets"], device)  # (B * P,), IGNORE_INDEX at unused slots
     valid = to_device(batch["mlm_valid"], device)
+    sbo = {} if "sbo_left" not in batch else {"span_boundaries": tuple(  # --span-boundary (engine/span_boundary.py)
+        to_device(batch[k], device) for k in ("sbo_left", "sbo_right", "sbo_offset"))}
     with amp_ctx:  # the summed cross-entropy over the vocabulary without its (N, V) logits (engine.vocab_loss)
-        out = model(input_ids, token_type, attn, mlm_positions=(rows, cols), mlm_targets=target, packing=packing)
+        out = model(input_ids, token_type, attn, mlm_positions=(rows, cols), mlm_targets=target, packing=packing, **sbo)
     token_sum, pred = out.mlm_loss_sum, out.mlm_predictions  # (), (B * P,)
     n = batch["mlm_n"]
     loss = token_sum / max(n, 1)
@@ -51,6 +54,10 @@ def forward_loss(model, batch: dict, obj: Objective, device, amp_ctx, prediction
         loss = loss + nsp_loss
         sums.update(nsp_loss=nsp_loss.detach().double() * len(nsp_target),
                     nsp_correct=(nsp_logits.detach().argmax(-1) == nsp_target).sum().double(), nsp_n=len(nsp_target))
+    if sbo:  # SpanBERT's L_MLM + L_SBO, both means over the masked tokens
+        loss = loss + out.sbo_loss_sum / max(n, 1)
+        sums.update(sbo_loss=out.sbo_loss_sum.detach().double(), sbo_n=n,
+                    sbo_correct=((out.sbo_predictions == target) & valid).sum().double())
     if obj.rtd:  # ELECTRA: the discriminator's binary loss over every real token, x lambda (engine/electra.py)
         real = to_device(batch["attention_mask"], device)
         rtd_loss, rtd_sums = replaced_token_loss(out.rtd_logits, out.rtd_labels, real, batch["real_tokens"])

@@ -28,6 +28,7 @@ from engine.checkpoint import save as save_checkpoint_weights
 from engine.commands import PRETRAIN, kind_of
 from engine.distributed import Dist, all_reduce_
 from engine.electra import save_pair
+from engine.span_boundary import save_head
 from engine.errors import EngineError
 from engine.fileio import atomic_save_with
 from engine.objectives import objective
@@ -182,6 +183,8 @@ def save_checkpoint(run_dir: Path, model, tokenizer: Tokenizer, optimizer, state
         save_checkpoint_weights(model, tmp, tokenizer=tokenizer, extra_files={"training_state.json": state})
         if objective(cfg.objective).rtd:  # ELECTRA: discriminator/ and generator/ in transformers' layout, beside
             save_pair(model, tmp, tokenizer)
+        if cfg.span_boundary:  # SpanBERT's span boundary head, in its own file beside
+            save_head(model, tmp)
         blob = {"format": STATE_FORMAT, "step": step, "optimizer": optimizer.state_dict(),
                 "scheduler": {"kind": "linear_warmup_linear_decay", **schedule(cfg), "last_step": step},
                 "rng": rng_state(), "metrics_window": window.detach().cpu().clone(),
