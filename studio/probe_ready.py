@@ -61,13 +61,11 @@ def _status(d: Path):
     return runs.effective_status(d, info), info
 
 
-def build_minutes():
-    """The measured time of the build on this kind of machine: in fp32 on a CPU without bf16 units, else with bf16."""
-    from engine.device import default_precision, resolve_device
-    from engine.measured import fact
-    device = resolve_device("auto")
-    fp32_cpu = device.type == "cpu" and default_precision(device) == "fp32"
-    return fact("probe_ready.minutes_fp32" if fp32_cpu else "probe_ready.minutes")
+def build_minutes(root):
+    """How long the build takes on this machine: the one estimator's (engine.classroom.part_estimate of the class
+    preparation's probe-ready part, which the Start page's Prepare panel shows too), an engine.classroom.Estimate."""
+    from engine.classroom import part_estimate
+    return part_estimate(root, "probe_ready")
 
 
 def panel(root, why: bool = True) -> None:
@@ -78,16 +76,15 @@ def panel(root, why: bool = True) -> None:
     from engine.pretraining.config import CONTINUED_PRETRAINING as R
     from engine.pretraining.config import PROBE_READY_INIT, PretrainConfig
     heads_first = PretrainConfig.for_init(PROBE_READY_INIT).heads_first_steps()
-    BUILD = build_minutes()
+    build = build_minutes(root)
     MLM, NSP = fact("probe_ready.mlm_accuracy"), fact("probe_ready.nsp_accuracy")
     d = run_dir(root)
     st.caption(("MiniLM has real weights but no MLM or NSP head. " if why else "") +
                f"This continues MiniLM's pre-training with the paper's "
                f"objectives (MLM + NSP) on {CORPUS_WORDS[R['corpus']]}: {R['steps']} steps of {R['batch_size']} x {R['seq_len']} tokens at learning rate "
                f"{R['lr']:g}" + (f", the first {heads_first} training only the output layers, the encoder frozen" if heads_first else "") +
-               f", as its own process ({BUILD.text()} on {BUILD.where}; held-out MLM "
-               f"{MLM.text()} and NSP {NSP.text()} at the end). "
-               f"Command: `python -m engine {' '.join(argv(root))}`")
+               f", as its own process: {build.clause()}, ending at held-out MLM accuracy {MLM.text()} and NSP "
+               f"{NSP.text()} ({MLM.where}). Command: `python -m engine {' '.join(argv(root))}`", help=build.how)
     status, info = _status(d)
     job_id = st.session_state.get("probe_ready_job")
     if status is None:

@@ -97,7 +97,7 @@ def test_fresh_runs_folder_one_line_the_build_offered_no_error(tmp_path, monkeyp
     about_heads = [t for t in _texts(at) if "MLM" in t and "head" in t]
     assert len(about_heads) == 1, about_heads
     from studio.probe_ready import build_minutes
-    build = build_minutes().text()  # the build's time on this kind of machine, said once (by the build panel)
+    build = build_minutes(root).clause()  # the build's time on this machine, said once (by the build panel)
     assert sum(build in t for t in _texts(at)) == 1
     assert not (_keys(at) & set(NEEDS_A_HEAD)) and not at.metric
     # attention needs no head: mask and watch still shows where the masked token looks, with no prediction bars
