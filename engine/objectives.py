@@ -152,8 +152,9 @@ OBJECTIVES = {o.name: o for o in (MLM_NSP, MLM, LTR, MLM_SOP, ELECTRA)}
 
 
 # what a pre-training record's own metric keys begin with: each objective's token prediction and pair task
-# (mlm, nsp, lm, sop) and ELECTRA's discriminator (disc); a held-out record's begin with eval_
-METRIC_PREFIXES = tuple(dict.fromkeys(p for o in OBJECTIVES.values() for p in (o.token, o.pairs, "disc" if o.rtd else "") if p))
+# (mlm, nsp, lm, sop), ELECTRA's discriminator (disc) and the span boundary objective (sbo); a held-out record's begin with eval_
+METRIC_PREFIXES = tuple(dict.fromkeys([p for o in OBJECTIVES.values() for p in (o.token, o.pairs, "disc" if o.rtd else "") if p]
+                                      + ["sbo"]))  # and --span-boundary's (a setting of the masked objectives)
 
 
 def every(metrics: str) -> tuple:

@@ -49,6 +49,7 @@ METRIC_LABELS = {"loss": "training loss", "eval_loss": "held-out loss", "score":
                  "eval_nsp_baseline": "held-out NSP no-model rule", "eval_seq_len": "held-out length (tokens)",
                  "eval_instances": "held-out instances", "seconds": "seconds"}
 METRIC_WORDS = {"eval": "held-out", "dev": "dev", "mlm": "MLM", "lm": "next-token", "nsp": "NSP", "sop": "SOP",
+                "disc": "discriminator", "replaced": "share replaced", "sbo": "span-boundary",
                 "acc": "accuracy", "ppl": "perplexity", "f1": "F1", "em": "exact match", "mcc": "Matthews"}
 
 
