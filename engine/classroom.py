@@ -502,7 +502,7 @@ def estimate(figure: measured.Measured, kind: str, readings: dict, fp32: measure
                                               f"{reading.step_ms:.0f} ms a step, against {ref_ms:.0f} ms there")
     if precision == "fp32" and fp32 is not None:
         figure = fp32
-    why = ("no reading of this machine yet (the Prepare button times it)" if reading is None
+    why = ("no reading of this machine yet (`class prepare`, the Start page's Prepare button, times it)" if reading is None
            else f"{measured.MACHINES[figure.machine].name} has no reading of this kind of step to scale it by")
     return Estimate(figure.value, f"{figure.text()} as measured on {figure.where}; {why}", here=False)
 
