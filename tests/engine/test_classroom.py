@@ -122,6 +122,7 @@ def test_time_left_is_each_measured_time_scaled_by_its_own_speed_check_or_the_ru
     monkeypatch.setattr(timing, "minilm_check", lambda: calls.append("minilm") or SpeedCheck("fp32", 2, 1.5 * ready_ms))
     import os
     monkeypatch.setattr(os, "getloadavg", lambda: (0.0, 0.0, 0.0))  # else a busy test machine marks them under load
+    monkeypatch.setattr(classroom, "machine", lambda: ("bf16", "cpu"))  # (a GPU would make them upper bounds)
     rows = classroom.prepare(root, jobs=q)
     classroom.prepare(root, jobs=q)
     rounds = classroom.CHECK_ROUNDS  # each timed in rounds once, recorded in <runs>/.class/prepare.json

@@ -210,7 +210,6 @@ def test_the_classroom_runs_time_is_the_estimators_for_each_kind_of_machine(tmp_
 def test_step_2_and_the_prepare_panel_give_one_figure_for_the_same_run(tmp_path, monkeypatch, page_app):
     """With a speed check recorded (the classroom step read 1.5x its reading where the figure was measured), step 2's
     caption and the Prepare panel's reference part both say the estimator's one figure, each in one clause."""
-    import dataclasses
     from engine import classroom
     root = tmp_path / "runs"
     fig = measured.fact("classroom_run.minutes_bf16")
@@ -219,6 +218,7 @@ def test_step_2_and_the_prepare_panel_give_one_figure_for_the_same_run(tmp_path,
     state.mkdir(parents=True)
     check = {"precision": "bf16", "threads": 2, "step_ms": 1.5 * ref_ms, "gpu": False}
     (state / "prepare.json").write_text(json.dumps({"checks": {"classroom": check}}))
+    monkeypatch.setattr(classroom, "machine", lambda: ("bf16", "cpu"))  # (a GPU would make it an upper bound)
     at = page_app(PAGE, root)
     assert not at.exception and not at.error
     want = f"about {1.5 * fig.value:.0f} min"
