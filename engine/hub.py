@@ -228,6 +228,9 @@ def download(repo_id: str, stream=None, every: float = 60.0) -> Path:
                 bar.update(done - bar.done)
             if stopped:
                 return
+    from huggingface_hub.utils import are_progress_bars_disabled, disable_progress_bars, enable_progress_bars
+    theirs = not are_progress_bars_disabled()  # huggingface_hub's own bars would say the same twice: off meanwhile
+    disable_progress_bars()
     watcher = threading.Thread(target=follow, daemon=True)
     watcher.start()
     try:
@@ -236,3 +239,5 @@ def download(repo_id: str, stream=None, every: float = 60.0) -> Path:
         stop.set()
         watcher.join()
         bar.close()
+        if theirs:
+            enable_progress_bars()
