@@ -263,3 +263,15 @@ def test_a_cached_hub_roberta_loads_offline_through_transformers(cache, tiny_enc
     assert run(["probe", "--model", "org/tiny-roberta", "--fill", TEXT, "--top-k", "2", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert [m["token"] for m in out["masks"][0]] == [t for t, _ in local[0]]
+
+
+def test_cached_finds_a_complete_model_in_the_hub_cache_without_the_network(cache, tmp_path, hf_model):
+    """engine.hub.cached: None for a model not in the cache or cached without its weights, the snapshot folder once
+    config.json and the weights are there (what the Probe and Attention pages ask before offering bert-base-uncased)."""
+    assert hub.cached(hub.BERT_BASE) is None
+    files = bert_files(hf_model, tmp_path)
+    put_in_cache(cache, "org/no-weights", {k: v for k, v in files.items() if k != "model.safetensors"})
+    assert hub.cached("org/no-weights") is None
+    commit = put_in_cache(cache, hub.BERT_BASE, files)
+    found = hub.cached(hub.BERT_BASE)
+    assert found is not None and commit in str(found) and (found / "model.safetensors").is_file()
