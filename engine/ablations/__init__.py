@@ -1,4 +1,5 @@
-"""Ablation studies: the paper's Tables 5, 6, 7 and 8 and Figure 5 at classroom scale.
+"""Ablation studies: the paper's Tables 5, 6, 7 and 8 and Figure 5 at classroom scale, and the family's studies
+(what changed after BERT: engine/ablations/family.py).
 
 An ablation study is a base configuration plus named variants, each a small override of the base. A study becomes
 a list of jobs, each one `python -m engine ...` command: per seed and variant, a `pretrain` run, then the study's
@@ -12,6 +13,8 @@ One module per job, read in this order:
 - findings.py the comparisons a finding check is made of (means per variant, "a better than b")
 - paper.py    the built-in studies (`STUDIES`), each with the paper's finding and its check; the scales (`Scale`:
               classroom, lab) with what each sets for single studies (`Scale.settings`)
+- family.py   the family's studies (RoBERTa, ALBERT, SpanBERT, ELECTRA, the masking rate), registered in `STUDIES`
+              below beside the paper's, with their classroom settings; `GROUPS`: "BERT, 2018" and "after BERT"
 - planner.py  study -> jobs (`plan`)
 - folders.py  study folders and study.json (`study_from_dict`)
 - reuse.py    a pre-training another run has already done (or a fine-tuning another study has), taken over instead of run again (`take_over`)
@@ -43,3 +46,8 @@ from engine.ablations.timing import (REFERENCE_MACHINE, REFERENCE_MINUTES, Speed
 from engine.ablations.verdict import VERDICTS, Contrast, bootstrap_difference, describe_entry, judge, verdict
 from engine.ablations.study import (Evaluation, FeatureArgs, FinetuneArgs, Study, Variant, describe,
                                     with_epochs, with_steps)
+from engine.ablations import family
+from engine.ablations.paper import CLASSROOM_STUDIES
+
+family.register(STUDIES, CLASSROOM_STUDIES)  # the family's studies beside the paper's, at every entry point
+GROUPS = family.groups(STUDIES)  # {"BERT, 2018": [...], "after BERT": [...]}: the Ablations page's two groups

@@ -53,8 +53,11 @@ def build_parser() -> argparse.ArgumentParser:
     j.add_argument("key", help="the job's key, e.g. pretrain/bert-mlm-nsp/s0 (study.json lists them)")
     sub.add_parser("list", help="list the built-in studies and the studies under the runs folder")
     e = sub.add_parser("estimate", help="time the classroom model's steps here (seconds) and estimate each classroom "
-                       "study's wall time on this machine from its measured reference (engine/ablations/timing.py)")
+                       "study's wall time on this machine from its measured reference, or for a study never measured (the family's) from "
+                       "its FLOPs and Table 5's measured evaluations (engine/ablations/timing.py)")
     e.add_argument("study", nargs="?", default=None, help="one study (default: every built-in study)")
+    e.add_argument("--classroom", action="store_true", help="the classroom scale, as `ablate run --classroom`: the "
+                   "only scale estimated, so the default too")
     e.add_argument("--epochs", type=int, default=None, help="the downstream epochs you will run it with (default: the study's)")
     e.add_argument("--seeds", type=int, default=None, help="the seeds you will run it with (default: the study's, 1 at classroom scale)")
     e.add_argument("--steps", type=int, default=None, help="the pre-training steps you will run it with (default: the study's)")

@@ -234,16 +234,20 @@ def estimate(study, check: SpeedCheck, runs_root=None) -> dict:
     if check.gpu:
         return {"minutes": None, "text": "no estimate: the jobs run on this machine's GPU, and the reference times are "
                                          "for a 2-core CPU (a GPU is faster; not measured for the classroom studies)"}
-    if study.name not in REFERENCE_MINUTES:
-        return {"minutes": None, "text": f"no estimate for {study.name}: it has no reference time"}
-    ref, when, ref_ms, machine = REFERENCE_MINUTES[study.name]
+    measured = study.name in REFERENCE_MINUTES
+    ref, when, ref_ms, machine = REFERENCE_MINUTES[reference_study(study)]
     f = check.factor(ref_ms)
     on = machine
     here = job_minutes(study, check)
     minutes = sum(here.values())
     defaults = study == get_study(study.name, scale="classroom")
     text = f"about {_hm(minutes)} on this machine ({ref:g} min on {on} on {when}, x{f:.2f})"
-    if not defaults:
+    if not measured:
+        text = (f"about {_hm(minutes)} on this machine, estimated, never measured: each pre-training from its FLOPs, "
+                f"each evaluation at the share of {ANALOGUE}'s measured time that its evaluation of the same kind of "
+                f"task took ({ref:g} min on {on} on {when}; this machine x{f:.2f}), so a rougher figure than a measured "
+                "study's")
+    elif not defaults:
         text = (f"about {_hm(minutes)} on this machine; your settings differ from its classroom defaults (epochs, "
                 f"seeds, tasks or steps), so that is summed job by job: each pre-training from its FLOPs, each "
                 f"evaluation from its share of the defaults' time scaled by its epochs, restarts and examples: a "
@@ -295,26 +299,52 @@ def job_minutes(study, check: SpeedCheck) -> dict:
     from engine.ablations.reuse import config_of
     from engine.pretraining.config import PretrainConfig
     where = Path("/nonexistent-estimate")
-    ref = REFERENCE_MINUTES[study.name]
+    ref = REFERENCE_MINUTES[reference_study(study)]
     reference = SpeedCheck(check.precision, check.threads, ref.step_ms)
 
     def pretraining(job, c):
         return training_seconds(PretrainConfig(**config_of(job.argv)), c) / 60
 
-    default = plan(get_study(study.name, scale="classroom"), where)
+    default = plan(get_study(reference_study(study), scale="classroom"), where)
     default_evals = [j for j in default if kind_of(j.kind) is not PRETRAIN]
     rest = max(0.0, ref.minutes - sum(pretraining(j, reference) for j in default if kind_of(j.kind) is PRETRAIN))
     share = rest / max(1, len(default_evals))
-    counterpart = {(j.variant, j.evaluation, j.step): j for j in default_evals}
     out = {}
     for j in plan(study, where):
         if kind_of(j.kind) is PRETRAIN:
             out[j.key] = pretraining(j, check)
             continue
-        c = counterpart.get((j.variant, j.evaluation, j.step)) or next(
-            (d for d in default_evals if d.kind == j.kind), default_evals[0] if default_evals else None)
+        c = counterpart(j, default_evals)
         out[j.key] = share * check.factor(ref.step_ms) * (_work(j.argv, like=c.argv) / _work(c.argv, like=j.argv) if c else 1.0)
     return out
+
+
+# The measured study whose evaluations stand in for those of a study never measured (the family's): Table 5 at
+# classroom scale fine-tunes the classroom tasks at the classroom grid, as they do
+ANALOGUE = "pretraining-tasks"
+
+
+def reference_study(study) -> str:
+    """The measured study `study`'s estimate scales from: itself, or ANALOGUE for a study with no reference time."""
+    return study.name if study.name in REFERENCE_MINUTES else ANALOGUE
+
+
+def counterpart(job, default_evals: list):
+    """The evaluation job of the reference study's defaults that `job` takes its share from: the same row, column and
+    checkpoint; else the same column (another row); else one of a task of the same format (engine.tasks.registry:
+    a sentence pair for bbc-order); else the same kind of job; else the first (None without any)."""
+    from engine.tasks.registry import BUILTINS
+
+    def task(j):
+        return j.argv[j.argv.index("--task") + 1] if "--task" in j.argv[:-1] else None
+
+    def fmt(j):
+        return BUILTINS[task(j)].format if task(j) in BUILTINS else None
+
+    tries = (lambda d: (d.variant, d.evaluation, d.step) == (job.variant, job.evaluation, job.step),
+             lambda d: d.evaluation == job.evaluation, lambda d: fmt(d) is not None and fmt(d) == fmt(job),
+             lambda d: d.kind == job.kind)
+    return next((d for t in tries for d in default_evals if t(d)), default_evals[0] if default_evals else None)
 
 
 def _work(argv: list, like: list = None) -> float:

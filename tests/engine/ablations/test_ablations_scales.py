@@ -33,11 +33,13 @@ def test_at_scale_reads_the_scale_table_and_only_it():
 def test_the_built_in_classroom_settings_reach_the_studies():
     """The classroom scale's decisions, as values (engine/ablations/paper.py says why each): Table 5 pre-trains
     6,000 steps at BERT's FLOPs, Table 7 fine-tunes 15 epochs in both arms, Table 8 at most 1,000 training examples;
-    every other study takes the scale's 3,000 steps, equal steps, 5 epochs and 1,500 examples."""
+    every other study of the paper takes the scale's 3,000 steps, equal steps, 5 epochs and 1,500 examples. The family's
+    studies take Table 5's budget, so their BERT and MLM-only rows are Table 5's (the masking rate at equal steps)."""
     got = {name: (s.base.steps, s.budget, s.finetune.epochs, s.finetune.max_train, s.feature_epochs)
            for name in A.STUDIES for s in [A.get_study(name, scale="classroom")]}
+    family = {name: (6000, "steps" if name == "masking-rate" else "flops", (5,), 1500, None) for name in A.GROUPS["after BERT"]}
     assert got == {"pretraining-tasks": (6000, "flops", (5,), 1500, None),
                    "model-size": (3000, "steps", (5,), 1500, None),
                    "feature-based": (3000, "steps", (15,), 1500, 15),
                    "masking": (3000, "steps", (5,), 1000, None),
-                   "training-steps": (3000, "steps", (5,), 1500, None)}
+                   "training-steps": (3000, "steps", (5,), 1500, None)} | family

@@ -18,8 +18,22 @@ def check(factor: float, precision: str = "fp32", study: str = None) -> A.SpeedC
     return A.SpeedCheck(precision, 2, factor * ms)
 
 
-def test_every_builtin_study_has_a_reference_time():
-    assert set(timing.REFERENCE_MINUTES) == set(A.STUDIES)
+def test_every_paper_study_has_a_reference_time_and_the_familys_borrow_table_5s():
+    assert set(timing.REFERENCE_MINUTES) == set(A.GROUPS["BERT, 2018"])
+    assert {timing.reference_study(A.get_study(n)) for n in A.GROUPS["after BERT"]} == {timing.ANALOGUE}
+
+
+@pytest.mark.parametrize("name", ["nsp-vs-sop", "input-formats", "static-vs-dynamic", "span-masking", "electra-vs-mlm",
+                                  "masking-rate"])
+def test_a_study_never_measured_is_estimated_from_its_flops_and_table_5s_evaluations(name):
+    """Each pre-training from its FLOPs, each evaluation at the share of Table 5's evaluation of the same kind of task:
+    on the machine Table 5 was timed on, every family study's classroom defaults fit the hour."""
+    study = A.get_study(name, scale="classroom")
+    est = A.estimate(study, check(1.0, "bf16", study=timing.ANALOGUE))
+    assert est["defaults"] and 0 < est["minutes"] <= timing.CLASSROOM_HOUR and not est["over_hour"]
+    assert "never measured" in est["text"] and timing.ANALOGUE in est["text"]
+    slower = A.estimate(study, check(2.0, "bf16", study=timing.ANALOGUE))
+    assert slower["minutes"] == pytest.approx(2 * est["minutes"])
 
 
 def test_estimate_scales_the_reference_time():
