@@ -1,4 +1,5 @@
-"""Ablations: launch one of the paper's ablation studies (Tables 5-8, Figure 5) as queued jobs, and watch its
+"""Ablations: launch one of the paper's ablation studies (Tables 5-8, Figure 5) or of the family's after BERT
+(RoBERTa, ALBERT, SpanBERT, ELECTRA, the masking rate: studio/study_groups.py) as queued jobs, and watch its
 dashboard fill in: the study's state in words with Cancel and Resume for all its jobs at once, the results table in
 the paper's layout (mean ± std over seeds x restarts) beside the table as we measured it (machine and date), bar
 charts, the pre-training curves of all variants, and the paper's finding with whether it reproduced. CSV download."""
@@ -12,7 +13,7 @@ from engine import paper_tables
 from engine.commands import PRETRAIN, kind_of
 from engine.status import FAILED, status_of
 from studio import ablation_figures as F
-from studio import measured_tables, study_controls
+from studio import measured_tables, study_controls, study_groups
 from studio.common import chart_config, guard, runs_root
 
 st.title("Ablation studies")
@@ -120,9 +121,8 @@ def lesson_picker() -> None:
 # ------------------------------------------------------------------ new study
 with tab_new:
     lesson_picker()
-    names = list(A.STUDIES)
-    name = st.selectbox("Study", names, key="abl_study",
-                        format_func=lambda n: f"{A.STUDIES[n]().title}  ({n})")
+    names = study_groups.ordered_names()  # the paper's ("BERT, 2018"), then the family's ("after BERT")
+    name = st.selectbox("Study", names, key="abl_study", format_func=study_groups.label)
     scales = list(A.SCALES) + ["paper"]
     scale = st.radio("Scale", scales, key="abl_scale", horizontal=False,
                      format_func=lambda k: f"{A.SCALES[k].label.capitalize()} ({A.SCALES[k].about})" if k in A.SCALES
@@ -134,6 +134,7 @@ with tab_new:
         st.markdown(f"**{study.title}.** {study.description}")
         st.info(f"**The paper's finding:** {study.finding}")
         paper_numbers(study.name)
+        study_groups.never_run_note(study.name)
         c1, c2 = st.columns([1, 2])
         c1.markdown("**Base configuration**")
         base_table = c1.empty()  # filled below, once the choices (steps, epochs) are made: it shows what will run
@@ -217,6 +218,7 @@ with tab_results:
             if measured_tables.measured_frames(key) is not None:
                 st.subheader(A.STUDIES[key]().title)
                 measured_tables.show(key)
+        study_groups.family_overview()  # after BERT: the family's studies, their papers' tables, not run yet
     else:
         labels = [s["name"] for s in studies]
         default = labels.index(st.session_state["abl_show"]) if st.session_state.get("abl_show") in labels else 0
