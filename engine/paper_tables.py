@@ -3,7 +3,7 @@ Tables 5, 6, 7 and 8, so an empty studio can show what the classroom studies rep
 
 Every number is a dev-set score as printed in the paper (Table 7 also gives CoNLL-2003 test F1 where printed).
 `FAMILY_TABLES` holds those of the family's studies (RoBERTa, ELECTRA, ALBERT) whose figures were found in the
-papers' text, in `PAPER_TABLES` too. `PAPER_TABLES` maps a study name (as in engine.ablations.STUDIES) to a `PaperTable`: its caption, column names and
+papers' text; `table(name)` finds a study's in either. `PAPER_TABLES` maps a study name (as in engine.ablations.STUDIES) to a `PaperTable`: its caption, column names and
 rows; `frame(name)` gives it as a pandas DataFrame. Transcribed by hand from the paper's PDF.
 """
 from dataclasses import dataclass
@@ -100,11 +100,16 @@ FAMILY_TABLES = {
         ("SP tasks", "NSP acc", "SOP acc", "downstream avg"),
         (("None", None, None, 79.0), ("NSP", None, 52.0, 79.2), ("SOP", 78.9, 86.5, 80.1))),
 }
-PAPER_TABLES.update(FAMILY_TABLES)
+
+
+def table(name: str):
+    """The paper's table of study `name`: the 2018 paper's (`PAPER_TABLES`) or a family paper's (`FAMILY_TABLES`);
+    None for a study with none."""
+    return PAPER_TABLES.get(name) or FAMILY_TABLES.get(name)
 
 
 def frame(name: str):
-    """The paper's table for study `name` as a pandas DataFrame (missing cells as None)."""
+    """The paper's table for study `name` (`table`) as a pandas DataFrame (missing cells as None)."""
     import pandas as pd
-    t = PAPER_TABLES[name]
+    t = table(name)
     return pd.DataFrame([list(r) for r in t.rows], columns=list(t.columns))

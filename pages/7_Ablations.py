@@ -32,7 +32,7 @@ def variants_frame(study: A.Study) -> pd.DataFrame:
 def paper_numbers(study_name: str, measured: bool = True) -> None:
     """The paper's own table for this study (engine.paper_tables), in an expander, with ours as measured unless
     `measured` is False (the dashboard shows ours in the open); nothing for a study it lacks."""
-    t = paper_tables.PAPER_TABLES.get(study_name)
+    t = paper_tables.table(study_name)  # the 2018 paper's, or a family paper's
     if t is None:
         return
     with st.expander(f"The paper's numbers: {t.title}"):

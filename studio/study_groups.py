@@ -41,8 +41,8 @@ def family_overview() -> None:
         study = A.STUDIES[name]()
         with st.expander(f"{study.title}  ({name})"):
             st.markdown(f"{study.description}\n\n**The paper's finding:** {study.finding}")
-            if name in paper_tables.PAPER_TABLES:
-                t = paper_tables.PAPER_TABLES[name]
+            t = paper_tables.table(name)
+            if t is not None:
                 st.markdown(f"**{t.title}**")
                 st.dataframe(paper_tables.frame(name), hide_index=True, width="stretch")
                 st.caption(t.note)
