@@ -34,17 +34,14 @@ and 2, ELECTRA Table 5) and says where they come from otherwise; where no figure
 from dataclasses import fields, replace
 
 from engine.ablations.findings import claim, compare, means
-from engine.ablations.paper import BBC, CLOZE, PUNCT, SMALL_BASE, SMALL_GRID, STORY, StudyAtScale, TABLE5_TASKS
-from engine.ablations.study import Evaluation, Study, Variant, pretrain_column_name
+from engine.ablations.paper import BBC, CLOZE, ORDER, PUNCT, SMALL_BASE, SMALL_GRID, STORY, StudyAtScale, TABLE5_TASKS
+from engine.ablations.study import Study, Variant, pretrain_column_name
 from engine.ablations.verdict import Contrast
 from engine.objectives import ELECTRA, MLM, MLM_NSP, MLM_SOP
 from engine.pretraining.config import PretrainConfig
 from engine.pretraining.input_formats import DOC_SENTENCES, FULL_SENTENCES, SEGMENT_PAIR, SENTENCE_PAIR
 
 PAPER_GROUP, FAMILY_GROUP = "BERT, 2018", "after BERT"  # the Ablations page's two groups of studies
-
-# the coherence task beside the topic-driven same-story one (engine/tasks/bbc_order.py)
-ORDER = Evaluation("BBC sentence order (acc)", "bbc-order", "accuracy")
 
 BERT_ROW = "BERT (MLM + NSP)"  # the rows Table 5 trains too, by the same names
 MLM_ROW = "MLM only (No NSP)"

@@ -70,6 +70,8 @@ CLOZE = Evaluation("BBC cloze span (F1)", "bbc-cloze", "f1")
 PUNCT = Evaluation("BBC punctuation (F1)", "bbc-punct", "f1")
 NEXT = Evaluation("BBC next sentence (acc)", "bbc-next", "accuracy")
 STORY = Evaluation("BBC same story (acc)", "bbc-story", "accuracy")
+# coherence alone (consecutive sentences, in order or swapped): NSP vs SOP's column (engine/ablations/family.py)
+ORDER = Evaluation("BBC sentence order (acc)", "bbc-order", "accuracy")
 TABLE5_TASKS = (CLOZE, PUNCT, STORY, BBC)
 
 
@@ -84,7 +86,7 @@ def shared_evaluations(data_dir=None) -> list:
 def available_evaluations(data_dir=None) -> tuple:
     """Every evaluation a study can be given (`ablate run --tasks`, the Ablations page's choice): the built-in
     tasks, then RTE and CoLA when ../shared/data holds them."""
-    return (CLOZE, PUNCT, NEXT, STORY, BBC, WNUT) + tuple(shared_evaluations(data_dir))
+    return (CLOZE, PUNCT, NEXT, STORY, ORDER, BBC, WNUT) + tuple(shared_evaluations(data_dir))
 
 
 # ---------------------------------------------------------------------------------------------------------
