@@ -12,8 +12,8 @@ import streamlit as st
 from engine import measured, probe_baselines, probe_set, probes, replaced_tokens
 from engine.objectives import MLM_HEAD, NSP_HEAD
 from studio import mask_watch, probe_ready
-from studio.common import (chart_config, choice_label, fill_blanks_model, guard, list_model_choices, load_bundle,
-                           model_picker, runs_root)
+from studio.common import (bert_base_model, chart_config, choice_label, fill_blanks_model, guard, list_model_choices,
+                           load_bundle, model_picker, runs_root)
 from studio.figures import fill_mask_figure, over_steps_figure, probe_set_comparison_figure
 
 st.title("Probe")
@@ -33,7 +33,7 @@ if about:
     st.caption(about)
 have = probes.heads(bundle)  # "mlm" and / or "nsp": what the sections that need a head may offer
 if not have:  # MiniLM, an encoder only: one line and the way out, never an error per section
-    ready = fill_blanks_model(root)
+    ready = bert_base_model() or fill_blanks_model(root)
     st.info(f"{name} has no MLM or NSP head, so it cannot fill blanks or score sentence pairs (attention below still "
             "works); " + (f"pick `{ready}` above, which can." if ready else
                           "build the probe-ready model (MiniLM continued with MLM + NSP) with the button below."))
