@@ -25,7 +25,7 @@ _NAMES = {  # public name -> the module that defines it
     "EncoderBundle": "engine.encoders",
     "OBJECTIVES": "engine.objectives",
     "PretrainingCache": "engine.pretraining.cache", "PretrainingData": "engine.pretraining.cache",
-    "build_pretraining_data": "engine.pretraining.cache", "open_pretraining_data": "engine.pretraining.cache",
+    "build_pretraining_data": "engine.pretraining.prepare", "open_pretraining_data": "engine.pretraining.cache",
     "fixed_eval_masking": "engine.pretraining.masking", "mask_batch": "engine.pretraining.masking",
     "mask_tokens": "engine.pretraining.masking",
     "PrepareConfig": "engine.pretraining.prepare", "prepare": "engine.pretraining.prepare",

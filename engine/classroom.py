@@ -66,7 +66,7 @@ from engine.status import CANCELLED, DEAD, FAILED, FINISHED, QUEUED, RUNNING, St
 REFERENCE_RUN = "classroom-reference"  # the reference run's folder under the runs root (the Start page reads it)
 STATE_DIR = ".class"  # under the runs root: prepare.json (the speed checks), cache.json (the cache folders built)
 LOCK = "prepare.lock"  # in STATE_DIR: held (flock) by the one prepare at work, its pid inside
-RUN_FLAGS: list = []  # the classroom run: `python -m engine pretrain` with its defaults (tests give tiny settings)
+RUN_FLAGS: list = []  # flags over the classroom recipe for the reference run (none: the recipe itself; tests give tiny ones)
 PART_KEYS = ("cache", "reference", "probe_ready")
 LOAD_FACTOR = 2.0  # a load average above this many times the cores: a speed check taken then reads the machine slow
 CHECK_ROUNDS = 3  # each speed check taken this many times, the fastest kept (load only slows a reading)
@@ -128,10 +128,11 @@ class Part:
 def probe_ready_argv(root) -> list:
     """The probe-ready model's job: the recipe's defaults, so the command names only the init, corpus and folder."""
     from engine import cli
-    from engine.pretraining.config import CONTINUED_PRETRAINING, PROBE_READY_INIT, PROBE_READY_RUN, PretrainConfig
-    cfg = PretrainConfig(init=PROBE_READY_INIT, corpus=CONTINUED_PRETRAINING["corpus"], out=str(Path(root) / PROBE_READY_RUN),
-                         quiet=True)
-    return cli.argv(cfg, only=("init", "corpus", "out", "quiet"))
+    from engine import recipes
+    from engine.pretraining.config import PretrainConfig
+    cfg = PretrainConfig.for_init(recipes.PROBE_READY_INIT, out=str(Path(root) / recipes.PROBE_READY_RUN), quiet=True)
+    command, *flags = cli.argv(cfg, only=("init", "corpus", "out", "quiet"))
+    return [command, "--recipe", recipes.CONTINUED.name, *flags]
 
 
 BERT_BASE_PART = "bert_base"  # the optional part: Google's bert-base-uncased into the Hugging Face cache, when online
@@ -139,14 +140,16 @@ BERT_BASE_PART = "bert_base"  # the optional part: Google's bert-base-uncased in
 
 def parts(root) -> list:
     """The four parts, in the order they run (the last one only when online: `fetch_bert_base`)."""
-    from engine.pretraining.config import PROBE_READY_RUN
+    from engine import recipes
+    from engine.recipes import PROBE_READY_RUN
     root = Path(root).absolute()
     state = root / STATE_DIR
     return [
         Part("cache", "the classroom vocabulary and pre-training data, cached",
              ["class", "cache", "--runs-root", str(root), *RUN_FLAGS], state / "cache"),
         Part("reference", "a finished classroom run (the reference)",
-             ["pretrain", *RUN_FLAGS, "--out", str(root / REFERENCE_RUN), "--quiet"], root / REFERENCE_RUN,
+             ["pretrain", "--recipe", recipes.CLASSROOM.name, *RUN_FLAGS, "--out", str(root / REFERENCE_RUN), "--quiet"],
+             root / REFERENCE_RUN,
              measured.fact("classroom_run.minutes_bf16"), minutes_fp32=measured.fact("classroom_run.minutes_fp32")),
         Part("probe_ready", "the probe-ready model (MiniLM continued with MLM + NSP)", probe_ready_argv(root),
              root / PROBE_READY_RUN, measured.fact("probe_ready.minutes"), check="minilm",
@@ -313,13 +316,14 @@ def _recipe_key(argv: tuple) -> dict:
 
 
 def _run_key(config: dict) -> dict:
-    """What a run trained, from its run.json config (a setting it does not record: the default)."""
+    """What a run trained, from its run.json config (a setting it does not record: the classroom recipe's, the default
+    of the code that wrote it)."""
     from engine.ablations.reuse import training_key
     from engine.pretraining.config import PretrainConfig, config_dict
     known = {k: v for k, v in config.items() if k in PretrainConfig.__dataclass_fields__}
     if "mask_ratios" in known:
         known["mask_ratios"] = tuple(known["mask_ratios"])
-    return training_key(config_dict(PretrainConfig(**known)))
+    return training_key(config_dict(PretrainConfig.classroom(**known)))
 
 
 DEFINING = ("init", "objective", "corpus", "steps", "layers", "hidden", "heads", "seq_len", "phase2_seq_len")

@@ -88,6 +88,15 @@ def field_setting(cls, name: str) -> tuple:
     raise KeyError(f"{cls.__name__} has no setting {name!r}")
 
 
+def field_choices(cls, name: str) -> tuple:
+    """The choices of the config class's setting `name` (a function's are read now), or () when it takes any value."""
+    for f, meta, _ in flags(cls):
+        if f.name == name:
+            choices = meta["choices"]() if callable(meta["choices"]) else meta["choices"]
+            return tuple(choices or ())
+    raise KeyError(f"{cls.__name__} has no setting {name!r}")
+
+
 def _type(f: dataclasses.Field):
     """The parse function of a field without `parse=`: its annotation, Optional[X] -> X."""
     t = f.type

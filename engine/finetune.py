@@ -89,7 +89,7 @@ class FinetuneConfig:
     metric: Optional[str] = setting(None, "the selection metric: accuracy | f1 | f1_macro | mcc (classification), pearson | "
                                     "spearman (regression), f1 | precision | recall (tagging), f1 | exact (squad); "
                                     "default: the task's")
-    lr: tuple = setting((5e-5, 3e-5, 2e-5), "learning rates (default: the paper's 5e-5,3e-5,2e-5, A.3)", parse=cli.floats)
+    lr: tuple = setting((5e-5, 3e-5, 2e-5), "learning rates (the paper's grid, A.3)", parse=cli.floats)
     batch_size: tuple = setting((16, 32), "batch sizes", parse=cli.ints)
     epochs: tuple = setting((2, 3, 4), "epoch counts", parse=cli.ints)
     restarts: int = setting(1, "random restarts per grid point: different shuffle and head init, same checkpoint")
@@ -576,18 +576,27 @@ def load_finetuned(path, device="cpu"):
 # ------------------------------------------------------------------ CLI
 def build_parser():
     """The flags of `python -m engine finetune`: FinetuneConfig's settings (engine/cli.py)."""
-    return cli.parser(FinetuneConfig,
-                      "Fine-tune a BERT checkpoint on a downstream task over a lr/batch/epochs grid with restarts; "
-                      "prints the best dev metrics as one JSON line. --resume continues a run in --out with its "
-                      "own settings (finished trials kept, the interrupted one started again).")
+    from engine import recipes
+    ap = cli.parser(FinetuneConfig,
+                    "Fine-tune a BERT checkpoint on a downstream task over a lr/batch/epochs grid with restarts; "
+                    "prints the best dev metrics as one JSON line. The defaults are the paper's; --recipe lays a named "
+                    "recipe over them and the flags given over it. --resume continues a run in --out with its "
+                    "own settings (finished trials kept, the interrupted one started again).")
+    ap.add_argument("--recipe", choices=recipes.names(FinetuneConfig.command),
+                    help="lay a named recipe over the defaults (engine/recipes.py): " + recipes.help_text(FinetuneConfig.command))
+    return ap
 
 
 def config_from_args(a) -> FinetuneConfig:
-    """A FinetuneConfig from the flags given (an argparse Namespace or dict holding only those); with --resume,
-    the rest comes from the run's run.json."""
+    """A FinetuneConfig from the flags given (an argparse Namespace or dict holding only those) laid over the named
+    recipe (--recipe, engine/recipes.py) or the defaults; with --resume, the rest comes from the run's run.json."""
     given = dict(a if isinstance(a, dict) else vars(a))
-    base = {}
+    from engine import recipes
+    name = given.pop("recipe", None)
+    base = recipes.settings(name, FinetuneConfig.command) if name else {}
     if given.get("resume"):
+        if name:
+            raise EngineError(f"--recipe {name} with --resume: a resumed run keeps its own settings; drop --recipe")
         from engine.runs import read_run_json
         out = Path(given["out"])
         saved = (read_run_json(out).get("config") or {}) if out.is_dir() else {}

@@ -69,11 +69,11 @@ def cache_dir() -> str:
 
 def offline_choices() -> str:
     """What loads with no network: the words of every offline error."""
-    from engine.pretraining.config import CONTINUED_PRETRAINING, PROBE_READY_INIT, PROBE_READY_RUN
+    from engine.recipes import CONTINUED, PROBE_READY_INIT, PROBE_READY_RUN
     from engine.runs import runs_root
     return (f"offline, load 'minilm' (the built-in MiniLM), a local checkpoint or run folder, or the probe-ready "
             f"model {runs_root() / PROBE_READY_RUN} (`python -m engine pretrain --init {PROBE_READY_INIT} --corpus "
-            f"{CONTINUED_PRETRAINING['corpus']} --out {runs_root() / PROBE_READY_RUN}`)")
+            f"{CONTINUED.settings['corpus']} --out {runs_root() / PROBE_READY_RUN}`)")
 
 
 def _not_cached(repo_id: str, cache: str) -> EngineError:

@@ -57,10 +57,12 @@ def prepared_data_picker(root: Path):
     c[2].metric("Tokens", f"{stats['tokens']:,}")
     c[3].metric("Shards", f"{stats['shards']:,}")
     c[4].metric("Words", f"{stats['words']:,}")
-    st.caption(f"{stats['objective']} instances of {stats['seq_len']} tokens, a {stats['vocab_size']:,}-token vocabulary, "
+    from engine.pretraining.input_formats import input_format
+    st.caption(f"{stats['objective']} instances ({input_format(stats.get('input_format')).label}) of {stats['seq_len']} "
+               f"tokens, a {stats['vocab_size']:,}-token vocabulary, "
                f"{stats['instances_eval']:,} held-out instances, {stats['parts']} part(s). The run takes its objective, "
-               "sequence length, vocabulary and held-out split from this data (the form's corpus, objective, length and "
-               "vocabulary size are not used).")
+               "input format, sequence length, vocabulary and held-out split from this data (the form's corpus, "
+               "objective, input format, length and vocabulary size are not used).")
     return path
 
 
@@ -88,7 +90,7 @@ def launch_form(root: Path) -> None:
 def form_caption(init, D) -> str:
     """What the form's defaults are: the classroom run, or the continued-pre-training recipe."""
     from engine.objectives import objective
-    from engine.pretraining.masking import PAPER_RATE
+    from engine.pretraining.config import PretrainConfig
     from studio.pretrain_form import preset_size
     if init:
         return (f"Continued pre-training of `{init}`: its architecture and vocabulary; the defaults are the "
@@ -96,6 +98,7 @@ def form_caption(init, D) -> str:
                 f"learning rate {D.lr:g}, on {D.corpus}" +
                 (f"; the first {D.heads_first_steps()} train only the new heads on the frozen encoder" if D.heads_first else "") + ").")
     L, H, _ = preset_size(D.preset)
+    P = PretrainConfig()  # the paper's settings
     return (f"The defaults are the classroom run: a {D.preset} BERT ({L} layers, hidden {H}) on "
             f"{D.corpus}, {objective(D.objective).label}, "
             f"{D.steps:,} steps of {D.batch_size} sequences, {D.seq_len} tokens then {D.phase2_seq_len} for the "
@@ -103,7 +106,7 @@ def form_caption(init, D) -> str:
             f"learns to read context far sooner from short sequences), {CLASSROOM_MINUTES.text()} on "
             f"{CLASSROOM_MINUTES.where}; it masks "
             f"{D.mask_rate:.0%} of the tokens at learning rate {D.lr:.0e}, dropout {D.dropout:g} (the paper: "
-            f"{PAPER_RATE:.0%}, 1e-04, dropout 0.1).")
+            f"{P.mask_rate:.0%}, {P.lr:.0e}, dropout {P.dropout:g}).")
 
 
 def launch_row(form: dict, root: Path) -> None:
@@ -162,9 +165,12 @@ def corpus_fields(init, D) -> dict:
 
 
 def model_fields(init, D) -> dict:
-    """Model size (a preset or L/H/A; an init decides it) and objective."""
+    """Model size (a preset or L/H/A; an init decides it), objective and input format."""
+    from engine import cli
     from engine.config import PRESETS
     from engine.objectives import OBJECTIVES
+    from engine.pretraining.config import PretrainConfig
+    from engine.pretraining.input_formats import INPUT_FORMATS
     from studio.pretrain_form import FORM_RANGES as N
     from studio.pretrain_form import preset_size
     c1, c2, c3, c4 = st.columns(4)
@@ -180,8 +186,12 @@ def model_fields(init, D) -> dict:
     heads = c4.number_input("Heads A", value=A, step=N["heads"][2], help="custom size only" + size_help, disabled=off)
     names = list(OBJECTIVES)
     objective = c3.selectbox("Objective", names, index=names.index(D.objective), format_func=lambda n: OBJECTIVES[n].label)
+    formats = list(INPUT_FORMATS)
+    input_format = c2.selectbox("Input format (RoBERTa)", formats, index=formats.index(D.input_format),
+                                format_func=lambda n: INPUT_FORMATS[n].label,
+                                help=cli.field_setting(PretrainConfig, "input_format")[1])
     return {"size_mode": size_mode, "preset": preset, "layers": int(layers), "hidden": int(hidden), "heads": int(heads),
-            "objective": objective}
+            "objective": objective, "input_format": input_format}
 
 
 def training_fields(init, data, D) -> dict:
@@ -194,7 +204,7 @@ def training_fields(init, data, D) -> dict:
     c1, c2, c3, c4 = st.columns(4)
     mask_rate = c1.slider("Masking rate", *N["mask_rate"][:2], D.mask_rate, N["mask_rate"][2],
                           help=f"share of the tokens the MLM predicts (paper {PAPER_RATE:.0%}; the classroom run "
-                               f"{PretrainConfig.mask_rate:.0%})")
+                               f"{PretrainConfig.classroom().mask_rate:.0%})")
     ratios = tuple(c.number_input(label, value=float(r), step=N["mask_ratio"][2]) for c, label, r in
                    zip((c2, c3, c4), ("→ [MASK]", "→ random token", "→ unchanged"), D.mask_ratios))
     whole_word = c1.checkbox("Whole-word masking", value=D.whole_word_mask)

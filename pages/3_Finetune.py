@@ -130,12 +130,12 @@ with tab_new:
     elif task in FORMATS:
         st.info("Give a train and a dev file: the dev set selects the best trial.")
 
-    P = plan.PAPER_GRID
+    P = plan.grid("paper")
     st.markdown(f"**Grid**: a classroom-sized default of two learning rates (the paper's grid, lr {P['lr']} · batch "
                 f"{', '.join(map(str, P['batch_size']))} · epochs {', '.join(map(str, P['epochs']))}, makes "
                 f"{plan.n_trials(P['lr'].split(','), P['batch_size'], P['epochs'], P['restarts'])} trials); a tiny "
                 "model from scratch wants larger rates, e.g. 3e-4")
-    G = plan.CLASSROOM_GRID
+    G = plan.grid("classroom")
     g1, g2, g3, g4 = st.columns(4)
     lr_text = g1.text_input("Learning rates", value=G["lr"], key="ft_lr")
     batch = g2.multiselect("Batch sizes", [8, 16, 32, 48, 64], default=G["batch_size"], key="ft_bs")

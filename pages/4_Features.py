@@ -62,7 +62,10 @@ with tab_run:
     layers_text = c2.text_input(f"Layers for concat / sum / mean / weighted ({layers_help})",
                                 ",".join(map(str, layers_default)), key="fx_layers")
     d1, d2, d3 = st.columns(3)
-    pooling = d1.selectbox("Sentence pooling", ["cls", "mean"], key="fx_pooling", help="tagging always uses the first WordPiece of each word")
+    pool_default, pool_help = cli.field_setting(FeaturesConfig, "pooling")
+    pool_choices = list(cli.field_choices(FeaturesConfig, "pooling"))
+    pooling = d1.selectbox("Sentence pooling", pool_choices, index=pool_choices.index(pool_default), key="fx_pooling",
+                           help=pool_help)
     max_train = d2.number_input("Max train examples (0 = all)", 0, 1_000_000, 0, step=500, key="fx_max_train")
     seed = d3.number_input("Seed", 0, 1_000_000, 0, key="fx_seed")
     e1, e2 = st.columns(2)
@@ -187,7 +190,8 @@ with tab_proj:
     pcombine = p2.selectbox("Combination", ["last", "second-to-last", "concat", "mean", "embeddings", "all-weighted"], key="fx_proj_combine")
     ppool = p3.selectbox("Pooling", ["mean", "cls"], key="fx_proj_pool")
     method = p4.radio("Projection", list(PROJECTIONS), key="fx_proj_method", horizontal=True)
-    play = st.text_input("Layers (for concat / mean)", "-1,-2,-3,-4", key="fx_proj_layers")
+    play = st.text_input("Layers (for concat / mean)", ",".join(map(str, cli.field_setting(FeaturesConfig, "layers")[0])),
+                         key="fx_proj_layers")
     if st.button("Compute projection", key="fx_proj_go"):
         with guard("computing the projection"):
             xy, topics, hover = projection(model, mtime_key(model), int(n), pcombine, tuple(_layers(play)), ppool, method)

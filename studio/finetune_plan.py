@@ -2,7 +2,7 @@
 training time on this machine from one step timed here on a click (nothing measured: the page says so; never a
 guessed figure).
 
-- `CLASSROOM_GRID`: the page's default grid (why it is that size: the comment above it).
+- `grid(name)`: a fine-tuning recipe's grid (engine/recipes.py): the page's default is the classroom one.
 - `n_trials(...)`, `train_steps(...)`: the grid as engine.finetune runs it.
 - `time_step(bundle, batch_size, seq_len, precision)`: seconds of one fine-tuning step of that model, here.
 - `estimate(steps_by_batch, step_seconds)`: seconds of the grid's training steps from those timings.
@@ -12,13 +12,15 @@ import math
 import statistics
 import time
 
-PAPER_GRID = {"lr": "5e-5,3e-5,2e-5", "batch_size": [16, 32], "epochs": [2, 3, 4], "restarts": 1}  # A.3: 18 trials
-# The page's default: 2 learning rates x batch 32 x 3 epochs = 2 trials. The paper's grid (18 trials) was meant for
-# BERT-BASE on TPUs; on a classroom's 2-core CPU every trial is a whole fine-tuning of MiniLM (6 layers, 384 wide),
-# so 18 of them are nine times the wait of a grid that still shows what the grid is for: the dev set choosing
-# between two learning rates. Batch 32 and 3 epochs are the middle of the paper's ranges; the full grid is one
-# edit away (the page names it).
-CLASSROOM_GRID = {"lr": "5e-5,3e-5", "batch_size": [32], "epochs": [3], "restarts": 1}
+
+
+def grid(name: str) -> dict:
+    """The grid of the fine-tuning recipe `name` (engine/recipes.py; "paper": FinetuneConfig's defaults), in the page's
+    form: {"lr": "5e-5,3e-5", "batch_size": [32], "epochs": [3], "restarts": 1}."""
+    from engine import cli, recipes
+    from engine.finetune import FinetuneConfig
+    c = recipes.config(FinetuneConfig, name)
+    return {"lr": cli.text(c.lr), "batch_size": list(c.batch_size), "epochs": list(c.epochs), "restarts": c.restarts}
 
 
 def n_trials(lrs, batch_sizes, epochs, restarts: int) -> int:

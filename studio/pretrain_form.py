@@ -2,8 +2,8 @@
 corpus and the run's settings checked before anything is queued, the runs table's rows, the notice of a stopped
 run, and whether the "no context learned yet" hint applies.
 
-- `form_defaults(init)`: the config whose values the form shows first (PretrainConfig(), or the continued-pre-training
-  recipe); `FORM_RANGES`, `length_choices`, `phase2_choices`: the boxes' ranges and choices, beside the config.
+- `form_defaults(init)`: the config whose values the form shows first (the classroom recipe, or the continued
+  pre-training recipe); `FORM_RANGES`, `length_choices`, `phase2_choices`: the boxes' ranges and choices, beside the config.
 - `default_name(form)`: the run name when the Run name box is empty.
 - `corpus_of(form, root)`: the corpus the form names (a built-in one, a path that exists, an upload saved under the
   runs folder).
@@ -38,10 +38,10 @@ FORM_RANGES = {"mask_rate": (0.05, 0.5, 0.01), "mask_ratio": (0.0, 1.0, 0.05), "
 
 
 def form_defaults(init=None):
-    """The PretrainConfig whose values the form shows first: the classroom run (`PretrainConfig()`, what the command
-    trains), or for a model to continue the continued-pre-training recipe (`PretrainConfig.for_init`)."""
+    """The PretrainConfig whose values the form shows first: the classroom recipe (what the command trains when no
+    recipe is named), or for a model to continue the continued-pre-training recipe (engine/recipes.py)."""
     from engine.pretraining.config import PretrainConfig
-    return PretrainConfig.for_init(init) if init else PretrainConfig()
+    return PretrainConfig.for_init(init) if init else PretrainConfig.classroom()
 
 
 def length_choices(cfg) -> list:
@@ -158,14 +158,15 @@ def build(form: dict, root, bundle=None, save: bool = True) -> tuple:
                     **{k: form[k] for k in ("objective", "steps", "batch_size", "seq_len", "mask_rate", "mask_ratios",
                                             "whole_word_mask", "lr", "seed", "save_every", "eval_every", "precision",
                                             "phase2_fraction")},
-                    **{k: form[k] for k in ("span_mask", "static_masking") if k in form},
+                    **{k: form[k] for k in ("span_mask", "static_masking", "input_format") if k in form},
                     **{k: form[k] for k in ("packing", "compile", "heads_first") if k in form})
     if init:  # continued pre-training: the init's size and vocabulary, filled in (and checked) by resolve_init
         cfg = PretrainConfig.for_init(init, **settings)
     else:
         custom = ({"layers": form["layers"], "hidden": form["hidden"], "heads": form["heads"]}
                   if form["size_mode"] != "preset" else {})
-        cfg = PretrainConfig(vocab_size=form["vocab"], preset=form["preset"] if not custom else "tiny", **settings, **custom)
+        cfg = PretrainConfig.classroom(vocab_size=form["vocab"], preset=form["preset"] if not custom else "tiny", **settings,
+                                       **custom)
     if data:  # its objective, length, vocabulary and held-out split, not the form's
         cfg = with_prepared_data(replace(cfg, data=data))
     try:
@@ -182,7 +183,7 @@ FORM_LABELS = {"--heads-first-lr": "Heads first learning rate", "--heads-first":
                "--seed": "Seed", "--vocab-size": "Vocabulary size", "--save-every": "Checkpoint every (steps)",
                "--eval-every": "Evaluate every (steps)", "--layers": "Layers L", "--hidden": "Hidden H", "--heads": "Heads A",
                "--whole-word-mask": "Whole-word masking", "--span-mask": "Span masking (SpanBERT)",
-               "--static-masking": "Static masks (RoBERTa Table 1)"}
+               "--static-masking": "Static masks (RoBERTa Table 1)", "--input-format": "Input format (RoBERTa)"}
 
 
 def _form_words(error: str) -> str:

@@ -2,7 +2,7 @@
 on this machine, where each button goes with which fields filled in, and whether the runs folder shows it done.
 
 1. Look inside a real model: the Model page on MiniLM (done once the Model page was opened in this session).
-2. Pre-train a tiny BERT: the Pre-train page, whose defaults are the classroom run, with a run name filled in
+2. Pre-train a tiny BERT: the Pre-train page, whose defaults are the classroom recipe, with a run name filled in
    (done once a pre-training run of the class in the runs folder has finished; `class prepare`'s reference run,
    engine.classroom.REFERENCE_RUN, is not the class's). A newest run that was cancelled, failed or died is reported
    with what to do (the Pre-train page's Resume button, the run picked there).

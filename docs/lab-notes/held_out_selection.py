@@ -3,7 +3,9 @@ scored before the held-out sample was spread) and N spread evenly over it (`held
 so a recipe measured on the first can be set beside one measured on the second (docs/lab-notes/probe-ready-model.md).
 Run from the repository root:
 
-    python docs/lab-notes/held_out_selection.py --cache CACHE/pretraining_data/mlm_nsp-T128-KEY CKPT [CKPT ...]
+    python docs/lab-notes/held_out_selection.py --cache CACHE/pretraining_data/prepared-mlm_nsp-T128-KEY CKPT [CKPT ...]
+
+(a folder of the in-memory builder's earlier layout, mlm_nsp-T128-KEY with a config.json, opens too).
 
 One JSON line per checkpoint and selection: held-out MLM and NSP accuracy, and the no-model NSP rule's score.
 """
@@ -18,6 +20,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 import engine  # noqa: E402 (after the repository root is on the path)
 from engine.objectives import objective  # noqa: E402
 from engine.pretraining.cache import open_pretraining_data  # noqa: E402
+from engine.pretraining.prepare import open_prepared  # noqa: E402
 from engine.pretraining.config import PretrainConfig  # noqa: E402
 from engine.pretraining.evaluation import eval_batches, evaluate  # noqa: E402
 from engine.pretraining.masking import EVAL_MASK_SEED, PAPER_RATE, PAPER_RATIOS, fixed_eval_masking  # noqa: E402
@@ -42,11 +45,11 @@ def first_batches(cache, n: int, batch_size: int) -> list:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--cache", required=True, help="a pre-training data folder (mlm_nsp-T128-...)")
+    ap.add_argument("--cache", required=True, help="a pre-training data folder (prepared-mlm_nsp-T128-...)")
     ap.add_argument("--instances", type=int, default=PretrainConfig.eval_max_instances)
     ap.add_argument("checkpoints", nargs="+")
     a = ap.parse_args()
-    cache = open_pretraining_data(Path(a.cache))
+    cache = open_pretraining_data(Path(a.cache)) if (Path(a.cache) / "config.json").is_file() else open_prepared(Path(a.cache))
     obj = objective("mlm+nsp")
     cfg = PretrainConfig(objective=obj.name, eval_max_instances=a.instances)
     selections = {"first": first_batches(cache, a.instances, 32), "spread": eval_batches(cache, cfg, 32)}

@@ -34,6 +34,7 @@ from engine.cli import text
 from engine import measured
 from engine.errors import EngineError
 from engine.objectives import LTR, MLM, MLM_NSP
+from engine import recipes
 from engine.pretraining.config import CLASSROOM_RECIPE, PretrainConfig
 from engine.tasks.shared_files import SHARED_DATA, shared_tasks
 
@@ -95,7 +96,7 @@ def available_evaluations(data_dir=None) -> tuple:
 # a tiny model's fine-tuning grid: tiny models from scratch want larger learning rates than BERT-BASE
 SMALL_GRID = FinetuneArgs(lr=(1e-4, 5e-5), batch_size=(32,), epochs=(3,), restarts=1, max_train=None, max_seq_len=128)
 # the pre-training every built-in study starts from (its variants change one thing); replace() gives a study's own
-SMALL_BASE = PretrainConfig(preset="tiny", objective=MLM_NSP.name, steps=3000, batch_size=32, seq_len=128, phase2_seq_len=None)
+SMALL_BASE = PretrainConfig.classroom(objective=MLM_NSP.name, steps=3000, batch_size=32, seq_len=128, phase2_seq_len=None)
 
 
 def pretraining_tasks_study(evaluations=None) -> Study:
@@ -218,7 +219,7 @@ def feature_based_study(evaluations=None) -> Study:
                     "layers) so that 'the last four' exist.",
         finding="Concatenating the top four hidden layers is the best feature-based combination, only slightly below "
                 "fine-tuning the whole model; the embeddings alone are far worse.",
-        base=PretrainConfig(),  # unused: the study evaluates a fixed model
+        base=PretrainConfig.classroom(),  # unused: the study evaluates a fixed model
         finetune=FinetuneArgs(lr=(5e-5,), batch_size=(32,), epochs=(3,), restarts=1, max_seq_len=128),
         variants=(Variant("Fine-tuning", note="all parameters trained"),)
         + tuple(Variant(name, features=fa, note=f"--combine {fa.combine} --layers {fa.layers}") for name, fa in FEATURE_ROWS),
@@ -369,10 +370,10 @@ STUDIES = {
     "training-steps": training_steps_study,
 }
 
-# Classroom scale: the classroom run of `python -m engine pretrain` (PretrainConfig's defaults, engine/pretraining/
-# config.py; CLASSROOM_RECIPE: its size and length schedule, laid over a study's base, whose other settings are those
-# defaults too), so a study's base is what the command trains; one seed, one fine-tuning grid point.
-CLASSROOM_PRETRAIN = dict(preset="tiny", **CLASSROOM_RECIPE)
+# Classroom scale: the classroom recipe of `python -m engine pretrain` (engine/recipes.py; CLASSROOM_RECIPE: its size and
+# length schedule, laid over a study's base, whose other settings are that recipe's too), so a study's base is what the
+# command trains; one seed, one fine-tuning grid point.
+CLASSROOM_PRETRAIN = dict(preset=recipes.CLASSROOM.settings["preset"], **CLASSROOM_RECIPE)
 # A tiny model trained for minutes wants a far larger fine-tuning rate than BERT-BASE's 5e-5 (Google's small
 # BERTs go up to 5e-4; at 3e-4 three epochs left the tiny models under-fitted in our trials, 1e-3 for five did not).
 # Three restarts per cell: the spread a verdict is judged against (engine.ablations.verdict resamples them); at most
@@ -387,8 +388,7 @@ CLASSROOM_FINETUNE = FinetuneArgs(lr=(1e-3,), batch_size=(32,), epochs=(5,), res
 # (4 layers, hidden 256) for 5,000 steps of 128 x 128 on BBC News (kept so the corpus-made tasks' dev texts stay unseen), five segmentations of each document so the ~70 passes over 1.2M tokens see fresh
 # masks and pairs, and the paper's dropout 0.1 and 15% masking for the longer run; two pre-training seeds for the
 # headline contrasts; fine-tuning on every training example at a rate for a 4-layer model.
-LAB_PRETRAIN = dict(preset="mini", steps=5000, batch_size=128, seq_len=128, phase2_seq_len=None, eval_every=500, dupe_factor=5,
-                    dropout=0.1, mask_rate=0.15, lr=1e-3)
+LAB_PRETRAIN = dict(recipes.LAB.settings)  # the lab recipe (engine/recipes.py), laid over the study's classroom base
 LAB_FINETUNE = FinetuneArgs(lr=(3e-4,), batch_size=(32,), epochs=(4,), restarts=3, max_train=None, max_seq_len=128)
 
 

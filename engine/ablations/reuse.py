@@ -14,8 +14,9 @@ engine.ablations.runner), the runs folder is searched for a run that
   (`--preset tiny` and `--preset tiny --layers 2 --hidden 128 --heads 2` are one model);
 - was trained by code that trains these settings as today's does (run.json training_version, engine.pretraining.config
   TRAINING_VERSION: a run from before the sorted vocabulary started elsewhere);
-- was trained on the same text (run.json corpus_fingerprint against the corpus as it reads now: a corpus folder may
-  have changed since);
+- was trained on the same text (run.json corpus_fingerprint against the data these settings make from the corpus as
+  it reads now, engine.pretraining.run.data_fingerprint: the data folder's key with the run's own vocabulary, or for a
+  run from before the one data builder the corpus's own fingerprint; a corpus folder may have changed since);
 - holds every checkpoint the study's other jobs read (Figure 5 fine-tunes `checkpoints/step-750`).
 Found, it is copied into the job's run folder (checkpoint weights and optimizer state hard-linked where the file
 system allows: they are never written again; the rest copied, so the two runs stay independent: deleting either
@@ -73,7 +74,7 @@ REUSE_HELP = ("a pre-training that a finished run under the runs folder has alre
 IGNORED = RUNTIME_FIELDS - {"steps", "max_minutes"}  # what a resume may change, less how long it trains: not the model
 # settings added after runs were recorded without them, whose default (off) is what those runs trained with: a run
 # that does not record one is taken over by a study whose config has it at the default
-ADDED_OFF = ("span_mask", "static_masking")
+ADDED_OFF = ("span_mask", "static_masking", "input_format")
 LINKED_SUFFIXES = (".safetensors", ".pt", ".bin")  # written once, never modified: hard-linked
 KEPT = ("job.log",)  # what a job's run folder may hold before it starts: the queue's log, written by the job itself
 
@@ -84,7 +85,7 @@ def training_key(config: dict) -> dict:
     from engine.pretraining.config import PretrainConfig, model_config
     known = {k: v for k, v in config.items() if k in PretrainConfig.__dataclass_fields__}
     known["mask_ratios"] = tuple(float(r) for r in known.get("mask_ratios", (0.8, 0.1, 0.1)))
-    cfg = PretrainConfig(**known)
+    cfg = PretrainConfig.classroom(**known)  # a setting not recorded: the classroom recipe's, the command's default
     for name in ADDED_OFF:  # a setting added since a run was recorded trained as its default, off
         known.setdefault(name, getattr(cfg, name))
     m = model_config(cfg, cfg.vocab_size)
@@ -101,7 +102,8 @@ def config_of(argv: list) -> dict:
     from engine import cli
     from engine.pretraining.config import PretrainConfig
     given = cli.given(PretrainConfig, cli.parser(PretrainConfig, ""), argv[1:])
-    return asdict(PretrainConfig.classroom(**given))  # as the command reads it (a given length alone: one phase)
+    from engine import recipes  # as the command reads it: the recipe it trains when none is named, the flags over it
+    return asdict(recipes.config(PretrainConfig, recipes.default_recipe(given.get("init")), **given))
 
 
 def candidate_runs(runs_root: Path, exclude: Path) -> list:
@@ -134,10 +136,22 @@ def matching_run(argv: list, needed: list, runs_root: Path, exclude: Path):
             continue
         if fingerprint is None:
             fingerprint = _fingerprint(key)
-        if info.get("corpus_fingerprint") != fingerprint:
+        if not _same_text(info.get("corpus_fingerprint"), run, fingerprint, key):
             continue
         return run
     return None
+
+
+def _same_text(recorded, run: Path, corpus_fp: str, key: dict) -> bool:
+    """Whether run.json's corpus_fingerprint `recorded` is that of the data the settings `key` (the study job's, which
+    the run's equal) make from the corpus of fingerprint `corpus_fp` with the run's own vocabulary
+    (engine.pretraining.run.data_fingerprint, which also reads a run's from before the one data builder)."""
+    from engine.pretraining.config import PretrainConfig
+    from engine.pretraining.run import data_fingerprint
+    if not isinstance(recorded, str):
+        return False
+    cfg = PretrainConfig(**{k: v for k, v in key.items() if k in PretrainConfig.__dataclass_fields__})
+    return recorded == data_fingerprint(recorded, cfg, corpus_fp, run / "tokenizer")
 
 
 def _fingerprint(key: dict) -> str:

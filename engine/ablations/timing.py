@@ -154,8 +154,8 @@ def training_seconds(cfg, check: SpeedCheck) -> float:
     check's step, x the check's time (module docstring: how close it came); a --max-minutes budget caps it."""
     from engine.ablations.planner import run_flops, step_flops
     from engine.pretraining.config import PretrainConfig
-    ref = PretrainConfig(preset="tiny", vocab_size=8000, batch_size=SPEED_CHECK_BATCH, seq_len=SPEED_CHECK_TOKENS,
-                         mask_rate=0.25, objective="mlm")  # the speed check's step
+    ref = PretrainConfig.classroom(preset="tiny", vocab_size=8000, batch_size=SPEED_CHECK_BATCH, seq_len=SPEED_CHECK_TOKENS,
+                                   mask_rate=0.25, objective="mlm")  # the speed check's step
     seconds = run_flops(cfg) / step_flops(ref) * check.step_ms / 1000
     return min(seconds, 60.0 * cfg.max_minutes) if cfg.max_minutes else seconds
 

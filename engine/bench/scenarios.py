@@ -124,11 +124,11 @@ def _data_batches(cfg: BenchConfig) -> list:
 
 def _data_cache(cfg: BenchConfig):
     """--data as pre-training data: a built-in corpus name (its pre-training data at --seq-len with the BERT uncased
-    vocabulary, MiniLM's; built once into the data cache, as `pretrain --corpus NAME --tokenizer minilm` builds it),
-    a pre-training cache folder, or a prepared folder (python -m engine prepare)."""
+    vocabulary, MiniLM's; prepared once into the data cache, as `pretrain --corpus NAME --tokenizer minilm` prepares
+    it), a data folder of the in-memory builder's earlier layout, or a prepared folder (python -m engine prepare)."""
     from engine.corpora import BUILTIN
-    from engine.pretraining.cache import build_pretraining_data, open_pretraining_data
-    from engine.pretraining.prepare import open_prepared
+    from engine.pretraining.cache import open_pretraining_data
+    from engine.pretraining.prepare import build_pretraining_data, open_prepared
     if cfg.data in BUILTIN:
         from engine.checkpoint import minilm_path
         from engine.corpora import load_corpus

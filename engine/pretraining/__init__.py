@@ -1,8 +1,8 @@
 """Pre-training (paper 3.1, A.2), one module per concept; the entry point is `engine.pretraining.run.pretrain`
 (`engine.pretrain`, `python -m engine pretrain`). The modules, in the order a run meets them:
 
-- config.py: every setting (`PretrainConfig`; its defaults are the classroom run), the continued-pre-training
-  overlay (CONTINUED_PRETRAINING, `PretrainConfig.for_init`), the checks and the model a run trains.
+- config.py: every setting (`PretrainConfig`; its defaults are the paper's; the named recipes laid over them are
+  engine/recipes.py), the checks and the model a run trains.
 - run.py: the entry point and its command line: checks, the run lock, tokenizer and data, then the loop.
 - init.py: `--init`, continued pre-training from a run, a checkpoint, a Hugging Face folder or MiniLM.
 - instances.py: segment pairs with IsNext/NotNext, single stretches, short sequences, the held-out documents.

@@ -1,31 +1,34 @@
-"""The pre-training data store: instances on disk, memory-mapped, under a key; batches from it.
+"""The pre-training data store: instances on disk, memory-mapped; batches from it.
 
 Instances (engine/pretraining/instances.py) are stored UNMASKED (design convention 7, cramming; masking is
-engine/pretraining/masking.py, at batch time) in a cache folder keyed by a hash of the corpus contents
-(engine.tokenizer.corpus_fingerprint), the tokenizer vocabulary, seq_len, objective, seeds, dupe factor,
-short_seq_prob and the eval split; `config.json` beside the arrays says what they are. The folder is written
-under a temporary name and renamed into place, so a half-written cache is never picked up; a later call with the
-same key memory-maps the arrays (fast). Per split (`train/`, `eval/`, each one shard):
+engine/pretraining/masking.py, at batch time), split by split (`train/`, `eval/`), one folder per shard:
   tokens.npy   (N_tokens,) uint16 (int32 for vocabularies over 65,536): all instances back to back, with
                [CLS]/[SEP] included
   offsets.npy  (N+1,) int64: instance i is tokens[offsets[i]:offsets[i+1]]
   b_start.npy  (N,) int32: position where segment B starts (token_type 1 from there on); = length if none
   nsp_label.npy (N,) int8: 0 IsNext, 1 NotNext, -1 no NSP (mlm, ltr)
   source.npy   (N, 6) int32 provenance: a_doc, a_sent_start, a_sent_end, b_doc, b_sent_start, b_sent_end
-               (indices into the documents as given; sentence ranges end-exclusive; -1 when no B)
-and at the top `continuation.npy` (V,) bool: which vocabulary ids are `##` pieces (for whole-word masking).
-When opened, each split is checked against the counts its config.json records (`split_checks`): a damaged or
-truncated shard is one line naming the fix (DAMAGED_FIX). Prepared data (engine/pretraining/prepare.py) is many
-such shards, opened as one `PretrainingCache`.
+               (indices into the documents as given; sentence ranges end-exclusive; -1 when no B; a FULL-SENTENCES
+               row that crosses documents: its first document's stretch, then its last document's)
+and `continuation.npy` (V,) bool: which vocabulary ids are `##` pieces (for whole-word masking). When opened, each
+shard is checked against a sound shard and the counts its writer recorded (`split_checks`): a damaged or truncated
+shard is one line naming the fix (DAMAGED_FIX).
+
+Every such store is written by the one builder, engine/pretraining/prepare.py: `python -m engine prepare` (a corpus
+of any size, in blocks) and `build_pretraining_data` (`pretrain --corpus`: the corpus in one block, under
+DEFAULT_CACHE_DIR), opened there as one `PretrainingCache` (`open_prepared`). `open_pretraining_data` still opens
+the single-folder layout the in-memory builder wrote before (config.json beside train/ and eval/); nothing writes
+it now.
+
+The input format (engine/pretraining/input_formats.py, RoBERTa 4.2) is recorded with the data; opened data follow
+it: the [SEP] a FULL-SENTENCES row holds between documents is a special token (never masked), and DOC-SENTENCES and
+SENTENCE-PAIR data are batched by tokens (`PretrainingData.batches`).
 """
-import errno
 import hashlib
 import json
 import math
 import os
-import random
 import shutil
-import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
@@ -33,12 +36,11 @@ from typing import Optional
 import numpy as np
 import torch
 
-from engine.errors import EngineError, quoted
-from engine.fileio import atomic_save_with, atomic_write_json
-from engine.objectives import MLM_NSP, objective as get_objective
-from engine.pretraining.instances import eval_count, hold_out, make_instances, tokenize_documents
+from engine.errors import EngineError
+from engine.fileio import atomic_save_with
+from engine.objectives import objective as get_objective
+from engine.pretraining.input_formats import input_format
 from engine.procs import pid_alive
-from engine.tokenizer import corpus_fingerprint
 
 FORMAT_VERSION = 1
 # the fix a damaged data folder's error names
@@ -114,12 +116,17 @@ class PretrainingData:
     memory-mapped (at most `MAX_OPEN` at a time); its offsets, b_start and nsp_label are read when first
     needed (13 bytes per instance). `tokens`, `offsets` and `source` are the single folder's arrays (None
     with several shards).
+
+    `separator_id`: a token id that is special wherever it stands (the [SEP] between documents of FULL-SENTENCES rows);
+    `row_tokens`: batch by tokens (DOC-SENTENCES, SENTENCE-PAIR): a step of batch_size sequences takes instances while
+    they fit in batch_size x row_tokens tokens (`step_end`).
     """
     MAX_OPEN = 256  # token memmaps held open at once (each holds a file descriptor)
     MIN_LENGTH = 3  # the shortest instance: [CLS], a token, [SEP]
 
     def __init__(self, folder, objective: str, pad_id: int, continuation: np.ndarray, seed: int = 0, counts=None,
-                 vocab_size: Optional[int] = None, checks=None):
+                 vocab_size: Optional[int] = None, checks=None, separator_id: Optional[int] = None,
+                 row_tokens: Optional[int] = None):
         """`vocab_size`: every token id must be below it; `checks`: per folder, the `split_checks` its writer
         recorded (or None), compared with the arrays (`_check`) when opened."""
         folders = [Path(folder)] if isinstance(folder, (str, Path)) else [Path(f) for f in folder]
@@ -132,6 +139,9 @@ class PretrainingData:
         self.pad_id = int(pad_id)
         self.seed = int(seed)
         self.continuation = continuation  # (V,) bool, True for ## pieces
+        self.separator_id = separator_id  # special wherever it stands (FULL-SENTENCES' document separator), or None
+        self.row_tokens = row_tokens  # batch by tokens: a full row's tokens (the data's seq_len), or None
+        self._lengths = None  # (N,) instance lengths, read once when batching by tokens
         self._open = {}  # shard -> (tokens memmap, offsets, b_start, nsp_label), insertion order = LRU order
         if counts is None:
             counts = [len(np.load(f / "nsp_label.npy", mmap_mode="r")) for f in folders]
@@ -251,6 +261,8 @@ class PretrainingData:
         b = self.b_start[indices][:, None]
         token_type = (pos >= b) & real
         special = ~real | (pos == 0) | (pos == lens[:, None] - 1) | ((pos == b - 1) & (b < lens[:, None]))
+        if self.separator_id is not None:
+            special |= ids == self.separator_id
         word_starts = ~self.continuation[np.minimum(ids, len(self.continuation) - 1)] | special
         out = {
             "input_ids": torch.from_numpy(ids),
@@ -263,6 +275,20 @@ class PretrainingData:
         if self.pairs:
             out["next_sentence_label"] = torch.from_numpy(self.nsp_label[indices].astype(np.int64))
         return out
+
+    def step_end(self, order: np.ndarray, index: int, budget: int, drop_last: bool = True):
+        """Batching by tokens: the end (exclusive, in `order`) of the step that starts at `index`: the instances, in
+        order, that fit in `budget` tokens (at least one); None when the epoch's instances run out before the next one
+        would not fit and `drop_last` (an incomplete step). Depends on `index` alone, so a resume from any step's
+        position makes the same steps."""
+        if self._lengths is None:
+            self._lengths = self.lengths
+        window = order[index:index + budget // self.MIN_LENGTH + 1]  # more tokens than the budget, or the epoch's rest
+        fits = int(np.searchsorted(np.cumsum(self._lengths[window]), budget, side="right"))
+        end = index + max(1, fits)
+        if end >= len(order):
+            return None if drop_last else len(order)
+        return end
 
     def epoch_order(self, epoch: int, shuffle: bool = True, seed: Optional[int] = None) -> np.ndarray:
         """The instance order of an epoch: a permutation that depends only on (seed, epoch)."""
@@ -282,25 +308,35 @@ class PretrainingData:
         step takes batch_size * world_size instances; rank r gets the r-th slice (disjoint across ranks).
         `position` = {"epoch": e, "index": instances of epoch e consumed so far (all ranks)}: pass it back as
         `start_position` to resume exactly (even with another batch size). `drop_last` drops an epoch's
-        incomplete final step (keep it True under DDP so every rank takes the same number of steps).
+        incomplete final step (keep it True under DDP so every rank takes the same number of steps). Batching by tokens
+        (`row_tokens`), a step takes the instances that fit in batch_size x world_size x row_tokens tokens (`step_end`),
+        split among the ranks by count; a position is still a count of instances, so a resume is as exact.
         """
         if batch_size < 1 or world_size < 1 or not 0 <= rank < world_size:
             raise EngineError(f"bad batching: batch size {batch_size}, rank {rank} of {world_size}; batch size must be >= 1 and 0 <= rank < world size")
         step = batch_size * world_size
         n = self.num_instances
-        if drop_last and n < step:
+        budget = step * self.row_tokens if self.row_tokens else None
+        if drop_last and budget is None and n < step:
             raise EngineError(f"the data has {n} instances, fewer than one step of {batch_size} x {world_size}; lower the batch size or use a larger corpus")
+        if drop_last and budget is not None and self.num_tokens <= budget:
+            raise EngineError(f"the data has {self.num_tokens} tokens, not more than one step of {batch_size} x {world_size} "
+                              f"rows of {self.row_tokens} (batched by tokens); lower the batch size or use a larger corpus")
         seed = generator.initial_seed() if generator is not None else None
         epoch, index = _as_position(start_position)
         while epochs is None or epoch < epochs:
             order = self.epoch_order(epoch, shuffle, seed)
-            limit = (n // step) * step if drop_last else n
+            limit = (n // step) * step if drop_last and budget is None else n
             while index < limit:
-                chunk = order[index:index + step]
+                end = index + step if budget is None else self.step_end(order, index, budget, drop_last)
+                if end is None:
+                    break  # by tokens: the epoch's instances ran out before the step was full (drop_last)
+                chunk = order[index:end]
                 per_rank = math.ceil(len(chunk) / world_size)
                 mine = chunk[rank * per_rank:(rank + 1) * per_rank]
                 index += len(chunk)
-                position = {"epoch": epoch, "index": index} if index < limit else {"epoch": epoch + 1, "index": 0}
+                done = index >= limit or (budget is not None and self.step_end(order, index, budget, drop_last) is None)
+                position = {"epoch": epoch + 1, "index": 0} if done else {"epoch": epoch, "index": index}
                 if len(mine) == 0:
                     continue
                 batch = self.collate(mine)
@@ -311,7 +347,7 @@ class PretrainingData:
 
 @dataclass
 class PretrainingCache:
-    """What `build_pretraining_data` returns: the cache folder, its config and the train/eval splits."""
+    """What `engine.pretraining.prepare.open_prepared` returns: the data folder, its config and the train/eval splits."""
     path: Path
     key: str
     config: dict
@@ -333,44 +369,34 @@ class PretrainingCache:
 
 
 def open_pretraining_data(path) -> PretrainingCache:
-    """Open a cache folder written by `build_pretraining_data`."""
+    """Open a data folder of the single-folder layout the in-memory builder wrote before the one builder
+    (engine/pretraining/prepare.py writes every store now): config.json beside train/ and eval/."""
     path = Path(path)
     conf_file = path / "config.json"
     if not conf_file.is_file():
-        raise EngineError(f"{path} is not a pre-training data folder (no config.json); build it with build_pretraining_data")
+        raise EngineError(f"{path} is not a pre-training data folder (no config.json); prepare the data again (python -m engine prepare, or pretrain --corpus)")
     try:
         config = json.loads(conf_file.read_text(encoding="utf-8"))
         cont = np.load(path / "continuation.npy")
         t = config["tokenizer"]
-        train = PretrainingData(path / "train", config["objective"], t["pad_id"], cont, config["seed"], vocab_size=t["vocab_size"])
-        ev = (PretrainingData(path / "eval", config["objective"], t["pad_id"], cont, config["eval_seed"], vocab_size=t["vocab_size"])
-              if config["has_eval"] else None)
+        fmt = input_format(config.get("input_format"))  # none recorded: the data of an older version, SEGMENT-PAIR's
+        sep = t["sep_id"] if fmt.crosses_documents else None
+        train = PretrainingData(path / "train", config["objective"], t["pad_id"], cont, config["seed"], vocab_size=t["vocab_size"],
+                                separator_id=sep, row_tokens=config["seq_len"] if fmt.batch_by_tokens else None)
+        ev = (PretrainingData(path / "eval", config["objective"], t["pad_id"], cont, config["eval_seed"], vocab_size=t["vocab_size"],
+                              separator_id=sep) if config["has_eval"] else None)
         key = config["key"]
     except (OSError, ValueError, KeyError, TypeError) as e:  # TypeError: a config.json that is not an object
         raise EngineError(f"pre-training data in {path} is damaged ({e}); delete the folder and build it again")
     return PretrainingCache(path, key, config, train, ev, from_cache=True)
 
 
-
-
-# ================================================================ build (or load) the cache
+# ================================================================ half-written folders
 def _sha(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
-def _normalise_docs(docs) -> list:
-    from engine.corpora import split_sentences
-
-    out = []
-    for d in docs:
-        if isinstance(d, str):
-            out.append(split_sentences(d))
-        else:
-            out.append([str(s) for s in d])
-    return out
-
-
-def _remove_stale_tmp(cache_dir: Path, name: str) -> None:
+def remove_stale_tmp(cache_dir: Path, name: str) -> None:
     """Remove half-written cache folders (`.tmp-<name>-<pid>-<random>`) whose writer process is gone."""
     for p in cache_dir.glob(f".tmp-{name}-*"):
         try:
@@ -397,107 +423,3 @@ def continuation_ids(tokenizer) -> np.ndarray:
 
 def token_dtype(vocab_size: int):
     return np.uint16 if vocab_size <= 65536 else np.int32
-
-
-def _check_build_args(docs, seq_len, max_positions, short_seq_prob, dupe_factor, eval_fraction) -> None:
-    """build_pretraining_data's settings, each refused with one line naming the fix."""
-    if not isinstance(seq_len, (int, np.integer)) or seq_len < 8:
-        raise EngineError(f"sequence length {seq_len} is too short; use at least 8 (the paper uses 128, then 512)")
-    if max_positions is not None and seq_len > max_positions:
-        raise EngineError(f"sequence length {seq_len} exceeds the model's {max_positions} positions; lower seq_len or use a model with more max_position_embeddings")
-    if not 0.0 <= short_seq_prob <= 1.0:
-        raise EngineError(f"short_seq_prob {short_seq_prob} must be between 0 and 1; the paper's code uses 0.1")
-    if not isinstance(dupe_factor, (int, np.integer)) or dupe_factor < 1:
-        raise EngineError(f"dupe factor {dupe_factor} must be a whole number >= 1")
-    if not 0.0 <= eval_fraction < 1.0:
-        raise EngineError(f"--eval-fraction {eval_fraction} must be in [0, 1); e.g. 0.05 holds out 5% of the documents")
-    if docs is None or len(docs) == 0:
-        raise EngineError("the corpus is empty; give at least one document with text")
-
-
-def _publish(cache_dir: Path, folder_name: str, tokenizer, train_inst: list, eval_inst: list, config: dict) -> None:
-    """Write the instances under a temporary name, config.json last, then rename the folder into place (atomic;
-    when another process published the same key first, theirs is kept)."""
-    final = cache_dir / folder_name
-    cache_dir.mkdir(parents=True, exist_ok=True)
-    _remove_stale_tmp(cache_dir, folder_name)
-    if final.exists() and not (final / "config.json").is_file():
-        shutil.rmtree(final, ignore_errors=True)  # not ours to trust: never published complete
-    tmp = cache_dir / f".tmp-{folder_name}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
-    dtype = token_dtype(tokenizer.vocab_size)
-    try:
-        tmp.mkdir(parents=True)
-        write_split(tmp / "train", train_inst, tokenizer.cls_id, tokenizer.sep_id, dtype)
-        if config["has_eval"]:
-            write_split(tmp / "eval", eval_inst, tokenizer.cls_id, tokenizer.sep_id, dtype)
-        save_npy(tmp / "continuation.npy", continuation_ids(tokenizer))
-        atomic_write_json(tmp / "config.json", config)  # written last
-        try:
-            os.rename(tmp, final)  # atomic; fails if another process published the same key first
-        except OSError as e:
-            if e.errno not in (errno.ENOTEMPTY, errno.EEXIST) or not (final / "config.json").is_file():
-                raise
-    except OSError as e:
-        raise EngineError(f"could not write pre-training data to {cache_dir}: {e.strerror or e}; free disk space or pick another cache folder")
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
-
-
-def build_pretraining_data(docs, tokenizer, seq_len: int = 128, objective: str = MLM_NSP.name, seed: int = 0,
-                           cache_dir=None, short_seq_prob: float = 0.1, dupe_factor: int = 1,
-                           eval_fraction: float = 0.05, eval_seed: int = 0, max_positions: Optional[int] = None,
-                           corpus_name: Optional[str] = None) -> PretrainingCache:
-    """Documents (lists of sentences, or strings) -> instances stored under `cache_dir`, or loaded from there
-    when the same configuration was built before. Returns a `PretrainingCache` with `.train` and `.eval`.
-
-    seq_len: tokens per instance including [CLS]/[SEP] (8 .. `max_positions`); objective: mlm+nsp, mlm or ltr;
-    seed: instance sampling of the training documents; dupe_factor: passes over the training documents,
-    each with a different random segmentation; eval_fraction: share of documents held out (0 for none), chosen
-    by `eval_seed`, with their instances built from `eval_seed` too (same across training seeds).
-    """
-    obj = get_objective(objective)
-    _check_build_args(docs, seq_len, max_positions, short_seq_prob, dupe_factor, eval_fraction)
-    name = corpus_name or (getattr(docs, "info", None) or {}).get("name") or "custom"
-    docs = _normalise_docs(docs)
-
-    tok_info = token_info(tokenizer)
-    keyed = {"format": FORMAT_VERSION, "corpus_sha256": corpus_fingerprint(docs), "vocab_sha256": tok_info["vocab_sha256"],
-             "lowercase": tok_info["lowercase"], "seq_len": int(seq_len), "objective": objective, "seed": int(seed),
-             "dupe_factor": int(dupe_factor), "short_seq_prob": float(short_seq_prob),
-             "eval_fraction": float(eval_fraction), "eval_seed": int(eval_seed)}
-    key = _sha(json.dumps(keyed, sort_keys=True))[:16]
-    cache_dir = Path(cache_dir).expanduser() if cache_dir is not None else DEFAULT_CACHE_DIR
-    folder_name = f"{objective.replace('+', '_')}-T{seq_len}-{key}"
-    final = cache_dir / folder_name
-    if (final / "config.json").is_file():
-        return open_pretraining_data(final)
-
-    tokenized = tokenize_documents(docs, tokenizer)
-    if not tokenized:
-        raise EngineError(f"the corpus {quoted(name)} has no text the tokenizer can read; give documents with words in them")
-
-    need = obj.min_documents
-    if len(tokenized) < need:
-        raise EngineError(f"{obj.name} needs at least 2 documents (NotNext takes B from another document); add documents (blank lines separate them) or use objective mlm")
-    if obj.nsp and not any(len(s) >= 2 for _, s in tokenized):
-        raise EngineError(f"no document has two sentences, so {obj.pair.upper()} would have no pairs; give documents of several sentences or use objective mlm")
-    n_eval = eval_count(len(tokenized), eval_fraction, need)
-    if eval_fraction > 0 and len(tokenized) - n_eval < need:
-        raise EngineError(f"the corpus has {len(tokenized)} usable documents, too few to hold out {n_eval} for evaluation and keep {need} for training; add documents or hold out none (--eval-fraction 0)")
-    train_docs, eval_docs = hold_out(tokenized, n_eval, eval_seed)
-
-    train_inst = make_instances(train_docs, obj.pairs, seq_len, short_seq_prob, dupe_factor, random.Random(seed))
-    eval_inst = make_instances(eval_docs, obj.pairs, seq_len, short_seq_prob, 1, random.Random(eval_seed)) if n_eval else []
-    if not train_inst:
-        raise EngineError("the documents are too short to make any pre-training instance; give longer documents or a lower seq_len")
-
-    config = {**keyed, "key": key, "corpus_name": name, "tokenizer": tok_info, "has_eval": bool(n_eval),
-              "documents": {"total": len(docs), "usable": len(tokenized), "train": len(train_docs), "eval": len(eval_docs)},
-              "eval_documents": [d for d, _ in eval_docs],
-              "instances": {"train": len(train_inst), "eval": len(eval_inst)},
-              "token_dtype": np.dtype(token_dtype(tokenizer.vocab_size)).name}
-    _publish(cache_dir, folder_name, tokenizer, train_inst, eval_inst, config)
-    out = open_pretraining_data(final)
-    out.from_cache = False
-    return out

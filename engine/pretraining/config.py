@@ -9,7 +9,9 @@ from engine.config import PRESETS, BertConfig, check_numbers, steps_or_fraction
 from engine.cli import setting
 from engine.errors import EngineError
 from engine.objectives import MLM_HEAD, MLM_NSP, NSP_HEAD, OBJECTIVES, objective
+from engine.pretraining.input_formats import DEFAULT as DEFAULT_FORMAT, HELP as FORMATS_HELP, INPUT_FORMATS, check_format
 from engine.trackers import HELP as TRACKERS_HELP, check_trackers, report_to
+from engine import recipes
 
 
 def ratios(text: str) -> tuple:
@@ -44,25 +46,8 @@ def _precisions() -> tuple:
     return PRECISIONS
 
 
-# The one overlay: the defaults of a run started from a pre-trained model (`--init`, PretrainConfig.for_init, the
-# Pre-train page, the studio's probe-ready button): continued pre-training, not the classroom's from-scratch run.
-# Measured on MiniLM with `--corpus all`, held-out accuracy against wall time (BENCHMARKS.md, "The probe-ready
-# model"; every run and its time in docs/lab-notes/probe-ready-model.md): 800 steps of 16 x 128 with no dropout and
-# lr 3.5e-4 reached MLM 0.321 / NSP 0.867 in about half the time 660 steps of 32 x 128 with dropout 0.1 and lr 5e-4
-# took to 0.323 / 0.875 (the same 2-core CPU, alone); with this CPU's training kernels (engine/kernels/,
-# engine.vocab_loss.KEEP_ELEMENTS) it is engine/measured.py's probe_ready figures. The smaller batch learns more per sequence (0.297 / 0.809 after
-# 8,000 sequences against 0.283 / 0.791 after 9,600), and without dropout a step is cheaper (its random numbers
-# were a sixth of a CPU step) and the run, under one pass over the corpus, has nothing to over-fit. The first 15%
-# of the steps train only the new heads on the frozen encoder (a step there costs the encoder's forward only): of
-# the starts measured, the only one ahead of the plain recipe at the same minute. lr 1e-4 learned more slowly and
-# 1e-3 after the frozen start fell behind; more of the tokens masked, a schedule of half the steps and 64-token
-# sequences first were behind at the same minute; `--corpus everyday` (the same text plus everyday conversation)
-# filled 2 of the probe set's 16 everyday blanks (none on `all`) but lost 2 of its news blanks and 4 of its 30
-# next-sentence pairs.
-# THE ONE PLACE to tune the recipe.
-CONTINUED_PRETRAINING = dict(corpus="all", objective=MLM_NSP.name, seq_len=128, phase2_seq_len=None, batch_size=16,
-                             steps=800, heads_first=0.15, heads_first_lr=1e-3, lr=3.5e-4, warmup=40, eval_every=100,
-                             save_every=100, log_every=10, dropout=0.0, mask_rate=0.15)
+# The continued-pre-training recipe's overlay (engine/recipes.py, "continued"): what `--init` trains by default.
+CONTINUED_PRETRAINING = dict(recipes.CONTINUED.settings)
 
 # What this code trains from a given PretrainConfig. Raise it with any change that makes the same settings train
 # another model (as sorting the vocabulary's ids did: every run's start moved; as the explicit attention on a
@@ -77,44 +62,28 @@ TRAINING_VERSION = 3
 # take back (BENCHMARKS.md, "Packing and the pre-training step"). On a GPU it is unmeasured: examples/gpu_bench.sh
 # times both.
 PACKING_DEFAULT = False
-PROBE_READY_RUN = "minilm-continued"  # the run folder the studio's one-step button writes under the runs root
-PROBE_READY_INIT = "minilm"
+PROBE_READY_RUN, PROBE_READY_INIT = recipes.PROBE_READY_RUN, recipes.PROBE_READY_INIT  # (engine/recipes.py)
 
 
 @dataclass
 class PretrainConfig:
     """All settings of a pre-training run, each also a flag of `python -m engine pretrain` (engine/cli.py).
-    `PretrainConfig()` is the run that command trains from scratch, the classroom run: a tiny BERT (2 layers,
-    hidden 128) pre-trained on BBC News with MLM+NSP, 3,000 steps of 64 sequences, 32 tokens, then 128 for the
-    last 30% (its wall time on a 2-core CPU: engine/measured.py, classroom_run.minutes_*). Continued pre-training (`--init`) is the one overlay,
-    CONTINUED_PRETRAINING (`PretrainConfig.for_init`). THE ONE PLACE to tune a default: the CLI, the Pre-train
-    page, the classroom studies and the docs read it from here.
-
-    The classroom run departs from the paper in four settings, found by measuring held-out MLM and NSP accuracy
-    against wall time on the 2-core CPU (BENCHMARKS.md, "Classroom pre-training recipe"): dropout 0 (paper 0.1),
-    more of the tokens masked (`mask_rate`; paper 15%; eval masking stays at 15%), a peak learning rate of 1e-3
-    (paper 1e-4 for BERT-BASE; 2e-3 delays leaving the most-frequent-token plateau), and the short-then-long schedule
-    scaled down (paper: 128, then 512 for the last 10%). Why short sequences: a tiny model on 128-token sequences
-    (a single-phase 2,000 x 16 x 128 run, an earlier default) never leaves the most-frequent-token solution in a
-    classroom budget: held-out accuracy at [MASK] stays at the share of "the" (0.044) and its MLM accuracy of
-    0.13 is copying the 10% of kept tokens. At 32 tokens a [MASK]'s neighbours are a larger share of what
-    near-uniform attention averages, and the model leaves that plateau: at lr 1e-3 after about 1,000-1,500 steps;
-    at 2e-3 only after 2,000-2,500. Why the last 30% (not the paper's 10%): the positions past 32 are learned only
-    in the second phase; after 300 steps there a model scores 0.083 at [MASK] on 128-token held-out text (0.143
-    on 32-token text), after 900 steps 0.153, for 100 s more on an idle 2-core CPU (310 s in all); a switch at
-    50% comes before the model has learned to read short contexts and ends lower (0.147, 431 s).
-    The architecture stays the paper's post-LN BERT. For a paper-faithful run give
-    `--dropout 0.1 --mask-rate 0.15 --lr 1e-4 --seq-len 128 --phase2-seq-len 512 --phase2-fraction 0.1`."""
+    The defaults are the paper's BERT-BASE pre-training (section 3.1 and A.2: WordPiece vocabulary, 128 tokens then
+    512 for the last tenth of the steps, 15% of the tokens masked 80/10/10, dropout, AdamW with warmup and linear
+    decay, batch and steps), `PretrainConfig()`; the corpus is BBC News (the paper's BooksCorpus and Wikipedia are not
+    shipped). Named recipes lay a few settings over these defaults (engine/recipes.py): the classroom run,
+    continued pre-training, lab scale; `python -m engine pretrain` trains the classroom recipe unless told otherwise
+    (`recipes.default_recipe`), `PretrainConfig.classroom(...)` and `PretrainConfig.for_init(...)` build them in
+    Python. THE ONE PLACE for a paper default; a recipe's values live in engine/recipes.py only.
+    The architecture is the paper's post-LN BERT."""
     command: ClassVar[str] = "pretrain"  # python -m engine pretrain
     # --- data
     corpus: str = setting("bbc", "bbc, wiki, sotu, all (bbc+wiki+sotu), wikivital (if installed), or a path (.txt with "
                           "blank lines between documents, a folder of .txt, a .jsonl)", group="data")
     objective: str = setting(MLM_NSP.name, ", ".join(f"{o.name}: {o.label}" for o in OBJECTIVES.values()),
                              choices=tuple(OBJECTIVES), group="data")
-    seq_len: int = setting(32, "tokens per instance incl. [CLS]/[SEP] in the first phase (paper: 128, then 512; the "
-                           "classroom run's 32 leaves the most-frequent-token plateau, see the class docstring)", group="data")
-    mask_rate: float = setting(0.25, "share of the real tokens selected for MLM (paper: 0.15; the classroom run's larger "
-                               "share learns more per minute, BENCHMARKS.md)", group="data")
+    seq_len: int = setting(128, "tokens per instance incl. [CLS]/[SEP] in the first phase", group="data")
+    mask_rate: float = setting(0.15, "share of the real tokens selected for MLM", group="data")
     mask_ratios: tuple = setting((0.8, 0.1, 0.1), "MASK,RANDOM,SAME shares of the selected tokens (paper Table 8)",
                                  parse=ratios, group="data")
     whole_word_mask: bool = setting(False, "mask whole words (all their ## pieces) instead of single pieces", group="data")
@@ -126,23 +95,23 @@ class PretrainConfig:
     span_boundary: bool = setting(False, "with --span-mask: add SpanBERT's span boundary objective (section 3.2), each "
                                   "masked token predicted from the span's two boundary tokens and its position in the "
                                   "span, its loss added to MLM's (engine/span_boundary.py)", group="data")
+    input_format: str = setting(DEFAULT_FORMAT.name, FORMATS_HELP, choices=tuple(INPUT_FORMATS), group="data")
     short_seq_prob: float = setting(0.1, "chance of a shorter instance (the released code's short_seq_prob)", group="data")
     dupe_factor: int = setting(1, "segmentations per document (passes over the documents)", group="data")
     eval_fraction: float = setting(0.05, "share of documents held out (chosen by a fixed seed)", group="data")
     eval_max_instances: int = setting(512, "held-out instances evaluated, spread evenly over the held-out split", group="data")
-    phase2_seq_len: Optional[int] = setting(128, "length of a second phase for the last --phase2-fraction of the steps "
-                                            "(paper: 512), 0 = one phase; a given --seq-len or --data without it means "
-                                            "one phase", parse=phase_length, none="0", group="data")
-    phase2_fraction: float = setting(0.3, "share of the steps in the second phase (paper: 10%% at 512; the classroom "
-                                     "run's 30%% learns the positions past the first phase's)", group="data")
+    phase2_seq_len: Optional[int] = setting(512, "length of a second phase for the last --phase2-fraction of the steps, "
+                                            "0 = one phase (with --data: the data's one length unless given)",
+                                            parse=phase_length, none="0", group="data")
+    phase2_fraction: float = setting(0.1, "share of the steps in the second phase", group="data")
     data: Optional[str] = setting(None, "train from data prepared by python -m engine prepare (a folder of shards) instead "
                                   "of --corpus; its vocabulary, objective, seq-len, short-seq-prob, dupe factor and "
                                   "held-out split are the run's", group="data")
     cache_dir: Optional[str] = setting(None, "pre-training data cache (default $BERT_STUDIO_CACHE or ~/.cache/bert_studio)",
                                        group="data")
     # --- tokenizer
-    vocab_size: int = setting(8000, "train a WordPiece vocabulary of this size on the corpus, unless --tokenizer "
-                              "(paper: 30,000)", group="tokenizer")
+    vocab_size: int = setting(30000, "train a WordPiece vocabulary of this size on the corpus, unless --tokenizer",
+                              group="tokenizer")
     tokenizer: Optional[str] = setting(None, "use this tokenizer folder / vocab.txt (or minilm: MiniLM's) instead of training one",
                                        group="tokenizer")
     cased: bool = setting(False, "keep case when training the tokenizer", group="tokenizer")
@@ -150,25 +119,22 @@ class PretrainConfig:
     init: Optional[str] = setting(
         None, "continue pre-training this model (a run, a checkpoint, a Hugging Face BERT folder, or minilm) with its "
         "architecture, vocabulary, casing and weights; heads it lacks start as the paper's (engine/pretraining/init.py). "
-        "The defaults then become the continued-pre-training recipe: " +
-        ", ".join(f"--{k.replace('_', '-')} {0 if v is None else v}" for k, v in CONTINUED_PRETRAINING.items()), group="model")
-    preset: str = setting("tiny", "tiny 2/128, mini 4/256, small 4/512, medium 8/512, base 12/768, large 24/1024",
+        "Without --recipe it trains the continued-pre-training recipe (--recipe continued)", group="model")
+    preset: str = setting("base", "tiny 2/128, mini 4/256, small 4/512, medium 8/512, base 12/768, large 24/1024",
                           choices=tuple(PRESETS), group="model")
     layers: Optional[int] = setting(None, "L (overrides the preset)", group="model")
     hidden: Optional[int] = setting(None, "H (overrides the preset; feed-forward 4H; heads H/64 unless --heads)", group="model")
     heads: Optional[int] = setting(None, "A (overrides the preset)", group="model")
     max_positions: int = setting(512, "position embeddings: the longest sequence the model accepts", group="model")
-    dropout: float = setting(0.0, "hidden and attention dropout (paper: 0.1; none in the classroom recipe: minutes of "
-                             "training do not over-fit)", group="model")
+    dropout: float = setting(0.1, "hidden and attention dropout", group="model")
     generator_size: float = setting(0.25, "with --objective electra: the generator's hidden size as a share of the "
                                     "model's (the discriminator's; the paper: 1/4 to 1/2), engine/electra.py", group="model")
     # --- optimisation
-    steps: int = setting(3000, "optimizer steps", group="optimisation")
-    batch_size: int = setting(64, "sequences per step, all processes and accumulation steps together", group="optimisation")
+    steps: int = setting(1_000_000, "optimizer steps", group="optimisation")
+    batch_size: int = setting(256, "sequences per step, all processes and accumulation steps together", group="optimisation")
     grad_accum: int = setting(1, "micro-batches per step", group="optimisation")
-    lr: float = setting(1e-3, "peak learning rate (the paper's 1e-4 is for BERT-BASE over 1M steps; the classroom "
-                        "run's tiny model leaves the most-frequent-token plateau soonest at 1e-3)", group="optimisation")
-    warmup: float = setting(0.06, "warmup steps, or a fraction of the steps if < 1 (paper: 10,000 of 1M)", group="optimisation")
+    lr: float = setting(1e-4, "peak learning rate", group="optimisation")
+    warmup: float = setting(10_000, "warmup steps, or a fraction of the steps if < 1", group="optimisation")
     weight_decay: float = setting(0.01, "AdamW weight decay, not on LayerNorm weights and biases", group="optimisation")
     adam_beta1: float = setting(0.9, "AdamW beta1", group="optimisation")
     adam_beta2: float = setting(0.999, "AdamW beta2", group="optimisation")
@@ -220,32 +186,20 @@ class PretrainConfig:
 
     @classmethod
     def classroom(cls, **settings) -> "PretrainConfig":
-        """The classroom run with `settings` given, as `python -m engine pretrain` reads them (`over_defaults`: a
-        given length without a second phase is one phase). `PretrainConfig()` is the classroom run itself."""
-        return cls(**over_defaults(settings))
+        """The classroom recipe (engine/recipes.py) with `settings` laid over it: what `python -m engine pretrain`
+        trains from the flags `settings`."""
+        return recipes.config(cls, recipes.CLASSROOM.name, **settings)
 
     @classmethod
     def for_init(cls, init: str, **settings) -> "PretrainConfig":
-        """Continued pre-training from `init` with the CONTINUED_PRETRAINING recipe for every setting not given
-        (what `python -m engine pretrain --init MODEL` does)."""
-        return cls(**{**CONTINUED_PRETRAINING, **settings, "init": init})
+        """Continued pre-training from `init` with the continued recipe for every setting not given (what `python -m
+        engine pretrain --init MODEL` does)."""
+        return recipes.config(cls, recipes.CONTINUED.name, **settings, init=init)
 
 
-def over_defaults(given: dict) -> dict:
-    """The settings `given` (flags typed, or keyword arguments) as laid over the defaults: a given sequence length
-    or prepared data (their own length), or fewer positions than the default second phase, without a given
-    second phase means one phase (so `--seq-len 128` alone is one phase at 128, as it reads)."""
-    own_length = any(given.get(k) is not None for k in ("seq_len", "data"))
-    no_room = given.get("max_positions") is not None and given["max_positions"] < PretrainConfig.phase2_seq_len
-    if "phase2_seq_len" not in given and (own_length or no_room):
-        return {**given, "phase2_seq_len": None}
-    return dict(given)
-
-
-# The classroom run's size and schedule (the defaults above), which a study at classroom scale lays over its base
-# (engine/ablations/paper.py) so that its base is what the command trains.
-CLASSROOM_RECIPE = {k: getattr(PretrainConfig, k) for k in ("steps", "batch_size", "seq_len", "phase2_seq_len",
-                                                            "phase2_fraction", "eval_every")}
+# The classroom run's size and schedule, which a study at classroom scale lays over its base (engine/ablations/paper.py)
+CLASSROOM_RECIPE = {k: getattr(PretrainConfig.classroom(), k) for k in ("steps", "batch_size", "seq_len", "phase2_seq_len",
+                                                                        "phase2_fraction", "eval_every")}
 
 
 # settings that may differ between the first start and a resume without changing what is trained
@@ -278,6 +232,7 @@ def validate(cfg: PretrainConfig) -> None:
                           "already); give one")
     if cfg.static_masking and objective(cfg.objective).causal:
         raise EngineError(f"--static-masking fixes the masks, but --objective {cfg.objective} has none; drop it")
+    check_format(cfg.input_format, objective(cfg.objective))  # RoBERTa's formats: pairs for a pair task, else single rows
     if cfg.span_mask and objective(cfg.objective).causal:
         raise EngineError(f"--span-mask masks tokens, but --objective {cfg.objective} predicts the next token with no "
                           f"masking; drop --span-mask or use a masked objective (mlm, mlm+nsp, mlm+sop)")

@@ -1,10 +1,20 @@
-"""Pre-training data at scale: a streamed corpus -> instances in many shards, built in worker processes.
+"""The one builder of pre-training data: a corpus -> instances in shards (a streamed corpus in many, built in worker
+processes; a corpus held in memory in one).
 
 `python -m engine prepare --corpus PATH --out CACHE [--tokenizer DIR] [--workers N] [--part i/n]` reads a
 corpus of any size document by document (`engine.corpora.iter_documents`: a file, folder or glob of .txt files
-with a blank line between documents, or .jsonl files with a "text" field; .gz/.bz2/.xz too) and writes the
-same kind of instances as the in-memory builder (`engine.pretraining.cache.build_pretraining_data`), which
+with a blank line between documents, or .jsonl files with a "text" field; .gz/.bz2/.xz too) and writes
+instances (engine/pretraining/instances.py) in shards (engine/pretraining/cache.py's arrays), which
 `pretrain --data CACHE` then trains from.
+
+`pretrain --corpus X` is the same builder with the whole corpus as ONE block (`build_pretraining_data`): the
+documents `engine.corpora.load_corpus` gives (a built-in corpus by name, or a file), held in memory as before,
+prepared into a folder under the data cache (`--cache-dir`, $BERT_STUDIO_CACHE) keyed by the corpus's
+`corpus_fingerprint`, the vocabulary and the instance settings (`documents_key`), one folder per length of a
+two-phase run, then trained from as `--data` is. One block with block 0's seeds (`seed`, `eval_seed`
+themselves) makes exactly the instances the in-memory builder made before it was folded in here
+(`make_instances` over the whole corpus: tested), so a run of the same settings trains as before. Its manifest
+records what it was made from: the corpus's name and fingerprint and the settings.
 
 How (memory stays bounded whatever the corpus size):
 - The main process reads documents and groups them into blocks of `block_docs` documents (or fewer when they
@@ -21,14 +31,16 @@ How (memory stays bounded whatever the corpus size):
   itself, block b of part i `block_seed(seed, i, b)`. The result therefore does not depend on the number of
   workers, and a corpus that fits in one block gives exactly the in-memory builder's instances (tested).
 
-Departures from the in-memory builder (and from google-research/bert, which keeps every document in memory):
+Departures of a corpus in many blocks from one in a single block (and from google-research/bert, which keeps every
+document in memory):
 - NSP's random next sentence (NotNext) comes from another document of the SAME BLOCK, a pool of at most
   `block_docs` documents, not from the whole corpus. With 1,000 documents per block the chance of a random
-  B from a related document stays small; instance count, label balance and lengths stay the in-memory
-  builder's within sampling noise (tested on 300 BBC News articles in blocks of 40).
+  B from a related document stays small; instance count, label balance and lengths stay those of one block
+  within sampling noise (tested on 300 BBC News articles in blocks of 40).
 - Held-out documents are chosen per block (round(eval_fraction x block documents), by the block's eval
-  seed), so the held-out share is the same but the documents differ from the in-memory choice. A block too
-  small to keep `need` training documents after holding out holds out none.
+  seed), so the held-out share is the same but the documents differ from one block's choice. A block too
+  small to keep `need` training documents after holding out holds out none (a corpus in one block is refused
+  instead, in one line naming the fix, as are one without text or too short for any instance).
 - Dupe factor: each block makes its `dupe_factor` passes over its own documents.
 - Document numbers in `source` count the documents of the part as read (empty ones included).
 - A block that holds a single document (one long next to `block_chars`) gives no mlm+nsp instance: NotNext
@@ -62,17 +74,21 @@ Opening (`open_prepared`): every shard's arrays are checked against a sound shar
 recorded in the manifest (its largest token id and shortest instance, `split_checks`): ids outside the
 vocabulary, empty instances or a truncated array are one line naming the shard, not an error mid-training.
 This reads every shard's tokens once.
-`pretrain --corpus` (the classroom corpora) still builds in memory (`build_pretraining_data`); this module is
-for corpora that do not fit.
+
+Input format (--input-format, RoBERTa 4.2: engine/pretraining/input_formats.py): each block is cut in it, so a
+FULL-SENTENCES row runs on only into the next document of its block, and its rows end at the block's end.
 
 Cache key: sha256 of the corpus content (every document's text, as read), the vocabulary, seq_len, objective,
-seed, dupe factor, short_seq_prob, eval fraction and seed, block size and part: the same settings on the same
-text give the same key (as the in-memory cache's key, which hashes the same settings).
+input format (but for the default, SEGMENT-PAIR, so that earlier keys stay), seed, dupe factor, short_seq_prob,
+eval fraction and seed, block size and part: the same settings on the same
+text give the same key. A corpus in one block (`documents_key`) hashes the same settings with its
+`corpus_fingerprint` instead of the raw text.
 
 WordPiece vocabulary (no --tokenizer): trained through the tokenizers iterator API on a bounded sample,
 `--tokenizer-sample-words` words (default 20M) taken evenly from the files: file k contributes its first
 documents up to sample / number-of-files words, so the sample spans the whole corpus without a full pass.
 """
+import errno
 import hashlib
 import json
 import os
@@ -92,14 +108,17 @@ import numpy as np
 from engine import cli
 from engine.cli import setting
 from engine.corpora import (COMPRESSED, SINGLE_SENTENCE_WARN, binary_warning, corpus_files, corpus_root,
-                            document_sentences, iter_documents, skip_binary)
+                            document_sentences, iter_documents, skip_binary, split_sentences)
 from engine.progress import Progress
 from engine.errors import EngineError, quoted
 from engine.fileio import atomic_write_json
 from engine.objectives import MLM_NSP, OBJECTIVES, objective as get_objective
-from engine.pretraining.cache import (FORMAT_VERSION, PretrainingCache, PretrainingData, continuation_ids, save_npy,
-                                     token_dtype, token_info, write_split)
+from engine.pretraining.cache import (DEFAULT_CACHE_DIR, FORMAT_VERSION, PretrainingCache, PretrainingData,
+                                     continuation_ids, remove_stale_tmp, save_npy, token_dtype, token_info, write_split)
+from engine.pretraining.input_formats import HELP as FORMATS_HELP, INPUT_FORMATS, check_format, input_format
+from engine.pretraining.input_formats import DEFAULT as DEFAULT_FORMAT, keyed as format_keyed
 from engine.pretraining.instances import eval_count, hold_out, make_instances, tokenize_documents
+from engine.tokenizer import corpus_fingerprint
 
 BLOCK_DOCS = 1000  # documents per block = per shard = the NSP random-document pool
 BLOCK_CHARS = 8_000_000  # a block closes earlier when its text reaches this many characters
@@ -124,6 +143,7 @@ class PrepareConfig:
     seq_len: int = setting(128, "tokens per instance incl. [CLS]/[SEP]", group="instances")
     objective: str = setting(MLM_NSP.name, ", ".join(f"{o.name}: {o.label}" for o in OBJECTIVES.values()),
                              choices=tuple(OBJECTIVES), group="instances")
+    input_format: str = setting(DEFAULT_FORMAT.name, FORMATS_HELP, choices=tuple(INPUT_FORMATS), group="instances")
     seed: int = setting(0, "instance sampling", group="instances")
     short_seq_prob: float = setting(0.1, "chance of a shorter instance", group="instances")
     dupe_factor: int = setting(1, "passes over each block's documents", group="instances")
@@ -228,23 +248,28 @@ def build_shard(job: dict, tokenizer=None) -> dict:
     tok = tokenizer if tokenizer is not None else _WORKER_TOKENIZER
     s = job["settings"]
     obj, seq_len = get_objective(s["objective"]), s["seq_len"]
-    docs = [document_sentences(t) for t in job["texts"]]
+    docs = [t if isinstance(t, list) else document_sentences(t) for t in job["texts"]]  # raw text, or sentences
     tokenized = tokenize_documents(docs, tok, first_doc=job["first_doc"])
     need = obj.min_documents
     n_eval = eval_count(len(tokenized), s["eval_fraction"], need)
+    if job.get("whole_corpus"):  # a corpus in one block (`build_pretraining_data`): refused, not thinned, when too small
+        check_corpus(obj, tokenized, n_eval, s["eval_fraction"], job["whole_corpus"])
     if len(tokenized) - n_eval < need:
         n_eval = 0  # a block too small to hold out: it only trains
     train_docs, eval_docs = hold_out(tokenized, n_eval, block_seed(s["eval_seed"], job["part"], job["block"]))
     rng = random.Random(block_seed(s["seed"], job["part"], job["block"]))
+    fmt, sep = input_format(s.get("input_format")), tok.sep_id
     if len(train_docs) >= need:
-        train = make_instances(train_docs, obj.pairs, seq_len, s["short_seq_prob"], s["dupe_factor"], rng)
+        train = make_instances(train_docs, obj.pairs, seq_len, s["short_seq_prob"], s["dupe_factor"], rng, fmt, sep)
     else:
         train = []  # a lone document cannot pair with another for NotNext (reported: "lone_document")
     ev = make_instances(eval_docs, obj.pairs, seq_len, s["short_seq_prob"], 1,
-                         random.Random(block_seed(s["eval_seed"], job["part"], job["block"]))) if n_eval else []
+                         random.Random(block_seed(s["eval_seed"], job["part"], job["block"])), fmt, sep) if n_eval else []
+    if job.get("whole_corpus") and not train:
+        raise EngineError("the documents are too short to make any pre-training instance; give longer documents or a lower seq_len")
     meta = {"name": job["final"].name, "block": job["block"], "first_doc": job["first_doc"],
             "documents": {"total": len(docs), "usable": len(tokenized), "train": len(train_docs), "eval": len(eval_docs)},
-            "words": sum(len(t.split()) for t in job["texts"]),
+            "words": sum(len(x.split()) for t in job["texts"] for x in ([t] if isinstance(t, str) else t)),
             "single_sentence_documents": sum(len(sents) == 1 for _, sents in tokenized),
             "instances": {"train": len(train), "eval": len(ev)},
             "tokens": {"train": sum(len(a) + len(b) + (3 if b else 2) for a, b, _, _ in train),
@@ -335,6 +360,7 @@ def _check_prepare_args(cfg: PrepareConfig) -> None:
         raise EngineError("--dupe-factor and --workers must be at least 1, --block-docs at least 2")
     if not 0.0 <= cfg.eval_fraction < 1.0:
         raise EngineError(f"--eval-fraction {cfg.eval_fraction} must be in [0, 1)")
+    check_format(cfg.input_format, get_objective(cfg.objective))
     spec = Path(str(cfg.corpus)).expanduser()
     if not spec.is_file():  # a folder or a glob: an --out inside it would become corpus text
         root, out = corpus_root(cfg.corpus).resolve(), Path(cfg.out).expanduser().resolve()
@@ -355,7 +381,8 @@ def _part_tokenizer(cfg: PrepareConfig, folder: Path, files: list, log):
     return train_sampled_tokenizer(files, cfg.vocab_size, not cfg.cased, cfg.tokenizer_sample_words, cfg.text_field)
 
 
-NOT_KEYED = ("files", "corpus_files", "vocab_training")  # settings compared on a rerun, but not part of the key
+# settings compared on a rerun, but not part of the key (the input format is, but for the default: `format_keyed`)
+NOT_KEYED = ("files", "corpus_files", "vocab_training", "input_format")
 
 
 def part_settings(cfg: PrepareConfig, tok, files: list, every: list, part: int, parts: int) -> dict:
@@ -363,8 +390,8 @@ def part_settings(cfg: PrepareConfig, tok, files: list, every: list, part: int, 
     (sizes, modification times), the whole file list it was cut from, and how the vocabulary was trained."""
     tinfo = token_info(tok)
     return {"format": FORMAT_VERSION, "vocab_sha256": tinfo["vocab_sha256"], "lowercase": tinfo["lowercase"],
-            "seq_len": int(cfg.seq_len), "objective": cfg.objective, "seed": int(cfg.seed),
-            "dupe_factor": int(cfg.dupe_factor), "short_seq_prob": float(cfg.short_seq_prob),
+            "seq_len": int(cfg.seq_len), "objective": cfg.objective, "input_format": input_format(cfg.input_format).name,
+            "seed": int(cfg.seed), "dupe_factor": int(cfg.dupe_factor), "short_seq_prob": float(cfg.short_seq_prob),
             "eval_fraction": float(cfg.eval_fraction), "eval_seed": int(cfg.eval_seed),
             "block_docs": int(cfg.block_docs), "block_chars": int(cfg.block_chars), "text_field": cfg.text_field,
             "part": part, "parts": parts, "files": _file_stats(files), "corpus_files": file_list_record(every, cfg.corpus),
@@ -528,9 +555,9 @@ def prepare(cfg: PrepareConfig, log=print) -> dict:
         warnings.append(w)
     total = lambda k, s: sum(m[k][s] for m in shards)  # noqa: E731
     keyed = {k: v for k, v in settings.items() if k not in NOT_KEYED}
-    keyed["corpus_sha256"] = corpus_sha256
+    keyed.update(corpus_sha256=corpus_sha256, **format_keyed(settings["input_format"]))
     key = hashlib.sha256(json.dumps(keyed, sort_keys=True).encode()).hexdigest()[:16]
-    manifest = {**keyed, "key": key, "corpus": str(cfg.corpus), "corpus_files": settings["corpus_files"],
+    manifest = {**keyed, "input_format": settings["input_format"], "key": key, "corpus": str(cfg.corpus), "corpus_files": settings["corpus_files"],
                 "tokenizer": token_info(tok), "token_dtype": np.dtype(token_dtype(tok.vocab_size)).name,
                 "documents": {k: total("documents", k) for k in ("total", "usable", "train", "eval")},
                 "instances": {k: total("instances", k) for k in ("train", "eval")},
@@ -578,8 +605,8 @@ def read_manifests(path) -> list:
         if started:
             raise EngineError(f"{path} is an unfinished preparation (no manifest); run the same prepare command again to finish it")
         raise EngineError(f"{path} is not a prepared data folder; make one with python -m engine prepare --corpus ... --out {path}")
-    try:
-        manifests = [json.loads(f.read_text(encoding="utf-8")) for f in found]
+    try:  # a manifest without an input format was made before the setting, in SEGMENT-PAIR
+        manifests = [{"input_format": DEFAULT_FORMAT.name, **json.loads(f.read_text(encoding="utf-8"))} for f in found]
     except ValueError as e:
         raise EngineError(f"a manifest in {path} is damaged ({e}); prepare the data again")
     parts = manifests[0]["parts"]
@@ -589,7 +616,7 @@ def read_manifests(path) -> list:
         raise EngineError(f"{path} lacks part(s) {', '.join(f'{i}/{parts}' for i in missing)} (or mixes part counts); "
                           "prepare them (or copy their part-*-of-* folders here)")
     base = {k: v for k, v in manifests[0].items() if k in ("vocab_sha256", "seq_len", "objective", "seed", "dupe_factor",
-                                                            "short_seq_prob", "eval_fraction", "eval_seed")}
+                                                            "short_seq_prob", "eval_fraction", "eval_seed", "input_format")}
     for m in manifests[1:]:
         if any(m.get(k) != v for k, v in base.items()):
             raise EngineError(f"the parts in {path} were prepared with different settings or vocabularies; prepare them again alike")
@@ -611,6 +638,7 @@ def _stats(path, ms: list) -> dict:
     """`prepared_stats` of manifests `ms` already read."""
     add = lambda k, s: sum(m[k][s] for m in ms)  # noqa: E731
     return {"path": str(Path(path).expanduser()), "objective": ms[0]["objective"], "seq_len": ms[0]["seq_len"],
+            "input_format": ms[0]["input_format"],
             "vocab_size": ms[0]["tokenizer"]["vocab_size"], "parts": len(ms),
             "shards": sum(len(m["shards"]) for m in ms), "words": sum(m["words"] for m in ms),
             "documents": add("documents", "usable"), "documents_eval": add("documents", "eval"),
@@ -635,6 +663,8 @@ def open_prepared(path) -> PretrainingCache:
     first = ms[0]
     t = first["tokenizer"]
     folder0 = path / f"part-0-of-{first['parts']}"
+    fmt = input_format(first["input_format"])
+    sep = t["sep_id"] if fmt.crosses_documents else None
     try:
         cont = np.load(folder0 / "continuation.npy")
         split = {}
@@ -647,15 +677,19 @@ def open_prepared(path) -> PretrainingCache:
                         counts.append(sh["instances"][name])
                         checks.append((sh.get("checks") or {}).get(name))  # none recorded by an older version
             seed = first["seed"] if name == "train" else first["eval_seed"]
+            by_tokens = first["seq_len"] if fmt.batch_by_tokens and name == "train" else None
             split[name] = (PretrainingData(folders, first["objective"], t["pad_id"], cont, seed, counts=counts,
-                                           vocab_size=t["vocab_size"], checks=checks) if folders else None)
+                                           vocab_size=t["vocab_size"], checks=checks, separator_id=sep,
+                                           row_tokens=by_tokens) if folders else None)
     except (OSError, ValueError, KeyError) as e:
         raise EngineError(f"prepared data in {path} is damaged ({e}); prepare it again")
     key = _key(ms)  # the manifests read above, not read again
     config = {k: first[k] for k in ("format", "seq_len", "objective", "seed", "dupe_factor", "short_seq_prob",
-                                     "eval_fraction", "eval_seed", "vocab_sha256", "lowercase")}
+                                     "eval_fraction", "eval_seed", "vocab_sha256", "lowercase", "input_format")}
     config.update(key=key, corpus_name=first["corpus"], tokenizer=t, has_eval=split["eval"] is not None,
                   token_dtype=first["token_dtype"], prepared=_stats(path, ms))
+    if len(ms) == 1 and "eval_documents" in first:  # prepared from documents in memory: which were held out
+        config.update(documents=first["documents"], eval_documents=first["eval_documents"])
     return PretrainingCache(path, key, config, split["train"], split["eval"], from_cache=True)
 
 
@@ -663,6 +697,131 @@ def prepared_tokenizer_dir(path) -> Path:
     """The vocabulary a prepared cache was made with (part 0's copy; every part's has the same sha256)."""
     ms = read_manifests(path)
     return Path(path).expanduser() / f"part-0-of-{ms[0]['parts']}" / "tokenizer"
+
+
+# ================================================================ documents held in memory: one block
+def check_build_args(docs, seq_len, max_positions, short_seq_prob, dupe_factor, eval_fraction) -> None:
+    """build_pretraining_data's settings, each refused with one line naming the fix."""
+    if not isinstance(seq_len, (int, np.integer)) or seq_len < 8:
+        raise EngineError(f"sequence length {seq_len} is too short; use at least 8 (the paper uses 128, then 512)")
+    if max_positions is not None and seq_len > max_positions:
+        raise EngineError(f"sequence length {seq_len} exceeds the model's {max_positions} positions; lower seq_len or use a model with more max_position_embeddings")
+    if not 0.0 <= short_seq_prob <= 1.0:
+        raise EngineError(f"short_seq_prob {short_seq_prob} must be between 0 and 1; the paper's code uses 0.1")
+    if not isinstance(dupe_factor, (int, np.integer)) or dupe_factor < 1:
+        raise EngineError(f"dupe factor {dupe_factor} must be a whole number >= 1")
+    if not 0.0 <= eval_fraction < 1.0:
+        raise EngineError(f"--eval-fraction {eval_fraction} must be in [0, 1); e.g. 0.05 holds out 5% of the documents")
+    if docs is None or len(docs) == 0:
+        raise EngineError("the corpus is empty; give at least one document with text")
+
+
+def check_corpus(obj, tokenized: list, n_eval: int, eval_fraction: float, name: str) -> None:
+    """A whole corpus in one block (`build_pretraining_data`): refused in one line when it cannot give what the
+    objective needs or hold out `n_eval` documents (a block of a streamed corpus holds out none instead)."""
+    if not tokenized:
+        raise EngineError(f"the corpus {quoted(name)} has no text the tokenizer can read; give documents with words in them")
+    need = obj.min_documents
+    if len(tokenized) < need:
+        raise EngineError(f"{obj.name} needs at least 2 documents (NotNext takes B from another document); add documents (blank lines separate them) or use objective mlm")
+    if obj.nsp and not any(len(s) >= 2 for _, s in tokenized):
+        raise EngineError(f"no document has two sentences, so {obj.pair.upper()} would have no pairs; give documents of several sentences or use objective mlm")
+    if eval_fraction > 0 and len(tokenized) - n_eval < need:
+        raise EngineError(f"the corpus has {len(tokenized)} usable documents, too few to hold out {n_eval} for evaluation and keep {need} for training; add documents or hold out none (--eval-fraction 0)")
+
+
+def normalise_docs(docs) -> list:
+    """Documents as lists of sentences: a string is split into sentences (`engine.corpora.split_sentences`)."""
+    return [split_sentences(d) if isinstance(d, str) else [str(x) for x in d] for d in docs]
+
+
+def documents_settings(tokenizer, seq_len: int = 128, objective: str = MLM_NSP.name, seed: int = 0,
+                       short_seq_prob: float = 0.1, dupe_factor: int = 1, eval_fraction: float = 0.05,
+                       eval_seed: int = 0, input_format: Optional[str] = None) -> dict:
+    """What data prepared from documents in memory is built from (its settings.json): the vocabulary, every instance
+    setting, one part of one block."""
+    tinfo = token_info(tokenizer)
+    return {"format": FORMAT_VERSION, "source": "documents", "vocab_sha256": tinfo["vocab_sha256"],
+            "lowercase": tinfo["lowercase"], "seq_len": int(seq_len), "objective": objective,
+            "input_format": check_format(input_format, get_objective(objective)).name, "seed": int(seed),
+            "dupe_factor": int(dupe_factor), "short_seq_prob": float(short_seq_prob),
+            "eval_fraction": float(eval_fraction), "eval_seed": int(eval_seed), "part": 0, "parts": 1}
+
+
+def documents_key(settings: dict, fingerprint: str) -> str:
+    """The key of data prepared from documents in memory: a hash of `documents_settings` and the corpus's
+    `engine.tokenizer.corpus_fingerprint` (the text, sentence by sentence); its folder's name ends with it."""
+    keyed = {k: v for k, v in settings.items() if k not in NOT_KEYED}
+    keyed.update(corpus_fingerprint=fingerprint, **format_keyed(settings["input_format"]))
+    return hashlib.sha256(json.dumps(keyed, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def build_pretraining_data(docs, tokenizer, seq_len: int = 128, objective: str = MLM_NSP.name, seed: int = 0,
+                           cache_dir=None, short_seq_prob: float = 0.1, dupe_factor: int = 1,
+                           eval_fraction: float = 0.05, eval_seed: int = 0, max_positions: Optional[int] = None,
+                           corpus_name: Optional[str] = None, input_format: Optional[str] = None) -> PretrainingCache:
+    """Documents held in memory (lists of sentences, or strings; `pretrain --corpus` gives `load_corpus`'s, built-in
+    corpora and files alike) -> prepared data of ONE block, a folder under `cache_dir` (default: DEFAULT_CACHE_DIR)
+    named by `documents_key`, or that folder opened when it was prepared before. The one builder: the block is made
+    by `build_shard`, as every block of `prepare`, with seeds `seed` and `eval_seed` themselves (`block_seed` of
+    block 0), so the instances are `make_instances` of the whole corpus, as the in-memory builder made them.
+    Returns a `PretrainingCache` (`open_prepared`); `from_cache` is False when built now.
+
+    seq_len: tokens per instance including [CLS]/[SEP] (8 .. `max_positions`); objective: mlm+nsp, mlm or ltr;
+    seed: instance sampling of the training documents; dupe_factor: passes over the training documents,
+    each with a different random segmentation; eval_fraction: share of documents held out (0 for none), chosen
+    by `eval_seed`, with their instances built from `eval_seed` too (same across training seeds); input_format:
+    RoBERTa's (engine/pretraining/input_formats.py; None: SEGMENT-PAIR, BERT's).
+    """
+    check_build_args(docs, seq_len, max_positions, short_seq_prob, dupe_factor, eval_fraction)
+    settings = documents_settings(tokenizer, seq_len, objective, seed, short_seq_prob, dupe_factor, eval_fraction,
+                                  eval_seed, input_format)
+    name = corpus_name or (getattr(docs, "info", None) or {}).get("name") or "custom"
+    docs = normalise_docs(docs)
+    fingerprint = corpus_fingerprint(docs)
+    key = documents_key(settings, fingerprint)
+    cache_dir = Path(cache_dir).expanduser() if cache_dir is not None else DEFAULT_CACHE_DIR
+    final = cache_dir / f"prepared-{objective.replace('+', '_')}-T{seq_len}-{key}"
+    if (final / "part-0-of-1" / "manifest.json").is_file():
+        return open_prepared(final)
+    _write_one_block(final, docs, tokenizer, settings, {"corpus": name, "corpus_fingerprint": fingerprint, "key": key})
+    out = open_prepared(final)
+    out.from_cache = False
+    return out
+
+
+def _write_one_block(final: Path, docs: list, tok, settings: dict, record: dict) -> None:
+    """Prepared data of one part and one block at `final`: written under a temporary name, its manifest last, then
+    renamed into place (atomic; when another process published the same key first, theirs is kept)."""
+    cache_dir = final.parent
+    tmp = cache_dir / f".tmp-{final.name}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    folder = tmp / "part-0-of-1"
+    try:
+        cache_dir.mkdir(parents=True, exist_ok=True)
+        remove_stale_tmp(cache_dir, final.name)
+        folder.mkdir(parents=True)
+        tok.save(folder / "tokenizer")
+        save_npy(folder / "continuation.npy", continuation_ids(tok))
+        atomic_write_json(folder / "settings.json", settings)
+        meta = build_shard({"texts": docs, "first_doc": 0, "block": 0, "part": 0, "settings": settings,
+                            "final": folder / "shard-000000", "whole_corpus": record["corpus"]}, tok)
+        manifest = {**settings, **record, "corpus_files": None, "files": 0, "tokenizer": token_info(tok),
+                    "token_dtype": np.dtype(token_dtype(tok.vocab_size)).name, "warnings": [],
+                    **{k: meta[k] for k in ("documents", "instances", "tokens", "words", "eval_documents")},
+                    "shards": [{k: meta[k] for k in ("name", "documents", "instances", "tokens", "words", "checks")}]}
+        atomic_write_json(folder / "manifest.json", manifest)  # written last: the part is complete
+        if final.exists() and not (final / "part-0-of-1" / "manifest.json").is_file():
+            shutil.rmtree(final, ignore_errors=True)  # never published complete: nothing in it to trust
+        try:
+            os.rename(tmp, final)  # atomic; fails if another process published the same key first
+        except OSError as e:
+            if e.errno not in (errno.ENOTEMPTY, errno.EEXIST) or not (final / "part-0-of-1" / "manifest.json").is_file():
+                raise
+    except OSError as e:
+        raise EngineError(f"could not write pre-training data to {cache_dir}: {e.strerror or e}; free disk space or pick another cache folder")
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
 
 
 # ================================================================ a big corpus from the built-in ones

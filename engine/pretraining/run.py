@@ -59,16 +59,13 @@ from its last complete checkpoint by itself (`run_folder.elastic_restart`), so n
 logged twice. `--report-to tensorboard,mlflow` also sends every record and the settings to those trackers
 (engine/trackers.py).
 
-Departures from the paper, on purpose:
-- Learning rate: the paper's 1e-4 with 10,000 warmup steps is for 1M steps of batch 256 x 512 on BERT-BASE.
-  The classroom run (tiny BERT) uses 1e-3 with 6% warmup: tiny models need a larger rate to learn anything in
-  minutes; at 2e-3 the MLM model leaves the most-frequent-token plateau later, at
-  5e-4 it learns more slowly (BENCHMARKS.md). Warmup is given in steps (>= 1) or as a fraction of the steps (< 1).
-- Sequence length: the classroom run (PretrainConfig's defaults, engine/pretraining/config.py) is the paper's short-then-long
-  schedule scaled down, 32 tokens then 128 for the last 30% (paper: 128 then 512 for the last 10%), in batches of 64: on 128-token
-  sequences a tiny model does not leave the most-frequent-token solution in minutes (BENCHMARKS.md).
-- The vocabulary is 8,000 WordPieces trained on the corpus (paper: 30,000 on BooksCorpus + Wikipedia), on all
-  of its documents, held-out ones included.
+Departures from the paper, on purpose (PretrainConfig's defaults are the paper's; the recipes that depart from them,
+and why, are in engine/recipes.py):
+- The classroom recipe, what the command trains when no recipe is named, scales the paper's schedule down for a tiny
+  BERT on a CPU: a larger learning rate, short sequences then longer ones, more of the tokens masked, no dropout,
+  a smaller vocabulary. Warmup is given in steps (>= 1) or as a fraction of the steps (< 1).
+- The vocabulary is trained on the corpus (paper: on BooksCorpus + Wikipedia), on all of its documents, held-out
+  ones included.
 - Masking is dynamic (a new draw per batch), as RoBERTa, instead of the released code's static dupe-factor
   copies; `dupe_factor` still controls how many segmentations of each document are built.
 - For `mlm` and `ltr` the model has no NSP head (the paper's No-NSP models were not trained with one), so
@@ -83,25 +80,37 @@ import time
 from dataclasses import fields
 from pathlib import Path
 
-from engine import cli, runs
+from engine import cli, recipes, runs
 from engine.device import resolve_device
 from engine.distributed import Dist, dist_from_env, group_restart_count, setup, teardown, broadcast
 from engine.errors import EngineError, quoted
-from engine.objectives import objective
+from engine.objectives import OBJECTIVES, objective
 from engine.status import CANCELLED, FINISHED, status_of
-from engine.pretraining.config import CONTINUED_PRETRAINING, PretrainConfig, over_defaults, validate
+from engine.pretraining.config import PretrainConfig, validate
 from engine.pretraining.init import ARCH_FIELDS, conflict, init_tokenizer, read_init_settings, resolve_init
 from engine.pretraining.loop import log, train
 from engine.pretraining.run_folder import elastic_restart, preflight, resolve_out, run_entries
-from engine.pretraining.cache import build_pretraining_data, token_info
+from engine.pretraining.cache import token_info
+from engine.pretraining.prepare import build_pretraining_data, documents_key, documents_settings, prepared_key
 from engine.tokenizer import Tokenizer, corpus_fingerprint, train_tokenizer_cached
 
 EVAL_SPLIT_SEED = 0  # which documents are held out
+PREPARED = "prepared-"  # run.json's corpus_fingerprint of a run's data: PREPARED + the key of its data folder
+
+
+def data_settings(cfg: PretrainConfig, seq_len: int) -> dict:
+    """The instance settings of the run's data at one length (`build_pretraining_data`'s, less where it is kept,
+    the corpus's name and the model's positions)."""
+    return dict(seq_len=seq_len, objective=cfg.objective, seed=cfg.seed, short_seq_prob=cfg.short_seq_prob,
+                dupe_factor=cfg.dupe_factor, eval_fraction=cfg.eval_fraction, eval_seed=EVAL_SPLIT_SEED,
+                input_format=cfg.input_format)
 
 
 def tokenizer_and_data(cfg: PretrainConfig, docs, run_dir: Path, dist: Dist, resuming: bool):
-    """The run's tokenizer (saved to run_dir/tokenizer) and its data: (tokenizer, [a PretrainingCache per phase]);
-    rank 0 builds the data, the others open it (the class preparation builds it ahead, engine/classroom.py)."""
+    """The run's tokenizer (saved to run_dir/tokenizer) and its data: (tokenizer, [a PretrainingCache per phase]).
+    `--data`: the prepared folder; `--corpus`: the documents `docs` prepared in one block per phase's length
+    (`build_pretraining_data`, into the data cache), rank 0 preparing, the others opening what it wrote after a
+    barrier (the class preparation prepares it ahead, engine/classroom.py)."""
     tok_dir = run_dir / "tokenizer"
     if resuming:
         if not (tok_dir / "vocab.txt").is_file():
@@ -136,24 +145,21 @@ def tokenizer_and_data(cfg: PretrainConfig, docs, run_dir: Path, dist: Dist, res
     caches = []
     lengths = [cfg.seq_len] + ([cfg.phase2_seq_len] if cfg.phase2_seq_len else [])
     for T in lengths:
-        kw = dict(seq_len=T, objective=cfg.objective, seed=cfg.seed, cache_dir=cfg.cache_dir,
-                  short_seq_prob=cfg.short_seq_prob, dupe_factor=cfg.dupe_factor, eval_fraction=cfg.eval_fraction,
-                  eval_seed=EVAL_SPLIT_SEED, max_positions=cfg.max_positions,
-                  corpus_name=str(cfg.corpus))
+        kw = dict(data_settings(cfg, T), cache_dir=cfg.cache_dir, max_positions=cfg.max_positions, corpus_name=str(cfg.corpus))
         if dist.main:
             c = build_pretraining_data(docs, tok, **kw)
             if not c.from_cache:
-                log(f"built pre-training data at length {T}: {c.train.num_instances} training, "
+                log(f"prepared pre-training data at length {T}: {c.train.num_instances} training, "
                      f"{c.eval.num_instances if c.eval else 0} held-out instances ({c.path})", cfg, dist)
         dist.barrier()
         if not dist.main:
-            c = build_pretraining_data(docs, tok, **kw)  # opens the cache rank 0 wrote
+            c = build_pretraining_data(docs, tok, **kw)  # opens the folder rank 0 wrote
         caches.append(c)
     return tok, caches
 
 
 # the settings a prepared data folder fixes (its manifest's names), and the flags that name them
-PREPARED_FIELDS = ("objective", "seq_len", "short_seq_prob", "dupe_factor", "eval_fraction")
+PREPARED_FIELDS = ("objective", "seq_len", "short_seq_prob", "dupe_factor", "eval_fraction", "input_format")
 
 
 def with_prepared_data(cfg: PretrainConfig, given: tuple = ()) -> PretrainConfig:
@@ -214,13 +220,8 @@ def _pretrain_in_group(cfg: PretrainConfig, dist: Dist, device, run_dir: Path) -
     docs = load_corpus(cfg.corpus) if not cfg.data else []  # EngineError when missing or empty
     for w in getattr(docs, "info", {}).get("warnings", []):
         log(f"warning: {w}", cfg, dist)
-    if cfg.data:  # prepared data: its key hashes the text and the settings it was prepared with
-        from engine.pretraining.prepare import prepared_key
-        fingerprint = f"prepared-{prepared_key(cfg.data)}"
-    else:
-        fingerprint = corpus_fingerprint(docs)
     if dist.main and (ckpt is not None or restart):
-        check_same_corpus(run_dir, cfg, fingerprint, ckpt is not None)
+        check_same_corpus(run_dir, cfg, docs, ckpt is not None)
     if not cfg.data and len(docs) < objective(cfg.objective).min_documents:
         raise EngineError(f"corpus {quoted(cfg.corpus)} has a single document; {cfg.objective} needs at least 2 (NotNext takes B from another document): add documents (blank lines separate them in a .txt) or use --objective mlm")
     created_dir = not run_dir.exists()
@@ -241,7 +242,8 @@ def _pretrain_in_group(cfg: PretrainConfig, dist: Dist, device, run_dir: Path) -
         for c in caches:
             if c.train.num_instances < micro * dist.world_size:
                 raise EngineError(f"the corpus gives only {c.train.num_instances} training instances, fewer than one batch of {micro * dist.world_size}; lower --batch-size or use a larger corpus")
-        return train(cfg, dist, device, run_dir, ckpt, tok, caches, micro, restart, corpus_fingerprint=fingerprint)
+        return train(cfg, dist, device, run_dir, ckpt, tok, caches, micro, restart,
+                     corpus_fingerprint=PREPARED + caches[0].key)  # the data's key: text, vocabulary, settings
     except BaseException:
         # a new run that failed before it wrote run.json leaves nothing behind
         if dist.main and fresh and not (run_dir / runs.RUN_JSON).exists():
@@ -264,72 +266,129 @@ def _micro_batch_size(cfg: PretrainConfig, dist: Dist) -> int:
 
 # ================================================================ CLI
 def build_parser():
-    """The flags of `python -m engine pretrain`: PretrainConfig's settings (engine/cli.py), plus --classroom."""
+    """The flags of `python -m engine pretrain`: PretrainConfig's settings (engine/cli.py), --recipe and --classroom."""
     from engine.measured import fact
     bf16, fp32 = fact("classroom_run.minutes_bf16"), fact("classroom_run.minutes_fp32")
+    classroom = PretrainConfig.classroom()
     ap = cli.parser(PretrainConfig,
-                    "Pre-train BERT (MLM+NSP, MLM only, LTR, MLM+SOP) into a run folder. Every flag left out takes its "
-                    "default shown here, the classroom run (a tiny BERT on BBC News that learns to read context: "
-                    f"{bf16.text()} on a 2-core CPU with bf16, {fp32.text()} in fp32, measured; a given --seq-len "
-                    "without --phase2-seq-len is one phase). --init has its own recipe; --resume continues a run with "
-                    "its own saved settings.")
-    ap.add_argument("--classroom", action="store_true",
-                    help="the classroom run for every flag not given (the same values as leaving them out)")
+                    "Pre-train BERT (" + ", ".join(o.label for o in OBJECTIVES.values()) + ") into a run folder. The "
+                    "defaults shown are the paper's; a named recipe (--recipe) lays its settings over them and every "
+                    "flag given lays over the recipe. Without --recipe: the classroom recipe (a tiny BERT on "
+                    f"{classroom.corpus} that learns to read context: {bf16.text()} on a 2-core CPU with bf16, "
+                    f"{fp32.text()} in fp32, measured), or with --init the continued pre-training. --resume continues a "
+                    "run with its own saved settings.")
+    ap.add_argument("--recipe", choices=recipes.names(), help="lay a named recipe over the defaults (engine/recipes.py): "
+                    + recipes.help_text())
+    ap.add_argument("--classroom", action="store_true", help=f"the same as --recipe {recipes.CLASSROOM.name}")
+    overlay = recipes.settings(recipes.CLASSROOM.name)
+    for action in ap._actions:  # what the classroom recipe gives, beside the paper's default
+        if action.dest in overlay and action.help:
+            action.help = action.help.replace("(default ", f"(without --recipe {cli.text(overlay[action.dest] or 0)}; paper ")
     return ap
 
 
-def check_same_corpus(run_dir: Path, cfg: PretrainConfig, fingerprint: str, has_checkpoint: bool) -> None:
-    """A resume trains on the text the run started with: run.json's corpus_fingerprint must match the corpus as
-    read now (a file overwritten in place, an upload of the same name). A run that recorded none cannot be checked:
-    refused when there is a checkpoint to continue (a restart from step 0 records the fingerprint afresh)."""
+def data_fingerprint(saved: str, cfg: PretrainConfig, corpus_fp, tok_dir: Path):
+    """What a run.json corpus_fingerprint `saved` must be for `cfg`'s data as read now: PREPARED + the key of the
+    first phase's data folder (`--data`: `prepared_key`; `--corpus`: `documents_key` of the corpus's fingerprint
+    `corpus_fp`, the vocabulary in `tok_dir` and the settings), without preparing anything. None when it cannot be
+    known: a --corpus run whose vocabulary is gone (a restart from step 0 then trains one afresh).
+    Compatibility: a run started before the one data builder, from --corpus, recorded `corpus_fingerprint` of its
+    documents itself (no PREPARED prefix): that is what it is checked against (its data are prepared again in one
+    block, the same instances as then)."""
+    if cfg.data:
+        return PREPARED + prepared_key(cfg.data)
+    if not str(saved).startswith(PREPARED):  # the old --corpus fingerprint (engine.tokenizer.corpus_fingerprint)
+        return corpus_fp
+    if not (Path(tok_dir) / "vocab.txt").is_file():
+        return None
+    settings = documents_settings(Tokenizer.from_file(tok_dir), **data_settings(cfg, cfg.seq_len))
+    return PREPARED + documents_key(settings, corpus_fp)
+
+
+def check_same_corpus(run_dir: Path, cfg: PretrainConfig, docs, has_checkpoint: bool) -> None:
+    """A resume trains on the data the run started with: run.json's corpus_fingerprint must be that of the data as
+    read now (`data_fingerprint`: a file overwritten in place, an upload of the same name, data prepared again from
+    other text). A run that recorded none cannot be checked: refused when there is a checkpoint to continue (a
+    restart from step 0 records the fingerprint afresh)."""
     saved = runs.read_run_json(run_dir).get("corpus_fingerprint")
     if saved is None and has_checkpoint:
         raise EngineError(f"cannot resume: {run_dir}/{runs.RUN_JSON} records no corpus fingerprint, so it cannot be checked "
                           f"that {cfg.corpus} is the text the run was trained on; start a new run")
-    if saved is not None and saved != fingerprint:
+    fingerprint = None if saved is None else data_fingerprint(saved, cfg, None if cfg.data else corpus_fingerprint(docs),
+                                                              run_dir / "tokenizer")
+    if fingerprint is not None and saved != fingerprint:
         raise EngineError(f"cannot resume: the corpus {cfg.corpus} changed since the run started (fingerprint {fingerprint}, "
                           f"the run's {saved}); restore the original text, or start a new run on the new one")
 
 
 def config_from_args(given: dict) -> PretrainConfig:
-    """A PretrainConfig from the flags actually given, merged over: with --resume, the run's run.json; with --init,
-    the continued-pre-training recipe (CONTINUED_PRETRAINING); otherwise the defaults (`over_defaults`)."""
+    """A PretrainConfig from the flags actually given, laid over: with --resume, the run's run.json; otherwise the
+    named recipe (`--recipe`, engine/recipes.py; none named: `recipes.default_recipe`, the classroom run, or with
+    --init the continued pre-training). A recipe's value never changes the meaning of a flag given beside it."""
     given = dict(given)
-    classroom = given.pop("classroom", None)
-    known = {f.name for f in fields(PretrainConfig)}
-    base = {}
-    if given.get("init") and not given.get("resume"):
-        if classroom:
-            raise EngineError("--classroom (the from-scratch defaults) and --init (continued pre-training) do not go together; drop one")
-        if given.get("preset", PretrainConfig.preset) != PretrainConfig.preset:
-            raise EngineError(f"--preset conflicts with --init {given['init']}: the init decides the model's size; drop --preset")
-        if given.get("tokenizer"):
-            raise EngineError(f"--tokenizer conflicts with --init {given['init']}: the init brings its own vocabulary; drop --tokenizer")
-        own = read_init_settings(given["init"])
-        for name in ARCH_FIELDS:  # any given flag that differs, even one equal to the classroom default
-            if name in given and given[name] != own[name]:
-                raise EngineError(conflict(name, given[name], own[name], given["init"]))
-        base = dict(CONTINUED_PRETRAINING)  # the recipe for every flag not given
-    elif not given.get("resume"):
-        given = over_defaults(given)  # from scratch: the defaults, the classroom run, for every flag not given
+    name = recipe_named(given)
     if given.get("resume"):
-        probe = PretrainConfig(**{k: v for k, v in given.items() if k in ("out", "name")})
-        run_dir = resolve_out(probe)
-        saved = (runs.read_run_json(run_dir).get("config") or {}) if run_dir.is_dir() else {}
-        # the run's own settings (runtime ones too: checkpoint cadence, cache, device...) unless given again
-        base = {k: v for k, v in saved.items() if k in known and k not in ("out", "name", "resume", "stop_after")}
-        if "mask_ratios" in base:
-            base["mask_ratios"] = tuple(base["mask_ratios"])
-        if isinstance(base.get("compile"), bool):  # saved before --compile took auto / on / off
-            base["compile"] = "on" if base["compile"] else "off"
-        if not saved:  # no run to take settings from (preflight refuses it): the flags read as from scratch
-            given = over_defaults(given)
+        if name:
+            raise EngineError(f"--recipe {name} with --resume: a resumed run keeps its own settings; drop --recipe")
+        base = resumed_settings(given)
+    else:
+        name = name or recipes.default_recipe(given.get("init"))
+        recipes.check_init(name, given.get("init"))
+        base = recipes.settings(name)
+        if given.get("init"):
+            check_init_flags(given, base)
+        if given.get("data") and "phase2_seq_len" not in given:
+            base["phase2_seq_len"] = None  # prepared data has one length, its own: the recipe's second phase does not apply
     cfg = with_prepared_data(PretrainConfig(**{**base, **given}), tuple(given) if not given.get("resume") else ())
     # (a queued job's command line names every setting: --eval-every at its default is not a request)
-    if given.get("eval_every") and given["eval_every"] != PretrainConfig.eval_every and cfg.eval_fraction == 0:
+    if given.get("eval_every") and given["eval_every"] != base.get("eval_every", PretrainConfig.eval_every) \
+            and cfg.eval_fraction == 0:
         raise EngineError(f"--eval-every {given['eval_every']} asks for held-out evaluation, but --eval-fraction 0 holds out "
                           f"no documents, so evaluation is off; drop --eval-every or hold some out (e.g. --eval-fraction 0.05)")
     return cfg
+
+
+def recipe_named(given: dict):
+    """The recipe the flags name (`--recipe NAME`, or `--classroom`, the same as `--recipe classroom`), popped from
+    `given`; None when none is named."""
+    name, classroom = given.pop("recipe", None), given.pop("classroom", None)
+    if classroom:
+        if name and name != recipes.CLASSROOM.name:
+            raise EngineError(f"--classroom is --recipe {recipes.CLASSROOM.name}, and --recipe {name} names another; give one")
+        name = recipes.CLASSROOM.name
+    if name is not None:
+        recipes.recipe(name)  # EngineError naming the recipes
+    return name
+
+
+def check_init_flags(given: dict, base: dict) -> None:
+    """With --init the model decides its size and vocabulary: a flag that says otherwise is refused."""
+    init = given["init"]
+    if "preset" in given and given["preset"] != base.get("preset", PretrainConfig.preset):
+        raise EngineError(f"--preset conflicts with --init {init}: the init decides the model's size; drop --preset")
+    if given.get("tokenizer"):
+        raise EngineError(f"--tokenizer conflicts with --init {init}: the init brings its own vocabulary; drop --tokenizer")
+    own = read_init_settings(init)
+    for name in ARCH_FIELDS:  # any given flag that differs, even one equal to a recipe's value
+        if name in given and given[name] != own[name]:
+            raise EngineError(conflict(name, given[name], own[name], init))
+
+
+def resumed_settings(given: dict) -> dict:
+    """The settings of the run --resume continues (runtime ones too: checkpoint cadence, cache, device...), as its
+    run.json saved them; with no run to read (preflight refuses it) the classroom recipe's."""
+    known = {f.name for f in fields(PretrainConfig)}
+    probe = PretrainConfig(**{k: v for k, v in given.items() if k in ("out", "name")})
+    run_dir = resolve_out(probe)
+    saved = (runs.read_run_json(run_dir).get("config") or {}) if run_dir.is_dir() else {}
+    if not saved:
+        return recipes.settings(recipes.CLASSROOM.name)
+    base = {k: v for k, v in saved.items() if k in known and k not in ("out", "name", "resume", "stop_after")}
+    if "mask_ratios" in base:
+        base["mask_ratios"] = tuple(base["mask_ratios"])
+    if isinstance(base.get("compile"), bool):  # saved before --compile took auto / on / off
+        base["compile"] = "on" if base["compile"] else "off"
+    return base
 
 
 def main(argv) -> int:

@@ -27,7 +27,7 @@ def test_api_pretrain_then_finetune_from_python(tmp_path, bbc_docs, monkeypatch)
     monkeypatch.setenv("BERT_STUDIO_CACHE", str(tmp_path / "cache"))
     corpus = tmp_path / "c.txt"
     corpus.write_text("\n\n".join(" ".join(d) for d in bbc_docs[::50]), encoding="utf-8")
-    run_dir = engine.pretrain(engine.PretrainConfig(corpus=str(corpus), vocab_size=600, hidden=32, heads=2, layers=1,
+    run_dir = engine.pretrain(engine.PretrainConfig.classroom(corpus=str(corpus), vocab_size=600, hidden=32, heads=2, layers=1,
                                                     seq_len=32, batch_size=8, steps=3, eval_every=0, save_every=0,
                                                     num_threads=1, quiet=True, out=str(tmp_path / "pre")))
     from engine import records, runs  # run.json holds the fields engine.records defines for a pre-training

@@ -48,7 +48,8 @@ def test_prepare_queues_the_three_parts_in_order_and_twice_queues_nothing_more(t
     rows = classroom.prepare(root, jobs=q, speed_check=False)
     assert [j["argv"][0] for j in q.jobs] == ["class", "pretrain", "pretrain"]
     assert q.jobs[0]["argv"][:2] == ["class", "cache"]
-    assert q.jobs[1]["argv"] == ["pretrain", "--out", str(root.absolute() / classroom.REFERENCE_RUN), "--quiet"]
+    assert q.jobs[1]["argv"] == ["pretrain", "--recipe", "classroom", "--out", str(root.absolute() / classroom.REFERENCE_RUN),
+                                 "--quiet"]
     assert q.jobs[2]["argv"] == classroom.probe_ready_argv(root.absolute())
     assert "--init" in q.jobs[2]["argv"] and "minilm" in q.jobs[2]["argv"]
     assert [r["state"] for r in rows] == ["queued"] * 3 + ["skipped"]
@@ -63,7 +64,7 @@ def test_finished_parts_are_skipped(tmp_path):
     _run(root / classroom.REFERENCE_RUN, "finished", step=10)
     rows = classroom.prepare(root, jobs=q, speed_check=False)
     assert [j["run_dir"] for j in q.jobs] == [str(_part(root, "probe_ready").run_dir)]
-    assert [r["state"] for r in rows] == ["done", "done", "queued"]
+    assert [r["state"] for r in rows] == ["done", "done", "queued", "skipped"]
     # a cache folder removed since: the cache part is to do again
     import shutil
     shutil.rmtree(root / "cache-data")
@@ -78,7 +79,7 @@ def test_cancel_cancels_the_queued_parts_first_then_the_running_one(tmp_path):
     q.jobs[1]["status"] = "running"
     rows = classroom.cancel(root, jobs=q)
     assert q.cancelled == [("j2", "queued"), ("j1", "running")]
-    assert [r["state"] for r in rows] == ["done", "cancelled", "cancelled"]
+    assert [r["state"] for r in rows] == ["done", "cancelled", "cancelled", "skipped"]
 
 
 def test_a_cancelled_or_failed_run_resumes_from_its_checkpoint_and_a_failed_cache_is_built_again(tmp_path):

@@ -10,6 +10,7 @@ from engine.features import FeaturesConfig
 from engine.features import build_parser as features_parser
 from engine.finetune import FinetuneConfig
 from engine.finetune import build_parser as finetune_parser
+from engine.pretraining.config import validate
 from engine.pretraining.run import PretrainConfig, config_from_args
 from engine.pretraining.run import build_parser as pretrain_parser
 
@@ -51,8 +52,8 @@ def test_flags_left_out_take_the_config_defaults(cls, build):
 
 
 ROUND_TRIPS = [
-    PretrainConfig(),
-    PretrainConfig(corpus="wiki", objective="ltr", layers=4, hidden=256, heads=4, mask_ratios=(1.0, 0.0, 0.0),
+    PretrainConfig.classroom(),
+    PretrainConfig.classroom(corpus="wiki", objective="ltr", layers=4, hidden=256, heads=4, mask_ratios=(1.0, 0.0, 0.0),
                    whole_word_mask=True, phase2_seq_len=512, lr=5e-5, warmup=100, tokenizer="tok", cased=True,
                    out="runs/x", resume=True, stop_after=7, compile="on", quiet=True, num_threads=2, precision="fp32"),
     FinetuneConfig(model="runs/a", task="glue", train="t.tsv", dev="d.tsv", text_cols="a,b", task_type="regression",
@@ -76,9 +77,9 @@ def test_argv_reads_like_a_command_line():
     assert argv[argv.index("--layers") + 1] == "-1,-2"  # a negative list is one value, also when parsed back
     assert argv[argv.index("--combine") + 1] == "concat,last"
     assert "--no-save-features" not in argv  # a switch appears only away from its default
-    pre = cli.argv(PretrainConfig(mask_ratios=(1.0, 0.0, 0.0), out="x"))
+    pre = cli.argv(PretrainConfig.classroom(mask_ratios=(1.0, 0.0, 0.0), out="x"))
     assert pre[pre.index("--mask-ratios") + 1] == "1,0,0" and "--layers" not in pre  # None: not given
-    assert "--resume" not in pre and "--resume" in cli.argv(replace(PretrainConfig(out="x"), resume=True))
+    assert "--resume" not in pre and "--resume" in cli.argv(replace(PretrainConfig.classroom(out="x"), resume=True))
 
 
 def test_bad_flags_are_one_line_engine_errors_naming_the_command():
@@ -98,13 +99,13 @@ def test_bad_flags_are_one_line_engine_errors_naming_the_command():
 def test_resume_keeps_the_run_settings_not_given_again(tmp_path):
     from engine import runs
     run = tmp_path / "r"
-    runs.start_run(run, "pretrain", config={**PretrainConfig(steps=50, lr=5e-4).__dict__, "mask_ratios": [0.8, 0.1, 0.1]})
+    runs.start_run(run, "pretrain", config={**PretrainConfig.classroom(steps=50, lr=5e-4).__dict__, "mask_ratios": [0.8, 0.1, 0.1]})
     cfg = config_from_args(cli.given(PretrainConfig, pretrain_parser(), ["--out", str(run), "--resume", "--steps", "80"]))
     assert (cfg.steps, cfg.lr, cfg.mask_ratios, cfg.resume) == (80, 5e-4, (0.8, 0.1, 0.1), True)
     # a run saved when --compile was a switch (true / false) resumes with the word for it
     for saved, word in ((False, "off"), (True, "on")):
         old = tmp_path / f"old-{word}"
-        runs.start_run(old, "pretrain", config={**PretrainConfig().__dict__, "mask_ratios": [0.8, 0.1, 0.1], "compile": saved})
+        runs.start_run(old, "pretrain", config={**PretrainConfig.classroom().__dict__, "mask_ratios": [0.8, 0.1, 0.1], "compile": saved})
         assert config_from_args(cli.given(PretrainConfig, pretrain_parser(), ["--out", str(old), "--resume"])).compile == word
 
 
@@ -115,16 +116,18 @@ def test_pretrain_from_scratch_is_the_classroom_run_for_every_flag_left_out():
     assert cfg == given("--classroom") == PretrainConfig.classroom(out="x")
     assert {k: getattr(cfg, k) for k in CLASSROOM_RECIPE} == CLASSROOM_RECIPE
     assert (cfg.seq_len, cfg.phase2_seq_len, cfg.batch_size) == (32, 128, 64)  # two phases: short, then long
-    assert cfg.lr == PretrainConfig.lr and cfg.mask_rate == PretrainConfig.mask_rate  # the rest: the dataclass's
-    # a typed length replaces the recipe's schedule whole: one phase at 128, as `--seq-len 128` reads
-    one = given("--seq-len", "128")
+    assert cfg.lr > PretrainConfig().lr and cfg.mask_rate > PretrainConfig().mask_rate  # the recipe over the paper's
+    # a typed length is the first phase's length: it never switches the recipe's second phase off by itself
+    one = given("--seq-len", "128", "--phase2-seq-len", "0")
     assert (one.seq_len, one.phase2_seq_len, one.batch_size, one.steps) == (128, None, 64, 3000)
-    assert given("--phase2-seq-len", "512").seq_len == PretrainConfig.seq_len
+    assert given("--seq-len", "64").phase2_seq_len == 128
+    assert given("--phase2-seq-len", "512").seq_len == 32
     assert given("--phase2-fraction", "0.2").phase2_seq_len == 128  # the share alone keeps the schedule
-    assert given("--max-positions", "64").phase2_seq_len is None  # no room for the second phase: one phase
+    with pytest.raises(EngineError, match="above the model's 64 positions"):  # no room for the second phase: say so
+        validate(given("--max-positions", "64"))
     assert (given("--steps", "50").steps, given("--steps", "50").seq_len) == (50, 32)  # other flags keep it
     # a queued job's command line names every setting: it rebuilds the very config, schedule and all
-    for c in (cfg, one, PretrainConfig(), PretrainConfig(seq_len=64, phase2_seq_len=256)):
+    for c in (cfg, one, PretrainConfig.classroom(), PretrainConfig.classroom(seq_len=64, phase2_seq_len=256)):
         c = replace(c, out="x")
         assert config_from_args(cli.given(PretrainConfig, pretrain_parser(), cli.argv(c)[1:])) == c
 

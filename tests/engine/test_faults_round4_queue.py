@@ -168,7 +168,7 @@ def test_other_error_lines_quote_what_the_user_typed(tmp_path):
     one.parent.mkdir(parents=True, exist_ok=True)
     one.write_text("one document only . it has two sentences .\n", encoding="utf-8")
     with pytest.raises(EngineError, match="single document") as e:
-        pretrain(PretrainConfig(corpus=str(one), out=str(tmp_path / "runs" / "x"), steps=1, quiet=True))
+        pretrain(PretrainConfig.classroom(corpus=str(one), out=str(tmp_path / "runs" / "x"), steps=1, quiet=True))
     _assert_quoted(f"error: {e.value}", str(one))
     subprocess.run(["bash", "-c", f"error: {e.value}"], cwd=tmp_path, capture_output=True, timeout=30)
     assert not marker.exists()

@@ -31,7 +31,7 @@ def test_the_papers_three_objectives_and_albert_s():
     assert set(every("metrics")) == {"loss", "mlm_loss", "mlm_acc", "nsp_loss", "nsp_acc", "lm_loss", "lm_acc",
                                      "sop_loss", "sop_acc", "disc_loss", "disc_acc", "disc_replaced"}
     for name, obj in OBJECTIVES.items():
-        m = model_config(PretrainConfig(objective=name), vocab_size=500)
+        m = model_config(PretrainConfig.classroom(objective=name), vocab_size=500)
         assert (m.causal, m.has_nsp_head, m.has_mlm_head) == (obj.causal, obj.nsp, not obj.rtd)  # ELECTRA: the generator's
 
 
@@ -39,7 +39,7 @@ def test_unknown_objective_is_one_line_naming_the_choices():
     with pytest.raises(EngineError, match="unknown objective 'nsp'; choose one of mlm\\+nsp, mlm, ltr, mlm\\+sop"):
         objective("nsp")
     with pytest.raises(EngineError, match="unknown objective"):
-        validate(PretrainConfig(objective="nsp"))
+        validate(PretrainConfig.classroom(objective="nsp"))
 
 
 def test_records_are_means_of_the_named_sums():
@@ -68,7 +68,7 @@ def test_a_new_objective_is_one_entry(tmp_path, monkeypatch):
             for d in range(12)]
     corpus = tmp_path / "corpus.txt"
     corpus.write_text("\n\n".join(d.replace("\n", " ") for d in docs) + "\n", encoding="utf-8")
-    cfg = PretrainConfig(corpus=str(corpus), objective=both.name, vocab_size=120, cache_dir=str(tmp_path / "cache"),
+    cfg = PretrainConfig.classroom(corpus=str(corpus), objective=both.name, vocab_size=120, cache_dir=str(tmp_path / "cache"),
                          layers=1, hidden=32, heads=2, max_positions=32, seq_len=32, phase2_seq_len=None, batch_size=4, steps=2, log_every=1,
                          eval_every=0, save_every=0, eval_fraction=0.2, eval_max_instances=8, quiet=True, num_threads=1,
                          out=str(tmp_path / "run"))
@@ -92,7 +92,7 @@ def test_sop_trains_end_to_end_and_its_loss_falls(tmp_path, bbc_docs):
     pair head (`cls.seq_relationship`, so transformers' BertForPreTraining loads it)."""
     corpus = tmp_path / "bbc.txt"
     corpus.write_text("\n\n".join(" ".join(d) for d in bbc_docs[::20]), encoding="utf-8")  # 112 documents
-    cfg = PretrainConfig(corpus=str(corpus), objective=MLM_SOP.name, vocab_size=1000, cache_dir=str(tmp_path / "cache"),
+    cfg = PretrainConfig.classroom(corpus=str(corpus), objective=MLM_SOP.name, vocab_size=1000, cache_dir=str(tmp_path / "cache"),
                          layers=1, hidden=64, heads=2, max_positions=64, seq_len=64, phase2_seq_len=None, batch_size=16,
                          steps=40, lr=2e-3, warmup=4, log_every=10, eval_every=40, save_every=0, eval_max_instances=32,
                          quiet=True, num_threads=1, out=str(tmp_path / "run"))
@@ -117,7 +117,7 @@ def test_span_masking_reaches_the_training_step_and_trains(tmp_path, bbc_docs, m
     monkeypatch.setattr(masking, "span_selection", lambda *a, **k: calls.append(1) or real(*a, **k))
     corpus = tmp_path / "bbc.txt"
     corpus.write_text("\n\n".join(" ".join(d) for d in bbc_docs[::40]), encoding="utf-8")
-    cfg = PretrainConfig(corpus=str(corpus), objective=MLM.name, span_mask=True, vocab_size=1000, cache_dir=str(tmp_path / "c"),
+    cfg = PretrainConfig.classroom(corpus=str(corpus), objective=MLM.name, span_mask=True, vocab_size=1000, cache_dir=str(tmp_path / "c"),
                          layers=1, hidden=64, heads=2, max_positions=64, seq_len=64, phase2_seq_len=None, batch_size=8,
                          steps=20, lr=2e-3, warmup=2, log_every=5, eval_every=20, save_every=0, eval_max_instances=16,
                          quiet=True, num_threads=1, prefetch=0, out=str(tmp_path / "run"))

@@ -40,7 +40,7 @@ def corpus(tmp_path_factory, bbc_docs, bbc_tokenizer):
 
 
 def _config(corpus, out, **kw) -> PretrainConfig:
-    return PretrainConfig(corpus=corpus["corpus"], tokenizer=corpus["tok"], cache_dir=corpus["cache"], preset="tiny",
+    return PretrainConfig.classroom(corpus=corpus["corpus"], tokenizer=corpus["tok"], cache_dir=corpus["cache"], preset="tiny",
                           layers=2, hidden=64, heads=2, max_positions=64, seq_len=32, phase2_seq_len=None, batch_size=8,
                           steps=6, log_every=1, eval_every=3, save_every=2, eval_max_instances=32, quiet=True,
                           num_threads=1, out=str(out), **kw)
@@ -234,7 +234,7 @@ def test_a_tracker_that_is_not_installed_is_one_line_naming_the_pip_command(name
                                                                            engine_cli, one_line_error):
     monkeypatch.setitem(__import__("sys").modules, module, None)  # as if the package were not installed
     with pytest.raises(EngineError) as e:
-        validate(PretrainConfig(out=str(tmp_path / "x"), report_to=name))
+        validate(PretrainConfig.classroom(out=str(tmp_path / "x"), report_to=name))
     assert "\n" not in str(e.value) and f"--report-to {name} needs {module}" in str(e.value) and trackers.PIP in str(e.value)
     for argv in (["pretrain", "--out", tmp_path / "p"], ["finetune", "--model", "minilm", "--task", "bbc-topic", "--out", tmp_path / "f"],
                  ["features", "--model", "minilm", "--task", "bbc-topic",

@@ -188,7 +188,7 @@ def test_the_estimate_takes_off_what_jobs_queued_ahead_will_train(study_root, mo
     monkeypatch.setattr(A, "speed_check", lambda: slow)
     fig5 = A.get_study("training-steps", scale="classroom")
     mlm = next(j for j in A.plan(fig5, study_root / "x") if j.kind == "pretrain" and j.variant == "MLM (BERT)")
-    argv = cli.argv(replace(PretrainConfig(**reuse.config_of(mlm.argv)), out=str(study_root / "bert")))
+    argv = cli.argv(replace(PretrainConfig.classroom(**reuse.config_of(mlm.argv)), out=str(study_root / "bert")))
     (study_root / ".jobs").mkdir(parents=True, exist_ok=True)
     (study_root / ".jobs" / "queue.json").write_text(json.dumps({"version": 1, "jobs": [
         {"id": "j1", "name": "class bert", "argv": argv, "status": "queued"}]}))

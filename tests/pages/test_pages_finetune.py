@@ -170,7 +170,7 @@ def test_preview_warns_about_the_data_and_passes_header_and_metric(tmp_path, fak
 
 def test_default_grid_is_classroom_sized_and_its_time_is_not_guessed(tmp_path, fake_submit):
     from studio import finetune_plan as plan
-    G = plan.CLASSROOM_GRID
+    G = plan.grid("classroom")
     at = app(tmp_path / "runs").run()
     assert not at.exception and not at.error
     n = plan.n_trials(G["lr"].split(","), G["batch_size"], G["epochs"], G["restarts"])

@@ -38,7 +38,7 @@ def test_empty_runs_folder_shows_four_open_steps_times_and_the_paper_tables(tmp_
     assert "(" not in steps[1].split(" · ", 1)[1]  # one clause, its details behind the help icon
     assert not any("✅" in m.value for m in at.markdown)  # nothing done yet
     from engine.pretraining.config import CONTINUED_PRETRAINING
-    cmd = (f"python -m engine pretrain --corpus {CONTINUED_PRETRAINING['corpus']} --init minilm --out "
+    cmd = (f"python -m engine pretrain --recipe continued --corpus {CONTINUED_PRETRAINING['corpus']} --init minilm --out "
            f"{tmp_path / 'runs' / 'minilm-continued'}")
     assert start.probe_ready_command(tmp_path / "runs") == cmd
     assert any(cmd in c.value and "Model page's button" in c.value for c in at.caption)  # how to make it
@@ -167,7 +167,8 @@ def test_the_prepare_panel_shows_each_part_and_its_button_queues_them(tmp_path, 
     at = page_app(PAGE, root)
     assert not at.exception and not at.error
     lines = next(m.value for m in at.markdown if "reference" in m.value).split("  \n")
-    assert [ln.split(" ", 1)[0] for ln in lines] == ["▫️", "✅", "▫️"]  # cache to do, reference done, probe-ready to do
+    # cache to do, reference done, probe-ready to do, bert-base-uncased skipped (offline)
+    assert [ln.split(" ", 1)[0] for ln in lines] == ["▫️", "✅", "▫️", "⏭️"]
     assert lines[2].endswith("; " + classroom.part_estimate(root, "probe_ready").clause(left=True))
     at.button(key="class_prepare").click().run()
     assert not at.exception and calls == [str(root)]

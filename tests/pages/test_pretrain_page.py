@@ -32,7 +32,7 @@ def runs_root(tmp_path_factory):
     root = base / "runs"
     corpus = _corpus(base / "corpus.txt")
     tok = engine.train_tokenizer(engine.load_corpus(str(corpus)), vocab_size=120)
-    pretrain(PretrainConfig(corpus=str(corpus), tokenizer=str(tok.save(base / "tok")), cache_dir=str(base / "cache"),
+    pretrain(PretrainConfig.classroom(corpus=str(corpus), tokenizer=str(tok.save(base / "tok")), cache_dir=str(base / "cache"),
                             hidden=32, heads=2, layers=1, max_positions=64, seq_len=32, phase2_seq_len=64, phase2_fraction=0.5,
                             batch_size=4, steps=4, log_every=1, eval_every=2, save_every=2, quiet=True, num_threads=1,
                             out=str(root / "tiny-done")))
@@ -420,3 +420,27 @@ def test_the_familys_masking_choices_launch_their_flags(tmp_path, monkeypatch, p
     assert not at.error, [e.value for e in at.error]
     launch().click().run()
     assert calls and "--span-mask" in calls[0] and "--static-masking" in calls[0]
+
+
+def test_the_input_format_choice_lists_robertas_formats_and_launches_its_flag(tmp_path, monkeypatch, page_app):
+    """The Input format box lists the formats of engine/pretraining/input_formats.py by RoBERTa's names; a pair format
+    with an objective without a pair task (or the reverse) is one line naming the box beside a disabled Launch; a
+    matching pair launches --input-format."""
+    from engine import jobs
+    from engine.objectives import OBJECTIVES
+    from engine.pretraining.input_formats import FULL_SENTENCES, INPUT_FORMATS
+    calls = []
+    monkeypatch.setattr(jobs, "submit", lambda argv, **k: calls.append(argv) or {"id": "j1", "status": "queued"})
+    at = page_app(PAGE, tmp_path / "runs")
+    box = [b for b in at.selectbox if b.label.startswith("Input format")][0]
+    assert len(box.options) == len(INPUT_FORMATS) and all(any(f.label in o for o in box.options) for f in INPUT_FORMATS.values())
+    launch = lambda: [b for b in at.button if b.label == "Launch"][0]  # noqa: E731
+    box.select_index(list(INPUT_FORMATS).index(FULL_SENTENCES.name)).run()  # the classroom's objective has NSP
+    assert any("'Input format (RoBERTa)' full-sentences makes single rows" in e.value for e in at.error)
+    assert launch().disabled and calls == []
+    single = [n for n, o in OBJECTIVES.items() if not o.pairs and not o.causal][0]
+    [b for b in at.selectbox if b.label == "Objective"][0].select_index(list(OBJECTIVES).index(single)).run()
+    [t for t in at.text_input if t.label == "Run name"][0].input("full").run()
+    assert not at.error, [e.value for e in at.error]
+    launch().click().run()
+    assert calls and calls[0][calls[0].index("--input-format") + 1] == FULL_SENTENCES.name

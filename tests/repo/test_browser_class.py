@@ -148,14 +148,14 @@ def _prepared_runs_folder(tmp_path: Path, bbc_docs) -> Path:
     from engine.runs import mark_complete, write_run_json
     root = tmp_path / "runs"
     corpus = _small_corpus(tmp_path / "corpus.txt", bbc_docs, n_docs=30)
-    pretrain(PretrainConfig(corpus=str(corpus), vocab_size=400, hidden=32, heads=2, layers=1, max_positions=64, seq_len=32,
+    pretrain(PretrainConfig.classroom(corpus=str(corpus), vocab_size=400, hidden=32, heads=2, layers=1, max_positions=64, seq_len=32,
                             phase2_seq_len=None, batch_size=4, steps=4, save_every=4, eval_every=4, quiet=True,
                             num_threads=1, cache_dir=str(tmp_path / "cache"), out=str(root / classroom.REFERENCE_RUN)))
     shutil.copytree(root / classroom.REFERENCE_RUN, root / "first-bert")
     (root / "first-bert" / "run.lock").unlink(missing_ok=True)
     part = {p.key: p for p in classroom.parts(root)}
     write_run_json(root / classroom.REFERENCE_RUN, config=classroom.recipe_config(part["reference"].argv))
-    data = sorted(str(p) for p in (tmp_path / "cache").glob("mlm_nsp-T*"))  # the tiny run's own data: it opens
+    data = sorted(str(p) for p in (tmp_path / "cache").glob("prepared-mlm_nsp-T*"))  # the tiny run's own data: it opens
     (root / classroom.STATE_DIR).mkdir()
     (root / classroom.STATE_DIR / "cache.json").write_text(json.dumps({"data": data}))
     ready = root / "minilm-continued"

@@ -38,7 +38,7 @@ def _ltr_nsp(monkeypatch):
 def test_worked_example_objective_gives_a_causal_model_with_an_nsp_head(monkeypatch):
     from engine.pretraining.config import PretrainConfig, model_config, validate
     obj = _ltr_nsp(monkeypatch)
-    cfg = PretrainConfig(objective=obj.name, out="x")
+    cfg = PretrainConfig.classroom(objective=obj.name, out="x")
     validate(cfg)
     bert = model_config(cfg, vocab_size=1000)
     assert bert.causal and bert.has_mlm_head and bert.has_nsp_head

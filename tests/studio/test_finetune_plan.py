@@ -11,7 +11,7 @@ from studio import finetune_plan as plan
 
 
 def test_the_default_grid_is_classroom_sized_and_the_paper_grid_is_18():
-    G, P = plan.CLASSROOM_GRID, plan.PAPER_GRID
+    G, P = plan.grid("classroom"), plan.grid("paper")
     assert plan.n_trials(P["lr"].split(","), P["batch_size"], P["epochs"], P["restarts"]) == 18
     n = plan.n_trials(G["lr"].split(","), G["batch_size"], G["epochs"], G["restarts"])
     assert 1 < n <= 4  # still a grid (the dev set chooses), a fraction of the paper's wait

@@ -119,7 +119,8 @@ def test_classroom_scale_fits_the_hour():
     assert (b.preset, b.steps, b.batch_size, b.seq_len, b.phase2_seq_len, b.phase2_fraction) == ("tiny", 6000, 64, 32, 128, 0.3)
     assert study.budget == "flops"
     assert b.save_every == 750  # an eighth of the steps, as every classroom study's (study.checkpoint_cadence)
-    assert replace(b, steps=PretrainConfig.steps, save_every=PretrainConfig.save_every) == PretrainConfig()
+    own = PretrainConfig.classroom()
+    assert replace(b, steps=own.steps, save_every=own.save_every) == own
     # span, token (right context), a sentence pair (same story?), and the topic control
     assert [e.task for e in study.evaluations] == ["bbc-cloze", "bbc-punct", "bbc-story", "bbc-topic"]
     jobs = A.plan(study, "/x")

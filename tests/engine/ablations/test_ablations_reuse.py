@@ -244,8 +244,9 @@ def test_a_queued_pretraining_with_nothing_to_take_over_becomes_its_command(tmp_
 
 
 def test_the_real_corpus_text_decides(tmp_path):
-    """The fingerprint is the one pre-training records (engine.tokenizer.corpus_fingerprint of the corpus as it
-    reads now): a corpus folder edited since the run is not the same text."""
+    """The fingerprint is the one pre-training records (its data folder's key; a run from before the one data builder:
+    engine.tokenizer.corpus_fingerprint of the corpus), against the corpus as it reads now: a corpus folder edited
+    since the run is not the same text."""
     corpus = tmp_path / "corpus"
     corpus.mkdir()
     for i in range(4):
@@ -256,8 +257,21 @@ def test_the_real_corpus_text_decides(tmp_path):
     from engine.tokenizer import corpus_fingerprint
     run = finished_run(tmp_path / "runs" / "old", argv, fingerprint=corpus_fingerprint(load_corpus(str(corpus))))
     assert reuse.matching_run(argv, [""], tmp_path / "runs", tmp_path / "study") == run
+    # a run of today records its data folder's key (engine.pretraining.run.data_fingerprint), made with its vocabulary
+    from engine.pretraining.run import data_fingerprint
+    from engine.tokenizer import train_tokenizer
+    new = finished_run(tmp_path / "today" / "new", argv, fingerprint="prepared-0")
+    tok = train_tokenizer([" ".join(d) for d in load_corpus(str(corpus))], vocab_size=100, min_frequency=1)
+    tok.save(new / "tokenizer")
+    fp = data_fingerprint("prepared-0", PretrainConfig(**reuse.config_of(argv)), corpus_fingerprint(load_corpus(str(corpus))),
+                          new / "tokenizer")
+    assert fp.startswith("prepared-") and fp != "prepared-0"
+    info = json.loads((new / "run.json").read_text())
+    (new / "run.json").write_text(json.dumps({**info, "corpus_fingerprint": fp}))
+    assert reuse.matching_run(argv, [""], tmp_path / "today", tmp_path / "study") == new
     (corpus / "d0.txt").write_text("Another text entirely. With two sentences.\n")
     assert reuse.matching_run(argv, [""], tmp_path / "runs", tmp_path / "study") is None
+    assert reuse.matching_run(argv, [""], tmp_path / "today", tmp_path / "study") is None
 
 
 def test_the_cli_flag_and_a_half_copied_run(tmp_path, capsys, monkeypatch):
@@ -283,7 +297,7 @@ def test_a_real_finished_run_matches_and_a_resume_across_code_versions_does_not(
     monkeypatch.setenv("BERT_STUDIO_CACHE", str(tmp_path / "cache"))
     corpus = tmp_path / "c.txt"
     corpus.write_text("\n\n".join(" ".join(d) for d in bbc_docs[::50]), encoding="utf-8")
-    cfg = PretrainConfig(corpus=str(corpus), vocab_size=600, hidden=32, heads=2, layers=1, seq_len=32, batch_size=8,
+    cfg = PretrainConfig.classroom(corpus=str(corpus), vocab_size=600, hidden=32, heads=2, layers=1, seq_len=32, batch_size=8,
                          steps=3, eval_every=0, save_every=0, num_threads=1, quiet=True, out=str(tmp_path / "runs" / "pre"))
     run_dir = engine.pretrain(cfg)
     assert runs.read_run_json(run_dir)["training_version"] == TRAINING_VERSION
@@ -311,7 +325,7 @@ def test_the_estimate_counts_what_is_done_already(tmp_path, monkeypatch):
     est = A.estimate(fig5, check, runs_root=tmp_path)
     assert [r["run"] for r in est["reused"]] == [str(run)] and est["reused"][0]["minutes"] == pytest.approx(15.0)
     # what is taken off is what it would train here (its FLOPs at the check's rate), not the run's own 15 minutes
-    here = A.timing.training_seconds(PretrainConfig(**reuse.config_of(argv)), check) / 60
+    here = A.timing.training_seconds(PretrainConfig.classroom(**reuse.config_of(argv)), check) / 60
     assert est["reused"][0]["here_minutes"] == pytest.approx(here) and 5 < here < 100
     assert est["minutes"] == pytest.approx(24.5 * 3 - here)
     assert "1 of its pre-trainings needs no training of its own (1 done already by finished runs" in est["text"]
@@ -324,7 +338,7 @@ def test_training_seconds_follows_the_flops_of_each_phase():
     the vocabulary at every position, costs more; a time budget caps it."""
     from engine.ablations.timing import SpeedCheck, training_seconds
     check = SpeedCheck("fp32", 2, 500.0)
-    step = PretrainConfig(preset="tiny", vocab_size=8000, batch_size=64, seq_len=128, mask_rate=0.25, objective="mlm",
+    step = PretrainConfig.classroom(preset="tiny", vocab_size=8000, batch_size=64, seq_len=128, mask_rate=0.25, objective="mlm",
                           steps=10)
     assert training_seconds(step, check) == pytest.approx(10 * 0.5)
     assert training_seconds(replace(step, steps=20), replace(check, step_ms=250.0)) == pytest.approx(10 * 0.5)
@@ -362,7 +376,7 @@ def test_the_estimate_counts_what_jobs_queued_ahead_will_do(tmp_path):
     queue_file(tmp_path, [("a", "t5: bert", ["ablate", "job", str(d), t5pre["BERT (MLM + NSP)"].key], "running"),
                           ("b", "t5: ltr", ["ablate", "job", str(d), t5pre["LTR & No NSP"].key], "queued")])
     est = A.estimate(fig5, check, runs_root=tmp_path)
-    here = {k: A.timing.training_seconds(PretrainConfig(**reuse.config_of(j.argv)), check) / 60
+    here = {k: A.timing.training_seconds(PretrainConfig.classroom(**reuse.config_of(j.argv)), check) / 60
             for k, j in ((j.key, j) for j in A.plan(fig5, tmp_path / "x") if j.kind == "pretrain")}
     assert sorted(q["job"] for q in est["queued"]) == ["a", "b"] and est["reused"] == []
     assert est["minutes"] == pytest.approx(24.5 * 3 - sum(here.values()))
@@ -373,7 +387,7 @@ def test_the_estimate_counts_what_jobs_queued_ahead_will_do(tmp_path):
     assert len(queued_twins(fig5, tmp_path)) == 2
     assert queued_twins(fig5, tmp_path, skip={q["key"] for q in est["queued"]}) == []
     # a plain pretrain job: a twin only where it saves the checkpoints Figure 5 reads (750, 1,500, 3,000)
-    mlm = PretrainConfig(**reuse.config_of(pretrain_jobs(fig5, tmp_path / "x")["MLM (BERT)"].argv))
+    mlm = PretrainConfig.classroom(**reuse.config_of(pretrain_jobs(fig5, tmp_path / "x")["MLM (BERT)"].argv))
     for every, twin in ((375, True), (400, False)):
         argv = cli.argv(replace(mlm, out=str(tmp_path / "r"), save_every=every))
         queue_file(tmp_path, [("p", "plain", argv, "queued")])
@@ -561,7 +575,7 @@ def test_a_run_recorded_before_a_setting_existed_keeps_its_key_at_that_settings_
     from dataclasses import asdict
     from engine.ablations.reuse import training_key
     from engine.pretraining.config import PretrainConfig
-    today = asdict(PretrainConfig())
+    today = asdict(PretrainConfig.classroom())
     old = {k: v for k, v in today.items() if k != "span_mask"}
     assert training_key(old) == training_key(today)
     assert training_key(old) != training_key(dict(today, span_mask=True))

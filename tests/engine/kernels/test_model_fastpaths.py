@@ -352,8 +352,8 @@ def test_compile_auto_compiles_on_cuda_with_triton_only(monkeypatch):
     with pytest.raises(EngineError, match="--compile 'yes'.*auto, on, off"):
         resolve_compile("yes", "cpu")
     model = _model(seed=0)
-    assert wrap_model(model, PretrainConfig(), Dist(), torch.device("cpu")) is model  # the default on a CPU: eager
-    assert wrap_model(model, PretrainConfig(compile="on"), Dist(), torch.device("cpu")) is not model
+    assert wrap_model(model, PretrainConfig.classroom(), Dist(), torch.device("cpu")) is model  # the default on a CPU: eager
+    assert wrap_model(model, PretrainConfig.classroom(compile="on"), Dist(), torch.device("cpu")) is not model
 
 
 def test_to_device_pins_host_tensors_only():

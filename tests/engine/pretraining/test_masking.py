@@ -371,8 +371,8 @@ def test_static_masking_is_a_setting_the_loop_passes_and_ltr_refuses(monkeypatch
         vocab_size, mask_id, special_ids, train = 100, 4, [0, 1, 2, 3], Train()
 
     for static in (False, True):
-        cfg = PretrainConfig(objective="mlm", static_masking=static, seed=5)
+        cfg = PretrainConfig.classroom(objective="mlm", static_masking=static, seed=5)
         list(loop.training_batches(Cache(), cfg, loop.objective("mlm"), 0, None, 0, 1, 2))
     assert seen == [None, 5]
     with pytest.raises(EngineError, match="static-masking"):
-        validate(PretrainConfig(objective="ltr", static_masking=True))
+        validate(PretrainConfig.classroom(objective="ltr", static_masking=True))

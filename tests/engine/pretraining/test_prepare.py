@@ -1,4 +1,5 @@
-"""Streamed, sharded, parallel preparation (engine.prepare) against the in-memory builder; reading shards."""
+"""Streamed, sharded, parallel preparation (engine.prepare), and a corpus held in memory in one block (the one
+builder); reading shards."""
 import bz2
 import gzip
 import json
@@ -19,7 +20,7 @@ import engine.corpora
 from engine.corpora import corpus_files, document_sentences, iter_documents, load_corpus
 from engine.errors import EngineError
 from engine.pretraining.prepare import PrepareConfig, blocks, open_prepared, prepare, prepared_stats, read_manifests
-from engine.pretraining.cache import build_pretraining_data
+from engine.pretraining.prepare import build_pretraining_data
 from engine.tokenizer import train_tokenizer
 
 torch.set_num_threads(1)
@@ -82,10 +83,45 @@ def test_blocks_cover_the_documents_in_order_and_a_short_tail_joins():
     assert [first for first, _ in blocks(iter(["x" * 50] * 5), 100, 100)] == [0, 2, 4]  # closed by characters
 
 
-# ---------------------------------------------------------------- the same data as the in-memory builder
+# ---------------------------------------------------------------- one block: the instances of the whole corpus
+@pytest.mark.parametrize("objective", ["mlm+nsp", "mlm", "mlm+sop"])
+def test_a_corpus_in_one_block_gives_make_instances_of_the_whole_corpus(corpus, tmp_path, objective):
+    """`pretrain --corpus`'s data (build_pretraining_data: the documents in one block) are the instances that
+    tokenizing, holding out and `make_instances` over the whole corpus give with the run's seeds, as the in-memory
+    builder made them before it was folded into the one builder: the arrays written out hold exactly those."""
+    import random
+    from engine.objectives import objective as get_objective
+    from engine.pretraining.instances import eval_count, hold_out, make_instances, tokenize_documents
+    d, tok = corpus
+    docs = load_corpus(str(d / "bbc.txt"))
+    got = build_pretraining_data(docs, tok, seq_len=64, objective=objective, dupe_factor=2, cache_dir=tmp_path,
+                                 eval_fraction=0.1, seed=3, eval_seed=5)
+    tokenized = tokenize_documents([list(x) for x in docs], tok)
+    n_eval = eval_count(len(tokenized), 0.1, get_objective(objective).min_documents)
+    train_docs, eval_docs = hold_out(tokenized, n_eval, 5)
+    pairs = get_objective(objective).pairs
+    want = {"train": make_instances(train_docs, pairs, 64, 0.1, 2, random.Random(3)),
+            "eval": make_instances(eval_docs, pairs, 64, 0.1, 1, random.Random(5))}
+    assert got.train.num_shards == 1 and got.config["eval_documents"] == [i for i, _ in eval_docs]
+    for split, instances in want.items():
+        data = getattr(got, split)
+        assert data.num_instances == len(instances) > 50
+        seqs = [[tok.cls_id] + a + [tok.sep_id] + (b + [tok.sep_id] if b else []) for a, b, _, _ in instances]
+        assert np.asarray(data.tokens).tolist() == [t for q in seqs for t in q], split
+        assert np.diff(data.offsets).tolist() == [len(q) for q in seqs]
+        assert data.nsp_label.tolist() == [-1 if r is None else int(r) for _, _, r, _ in instances]
+        assert data.b_start.tolist() == [len(a) + 2 for a, _, _, _ in instances]  # B starts after [CLS] A [SEP]; = length without B
+        assert np.asarray(data.source).tolist() == [list(src) for _, _, _, src in instances]
+    again = build_pretraining_data(docs, tok, seq_len=64, objective=objective, dupe_factor=2, cache_dir=tmp_path,
+                                   eval_fraction=0.1, seed=3, eval_seed=5)
+    assert again.from_cache and not got.from_cache and again.key == got.key and again.path == got.path
+
+
 @pytest.mark.slow  # several seconds: processes, a real speed check or a full preparation
 @pytest.mark.parametrize("objective", ["mlm+nsp", "mlm"])
-def test_one_block_one_worker_equals_the_in_memory_builder_exactly(corpus, tmp_path, objective):
+def test_one_streamed_block_equals_the_same_corpus_held_in_memory(corpus, tmp_path, objective):
+    """`prepare --corpus FILE` in one block (documents streamed from the file) and `pretrain --corpus FILE`'s data
+    (`load_corpus`'s documents, in one block) are the same instances."""
     d, tok = corpus
     mem = build_pretraining_data(load_corpus(str(d / "bbc.txt")), tok, seq_len=64, objective=objective, dupe_factor=2,
                                  cache_dir=tmp_path / "cache", eval_fraction=0.1, seed=3)
@@ -100,7 +136,7 @@ def test_one_block_one_worker_equals_the_in_memory_builder_exactly(corpus, tmp_p
 
 
 @pytest.mark.slow  # several seconds: processes, a real speed check or a full preparation
-def test_many_blocks_are_statistically_the_in_memory_data(corpus, tmp_path):
+def test_many_blocks_are_statistically_the_data_of_one_block(corpus, tmp_path):
     """NSP's random document from a block of 40 documents instead of the whole corpus: the same instance
     count, NSP balance and length distribution (within sampling noise)."""
     d, tok = corpus
@@ -299,7 +335,7 @@ def test_pretrain_from_prepared_shards_resumes_bit_identically(corpus, tmp_path)
     prepare(_cfg(d, tmp_path / "data", block_docs=25, seq_len=32, corpus=str(src)), quiet)
     data = open_prepared(tmp_path / "data")
     assert data.train.num_shards >= 10
-    base = PretrainConfig(data=str(tmp_path / "data"), preset="tiny", hidden=32, heads=2, layers=1, max_positions=32, phase2_seq_len=None,
+    base = PretrainConfig.classroom(data=str(tmp_path / "data"), preset="tiny", hidden=32, heads=2, layers=1, max_positions=32, phase2_seq_len=None,
                           batch_size=8, grad_accum=2, steps=8, log_every=2, eval_every=4, save_every=4,
                           eval_max_instances=32, quiet=True, num_threads=1)
     straight, split = replace(base, out=str(tmp_path / "a")), replace(base, out=str(tmp_path / "b"))
@@ -517,7 +553,7 @@ def test_held_out_batches_of_prepared_data_collate_only_what_is_evaluated(sharde
     seen = []
     real = type(sharded.eval).collate
     monkeypatch.setattr(type(sharded.eval), "collate", lambda self, idx: seen.append(len(idx)) or real(self, idx))
-    got = eval_batches(sharded, PretrainConfig(eval_max_instances=20, seq_len=64), batch_size=8)
+    got = eval_batches(sharded, PretrainConfig.classroom(eval_max_instances=20, seq_len=64), batch_size=8)
     assert sharded.eval.num_instances > 20 and seen == [20]  # not the whole held-out split
     assert [len(b["input_ids"]) for b in got] == [8, 8, 4]
     assert all((b["labels"] != -100).any(dim=1).all() for b in got)

@@ -66,7 +66,7 @@ def env(tmp_path_factory):
     (root / "vocab.txt").write_text("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "."] + words + letters
                                               + [f"##{c}" for c in letters]) + "\n", encoding="utf-8")
     tok_dir = engine.Tokenizer.from_file(root / "vocab.txt").save(root / "tok")
-    base = PretrainConfig(corpus=str(corpus), tokenizer=str(tok_dir), cache_dir=str(root / "cache"), preset="tiny",
+    base = PretrainConfig.classroom(corpus=str(corpus), tokenizer=str(tok_dir), cache_dir=str(root / "cache"), preset="tiny",
                           hidden=64, heads=2, layers=2, max_positions=64, seq_len=64, phase2_seq_len=None, batch_size=8, steps=8,
                           log_every=2, eval_every=4, save_every=4, eval_max_instances=64, quiet=True, num_threads=1)
     return {"root": root, "corpus": corpus, "tok_dir": tok_dir, "base": base}
@@ -79,14 +79,14 @@ def _weights(ckpt: Path) -> dict:
 
 # ------------------------------------------------------------------------------------------------ pieces
 def test_schedule_and_param_groups():
-    cfg = PretrainConfig(steps=100, warmup=10, lr=1e-3)
+    cfg = PretrainConfig.classroom(steps=100, warmup=10, lr=1e-3)
     lrs = [lr_at(s, cfg) for s in range(100)]
     assert lrs[0] == pytest.approx(1e-4) and lrs[9] == pytest.approx(1e-3)
     assert all(a < b for a, b in zip(lrs[:9], lrs[1:10]))  # warmup rises
     assert all(a > b for a, b in zip(lrs[10:-1], lrs[11:]))  # then decays linearly
     assert lrs[-1] == pytest.approx(1e-3 / 90)
-    assert PretrainConfig(steps=200, warmup=0.1).warmup == 0.1 and lr_at(19, PretrainConfig(steps=200, warmup=0.1, lr=1.0)) == 1.0
-    model = engine.BertForPreTraining(model_config(PretrainConfig(hidden=32, heads=2), 100))
+    assert PretrainConfig.classroom(steps=200, warmup=0.1).warmup == 0.1 and lr_at(19, PretrainConfig.classroom(steps=200, warmup=0.1, lr=1.0)) == 1.0
+    model = engine.BertForPreTraining(model_config(PretrainConfig.classroom(hidden=32, heads=2), 100))
     decay, no_decay = param_groups(model, 0.01)
     names = {id(p): n for n, p in model.named_parameters()}
     assert decay["weight_decay"] == 0.01 and no_decay["weight_decay"] == 0.0
@@ -111,10 +111,10 @@ def test_accuracy_at_mask_counts_only_positions_whose_input_is_mask():
 
 
 def test_objective_shapes_the_model():
-    assert model_config(PretrainConfig(objective="mlm+nsp"), 100).has_nsp_head
-    m = model_config(PretrainConfig(objective="mlm"), 100)
+    assert model_config(PretrainConfig.classroom(objective="mlm+nsp"), 100).has_nsp_head
+    m = model_config(PretrainConfig.classroom(objective="mlm"), 100)
     assert not m.has_nsp_head and not m.causal
-    ltr = model_config(PretrainConfig(objective="ltr", hidden=256), 100)
+    ltr = model_config(PretrainConfig.classroom(objective="ltr", hidden=256), 100)
     assert ltr.causal and not ltr.has_nsp_head and ltr.num_heads == 4 and ltr.intermediate_size == 1024
 
 
@@ -129,7 +129,7 @@ def test_ltr_labels_shift_left_on_real_tokens():
 @pytest.mark.slow
 def test_ltr_model_never_sees_the_right_context():
     """Changing tokens after position t never changes any output at positions <= t."""
-    cfg = model_config(PretrainConfig(objective="ltr", hidden=32, heads=2, layers=2, max_positions=32), 50)
+    cfg = model_config(PretrainConfig.classroom(objective="ltr", hidden=32, heads=2, layers=2, max_positions=32), 50)
     torch.manual_seed(0)
     model = engine.BertForPreTraining(cfg).eval()
     g = torch.Generator().manual_seed(1)
@@ -160,7 +160,7 @@ def test_validation_errors_are_one_line():
                 dict(steps=0), dict(hidden=100, heads=3), dict(phase2_seq_len=1024), dict(seq_len=256, phase2_seq_len=128)):
         with pytest.raises(EngineError) as e:
             from engine.pretraining.config import validate
-            validate(replace(PretrainConfig(out="x"), **bad))
+            validate(replace(PretrainConfig.classroom(out="x"), **bad))
         assert "\n" not in str(e.value)
     assert "is not longer than --seq-len 256" in str(e.value)  # a second phase shorter than the first: refused
 
@@ -183,7 +183,7 @@ def test_tiny_run_learns(env):
     assert [r["step"] for r in train] == list(range(10, 501, 10)) and [r["step"] for r in ev] == [500]
     first, last = train[0], ev[-1]
     # the most-frequent-token baseline on the held-out data
-    from engine.pretraining.cache import build_pretraining_data
+    from engine.pretraining.prepare import build_pretraining_data
     tok = engine.Tokenizer.from_file(env["tok_dir"])
     cache = build_pretraining_data(engine.load_corpus(cfg.corpus), tok, seq_len=cfg.seq_len, seed=cfg.seed,
                                    cache_dir=cfg.cache_dir, eval_fraction=cfg.eval_fraction)
@@ -286,6 +286,39 @@ def test_resume_gives_the_same_weights_and_metrics(resumed_pair):
 
 
 @pytest.mark.slow
+def test_an_old_corpus_run_resumes_against_the_corpus_fingerprint_it_recorded(resumed_pair, env, tmp_path):
+    """A --corpus run started before the one data builder recorded the corpus's own fingerprint in run.json
+    (engine.tokenizer.corpus_fingerprint of its documents), not its data folder's key as runs do now. On that
+    compatibility path it still resumes, its data prepared again in one block into an empty cache: the same weights
+    as the straight run; a corpus changed since is still refused."""
+    import shutil
+    from engine.pretraining.prepare import open_prepared
+    from engine.tokenizer import corpus_fingerprint
+    corpus = tmp_path / "corpus.txt"
+    shutil.copy(env["corpus"], corpus)
+    old = replace(env["base"], grad_accum=2, steps=8, corpus=str(corpus), out=str(tmp_path / "old"),
+                  cache_dir=str(tmp_path / "cache"))
+    assert _pretrain(replace(old, stop_after=4))["step"] == 4
+    [folder] = (tmp_path / "cache").glob("prepared-*")
+    info = runs.read_run_json(old.out)
+    assert info["corpus_fingerprint"] == f"prepared-{open_prepared(folder).key}"  # a run now: its data's key
+
+    def as_before(fingerprint):  # run.json as the in-memory builder's version wrote it
+        (Path(old.out) / "run.json").write_text(json.dumps({**runs.read_run_json(old.out), "corpus_fingerprint": fingerprint}))
+
+    as_before(corpus_fingerprint(engine.load_corpus(str(corpus))))
+    shutil.rmtree(tmp_path / "cache")
+    pretrain(replace(old, resume=True))
+    wa, wb = _weights(resumed_pair[0] / "checkpoints" / "step-8"), _weights(Path(old.out) / "checkpoints" / "step-8")
+    for k in wa:
+        torch.testing.assert_close(wa[k], wb[k], atol=1e-6, rtol=1e-5, msg=k)
+    as_before(corpus_fingerprint(engine.load_corpus(str(corpus))))
+    corpus.write_text(corpus.read_text(encoding="utf-8") + "\nOne more document here. It is new.\n", encoding="utf-8")
+    with pytest.raises(EngineError, match="changed since the run started"):
+        pretrain(replace(old, resume=True, steps=10))
+
+
+@pytest.mark.slow
 def test_checkpoint_loads_in_transformers_with_the_same_logits(resumed_pair):
     from transformers import BertForPreTraining as HFBert
     ckpt = resumed_pair[0] / "checkpoints" / "step-8"
@@ -379,7 +412,7 @@ def _cli(*args, env_extra=None):
 def _common(env, out, *extra):
     b = env["base"]
     return ["--corpus", b.corpus, "--tokenizer", b.tokenizer, "--cache-dir", b.cache_dir, "--preset", "tiny",
-            "--layers", "2", "--hidden", "64", "--heads", "2", "--max-positions", "64", "--seq-len", "64",
+            "--layers", "2", "--hidden", "64", "--heads", "2", "--max-positions", "64", "--seq-len", "64", "--phase2-seq-len", "0",
             "--batch-size", "8", "--num-threads", "1", "--quiet", "--out", str(out), *extra]
 
 
@@ -530,7 +563,7 @@ def gloo_threads():
     return [t for t in os.listdir("/proc/self/task") if "gloo" in open(f"/proc/self/task/{t}/comm").read()]
 dist = Dist(rank=0, world_size=2)  # enabled; the group itself is one process (WORLD_SIZE=1 in the environment)
 setup(dist, torch.device("cpu"), 1)
-model = wrap_model(torch.nn.Linear(4, 4), PretrainConfig(), dist, torch.device("cpu"))
+model = wrap_model(torch.nn.Linear(4, 4), PretrainConfig.classroom(), dist, torch.device("cpu"))
 model(torch.randn(2, 4)).sum().backward()
 assert gloo_threads(), "the gloo group should be running"
 del model
@@ -681,7 +714,7 @@ def test_precision_auto_follows_the_machine_and_bf16_trains_on_cpu(env, monkeypa
     monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: False, raising=False)
     assert resolve_precision("auto", cpu) == "fp32"  # no native bf16: emulated bf16 would be slower
     with pytest.raises(EngineError, match="--precision"):
-        validate(replace(PretrainConfig(out="x"), precision="fp16"))
+        validate(replace(PretrainConfig.classroom(out="x"), precision="fp16"))
     cfg = replace(env["base"], out=str(env["root"] / "bf16"), steps=6, precision="bf16", eval_every=3, save_every=6)
     res = _pretrain(cfg)
     info = runs.read_run_json(cfg.out)

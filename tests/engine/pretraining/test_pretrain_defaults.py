@@ -1,10 +1,14 @@
-"""One source per pre-training setting: `PretrainConfig()` is what `python -m engine pretrain` trains, the Pre-train
-form shows the config's values, and the page holds no setting of its own."""
+"""One source per pre-training setting: `PretrainConfig()` holds the paper's defaults, a named recipe (engine/recipes.py)
+lays a few settings over them, `python -m engine pretrain` trains the classroom recipe unless told otherwise, the
+Pre-train form shows the recipe's values, and the page holds no setting of its own."""
 import ast
 from dataclasses import fields, replace
 from pathlib import Path
 
-from engine import cli
+import pytest
+
+from engine import cli, recipes
+from engine.errors import EngineError
 from engine.pretraining.config import CLASSROOM_RECIPE, CONTINUED_PRETRAINING, PretrainConfig
 from engine.pretraining.run import build_parser, config_from_args
 from studio.pretrain_form import form_defaults, length_choices, phase2_choices
@@ -16,14 +20,44 @@ def _from_flags(*argv):
     return config_from_args(cli.given(PretrainConfig, build_parser(), ["--out", "x", *argv]))
 
 
-def test_the_command_trains_the_config_defaults():
-    assert _from_flags() == replace(PretrainConfig(), out="x")
-    assert {k: getattr(PretrainConfig(), k) for k in CLASSROOM_RECIPE} == CLASSROOM_RECIPE  # what the studies lay over
-    assert _from_flags("--mask-rate", "0.2") == replace(PretrainConfig(), out="x", mask_rate=0.2)  # a flag: only itself
+def test_the_config_defaults_are_the_papers():
+    """BERT-BASE as the paper pre-trains it (section 3.1, A.2)."""
+    p = PretrainConfig()
+    assert (p.preset, p.vocab_size, p.seq_len, p.phase2_seq_len, p.phase2_fraction) == ("base", 30000, 128, 512, 0.1)
+    assert (p.mask_rate, p.mask_ratios, p.dropout, p.lr, p.warmup) == (0.15, (0.8, 0.1, 0.1), 0.1, 1e-4, 10_000)
+    assert (p.steps, p.batch_size, p.adam_eps, p.weight_decay) == (1_000_000, 256, 1e-6, 0.01)
+
+
+def test_the_command_trains_the_classroom_recipe_unless_told_otherwise():
+    classroom = PretrainConfig.classroom()
+    assert _from_flags() == replace(classroom, out="x") == _from_flags("--recipe", "classroom") == _from_flags("--classroom")
+    assert classroom == replace(PretrainConfig(), **recipes.settings("classroom"))  # a recipe is an overlay, nothing else
+    assert {k: getattr(classroom, k) for k in CLASSROOM_RECIPE} == CLASSROOM_RECIPE  # what the studies lay over
+    assert _from_flags("--mask-rate", "0.2") == replace(classroom, out="x", mask_rate=0.2)  # a flag: only itself
+    assert _from_flags("--recipe", "paper") == replace(PretrainConfig(), out="x")
+    assert _from_flags("--recipe", "lab", "--steps", "7") == replace(PretrainConfig(), out="x", **{**recipes.settings("lab"), "steps": 7})
+
+
+def test_a_flag_never_changes_the_meaning_of_another():
+    """--seq-len is the first phase's length whatever the recipe: beside the classroom's second phase it stays a
+    two-phase run, and a length that leaves no longer second phase is an error naming the fix, not a silent switch."""
+    cfg = _from_flags("--seq-len", "64")
+    assert (cfg.seq_len, cfg.phase2_seq_len) == (64, recipes.settings("classroom")["phase2_seq_len"])
+    from engine.pretraining.config import validate
+    with pytest.raises(EngineError, match="--phase2-seq-len 0"):
+        validate(_from_flags("--seq-len", "128"))
+    with pytest.raises(EngineError, match="continues a pre-trained model; give --init"):
+        _from_flags("--recipe", "continued")
+    with pytest.raises(EngineError, match="trains from scratch and --init"):
+        _from_flags("--recipe", "classroom", "--init", "minilm")
+    with pytest.raises(EngineError, match="--classroom is --recipe classroom"):
+        _from_flags("--classroom", "--recipe", "lab")
+    with pytest.raises(EngineError, match="invalid choice"):
+        _from_flags("--recipe", "nope")
 
 
 def test_one_phase_is_written_as_zero_and_read_back():
-    one = _from_flags("--seq-len", "128")
+    one = _from_flags("--seq-len", "128", "--phase2-seq-len", "0")
     assert (one.seq_len, one.phase2_seq_len) == (128, None)
     argv = cli.argv(one)
     assert argv[argv.index("--phase2-seq-len") + 1] == "0"
@@ -31,11 +65,17 @@ def test_one_phase_is_written_as_zero_and_read_back():
     assert _from_flags("--phase2-seq-len", "0").phase2_seq_len is None
 
 
+def test_a_queued_command_line_gives_back_its_config_under_any_recipe():
+    for name in recipes.scratch():
+        cfg = replace(recipes.config(PretrainConfig, name), out="x")
+        assert config_from_args(cli.given(PretrainConfig, build_parser(), cli.argv(cfg)[1:])) == cfg
+
+
 def test_the_form_starts_from_the_config_and_its_recipe():
-    assert form_defaults() == PretrainConfig()
+    assert form_defaults() == PretrainConfig.classroom()
     cont = form_defaults("minilm")
     assert {k: getattr(cont, k) for k in CONTINUED_PRETRAINING} == CONTINUED_PRETRAINING and cont.init == "minilm"
-    d = PretrainConfig()
+    d = PretrainConfig.classroom()
     assert d.seq_len in length_choices(d) and d.phase2_seq_len in phase2_choices(d) and None in phase2_choices(d)
     assert max(length_choices(replace(d, max_positions=128))) == 128
 
@@ -69,6 +109,6 @@ def test_a_study_takes_over_a_one_phase_run_whatever_share_its_absent_second_pha
     from dataclasses import asdict
 
     from engine.ablations.reuse import training_key
-    one = replace(PretrainConfig(), seq_len=128, phase2_seq_len=None)
+    one = replace(PretrainConfig.classroom(), seq_len=128, phase2_seq_len=None)
     assert training_key(asdict(replace(one, phase2_fraction=0.1))) == training_key(asdict(one))
-    assert training_key(asdict(replace(PretrainConfig(), phase2_fraction=0.1))) != training_key(asdict(PretrainConfig()))
+    assert training_key(asdict(replace(PretrainConfig.classroom(), phase2_fraction=0.1))) != training_key(asdict(PretrainConfig.classroom()))

@@ -36,7 +36,7 @@ def env(tmp_path_factory):
     tok_dir = engine.train_tokenizer(engine.load_corpus(str(corpus)), vocab_size=200).save(root / "tok")
     common = dict(corpus=str(corpus), cache_dir=str(root / "cache"), seq_len=64, phase2_seq_len=None, batch_size=8, log_every=2,
                   eval_max_instances=32, quiet=True, num_threads=1)
-    src = PretrainConfig(tokenizer=str(tok_dir), hidden=64, heads=2, layers=2, max_positions=64, steps=4, eval_every=4,
+    src = PretrainConfig.classroom(tokenizer=str(tok_dir), hidden=64, heads=2, layers=2, max_positions=64, steps=4, eval_every=4,
                          save_every=4, out=str(root / "src"), **common)
     pretrain(src)
     return {"root": root, "src": root / "src", "common": common}
@@ -184,7 +184,7 @@ def test_heads_first_trains_only_the_heads_on_the_frozen_encoder_then_everything
 
 def test_heads_first_steps_have_their_own_schedule():
     from engine.optim import lr_at
-    cfg = PretrainConfig(init="minilm", steps=100, heads_first=0.2, heads_first_lr=1e-3, lr=5e-4, warmup=8)
+    cfg = PretrainConfig.classroom(init="minilm", steps=100, heads_first=0.2, heads_first_lr=1e-3, lr=5e-4, warmup=8)
     assert cfg.heads_first_steps() == 20 and replace(cfg, heads_first=30).heads_first_steps() == 30
     assert PretrainConfig.for_init("minilm").heads_first_steps() == round(CONTINUED_PRETRAINING["heads_first"] * CONTINUED_PRETRAINING["steps"])
     lrs = [lr_at(s, cfg) for s in range(100)]
@@ -198,10 +198,10 @@ def test_heads_first_steps_have_their_own_schedule():
 
 def test_heads_first_mistakes_are_one_line():
     from engine.pretraining.config import validate
-    for cfg, message in ((PretrainConfig(heads_first=10), "--heads-first trains new heads .* needs --init"),
-                         (PretrainConfig(init="minilm", steps=10, heads_first=10), "leaves none of the 10 steps"),
-                         (PretrainConfig(init="minilm", heads_first=-1), "must be >= 0"),
-                         (PretrainConfig(init="minilm", heads_first=0.1, heads_first_lr=0.0), "--heads-first-lr 0.0")):
+    for cfg, message in ((PretrainConfig.classroom(heads_first=10), "--heads-first trains new heads .* needs --init"),
+                         (PretrainConfig.classroom(init="minilm", steps=10, heads_first=10), "leaves none of the 10 steps"),
+                         (PretrainConfig.classroom(init="minilm", heads_first=-1), "must be >= 0"),
+                         (PretrainConfig.classroom(init="minilm", heads_first=0.1, heads_first_lr=0.0), "--heads-first-lr 0.0")):
         with pytest.raises(EngineError, match=message) as e:
             validate(cfg)
         assert "\n" not in str(e.value)
@@ -238,7 +238,7 @@ def test_conflicting_flags_are_one_clear_line(env, tmp_path, capsys):
         (["--cased"], "--cased conflicts with --init .* uncased"),
         (["--preset", "mini"], "--preset conflicts with --init"),
         (["--tokenizer", src + "/tokenizer"], "--tokenizer conflicts with --init"),
-        (["--classroom"], "--classroom .* and --init"),
+        (["--classroom"], "--recipe classroom trains from scratch and --init .* drop --init, or use --recipe continued"),
     ]
     for flags, message in cases:
         out = tmp_path / "never"
@@ -261,7 +261,7 @@ def test_init_alone_takes_the_continued_pretraining_recipe():
     cfg = config_from_args({"init": "minilm", "out": "somewhere"})
     assert cfg == PretrainConfig.for_init("minilm", out="somewhere")
     assert {k: getattr(cfg, k) for k in CONTINUED_PRETRAINING} == CONTINUED_PRETRAINING
-    assert CONTINUED_PRETRAINING["corpus"] == "all" and CONTINUED_PRETRAINING["lr"] < PretrainConfig().lr  # gentler than from scratch
+    assert CONTINUED_PRETRAINING["corpus"] == "all" and CONTINUED_PRETRAINING["lr"] < PretrainConfig.classroom().lr  # gentler than from scratch
     given = config_from_args({"init": "minilm", "out": "somewhere", "steps": 50, "lr": 5e-5})
     assert given.steps == 50 and given.lr == 5e-5 and given.batch_size == CONTINUED_PRETRAINING["batch_size"]
     full = resolve_init(cfg)

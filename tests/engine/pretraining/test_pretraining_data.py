@@ -6,8 +6,9 @@ import pytest
 import torch
 
 import engine.corpora
+import engine.tokenizer
 from engine.errors import EngineError
-from engine.pretraining.cache import build_pretraining_data, open_pretraining_data
+from engine.pretraining.prepare import build_pretraining_data, open_prepared
 from engine.pretraining.masking import IGNORE_INDEX, fixed_eval_masking, mask_batch
 from engine.tokenizer import train_tokenizer
 
@@ -113,36 +114,37 @@ def test_cache_reused_and_keyed(bbc, nsp, tmp_path):
     other = build_pretraining_data(docs, tok, seed=2, **kw)
     assert other.key != nsp.key and other.path != nsp.path and not other.from_cache
     assert not np.array_equal(other.train.nsp_label, nsp.train.nsp_label) or not np.array_equal(other.train.offsets, nsp.train.offsets)
-    # config beside the arrays; nothing temporary left behind
-    conf = json.loads((nsp.path / "config.json").read_text())
-    assert conf["seq_len"] == 64 and conf["objective"] == "mlm+nsp" and conf["seed"] == 1
+    # the manifest beside the shard says what the data were made from; nothing temporary left behind
+    conf = json.loads((nsp.path / "part-0-of-1" / "manifest.json").read_text())
+    assert conf["seq_len"] == 64 and conf["objective"] == "mlm+nsp" and conf["seed"] == 1 and conf["key"] == nsp.key
+    assert conf["corpus_fingerprint"] == engine.tokenizer.corpus_fingerprint(docs) and len(conf["shards"]) == 1
     assert not [p for p in nsp.path.parent.iterdir() if p.name.startswith(".tmp")]
     # other settings give other keys
     assert build_pretraining_data(docs, tok, seed=1, **{**kw, "seq_len": 32}).key != nsp.key
     assert build_pretraining_data(docs[:-1], tok, seed=1, **kw).key != nsp.key
-    assert open_pretraining_data(nsp.path).key == nsp.key
+    assert open_prepared(nsp.path).key == nsp.key
 
 
 @pytest.mark.slow
 def test_half_written_cache_is_never_picked_up(bbc, tmp_path):
     docs, tok = bbc
     first = build_pretraining_data(docs[:30], tok, seq_len=32, objective="mlm", seed=0, cache_dir=tmp_path, eval_fraction=0)
-    # simulate a crash mid-write: the folder exists at its final name without config.json
-    (first.path / "config.json").unlink()
-    (first.path / "train" / "tokens.npy").write_bytes(b"garbage")
+    # simulate a crash mid-write: the folder exists at its final name without its manifest (written last)
+    (first.path / "part-0-of-1" / "manifest.json").unlink()
+    (first.path / "part-0-of-1" / "shard-000000" / "train" / "tokens.npy").write_bytes(b"garbage")
     again = build_pretraining_data(docs[:30], tok, seq_len=32, objective="mlm", seed=0, cache_dir=tmp_path, eval_fraction=0)
     assert not again.from_cache and again.train.num_instances == first.train.num_instances
-    assert (again.path / "config.json").is_file()
+    assert (again.path / "part-0-of-1" / "manifest.json").is_file()
 
 
 def test_stale_tmp_folders_of_dead_writers_are_removed(tmp_path):
     import os
 
-    from engine.pretraining.cache import _remove_stale_tmp
+    from engine.pretraining.cache import remove_stale_tmp
     dead, live, odd = (tmp_path / f".tmp-key-{pid}-ab12" for pid in (2 ** 22 + 1, os.getpid(), "x"))  # 2**22+1 > pid_max
     for d in (dead, live, odd):
         d.mkdir()
-    _remove_stale_tmp(tmp_path, "key")
+    remove_stale_tmp(tmp_path, "key")
     assert not dead.exists() and live.is_dir() and odd.is_dir()  # a live writer's folder and a foreign name stay
 
 
@@ -238,7 +240,7 @@ def test_a_run_evaluates_held_out_instances_spread_over_the_held_out_documents(n
     gaps = np.diff(sample)
     assert len(sample) == n and sample[0] == 0 and sample[-1] == N - 1 and gaps.min() >= 1 and gaps.max() - gaps.min() <= 1
     # what the run evaluates: those instances (and their documents), in order
-    batches = eval_batches(nsp, replace(PretrainConfig(), objective="mlm+nsp", eval_max_instances=n), batch_size=7)
+    batches = eval_batches(nsp, replace(PretrainConfig.classroom(), objective="mlm+nsp", eval_max_instances=n), batch_size=7)
     scored = torch.cat([b["index"] for b in batches]).numpy()
     assert scored.tolist() == sample.tolist()
     docs = set(nsp.eval.source[scored, 0].tolist())

@@ -212,7 +212,7 @@ def test_eval_every_with_no_held_out_documents_says_evaluation_is_off():
         config_from_args({"eval_every": 100, "eval_fraction": 0.0, "out": "x"})
     assert config_from_args({"eval_fraction": 0.0, "out": "x"}).eval_fraction == 0.0  # no --eval-every: fine
     import engine
-    from engine.pretraining.cache import build_pretraining_data
+    from engine.pretraining.prepare import build_pretraining_data
     docs = [["the cat sat on the mat .", "it was warm ."], ["a dog ran far .", "it was fast ."]]
     tok = engine.train_tokenizer([s for d in docs for s in d], vocab_size=120, lowercase=True, min_frequency=1)
     with pytest.raises(EngineError, match=r"hold out none \(--eval-fraction 0\)"):

@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from engine.errors import EngineError
-from engine.pretraining.cache import build_pretraining_data
+from engine.pretraining.prepare import build_pretraining_data
 from engine.tasks.bbc_cloze import BLANK, bbc_cloze_task, candidates, cloze_examples
 from engine.tasks.bbc_next import bbc_next_task, next_examples
 from engine.tasks.bbc_punct import bbc_punct_task, label_words, punct_examples
