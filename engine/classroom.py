@@ -776,10 +776,10 @@ def build_cache(root, flags: list) -> list:
     from engine.cli import given
     from engine.corpora import load_corpus
     from engine.distributed import Dist
-    from engine.pretraining.config import PretrainConfig, validate
+    from engine.pretraining.config import PretrainConfig
+    from engine.pretraining.plan import resolve
     from engine.pretraining.run import build_parser, config_from_args, tokenizer_and_data
-    cfg = config_from_args(given(PretrainConfig, build_parser(), [*flags, "--out", "unused"]))
-    validate(cfg)
+    cfg = resolve(config_from_args(given(PretrainConfig, build_parser(), [*flags, "--out", "unused"])))
     for folder in map(Path, _read_state(root, "cache.json", _check_cache_record).get("data") or []):
         why = data_problem(folder) if _complete(folder) else ""
         if why:

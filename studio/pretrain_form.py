@@ -140,9 +140,8 @@ def build(form: dict, root, bundle=None, save: bool = True) -> tuple:
     """(run name, run folder, PretrainConfig) of the launch form, checked as the job would check it. `bundle`: the
     init, already loaded (else loaded here); `save` False: an upload is not written (corpus_of)."""
     from engine import runs
-    from engine.pretraining.config import PretrainConfig, validate
-    from engine.pretraining.run import with_prepared_data
-    from engine.pretraining.init import resolve_init
+    from engine.pretraining.config import PretrainConfig
+    from engine.pretraining.plan import resolve
     root = Path(root)
     check_ranges(form)
     run_name = runs.safe_run_name(form.get("name", "").strip() or default_name(form))
@@ -167,11 +166,8 @@ def build(form: dict, root, bundle=None, save: bool = True) -> tuple:
                   if form["size_mode"] != "preset" else {})
         cfg = PretrainConfig.classroom(vocab_size=form["vocab"], preset=form["preset"] if not custom else "tiny", **settings,
                                        **custom)
-    if data:  # its objective, length, vocabulary and held-out split, not the form's
-        cfg = with_prepared_data(replace(cfg, data=data))
-    try:
-        validate(cfg)  # the form's mistakes show here, not in a failed job
-        return run_name, run_dir, resolve_init(cfg, bundle)  # --init: a sequence longer than its positions, a model that does not load
+    try:  # the form's mistakes show here, not in a failed job: the data's own settings, the checks, the init's size
+        return run_name, run_dir, resolve(replace(cfg, data=data) if data else cfg, bundle=bundle)
     except EngineError as e:
         raise EngineError(_form_words(str(e))) from None
 

@@ -445,9 +445,11 @@ def failure(e: BaseException) -> tuple:
     return FAILED, f"{type(e).__name__}: {str(e).splitlines()[0][:300] if str(e) else ''}"
 
 
-def train(cfg: PretrainConfig, dist: Dist, device, run_dir: Path, ckpt, tok: Tokenizer, caches: list, micro: int,
-          restart: bool = False, corpus_fingerprint: str = None) -> dict:
-    """Build (or restore) the model and optimizer, record the start in run.json, run the steps, record the end."""
+def train(plan, dist: Dist, device) -> dict:
+    """Build (or restore) the model and optimizer, record the start in run.json, run the steps, record the end.
+    `plan`: engine.pretraining.plan.Plan, what the run trains and where it starts, resolved before anything was written."""
+    cfg, run_dir, ckpt, restart, tok, caches, micro = (plan.cfg, plan.run_dir, plan.checkpoint, plan.restart, plan.tokenizer,
+                                                       plan.data, plan.micro)
     raw_model, mcfg, state, blob, init_info = build_model(cfg, tok, ckpt, device)
     optimizer = adamw(raw_model, cfg, device)
     window = torch.zeros(len(SUMS), dtype=torch.float64, device=device)  # the open metrics window (named SUMS)
@@ -468,7 +470,7 @@ def train(cfg: PretrainConfig, dist: Dist, device, run_dir: Path, ckpt, tok: Tok
                        training_version=TRAINING_VERSION if before == TRAINING_VERSION else "mixed",
                        tokenizer=str(run_dir / "tokenizer"), objective=cfg.objective, world_size=dist.world_size,
                        device=str(device), bf16=precision == "bf16", model=mcfg.to_dict(), parameters=raw_model.num_parameters(),
-                       resumed_from=str(ckpt) if ckpt else None, init=init_info, corpus_fingerprint=corpus_fingerprint)
+                       resumed_from=str(ckpt) if ckpt else None, init=init_info, corpus_fingerprint=plan.fingerprint)
     status, error = RUNNING, None
     stop = StopFlag().install()
     try:

@@ -86,9 +86,10 @@ from engine.distributed import Dist, dist_from_env, group_restart_count, setup, 
 from engine.errors import EngineError, quoted
 from engine.objectives import OBJECTIVES, objective
 from engine.status import CANCELLED, FINISHED, status_of
-from engine.pretraining.config import PretrainConfig, validate
-from engine.pretraining.init import ARCH_FIELDS, conflict, init_tokenizer, read_init_settings, resolve_init
+from engine.pretraining.config import PretrainConfig
+from engine.pretraining.init import ARCH_FIELDS, conflict, init_tokenizer, read_init_settings
 from engine.pretraining.loop import log, train
+from engine.pretraining.plan import PREPARED_FIELDS, Plan, resolve, with_prepared_data  # noqa: F401 (re-exported)
 from engine.pretraining.run_folder import elastic_restart, preflight, resolve_out, run_entries
 from engine.pretraining.cache import token_info
 from engine.pretraining.prepare import build_pretraining_data, documents_key, documents_settings, prepared_key
@@ -158,36 +159,6 @@ def tokenizer_and_data(cfg: PretrainConfig, docs, run_dir: Path, dist: Dist, res
     return tok, caches
 
 
-# the settings a prepared data folder fixes (its manifest's names), and the flags that name them
-PREPARED_FIELDS = ("objective", "seq_len", "short_seq_prob", "dupe_factor", "eval_fraction", "input_format")
-
-
-def with_prepared_data(cfg: PretrainConfig, given: tuple = ()) -> PretrainConfig:
-    """`cfg` with the settings of its --data folder (objective, seq_len, short_seq_prob, dupe_factor,
-    eval_fraction, corpus): the shards were made with them. A setting in `given` (flags typed) that differs is
-    refused, and so are --tokenizer and a --corpus other than the data's own (the data's vocabulary and text are used)."""
-    if not cfg.data:
-        return cfg
-    from dataclasses import replace
-    from engine.pretraining.prepare import read_manifests
-
-    m = read_manifests(cfg.data)[0]
-    for k in PREPARED_FIELDS:
-        if k in given and getattr(cfg, k) != m[k]:
-            raise EngineError(f"--{k.replace('_', '-')} {getattr(cfg, k)} differs from the {m[k]} that {cfg.data} was prepared "
-                              f"with; leave it out, or prepare the data again with it")
-    if cfg.phase2_seq_len:
-        raise EngineError("--phase2-seq-len needs data at a second length, which --data does not give; train one phase "
-                          "(--phase2-seq-len 0, phase2_seq_len=None), each phase from its own prepared folder, or leave --data out")
-    if "tokenizer" in given:
-        raise EngineError(f"--data {cfg.data} brings its own vocabulary; leave out --tokenizer")
-    if "corpus" in given and str(cfg.corpus) != str(m["corpus"]):  # (a queued job names the data's own corpus)
-        raise EngineError(f"--corpus {cfg.corpus} and --data {cfg.data} both name the text to train on (the data was prepared "
-                          f"from {m['corpus']}); drop --corpus to train on the prepared data, or drop --data")
-    return replace(cfg, data=str(Path(cfg.data).expanduser().resolve()), corpus=str(m["corpus"]), tokenizer=None,
-                   **{k: m[k] for k in PREPARED_FIELDS})
-
-
 def pretrain(cfg: PretrainConfig) -> Path:
     """Pre-train into `cfg.out` (see the module docstring); returns the run folder."""
     return _pretrain(cfg)["run_dir"]
@@ -195,9 +166,7 @@ def pretrain(cfg: PretrainConfig) -> Path:
 
 def _pretrain(cfg: PretrainConfig) -> dict:
     """Check, join the process group (under torchrun), then `_pretrain_in_group`; returns the summary `main` prints."""
-    cfg = with_prepared_data(cfg)
-    validate(cfg)
-    cfg = resolve_init(cfg)  # --init: its architecture and vocabulary, conflicts refused (engine/pretraining/init.py)
+    cfg = resolve(cfg)  # once, before anything is written (engine/pretraining/plan.py)
     dist = dist_from_env()
     run_dir = resolve_out(cfg)
     device = resolve_device(cfg.device, dist.local_rank if dist.enabled else None)  # a rank takes its local GPU
@@ -242,8 +211,7 @@ def _pretrain_in_group(cfg: PretrainConfig, dist: Dist, device, run_dir: Path) -
         for c in caches:
             if c.train.num_instances < micro * dist.world_size:
                 raise EngineError(f"the corpus gives only {c.train.num_instances} training instances, fewer than one batch of {micro * dist.world_size}; lower --batch-size or use a larger corpus")
-        return train(cfg, dist, device, run_dir, ckpt, tok, caches, micro, restart,
-                     corpus_fingerprint=PREPARED + caches[0].key)  # the data's key: text, vocabulary, settings
+        return train(Plan(cfg, run_dir, ckpt, restart, micro, tok, caches, fingerprint=PREPARED + caches[0].key), dist, device)
     except BaseException:
         # a new run that failed before it wrote run.json leaves nothing behind
         if dist.main and fresh and not (run_dir / runs.RUN_JSON).exists():
