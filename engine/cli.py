@@ -88,6 +88,17 @@ def field_setting(cls, name: str) -> tuple:
     raise KeyError(f"{cls.__name__} has no setting {name!r}")
 
 
+def same_setting(cls, name: str, help_more: str = "", group: str = None):
+    """A setting of another config class described once: the field `name` of `cls` with its default, help, parse and
+    choices (prepare's instance settings are pre-training's, engine/pretraining/prepare.py); `help_more` is added to
+    its help, `group` replaces its group."""
+    for f, meta, _ in flags(cls):
+        if f.name == name:
+            return setting(f.default, meta["help"] + help_more, parse=meta["parse"], choices=meta["choices"],
+                           group=group or meta["group"], none=meta["none"])
+    raise KeyError(f"{cls.__name__} has no setting {name!r}")
+
+
 def field_choices(cls, name: str) -> tuple:
     """The choices of the config class's setting `name` (a function's are read now), or () when it takes any value."""
     for f, meta, _ in flags(cls):

@@ -106,7 +106,7 @@ from typing import ClassVar, Optional
 import numpy as np
 
 from engine import cli
-from engine.cli import setting
+from engine.cli import same_setting, setting
 from engine.corpora import (COMPRESSED, SINGLE_SENTENCE_WARN, binary_warning, corpus_files, corpus_root,
                             document_sentences, iter_documents, skip_binary, split_sentences)
 from engine.progress import Progress
@@ -115,6 +115,7 @@ from engine.fileio import atomic_write_json
 from engine.objectives import MLM_NSP, OBJECTIVES, objective as get_objective
 from engine.pretraining.cache import (DEFAULT_CACHE_DIR, FORMAT_VERSION, PretrainingCache, PretrainingData,
                                      continuation_ids, remove_stale_tmp, save_npy, token_dtype, token_info, write_split)
+from engine.pretraining.config import PretrainConfig
 from engine.pretraining.input_formats import HELP as FORMATS_HELP, INPUT_FORMATS, check_format, input_format
 from engine.pretraining.input_formats import DEFAULT as DEFAULT_FORMAT, keyed as format_keyed
 from engine.pretraining.instances import eval_count, hold_out, make_instances, tokenize_documents
@@ -140,14 +141,14 @@ class PrepareConfig:
     cased: bool = setting(False, "keep case when training the vocabulary", group="tokenizer")
     tokenizer_sample_words: int = setting(TOKENIZER_SAMPLE_WORDS, "words the vocabulary is trained on, spread over the files",
                                           group="tokenizer")
-    seq_len: int = setting(128, "tokens per instance incl. [CLS]/[SEP]", group="instances")
-    objective: str = setting(MLM_NSP.name, ", ".join(f"{o.name}: {o.label}" for o in OBJECTIVES.values()),
-                             choices=tuple(OBJECTIVES), group="instances")
-    input_format: str = setting(DEFAULT_FORMAT.name, FORMATS_HELP, choices=tuple(INPUT_FORMATS), group="instances")
-    seed: int = setting(0, "instance sampling", group="instances")
-    short_seq_prob: float = setting(0.1, "chance of a shorter instance", group="instances")
-    dupe_factor: int = setting(1, "passes over each block's documents", group="instances")
-    eval_fraction: float = setting(0.05, "share of documents held out (per block)", group="instances")
+    # the instance settings, described once on PretrainConfig's fields: prepare and pretrain share them
+    seq_len: int = same_setting(PretrainConfig, "seq_len", group="instances")
+    objective: str = same_setting(PretrainConfig, "objective", group="instances")
+    input_format: str = same_setting(PretrainConfig, "input_format", group="instances")
+    seed: int = same_setting(PretrainConfig, "seed", " (here: the instances' sampling)", group="instances")
+    short_seq_prob: float = same_setting(PretrainConfig, "short_seq_prob", group="instances")
+    dupe_factor: int = same_setting(PretrainConfig, "dupe_factor", " (here: over each block's documents)", group="instances")
+    eval_fraction: float = same_setting(PretrainConfig, "eval_fraction", " (here: per block)", group="instances")
     eval_seed: int = setting(0, "which documents are held out", group="instances")
     workers: int = setting(1, "worker processes", group="scale")
     part: str = setting("0/1", "i/n: prepare only this share of the files (each file goes to the part a hash of its name "
