@@ -36,7 +36,7 @@ from engine.objectives import SUMS, Objective, objective
 from engine.optim import adamw, lr_at
 from engine.pretraining.config import TRAINING_VERSION, PretrainConfig, config_dict, model_config
 from engine.pretraining.init import init_model, init_record, load_init, model_config_from_init
-from engine.pretraining.run_folder import StopFlag, checkpoint, last_eval, load_training_state, remove_partial_checkpoints, set_rng_state
+from engine.pretraining.run_folder import RunFolder, StopFlag, load_training_state, set_rng_state
 from engine.pretraining.masking import mask_batch
 from engine.pretraining.step_inputs import add_prediction_slots, max_predictions, pack_batch
 from engine.status import CANCELLED, FAILED, FINISHED, RUNNING
@@ -231,9 +231,10 @@ class Loop:
     """What one process carries from step to step: model, optimizer, data iterator, training state (step,
     phase, data position, tokens, elapsed: saved in checkpoints) and the open metrics window."""
 
-    def __init__(self, cfg: PretrainConfig, dist: Dist, device, run_dir: Path, tok, caches: list, micro: int,
+    def __init__(self, cfg: PretrainConfig, dist: Dist, device, folder: RunFolder, tok, caches: list, micro: int,
                  raw_model, model, optimizer, state: dict, window: torch.Tensor, precision: str, trackers=None):
-        self.cfg, self.dist, self.device, self.run_dir, self.tok = cfg, dist, device, run_dir, tok
+        self.cfg, self.dist, self.device, self.tok = cfg, dist, device, tok
+        self.folder, self.run_dir = folder, folder.path  # the run folder owns the checkpoints
         self.trackers = trackers  # engine.trackers.Trackers (--report-to) on rank 0: each record goes there too
         self.caches, self.micro = caches, micro
         self.raw_model, self.model, self.optimizer = raw_model, model, optimizer
@@ -321,7 +322,7 @@ class Loop:
         if (cfg.eval_every and self.step % cfg.eval_every == 0) or self.step == cfg.steps or self.time_up:
             self._evaluate()
         if save_due or stop_now:
-            checkpoint(self.run_dir, self.raw_model, self.tok, self.optimizer, self.state, self.window, cfg, self.dist)
+            self.folder.save(self.raw_model, self.tok, self.optimizer, self.state, self.window, cfg, self.dist)
         return stop_now
 
     def _freeze_for_step(self) -> None:
@@ -462,7 +463,7 @@ def train(plan, dist: Dist, device) -> dict:
     model = wrap_model(raw_model, cfg, dist, device)
     precision = resolve_precision(cfg.precision, device)
     trackers = open_trackers(cfg.report_to if dist.main else None, run_dir, config_dict(cfg), {"kind": PRETRAIN.name})
-    loop = Loop(cfg, dist, device, run_dir, tok, caches, micro, raw_model, model, optimizer, state, window, precision,
+    loop = Loop(cfg, dist, device, plan.run, tok, caches, micro, raw_model, model, optimizer, state, window, precision,
                 trackers)
     if dist.main:
         before = runs.read_run_json(run_dir).get("training_version") if ckpt else TRAINING_VERSION
@@ -475,12 +476,11 @@ def train(plan, dist: Dist, device) -> dict:
     stop = StopFlag().install()
     try:
         if dist.main and (ckpt is not None or restart):
-            runs.truncate_metrics(run_dir, loop.step)  # drop what was logged after the checkpoint (restart: all)
-            remove_partial_checkpoints(run_dir)
+            plan.run.rewind(loop.step)  # drop what was logged after the checkpoint (restart: all), partial saves
         if dist.main and loop.step >= cfg.steps:
             status = FINISHED
             log(f"run {run_dir} already finished at step {loop.step}; pass a larger --steps to train on", cfg, dist)
-            return summary(run_dir, FINISHED.name, loop.step, cfg, {}, last_eval(run_dir))
+            return summary(run_dir, FINISHED.name, loop.step, cfg, {}, plan.run.last_eval())
         error = loop.run(stop) or None
         if error:
             status = CANCELLED

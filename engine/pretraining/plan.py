@@ -6,8 +6,9 @@
   Pre-train page's form and the class preparation all call this one function, so a mistake reads the same everywhere
   and nothing downstream resolves a setting again.
 - `Plan`: what the training loop receives (engine/pretraining/loop.py `train`): the resolved settings, the run
-  folder and where the run starts in it (a complete checkpoint, or step 0 again), the micro-batch, the tokenizer and
-  the data of each phase, and the data's fingerprint run.json records. engine/pretraining/run.py makes it: rank 0's
+  folder (a `run_folder.RunFolder`, which owns its checkpoints and the rewind before a resume) and where the run
+  starts in it (a complete checkpoint, or step 0 again), the micro-batch, the tokenizer and the data of each phase,
+  and the data's fingerprint run.json records. engine/pretraining/run.py makes it: rank 0's
   read-only checks of the run folder (engine/pretraining/run_folder.py), the run lock, then the tokenizer and data.
 """
 from dataclasses import dataclass, replace
@@ -17,6 +18,7 @@ from typing import Optional
 from engine.errors import EngineError
 from engine.pretraining.config import PretrainConfig, validate
 from engine.pretraining.init import resolve_init
+from engine.pretraining.run_folder import RunFolder
 
 
 # the settings a prepared data folder fixes (its manifest's names), and the flags that name them
@@ -61,10 +63,14 @@ def resolve(cfg: PretrainConfig, given: tuple = (), bundle=None) -> PretrainConf
 class Plan:
     """What a run trains and where it starts, resolved before the loop (the module docstring)."""
     cfg: PretrainConfig  # resolved: `resolve`
-    run_dir: Path
+    run: RunFolder  # the run folder: where the run starts, its checkpoints, the rewind before a resume
     checkpoint: Optional[Path]  # the complete checkpoint the run continues from; None: from step 0
     restart: bool  # a run folder with no complete checkpoint, started again from step 0 with its own settings
     micro: int  # sequences per forward pass on one rank
     tokenizer: object  # engine.tokenizer.Tokenizer, saved in the run folder
     data: list  # a PretrainingCache per phase
     fingerprint: str  # run.json's corpus_fingerprint: the data's key (text, vocabulary, instance settings)
+
+    @property
+    def run_dir(self) -> Path:
+        return self.run.path

@@ -90,7 +90,7 @@ from engine.pretraining.config import PretrainConfig
 from engine.pretraining.init import ARCH_FIELDS, conflict, init_tokenizer, read_init_settings
 from engine.pretraining.loop import log, train
 from engine.pretraining.plan import PREPARED_FIELDS, Plan, resolve, with_prepared_data  # noqa: F401 (re-exported)
-from engine.pretraining.run_folder import elastic_restart, preflight, resolve_out, run_entries
+from engine.pretraining.run_folder import RunFolder, elastic_restart, resolve_out
 from engine.pretraining.cache import token_info
 from engine.pretraining.prepare import build_pretraining_data, documents_key, documents_settings, prepared_key
 from engine.tokenizer import Tokenizer, corpus_fingerprint, train_tokenizer_cached
@@ -185,7 +185,7 @@ def _pretrain_in_group(cfg: PretrainConfig, dist: Dist, device, run_dir: Path) -
     ckpt, restart, lock = None, False, None
     if dist.main:
         cfg = elastic_restart(cfg, run_dir, restarts)  # torchrun --max-restarts: a restart continues the run it restarts
-        ckpt, restart = preflight(cfg, run_dir)  # read-only checks: collisions, resume
+        ckpt, restart = RunFolder(run_dir).start(cfg)  # read-only checks: collisions, resume
     docs = load_corpus(cfg.corpus) if not cfg.data else []  # EngineError when missing or empty
     for w in getattr(docs, "info", {}).get("warnings", []):
         log(f"warning: {w}", cfg, dist)
@@ -198,7 +198,7 @@ def _pretrain_in_group(cfg: PretrainConfig, dist: Dist, device, run_dir: Path) -
         lock = runs.RunLock(run_dir).acquire()  # refuses a second live writer
     fresh = ckpt is None and not restart
     try:
-        if dist.main and fresh and run_entries(run_dir):  # another start slipped in before our lock
+        if dist.main and fresh and RunFolder(run_dir).entries():  # another start slipped in before our lock
             raise EngineError(f"run folder {run_dir} already holds a run; continue it with --resume, or choose another --out")
         obj = broadcast(dist, [str(ckpt) if ckpt else None, restart])  # every rank learns whether rank 0 resumes
         ckpt, restart = (Path(obj[0]) if obj[0] else None), bool(obj[1])
@@ -211,7 +211,8 @@ def _pretrain_in_group(cfg: PretrainConfig, dist: Dist, device, run_dir: Path) -
         for c in caches:
             if c.train.num_instances < micro * dist.world_size:
                 raise EngineError(f"the corpus gives only {c.train.num_instances} training instances, fewer than one batch of {micro * dist.world_size}; lower --batch-size or use a larger corpus")
-        return train(Plan(cfg, run_dir, ckpt, restart, micro, tok, caches, fingerprint=PREPARED + caches[0].key), dist, device)
+        plan = Plan(cfg, RunFolder(run_dir), ckpt, restart, micro, tok, caches, fingerprint=PREPARED + caches[0].key)
+        return train(plan, dist, device)
     except BaseException:
         # a new run that failed before it wrote run.json leaves nothing behind
         if dist.main and fresh and not (run_dir / runs.RUN_JSON).exists():

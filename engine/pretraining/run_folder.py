@@ -17,7 +17,7 @@ import shutil
 import signal
 import sys
 import threading
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -228,6 +228,35 @@ def load_training_state(ckpt: Path) -> dict:
 
 
 # ================================================================ signals
+@dataclass(frozen=True)
+class RunFolder:
+    """A pre-training's run folder as the run sees it: where a run in it starts, its checkpoints, and what a resume
+    removes first. The functions above do the work; the plan (engine/pretraining/plan.py) holds one, and the loop
+    asks it instead of passing the path to each."""
+    path: Path
+
+    def start(self, cfg: PretrainConfig) -> tuple:
+        """(checkpoint to continue from or None, restart) for `cfg`, refusing what would collide (`preflight`)."""
+        return preflight(cfg, self.path)
+
+    def entries(self) -> list:
+        """What the folder holds of a run (`run_entries`): a fresh start into it is refused."""
+        return run_entries(self.path)
+
+    def rewind(self, step: int) -> None:
+        """Before continuing from a checkpoint at `step` (a restart: 0): metrics logged after it and the temporary
+        folders of a killed save go."""
+        runs.truncate_metrics(self.path, step)
+        remove_partial_checkpoints(self.path)
+
+    def save(self, raw_model, tok, optimizer, state, window, cfg, dist: Dist) -> None:
+        """A complete checkpoint of the run's state now (`checkpoint`: rank 0 writes, barriers around it)."""
+        checkpoint(self.path, raw_model, tok, optimizer, state, window, cfg, dist)
+
+    def last_eval(self) -> dict:
+        return last_eval(self.path)
+
+
 class StopFlag:
     """SIGTERM / Ctrl-C set a flag; the loop checkpoints at the end of the current step and stops. A second
     signal does not abort that checkpoint (two quick Cancels, or a launcher's TERM then the group's, would lose
