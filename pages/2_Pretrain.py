@@ -190,8 +190,11 @@ def model_fields(init, D) -> dict:
     input_format = c2.selectbox("Input format (RoBERTa)", formats, index=formats.index(D.input_format),
                                 format_func=lambda n: INPUT_FORMATS[n].label,
                                 help=cli.field_setting(PretrainConfig, "input_format")[1])
+    generator = c1.number_input("Generator size (ELECTRA)", value=float(D.generator_size), step=N["generator_size"][2],
+                                disabled=not OBJECTIVES[objective].rtd, help=cli.field_setting(PretrainConfig, "generator_size")[1])
     return {"size_mode": size_mode, "preset": preset, "layers": int(layers), "hidden": int(hidden), "heads": int(heads),
-            "objective": objective, "input_format": input_format}
+            "objective": objective, "input_format": input_format,
+            **({"generator_size": float(generator)} if OBJECTIVES[objective].rtd else {})}
 
 
 def training_fields(init, data, D) -> dict:
@@ -209,6 +212,8 @@ def training_fields(init, data, D) -> dict:
                    zip((c2, c3, c4), ("→ [MASK]", "→ random token", "→ unchanged"), D.mask_ratios))
     whole_word = c1.checkbox("Whole-word masking", value=D.whole_word_mask)
     spans = c1.checkbox("Span masking (SpanBERT)", value=D.span_mask, help=cli.field_setting(PretrainConfig, "span_mask")[1])
+    boundary = c1.checkbox("Span boundary objective (SpanBERT)", value=D.span_boundary, disabled=not spans,
+                           help=cli.field_setting(PretrainConfig, "span_boundary")[1])
     static = c1.checkbox("Static masks (RoBERTa Table 1)", value=D.static_masking,
                          help=cli.field_setting(PretrainConfig, "static_masking")[1])
     packing = c2.checkbox("Pack sequences", value=D.packing, help="each step's instances share rows with no padding "
@@ -236,7 +241,7 @@ def training_fields(init, data, D) -> dict:
                                   ("" if init else " (continued pre-training only)"))
     phase2, phase2_share = phase2_fields(data, D)
     return {"mask_rate": float(mask_rate), "mask_ratios": tuple(float(r) for r in ratios), "whole_word_mask": bool(whole_word),
-            "span_mask": bool(spans), "static_masking": bool(static),
+            "span_mask": bool(spans), "span_boundary": bool(spans and boundary), "static_masking": bool(static),
             "packing": bool(packing), "compile": compile_choice, "steps": int(steps), "batch_size": int(batch), "seq_len": int(seq_len), "lr": float(lr), "seed": int(seed),
             "vocab": int(vocab), "save_every": int(save_every), "eval_every": int(eval_every), "precision": precision,
             "phase2": phase2, "phase2_fraction": float(phase2_share), **({"heads_first": float(heads_first)} if init else {})}

@@ -34,7 +34,8 @@ STATUS_ICON = {"running": "🟢 running", "finished": "✅ finished", "failed": 
 FORM_RANGES = {"mask_rate": (0.05, 0.5, 0.01), "mask_ratio": (0.0, 1.0, 0.05), "steps": (1, 10_000_000, 1),
                "batch_size": (1, 4096, 1), "lr": (1e-6, 1e-1, 1e-4), "seed": (0, 2**31 - 1, 1),
                "vocab_size": (200, 100_000, 1000), "every": (0, 10_000_000, 1), "phase2_fraction": (0.01, 0.99, 0.05),
-               "layers": (1, 48, 1), "hidden": (32, 2048, 32), "heads": (1, 32, 1), "heads_first": (0.0, 0.9, 0.05)}
+               "layers": (1, 48, 1), "hidden": (32, 2048, 32), "heads": (1, 32, 1), "heads_first": (0.0, 0.9, 0.05),
+               "generator_size": (0.05, 1.0, 0.05)}
 
 
 def form_defaults(init=None):
@@ -102,7 +103,8 @@ NUMBER_BOXES = {"steps": ("steps", "--steps"), "batch_size": ("batch_size", "--b
                 "seed": ("seed", "--seed"), "vocab": ("vocab_size", "--vocab-size"),
                 "save_every": ("every", "--save-every"), "eval_every": ("every", "--eval-every"),
                 "phase2_fraction": ("phase2_fraction", "--phase2-fraction"), "heads_first": ("heads_first", "--heads-first"),
-                "layers": ("layers", "--layers"), "hidden": ("hidden", "--hidden"), "heads": ("heads", "--heads")}
+                "layers": ("layers", "--layers"), "hidden": ("hidden", "--hidden"), "heads": ("heads", "--heads"),
+                "generator_size": ("generator_size", "--generator-size")}
 
 
 def _number(v) -> str:
@@ -157,7 +159,8 @@ def build(form: dict, root, bundle=None, save: bool = True) -> tuple:
                     **{k: form[k] for k in ("objective", "steps", "batch_size", "seq_len", "mask_rate", "mask_ratios",
                                             "whole_word_mask", "lr", "seed", "save_every", "eval_every", "precision",
                                             "phase2_fraction")},
-                    **{k: form[k] for k in ("span_mask", "static_masking", "input_format") if k in form},
+                    **{k: form[k] for k in ("span_mask", "span_boundary", "static_masking", "input_format", "generator_size")
+                       if k in form},
                     **{k: form[k] for k in ("packing", "compile", "heads_first") if k in form})
     if init:  # continued pre-training: the init's size and vocabulary, filled in (and checked) by resolve_init
         cfg = PretrainConfig.for_init(init, **settings)
@@ -179,7 +182,8 @@ FORM_LABELS = {"--heads-first-lr": "Heads first learning rate", "--heads-first":
                "--seed": "Seed", "--vocab-size": "Vocabulary size", "--save-every": "Checkpoint every (steps)",
                "--eval-every": "Evaluate every (steps)", "--layers": "Layers L", "--hidden": "Hidden H", "--heads": "Heads A",
                "--whole-word-mask": "Whole-word masking", "--span-mask": "Span masking (SpanBERT)",
-               "--static-masking": "Static masks (RoBERTa Table 1)", "--input-format": "Input format (RoBERTa)"}
+               "--static-masking": "Static masks (RoBERTa Table 1)", "--input-format": "Input format (RoBERTa)",
+               "--span-boundary": "Span boundary objective (SpanBERT)", "--generator-size": "Generator size (ELECTRA)"}
 
 
 def _form_words(error: str) -> str:

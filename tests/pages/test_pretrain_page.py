@@ -444,3 +444,36 @@ def test_the_input_format_choice_lists_robertas_formats_and_launches_its_flag(tm
     assert not at.error, [e.value for e in at.error]
     launch().click().run()
     assert calls and calls[0][calls[0].index("--input-format") + 1] == FULL_SENTENCES.name
+
+
+def test_electras_generator_size_and_spanberts_boundary_objective_are_boxes_that_launch_their_flags(tmp_path, monkeypatch,
+                                                                                                    page_app):
+    """The Generator size box is off until the objective is ELECTRA's, then launches --generator-size; the span boundary
+    box is off until span masking is on, then launches --span-boundary."""
+    from engine import jobs
+    from engine.objectives import OBJECTIVES
+    calls = []
+    monkeypatch.setattr(jobs, "submit", lambda argv, **k: calls.append(argv) or {"id": "j1", "status": "queued"})
+    at = page_app(PAGE, tmp_path / "runs")
+    generator = lambda: [n for n in at.number_input if n.label.startswith("Generator size")][0]  # noqa: E731
+    boundary = lambda: [c for c in at.checkbox if c.label.startswith("Span boundary")][0]  # noqa: E731
+    launch = lambda: [b for b in at.button if b.label == "Launch"][0]  # noqa: E731
+    assert generator().disabled and boundary().disabled
+    rtd = next(n for n, o in OBJECTIVES.items() if o.rtd)
+    [b for b in at.selectbox if b.label == "Objective"][0].select_index(list(OBJECTIVES).index(rtd)).run()
+    assert not generator().disabled
+    generator().set_value(0.5).run()
+    [t for t in at.text_input if t.label == "Run name"][0].input("electra").run()
+    assert not at.error, [e.value for e in at.error]
+    launch().click().run()
+    assert calls and calls[-1][calls[-1].index("--generator-size") + 1] == "0.5"
+    at = page_app(PAGE, tmp_path / "runs2")
+    single = [n for n, o in OBJECTIVES.items() if not o.pairs and not o.causal and not o.rtd][0]
+    [b for b in at.selectbox if b.label == "Objective"][0].select_index(list(OBJECTIVES).index(single)).run()
+    [c for c in at.checkbox if c.label.startswith("Span masking")][0].check().run()
+    assert not boundary().disabled
+    boundary().check().run()
+    [t for t in at.text_input if t.label == "Run name"][0].input("sbo").run()
+    assert not at.error, [e.value for e in at.error]
+    launch().click().run()
+    assert "--span-boundary" in calls[-1] and "--span-mask" in calls[-1]
