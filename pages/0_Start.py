@@ -88,6 +88,13 @@ for s in steps:
                     st.session_state[k] = v
                 st.switch_page(s.page)
 
+title, plan = start.second_class_text()
+with st.expander(title):
+    st.markdown(plan)
+    if st.button("Set up the NSP-vs-SOP study", key="start_second_class"):
+        st.session_state.update(abl_study=start.SECOND_CLASS, abl_scale="classroom", abl_tab="New study")
+        st.switch_page("pages/7_Ablations.py")
+
 st.header("What the paper found")
 st.caption("The paper's numbers for its four ablation tables (BERT-BASE pre-trained for 1M steps on 3.3B words). The "
            "Ablations page runs the same studies at classroom scale and says which findings reproduce.")

@@ -27,6 +27,18 @@ from engine.commands import PRETRAIN, kind_of
 from engine.status import CANCELLED, DEAD, FAILED, FINISHED, RUNNING, status_of
 
 TABLE5 = "pretraining-tasks"
+SECOND_CLASS = "nsp-vs-sop"  # the centre of the second class plan, "what changed after BERT, and why" (docs/teaching.md)
+
+
+def second_class_text() -> tuple:
+    """(title, the plan in two sentences) of the second class, from the study itself (engine/ablations/family.py)."""
+    from engine import ablations as A
+    study = A.get_study(SECOND_CLASS, scale="classroom")
+    return (f"A second class: what changed after BERT, and why ({A.family.FAMILY_GROUP})",
+            f"Each design choice of the models that followed BERT is one study under \"{A.family.FAMILY_GROUP}\" on the "
+            f"Ablations page. Its centre is {study.title.split(' (')[0]}: ask the class to predict how a model trained "
+            f"on next-sentence prediction does on sentence order before showing the paper's answer: {study.finding} "
+            "docs/teaching.md has the plan; ask the Ablations page for its time on this machine.")
 
 
 @dataclass

@@ -254,3 +254,18 @@ def test_step_3_says_what_the_models_measurably_do_and_names_bert_base_once_cach
     assert "English" not in s3.what and hub.BERT_BASE not in s3.what
     tiny_bert_in_hub_cache(offline_hub_cache, hub.BERT_BASE, tmp_path)
     assert f"Google's {hub.BERT_BASE}" in start.guided_steps(tmp_path / "runs", {})[2].what
+
+
+def test_the_second_class_plan_sets_up_the_nsp_vs_sop_study(tmp_path, page_app):
+    """The Start page names the second class (after BERT) with the study's own finding, and its button opens the
+    Ablations page's New study tab on the NSP-vs-SOP study at classroom scale."""
+    from engine import ablations as A
+    from studio import start
+    at = page_app("0_Start.py", tmp_path / "runs")
+    assert not at.exception
+    title, plan = start.second_class_text()
+    assert A.family.FAMILY_GROUP in title and "52.0%" in plan and "78.9%" in plan
+    assert any(e.label == title for e in at.expander)
+    at.button(key="start_second_class").click().run()
+    assert at.session_state["abl_study"] == start.SECOND_CLASS == A.get_study(start.SECOND_CLASS).name
+    assert at.session_state["abl_scale"] == "classroom" and at.session_state["abl_tab"] == "New study"
