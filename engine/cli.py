@@ -26,11 +26,12 @@ from engine.errors import EngineError
 
 
 def setting(default, help: str, *, flag: str = None, parse=None, choices=None, group: str = None,
-            required: bool = False, none: str = None):
+            required: bool = False, none: str = None, limits: tuple = None):
     """A config field that is also a command-line flag (see the module docstring). `none`: the word that stands
-    for None on a command line when the default is not None (its `parse` reads it back as None)."""
+    for None on a command line when the default is not None (its `parse` reads it back as None). `limits`: (lowest,
+    highest, step) a form's box offers (`field_limits`; the command's own checks are the config's)."""
     meta = {"help": help, "flag": flag, "parse": parse, "choices": choices, "group": group, "required": required,
-            "none": none}
+            "none": none, "limits": limits}
     return dataclasses.field(default=default, metadata={"cli": meta})
 
 
@@ -95,7 +96,17 @@ def same_setting(cls, name: str, help_more: str = "", group: str = None):
     for f, meta, _ in flags(cls):
         if f.name == name:
             return setting(f.default, meta["help"] + help_more, parse=meta["parse"], choices=meta["choices"],
-                           group=group or meta["group"], none=meta["none"])
+                           group=group or meta["group"], none=meta["none"], limits=meta.get("limits"))
+    raise KeyError(f"{cls.__name__} has no setting {name!r}")
+
+
+def field_limits(cls, name: str) -> tuple:
+    """(lowest, highest, step) a form offers for the config class's setting `name` (its `limits=`)."""
+    for f, meta, _ in flags(cls):
+        if f.name == name:
+            if meta.get("limits") is None:
+                raise KeyError(f"{cls.__name__}.{name} declares no limits")
+            return meta["limits"]
     raise KeyError(f"{cls.__name__} has no setting {name!r}")
 
 

@@ -314,14 +314,15 @@ class FeaturesConfig:
     pooling: str = setting("cls", "sentence tasks: [CLS] vector or mean of the tokens (tagging uses the first sub-token)",
                            choices=("cls", "mean"))
     classifier: Optional[str] = setting(None, "default: logreg for sentence tasks, bilstm for tagging", choices=("logreg", "bilstm"))
-    max_train: Optional[int] = setting(None, "use a fixed random sample of N training examples")
+    max_train: Optional[int] = setting(None, "use a fixed random sample of N training examples",
+                                       limits=(0, 1_000_000, 500))
     max_dev: Optional[int] = setting(None, "use a fixed random sample of N dev examples")
     max_seq_len: int = setting(128, "max tokens per input")
     batch_size: int = setting(32, "extraction batch size")
     hidden: int = setting(256, "BiLSTM units per direction (the paper: 768 total per layer, for BERT-BASE)")
-    epochs: int = setting(5, "BiLSTM training epochs (the best on dev is kept)")
-    lr: float = setting(1e-3, "BiLSTM learning rate (Adam)")
-    seed: int = setting(0, "random seed")
+    epochs: int = setting(5, "BiLSTM training epochs (the best on dev is kept)", limits=(1, 200, 1))
+    lr: float = setting(1e-3, "BiLSTM learning rate (Adam)", limits=(1e-5, 1e-1, 1e-4))
+    seed: int = setting(0, "random seed", limits=(0, 1_000_000, 1))
     device: str = setting("auto", "auto | cpu | cuda")
     out: str = setting("runs/features", "output folder: run.json, eval.json, features/", required=True)
     save_features: bool = setting(True, "do not write the .npy feature files (<out>/features/<combine>/<split>.npy)",

@@ -92,14 +92,16 @@ class FinetuneConfig:
     lr: tuple = setting((5e-5, 3e-5, 2e-5), "learning rates (the paper's grid, A.3)", parse=cli.floats)
     batch_size: tuple = setting((16, 32), "batch sizes", parse=cli.ints)
     epochs: tuple = setting((2, 3, 4), "epoch counts", parse=cli.ints)
-    restarts: int = setting(1, "random restarts per grid point: different shuffle and head init, same checkpoint")
-    max_train: Optional[int] = setting(None, "use a fixed random sample of N training examples")
+    restarts: int = setting(1, "random restarts per grid point: different shuffle and head init, same checkpoint",
+                            limits=(1, 20, 1))
+    max_train: Optional[int] = setting(None, "use a fixed random sample of N training examples",
+                                       limits=(0, 10_000_000, 500))
     max_dev: Optional[int] = setting(None, "evaluate on a fixed random sample of N dev examples (scores are then on the sample)")
     max_seq_len: int = setting(128, "max tokens per input, longer ones are truncated (SQuAD: the window length)")
     doc_stride: int = setting(128, "SQuAD: stride between passage windows")
     max_query_len: int = setting(64, "SQuAD: question pieces kept")
     max_answer_len: int = setting(30, "SQuAD: longest answer in pieces")
-    seed: int = setting(0, "random seed")
+    seed: int = setting(0, "random seed", limits=(0, 1_000_000, 1))
     device: str = setting("auto", "auto | cpu | cuda")
     precision: str = setting("auto", "auto (default): bf16 autocast on CUDA and on CPUs with native bf16 (measured faster), "
                              "else fp32", choices=PRECISIONS)

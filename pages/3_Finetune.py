@@ -11,6 +11,7 @@ import streamlit as st
 from engine.records import read_eval
 from engine import runs as R
 from engine.errors import EngineError
+from engine import cli
 from engine.finetune import FinetuneConfig
 from engine.commands import FINETUNE, kind_of
 from engine.status import FINISHED, status_of
@@ -140,11 +141,13 @@ with tab_new:
     lr_text = g1.text_input("Learning rates", value=G["lr"], key="ft_lr")
     batch = g2.multiselect("Batch sizes", [8, 16, 32, 48, 64], default=G["batch_size"], key="ft_bs")
     epochs = g3.multiselect("Epochs", [1, 2, 3, 4, 5], default=G["epochs"], key="ft_epochs")
-    restarts = g4.number_input("Restarts per grid point", 1, 20, G["restarts"], key="ft_restarts")
+    LIM = {n: cli.field_limits(FinetuneConfig, n) for n in ("restarts", "max_train", "seed")}  # the config's ranges
+    restarts = g4.number_input("Restarts per grid point", *LIM["restarts"][:2], G["restarts"], key="ft_restarts")
     h1, h2, h3, h4, h5 = st.columns(5)
-    max_train = h1.number_input("Max train examples (0 = all)", 0, 10_000_000, 0, step=500, key="ft_max_train")
+    max_train = h1.number_input("Max train examples (0 = all)", *LIM["max_train"][:2], 0, step=LIM["max_train"][2],
+                                key="ft_max_train")
     max_len = h2.selectbox("Max sequence length", [64, 128, 256, 384, 512], index=1, key="ft_max_len")
-    seed = h3.number_input("Seed", 0, 1_000_000, 0, key="ft_seed")
+    seed = h3.number_input("Seed", *LIM["seed"][:2], FinetuneConfig.seed, key="ft_seed")
     precision = precision_select(h4, key="ft_precision")
     bilstm = h5.checkbox("BiLSTM on top (Table 5's LTR + BiLSTM)", key="ft_bilstm")
     packing = h5.checkbox("Pack examples", value=FinetuneConfig.packing, key="ft_packing",

@@ -66,14 +66,16 @@ with tab_run:
     pool_choices = list(cli.field_choices(FeaturesConfig, "pooling"))
     pooling = d1.selectbox("Sentence pooling", pool_choices, index=pool_choices.index(pool_default), key="fx_pooling",
                            help=pool_help)
-    max_train = d2.number_input("Max train examples (0 = all)", 0, 1_000_000, 0, step=500, key="fx_max_train")
-    seed = d3.number_input("Seed", 0, 1_000_000, 0, key="fx_seed")
+    LIM = {n: cli.field_limits(FeaturesConfig, n) for n in ("max_train", "seed", "epochs", "lr")}  # the config's ranges
+    max_train = d2.number_input("Max train examples (0 = all)", *LIM["max_train"][:2], 0, step=LIM["max_train"][2],
+                                key="fx_max_train")
+    seed = d3.number_input("Seed", *LIM["seed"][:2], FeaturesConfig.seed, key="fx_seed")
     e1, e2 = st.columns(2)
     epochs_default, epochs_help = cli.field_setting(FeaturesConfig, "epochs")
     lr_default, lr_help = cli.field_setting(FeaturesConfig, "lr")
-    tag_epochs = e1.number_input(f"Tagging: {epochs_help}", 1, 200, epochs_default, key="fx_epochs",
+    tag_epochs = e1.number_input(f"Tagging: {epochs_help}", *LIM["epochs"][:2], epochs_default, key="fx_epochs",
                                  help="5 suits MiniLM; features of a tiny model need about 20 before the tagger leaves the all-O plateau")
-    tag_lr = e2.number_input(f"Tagging: {lr_help}", 1e-5, 1e-1, lr_default, step=1e-4, format="%g", key="fx_lr")
+    tag_lr = e2.number_input(f"Tagging: {lr_help}", *LIM["lr"][:2], lr_default, step=LIM["lr"][2], format="%g", key="fx_lr")
     if "fx_default_name" not in st.session_state:
         st.session_state["fx_default_name"] = time.strftime("fx-%Y%m%d-%H%M%S")
     name = st.text_input("Run name", value=st.session_state["fx_default_name"], key="fx_name")

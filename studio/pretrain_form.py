@@ -29,13 +29,19 @@ STATUS_ICON = {"running": "🟢 running", "finished": "✅ finished", "failed": 
                "dead": "💀 dead (process gone; resume it)", "unreadable": "⚠️ unreadable"}
 
 
-# (lowest, highest, step) of the form's number boxes: what the form launches (check_ranges), wider than the config's
-# checks where those allow it (engine.pretraining.config.validate refuses the rest with one line)
-FORM_RANGES = {"mask_rate": (0.05, 0.5, 0.01), "mask_ratio": (0.0, 1.0, 0.05), "steps": (1, 10_000_000, 1),
-               "batch_size": (1, 4096, 1), "lr": (1e-6, 1e-1, 1e-4), "seed": (0, 2**31 - 1, 1),
-               "vocab_size": (200, 100_000, 1000), "every": (0, 10_000_000, 1), "phase2_fraction": (0.01, 0.99, 0.05),
-               "layers": (1, 48, 1), "hidden": (32, 2048, 32), "heads": (1, 32, 1), "heads_first": (0.0, 0.9, 0.05),
-               "generator_size": (0.05, 1.0, 0.05)}
+# (lowest, highest, step) of the form's number boxes: what the form launches (check_ranges), read from the config's
+# fields (`limits=`, engine.cli.field_limits); the config's own checks (engine.pretraining.config.validate) refuse
+# the rest with one line. A box named for several fields reads the first: "mask_ratio" each share, "every" both cadences.
+def _form_ranges() -> dict:
+    from engine.cli import field_limits
+    from engine.pretraining.config import PretrainConfig
+    fields = {"mask_ratio": "mask_ratios", "every": "eval_every"}
+    names = ("mask_rate", "mask_ratio", "steps", "batch_size", "lr", "seed", "vocab_size", "every", "phase2_fraction",
+             "layers", "hidden", "heads", "heads_first", "generator_size")
+    return {n: field_limits(PretrainConfig, fields.get(n, n)) for n in names}
+
+
+FORM_RANGES = _form_ranges()
 
 
 def form_defaults(init=None):

@@ -83,9 +83,9 @@ class PretrainConfig:
     objective: str = setting(MLM_NSP.name, ", ".join(f"{o.name}: {o.label}" for o in OBJECTIVES.values()),
                              choices=tuple(OBJECTIVES), group="data")
     seq_len: int = setting(128, "tokens per instance incl. [CLS]/[SEP] in the first phase", group="data")
-    mask_rate: float = setting(0.15, "share of the real tokens selected for MLM", group="data")
+    mask_rate: float = setting(0.15, "share of the real tokens selected for MLM", group="data", limits=(0.05, 0.5, 0.01))
     mask_ratios: tuple = setting((0.8, 0.1, 0.1), "MASK,RANDOM,SAME shares of the selected tokens (paper Table 8)",
-                                 parse=ratios, group="data")
+                                 parse=ratios, group="data", limits=(0.0, 1.0, 0.05))
     whole_word_mask: bool = setting(False, "mask whole words (all their ## pieces) instead of single pieces", group="data")
     static_masking: bool = setting(False, "mask each instance the same way every epoch (google-research/bert's static "
                                    "masks; RoBERTa Table 1) instead of a new draw each time it is read", group="data")
@@ -103,7 +103,7 @@ class PretrainConfig:
     phase2_seq_len: Optional[int] = setting(512, "length of a second phase for the last --phase2-fraction of the steps, "
                                             "0 = one phase (with --data: the data's one length unless given)",
                                             parse=phase_length, none="0", group="data")
-    phase2_fraction: float = setting(0.1, "share of the steps in the second phase", group="data")
+    phase2_fraction: float = setting(0.1, "share of the steps in the second phase", group="data", limits=(0.01, 0.99, 0.05))
     data: Optional[str] = setting(None, "train from data prepared by python -m engine prepare (a folder of shards) instead "
                                   "of --corpus; its vocabulary, objective, seq-len, short-seq-prob, dupe factor and "
                                   "held-out split are the run's", group="data")
@@ -111,7 +111,7 @@ class PretrainConfig:
                                        group="data")
     # --- tokenizer
     vocab_size: int = setting(30000, "train a WordPiece vocabulary of this size on the corpus, unless --tokenizer",
-                              group="tokenizer")
+                              group="tokenizer", limits=(200, 100_000, 1000))
     tokenizer: Optional[str] = setting(None, "use this tokenizer folder / vocab.txt (or minilm: MiniLM's) instead of training one",
                                        group="tokenizer")
     cased: bool = setting(False, "keep case when training the tokenizer", group="tokenizer")
@@ -122,18 +122,18 @@ class PretrainConfig:
         "Without --recipe it trains the continued-pre-training recipe (--recipe continued)", group="model")
     preset: str = setting("base", "tiny 2/128, mini 4/256, small 4/512, medium 8/512, base 12/768, large 24/1024",
                           choices=tuple(PRESETS), group="model")
-    layers: Optional[int] = setting(None, "L (overrides the preset)", group="model")
-    hidden: Optional[int] = setting(None, "H (overrides the preset; feed-forward 4H; heads H/64 unless --heads)", group="model")
-    heads: Optional[int] = setting(None, "A (overrides the preset)", group="model")
+    layers: Optional[int] = setting(None, "L (overrides the preset)", group="model", limits=(1, 48, 1))
+    hidden: Optional[int] = setting(None, "H (overrides the preset; feed-forward 4H; heads H/64 unless --heads)", group="model", limits=(32, 2048, 32))
+    heads: Optional[int] = setting(None, "A (overrides the preset)", group="model", limits=(1, 32, 1))
     max_positions: int = setting(512, "position embeddings: the longest sequence the model accepts", group="model")
     dropout: float = setting(0.1, "hidden and attention dropout", group="model")
     generator_size: float = setting(0.25, "with --objective electra: the generator's hidden size as a share of the "
-                                    "model's (the discriminator's; the paper: 1/4 to 1/2), engine/electra.py", group="model")
+                                    "model's (the discriminator's; the paper: 1/4 to 1/2), engine/electra.py", group="model", limits=(0.05, 1.0, 0.05))
     # --- optimisation
-    steps: int = setting(1_000_000, "optimizer steps", group="optimisation")
-    batch_size: int = setting(256, "sequences per step, all processes and accumulation steps together", group="optimisation")
+    steps: int = setting(1_000_000, "optimizer steps", group="optimisation", limits=(1, 10_000_000, 1))
+    batch_size: int = setting(256, "sequences per step, all processes and accumulation steps together", group="optimisation", limits=(1, 4096, 1))
     grad_accum: int = setting(1, "micro-batches per step", group="optimisation")
-    lr: float = setting(1e-4, "peak learning rate", group="optimisation")
+    lr: float = setting(1e-4, "peak learning rate", group="optimisation", limits=(1e-6, 1e-1, 1e-4))
     warmup: float = setting(10_000, "warmup steps, or a fraction of the steps if < 1", group="optimisation")
     weight_decay: float = setting(0.01, "AdamW weight decay, not on LayerNorm weights and biases", group="optimisation")
     adam_beta1: float = setting(0.9, "AdamW beta1", group="optimisation")
@@ -143,7 +143,7 @@ class PretrainConfig:
     heads_first: float = setting(0.0, "with --init: train only the heads (MLM transform and bias, pooler, NSP) on the "
                                  "frozen encoder for this many first steps, or this fraction of the steps if < 1, "
                                  "then everything (not in the paper; the probe-ready recipe's start, BENCHMARKS.md); "
-                                 "0 = off", group="optimisation")
+                                 "0 = off", group="optimisation", limits=(0.0, 0.9, 0.05))
     heads_first_lr: float = setting(1e-3, "peak learning rate of the --heads-first steps (a warmup over their first "
                                     "tenth, a decay to 0 at their end; --lr and --warmup then span the steps after "
                                     "them)", group="optimisation")
@@ -153,8 +153,8 @@ class PretrainConfig:
     resume: bool = setting(False, "continue the run in --out from its last complete checkpoint, with its own settings",
                            group="run")
     log_every: int = setting(10, "training metrics every N steps", group="run")
-    eval_every: int = setting(250, "held-out evaluation every M steps, 0 = at the end only", group="run")
-    save_every: int = setting(400, "checkpoint every K steps, 0 = at the end (and on cancel) only", group="run")
+    eval_every: int = setting(250, "held-out evaluation every M steps, 0 = at the end only", group="run", limits=(0, 10_000_000, 1))
+    save_every: int = setting(400, "checkpoint every K steps, 0 = at the end (and on cancel) only", group="run", limits=(0, 10_000_000, 1))
     keep: int = setting(0, "keep the newest N checkpoints, 0 = all (the training-steps ablation needs them)", group="run")
     stop_after: Optional[int] = setting(None, "stop cleanly after this step (checkpoint saved, status cancelled; resume "
                                         "later)", group="run")
@@ -162,7 +162,7 @@ class PretrainConfig:
                                            "evaluation or saving; resumes add up) reaches this many minutes, with a "
                                            "held-out evaluation and a checkpoint (status finished); the learning-rate "
                                            "schedule still spans --steps (equal-time studies)", group="run")
-    seed: int = setting(0, "random seed: model init, data instances and order, masking, dropout", group="run")
+    seed: int = setting(0, "random seed: model init, data instances and order, masking, dropout", group="run", limits=(0, 2**31 - 1, 1))
     device: str = setting("auto", "auto (CUDA if present, else CPU), cpu or cuda", group="run")
     precision: str = setting("auto", "auto (default): bf16 autocast on CUDA and on CPUs with native bf16 (faster there), "
                              "else fp32", choices=_precisions, group="run")

@@ -112,3 +112,19 @@ def test_a_study_takes_over_a_one_phase_run_whatever_share_its_absent_second_pha
     one = replace(PretrainConfig.classroom(), seq_len=128, phase2_seq_len=None)
     assert training_key(asdict(replace(one, phase2_fraction=0.1))) == training_key(asdict(one))
     assert training_key(asdict(replace(PretrainConfig.classroom(), phase2_fraction=0.1))) != training_key(asdict(PretrainConfig.classroom()))
+
+
+def test_the_forms_ranges_are_the_configs():
+    """The Pre-train form's boxes offer the ranges declared on the config's fields (engine.cli.field_limits), and so do
+    the Fine-tune and Features pages' boxes of theirs: a range changed on a field moves the box."""
+    from engine.features import FeaturesConfig
+    from engine.finetune import FinetuneConfig
+    from studio.pretrain_form import FORM_RANGES
+    assert FORM_RANGES["steps"] == cli.field_limits(PretrainConfig, "steps")
+    assert FORM_RANGES["every"] == cli.field_limits(PretrainConfig, "eval_every") == cli.field_limits(PretrainConfig, "save_every")
+    assert FORM_RANGES["mask_ratio"] == cli.field_limits(PretrainConfig, "mask_ratios")
+    for cls, name in ((FinetuneConfig, "restarts"), (FeaturesConfig, "epochs")):
+        lo, hi, step = cli.field_limits(cls, name)
+        assert lo <= cli.field_setting(cls, name)[0] <= hi and step > 0
+    for page, cls in (("3_Finetune.py", "FinetuneConfig"), ("4_Features.py", "FeaturesConfig")):
+        assert f"cli.field_limits({cls}, n)" in (REPO / "pages" / page).read_text(encoding="utf-8")
