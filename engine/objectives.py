@@ -59,6 +59,9 @@ class Objective:
     words: str = ""  # what it is in a sentence ("... continued pre-training with <words> on ..."); default: label
     pair: str = "nsp"  # with `nsp`: the pair task, "nsp" (B next or from another document) or "sop" (A, B swapped)
     pair_label: str = "P(IsNext)"  # what the pair head's first probability means, for probes and pages
+    pair_title: str = "Next sentence"  # the pair task's name on the Probe page
+    pair_answers: tuple = ("IsNext", "NotNext")  # the head's two answers, its first probability's first
+    pair_meaning: str = "probability that B is the sentence that follows A"  # the first probability, in words
     rtd_weight: float = 0.0  # > 0: replaced-token detection (ELECTRA): a generator MLM and a discriminator on every
     # token, whose loss counts this many times (the paper's lambda, 50); the discriminator is the run's model
     mask_ratios: tuple = ()  # MASK,RANDOM,SAME shares the objective fixes (ELECTRA: all [MASK]); () = --mask-ratios
@@ -140,6 +143,8 @@ LTR = Objective("ltr", "Left-to-right LM (LTR & No NSP)", nsp=False, causal=True
 # version departs from ALBERT's in its model (BERT's, not ALBERT's factorised, shared-layer one) and keeps BERT's
 # chunking and masking, so it differs from `mlm+nsp` in the pair task alone (what a study of NSP against SOP needs).
 MLM_SOP = Objective("mlm+sop", "MLM + SOP (ALBERT)", nsp=True, causal=False, pair="sop", pair_label="P(in order)",
+                    pair_title="Sentence order", pair_answers=("in order", "swapped"),
+                    pair_meaning="probability that A and B are in their document's order (not swapped)",
                     words="masked LM + sentence-order prediction")
 # ELECTRA (Clark et al. 2020, sections 2 and 3.1-3.2): replaced-token detection. A small MLM generator (its width
 # --generator-size of the discriminator's) fills the masked positions (all [MASK] in its input) with samples from its

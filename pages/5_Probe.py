@@ -121,7 +121,8 @@ with guard("Reading the sentence"):
 
 # ---------------------------------------------------------------------------------------------- next sentence
 if not missing(NSP_HEAD, "next sentence prediction"):
-    st.header("Next sentence")
+    pair = probes.pair_objective(bundle)  # NSP's question, or SOP's for a model trained on sentence order
+    st.header(pair.pair_title)
     c1, c2 = st.columns(2)
     sa = c1.text_input("Sentence A", value=DEFAULT_PAIR[0], key="probe_nsp_a")
     sb = c2.text_input("Sentence B", value=DEFAULT_PAIR[1], key="probe_nsp_b")
@@ -129,9 +130,9 @@ if not missing(NSP_HEAD, "next sentence prediction"):
         p = probes.next_sentence(bundle, sa, sb)
         for n in p.notes:
             st.warning(n)
-        st.metric("P(IsNext)", f"{float(p):.3f}", help="probability that B is the sentence that follows A (NSP head on [CLS])")
-        st.caption(f"{name} says **{'IsNext' if p > 0.5 else 'NotNext'}**. Chance is 0.50: a model that has not learned "
-                   "NSP gives about 0.50 to every pair (the classroom run ends at held-out "
+        st.metric(pair.pair_label, f"{float(p):.3f}", help=f"{pair.pair_meaning} (the pair head on [CLS])")
+        st.caption(f"{name} says **{pair.pair_answers[0] if p > 0.5 else pair.pair_answers[1]}**. Chance is 0.50: a model "
+                   f"that has not learned {pair.pair.upper()} gives about 0.50 to every pair (the classroom run ends at held-out "
                    f"{measured.fact('classroom_run.nsp_accuracy').text()}, the probe-ready model at "
                    f"{measured.fact('probe_ready.nsp_accuracy').text()}).")
 

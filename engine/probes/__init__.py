@@ -32,12 +32,12 @@ from engine.probes.attention_maps import (AttentionTokens, attention, attention_
                                           compare_attention, jensen_shannon)
 from engine.probes.cli import main  # python -m engine probe (engine.commands)
 from engine.probes.inputs import encode_input, forward_encoded
-from engine.probes.model_info import heads, heads_on_disk, model_name, require_head
+from engine.probes.model_info import heads, heads_on_disk, model_name, pair_objective, require_head
 from engine.probes.over_steps import checkpoint_steps, mask_probs_over_steps, probe_checkpoints
 from engine.probes.predictions import MaskPredictions, NextSentenceProbability, fill_mask, next_sentence
 from engine.probes.scoring import compare_probe_set, probe_set_accuracy
 
 __all__ = ["PROBE_SET", "AttentionTokens", "attention", "attention_and_output", "compare_attention", "jensen_shannon",
-           "main", "encode_input", "forward_encoded", "heads", "heads_on_disk", "model_name", "require_head",
+           "main", "encode_input", "forward_encoded", "heads", "heads_on_disk", "model_name", "pair_objective", "require_head",
            "checkpoint_steps", "mask_probs_over_steps", "probe_checkpoints", "MaskPredictions",
            "NextSentenceProbability", "fill_mask", "next_sentence", "compare_probe_set", "probe_set_accuracy"]

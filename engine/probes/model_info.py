@@ -4,7 +4,7 @@ without loading it (`heads_on_disk`)."""
 from pathlib import Path
 
 from engine.errors import EngineError
-from engine.objectives import MLM_HEAD, NSP_HEAD
+from engine.objectives import MLM_HEAD, MLM_NSP, NSP_HEAD, OBJECTIVES
 
 
 def model_name(bundle) -> str:
@@ -73,3 +73,16 @@ def require_head(bundle, head: str) -> None:
                           "use a checkpoint pre-trained with mlm or mlm+nsp")
     raise EngineError(f"{name} has no NSP head: it cannot score whether B follows A; "
                       "use a checkpoint pre-trained with mlm+nsp (No NSP and LTR runs have none)")
+
+
+def pair_objective(bundle):
+    """The objective the model's pair head was trained with (engine.objectives.Objective: NSP's or SOP's question and
+    answers), read from the run.json of the run the model belongs to (a run folder or one of its checkpoints);
+    BERT's NSP for any other model (Google's, a Hugging Face folder, MiniLM's continued run)."""
+    from engine.records import RUN_JSON, read_json_or_empty
+    p = Path(str(getattr(bundle, "path", "") or "."))
+    for run in (p, p.parent.parent):
+        if (run / RUN_JSON).is_file():
+            obj = OBJECTIVES.get(str(read_json_or_empty(run / RUN_JSON).get("objective")))
+            return obj if obj is not None and obj.nsp else MLM_NSP
+    return MLM_NSP

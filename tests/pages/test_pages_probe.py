@@ -1,6 +1,7 @@
 """pages/5_Probe.py through AppTest: fill-mask bars and numbers, P(IsNext), picked words, checkpoints over steps,
 the probe set's accuracy per checkpoint, and MiniLM's one line about its missing heads."""
 import json
+from pathlib import Path
 
 import pytest
 
@@ -185,3 +186,21 @@ def test_bert_base_in_the_hub_cache_is_offered_first_and_fills_blanks_offline(ti
     assert not at.exception and not at.error
     line = next(m.value for m in at.markdown if m.value.startswith("**[MASK] 1**"))
     assert f"`{preds[0][0][0]}` {preds[0][0][1]:.3f}" in line
+
+
+def test_a_sentence_order_model_is_asked_its_own_question(tiny_run, ck, page_app, tmp_path):
+    """A model pre-trained with mlm+sop (its run.json says so) gets the pair section in SOP's words: the header
+    'Sentence order', the metric P(in order) with the pair head's number, in order / swapped."""
+    import shutil
+    from engine.objectives import MLM_SOP
+    run = tmp_path / "runs" / "sop"
+    shutil.copytree(tiny_run, run)
+    info = json.loads((run / "run.json").read_text())
+    (run / "run.json").write_text(json.dumps(dict(info, objective=MLM_SOP.name)))
+    model = str(run / "checkpoints" / Path(ck).name)
+    at = page_app(PAGE, run.parent, probe_model=model)
+    assert not at.exception and not at.error
+    assert any(h.value == MLM_SOP.pair_title for h in at.header)
+    p = probes.next_sentence(engine.load(model), "the man went to the store .", "he bought a gallon of milk .")
+    assert at.metric[0].label == MLM_SOP.pair_label == "P(in order)" and at.metric[0].value == f"{float(p):.3f}"
+    assert any(f"**{MLM_SOP.pair_answers[0 if p > 0.5 else 1]}**" in c.value for c in at.caption)

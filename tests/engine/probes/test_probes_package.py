@@ -11,7 +11,7 @@ PUBLIC = {  # name -> the module of engine/probes/ that defines it
     "jensen_shannon": attention_maps, "AttentionTokens": attention_maps,
     "probe_set_accuracy": scoring, "compare_probe_set": scoring,
     "checkpoint_steps": over_steps, "probe_checkpoints": over_steps, "mask_probs_over_steps": over_steps,
-    "model_name": model_info, "heads": model_info, "heads_on_disk": model_info, "require_head": model_info,
+    "model_name": model_info, "pair_objective": model_info, "heads": model_info, "heads_on_disk": model_info, "require_head": model_info,
     "encode_input": inputs, "forward_encoded": inputs,
     "main": cli,
 }
