@@ -59,9 +59,7 @@ def tiny_bert_in_hub_cache(cache, repo_id: str, tmp_path) -> str:
     """A tiny random transformers BertForPreTraining (config, model.safetensors, vocab.txt) laid out in the hub cache
     `cache` as huggingface_hub caches a download of `repo_id` (blobs named by content, snapshot symlinks, refs/main);
     returns the snapshot's commit."""
-    import hashlib
     import json
-    import os
 
     import torch
     import transformers
@@ -72,6 +70,14 @@ def tiny_bert_in_hub_cache(cache, repo_id: str, tmp_path) -> str:
     transformers.BertForPreTraining(cfg).save_pretrained(saved)  # its MLM and NSP heads and pooler, as bert-base-uncased
     files = {"config.json": (saved / "config.json").read_bytes(), "model.safetensors": (saved / "model.safetensors").read_bytes(),
              "vocab.txt": "\n".join(TINY_VOCAB).encode(), "tokenizer_config.json": json.dumps({"do_lower_case": True}).encode()}
+    return put_in_cache(cache, repo_id, files)
+
+
+def put_in_cache(cache, repo_id: str, files: dict) -> str:
+    """`files` {name: bytes} in the hub cache `cache` as huggingface_hub caches a download of `repo_id`: blobs named
+    by content, snapshot symlinks, refs/main; returns the snapshot's commit."""
+    import hashlib
+    import os
     repo = cache / ("models--" + repo_id.replace("/", "--"))
     commit = hashlib.sha1(repo_id.encode()).hexdigest()
     snap = repo / "snapshots" / commit
@@ -83,3 +89,13 @@ def tiny_bert_in_hub_cache(cache, repo_id: str, tmp_path) -> str:
         blob.write_bytes(data)
         (snap / name).symlink_to(os.path.relpath(blob, snap))
     return commit
+
+
+def forward(bundle, a: str, b: str = None):
+    """(encoding, model output with attentions) of the text pair through `bundle`'s own tokenizer and model, no engine
+    probe in between: what the probes' results are checked against."""
+    import torch
+    enc = bundle.tokenizer.encode(a, b)
+    with torch.no_grad():
+        out = bundle.model(torch.tensor([enc.ids]), token_type_ids=torch.tensor([enc.type_ids]), output_attentions=True)
+    return enc, out

@@ -15,6 +15,7 @@ import transformers
 import engine
 from engine import hub
 from engine.errors import EngineError
+from tests.helpers import put_in_cache
 from tests.helpers import one_line
 
 
@@ -29,22 +30,6 @@ def hf_model():
     cfg = transformers.BertConfig(vocab_size=len(VOCAB), hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
                                   intermediate_size=64, max_position_embeddings=64, initializer_range=0.3)
     return transformers.BertForPreTraining(cfg).eval()
-
-
-def put_in_cache(cache, repo_id, files: dict) -> str:
-    """`files` {name: bytes} as huggingface_hub caches a download: blobs named by content, snapshot symlinks."""
-    repo = cache / ("models--" + repo_id.replace("/", "--"))
-    commit = hashlib.sha1(repo_id.encode()).hexdigest()
-    snap = repo / "snapshots" / commit
-    (repo / "blobs").mkdir(parents=True)
-    snap.mkdir(parents=True)
-    (repo / "refs").mkdir()
-    (repo / "refs" / "main").write_text(commit)
-    for name, data in files.items():
-        blob = repo / "blobs" / hashlib.sha256(data).hexdigest()
-        blob.write_bytes(data)
-        (snap / name).symlink_to(os.path.relpath(blob, snap))
-    return commit
 
 
 def bert_files(model, tmp_path, legacy=False, model_type=True) -> dict:

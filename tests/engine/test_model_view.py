@@ -5,16 +5,6 @@ import engine
 from engine import model_view
 
 
-@pytest.fixture(scope="session")
-def bundle(tiny_run):
-    return engine.load(tiny_run)  # the latest checkpoint
-
-
-@pytest.fixture(scope="session")
-def minilm():
-    return engine.load("minilm")
-
-
 def test_tokenize_table_and_output_shapes(bundle, minilm):
     t = model_view.tokenize_table(bundle, "the cat sat .", "it ran .")
     rows = t["rows"]

@@ -6,11 +6,6 @@ import engine
 from engine import probe_set
 
 
-@pytest.fixture(scope="session")
-def minilm():
-    return engine.load("minilm")
-
-
 def test_classroom_probe_set_sections_and_answers_fit_a_real_vocabulary(minilm):
     assert set(probe_set.CLOZE_SECTIONS) == {"everyday facts", "grammar", "news"}
     assert all(len(items) >= 12 for items in probe_set.CLOZE_SECTIONS.values())

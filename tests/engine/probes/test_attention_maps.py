@@ -6,28 +6,12 @@ import torch
 import engine
 from engine.errors import EngineError
 from engine.probes.attention_maps import attention, compare_attention, jensen_shannon
-
-
-@pytest.fixture(scope="session")
-def bundle(tiny_run):
-    return engine.load(tiny_run)  # the latest checkpoint
+from tests.helpers import forward
 
 
 @pytest.fixture(scope="session")
 def early(tiny_run, tiny_run_steps):
     return engine.load(tiny_run / "checkpoints" / f"step-{tiny_run_steps[0]}")
-
-
-@pytest.fixture(scope="session")
-def minilm():
-    return engine.load("minilm")
-
-
-def _manual(bundle, a, b=None):
-    enc = bundle.tokenizer.encode(a, b)
-    with torch.no_grad():
-        out = bundle.model(torch.tensor([enc.ids]), token_type_ids=torch.tensor([enc.type_ids]), output_attentions=True)
-    return enc, out
 
 
 def test_attention_shape_rows_and_equals_model(bundle):
@@ -37,7 +21,7 @@ def test_attention_shape_rows_and_equals_model(bundle):
     T = len(tokens)
     assert att.shape == (L, A, T, T) and att.dtype == np.float32
     np.testing.assert_allclose(att.sum(-1), 1.0, atol=1e-5)
-    enc, out = _manual(bundle, a, b)
+    enc, out = forward(bundle, a, b)
     assert list(tokens) == enc.tokens and tokens.type_ids == enc.type_ids
     assert tokens.special[0] == 1 and sum(tokens.special) == 3
     np.testing.assert_allclose(att, torch.stack([x[0] for x in out.attentions]).numpy(), atol=1e-6)

@@ -9,25 +9,9 @@ from engine.errors import EngineError
 from engine.probes.attention_maps import attention
 from engine.probes.predictions import fill_mask, next_sentence
 from engine.probes.scoring import probe_set_accuracy
+from tests.helpers import forward
 
 LONG = " ".join(["the market rose again"] * 40)
-
-
-@pytest.fixture(scope="session")
-def bundle(tiny_run):
-    return engine.load(tiny_run)  # the latest checkpoint
-
-
-@pytest.fixture(scope="session")
-def minilm():
-    return engine.load("minilm")
-
-
-def _manual(bundle, a, b=None):
-    enc = bundle.tokenizer.encode(a, b)
-    with torch.no_grad():
-        out = bundle.model(torch.tensor([enc.ids]), token_type_ids=torch.tensor([enc.type_ids]), output_attentions=True)
-    return enc, out
 
 
 def test_fill_mask_several_masks_normalised_and_matches_model(bundle):
@@ -39,7 +23,7 @@ def test_fill_mask_several_masks_normalised_and_matches_model(bundle):
         ps = [p for _, p in m]
         assert ps == sorted(ps, reverse=True) and all(0 < p < 1 for p in ps)
     np.testing.assert_allclose(preds.probs.sum(-1), 1.0, atol=1e-5)
-    enc, out = _manual(bundle, text.replace("[mask]", "[MASK]"))
+    enc, out = forward(bundle, text.replace("[mask]", "[MASK]"))
     pos = [i for i, t in enumerate(enc.ids) if t == bundle.tokenizer.mask_id]
     assert pos == preds.mask_positions
     for k, i in enumerate(pos):
@@ -62,7 +46,7 @@ def test_next_sentence_probability_matches_nsp_head(bundle):
     a, b = "the man went to the store .", "he bought a gallon of milk ."
     p = next_sentence(bundle, a, b)
     assert not p.truncated
-    _, out = _manual(bundle, a, b)
+    _, out = forward(bundle, a, b)
     assert float(p) == pytest.approx(out.nsp_logits[0].softmax(-1)[0].item(), abs=1e-6)
     with pytest.raises(EngineError, match="sentence B is empty"):
         next_sentence(bundle, a, " ")
@@ -106,7 +90,7 @@ def test_ltr_model_reads_a_mask_from_the_position_before(bundle):
     assert [t for t, _ in a[0]] == [t for t, _ in b[0]]  # only the left context matters
     assert [p for _, p in a[0]] == pytest.approx([p for _, p in b[0]], rel=1e-4)
     assert any("left-to-right" in n for n in a.notes)
-    enc, out = _manual(ltr, "the prime [MASK] went home early .")
+    enc, out = forward(ltr, "the prime [MASK] went home early .")
     p = enc.ids.index(bundle.tokenizer.mask_id)
     expect = out.mlm_logits[0, p - 1].softmax(-1).topk(5)
     assert [t for t, _ in b[0]] == [bundle.tokenizer.id_to_token(int(i)) for i in expect.indices]

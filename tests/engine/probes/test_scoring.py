@@ -10,16 +10,6 @@ from engine.probes.predictions import fill_mask, next_sentence
 from engine.probes.scoring import compare_probe_set, probe_set_accuracy
 
 
-@pytest.fixture(scope="session")
-def bundle(tiny_run):
-    return engine.load(tiny_run)  # the latest checkpoint
-
-
-@pytest.fixture(scope="session")
-def minilm():
-    return engine.load("minilm")
-
-
 @pytest.mark.slow
 def test_probe_set_accuracy_scores_what_the_model_predicts(bundle):
     r = probe_set_accuracy(bundle)
