@@ -190,13 +190,14 @@ def small_corpus(tmp_path_factory, bbc_docs):
 
 def _pretrain_args(corpus, out, steps=6, extra=()):
     return ["pretrain", "--corpus", corpus, "--preset", "tiny", "--hidden", "32", "--heads", "2", "--vocab-size", "500",
-            "--seq-len", "32", "--batch-size", "4", "--steps", steps, "--save-every", "3", "--log-every", "1",
+            "--seq-len", "32", "--phase2-seq-len", "0", "--batch-size", "4", "--steps", steps, "--save-every", "3",
+            "--log-every", "1",
             "--eval-every", "6", "--eval-max-instances", "8", "--num-threads", "1", "--seed", "3", "--quiet", *extra, "--out", out]
 
 
 def test_retry_of_a_pretrain_run_killed_before_its_first_checkpoint_starts_it_again(tmp_path, small_corpus, monkeypatch, engine_cli):
     from engine.jobs import retry_argv
-    import engine.pretraining.loop as P
+    import engine.pretraining.run_folder as P  # the run folder's save (RunFolder.save) writes through its checkpoint()
     out = tmp_path / "early"
     real = P.checkpoint
 
@@ -577,7 +578,7 @@ def test_hand_edited_metrics_and_an_unreadable_run_json_keep_the_pretrain_page_w
 def test_a_second_sigterm_while_saving_keeps_the_cancel_checkpoint(tmp_path, small_corpus, monkeypatch, engine_cli):
     import signal as sig
 
-    import engine.pretraining.loop as P
+    import engine.pretraining.run_folder as P  # the run folder's save (RunFolder.save) writes through its checkpoint()
     real, calls = P.checkpoint, []
 
     def signalling_checkpoint(*a, **k):
