@@ -127,3 +127,36 @@ def test_identical_runs_stay_two_named_curves_and_metrics_read_as_words(tmp_path
     assert label in fig["layout"]["title"]["text"] and "eval_" not in fig["layout"]["title"]["text"]
     box = at.selectbox(key="compare_metric")
     assert "held-out MLM accuracy" in box.options and not any("eval_" in o for o in box.options)
+
+
+def test_the_familys_runs_overlay_with_their_own_metrics_in_words(tmp_path, plotly):
+    """A family study's runs (nsp-vs-sop's variants) are found beside the paper's and overlay on one chart; the
+    metrics only the family's objectives record (SOP's, ELECTRA's discriminator's) are offered, in words."""
+    from engine import ablations as A
+    from engine.objectives import ELECTRA, MLM_SOP
+    from engine.records import metric_label
+    root = tmp_path / "runs"
+    study = root / "studies" / "nsp-vs-sop"
+    rows = [v.name for v in A.get_study("nsp-vs-sop").variants]
+    jobs = []
+    for i, (row, objective) in enumerate(zip(rows, ("mlm+nsp", "mlm", MLM_SOP.name))):
+        recs = [{"step": s, "split": "train", "loss": 9.0 - s - i} for s in (1, 2, 3)]
+        if objective == MLM_SOP.name:
+            recs = [dict(r, sop_acc=0.5 + 0.1 * r["step"]) for r in recs]
+        _run(study / "runs" / f"r{i}", "pretrain", {"objective": objective, "seed": 0}, recs)
+        jobs.append({"key": f"pretrain/r{i}/s0", "kind": "pretrain", "argv": [], "out": f"runs/r{i}", "variant": row, "seed": 0})
+    (study / "study.json").write_text(json.dumps({"jobs": jobs}))
+    _run(root / "electra", "pretrain", {"objective": ELECTRA.name, "seed": 0},
+         [{"step": s, "split": "train", "loss": 20.0 - s, "disc_acc": 0.8 + 0.01 * s} for s in (1, 2, 3)])
+    found = {e.label for e in C.find_runs(root)}
+    assert {f"nsp-vs-sop / {row} / seed 0" for row in rows} | {"electra"} <= found
+    at = AppTest.from_file(str(REPO / "pages" / "9_Compare.py"), default_timeout=60)
+    at.session_state["runs_root"] = str(root)
+    at.session_state["compare_runs"] = sorted(found)
+    at.run()
+    assert not at.exception and not at.error
+    box = at.selectbox(key="compare_metric")
+    assert metric_label("sop_acc") in box.options and metric_label("disc_acc") in box.options
+    fig = json.loads(at.get("plotly_chart")[0].proto.spec)
+    names = {t["name"] for t in fig["data"]}
+    assert {f"nsp-vs-sop / {row} / seed 0" for row in rows} <= names and "electra" in names
