@@ -172,6 +172,7 @@ LESSONS = {
 
 _CLASSROOM_RUN = "python -m engine pretrain --out runs/bert-tiny"
 _PROBE_READY = "python -m engine pretrain --init minilm --corpus all --out runs/minilm-continued"
+_NSP_VS_SOP = "python -m engine ablate run nsp-vs-sop --classroom --foreground --runs-root RUNS"
 
 FACTS = {
     # the classroom run: `python -m engine pretrain` with every flag left out (engine/pretraining/config.py)
@@ -232,6 +233,22 @@ FACTS = {
         "python -m engine bench --scenario pretrain --preset base --seq-len 512 --batch-size 32 --precision bf16 "
         "--device cuda --data all --packing (against the same without --packing)",
         "BERT-base at 512 tokens, real corpus lengths: packed / padded useful tokens/s"),
+    # nsp-vs-sop (ALBERT Table 5) at classroom scale, its first run: cancelled at its time limit with the MLM + SOP
+    # row's fine-tunings not done, so a partial run: no study time, no verdict (docs/lab-notes/family-studies.md);
+    # the machine loaded 2-4 (once 7) by another session's tests throughout
+    "nsp_vs_sop.partial_minutes": Measured(
+        65.6, "min", "zen4", "2026-12-07", _NSP_VS_SOP,
+        "nsp-vs-sop at classroom scale, first run, loaded: cancelled at the time limit with 11 of its 15 jobs done"),
+    "nsp_vs_sop.nsp_model_nsp_accuracy": Measured(0.742, "", "zen4", "2026-12-07", _NSP_VS_SOP,
+                                                  "the BERT (MLM + NSP) row's held-out NSP accuracy (rule 0.605)"),
+    "nsp_vs_sop.nsp_model_sop_accuracy": Measured(
+        0.473, "", "zen4", "2026-12-07", _NSP_VS_SOP,
+        "the same model on sentence-order pairs rebuilt from its held-out pairs (113 of 239; chance 0.5, ALBERT 52.0%)"),
+    "nsp_vs_sop.sop_model_sop_accuracy": Measured(0.583, "", "zen4", "2026-12-07", _NSP_VS_SOP,
+                                                  "the MLM + SOP row's held-out SOP accuracy (length rule 0.562)"),
+    "nsp_vs_sop.sop_model_nsp_accuracy": Measured(
+        0.460, "", "zen4", "2026-12-07", _NSP_VS_SOP,
+        "the same model on next-sentence pairs rebuilt from its held-out pairs (420; chance 0.5, ALBERT 78.9%)"),
 }
 
 
