@@ -249,6 +249,13 @@ FACTS = {
     "nsp_vs_sop.sop_model_nsp_accuracy": Measured(
         0.460, "", "zen4", "2026-12-07", _NSP_VS_SOP,
         "the same model on next-sentence pairs rebuilt from its held-out pairs (420; chance 0.5, ALBERT 78.9%)"),
+    # the same study completed by `ablate resume` (the SOP row's four fine-tunings, 17:06-17:11, load about 2): its verdicts
+    "nsp_vs_sop.sop_minus_nsp_span_f1": Measured(
+        6.8, "%", "zen4", "2026-12-07", _NSP_VS_SOP + "; then ablate resume nsp-vs-sop --foreground",
+        "MLM + SOP minus BERT (MLM + NSP) on BBC cloze span F1 (points), 95% interval [+3.6, +9.6], one pre-training seed: reproduced"),
+    "nsp_vs_sop.sop_minus_mlm_span_f1": Measured(
+        8.0, "%", "zen4", "2026-12-07", _NSP_VS_SOP + "; then ablate resume nsp-vs-sop --foreground",
+        "MLM + SOP minus MLM only on BBC cloze span F1 (points), 95% interval [+3.9, +11.3], one pre-training seed: reproduced"),
 }
 
 
