@@ -99,3 +99,13 @@ def forward(bundle, a: str, b: str = None):
     with torch.no_grad():
         out = bundle.model(torch.tensor([enc.ids]), token_type_ids=torch.tensor([enc.type_ids]), output_attentions=True)
     return enc, out
+
+
+def batch_indices(it, n: int) -> tuple:
+    """([instance indices of each of the next `n` batches of the iterator `it`], the position after the last)."""
+    out, pos = [], None
+    for _ in range(n):
+        b = next(it)
+        out.append(b["index"].tolist())
+        pos = b["position"]
+    return out, pos

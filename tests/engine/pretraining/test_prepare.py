@@ -22,6 +22,7 @@ from engine.errors import EngineError
 from engine.pretraining.prepare import PrepareConfig, blocks, open_prepared, prepare, prepared_stats, read_manifests
 from engine.pretraining.prepare import build_pretraining_data
 from engine.tokenizer import train_tokenizer
+from tests.helpers import batch_indices
 
 torch.set_num_threads(1)
 ARRAYS = ("tokens", "offsets", "b_start", "nsp_label", "source")
@@ -205,21 +206,12 @@ def sharded(corpus, tmp_path_factory):
     return open_prepared(out)
 
 
-def _indices(it, n):
-    out, pos = [], None
-    for _ in range(n):
-        b = next(it)
-        out.append(b["index"].tolist())
-        pos = b["position"]
-    return out, pos
-
-
 def test_ranks_read_disjoint_slices_whose_union_is_the_data(sharded):
     d = sharded.train
     assert d.num_shards >= 8
     world, bs = 3, 8
     steps = d.num_instances // (bs * world)
-    per_rank = [_indices(d.batches(bs, torch.Generator().manual_seed(5), rank=r, world_size=world, epochs=1), steps)[0]
+    per_rank = [batch_indices(d.batches(bs, torch.Generator().manual_seed(5), rank=r, world_size=world, epochs=1), steps)[0]
                 for r in range(world)]
     seen = [set(i for b in batches for i in b) for batches in per_rank]
     assert all(not (seen[r] & seen[q]) for r in range(world) for q in range(r + 1, world))
@@ -234,15 +226,15 @@ def test_resume_across_a_shard_boundary_is_exact(sharded):
     g = lambda: torch.Generator().manual_seed(9)  # noqa: E731
     # in order: a batch of 16 that straddles the end of shard 0 and the start of shard 1
     stream = d.batches(16, g(), shuffle=False)
-    full, _ = _indices(stream, boundary // 16 + 3)
+    full, _ = batch_indices(stream, boundary // 16 + 3)
     k = boundary // 16
     assert full[k][0] < boundary <= full[k][-1]
-    first, pos = _indices(d.batches(16, g(), shuffle=False), k)
-    rest, _ = _indices(d.batches(16, g(), shuffle=False, start_position=pos), 3)
+    first, pos = batch_indices(d.batches(16, g(), shuffle=False), k)
+    rest, _ = batch_indices(d.batches(16, g(), shuffle=False, start_position=pos), 3)
     assert first + rest == full
     # shuffled: every batch mixes shards; resuming mid-epoch gives the same batches, the same tensors
-    full, _ = _indices(d.batches(16, g()), 12)
-    first, pos = _indices(d.batches(16, g()), 5)
+    full, _ = batch_indices(d.batches(16, g()), 12)
+    first, pos = batch_indices(d.batches(16, g()), 5)
     assert len({int(np.searchsorted(d.starts, i, side="right")) for i in full[5]}) > 1
     resumed = d.batches(16, g(), start_position=pos)
     for want in full[5:]:

@@ -11,6 +11,7 @@ from engine.errors import EngineError
 from engine.pretraining.prepare import build_pretraining_data, open_prepared
 from engine.pretraining.masking import IGNORE_INDEX, fixed_eval_masking, mask_batch
 from engine.tokenizer import train_tokenizer
+from tests.helpers import batch_indices
 
 torch.set_num_threads(1)
 
@@ -185,23 +186,14 @@ def test_batches_padding_masks_and_labels(nsp, bbc):
     assert torch.equal(masked["labels"][sel], ids[sel])
 
 
-def _indices(it, n):
-    out, pos = [], None
-    for _ in range(n):
-        b = next(it)
-        out.append(b["index"].tolist())
-        pos = b["position"]
-    return out, pos
-
-
 def test_resume_exactly_from_position_across_epochs(nsp):
     d = nsp.train
     g = lambda: torch.Generator().manual_seed(7)  # noqa: E731
     steps_per_epoch = d.num_instances // 32
-    full, _ = _indices(d.batches(32, g()), steps_per_epoch + 5)
-    first, pos = _indices(d.batches(32, g()), steps_per_epoch - 2)
+    full, _ = batch_indices(d.batches(32, g()), steps_per_epoch + 5)
+    first, pos = batch_indices(d.batches(32, g()), steps_per_epoch - 2)
     assert pos == {"epoch": 0, "index": (steps_per_epoch - 2) * 32}
-    rest, _ = _indices(d.batches(32, g(), start_position=pos), 7)
+    rest, _ = batch_indices(d.batches(32, g(), start_position=pos), 7)
     assert first + rest == full
     flat_e0 = [i for b in full[:steps_per_epoch] for i in b]
     assert len(set(flat_e0)) == len(flat_e0)  # no repeats within an epoch
@@ -211,14 +203,14 @@ def test_resume_exactly_from_position_across_epochs(nsp):
     nxt = next(d.batches(8, g(), start_position=mid))["index"].tolist()
     assert nxt == [i for b in full for i in b][96:104]
     # the order depends on the seed only: the same generator seed gives the same stream
-    assert _indices(d.batches(32, torch.Generator().manual_seed(8)), 1)[0] != full[:1]
+    assert batch_indices(d.batches(32, torch.Generator().manual_seed(8)), 1)[0] != full[:1]
 
 
 def test_ddp_ranks_get_disjoint_slices_of_each_step(nsp):
     d = nsp.train
     g = lambda: torch.Generator().manual_seed(3)  # noqa: E731
-    single, _ = _indices(d.batches(12, g()), 4)
-    ranks = [_indices(d.batches(4, g(), rank=r, world_size=3), 4) for r in range(3)]
+    single, _ = batch_indices(d.batches(12, g()), 4)
+    ranks = [batch_indices(d.batches(4, g(), rank=r, world_size=3), 4) for r in range(3)]
     for s in range(4):
         parts = [ranks[r][0][s] for r in range(3)]
         assert sum(parts, []) == single[s]
