@@ -255,19 +255,19 @@ def validate(cfg: PretrainConfig) -> None:
         if v is not None and int(v) < 1:
             raise EngineError(f"--{name} must be at least 1 (got {v})")
     if cfg.seq_len < 8:
-        raise EngineError(f"--seq-len {cfg.seq_len} is too short; use at least 8 (the paper uses 128, then 512)")
+        raise EngineError(f"--seq-len {cfg.seq_len} is too short; use at least 8 (the paper uses {PretrainConfig.seq_len}, then {PretrainConfig.phase2_seq_len})")
     for flag, T in (("--seq-len", cfg.seq_len), ("--phase2-seq-len", cfg.phase2_seq_len)):
         if T is not None and T > cfg.max_positions and not cfg.init:  # with --init: its positions (resolve_init)
             raise EngineError(f"{flag} {T} is above the model's {cfg.max_positions} positions; lower {flag} or raise "
                               f"--max-positions" + (" (--phase2-seq-len 0: one phase)" if flag == "--phase2-seq-len" else ""))
     if cfg.phase2_seq_len is not None:
         if cfg.phase2_seq_len < 8:
-            raise EngineError(f"--phase2-seq-len {cfg.phase2_seq_len} is too short; use e.g. 512")
+            raise EngineError(f"--phase2-seq-len {cfg.phase2_seq_len} is too short; use e.g. {PretrainConfig.phase2_seq_len}")
         if cfg.phase2_seq_len <= cfg.seq_len:
             raise EngineError(f"--phase2-seq-len {cfg.phase2_seq_len} is not longer than --seq-len {cfg.seq_len}; the second "
-                              f"phase trains on longer sequences (paper: 128, then 512): raise it, or train one phase (--phase2-seq-len 0)")
+                              f"phase trains on longer sequences (paper: {PretrainConfig.seq_len}, then {PretrainConfig.phase2_seq_len}): raise it, or train one phase (--phase2-seq-len 0)")
         if not 0.0 < cfg.phase2_fraction < 1.0:
-            raise EngineError(f"--phase2-fraction {cfg.phase2_fraction} must be between 0 and 1; the paper uses 0.1")
+            raise EngineError(f"--phase2-fraction {cfg.phase2_fraction} must be between 0 and 1; the paper uses {PretrainConfig.phase2_fraction}")
     if cfg.heads_first < 0:
         raise EngineError(f"--heads-first {cfg.heads_first} must be >= 0 (steps, or a fraction of the steps below 1; 0 = off)")
     if cfg.heads_first and not cfg.init:
@@ -277,17 +277,17 @@ def validate(cfg: PretrainConfig) -> None:
         raise EngineError(f"--heads-first {cfg.heads_first:g} leaves none of the {cfg.steps} steps to train the whole "
                           f"model; lower it (e.g. 0.15: the first 15% of the steps) or raise --steps")
     if not 0 < cfg.heads_first_lr < 1:
-        raise EngineError(f"--heads-first-lr {cfg.heads_first_lr} must be between 0 and 1; the recipe uses 1e-3")
+        raise EngineError(f"--heads-first-lr {cfg.heads_first_lr} must be between 0 and 1; the continued recipe uses {recipes.CONTINUED.settings['heads_first_lr']:g}")
     if not 0 < cfg.lr < 1:
         raise EngineError(f"--lr {cfg.lr} must be between 0 and 1; e.g. 1e-3 for tiny models, 1e-4 for BERT-BASE")
     if cfg.warmup < 0:
         raise EngineError(f"--warmup {cfg.warmup} must be >= 0 (steps, or a fraction of the steps below 1)")
     if not 0.0 <= cfg.dropout < 1.0:
-        raise EngineError(f"--dropout {cfg.dropout} must be in [0, 1); the paper uses 0.1")
+        raise EngineError(f"--dropout {cfg.dropout} must be in [0, 1); the paper uses {PretrainConfig.dropout}")
     if cfg.weight_decay < 0 or cfg.max_grad_norm < 0:
         raise EngineError("--weight-decay and --max-grad-norm must be >= 0")
     if cfg.tokenizer is None and cfg.vocab_size < 100:
-        raise EngineError(f"--vocab-size {cfg.vocab_size} is too small; use at least a few hundred (the classroom uses 8000)")
+        raise EngineError(f"--vocab-size {cfg.vocab_size} is too small; use at least a few hundred (the classroom recipe uses {recipes.CLASSROOM.settings['vocab_size']})")
     check_device(cfg.device)
     check_trackers(cfg.report_to)  # a name that is no tracker, or one not installed: the pip command
     if cfg.stop_after is not None and cfg.stop_after < 1:
