@@ -12,7 +12,7 @@ from engine.ablations.verdict import judge
 from engine.fileio import atomic_write_text
 from engine.objectives import every
 from engine.commands import PRETRAIN, kind_of
-from engine.status import CANCELLED, FAILED, FINISHED, QUEUED, RUNNING
+from engine.status import CANCELLED, FAILED, FINISHED, QUEUED, RUNNING, status_of
 
 
 # an eval.json's best dev score and one features combination's score: engine.records reads them for every page
@@ -120,20 +120,45 @@ def collect_results(study_dir) -> StudyResults:
     progress["seconds"] = round(sum(j.get("seconds") or 0 for j in jobs), 1)  # foreground runs record each job's time
     progress["reused"] = sum(1 for r in states if r.get("reused_from"))  # pre-trainings and evaluations taken over (engine.ablations.reuse)
     return StudyResults(study=study, table=table, summary=summary, scores=scores, curves=curves,
-                        checks=study.check_finding(summary), findings=judge_findings(study, replicates, floors),
+                        checks=study.check_finding(summary),
+                        findings=judge_findings(study, replicates, floors, incomplete_cells(study, data["jobs"], states)),
                         finding=study.finding, jobs=states, progress=progress)
 
 
-def judge_findings(study: Study, replicates: dict, floors: dict = None) -> list:
+def incomplete_cells(study: Study, jobs: list, states: list) -> dict:
+    """{(variant, column): (jobs finished, jobs planned)} for each table cell some of whose jobs have not finished
+    (`states`: job_states of `jobs`, in order). A cell's jobs are its evaluations of the variant (each seed; a
+    features job counts for every variant it combines) and the variant's pre-trainings (its held-out columns, and
+    every downstream column: a fine-tuning of an unfinished pre-training is not the variant's)."""
+    cells, pretrainings = {}, {}  # (variant, column) -> [finished?]; variant -> [finished?]
+    for job, row in zip(jobs, states):
+        done = status_of(row["state"]) is FINISHED
+        if kind_of(job["kind"]) is PRETRAIN:
+            pretrainings.setdefault(job["variant"], []).append(done)
+            for col in study.pretrain_columns:
+                cells.setdefault((job["variant"], pretrain_column_name(col)), []).append(done)
+            continue
+        for variant in (job.get("combines") or {job["variant"]: None}):
+            cells.setdefault((variant, job.get("evaluation")), []).append(done)
+    out = {}
+    for (variant, column), flags in cells.items():
+        own = flags if column in {pretrain_column_name(c) for c in study.pretrain_columns} else flags + pretrainings.get(variant, [])
+        if not all(own):
+            out[(variant, column)] = (sum(own), len(own))
+    return out
+
+
+def judge_findings(study: Study, replicates: dict, floors: dict = None, incomplete: dict = None) -> list:
     """Each of the study's findings judged (engine.ablations.verdict) on its replicates; Figure 5's at each row's
-    last evaluated step. `floors`: {column: majority-class accuracy} for the columns whose fine-tuning recorded it."""
+    last evaluated step. `floors`: {column: majority-class accuracy} for the columns whose fine-tuning recorded it.
+    `incomplete`: `incomplete_cells` (a finding on one of them is not judged yet)."""
     last = {}
     for (variant, column, step) in replicates:
         k = (variant, column)
         if k not in last or (step is not None and (last[k] is None or step > last[k])):
             last[k] = step
     at_last = {k: replicates[(k[0], k[1], step)] for k, step in last.items()}
-    return [judge(c, at_last, floor=(floors or {}).get(c.column)) for c in study.findings()]
+    return [judge(c, at_last, floor=(floors or {}).get(c.column), incomplete=incomplete) for c in study.findings()]
 
 
 def final_pretrain_metrics(curves):

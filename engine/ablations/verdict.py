@@ -161,11 +161,16 @@ def verdict(low, high, direction: int = 1) -> str:
     return "inconclusive"
 
 
-def judge(contrast: Contrast, replicates: dict, n_boot: int = N_BOOT, seed: int = 0, floor: float = None) -> dict:
+def judge(contrast: Contrast, replicates: dict, n_boot: int = N_BOOT, seed: int = 0, floor: float = None,
+          incomplete: dict = None) -> dict:
     """One finding's JSON entry: statement, verdict, our two numbers and their difference with its 95% interval,
     the paper's numbers beside them. `replicates`: {(variant, column): [(score, per-example values or None)]}.
     `floor`: the column's majority-class accuracy, when known: the entry then has "floor" (each row against it,
-    `above_floor`) and, when neither row is above it, a note that says so."""
+    `above_floor`) and, when neither row is above it, a note that says so.
+    `incomplete`: {(variant, column): (jobs finished, jobs planned)} for the cells some of whose jobs have not
+    finished (a cancelled study, a seed still to run, a fine-tuning stopped after one of its restarts): a finding
+    on such a cell is `inconclusive` whatever its interval, with the numbers so far and a note saying what is
+    missing; a partial cell's interval would judge fewer replicates than the study planned."""
     a, b = replicates.get((contrast.better, contrast.column)), replicates.get((contrast.worse, contrast.column))
     entry = {"statement": contrast.statement, "better": contrast.better, "worse": contrast.worse,
              "column": contrast.column,
@@ -190,6 +195,12 @@ def judge(contrast: Contrast, replicates: dict, n_boot: int = N_BOOT, seed: int 
         if all(x["learned"] is False for x in rows.values()):
             note = (f"neither row is above the majority-class rate ({100 * floor:.1f}%) beyond its uncertainty: the task "
                     "was not learned here, so this comparison cannot show the finding")
+    waiting = {k: v for k in ((contrast.better, contrast.column), (contrast.worse, contrast.column))
+               if (v := (incomplete or {}).get(k))}
+    if waiting:
+        note = "incomplete, so not judged yet: " + "; ".join(f"{k[0]} has {done} of its {planned} jobs finished"
+                                                            for k, (done, planned) in waiting.items())
+        return {**entry, "verdict": "inconclusive", "ours": ours, "note": note, "incomplete": True}
     return {**entry, "verdict": verdict(r["low"], r["high"]), "ours": ours, "note": note}
 
 

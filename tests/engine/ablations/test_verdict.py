@@ -1,11 +1,14 @@
 """Verdicts: the bootstrap difference of two variants over replicates and dev examples, on hand-made numbers, and
 `ablate show --json`."""
 import json
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
 
 import engine.ablations as A
+from engine.ablations.results import incomplete_cells
+from engine.ablations.study import pretrain_column_name
 from engine.ablations.verdict import VERDICTS, Contrast, above_floor, bootstrap_difference, judge, metric_of, verdict
 
 
@@ -229,3 +232,29 @@ def test_dev_evaluators_record_per_example_scores_that_make_the_metric(monkeypat
     monkeypatch.setattr(tt, "collate", lambda tok, n: None)
     dev = tt.prepare(None, 8).evaluate(None, "cpu", 2)
     assert metric_of(np.array(dev[PER_EXAMPLE])) == pytest.approx(dev["f1"]) == pytest.approx(0.5)
+
+
+def test_a_finding_on_a_cell_with_jobs_unfinished_is_not_judged_yet():
+    c = Contrast("SOP beats NSP on spans", "SOP", "NSP", "span")
+    cells = {("SOP", "span"): reps(500, [450, 452, 449]), ("NSP", "span"): reps(500, [400, 398, 402])}
+    assert judge(c, cells)["verdict"] == "reproduced"
+    e = judge(c, {**cells, ("SOP", "span"): reps(500, [450])}, incomplete={("SOP", "span"): (0, 1)})
+    assert e["verdict"] == "inconclusive" and e["incomplete"] is True and e["ours"]["SOP"] == pytest.approx(0.9)
+    assert e["note"] == "incomplete, so not judged yet: SOP has 0 of its 1 jobs finished" and e["note"] in A.describe_entry(e)
+    # a cell of another finding unfinished does not hold this one back
+    assert judge(c, cells, incomplete={("MLM", "span"): (1, 2)})["verdict"] == "reproduced"
+
+
+def test_incomplete_cells_are_those_with_an_unfinished_evaluation_or_pretraining():
+    study = SimpleNamespace(pretrain_columns=("mlm_acc",))
+    jobs = [{"kind": "pretrain", "variant": "SOP"}, {"kind": "pretrain", "variant": "NSP"},
+            {"kind": "finetune", "variant": "SOP", "evaluation": "span"},
+            {"kind": "finetune", "variant": "NSP", "evaluation": "span"},
+            {"kind": "finetune", "variant": "NSP", "evaluation": "order"},
+            {"kind": "features", "variant": "NSP", "evaluation": "ner", "combines": {"NSP": "last", "SOP": "last"}}]
+    states = [{"state": s} for s in ("finished", "cancelled", "finished", "queued", "finished", "finished")]
+    held = pretrain_column_name("mlm_acc")
+    assert incomplete_cells(study, jobs, states) == {
+        ("NSP", held): (0, 1),  # its pre-training cancelled
+        ("NSP", "span"): (0, 2), ("NSP", "order"): (1, 2), ("NSP", "ner"): (1, 2)}  # and every downstream cell with it
+    assert incomplete_cells(study, jobs, [{"state": "finished"}] * len(jobs)) == {}
