@@ -10,7 +10,8 @@ What the first class needs on this machine, built in the background in this orde
 2. `reference`: a finished classroom run, `python -m engine pretrain --out <runs>/classroom-reference` with the
    defaults (REFERENCE_RUN): the Start page offers its checkpoints to step 3 while the class's own run trains, and
    does not count it as the class's step 2.
-3. `probe_ready`: the probe-ready model, MiniLM continued with MLM + NSP (`probe_ready_argv`, PROBE_READY_RUN).
+3. `probe_ready`: the probe-ready model, MiniLM continued with MLM + NSP (`probe_ready_argv`, PROBE_READY_RUN), as
+   many steps as fit in its budget at this machine's measured speed (`probe_ready_steps`: a faster CPU trains longer).
 4. `bert_base`, optional: Google's bert-base-uncased (engine.hub.BERT_BASE) into the user's Hugging Face cache, with
    progress (`python -m engine class fetch`, `fetch_bert_base`), which the Probe and Attention pages then offer
    first. Offline (HF_HUB_OFFLINE set) prepare queues no job for it and the part is `skipped` with one line; with
@@ -123,15 +124,52 @@ class Part:
     check: str = "classroom"  # the speed check that scales it to this machine (engine.ablations.timing.timed_check)
     minutes_fp32: measured.Measured = None  # its wall time in fp32, on a CPU without bf16 units (None: not measured)
     no_time: str = "not measured on its own (the classroom run's measured time started from an empty cache)"
+    scale: float = 1.0  # its share of the measured figure's work (the probe-ready model's steps here over the recipe's)
+    length: str = ""  # how its length was chosen, in words ("" when it is the recipe's)
 
 
-def probe_ready_argv(root) -> list:
-    """The probe-ready model's job: the recipe's defaults, so the command names only the init, corpus and folder."""
+def _recorded_steps(run_dir: Path):
+    """The steps a started run trains to (its run.json config), or None (no run, or a record this code never writes)."""
+    steps = (read_json_or_empty(run_dir / RUN_JSON).get("config") or {}).get("steps")
+    return steps if type(steps) is int and 1 <= steps <= 10 ** 7 else None
+
+
+def probe_ready_steps(root, record: dict = None) -> tuple:
+    """(steps, how in words): the probe-ready model's length on this machine. Once its run has started, the steps it
+    trains to (its run.json: a resumed or finished run keeps its length whatever a later check reads). Else as many
+    of the continued recipe's steps as fit in engine/recipes.py PROBE_READY_BUDGET minutes here, by the one estimator
+    (`estimate` of the recipe's measured time x this machine's speed check of a probe-ready step, prepare.json), within
+    PROBE_READY_STEP_RANGE, rounded to 50. Without a good reading on this CPU: the recipe's own steps."""
+    from engine import recipes
+    base = recipes.CONTINUED.settings["steps"]
+    run_dir = Path(root).absolute() / recipes.PROBE_READY_RUN
+    started = _recorded_steps(run_dir)
+    if started is not None:
+        return started, (f"{started} steps, as its run started" if started != base else "")
+    c = _checks(root, record).get("minilm")
+    if c is None or c.gpu:
+        return base, ""
+    reading = Reading(c.step_ms, f"this machine's speed check read {c.step_ms:.0f} ms")
+    est = estimate(measured.fact("probe_ready.minutes"), "minilm", {"minilm": reading})
+    if not est.here:  # the figure's machine has no reading to scale it by
+        return base, ""
+    lo, hi = recipes.PROBE_READY_STEP_RANGE
+    steps = min(hi, max(lo, 50 * round(base * recipes.PROBE_READY_BUDGET / est.minutes / 50)))
+    return steps, (f"{steps} steps, what fits in {recipes.PROBE_READY_BUDGET:g} min here (the recipe's {base} would take "
+                   f"{est.minutes:.1f} min)")
+
+
+def probe_ready_argv(root, steps: int = None) -> list:
+    """The probe-ready model's job: the recipe's defaults, so the command names only the init, corpus and folder, and
+    its length here when that is not the recipe's (`probe_ready_steps`; `steps` given: that one)."""
     from engine import cli
     from engine import recipes
     from engine.pretraining.config import PretrainConfig
-    cfg = PretrainConfig.for_init(recipes.PROBE_READY_INIT, out=str(Path(root) / recipes.PROBE_READY_RUN), quiet=True)
-    command, *flags = cli.argv(cfg, only=("init", "corpus", "out", "quiet"))
+    steps = probe_ready_steps(root)[0] if steps is None else steps
+    cfg = PretrainConfig.for_init(recipes.PROBE_READY_INIT, out=str(Path(root) / recipes.PROBE_READY_RUN), quiet=True,
+                                  steps=steps)
+    own = ("steps",) if steps != recipes.CONTINUED.settings["steps"] else ()
+    command, *flags = cli.argv(cfg, only=("init", "corpus", *own, "out", "quiet"))
     return [command, "--recipe", recipes.CONTINUED.name, *flags]
 
 
@@ -144,6 +182,7 @@ def parts(root) -> list:
     from engine.recipes import PROBE_READY_RUN
     root = Path(root).absolute()
     state = root / STATE_DIR
+    steps, length = probe_ready_steps(root)
     return [
         Part("cache", "the classroom vocabulary and pre-training data, cached",
              ["class", "cache", "--runs-root", str(root), *RUN_FLAGS], state / "cache"),
@@ -151,9 +190,10 @@ def parts(root) -> list:
              ["pretrain", "--recipe", recipes.CLASSROOM.name, *RUN_FLAGS, "--out", str(root / REFERENCE_RUN), "--quiet"],
              root / REFERENCE_RUN,
              measured.fact("classroom_run.minutes_bf16"), minutes_fp32=measured.fact("classroom_run.minutes_fp32")),
-        Part("probe_ready", "the probe-ready model (MiniLM continued with MLM + NSP)", probe_ready_argv(root),
+        Part("probe_ready", "the probe-ready model (MiniLM continued with MLM + NSP)", probe_ready_argv(root, steps),
              root / PROBE_READY_RUN, measured.fact("probe_ready.minutes"), check="minilm",
-             minutes_fp32=measured.fact("probe_ready.minutes_fp32")),
+             minutes_fp32=measured.fact("probe_ready.minutes_fp32"),
+             scale=steps / recipes.CONTINUED.settings["steps"], length=length),
         Part(BERT_BASE_PART, "Google's bert-base-uncased in the Hugging Face cache (when online)",
              ["class", "fetch", "--runs-root", str(root)], state / "bert-base",
              no_time="a download: its time is the network's"),
@@ -546,7 +586,7 @@ def readings(root, record: dict = None, done: set = None) -> dict:
         took = clock_minutes(p) if ref_ms and (done is None or p.key in done) else None
         if took is None or (done is None and foreign_run(p)):
             continue
-        out[p.check] = Reading(ref_ms * took / p.minutes.value, f"{p.title} took {took:.1f} min here")
+        out[p.check] = Reading(ref_ms * took / (p.minutes.value * p.scale), f"{p.title} took {took:.1f} min here")
     return out
 
 
@@ -558,7 +598,10 @@ def part_estimate(root, key: str, found: dict = None, on: tuple = None) -> Estim
     if p.minutes is None:
         return Estimate(None, p.no_time)
     precision, device = on or machine()
-    return estimate(p.minutes, p.check, readings(root) if found is None else found, p.minutes_fp32, precision, device)
+    est = estimate(p.minutes, p.check, readings(root) if found is None else found, p.minutes_fp32, precision, device)
+    if p.scale == 1.0 or est.minutes is None:
+        return est
+    return Estimate(est.minutes * p.scale, f"{est.how}; x {p.scale:.2f}: {p.length}", est.here, est.under)
 
 
 def _left_from_progress(run_dir: Path):

@@ -61,6 +61,12 @@ LAB = Recipe(
 # button, `class prepare`'s third part, the hub's offline hint)
 PROBE_READY_INIT = "minilm"
 PROBE_READY_RUN = "minilm-continued"
+# Its length is this machine's: as many of the continued recipe's steps as fit in PROBE_READY_BUDGET minutes of wall
+# time here, read from `class prepare`'s speed check of a probe-ready step (engine.classroom.probe_ready_steps), so a
+# faster CPU trains longer; never fewer or more steps than PROBE_READY_STEP_RANGE (below 400 the held-out NSP is still
+# climbing steeply; docs/lab-notes/probe-ready-model.md). Without a reading: the recipe's own steps.
+PROBE_READY_BUDGET = 20.0  # minutes
+PROBE_READY_STEP_RANGE = (400, 2400)
 
 PAPER = Recipe("paper", "pretrain", "the paper's BERT-BASE pre-training: the config's own defaults")
 

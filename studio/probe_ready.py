@@ -75,13 +75,15 @@ def panel(root, why: bool = True) -> None:
     from engine.corpora import CORPUS_WORDS
     from engine.pretraining.config import CONTINUED_PRETRAINING as R
     from engine.pretraining.config import PROBE_READY_INIT, PretrainConfig
-    heads_first = PretrainConfig.for_init(PROBE_READY_INIT).heads_first_steps()
+    from engine.classroom import probe_ready_steps
+    steps, _ = probe_ready_steps(root)  # as many as fit in the recipe's budget at this machine's measured speed
+    heads_first = PretrainConfig.for_init(PROBE_READY_INIT, steps=steps).heads_first_steps()
     build = build_minutes(root)
     MLM, NSP = fact("probe_ready.mlm_accuracy"), fact("probe_ready.nsp_accuracy")
     d = run_dir(root)
     st.caption(("MiniLM has real weights but no MLM or NSP head. " if why else "") +
                f"This continues MiniLM's pre-training with the paper's "
-               f"objectives (MLM + NSP) on {CORPUS_WORDS[R['corpus']]}: {R['steps']} steps of {R['batch_size']} x {R['seq_len']} tokens at learning rate "
+               f"objectives (MLM + NSP) on {CORPUS_WORDS[R['corpus']]}: {steps} steps of {R['batch_size']} x {R['seq_len']} tokens at learning rate "
                f"{R['lr']:g}" + (f", the first {heads_first} training only the output layers, the encoder frozen" if heads_first else "") +
                f", as its own process: {build.clause()}, ending at held-out MLM accuracy {MLM.text()} and NSP "
                f"{NSP.text()} ({MLM.where}). Command: `python -m engine {' '.join(argv(root))}`", help=build.how)

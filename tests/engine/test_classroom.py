@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from engine import classroom, measured
+from engine import classroom, measured, recipes
 from engine.ablations.timing import SpeedCheck
 from engine.runs import mark_complete, write_run_json
 from tests.helpers import FakeQueue
@@ -129,9 +129,14 @@ def test_time_left_is_each_measured_time_scaled_by_its_own_speed_check_or_the_ru
     rounds = classroom.CHECK_ROUNDS  # each timed in rounds once, recorded in <runs>/.class/prepare.json
     assert calls == ["classroom"] * rounds + ["minilm"] * rounds
     assert rows[1]["minutes_left"] == pytest.approx(2 * ref.value)
-    assert rows[2]["minutes_left"] == pytest.approx(1.5 * ready.value)  # not by the classroom step's 2x
+    # the probe-ready model trains as many steps as fit in its budget here (1.5x slower: fewer than the recipe's)
+    base, budget = recipes.CONTINUED.settings["steps"], recipes.PROBE_READY_BUDGET
+    steps = 50 * round(base * budget / (1.5 * ready.value) / 50)
+    assert steps < base and q.jobs[2]["argv"][q.jobs[2]["argv"].index("--steps") + 1] == str(steps)
+    assert rows[2]["minutes_left"] == pytest.approx(1.5 * ready.value * steps / base)  # not by the classroom step's 2x
+    assert f"{steps} steps, what fits in {budget:g} min here" in rows[2]["how"]
     assert rows[0]["minutes_left"] is None  # the cache is inside the classroom run's measured time
-    assert classroom.minutes_left(rows) == pytest.approx(2 * ref.value + 1.5 * ready.value)
+    assert classroom.minutes_left(rows) == pytest.approx(2 * ref.value + 1.5 * ready.value * steps / base)
     # a machine with no reading of a part's check: that part as measured there, and the status says so
     machines[ready.machine] = dataclasses.replace(machines[ready.machine], minilm_check_ms=None)
     row = classroom.status(root, jobs=q)[2]
@@ -143,6 +148,32 @@ def test_time_left_is_each_measured_time_scaled_by_its_own_speed_check_or_the_ru
     assert row["state"] == "running" and (row["step"], row["total"]) == (4, 10)
     assert row["minutes_left"] == pytest.approx(3.0)
     assert "4 / 10" in classroom.describe(classroom.status(root, jobs=q))
+
+
+def test_the_probe_ready_length_fits_its_budget_by_this_machines_speed_and_a_started_run_keeps_its_own(tmp_path):
+    root = tmp_path / "runs"
+    base, budget = recipes.CONTINUED.settings["steps"], recipes.PROBE_READY_BUDGET
+    assert classroom.probe_ready_steps(root) == (base, "")  # no reading: the recipe's steps, and the argv names none
+    assert "--steps" not in classroom.probe_ready_argv(root)
+    ready = measured.fact("probe_ready.minutes")
+    ref_ms = measured.MACHINES[ready.machine].check("minilm")
+    (root / classroom.STATE_DIR).mkdir(parents=True)
+    for factor, within in ((0.5, True), (0.1, False), (4.0, False)):  # twice as fast; far faster; far slower
+        check = {"precision": "bf16", "threads": 2, "step_ms": factor * ref_ms}
+        (root / classroom.STATE_DIR / "prepare.json").write_text(json.dumps({"checks": {"minilm": check}}))
+        steps, how = classroom.probe_ready_steps(root)
+        lo, hi = recipes.PROBE_READY_STEP_RANGE
+        assert steps == min(hi, max(lo, 50 * round(base * budget / (factor * ready.value) / 50))) and steps % 50 == 0
+        assert (lo < steps < hi) is within and f"{steps} steps, what fits in {budget:g} min here" in how
+        est = classroom.part_estimate(root, "probe_ready", on=("bf16", "cpu"))
+        assert est.minutes == pytest.approx(factor * ready.value * steps / base)
+    assert classroom.probe_ready_steps(root)[0] == recipes.PROBE_READY_STEP_RANGE[0]  # the slow machine: the floor
+    # once its run has started, its own length, whatever a later check reads; a finished run's clock is read per step
+    write_run_json(root / recipes.PROBE_READY_RUN, kind="pretrain", status="running", total_steps=1234,
+                   config={"steps": 1234})
+    assert classroom.probe_ready_steps(root) == (1234, "1234 steps, as its run started")
+    argv = classroom.probe_ready_argv(root)
+    assert argv[argv.index("--steps") + 1] == "1234"
 
 
 def test_no_speed_check_while_a_part_runs(tmp_path, monkeypatch):
@@ -202,7 +233,7 @@ def test_prepare_end_to_end_on_the_real_queue_with_tiny_settings(tmp_path, monke
     flags = _tiny_flags(tmp_path)
     monkeypatch.setattr(classroom, "RUN_FLAGS", flags)
     ready = root / "minilm-continued"
-    monkeypatch.setattr(classroom, "probe_ready_argv", lambda r: ["pretrain", *flags, "--out", str(ready), "--quiet"])
+    monkeypatch.setattr(classroom, "probe_ready_argv", lambda r, steps=None: ["pretrain", *flags, "--out", str(ready), "--quiet"])
     q = Jobs(root)
     classroom.prepare(root, jobs=q, speed_check=False)
     deadline = time.monotonic() + 240
