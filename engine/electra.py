@@ -213,19 +213,24 @@ def encoder_tensors(embeddings, layers) -> dict:
     return out
 
 
-def pair_tensors(model: ElectraPreTraining) -> tuple:
-    """({name: tensor} of transformers' ElectraForPreTraining, the same of its ElectraForMaskedLM) for `model`'s
-    discriminator and generator (the tied LM weight is the word embeddings, not stored, as transformers does)."""
-    disc = {"electra." + k: v for k, v in encoder_tensors(model.bert.embeddings, model.bert.layers).items()}
-    disc.update({f"discriminator_predictions.{k}": v for k, v in model.rtd.state_dict().items()})
-    g = model.generator
+def generator_tensors(g: Generator) -> dict:
+    """{name: tensor} of transformers' ElectraForMaskedLM for a `Generator` (the tied LM weight is the word
+    embeddings, not stored, as transformers does)."""
     gen = {"electra." + k: v for k, v in encoder_tensors(g.embeddings, g.layers).items()}
     if g.project is not None:
         gen.update({f"electra.embeddings_project.{k}": v for k, v in g.project.state_dict().items()})
     gen.update({f"generator_predictions.dense.{k}": v for k, v in g.dense.state_dict().items()})
     gen.update({f"generator_predictions.LayerNorm.{k}": v for k, v in g.norm.state_dict().items()})
     gen["generator_lm_head.bias"] = g.bias
-    return disc, gen
+    return gen
+
+
+def pair_tensors(model: ElectraPreTraining) -> tuple:
+    """({name: tensor} of transformers' ElectraForPreTraining, the same of its ElectraForMaskedLM) for `model`'s
+    discriminator and generator."""
+    disc = {"electra." + k: v for k, v in encoder_tensors(model.bert.embeddings, model.bert.layers).items()}
+    disc.update({f"discriminator_predictions.{k}": v for k, v in model.rtd.state_dict().items()})
+    return disc, generator_tensors(model.generator)
 
 
 def electra_config(config: BertConfig, embedding_size: int, architecture: str) -> dict:
@@ -240,16 +245,19 @@ def electra_config(config: BertConfig, embedding_size: int, architecture: str) -
                          pad_token_id=config.pad_token_id, architectures=[architecture]).to_dict()
 
 
-def save_pair(model: ElectraPreTraining, folder, tokenizer) -> None:
+def save_pair(model, folder, tokenizer) -> None:
     """Write `discriminator/` (ElectraForPreTraining) and `generator/` (ElectraForMaskedLM) into a checkpoint folder
-    being written (engine.pretraining.run_folder.save_checkpoint; its root holds the discriminator as BERT)."""
+    being written (engine.pretraining.run_folder.save_checkpoint; its root holds the discriminator as BERT). A model
+    with a generator and no discriminator (engine/replace_mlm.py: its root is a BERT with its MLM head): the
+    generator only."""
     from safetensors.torch import save_file
     from engine.fileio import atomic_save_with, atomic_write_json
     model = getattr(getattr(model, "module", model), "_orig_mod", getattr(model, "module", model))  # DDP, compile
-    disc, gen = pair_tensors(model)
     E = model.config.hidden_size
-    for sub, tensors, config, arch in ((DISCRIMINATOR_DIR, disc, model.config, "ElectraForPreTraining"),
-                                       (GENERATOR_DIR, gen, model.generator.config, "ElectraForMaskedLM")):
+    subs = [(GENERATOR_DIR, generator_tensors(model.generator), model.generator.config, "ElectraForMaskedLM")]
+    if isinstance(model, ElectraPreTraining):
+        subs.insert(0, (DISCRIMINATOR_DIR, pair_tensors(model)[0], model.config, "ElectraForPreTraining"))
+    for sub, tensors, config, arch in subs:
         d = Path(folder) / sub
         d.mkdir(parents=True, exist_ok=True)
         atomic_write_json(d / "config.json", electra_config(config, E, arch))
@@ -303,13 +311,17 @@ def load_encoder(embeddings, layers, sd: dict, prefix: str, source) -> None:
         load_module(layer, state, {k: k for k in layer.state_dict()}, source)
 
 
-def load_pair(model: ElectraPreTraining, folder) -> None:
+def load_pair(model, folder) -> None:
     """The discriminator (encoder and head) and the generator of `model` from a checkpoint's `discriminator/` and
-    `generator/` (what `save_pair` wrote); the shared embeddings are read from the discriminator's."""
-    d, g = Path(folder) / DISCRIMINATOR_DIR, Path(folder) / GENERATOR_DIR
-    disc, gen = read_tensors(d), read_tensors(g)
-    load_encoder(model.bert.embeddings, model.bert.layers, disc, "electra.", d)
-    load_module(model.rtd, disc, {k: f"discriminator_predictions.{k}" for k in model.rtd.state_dict()}, d)
+    `generator/` (what `save_pair` wrote); the shared embeddings are read from the discriminator's. A model without
+    a discriminator (engine/replace_mlm.py): the generator only (its embeddings are the model's, loaded with it)."""
+    if isinstance(model, ElectraPreTraining):
+        d = Path(folder) / DISCRIMINATOR_DIR
+        disc = read_tensors(d)
+        load_encoder(model.bert.embeddings, model.bert.layers, disc, "electra.", d)
+        load_module(model.rtd, disc, {k: f"discriminator_predictions.{k}" for k in model.rtd.state_dict()}, d)
+    g = Path(folder) / GENERATOR_DIR
+    gen = read_tensors(g)
     G = model.generator
     load_encoder(None, G.layers, gen, "electra.", g)
     if G.project is not None:
@@ -323,16 +335,18 @@ def load_pair(model: ElectraPreTraining, folder) -> None:
 
 
 def check_settings(cfg) -> None:
-    """One line for a PretrainConfig of --objective electra that cannot train: the generator's size, a start from
-    another model (the generator would have no weights), packing, masking shares other than all [MASK]."""
+    """One line for a PretrainConfig of an objective with a generator (electra, replace-mlm, all-tokens-mlm) that
+    cannot train: the generator's size, a start from another model (the generator would have no weights), packing,
+    masking shares other than all [MASK]."""
+    name = f"--objective {cfg.objective}"
     if not 0.0 < float(cfg.generator_size) <= 1.0:
         raise EngineError(f"--generator-size {cfg.generator_size} must be in (0, 1]: the generator's share of the "
                           f"model's hidden size (the paper: 0.25 to 0.5)")
     if cfg.init:
-        raise EngineError("--objective electra trains a generator and a discriminator from scratch; drop --init (or "
-                          "continue a BERT with --objective mlm)")
+        raise EngineError(f"{name} trains a generator and its model from scratch; drop --init (or continue a BERT "
+                          f"with --objective mlm)")
     if cfg.packing:
-        raise EngineError("--objective electra does not pack instances; drop --packing")
+        raise EngineError(f"{name} does not pack instances; drop --packing")
     if tuple(float(r) for r in cfg.mask_ratios) not in ((0.8, 0.1, 0.1), (1.0, 0.0, 0.0)):
-        raise EngineError(f"--objective electra puts [MASK] at every selected position of the generator's input (the "
-                          f"paper), so --mask-ratios {','.join(f'{r:g}' for r in cfg.mask_ratios)} does not apply; drop it")
+        raise EngineError(f"{name} puts [MASK] at every selected position of the generator's input (the paper), so "
+                          f"--mask-ratios {','.join(f'{r:g}' for r in cfg.mask_ratios)} does not apply; drop it")

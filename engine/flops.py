@@ -34,11 +34,27 @@ def electra_flops(cfg: BertConfig, generator: BertConfig, lengths, n_mlm: int, t
     its config) and its MLM head at the `n_mlm` masked positions (2GH + 2HV). Both networks count, so an
     equal-compute comparison with MLM is honest; the sampling has no matrix multiply. Training counts 3x the forward
     (the generator's backward too: its MLM loss trains it)."""
+    H = cfg.hidden_size
+    f = model_flops(cfg, lengths, train=False, pooler=False) + sum(lengths) * (2 * H * H + 2 * H)
+    f += generator_flops(cfg, generator, lengths, n_mlm)
+    return 3 * f if train else f
+
+
+def generator_flops(cfg: BertConfig, generator: BertConfig, lengths, n_mlm: int) -> float:
+    """Forward matrix-multiply FLOPs of ELECTRA's generator (engine/electra.py) for a model of `cfg`: the projection
+    from the shared embeddings (2HG a token where G != H), its layers and its MLM head at the `n_mlm` masked
+    positions (2GH + 2HV)."""
     H, G, V = cfg.hidden_size, generator.hidden_size, cfg.vocab_size
-    n = sum(lengths)
-    f = model_flops(cfg, lengths, train=False, pooler=False) + n * (2 * H * H + 2 * H)
-    f += model_flops(generator, lengths, train=False, pooler=False) + (n * 2 * H * G if G != H else 0)
-    f += n_mlm * (2 * G * H + 2 * H * V)
+    return (model_flops(generator, lengths, train=False, pooler=False) + (sum(lengths) * 2 * H * G if G != H else 0)
+            + n_mlm * (2 * G * H + 2 * H * V))
+
+
+def generator_mlm_flops(cfg: BertConfig, generator: BertConfig, lengths, n_mlm: int, n_pred: int,
+                        train: bool = True) -> float:
+    """Matrix-multiply FLOPs of a Replace MLM or All-Tokens MLM step (engine/replace_mlm.py): the model (`model_flops`
+    with its MLM head at the `n_pred` positions it predicts: the masked ones, or every token) and the generator at the
+    `n_mlm` masked positions (`generator_flops`). Training counts 3x the forward, the generator's backward too."""
+    f = model_flops(cfg, lengths, n_mlm=n_pred, train=False, pooler=False) + generator_flops(cfg, generator, lengths, n_mlm)
     return 3 * f if train else f
 
 

@@ -11,6 +11,9 @@
 | electra | one stretch of a document per instance          | masked tokens (all [MASK]) for   | both ways | RTD (the  |
 |         |                                                 | the generator; replaced or not   |           | generator |
 |         |                                                 | at every real token              |           | MLM apart)|
+| replace-mlm | one stretch of a document per instance      | masked tokens, their input the   | both ways | MLM (the  |
+|         |                                                 | generator's samples              |           | generator |
+| all-tokens-mlm | the same                                 | every real token, the same input | both ways | apart)    |
 
 The loss is the mean cross-entropy of the token predictions, plus the pair task's cross-entropy when the objective
 has one (NSP or SOP: the same 2-way head on C, `cls.seq_relationship` in a checkpoint), plus, for ELECTRA, 50 x the
@@ -39,7 +42,8 @@ SUMS = ("loss",  # the micro-batch losses (each a mean)
         "batches",  # micro-batches
         "disc_loss", "disc_correct", "disc_n", "disc_replaced",  # ELECTRA's discriminator: summed binary
         # cross-entropy, correct replaced/original calls, real tokens judged, tokens the samples changed (0 without it)
-        "sbo_loss", "sbo_correct", "sbo_n")  # SpanBERT's span boundary objective (--span-boundary; 0 without it)
+        "sbo_loss", "sbo_correct", "sbo_n",  # SpanBERT's span boundary objective (--span-boundary; 0 without it)
+        "gen_loss", "gen_correct", "gen_n")  # the generator of Replace MLM and All-Tokens MLM (0 without one)
 # new sums go last, so a checkpoint saved before they existed resumes with its window's first entries
 # (engine/pretraining/loop.py)
 
@@ -65,6 +69,14 @@ class Objective:
     rtd_weight: float = 0.0  # > 0: replaced-token detection (ELECTRA): a generator MLM and a discriminator on every
     # token, whose loss counts this many times (the paper's lambda, 50); the discriminator is the run's model
     mask_ratios: tuple = ()  # MASK,RANDOM,SAME shares the objective fixes (ELECTRA: all [MASK]); () = --mask-ratios
+    fills: bool = False  # the masked positions hold a small generator's samples when the model reads them, the
+    # generator trained beside it by its own MLM loss (ELECTRA's Replace MLM and All-Tokens MLM: engine/replace_mlm.py)
+    all_tokens: bool = False  # with `fills`: the model predicts every real token, not only the masked ones
+
+    @property
+    def generator(self) -> bool:
+        """The run trains a small MLM generator beside its model (ELECTRA, and its two MLM ablations)."""
+        return self.rtd or self.fills
 
     @property
     def rtd(self) -> bool:
@@ -100,7 +112,7 @@ class Objective:
     def metrics(self) -> tuple:
         """The metric keys of its training records (besides step, tokens, lr, ...)."""
         return (("loss", f"{self.token}_loss", f"{self.token}_acc") + ((f"{self.pair}_loss", f"{self.pair}_acc") if self.nsp else ())
-                + (("disc_loss", "disc_acc", "disc_replaced") if self.rtd else ()))
+                + (("disc_loss", "disc_acc", "disc_replaced") if self.rtd else ()) + (("gen_loss", "gen_acc") if self.fills else ()))
 
     @property
     def held_out_metrics(self) -> tuple:
@@ -120,6 +132,9 @@ class Objective:
         if self.rtd:
             n = max(sums["disc_n"], 1)
             rec.update(disc_loss=sums["disc_loss"] / n, disc_acc=sums["disc_correct"] / n, disc_replaced=sums["disc_replaced"] / n)
+        if self.fills:  # the generator's own MLM at the masked positions (the token metrics are the model's)
+            n = max(sums["gen_n"], 1)
+            rec.update(gen_loss=sums["gen_loss"] / n, gen_acc=sums["gen_correct"] / n)
         if sums.get("sbo_n"):  # --span-boundary (a setting of span masking, not an objective: engine/span_boundary.py)
             rec.update(sbo_loss=sums["sbo_loss"] / sums["sbo_n"], sbo_acc=sums["sbo_correct"] / sums["sbo_n"])
         return rec
@@ -153,12 +168,23 @@ MLM_SOP = Objective("mlm+sop", "MLM + SOP (ALBERT)", nsp=True, causal=False, pai
 # embeddings. The discriminator is the run's model (engine/electra.py, where ours departs from the paper).
 ELECTRA = Objective("electra", "ELECTRA (replaced-token detection)", nsp=False, causal=False, rtd_weight=50.0,
                     mask_ratios=(1.0, 0.0, 0.0), words="ELECTRA's replaced-token detection")
-OBJECTIVES = {o.name: o for o in (MLM_NSP, MLM, LTR, MLM_SOP, ELECTRA)}
+# ELECTRA's two MLM ablations (section 3.2, Table 5), which tell where its gain comes from: Replace MLM, masked LM
+# whose masked positions hold the generator's samples instead of [MASK] (no [MASK] mismatch between pre-training and
+# fine-tuning, still learning from the 15% only); All-Tokens MLM, the same input with every token predicted (learning
+# from all tokens without a discriminator). Both train the generator beside the model; the model is a BERT with its
+# MLM head (fill-mask probes it). Where ours departs (no copy mechanism for All-Tokens MLM): engine/replace_mlm.py.
+REPLACE_MLM = Objective("replace-mlm", "Replace MLM (ELECTRA's ablation)", nsp=False, causal=False, fills=True,
+                        mask_ratios=(1.0, 0.0, 0.0), words="masked LM on a generator's samples instead of [MASK]")
+ALL_TOKENS_MLM = Objective("all-tokens-mlm", "All-Tokens MLM (ELECTRA's ablation)", nsp=False, causal=False, fills=True,
+                           all_tokens=True, mask_ratios=(1.0, 0.0, 0.0),
+                           words="masked LM on a generator's samples, every token predicted")
+OBJECTIVES = {o.name: o for o in (MLM_NSP, MLM, LTR, MLM_SOP, ELECTRA, REPLACE_MLM, ALL_TOKENS_MLM)}
 
 
 # what a pre-training record's own metric keys begin with: each objective's token prediction and pair task
 # (mlm, nsp, lm, sop), ELECTRA's discriminator (disc) and the span boundary objective (sbo); a held-out record's begin with eval_
-METRIC_PREFIXES = tuple(dict.fromkeys([p for o in OBJECTIVES.values() for p in (o.token, o.pairs, "disc" if o.rtd else "") if p]
+METRIC_PREFIXES = tuple(dict.fromkeys([p for o in OBJECTIVES.values()
+                                        for p in (o.token, o.pairs, "disc" if o.rtd else "", "gen" if o.fills else "") if p]
                                       + ["sbo"]))  # and --span-boundary's (a setting of the masked objectives)
 
 

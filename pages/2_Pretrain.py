@@ -191,10 +191,10 @@ def model_fields(init, D) -> dict:
                                 format_func=lambda n: INPUT_FORMATS[n].label,
                                 help=cli.field_setting(PretrainConfig, "input_format")[1])
     generator = c1.number_input("Generator size (ELECTRA)", value=float(D.generator_size), step=N["generator_size"][2],
-                                disabled=not OBJECTIVES[objective].rtd, help=cli.field_setting(PretrainConfig, "generator_size")[1])
+                                disabled=not OBJECTIVES[objective].generator, help=cli.field_setting(PretrainConfig, "generator_size")[1])
     return {"size_mode": size_mode, "preset": preset, "layers": int(layers), "hidden": int(hidden), "heads": int(heads),
             "objective": objective, "input_format": input_format,
-            **({"generator_size": float(generator)} if OBJECTIVES[objective].rtd else {})}
+            **({"generator_size": float(generator)} if OBJECTIVES[objective].generator else {})}
 
 
 def training_fields(init, data, D) -> dict:

@@ -109,3 +109,23 @@ def batch_indices(it, n: int) -> tuple:
         out.append(b["index"].tolist())
         pos = b["position"]
     return out, pos
+
+
+MASK_ID = 4  # the [MASK] id of masked_batch's made-up vocabulary
+
+
+def masked_batch(g, B=4, T=16, vocab=300):
+    """(masked ids, original ids, rows, cols, targets, valid): 3 positions of each row masked with [MASK], plus one
+    unused slot per row (target IGNORE_INDEX at column 0, as engine.pretraining.step_inputs lays them out)."""
+    import torch
+
+    from engine.vocab_loss import IGNORE_INDEX
+    orig = torch.randint(10, vocab, (B, T), generator=g)
+    orig[:, 0] = 2
+    cols = torch.stack([torch.randperm(T - 1, generator=g)[:3] + 1 for _ in range(B)])  # (B, 3), never [CLS]
+    rows = torch.arange(B)[:, None].expand(B, 3)
+    rows, cols = torch.cat([rows, torch.arange(B)[:, None]], 1).reshape(-1), torch.cat([cols, torch.zeros(B, 1, dtype=torch.long)], 1).reshape(-1)
+    valid = cols != 0
+    targets = torch.where(valid, orig[rows, cols], torch.full_like(cols, IGNORE_INDEX))
+    masked = orig.index_put((rows[valid], cols[valid]), torch.full((int(valid.sum()),), MASK_ID))
+    return masked, orig, rows, cols, targets, valid

@@ -15,7 +15,8 @@ scale (`CLASSROOM_FAMILY`), and `GROUPS` names the two groups the Ablations page
 - `span-masking` (SpanBERT, Joshi et al. 2020, section 3 and its ablations): random tokens, whole words, random
   spans, and spans with the span boundary objective where the engine has it.
 - `electra-vs-mlm` (ELECTRA, Clark et al. 2020, section 3.5, Table 5): ELECTRA against BERT at equal compute (FLOPs
-  of generator and discriminator both); the rows the engine cannot train are named in the description.
+  of generator and discriminator both), with its Replace MLM and All-Tokens MLM rows (engine/replace_mlm.py); the
+  row the engine cannot train (ELECTRA 15%) is named in the description.
 - `masking-rate` (Wettig et al. 2023): 15% / 40% / 80%, and 80/10/10 against all-[MASK] at 40%, at equal steps.
 
 Shared baselines: every study whose rows include BERT (MLM + NSP) or MLM only puts BERT first and is compared at
@@ -37,7 +38,7 @@ from engine.ablations.findings import claim, compare, means
 from engine.ablations.paper import BBC, CLOZE, ORDER, PUNCT, SMALL_BASE, SMALL_GRID, STORY, StudyAtScale, TABLE5_TASKS
 from engine.ablations.study import Study, Variant, pretrain_column_name
 from engine.ablations.verdict import Contrast
-from engine.objectives import ELECTRA, MLM, MLM_NSP, MLM_SOP
+from engine.objectives import ALL_TOKENS_MLM, ELECTRA, MLM, MLM_NSP, MLM_SOP, REPLACE_MLM
 from engine.pretraining.config import PretrainConfig
 from engine.pretraining.input_formats import DOC_SENTENCES, FULL_SENTENCES, SEGMENT_PAIR, SENTENCE_PAIR
 
@@ -281,6 +282,8 @@ def check_span_masking(study: Study, summary) -> list:
 # ELECTRA vs MLM at equal compute (section 3.5, Table 5)
 
 ELECTRA_ROW = "ELECTRA"
+ALL_TOKENS_ROW = "All-Tokens MLM"  # ELECTRA's Table 5 ablations (engine/replace_mlm.py)
+REPLACE_ROW = "Replace MLM"
 ELECTRA_T5 = "ELECTRA Table 5 (base size, equal compute), GLUE score"
 
 
@@ -289,30 +292,43 @@ def electra_vs_mlm_study(evaluations=None) -> Study:
         name="electra-vs-mlm", title="ELECTRA Table 5: replaced-token detection vs MLM at equal compute",
         description="BERT (MLM + NSP, Table 5's row, shared), masked LM only (shared) and ELECTRA (a generator a "
                     "quarter of the discriminator's width, its samples in the masked positions, the discriminator "
-                    "judging every token; FLOPs of both networks counted), each at BERT's pre-training FLOPs. "
-                    "Missing rows: ELECTRA's Replace MLM (masked tokens replaced by generator samples, an MLM head), "
-                    "All-Tokens MLM (every token predicted, with a copy mechanism) and ELECTRA 15% (the "
-                    "discriminator's loss on the masked positions only): the engine has no objective for them.",
+                    "judging every token; FLOPs of both networks counted), and ELECTRA's two MLM ablations with the "
+                    "same generator: Replace MLM (its samples in place of [MASK], the loss at the masked positions) "
+                    "and All-Tokens MLM (every token predicted; ours without the paper's copy mechanism), each at "
+                    "BERT's pre-training FLOPs. Missing row: ELECTRA 15% (the discriminator's loss on the masked "
+                    "positions only): the engine has no objective for it.",
         finding="At equal compute ELECTRA beats MLM (GLUE 85.0 against BERT's 82.2); most of the gain comes from "
                 "learning from all tokens (All-Tokens MLM 84.3), less from removing [MASK] at pre-training (Replace "
                 "MLM 82.4).",
         base=SMALL_BASE,
         finetune=SMALL_GRID,
         variants=(bert_row(), mlm_row(),
-                  Variant(ELECTRA_ROW, {"objective": ELECTRA.name}, note="replaced-token detection; the discriminator is fine-tuned")),
+                  Variant(ELECTRA_ROW, {"objective": ELECTRA.name}, note="replaced-token detection; the discriminator is fine-tuned"),
+                  Variant(ALL_TOKENS_ROW, {"objective": ALL_TOKENS_MLM.name},
+                          note="generator samples in place of [MASK], every token predicted (no copy mechanism)"),
+                  Variant(REPLACE_ROW, {"objective": REPLACE_MLM.name},
+                          note="generator samples in place of [MASK], the masked positions predicted")),
         evaluations=evaluations if evaluations is not None else TABLE5_TASKS,
         finding_check=check_electra_vs_mlm,
         contrasts=tuple(Contrast(f"at equal compute ELECTRA beats BERT ({e.task})", ELECTRA_ROW, BERT_ROW, e.name,
                                  (85.0, 82.2), ELECTRA_T5) for e in TABLE5_TASKS)
         + (Contrast("at equal compute ELECTRA beats masked LM alone (span extraction)", ELECTRA_ROW, MLM_ROW, CLOZE.name,
-                    (85.0, 82.2), f"{ELECTRA_T5} (its BERT row)"),),
+                    (85.0, 82.2), f"{ELECTRA_T5} (its BERT row)"),)
+        + tuple(Contrast(f"learning from all tokens gives most of the gain: All-Tokens MLM beats BERT ({e.task})",
+                         ALL_TOKENS_ROW, BERT_ROW, e.name, (84.3, 82.2), ELECTRA_T5) for e in TABLE5_TASKS)
+        + (Contrast("no [MASK] at pre-training helps a little: Replace MLM beats BERT (span extraction)", REPLACE_ROW,
+                    BERT_ROW, CLOZE.name, (82.4, 82.2), ELECTRA_T5),
+           Contrast("the discriminator beats predicting every token: ELECTRA beats All-Tokens MLM (span extraction)",
+                    ELECTRA_ROW, ALL_TOKENS_ROW, CLOZE.name, (85.0, 84.3), ELECTRA_T5)),
     )
 
 
 def check_electra_vs_mlm(study: Study, summary) -> list:
     cols = downstream(study)
     return ordered(study, summary, [(f"{ELECTRA_ROW} ≥ {BERT_ROW} on average", ELECTRA_ROW, BERT_ROW, cols, False),
-                                    (f"{ELECTRA_ROW} ≥ {MLM_ROW} on average", ELECTRA_ROW, MLM_ROW, cols, False)])
+                                    (f"{ELECTRA_ROW} ≥ {MLM_ROW} on average", ELECTRA_ROW, MLM_ROW, cols, False),
+                                    (f"{ALL_TOKENS_ROW} ≥ {BERT_ROW} on average", ALL_TOKENS_ROW, BERT_ROW, cols, False),
+                                    (f"{ELECTRA_ROW} ≥ {ALL_TOKENS_ROW} on average", ELECTRA_ROW, ALL_TOKENS_ROW, cols, False)])
 
 
 # ---------------------------------------------------------------------------------------------------------

@@ -25,11 +25,14 @@ def step_flops(cfg) -> float:
     obj = objective(cfg.objective)
     B, T = cfg.batch_size, cfg.seq_len
     n_pred = B * T if obj.causal else int(round(cfg.mask_rate * B * T))
-    if obj.rtd:  # ELECTRA: the generator's FLOPs as well as the discriminator's
+    if obj.generator:  # ELECTRA and its MLM ablations: the generator's FLOPs as well as the model's
         from engine.electra import generator_config
-        from engine.flops import electra_flops
+        from engine.flops import electra_flops, generator_mlm_flops
         m = model_config(cfg, cfg.vocab_size)
-        return electra_flops(m, generator_config(m, cfg.generator_size), [T] * B, n_pred)
+        g = generator_config(m, cfg.generator_size)
+        if obj.rtd:
+            return electra_flops(m, g, [T] * B, n_pred)
+        return generator_mlm_flops(m, g, [T] * B, n_pred, B * T if obj.all_tokens else n_pred)
     return model_flops(model_config(cfg, cfg.vocab_size), [T] * B, n_mlm=n_pred, n_cls=2 if obj.nsp else 0,
                        train=True, pooler=obj.nsp)
 

@@ -127,8 +127,9 @@ class PretrainConfig:
     heads: Optional[int] = setting(None, "A (overrides the preset)", group="model", limits=(1, 32, 1))
     max_positions: int = setting(512, "position embeddings: the longest sequence the model accepts", group="model")
     dropout: float = setting(0.1, "hidden and attention dropout", group="model")
-    generator_size: float = setting(0.25, "with --objective electra: the generator's hidden size as a share of the "
-                                    "model's (the discriminator's; the paper: 1/4 to 1/2), engine/electra.py", group="model", limits=(0.05, 1.0, 0.05))
+    generator_size: float = setting(0.25, "with --objective electra, replace-mlm or all-tokens-mlm: the generator's "
+                                    "hidden size as a share of the model's (the discriminator's; the paper: 1/4 to "
+                                    "1/2), engine/electra.py", group="model", limits=(0.05, 1.0, 0.05))
     # --- optimisation
     steps: int = setting(1_000_000, "optimizer steps", group="optimisation", limits=(1, 10_000_000, 1))
     batch_size: int = setting(256, "sequences per step, all processes and accumulation steps together", group="optimisation", limits=(1, 4096, 1))
@@ -236,12 +237,13 @@ def validate(cfg: PretrainConfig) -> None:
     if cfg.span_mask and objective(cfg.objective).causal:
         raise EngineError(f"--span-mask masks tokens, but --objective {cfg.objective} predicts the next token with no "
                           f"masking; drop --span-mask or use a masked objective (mlm, mlm+nsp, mlm+sop)")
-    if cfg.span_boundary and (not cfg.span_mask or cfg.packing or cfg.init or MLM_HEAD not in objective(cfg.objective).heads):
+    if cfg.span_boundary and (not cfg.span_mask or cfg.packing or cfg.init or MLM_HEAD not in objective(cfg.objective).heads
+                              or objective(cfg.objective).fills):
         raise EngineError("--span-boundary predicts SpanBERT's masked spans from their boundaries: it needs --span-mask and "
                           "a masked objective (mlm, mlm+nsp, mlm+sop), trains from scratch (no --init) and unpacked (no --packing)")
-    if objective(cfg.objective).rtd:
+    if objective(cfg.objective).generator:
         from engine.electra import check_settings
-        check_settings(cfg)  # ELECTRA's generator size, and what it does not combine with
+        check_settings(cfg)  # the generator's size (ELECTRA and its MLM ablations), and what it does not combine with
     check_precision(cfg.precision)
     check_compile(cfg.compile)
     for name in ("steps", "batch_size", "grad_accum", "log_every", "max_positions", "eval_max_instances"):

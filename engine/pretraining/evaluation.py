@@ -81,10 +81,10 @@ def evaluate(model, batches: list, obj: Objective, device, amp_ctx_fn=contextlib
     model.eval()
     total = torch.zeros(len(SUMS), dtype=torch.float64, device=device)
     n_inst, preds = 0, []
-    # ELECTRA's generator samples: from a fixed seed here, so every evaluation scores the same draws' way (and the
-    # training's random state is left as it was)
-    with torch.random.fork_rng(devices=[device] if torch.device(device).type == "cuda" else [], enabled=obj.rtd):
-        if obj.rtd:
+    # a generator's samples (ELECTRA, Replace MLM, All-Tokens MLM): from a fixed seed here, so every evaluation scores
+    # the same draws' way (and the training's random state is left as it was)
+    with torch.random.fork_rng(devices=[device] if torch.device(device).type == "cuda" else [], enabled=obj.generator):
+        if obj.generator:
             torch.manual_seed(EVAL_MASK_SEED)
         for b in batches:
             _, sums = forward_loss(model, b, obj, device, amp_ctx_fn(), predictions=preds)

@@ -27,6 +27,7 @@ from engine.checkpoint import load as load_checkpoint
 from engine.commands import PRETRAIN
 from engine.device import amp, resolve_compile, resolve_precision
 from engine.electra import ElectraPreTraining, load_pair
+from engine.replace_mlm import GeneratorMLMPreTraining
 from engine.span_boundary import SpanBoundaryPreTraining, add_boundary_slots, load_head
 from engine.distributed import Dist, all_reduce_
 from engine.errors import EngineError, as_engine_error
@@ -78,8 +79,9 @@ def build_model(cfg: PretrainConfig, tok: Tokenizer, ckpt, device):
     else:
         mcfg = model_config(cfg, tok.vocab_size)
         torch.manual_seed(cfg.seed)
-        rtd = objective(cfg.objective).rtd  # ELECTRA: the discriminator with its generator (engine/electra.py)
-        model = (ElectraPreTraining(mcfg, cfg.generator_size) if rtd else
+        obj = objective(cfg.objective)
+        model = (ElectraPreTraining(mcfg, cfg.generator_size) if obj.rtd else  # the discriminator and its generator
+                 GeneratorMLMPreTraining(mcfg, cfg.generator_size, obj.all_tokens) if obj.fills else  # ELECTRA's ablations
                  SpanBoundaryPreTraining(mcfg) if cfg.span_boundary else BertForPreTraining(mcfg))  # SpanBERT's SBO
     state = {"step": 0, "phase": 1, "position": None, "tokens": 0, "elapsed": 0.0}
     blob = None
@@ -89,6 +91,9 @@ def build_model(cfg: PretrainConfig, tok: Tokenizer, ckpt, device):
             raise EngineError(f"checkpoint {ckpt} holds a different model than the run's settings; resume with the run's own settings")
         if objective(cfg.objective).rtd:  # the root holds the discriminator's encoder; its head and the generator beside
             model.bert.pooler.load_state_dict(bundle.model.bert.pooler.state_dict())
+            load_pair(model, ckpt)
+        elif objective(cfg.objective).fills:  # the root holds the model (a BERT); the generator beside it
+            model.load_state_dict(bundle.model.state_dict(), strict=False)
             load_pair(model, ckpt)
         else:
             model.load_state_dict(bundle.model.state_dict(), strict=not cfg.span_boundary)

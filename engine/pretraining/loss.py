@@ -43,6 +43,8 @@ def forward_loss(model, batch: dict, obj: Objective, device, amp_ctx, prediction
     token_sum, pred = out.mlm_loss_sum, out.mlm_predictions  # (), (B * P,)
     n = batch["mlm_n"]
     loss = token_sum / max(n, 1)
+    if obj.all_tokens:  # All-Tokens MLM: the mean over every real token, masked or not (engine/replace_mlm.py)
+        loss = (token_sum + out.other_loss_sum) / max(batch["real_tokens"], 1)
     if predictions is not None:
         predictions.append(pred[valid])
     sums = {"token_loss": token_sum.detach().double(), "token_correct": ((pred == target) & valid).sum().double(),
@@ -58,6 +60,10 @@ def forward_loss(model, batch: dict, obj: Objective, device, amp_ctx, prediction
         loss = loss + out.sbo_loss_sum / max(n, 1)
         sums.update(sbo_loss=out.sbo_loss_sum.detach().double(), sbo_n=n,
                     sbo_correct=((out.sbo_predictions == target) & valid).sum().double())
+    if obj.fills:  # Replace MLM, All-Tokens MLM: the generator's own MLM loss beside the model's (engine/replace_mlm.py)
+        loss = loss + out.gen_loss_sum / max(n, 1)
+        sums.update(gen_loss=out.gen_loss_sum.detach().double(), gen_n=n,
+                    gen_correct=((out.gen_predictions == target) & valid).sum().double())
     if obj.rtd:  # ELECTRA: the discriminator's binary loss over every real token, x lambda (engine/electra.py)
         real = to_device(batch["attention_mask"], device)
         rtd_loss, rtd_sums = replaced_token_loss(out.rtd_logits, out.rtd_labels, real, batch["real_tokens"])

@@ -181,7 +181,8 @@ def save_checkpoint(run_dir: Path, model, tokenizer: Tokenizer, optimizer, state
     tmp = runs.new_checkpoint_dir(run_dir, step)
     try:
         save_checkpoint_weights(model, tmp, tokenizer=tokenizer, extra_files={"training_state.json": state})
-        if objective(cfg.objective).rtd:  # ELECTRA: discriminator/ and generator/ in transformers' layout, beside
+        if objective(cfg.objective).generator:  # ELECTRA: discriminator/ and generator/ in transformers' layout (its
+            # MLM ablations: generator/ only), beside
             save_pair(model, tmp, tokenizer)
         if cfg.span_boundary:  # SpanBERT's span boundary head, in its own file beside
             save_head(model, tmp)

@@ -13,28 +13,11 @@ from engine.electra import (DISCRIMINATOR_DIR, GENERATOR_DIR, ElectraPreTraining
 from engine.errors import EngineError
 from engine.objectives import ELECTRA, MLM, SUMS
 from engine.pretraining.config import PretrainConfig, model_config, validate
-from engine.vocab_loss import IGNORE_INDEX
-
-MASK = 4
-
+from tests.helpers import masked_batch
 
 def tiny(vocab=300, hidden=64) -> BertConfig:
     return BertConfig(vocab_size=vocab, num_layers=2, hidden_size=hidden, num_heads=1, intermediate_size=4 * hidden,
                       hidden_dropout=0.0, attention_dropout=0.0, has_mlm_head=False, has_nsp_head=False)
-
-
-def masked_batch(g, B=4, T=16, vocab=300):
-    """(masked ids, original ids, rows, cols, targets, valid): 3 positions of each row masked with [MASK], plus one
-    unused slot per row (target IGNORE_INDEX at column 0, as engine.pretraining.step_inputs lays them out)."""
-    orig = torch.randint(10, vocab, (B, T), generator=g)
-    orig[:, 0] = 2
-    cols = torch.stack([torch.randperm(T - 1, generator=g)[:3] + 1 for _ in range(B)])  # (B, 3), never [CLS]
-    rows = torch.arange(B)[:, None].expand(B, 3)
-    rows, cols = torch.cat([rows, torch.arange(B)[:, None]], 1).reshape(-1), torch.cat([cols, torch.zeros(B, 1, dtype=torch.long)], 1).reshape(-1)
-    valid = cols != 0
-    targets = torch.where(valid, orig[rows, cols], torch.full_like(cols, IGNORE_INDEX))
-    masked = orig.index_put((rows[valid], cols[valid]), torch.full((int(valid.sum()),), MASK))
-    return masked, orig, rows, cols, targets, valid
 
 
 def test_labels_are_exactly_where_the_sample_differs_from_the_original():

@@ -14,7 +14,8 @@ from engine.pretraining.run import pretrain
 
 
 def test_the_papers_three_objectives_and_albert_s():
-    assert engine.OBJECTIVES is OBJECTIVES and list(OBJECTIVES) == ["mlm+nsp", "mlm", "ltr", "mlm+sop", "electra"]
+    assert engine.OBJECTIVES is OBJECTIVES and list(OBJECTIVES) == ["mlm+nsp", "mlm", "ltr", "mlm+sop", "electra",
+                                                                 "replace-mlm", "all-tokens-mlm"]
     assert (MLM_NSP.nsp, MLM_NSP.causal, MLM.nsp, MLM.causal, LTR.nsp, LTR.causal) == (True, False, False, False, False, True)
     assert (MLM_SOP.nsp, MLM_SOP.causal, MLM_SOP.pairs, MLM_NSP.pairs, MLM.pairs) == (True, False, "sop", "nsp", "")
     assert (MLM_NSP.min_documents, MLM_SOP.min_documents, MLM.min_documents) == (2, 1, 1)  # SOP's B is A's own text
@@ -29,7 +30,8 @@ def test_the_papers_three_objectives_and_albert_s():
     assert every("held_out_metrics") == ("mlm_acc", "mlm_ppl", "mlm_mask_acc", "mlm_mask_baseline", "nsp_acc", "lm_acc",
                                          "lm_ppl", "sop_acc", "disc_acc")  # what study tables read
     assert set(every("metrics")) == {"loss", "mlm_loss", "mlm_acc", "nsp_loss", "nsp_acc", "lm_loss", "lm_acc",
-                                     "sop_loss", "sop_acc", "disc_loss", "disc_acc", "disc_replaced"}
+                                     "sop_loss", "sop_acc", "disc_loss", "disc_acc", "disc_replaced",
+                                     "gen_loss", "gen_acc"}
     for name, obj in OBJECTIVES.items():
         m = model_config(PretrainConfig.classroom(objective=name), vocab_size=500)
         assert (m.causal, m.has_nsp_head, m.has_mlm_head) == (obj.causal, obj.nsp, not obj.rtd)  # ELECTRA: the generator's
