@@ -70,7 +70,7 @@ LOCK = "prepare.lock"  # in STATE_DIR: held (flock) by the one prepare at work, 
 RUN_FLAGS: list = []  # flags over the classroom recipe for the reference run (none: the recipe itself; tests give tiny ones)
 PART_KEYS = ("cache", "reference", "probe_ready")
 LOAD_FACTOR = 2.0  # a load average above this many times the cores: a speed check taken then reads the machine slow
-CHECK_ROUNDS = 3  # each speed check taken this many times, the fastest kept (load only slows a reading)
+CHECK_ROUNDS = 3  # each speed check taken this many times, the fastest kept (as engine.ablations.timing.fastest_check)
 
 
 @dataclass(frozen=True)

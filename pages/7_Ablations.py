@@ -68,7 +68,7 @@ def time_estimate(study: A.Study, root) -> None:
                        "CPU without bf16 units trains in fp32 and takes several times longer.")
         if st.button("Estimate the time on this machine (a speed check of a few seconds)", key="abl_speed"):
             with guard("timing this machine"), st.spinner("timing the classroom model's steps …"):
-                st.session_state["abl_speed_check"] = check = A.speed_check()
+                st.session_state["abl_speed_check"] = check = A.fastest_check()
     if check is not None:
         est = A.estimate(study, check, runs_root=root)
         (st.warning if est.get("over_hour") else st.info)(f"**Time:** {est['text']}.")

@@ -41,8 +41,8 @@ from engine.ablations.results import (CURVE_X, StudyResults, best_score, collect
                                       final_pretrain_metrics, fmt_cell, paper_table, pretrain_eval_records, summarise)
 from engine.ablations.reuse import REUSE_HELP, training_key
 from engine.ablations.runner import REPO_ROOT, job_states, launch, run_foreground
-from engine.ablations.timing import (REFERENCE_MACHINE, REFERENCE_MINUTES, SpeedCheck, describe_check, estimate, reusable,
-                                     speed_check)
+from engine.ablations.timing import (REFERENCE_MACHINE, REFERENCE_MINUTES, SpeedCheck, describe_check, estimate,
+                                     fastest_check, reusable, speed_check)
 from engine.ablations.verdict import VERDICTS, Contrast, bootstrap_difference, describe_entry, judge, verdict
 from engine.ablations.study import (Evaluation, FeatureArgs, FinetuneArgs, Study, Variant, describe,
                                     with_epochs, with_steps)

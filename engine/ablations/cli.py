@@ -13,7 +13,7 @@ from engine.ablations.planner import plan
 from engine.ablations.results import StudyResults, collect_results, final_pretrain_metrics
 from engine.ablations.runner import launch, run_foreground, run_job
 from engine.ablations.study import describe, with_steps
-from engine.ablations.timing import REFERENCE_MACHINE, describe_check, estimate, speed_check
+from engine.ablations.timing import REFERENCE_MACHINE, describe_check, estimate, fastest_check
 from engine.ablations.verdict import describe_entry
 from engine.errors import EngineError
 from engine.status import FAILED, FINISHED, status_of
@@ -161,7 +161,7 @@ def _estimate(a) -> int:
         studies = [replace(s, budget=a.budget) if a.study or not (s.model or s.checkpoint_steps) else s for s in studies]
         for s in studies:
             plan(s, "/")
-    check = speed_check()
+    check = fastest_check()
     root = studies_root(a.runs_root).parent
     out = {n: estimate(s, check, runs_root=root) for n, s in zip(names, studies)}
     if a.json:

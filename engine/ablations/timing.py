@@ -127,6 +127,17 @@ def timed_check(kind: str) -> SpeedCheck:
     return {"classroom": speed_check, "minilm": minilm_check}[kind]()
 
 
+CHECK_ROUNDS = 3  # each speed check taken this many times, the fastest kept (other work only slows a reading)
+
+
+def fastest_check(kind: str = "classroom", rounds: int = CHECK_ROUNDS) -> SpeedCheck:
+    """The fastest of `rounds` readings of speed check `kind` (`timed_check`): a few seconds of other work during one
+    reading (a browser repainting, a burst of another process) read the machine slower than it trains, and only
+    slow it, never speed it up. What `ablate estimate` and the Ablations page time a study by; `class prepare` takes
+    the same rounds and also refuses readings taken while its own jobs run (engine.classroom)."""
+    return min((timed_check(kind) for _ in range(rounds)), key=lambda c: c.step_ms)
+
+
 def reusable(study, runs_root) -> list:
     """[{key, run, minutes}] for each of `study`'s pre-trainings that a finished run under `runs_root` has already
     done (engine.ablations.reuse: what launching it now would take over), `minutes` that run's own training time

@@ -162,7 +162,7 @@ def test_new_study_time_estimate(study_root, monkeypatch):
     """The classroom scale offers a speed check; its estimate scales the study's reference time, and warns when
     that is over the hour (here: a machine 3x slower than the reference, in fp32)."""
     slow = A.SpeedCheck("fp32", 2, 3 * A.timing.REFERENCE_STEP_MS)
-    monkeypatch.setattr(A, "speed_check", lambda: slow)
+    monkeypatch.setattr(A, "fastest_check", lambda: slow)
     at = app(study_root).run()
     at.selectbox(key="abl_study").set_value("training-steps").run()
     assert not [w for w in at.warning if "**Time:**" in w.value]
@@ -185,7 +185,7 @@ def test_the_estimate_takes_off_what_jobs_queued_ahead_will_train(study_root, mo
     from engine.ablations import reuse
     from engine.pretraining.config import PretrainConfig
     slow = A.SpeedCheck("fp32", 2, 3 * A.timing.REFERENCE_STEP_MS)
-    monkeypatch.setattr(A, "speed_check", lambda: slow)
+    monkeypatch.setattr(A, "fastest_check", lambda: slow)
     fig5 = A.get_study("training-steps", scale="classroom")
     mlm = next(j for j in A.plan(fig5, study_root / "x") if j.kind == "pretrain" and j.variant == "MLM (BERT)")
     argv = cli.argv(replace(PretrainConfig.classroom(**reuse.config_of(mlm.argv)), out=str(study_root / "bert")))

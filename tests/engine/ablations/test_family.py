@@ -75,7 +75,7 @@ def test_planning_a_family_study_after_table_5_shares_the_baseline_jobs(tmp_path
     shared = {n: sorted(q["key"] for q in timing.queued_twins(A.get_study(n, scale="classroom"), tmp_path))
               for n in ("nsp-vs-sop", "electra-vs-mlm", "input-formats", "masking-rate")}
     assert shared == {"nsp-vs-sop": ["pretrain/bert-mlm-nsp/s0", "pretrain/mlm-only-no-nsp/s0"],
-                      "electra-vs-mlm": ["pretrain/bert-mlm-nsp/s0", "pretrain/mlm-only-no-nsp/s0"],
+                      "electra-vs-mlm": ["pretrain/bert-mlm-nsp/s0"],
                       "input-formats": ["pretrain/segment-pair-nsp/s0"], "masking-rate": []}
     check = A.SpeedCheck("bf16", 2, timing.REFERENCE_MINUTES[timing.ANALOGUE].step_ms)
     study = A.get_study("nsp-vs-sop", scale="classroom")
@@ -101,8 +101,8 @@ def test_the_nsp_vs_sop_pair_columns_are_albert_2x2_table():
 
 def test_the_electra_study_has_its_table_5_ablations_and_names_the_row_it_cannot_train():
     study = A.get_study("electra-vs-mlm")
-    assert [v.name for v in study.variants] == [family.BERT_ROW, family.MLM_ROW, family.ELECTRA_ROW,
-                                                family.ALL_TOKENS_ROW, family.REPLACE_ROW]
+    assert [v.name for v in study.variants] == [family.BERT_ROW, family.ELECTRA_ROW, family.ALL_TOKENS_ROW,
+                                                family.REPLACE_ROW]  # ELECTRA's Table 5 rows
     assert {v.name: v.pretrain["objective"] for v in study.variants}[family.ALL_TOKENS_ROW] == "all-tokens-mlm"
     assert "Missing row: ELECTRA 15%" in study.description
     papers = {(c.better, c.worse): c.paper for c in study.findings()}  # ELECTRA's Table 5, GLUE score
@@ -113,4 +113,4 @@ def test_the_electra_study_has_its_table_5_ablations_and_names_the_row_it_cannot
     from engine.ablations.planner import pretrain_config
     classroom = A.get_study("electra-vs-mlm", scale="classroom")
     steps = {v.name: pretrain_config(classroom, v).steps for v in classroom.variants}
-    assert steps[family.ALL_TOKENS_ROW] < steps[family.REPLACE_ROW] < steps[family.MLM_ROW]
+    assert steps[family.ALL_TOKENS_ROW] < steps[family.REPLACE_ROW] < steps[family.ELECTRA_ROW] < steps[family.BERT_ROW]
