@@ -154,9 +154,10 @@ def probe_ready_steps(root, record: dict = None) -> tuple:
     if not est.here:  # the figure's machine has no reading to scale it by
         return base, ""
     lo, hi = recipes.PROBE_READY_STEP_RANGE
-    steps = min(hi, max(lo, 50 * round(base * recipes.PROBE_READY_BUDGET / est.minutes / 50)))
-    return steps, (f"{steps} steps, what fits in {recipes.PROBE_READY_BUDGET:g} min here (the recipe's {base} would take "
-                   f"{est.minutes:.1f} min)")
+    measured_steps = measured.fact("probe_ready.steps").value  # the steps the measured minutes trained
+    steps = min(hi, max(lo, 50 * round(measured_steps * recipes.PROBE_READY_BUDGET / est.minutes / 50)))
+    return steps, (f"{steps} steps, what fits in {recipes.PROBE_READY_BUDGET:g} min here ({measured_steps:.0f} would "
+                   f"take {est.minutes:.1f} min)")
 
 
 def probe_ready_argv(root, steps: int = None) -> list:
@@ -193,7 +194,7 @@ def parts(root) -> list:
         Part("probe_ready", "the probe-ready model (MiniLM continued with MLM + NSP)", probe_ready_argv(root, steps),
              root / PROBE_READY_RUN, measured.fact("probe_ready.minutes"), check="minilm",
              minutes_fp32=measured.fact("probe_ready.minutes_fp32"),
-             scale=steps / recipes.CONTINUED.settings["steps"], length=length),
+             scale=steps / measured.fact("probe_ready.steps").value, length=length),
         Part(BERT_BASE_PART, "Google's bert-base-uncased in the Hugging Face cache (when online)",
              ["class", "fetch", "--runs-root", str(root)], state / "bert-base",
              no_time="a download: its time is the network's"),

@@ -192,6 +192,8 @@ FACTS = {
     # the probe-ready model: MiniLM continued with MLM + NSP (studio/probe_ready.py, the Model page's button)
     "probe_ready.minutes": Measured(15.5, "min", "zen4", "2026-12-02", _PROBE_READY,
                                     "building the probe-ready model, wall time (class prepare's third part)"),
+    "probe_ready.steps": Measured(800, "", "zen4", "2026-12-02", _PROBE_READY,
+                                  "the steps the probe-ready model's measured minutes trained (its length scales them)"),
     "probe_ready.minutes_fp32": Measured(32.0, "min", "avx2", "2026-12-03", _PROBE_READY,
                                          "building the probe-ready model in fp32 (a CPU without bf16 units)"),
     "probe_ready.mlm_accuracy": Measured(0.318, "", "zen4", "2026-12-02", _PROBE_READY,

@@ -131,12 +131,13 @@ def test_time_left_is_each_measured_time_scaled_by_its_own_speed_check_or_the_ru
     assert rows[1]["minutes_left"] == pytest.approx(2 * ref.value)
     # the probe-ready model trains as many steps as fit in its budget here (1.5x slower: fewer than the recipe's)
     base, budget = recipes.CONTINUED.settings["steps"], recipes.PROBE_READY_BUDGET
-    steps = 50 * round(base * budget / (1.5 * ready.value) / 50)
+    timed = measured.fact("probe_ready.steps").value  # the steps its measured minutes trained
+    steps = 50 * round(timed * budget / (1.5 * ready.value) / 50)
     assert steps < base and q.jobs[2]["argv"][q.jobs[2]["argv"].index("--steps") + 1] == str(steps)
-    assert rows[2]["minutes_left"] == pytest.approx(1.5 * ready.value * steps / base)  # not by the classroom step's 2x
+    assert rows[2]["minutes_left"] == pytest.approx(1.5 * ready.value * steps / timed)  # not by the classroom step's 2x
     assert f"{steps} steps, what fits in {budget:g} min here" in rows[2]["how"]
     assert rows[0]["minutes_left"] is None  # the cache is inside the classroom run's measured time
-    assert classroom.minutes_left(rows) == pytest.approx(2 * ref.value + 1.5 * ready.value * steps / base)
+    assert classroom.minutes_left(rows) == pytest.approx(2 * ref.value + 1.5 * ready.value * steps / timed)
     # a machine with no reading of a part's check: that part as measured there, and the status says so
     machines[ready.machine] = dataclasses.replace(machines[ready.machine], minilm_check_ms=None)
     row = classroom.status(root, jobs=q)[2]
@@ -153,6 +154,7 @@ def test_time_left_is_each_measured_time_scaled_by_its_own_speed_check_or_the_ru
 def test_the_probe_ready_length_fits_its_budget_by_this_machines_speed_and_a_started_run_keeps_its_own(tmp_path):
     root = tmp_path / "runs"
     base, budget = recipes.CONTINUED.settings["steps"], recipes.PROBE_READY_BUDGET
+    timed = measured.fact("probe_ready.steps").value  # the steps its measured minutes trained
     assert classroom.probe_ready_steps(root) == (base, "")  # no reading: the recipe's steps, and the argv names none
     assert "--steps" not in classroom.probe_ready_argv(root)
     ready = measured.fact("probe_ready.minutes")
@@ -163,10 +165,10 @@ def test_the_probe_ready_length_fits_its_budget_by_this_machines_speed_and_a_sta
         (root / classroom.STATE_DIR / "prepare.json").write_text(json.dumps({"checks": {"minilm": check}}))
         steps, how = classroom.probe_ready_steps(root)
         lo, hi = recipes.PROBE_READY_STEP_RANGE
-        assert steps == min(hi, max(lo, 50 * round(base * budget / (factor * ready.value) / 50))) and steps % 50 == 0
+        assert steps == min(hi, max(lo, 50 * round(timed * budget / (factor * ready.value) / 50))) and steps % 50 == 0
         assert (lo < steps < hi) is within and f"{steps} steps, what fits in {budget:g} min here" in how
         est = classroom.part_estimate(root, "probe_ready", on=("bf16", "cpu"))
-        assert est.minutes == pytest.approx(factor * ready.value * steps / base)
+        assert est.minutes == pytest.approx(factor * ready.value * steps / timed)
     assert classroom.probe_ready_steps(root)[0] == recipes.PROBE_READY_STEP_RANGE[0]  # the slow machine: the floor
     # once its run has started, its own length, whatever a later check reads; a finished run's clock is read per step
     write_run_json(root / recipes.PROBE_READY_RUN, kind="pretrain", status="running", total_steps=1234,
