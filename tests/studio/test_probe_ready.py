@@ -1,5 +1,5 @@
 """The probe-ready model in one step (studio.probe_ready): the Model page's button queues exactly
-`pretrain --recipe continued --corpus all --init minilm --out <runs>/minilm-continued --quiet`, its live progress, its card, and the Probe
+`pretrain --recipe continued --corpus everyday --init minilm --out <runs>/minilm-continued --quiet`, its live progress, its card, and the Probe
 and Attention pages offering it first. The job queue is replaced by a recorder: no training runs here."""
 import os
 import socket
@@ -58,7 +58,7 @@ def test_the_button_queues_the_one_step_command(tmp_path, queue, page_app):
     at.button(key="probe_ready_go").click().run()
     assert not at.exception and not at.error
     d = tmp_path / PROBE_READY_RUN
-    assert queue == [{"argv": ["pretrain", "--recipe", "continued", "--corpus", "all", "--init", "minilm", "--out", str(d), "--quiet"],
+    assert queue == [{"argv": ["pretrain", "--recipe", "continued", "--corpus", corpus, "--init", "minilm", "--out", str(d), "--quiet"],
                       "name": PROBE_READY_RUN, "run_dir": str(d), "root": str(tmp_path)}]
     assert probe_ready.argv(tmp_path) == queue[0]["argv"]
     from engine.pretraining.run import build_parser, config_from_args
