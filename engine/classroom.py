@@ -605,14 +605,41 @@ def part_estimate(root, key: str, found: dict = None, on: tuple = None) -> Estim
     return Estimate(est.minutes * p.scale, f"{est.how}; x {p.scale:.2f}: {p.length}", est.here, est.under)
 
 
+def work_fraction(config: dict, step: int, total: int = None) -> float | None:
+    """The share of a pre-training's work done after `step` of its `total` steps (default: the config's): its steps
+    weighted by each phase's FLOPs a step (engine.ablations.planner.step_flops: the classroom run's last 30% at 128
+    tokens cost about four times its first steps at 32), from its run.json `config`; None when that cannot be read."""
+    from dataclasses import replace
+
+    from engine.ablations.planner import step_flops
+    from engine.pretraining.config import PretrainConfig
+    try:
+        cfg = PretrainConfig.classroom(**{k: tuple(v) if isinstance(v, list) else v for k, v in config.items()
+                                          if k in PretrainConfig.__dataclass_fields__})
+        cfg = replace(cfg, steps=int(total)) if total else cfg
+        second = int(round(cfg.steps * cfg.phase2_fraction)) if cfg.phase2_seq_len else 0
+        first = cfg.steps - second
+        f1 = step_flops(cfg)
+        f2 = step_flops(replace(cfg, seq_len=cfg.phase2_seq_len)) if second else 0.0
+    except (TypeError, ValueError, KeyError, EngineError):
+        return None
+    done = min(step, first) * f1 + max(0, min(step, cfg.steps) - first) * f2
+    return done / (first * f1 + second * f2)
+
+
 def _left_from_progress(run_dir: Path):
-    """Minutes left from a running run's own pace: training seconds so far over the share of steps done."""
+    """Minutes left from a running run's own pace: training seconds so far over the share of its work done
+    (`work_fraction`; the share of steps when its settings cannot be read)."""
     from engine.runs import read_metrics, run_progress
-    frac = run_progress(run_dir)["fraction"]
+    prog = run_progress(run_dir)
+    frac = prog["fraction"]
     elapsed = [r["elapsed"] for r in read_metrics(run_dir) if r.get("split", "train") == "train" and r.get("elapsed")]
     if not frac or frac < 0.02 or not elapsed:
         return None, frac
-    return max(elapsed) * (1 - frac) / frac / 60, frac
+    config = read_json_or_empty(run_dir / RUN_JSON).get("config")
+    work = work_fraction(config, prog["step"], prog["total"]) if isinstance(config, dict) and prog["step"] else None
+    share = work if work else frac
+    return max(elapsed) * (1 - share) / share / 60, frac
 
 
 def _row_time(root, p: Part, state: PartState, found: dict, record: dict) -> dict:

@@ -20,7 +20,8 @@ def _part(root, key):
 
 
 def _run(run_dir: Path, status: str, step=None, total=10, elapsed=None):
-    write_run_json(run_dir, kind="pretrain", status=status, total_steps=total, config={"objective": "mlm+nsp"})
+    write_run_json(run_dir, kind="pretrain", status=status, total_steps=total,
+                   config={"objective": "mlm+nsp", "phase2_seq_len": None})
     if step is not None:
         ck = run_dir / "checkpoints" / f"step-{step}"
         ck.mkdir(parents=True)
@@ -149,6 +150,14 @@ def test_time_left_is_each_measured_time_scaled_by_its_own_speed_check_or_the_ru
     assert row["state"] == "running" and (row["step"], row["total"]) == (4, 10)
     assert row["minutes_left"] == pytest.approx(3.0)
     assert "4 / 10" in classroom.describe(classroom.status(root, jobs=q))
+    # with a second phase of longer sequences still to come, its pace so far is weighted by each phase's FLOPs a step
+    run_json = _part(root, "reference").run_dir / "run.json"
+    info = json.loads(run_json.read_text())
+    info["config"] = {"objective": "mlm+nsp", "seq_len": 32, "phase2_seq_len": 128, "phase2_fraction": 0.5}
+    run_json.write_text(json.dumps(info))
+    share = classroom.work_fraction(info["config"], 4, 10)
+    assert 0.12 < share < 0.2  # 4 of 5 short steps done, 5 long ones (about 4x the work each) to come: not 0.4
+    assert classroom.status(root, jobs=q)[1]["minutes_left"] == pytest.approx(2.0 * (1 - share) / share)
 
 
 def test_the_probe_ready_length_fits_its_budget_by_this_machines_speed_and_a_started_run_keeps_its_own(tmp_path):
