@@ -124,8 +124,9 @@ class Part:
     check: str = "classroom"  # the speed check that scales it to this machine (engine.ablations.timing.timed_check)
     minutes_fp32: measured.Measured = None  # its wall time in fp32, on a CPU without bf16 units (None: not measured)
     no_time: str = "not measured on its own (the classroom run's measured time started from an empty cache)"
-    scale: float = 1.0  # its share of the measured figure's work (the probe-ready model's steps here over the recipe's)
+    scale: float = 1.0  # its share of the measured figure's work (the probe-ready model's steps here over the figure's)
     length: str = ""  # how its length was chosen, in words ("" when it is the recipe's)
+    scale_fp32: float = 1.0  # the same share of the fp32 figure's work (measured at its own length)
 
 
 def _recorded_steps(run_dir: Path):
@@ -194,7 +195,8 @@ def parts(root) -> list:
         Part("probe_ready", "the probe-ready model (MiniLM continued with MLM + NSP)", probe_ready_argv(root, steps),
              root / PROBE_READY_RUN, measured.fact("probe_ready.minutes"), check="minilm",
              minutes_fp32=measured.fact("probe_ready.minutes_fp32"),
-             scale=steps / measured.fact("probe_ready.steps").value, length=length),
+             scale=steps / measured.fact("probe_ready.steps").value, length=length,
+             scale_fp32=steps / measured.fact("probe_ready.steps_fp32").value),
         Part(BERT_BASE_PART, "Google's bert-base-uncased in the Hugging Face cache (when online)",
              ["class", "fetch", "--runs-root", str(root)], state / "bert-base",
              no_time="a download: its time is the network's"),
@@ -600,15 +602,19 @@ def part_estimate(root, key: str, found: dict = None, on: tuple = None) -> Estim
         return Estimate(None, p.no_time)
     precision, device = on or machine()
     est = estimate(p.minutes, p.check, readings(root) if found is None else found, p.minutes_fp32, precision, device)
-    if p.scale == 1.0 or est.minutes is None:
+    # the share of the figure's work at this part's length: of the fp32 figure where `estimate` gave it unscaled
+    scale = p.scale_fp32 if not est.here and precision == "fp32" and p.minutes_fp32 is not None else p.scale
+    if scale == 1.0 or est.minutes is None:
         return est
-    return Estimate(est.minutes * p.scale, f"{est.how}; x {p.scale:.2f}: {p.length}", est.here, est.under)
+    return Estimate(est.minutes * scale, f"{est.how}; x {scale:.2f}: {p.length or 'its steps'}", est.here, est.under)
 
 
 def work_fraction(config: dict, step: int, total: int = None) -> float | None:
     """The share of a pre-training's work done after `step` of its `total` steps (default: the config's): its steps
     weighted by each phase's FLOPs a step (engine.ablations.planner.step_flops: the classroom run's last 30% at 128
-    tokens cost about four times its first steps at 32), from its run.json `config`; None when that cannot be read."""
+    tokens cost about four times its first steps at 32), the heads-first steps a third of a step (the frozen encoder
+    runs forward only: no backward, no update of its weights), from its run.json `config`; None when that cannot be
+    read."""
     from dataclasses import replace
 
     from engine.ablations.planner import step_flops
@@ -623,8 +629,12 @@ def work_fraction(config: dict, step: int, total: int = None) -> float | None:
         f2 = step_flops(replace(cfg, seq_len=cfg.phase2_seq_len)) if second else 0.0
     except (TypeError, ValueError, KeyError, EngineError):
         return None
-    done = min(step, first) * f1 + max(0, min(step, cfg.steps) - first) * f2
-    return done / (first * f1 + second * f2)
+    frozen = min(cfg.heads_first_steps(), first)
+
+    def work(s):  # the work of the first s steps
+        return (min(s, frozen) * f1 / 3 + max(0, min(s, first) - frozen) * f1
+                + max(0, min(s, cfg.steps) - first) * f2)
+    return work(step) / work(cfg.steps)
 
 
 def _left_from_progress(run_dir: Path):

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from engine import measured
+from engine.probe_set import CLOZE_SECTIONS
 from engine.records import RUN_JSON, read_json_or_empty
 from engine.commands import PRETRAIN, kind_of
 from engine.status import CANCELLED, DEAD, FAILED, FINISHED, RUNNING, status_of
@@ -204,8 +205,11 @@ def _step3(root, own: list, reference, probed: bool) -> Step:
 def probe_ready_does() -> str:
     """What the probe-ready model measurably does (engine/measured.py), in a clause."""
     mlm, nsp = measured.fact("probe_ready.mlm_accuracy"), measured.fact("probe_ready.nsp_accuracy")
+    top1, top5 = measured.fact("probe_ready.everyday_top1"), measured.fact("probe_ready.everyday_top5")
+    n = len(CLOZE_SECTIONS["everyday facts"])
     return (f"MiniLM continued with MLM and NSP: on held-out text it predicts {mlm.text()} of the masked words and "
-            f"tells {nsp.text()} of the sentence pairs right ({mlm.where})")
+            f"tells {nsp.text()} of the sentence pairs right; of the probe set's {n} everyday blanks it fills "
+            f"{round(top1.value * n)} first try and has {round(top5.value * n)} in its top five ({mlm.where})")
 
 
 def guided_steps(root, visited: dict, precision: str = "fp32", device: str = "cpu") -> list:

@@ -250,6 +250,8 @@ def test_step_3_says_what_the_models_measurably_do_and_names_bert_base_once_cach
     does = start.probe_ready_does()
     for key in ("probe_ready.mlm_accuracy", "probe_ready.nsp_accuracy"):
         assert measured.fact(key).text() in does
+    top1, top5 = (round(measured.fact(f"probe_ready.everyday_{k}").value * 16) for k in ("top1", "top5"))
+    assert f"of the probe set's 16 everyday blanks it fills {top1} first try and has {top5} in its top five" in does
     s3 = start.guided_steps(tmp_path / "runs", {})[2]
     assert "English" not in s3.what and hub.BERT_BASE not in s3.what
     tiny_bert_in_hub_cache(offline_hub_cache, hub.BERT_BASE, tmp_path)
