@@ -126,6 +126,22 @@ STUDIES = {  # the key of engine.ablations.paper.STUDIES -> its classroom measur
                  "Table 8 at classroom scale"),
         findings=(Finding("feature-based, MASK-only hurts", "+1.1 [+0.7, +1.6]", "reproduced"),
                   Finding("RND-only is worse than 80/10/10", "+5.3 [-0.1, +9.0]", "inconclusive"))),
+    # the first family study run from scratch on an idle machine (docs/lab-notes/family-studies.md)
+    "static-vs-dynamic": StudyMeasurement(
+        Measured(48.8, "min", "zen4b", "2026-12-07",
+                 "python -m engine ablate run static-vs-dynamic --classroom --foreground --runs-root RUNS",
+                 "RoBERTa's Table 1 (static vs dynamic masking) at classroom scale, from scratch"),
+        table={
+            "dynamic (a new mask each time)": {"BBC cloze span (F1)": "38.4 ± 2.8", "BBC topic (acc)": "94.8 ± 0.2"},
+            "static (one mask)": {"BBC cloze span (F1)": "36.4 ± 0.7", "BBC topic (acc)": "92.6 ± 0.7"},
+            "static, 10 copies": {"BBC cloze span (F1)": "38.5 ± 1.9", "BBC topic (acc)": "95.2 ± 0.9"},
+        },
+        findings=(Finding("dynamic masking is at least as good as 10 static copies (span)", "38.4 vs 38.5, -0.2 [-3.4, +3.3]",
+                          "inconclusive"),
+                  Finding("dynamic masking is at least as good as 10 static copies (topic)", "94.8 vs 95.2, -0.4 [-2.1, +1.4]",
+                          "inconclusive"),
+                  Finding("one fixed mask is worse than a new one each time (span)", "38.4 vs 36.4, +1.9 [-0.9, +5.1]",
+                          "inconclusive"))),
     "training-steps": StudyMeasurement(
         Measured(24.5, "min", "xeon", "2026-11-27", "python -m engine ablate run training-steps --classroom",
                  "Figure 5 at classroom scale"),

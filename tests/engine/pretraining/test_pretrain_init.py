@@ -261,7 +261,7 @@ def test_init_alone_takes_the_continued_pretraining_recipe():
     cfg = config_from_args({"init": "minilm", "out": "somewhere"})
     assert cfg == PretrainConfig.for_init("minilm", out="somewhere")
     assert {k: getattr(cfg, k) for k in CONTINUED_PRETRAINING} == CONTINUED_PRETRAINING
-    assert CONTINUED_PRETRAINING["corpus"] == "all" and CONTINUED_PRETRAINING["lr"] < PretrainConfig.classroom().lr  # gentler than from scratch
+    assert CONTINUED_PRETRAINING["corpus"] == "everyday" and CONTINUED_PRETRAINING["lr"] < PretrainConfig.classroom().lr  # gentler than from scratch
     given = config_from_args({"init": "minilm", "out": "somewhere", "steps": 50, "lr": 5e-5})
     assert given.steps == 50 and given.lr == 5e-5 and given.batch_size == CONTINUED_PRETRAINING["batch_size"]
     full = resolve_init(cfg)
