@@ -1,7 +1,7 @@
 """The Ablations page's two groups of built-in studies (engine.ablations.GROUPS): the paper's own, "BERT, 2018", and
 the family's, "after BERT" (engine/ablations/family.py): each study's label in the study picker, and the family's
-studies listed with their papers' tables where no study has been run yet. The family's studies are defined and
-estimated but have no measured classroom run: the page says so and gives the command that estimates one here."""
+studies listed with their papers' tables where no study has been run yet. A family study without a measured classroom
+run (engine/measured.py STUDIES): the page says so and gives the command that estimates one here."""
 import streamlit as st
 
 from engine import ablations as A
