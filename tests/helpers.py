@@ -129,3 +129,16 @@ def masked_batch(g, B=4, T=16, vocab=300):
     targets = torch.where(valid, orig[rows, cols], torch.full_like(cols, IGNORE_INDEX))
     masked = orig.index_put((rows[valid], cols[valid]), torch.full((int(valid.sum()),), MASK_ID))
     return masked, orig, rows, cols, targets, valid
+
+
+def stopped_and_resumed(cfg, tmp_path) -> tuple:
+    """(the training records of `cfg`'s finished run, those of the same run stopped at step 20 and resumed): a
+    pre-training that resumes exactly gives the same records."""
+    from dataclasses import replace
+
+    from engine import runs
+    from engine.pretraining.run import pretrain
+    half = replace(cfg, out=str(tmp_path / "half"), stop_after=20)
+    pretrain(half)
+    pretrain(replace(half, stop_after=None, resume=True))
+    return tuple([r for r in runs.read_metrics(d) if r["split"] == "train"] for d in (cfg.out, half.out))

@@ -13,7 +13,7 @@ from engine.electra import (DISCRIMINATOR_DIR, GENERATOR_DIR, ElectraPreTraining
 from engine.errors import EngineError
 from engine.objectives import ELECTRA, MLM, SUMS
 from engine.pretraining.config import PretrainConfig, model_config, validate
-from tests.helpers import masked_batch
+from tests.helpers import masked_batch, stopped_and_resumed
 
 def tiny(vocab=300, hidden=64) -> BertConfig:
     return BertConfig(vocab_size=vocab, num_layers=2, hidden_size=hidden, num_heads=1, intermediate_size=4 * hidden,
@@ -169,12 +169,7 @@ def test_electra_trains_and_its_checkpoint_loads_here_and_in_transformers(tmp_pa
 def test_an_electra_run_resumes_exactly(tmp_path, bbc_docs):
     """Stopped at its step-20 checkpoint and resumed, the run ends with the straight run's metrics (the generator,
     the discriminator's head and the sampling all restored)."""
-    from engine.pretraining.run import pretrain
-    cfg, straight = electra_run(tmp_path, bbc_docs, steps=30, eval_every=0, save_every=20)
-    half = replace(cfg, out=str(tmp_path / "half"), stop_after=20)
-    pretrain(half)
-    pretrain(replace(half, stop_after=None, resume=True))
-    a = [r for r in runs.read_metrics(straight) if r["split"] == "train"]
-    b = [r for r in runs.read_metrics(tmp_path / "half") if r["split"] == "train"]
+    cfg, _ = electra_run(tmp_path, bbc_docs, steps=30, eval_every=0, save_every=20)
+    a, b = stopped_and_resumed(cfg, tmp_path)
     assert [r["step"] for r in a] == [r["step"] for r in b]
     assert a[-1]["loss"] == pytest.approx(b[-1]["loss"], rel=1e-6) and a[-1]["disc_acc"] == b[-1]["disc_acc"]

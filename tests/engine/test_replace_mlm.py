@@ -16,7 +16,7 @@ from engine.pretraining.config import PretrainConfig, validate
 from engine.replace_mlm import GeneratorMLMPreTraining, unmasked_targets
 from engine.vocab_loss import IGNORE_INDEX
 from tests.helpers import MASK_ID as MASK
-from tests.helpers import masked_batch
+from tests.helpers import masked_batch, stopped_and_resumed
 
 
 def tiny(vocab=300, hidden=64) -> BertConfig:
@@ -107,12 +107,7 @@ def test_a_short_run_learns_and_its_checkpoint_is_a_bert_with_its_mlm_head(tmp_p
 
 @pytest.mark.slow
 def test_a_run_resumes_exactly(tmp_path, bbc_docs):
-    from engine.pretraining.run import pretrain
-    cfg, straight = gm_run(tmp_path, bbc_docs, ALL_TOKENS_MLM.name, steps=30, eval_every=0, save_every=20)
-    half = replace(cfg, out=str(tmp_path / "half"), stop_after=20)
-    pretrain(half)
-    pretrain(replace(half, stop_after=None, resume=True))
-    a = [r for r in runs.read_metrics(straight) if r["split"] == "train"]
-    b = [r for r in runs.read_metrics(tmp_path / "half") if r["split"] == "train"]
+    cfg, _ = gm_run(tmp_path, bbc_docs, ALL_TOKENS_MLM.name, steps=30, eval_every=0, save_every=20)
+    a, b = stopped_and_resumed(cfg, tmp_path)
     assert [r["step"] for r in a] == [r["step"] for r in b]
     assert a[-1]["loss"] == pytest.approx(b[-1]["loss"], rel=1e-6) and a[-1]["gen_acc"] == b[-1]["gen_acc"]
