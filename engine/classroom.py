@@ -41,7 +41,7 @@ pace (its training time so far over its share done); else the measured figure (e
 reading of the part's kind of work (`readings`: the classroom step for the reference run, a step of the probe-ready
 recipe for the probe-ready model) / that kind's reading where the figure was measured. A reading is, first, the
 clock: a part of that kind that finished here in one go implies it (`clock_minutes`); else the speed check `prepare`
-ran here (engine.ablations.timing.timed_check, the fastest of CHECK_ROUNDS); without either, the figure as measured
+ran here (engine.ablations.timing.timed_check, the fastest of timing.CHECK_ROUNDS); without either, the figure as measured
 there. A part done here in one go shows what it took beside what prepare estimated when it queued it.
 Prepare's own state (the speed checks, the cache folders built, its lock) is `<runs>/.class/`.
 This module imports no torch until a command needs it (`class status` imports it to check what it finds: a cached
@@ -70,7 +70,6 @@ LOCK = "prepare.lock"  # in STATE_DIR: held (flock) by the one prepare at work, 
 RUN_FLAGS: list = []  # flags over the classroom recipe for the reference run (none: the recipe itself; tests give tiny ones)
 PART_KEYS = ("cache", "reference", "probe_ready")
 LOAD_FACTOR = 2.0  # a load average above this many times the cores: a speed check taken then reads the machine slow
-CHECK_ROUNDS = 3  # each speed check taken this many times, the fastest kept (as engine.ablations.timing.fastest_check)
 
 
 @dataclass(frozen=True)
@@ -358,15 +357,21 @@ def _recipe_key(argv: tuple) -> dict:
     return training_key(recipe_config(argv))
 
 
-def _run_key(config: dict) -> dict:
-    """What a run trained, from its run.json config (a setting it does not record: the classroom recipe's, the default
-    of the code that wrote it)."""
-    from engine.ablations.reuse import training_key
-    from engine.pretraining.config import PretrainConfig, config_dict
+def run_config(config: dict):
+    """The PretrainConfig a run trained, from its run.json config (a setting it does not record: the classroom
+    recipe's, the default of the code that wrote it; a key this code does not know: left out)."""
+    from engine.pretraining.config import PretrainConfig
     known = {k: v for k, v in config.items() if k in PretrainConfig.__dataclass_fields__}
     if "mask_ratios" in known:
         known["mask_ratios"] = tuple(known["mask_ratios"])
-    return training_key(config_dict(PretrainConfig.classroom(**known)))
+    return PretrainConfig.classroom(**known)
+
+
+def _run_key(config: dict) -> dict:
+    """What a run trained, from its run.json config (`run_config`)."""
+    from engine.ablations.reuse import training_key
+    from engine.pretraining.config import config_dict
+    return training_key(config_dict(run_config(config)))
 
 
 DEFINING = ("init", "objective", "corpus", "steps", "layers", "hidden", "heads", "seq_len", "phase2_seq_len")
@@ -618,12 +623,10 @@ def work_fraction(config: dict, step: int, total: int = None) -> float | None:
     from dataclasses import replace
 
     from engine.ablations.planner import step_flops
-    from engine.pretraining.config import PretrainConfig
     try:
-        cfg = PretrainConfig.classroom(**{k: tuple(v) if isinstance(v, list) else v for k, v in config.items()
-                                          if k in PretrainConfig.__dataclass_fields__})
+        cfg = run_config(config)
         cfg = replace(cfg, steps=int(total)) if total else cfg
-        second = int(round(cfg.steps * cfg.phase2_fraction)) if cfg.phase2_seq_len else 0
+        second = cfg.phase2_steps()
         first = cfg.steps - second
         f1 = step_flops(cfg)
         f2 = step_flops(replace(cfg, seq_len=cfg.phase2_seq_len)) if second else 0.0
@@ -758,7 +761,7 @@ def _best_check(root: Path, q, kind: str) -> tuple:
     bursts. A round during which a job of this runs folder started, or taken at a high load average, ends it."""
     from dataclasses import asdict
 
-    from engine.ablations.timing import timed_check
+    from engine.ablations.timing import CHECK_ROUNDS, timed_check
     best = None
     for _ in range(CHECK_ROUNDS):
         before = _machine_load()

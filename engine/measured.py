@@ -32,7 +32,7 @@ MACHINES = {
                     "AMD EPYC Zen 4 (family 25 model 17), 2 vCPUs under KVM, AVX-512 with native bf16", 284.5, 830.3),
     # the same CPU model on another host (2026-12-07), whose speed checks read faster: its own row, so a figure
     # measured there is scaled by the readings taken with it
-    "zen4b": Machine("AMD EPYC Zen 4, bf16 (a faster host)",
+    "zen4b": Machine("AMD EPYC Zen 4 (host 2), bf16",
                      "AMD EPYC Zen 4 (family 25 model 17), 2 vCPUs under KVM, AVX-512 with native bf16; the host of "
                      "2026-12-07, whose class prepare speed checks read 216.2 and 665.2 ms", 216.2, 665.2),
     "avx2": Machine("AMD EPYC, AVX2 only (fp32)",
@@ -130,7 +130,7 @@ STUDIES = {  # the key of engine.ablations.paper.STUDIES -> its classroom measur
     "static-vs-dynamic": StudyMeasurement(
         Measured(48.8, "min", "zen4b", "2026-12-07",
                  "python -m engine ablate run static-vs-dynamic --classroom --foreground --runs-root RUNS",
-                 "RoBERTa's Table 1 (static vs dynamic masking) at classroom scale, from scratch"),
+                 "RoBERTa Table 1 (static vs dynamic masking), classroom scale"),
         table={
             "dynamic (a new mask each time)": {"BBC cloze span (F1)": "38.4 ± 2.8", "BBC topic (acc)": "94.8 ± 0.2"},
             "static (one mask)": {"BBC cloze span (F1)": "36.4 ± 0.7", "BBC topic (acc)": "92.6 ± 0.7"},

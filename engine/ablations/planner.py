@@ -40,7 +40,7 @@ def step_flops(cfg) -> float:
 def run_flops(cfg) -> float:
     """Training FLOPs of a whole pre-training run: each phase's steps (the second phase the last --phase2-fraction of
     them, split as the training loop splits them) x `step_flops` at that phase's length."""
-    second = int(round(cfg.steps * cfg.phase2_fraction)) if cfg.phase2_seq_len else 0
+    second = cfg.phase2_steps()
     flops = (cfg.steps - second) * step_flops(cfg)
     return flops + (second * step_flops(replace(cfg, seq_len=cfg.phase2_seq_len)) if second else 0.0)
 

@@ -180,6 +180,11 @@ class PretrainConfig:
     quiet: bool = setting(False, "no progress bar", group="run")
     report_to: Optional[str] = setting(None, TRACKERS_HELP, parse=report_to, group="run")  # engine/trackers.py
 
+    def phase2_steps(self) -> int:
+        """How many last steps train at --phase2-seq-len (the last --phase2-fraction of them; 0 without a second
+        phase): the loop, the FLOPs of a run and a running run's share of its work all split the steps so."""
+        return int(round(self.steps * self.phase2_fraction)) if self.phase2_seq_len else 0
+
     def heads_first_steps(self) -> int:
         """How many first steps train only the heads on the frozen encoder (`heads_first`: steps, or a fraction of
         the steps below 1; engine/pretraining/loop.py freezes, engine.optim.lr_at gives them their own schedule)."""

@@ -93,7 +93,9 @@ def build_model(cfg: PretrainConfig, tok: Tokenizer, ckpt, device):
             model.bert.pooler.load_state_dict(bundle.model.bert.pooler.state_dict())
             load_pair(model, ckpt)
         elif objective(cfg.objective).fills:  # the root holds the model (a BERT); the generator beside it
-            model.load_state_dict(bundle.model.state_dict(), strict=False)
+            missing, unexpected = model.load_state_dict(bundle.model.state_dict(), strict=False)
+            if unexpected or any(not k.startswith("generator.") for k in missing):
+                raise EngineError(f"checkpoint {ckpt} does not hold this run's model; resume with the run's own settings")
             load_pair(model, ckpt)
         else:
             model.load_state_dict(bundle.model.state_dict(), strict=not cfg.span_boundary)
@@ -246,7 +248,7 @@ class Loop:
         self.state, self.window, self.precision = state, window, precision
         self.obj = objective(cfg.objective)
         self.step = int(state["step"])
-        self.phase2_steps = int(round(cfg.steps * cfg.phase2_fraction)) if cfg.phase2_seq_len else 0
+        self.phase2_steps = cfg.phase2_steps()
         self.phase1_end = cfg.steps - self.phase2_steps
         self.stop_at = min(cfg.steps, cfg.stop_after) if cfg.stop_after else cfg.steps
         self.time_up = False  # --max-minutes reached: the run is finished at this step

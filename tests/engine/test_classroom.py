@@ -126,7 +126,7 @@ def test_time_left_is_each_measured_time_scaled_by_its_own_speed_check_or_the_ru
     monkeypatch.setattr(classroom, "machine", lambda: ("bf16", "cpu"))  # (a GPU would make them upper bounds)
     rows = classroom.prepare(root, jobs=q)
     classroom.prepare(root, jobs=q)
-    rounds = classroom.CHECK_ROUNDS  # each timed in rounds once, recorded in <runs>/.class/prepare.json
+    from engine.ablations.timing import CHECK_ROUNDS as rounds  # each timed in rounds once, recorded in <runs>/.class/prepare.json
     assert calls == ["classroom"] * rounds + ["minilm"] * rounds
     assert rows[1]["minutes_left"] == pytest.approx(2 * ref.value)
     # the probe-ready model trains as many steps as fit in its budget here (1.5x slower: fewer than the recipe's)
