@@ -335,7 +335,7 @@ def load_pair(model, folder) -> None:
 
 
 def check_settings(cfg) -> None:
-    """One line for a PretrainConfig of an objective with a generator (electra, replace-mlm, all-tokens-mlm) that
+    """One line for a PretrainConfig of an objective with a generator (electra, electra-15, replace-mlm, all-tokens-mlm) that
     cannot train: the generator's size, a start from another model (the generator would have no weights), packing,
     masking shares other than all [MASK]."""
     name = f"--objective {cfg.objective}"

@@ -11,7 +11,7 @@ from engine.config import BertConfig
 from engine.electra import (DISCRIMINATOR_DIR, GENERATOR_DIR, ElectraPreTraining, generator_config, replace_tokens,
                             replaced_token_loss)
 from engine.errors import EngineError
-from engine.objectives import ELECTRA, MLM, SUMS
+from engine.objectives import ELECTRA, ELECTRA_15, MLM, SUMS
 from engine.pretraining.config import PretrainConfig, model_config, validate
 from tests.helpers import masked_batch, stopped_and_resumed
 
@@ -76,6 +76,44 @@ def test_the_loss_reads_every_real_token_and_sums_for_the_metrics():
     assert loss.item() == pytest.approx(bce.item())
     assert (sums["disc_correct"].item(), sums["disc_n"], sums["disc_replaced"].item()) == (5, 6, 2)
     assert {"disc_loss", "disc_correct", "disc_n", "disc_replaced"} <= set(SUMS)
+
+
+def electra_step(model, obj, g_seed=2, louder=None):
+    """(loss, named sums, the masked positions (B, T) bool) of one step of `obj` on masked_batch's batch; `louder`
+    (B, T) is added to the discriminator's logits (what it says at those positions)."""
+    from contextlib import nullcontext
+    from engine.pretraining.loss import forward_loss, sums_of
+    masked, orig, rows, cols, targets, valid = masked_batch(torch.Generator().manual_seed(g_seed))
+    at_masked = torch.zeros_like(masked, dtype=torch.bool).index_put((rows[valid], cols[valid]), torch.tensor(True))
+    batch = dict(input_ids=masked, token_type_ids=torch.zeros_like(masked), attention_mask=torch.ones_like(masked),
+                 padded=False, mlm_rows=rows, mlm_cols=cols, mlm_targets=targets, mlm_valid=valid,
+                 mlm_n=int(valid.sum()), real_tokens=masked.numel())
+    head = model.rtd.forward
+    model.rtd.forward = head if louder is None else (lambda h: head(h) + louder)
+    torch.manual_seed(3)  # the generator's samples: the same draw every call
+    try:
+        loss, sums = forward_loss(model, batch, obj, torch.device("cpu"), nullcontext())
+    finally:
+        model.rtd.forward = head
+    return loss, sums_of(sums), at_masked
+
+
+def test_electra_15_judges_the_masked_positions_only():
+    """ELECTRA 15% (the paper's Table 5 ablation): the same step as ELECTRA, its discriminator's loss and metrics over
+    the masked positions alone, so what it says at the other tokens does not count; ELECTRA's counts there."""
+    assert ELECTRA_15.rtd and ELECTRA_15.rtd_masked and not ELECTRA.rtd_masked and ELECTRA_15.metrics == ELECTRA.metrics
+    torch.manual_seed(0)
+    model = ElectraPreTraining(tiny(), 0.25)
+    loss15, sums15, at_masked = electra_step(model, ELECTRA_15)
+    loss, sums, _ = electra_step(model, ELECTRA)
+    assert (sums15["disc_n"], sums["disc_n"]) == (at_masked.sum().item(), at_masked.numel()) == (12, 64)
+    assert sums15["token_loss"] == pytest.approx(sums["token_loss"])  # the same generator step and samples
+    assert sums15["disc_replaced"] == sums["disc_replaced"] > 0  # only masked positions can be replaced
+    elsewhere = torch.where(at_masked, 0.0, 30.0)  # a discriminator that calls every unmasked token "replaced"
+    loud15, louder15, _ = electra_step(model, ELECTRA_15, louder=elsewhere)
+    loud, louder, _ = electra_step(model, ELECTRA, louder=elsewhere)
+    assert loud15.item() == pytest.approx(loss15.item()) and louder15["disc_correct"] == sums15["disc_correct"]
+    assert loud.item() > loss.item() + 100 and louder["disc_correct"] <= sums["disc_correct"] - 52 + 12
 
 
 def test_the_objective_is_one_entry_with_its_metrics_and_checks():
@@ -163,6 +201,16 @@ def test_electra_trains_and_its_checkpoint_loads_here_and_in_transformers(tmp_pa
     gen, info = transformers.ElectraForMaskedLM.from_pretrained(str(ckpt / GENERATOR_DIR), output_loading_info=True)
     assert not info["missing_keys"] and not info["unexpected_keys"]
     assert gen.config.hidden_size == 16 and gen.config.embedding_size == 64
+
+
+@pytest.mark.slow
+def test_an_electra_15_run_learns_at_the_masked_positions(tmp_path, bbc_docs):
+    """A short ELECTRA 15% run: its loss falls, and its discriminator, judged at the masked positions only, reads
+    about half of them replaced early on (where ELECTRA's share is of every real token)."""
+    _, run = electra_run(tmp_path, bbc_docs, objective=ELECTRA_15.name, eval_every=0, save_every=0)
+    train = [r for r in runs.read_metrics(run) if r["split"] == "train"]
+    assert train[-1]["loss"] < train[0]["loss"] - 1.0 and train[-1]["mlm_loss"] < train[0]["mlm_loss"]
+    assert train[0]["disc_replaced"] > 0.9  # a new generator's samples nearly all differ from the original
 
 
 @pytest.mark.slow
