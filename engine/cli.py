@@ -158,6 +158,7 @@ def parser(cls, description: str) -> argparse.ArgumentParser:
         if not (f.default is None or isinstance(f.default, bool) or f.default == "" or meta["required"]) \
                 and "default" not in help_text:
             help_text += f" (default {text(f.default)})"
+        help_text = help_text.replace("%", "%%")  # argparse formats help with %: a literal '15%' must not break --help
         if f.type is bool:
             target.add_argument(flag, dest=f.name, action="store_false" if f.default else "store_true", help=help_text)
             continue

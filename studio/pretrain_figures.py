@@ -1,5 +1,5 @@
 """Plotly figures of a pre-training run for the Pre-train page (no streamlit import): its loss and accuracy per
-objective (train and held-out), NSP, learning rate and throughput, against steps, tokens seen or training time."""
+objective (train and held-out), NSP, ELECTRA's discriminator, learning rate and throughput, against steps, tokens seen or training time."""
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
@@ -31,9 +31,23 @@ def eval_length_switch(evals: list, x: str = "step", x_at_step: dict = None):
     return None
 
 
+DISC, DISC_TITLE = "disc", "Replaced-token detection"  # ELECTRA's discriminator: its metrics' prefix (engine.objectives)
+
+
+def always_original(fig, train: list, evals: list, x: str, at_step: dict) -> None:
+    """On the accuracy panel: the accuracy of calling every judged token "original" (1 - the share replaced), train
+    and held out. A discriminator on that line has learned nothing about which tokens were replaced."""
+    for recs, key, name, colour in ((train, "disc_replaced", "always 'original' (train)", "#1f77b4"),
+                                    (evals, "eval_disc_replaced", "always 'original' (held out)", "#d62728")):
+        xs, ys = series(recs, key, x, at_step)
+        if ys:
+            fig.add_trace(go.Scatter(x=xs, y=[1 - v for v in ys], mode="lines", name=name,
+                                     line=dict(color=colour, dash="dot")), row=1, col=2)
+
+
 def pretraining_curves(train: list, evals: list, obj, x: str = "step", smoothing: float = 0.0) -> list:
-    """(title, plotly figure) for the token prediction of objective `obj` (engine.objectives), its NSP, the
-    learning rate and throughput, against `x` (step, tokens or elapsed). With `smoothing` > 0 each training curve is drawn faint with its debiased
+    """(title, plotly figure) for the token prediction of objective `obj` (engine.objectives), its NSP or SOP, its
+    discriminator (ELECTRA, beside the always-"original" rule), the learning rate and throughput, against `x` (step, tokens or elapsed). With `smoothing` > 0 each training curve is drawn faint with its debiased
     EMA (studio.compare.ema, as TensorBoard) on top; held-out points are few and stay raw."""
     at_step = {r["step"]: r.get(x) for r in train if r.get(x) is not None}
     x_title = CURVE_X.get(x, x)
@@ -48,7 +62,8 @@ def pretraining_curves(train: list, evals: list, obj, x: str = "step", smoothing
                                      line=dict(color=colour, width=2)), **where)
 
     figs = []
-    groups = [(obj.token, obj.token_label)] + ([(obj.pairs, obj.pairs.upper())] if obj.pairs else [])
+    groups = ([(obj.token, obj.token_label)] + ([(obj.pairs, obj.pairs.upper())] if obj.pairs else [])
+              + ([(DISC, DISC_TITLE)] if obj.rtd else []))
     for key, label in groups:
         fig = make_subplots(rows=1, cols=2, subplot_titles=(f"{label} loss", f"{label} accuracy"))
         for col, what in ((1, "loss"), (2, "acc")):
@@ -62,6 +77,8 @@ def pretraining_curves(train: list, evals: list, obj, x: str = "step", smoothing
                 if ys:
                     fig.add_trace(go.Scatter(x=xs, y=ys, mode="lines+markers" if k.endswith("acc") else "lines", name=name,
                                              line=style), row=1, col=2)
+        if obj.rtd and key == DISC:
+            always_original(fig, train, evals, x, at_step)
         switch = eval_length_switch(evals, x, at_step)
         if switch is not None:  # the held-out points after it score longer text: a step down is not forgetting
             for col in (1, 2):  # one line per panel, one label (on the accuracy panel)
