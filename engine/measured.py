@@ -142,6 +142,30 @@ STUDIES = {  # the key of engine.ablations.paper.STUDIES -> its classroom measur
                           "inconclusive"),
                   Finding("one fixed mask is worse than a new one each time (span)", "38.4 vs 36.4, +1.9 [-0.9, +5.1]",
                           "inconclusive"))),
+    # from scratch with a 19.6-minute stop subtracted (docs/lab-notes/family-studies.md); over the hour: the three
+    # generator objectives ran slower per FLOP than the estimate's BERT step, and none of them learned its task here
+    # (docs/lab-notes/electra-classroom.md)
+    "electra-vs-mlm": StudyMeasurement(
+        Measured(106.4, "min", "zen4b", "2026-12-07",
+                 "python -m engine ablate run electra-vs-mlm --classroom --foreground --runs-root RUNS",
+                 "ELECTRA Table 5 (vs MLM, equal compute), classroom scale"),
+        table={
+            "BERT (MLM + NSP)": {"BBC cloze span (F1)": "38.4 ± 2.8", "BBC punctuation (F1)": "24.1 ± 1.1",
+                                 "BBC same story (acc)": "55.6 ± 0.5", "BBC topic (acc)": "94.8 ± 0.2"},
+            "ELECTRA": {"BBC cloze span (F1)": "24.7 ± 2.2", "BBC punctuation (F1)": "3.5 ± 1.6",
+                        "BBC same story (acc)": "51.3 ± 0.7", "BBC topic (acc)": "91.3 ± 0.5"},
+            "All-Tokens MLM": {"BBC cloze span (F1)": "21.3 ± 1.1", "BBC punctuation (F1)": "3.5 ± 0.9",
+                               "BBC same story (acc)": "51.7 ± 0.9", "BBC topic (acc)": "91.4 ± 0.2"},
+            "Replace MLM": {"BBC cloze span (F1)": "23.9 ± 0.4", "BBC punctuation (F1)": "2.5 ± 1.9",
+                            "BBC same story (acc)": "50.0 ± 0.0", "BBC topic (acc)": "61.9 ± 3.6"},
+        },
+        findings=(Finding("at equal compute ELECTRA beats BERT (span), its discriminator at the always-'original' rule",
+                          "24.7 vs 38.4, -13.7 [-17.3, -10.1]", "not reproduced"),
+                  Finding("All-Tokens MLM beats BERT (span), its model copying its input", "21.3 vs 38.4, -17.0 [-20.4, -14.0]",
+                          "not reproduced"),
+                  Finding("Replace MLM beats BERT (span), its model at the unigram level", "23.9 vs 38.4, -14.5 [-17.8, -11.7]",
+                          "not reproduced"),
+                  Finding("ELECTRA beats All-Tokens MLM (span)", "24.7 vs 21.3, +3.3 [+0.9, +6.0]", "reproduced"))),
     "training-steps": StudyMeasurement(
         Measured(24.5, "min", "xeon", "2026-11-27", "python -m engine ablate run training-steps --classroom",
                  "Figure 5 at classroom scale"),

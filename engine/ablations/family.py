@@ -30,7 +30,7 @@ large share of its step), so its rows train their own.
 Figures: each Contrast carries the paper's figures where they were looked up in the paper's text (RoBERTa Tables 1
 and 2, ELECTRA Table 5) and says where they come from otherwise; where no figure was found its note says so
 (SpanBERT's masking-scheme table, Wettig et al.'s tables). A study run from scratch on an idle machine has its time,
-table and verdicts in engine/measured.py STUDIES (static-vs-dynamic); the others' times are `ablate estimate`'s, from
+table and verdicts in engine/measured.py STUDIES (static-vs-dynamic, electra-vs-mlm); the others' times are `ablate estimate`'s, from
 FLOPs and Table 5's measured evaluations (engine.ablations.timing).
 """
 from dataclasses import fields, replace
@@ -297,7 +297,10 @@ def electra_vs_mlm_study(evaluations=None) -> Study:
                     "same generator: Replace MLM (its samples in place of [MASK], the loss at the masked positions) "
                     "and All-Tokens MLM (every token predicted; ours without the paper's copy mechanism), each at "
                     "BERT's pre-training FLOPs. Not a row here: ELECTRA 15% (the discriminator's loss on the masked "
-                    "positions only; --objective electra-15), a fifth pre-training past the classroom hour.",
+                    "positions only; --objective electra-15), a fifth pre-training past the classroom hour. Measured "
+                    "at classroom scale, none of the three generator objectives learned its task (the discriminator "
+                    "at the always-'original' rule, the generators at the unigram level), so its verdicts there are "
+                    "about models that did not train, not ELECTRA's finding (docs/lab-notes/electra-classroom.md).",
         finding="At equal compute ELECTRA beats MLM (GLUE 85.0 against BERT's 82.2); most of the gain comes from "
                 "learning from all tokens (All-Tokens MLM 84.3), less from removing [MASK] at pre-training (Replace "
                 "MLM 82.4).",

@@ -15,7 +15,7 @@ from engine.pretraining.run import pretrain
 
 def test_the_papers_three_objectives_and_albert_s():
     assert engine.OBJECTIVES is OBJECTIVES and list(OBJECTIVES) == ["mlm+nsp", "mlm", "ltr", "mlm+sop", "electra",
-                                                                 "replace-mlm", "all-tokens-mlm"]
+                                                                 "electra-15", "replace-mlm", "all-tokens-mlm"]
     assert (MLM_NSP.nsp, MLM_NSP.causal, MLM.nsp, MLM.causal, LTR.nsp, LTR.causal) == (True, False, False, False, False, True)
     assert (MLM_SOP.nsp, MLM_SOP.causal, MLM_SOP.pairs, MLM_NSP.pairs, MLM.pairs) == (True, False, "sop", "nsp", "")
     assert (MLM_NSP.min_documents, MLM_SOP.min_documents, MLM.min_documents) == (2, 1, 1)  # SOP's B is A's own text
