@@ -84,6 +84,14 @@ class StudyMeasurement:
     findings: tuple = ()
 
 
+TABLE5_COLUMNS = ("BBC cloze span (F1)", "BBC punctuation (F1)", "BBC same story (acc)", "BBC topic (acc)")
+
+
+def _table5_row(*cells) -> dict:
+    """A results row of a study on Table 5's four classroom tasks: {column: "mean ± spread"}, in TABLE5_COLUMNS' order."""
+    return dict(zip(TABLE5_COLUMNS, cells))
+
+
 _TABLE5 = Measured(49.7, "min", "zen5", "2026-11-29", "python -m engine ablate run pretraining-tasks --classroom",
                    "Table 5 at classroom scale, from scratch")
 
@@ -91,14 +99,10 @@ STUDIES = {  # the key of engine.ablations.paper.STUDIES -> its classroom measur
     "pretraining-tasks": StudyMeasurement(
         _TABLE5, seeds=3, results_command="python -m engine ablate run pretraining-tasks --classroom --seeds 3",
         table={
-            "BERT (MLM + NSP)": {"BBC cloze span (F1)": "39.6 ± 2.4", "BBC punctuation (F1)": "25.1 ± 1.6",
-                                 "BBC same story (acc)": "53.4 ± 1.4", "BBC topic (acc)": "95.2 ± 0.5"},
-            "No NSP": {"BBC cloze span (F1)": "39.0 ± 2.0", "BBC punctuation (F1)": "23.4 ± 2.4",
-                       "BBC same story (acc)": "51.0 ± 0.5", "BBC topic (acc)": "94.9 ± 0.9"},
-            "LTR & No NSP": {"BBC cloze span (F1)": "31.8 ± 2.5", "BBC punctuation (F1)": "6.3 ± 0.8",
-                             "BBC same story (acc)": "51.1 ± 0.6", "BBC topic (acc)": "95.5 ± 0.8"},
-            "+ BiLSTM": {"BBC cloze span (F1)": "36.5 ± 2.6", "BBC punctuation (F1)": "15.4 ± 1.4",
-                         "BBC same story (acc)": "52.0 ± 0.4", "BBC topic (acc)": "95.4 ± 0.8"},
+            "BERT (MLM + NSP)": _table5_row("39.6 ± 2.4", "25.1 ± 1.6", "53.4 ± 1.4", "95.2 ± 0.5"),
+            "No NSP": _table5_row("39.0 ± 2.0", "23.4 ± 2.4", "51.0 ± 0.5", "94.9 ± 0.9"),
+            "LTR & No NSP": _table5_row("31.8 ± 2.5", "6.3 ± 0.8", "51.1 ± 0.6", "95.5 ± 0.8"),
+            "+ BiLSTM": _table5_row("36.5 ± 2.6", "15.4 ± 1.4", "52.0 ± 0.4", "95.4 ± 0.8"),
         },
         findings=(
             Finding("bidirectional beats LTR on span extraction", "39.6 vs 31.8, +7.8 [+4.6, +10.8]", "reproduced"),
@@ -150,14 +154,10 @@ STUDIES = {  # the key of engine.ablations.paper.STUDIES -> its classroom measur
                  "python -m engine ablate run electra-vs-mlm --classroom --foreground --runs-root RUNS",
                  "ELECTRA Table 5 (vs MLM, equal compute), classroom scale"),
         table={
-            "BERT (MLM + NSP)": {"BBC cloze span (F1)": "38.4 ± 2.8", "BBC punctuation (F1)": "24.1 ± 1.1",
-                                 "BBC same story (acc)": "55.6 ± 0.5", "BBC topic (acc)": "94.8 ± 0.2"},
-            "ELECTRA": {"BBC cloze span (F1)": "24.7 ± 2.2", "BBC punctuation (F1)": "3.5 ± 1.6",
-                        "BBC same story (acc)": "51.3 ± 0.7", "BBC topic (acc)": "91.3 ± 0.5"},
-            "All-Tokens MLM": {"BBC cloze span (F1)": "21.3 ± 1.1", "BBC punctuation (F1)": "3.5 ± 0.9",
-                               "BBC same story (acc)": "51.7 ± 0.9", "BBC topic (acc)": "91.4 ± 0.2"},
-            "Replace MLM": {"BBC cloze span (F1)": "23.9 ± 0.4", "BBC punctuation (F1)": "2.5 ± 1.9",
-                            "BBC same story (acc)": "50.0 ± 0.0", "BBC topic (acc)": "61.9 ± 3.6"},
+            "BERT (MLM + NSP)": _table5_row("38.4 ± 2.8", "24.1 ± 1.1", "55.6 ± 0.5", "94.8 ± 0.2"),
+            "ELECTRA": _table5_row("24.7 ± 2.2", "3.5 ± 1.6", "51.3 ± 0.7", "91.3 ± 0.5"),
+            "All-Tokens MLM": _table5_row("21.3 ± 1.1", "3.5 ± 0.9", "51.7 ± 0.9", "91.4 ± 0.2"),
+            "Replace MLM": _table5_row("23.9 ± 0.4", "2.5 ± 1.9", "50.0 ± 0.0", "61.9 ± 3.6"),
         },
         findings=(Finding("at equal compute ELECTRA beats BERT (span), its discriminator at the always-'original' rule",
                           "24.7 vs 38.4, -13.7 [-17.3, -10.1]", "not reproduced"),
