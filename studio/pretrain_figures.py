@@ -77,7 +77,7 @@ def pretraining_curves(train: list, evals: list, obj, x: str = "step", smoothing
                 if ys:
                     fig.add_trace(go.Scatter(x=xs, y=ys, mode="lines+markers" if k.endswith("acc") else "lines", name=name,
                                              line=style), row=1, col=2)
-        if obj.rtd and key == DISC:
+        if key == DISC:  # only an ELECTRA run has the group
             always_original(fig, train, evals, x, at_step)
         switch = eval_length_switch(evals, x, at_step)
         if switch is not None:  # the held-out points after it score longer text: a step down is not forgetting

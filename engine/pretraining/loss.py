@@ -65,12 +65,9 @@ def forward_loss(model, batch: dict, obj: Objective, device, amp_ctx, prediction
         sums.update(gen_loss=out.gen_loss_sum.detach().double(), gen_n=n,
                     gen_correct=((out.gen_predictions == target) & valid).sum().double())
     if obj.rtd:  # ELECTRA: the discriminator's binary loss over every real token, x lambda (engine/electra.py)
-        if obj.rtd_masked:  # ELECTRA 15%: over the masked positions only
-            judged = masked_positions(input_ids, rows[valid], cols[valid])
-            rtd_loss, rtd_sums = replaced_token_loss(out.rtd_logits, out.rtd_labels, judged, n)
-        else:
-            real = to_device(batch["attention_mask"], device)
-            rtd_loss, rtd_sums = replaced_token_loss(out.rtd_logits, out.rtd_labels, real, batch["real_tokens"])
+        judged, count = ((masked_positions(input_ids, rows[valid], cols[valid]), n) if obj.rtd_masked  # ELECTRA 15%
+                         else (to_device(batch["attention_mask"], device), batch["real_tokens"]))
+        rtd_loss, rtd_sums = replaced_token_loss(out.rtd_logits, out.rtd_labels, judged, count)
         loss = loss + obj.rtd_weight * rtd_loss
         sums.update(rtd_sums)
     sums.update(loss=loss.detach().double(), tokens=batch["real_tokens"], batches=1.0)
