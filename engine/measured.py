@@ -257,6 +257,13 @@ FACTS = {
     # probe-ready model, one after the other (engine/classroom.py)
     "class_prepare.minutes": Measured(25.9, "min", "zen4b", "2026-12-07", "python -m engine class prepare",
                                       "preparing a class (class prepare, empty runs folder and cache)"),
+    # the time estimate (engine.ablations.timing.training_seconds) counts a pre-training's FLOPs at the speed check's
+    # rate; a step with a generator (a narrow second network, its (N, V) logits and their sampling) took more time
+    # per FLOP than BERT's: in electra-vs-mlm's run, BERT 6,000 steps in 13.1 min, ELECTRA 5,573 in 23.3, All-Tokens
+    # MLM 2,365 in 22.9, Replace MLM 4,213 in 23.9 at equal FLOPs: 1.78, 1.75, 1.82 times BERT's seconds per FLOP
+    "estimate.generator_step_cost": Measured(
+        1.78, "x", "zen4b", "2026-12-07", "python -m engine ablate run electra-vs-mlm --classroom --foreground --runs-root RUNS",
+        "seconds per FLOP of a pre-training step with a generator (ELECTRA, All-Tokens MLM, Replace MLM) over BERT's"),
     # Table 5 at lab scale on one GPU, the 19 jobs sharing it (engine/ablations/paper.py LAB, BENCHMARKS.md "Lab scale")
     "lab_table5.minutes_h200": Measured(
         10.2, "min", "h200", "2026-11-27",

@@ -162,12 +162,17 @@ def reusable(study, runs_root) -> list:
 def training_seconds(cfg, check: SpeedCheck) -> float:
     """About how many seconds pre-training `cfg` (a PretrainConfig) trains on the machine `check` timed: each phase's
     steps x its FLOPs per step (engine.ablations.planner.run_flops) over the FLOPs of the
-    check's step, x the check's time (module docstring: how close it came); a --max-minutes budget caps it."""
+    check's step, x the check's time (module docstring: how close it came), x the measured cost per FLOP of a step
+    with a generator where the objective trains one (engine/measured.py "estimate.generator_step_cost": its narrow
+    network and its sampling take more time than their FLOPs say); a --max-minutes budget caps it."""
     from engine.ablations.planner import run_flops, step_flops
+    from engine.measured import fact
+    from engine.objectives import objective
     from engine.pretraining.config import PretrainConfig
     ref = PretrainConfig.classroom(preset="tiny", vocab_size=8000, batch_size=SPEED_CHECK_BATCH, seq_len=SPEED_CHECK_TOKENS,
                                    mask_rate=0.25, objective="mlm")  # the speed check's step
-    seconds = run_flops(cfg) / step_flops(ref) * check.step_ms / 1000
+    per_flop = fact("estimate.generator_step_cost").value if objective(cfg.objective).generator else 1.0
+    seconds = run_flops(cfg) / step_flops(ref) * check.step_ms / 1000 * per_flop
     return min(seconds, 60.0 * cfg.max_minutes) if cfg.max_minutes else seconds
 
 

@@ -348,6 +348,14 @@ def test_training_seconds_follows_the_flops_of_each_phase():
     assert 0.2 * 0.5 < short / 700 < 0.3 * 0.5  # a quarter of the tokens, a little more than a quarter of the FLOPs
     assert training_seconds(replace(two, objective="ltr"), check) > 1.8 * training_seconds(two, check)
     assert training_seconds(replace(two, max_minutes=0.5), check) == pytest.approx(30.0)
+    # a generator's step takes the measured time per FLOP over BERT's on top of its FLOPs (ELECTRA's run)
+    from engine.ablations.planner import run_flops
+    from engine.measured import fact
+    for name in ("electra", "replace-mlm", "all-tokens-mlm"):
+        gen = replace(two, objective=name)
+        assert training_seconds(gen, check) / training_seconds(two, check) == pytest.approx(
+            fact("estimate.generator_step_cost").value * run_flops(gen) / run_flops(two))
+    assert training_seconds(replace(two, objective="mlm+sop"), check) == pytest.approx(training_seconds(two, check), rel=0.02)
 
 
 def queue_file(root: Path, jobs: list) -> None:
