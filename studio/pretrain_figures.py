@@ -1,5 +1,7 @@
 """Plotly figures of a pre-training run for the Pre-train page (no streamlit import): its loss and accuracy per
 objective (train and held-out), NSP, ELECTRA's discriminator, learning rate and throughput, against steps, tokens seen or training time."""
+import math
+
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
@@ -35,19 +37,28 @@ DISC, DISC_TITLE = "disc", "Replaced-token detection"  # ELECTRA's discriminator
 
 
 def always_original(fig, train: list, evals: list, x: str, at_step: dict) -> None:
-    """On the accuracy panel: the accuracy of calling every judged token "original" (1 - the share replaced), train
-    and held out. A discriminator on that line has learned nothing about which tokens were replaced."""
-    for recs, key, name, colour in ((train, "disc_replaced", "always 'original' (train)", "#1f77b4"),
-                                    (evals, "eval_disc_replaced", "always 'original' (held out)", "#d62728")):
+    """The rules that know only the share p of judged tokens replaced, train and held out: on the accuracy panel,
+    calling every token "original" (1 - p); on the loss panel, saying p everywhere (the binary entropy of p, nats).
+    A discriminator on the accuracy line has learned nothing it is sure of; below the loss line it has learned
+    something about which tokens were replaced, before its calls flip (docs/lab-notes/electra-classroom.md)."""
+    for recs, key, split, colour in ((train, "disc_replaced", "train", "#1f77b4"),
+                                     (evals, "eval_disc_replaced", "held out", "#d62728")):
         xs, ys = series(recs, key, x, at_step)
         if ys:
-            fig.add_trace(go.Scatter(x=xs, y=[1 - v for v in ys], mode="lines", name=name,
-                                     line=dict(color=colour, dash="dot")), row=1, col=2)
+            for col, name, rule in ((2, "always 'original'", lambda p: 1 - p), (1, "the share alone", binary_entropy)):
+                fig.add_trace(go.Scatter(x=xs, y=[rule(v) for v in ys], mode="lines", name=f"{name} ({split})",
+                                         line=dict(color=colour, dash="dot")), row=1, col=col)
+
+
+def binary_entropy(p: float) -> float:
+    """-(p ln p + (1 - p) ln(1 - p)): the mean binary cross-entropy of predicting p at every token, when a share p
+    of them is replaced (0 at p = 0 or 1)."""
+    return -sum(q * math.log(q) for q in (p, 1 - p) if 0 < q < 1)
 
 
 def pretraining_curves(train: list, evals: list, obj, x: str = "step", smoothing: float = 0.0) -> list:
     """(title, plotly figure) for the token prediction of objective `obj` (engine.objectives), its NSP or SOP, its
-    discriminator (ELECTRA, beside the always-"original" rule), the learning rate and throughput, against `x` (step, tokens or elapsed). With `smoothing` > 0 each training curve is drawn faint with its debiased
+    discriminator (ELECTRA, beside the rules that know only the replaced share), the learning rate and throughput, against `x` (step, tokens or elapsed). With `smoothing` > 0 each training curve is drawn faint with its debiased
     EMA (studio.compare.ema, as TensorBoard) on top; held-out points are few and stay raw."""
     at_step = {r["step"]: r.get(x) for r in train if r.get(x) is not None}
     x_title = CURVE_X.get(x, x)
