@@ -15,7 +15,9 @@ Departures from the paper / released code, on purpose:
   the whole vocabulary, [CLS]/[SEP]/[PAD]/[MASK] included).
 - Whole-word masking takes whole words in random order while the selected pieces stay within the count,
   stopping at the first word that would overflow (the released code skips it and tries later words); the
-  first word is always taken, so at least one position is selected.
+  first word that fits is always taken, so at least one position is selected; words longer than the whole
+  count ahead of it are skipped, and a row with no word that short takes its first word cut at the count, so
+  a row never selects more than the count, and never more than its step's prediction slots.
 - Masking is dynamic (a new draw per batch), as RoBERTa, by default; static masking (`static_seed`: each instance
   masked the same way every epoch, as the released code's dupe-factor copies, whose `dupe_factor` passes give
   differently cut copies here) is the setting RoBERTa's Table 1 compares it with.
@@ -25,8 +27,9 @@ of whole words whose length in words is drawn from a geometric distribution (p =
 SPAN_MAX = 10 words and renormalised (mean 3.8), each starting at a uniformly drawn word, until the row's budget (the
 same max(1, round(rate * n)) pieces) is reached; MASK / RANDOM / SAME is decided once per span, so a span is replaced
 whole. Departures: a span stops at [SEP], padding and the end of the row; a span that would overlap one already
-chosen is drawn again; a word that would take the row past its budget ends the row's spans (the first word is always
-taken, as whole-word masking does), where SpanBERT's code cuts the last span at the budget token by token.
+chosen is drawn again; a word that would take the row past its budget ends the row's spans, where SpanBERT's code cuts
+the last span at the budget token by token; a span whose first word alone passes the budget is drawn again, and a
+row none of whose words fits takes its first word cut at the budget. No row passes its budget.
 """
 import math
 from typing import TYPE_CHECKING, Optional, Sequence
@@ -147,8 +150,10 @@ def token_selection(selectable: torch.Tensor, k: torch.Tensor, generator: Option
 
 def word_selection(selectable: torch.Tensor, word_starts: torch.Tensor, k: torch.Tensor,
                    generator: Optional[torch.Generator] = None):
-    """Whole words of each row in random order while the selected pieces stay within k[b] (the first word always):
-    (B, T) bool. A word is a start position and the continuation pieces after it; every unselectable position is a
+    """Whole words of each row in random order while the selected pieces stay within k[b]: (B, T) bool. The first
+    word that fits is always taken (a word longer than k[b] is skipped); a row with no word that short takes the
+    first k[b] pieces of its first word, so no row ever passes k[b] (a step's slots hold them, step_inputs.py).
+    A word is a start position and the continuation pieces after it; every unselectable position is a
     word of its own, and a piece right after one starts a new word."""
     B, T = selectable.shape
     device = selectable.device
@@ -160,11 +165,19 @@ def word_selection(selectable: torch.Tensor, word_starts: torch.Tensor, k: torch
     word_ok = torch.zeros(B, W, dtype=torch.bool, device=device).scatter_(1, word, selectable)  # (B, W)
     scores = torch.rand(B, W, generator=generator, device=device).masked_fill(~word_ok, 2.0)
     order = scores.argsort(dim=1)  # words in random order, selectable ones first
-    len_in_order = torch.gather(word_len * word_ok, 1, order)
-    take_in_order = (len_in_order.cumsum(dim=1) <= k[:, None]) & (len_in_order > 0)
-    take_in_order[:, 0] |= k > 0  # the first word always (so at least one position)
+    len_in_order = torch.gather(word_len * word_ok, 1, order)  # (B, W)
+    # words longer than the whole budget, ahead of the first one that fits, are skipped (google-research/bert's
+    # `continue`), so the count is never passed; the words from that one on are taken while they stay within it
+    fits = (len_in_order > 0) & (len_in_order <= k[:, None])
+    first = torch.where(fits.any(dim=1), fits.long().argmax(dim=1), torch.zeros_like(k))  # (B,)
+    from_first = torch.arange(W, device=device)[None, :] >= first[:, None]
+    kept = len_in_order * from_first
+    take_in_order = (kept.cumsum(dim=1) <= k[:, None]) & (kept > 0)
+    take_in_order.scatter_(1, first[:, None], (k > 0)[:, None])  # that word always (so at least one position)
     take_word = torch.zeros(B, W, dtype=torch.bool, device=device).scatter_(1, order, take_in_order) & word_ok
-    return torch.gather(take_word, 1, word) & selectable
+    sel = torch.gather(take_word, 1, word) & selectable
+    # a row none of whose words fits takes the first word in its order cut at the budget, piece by piece
+    return sel & (sel.long().cumsum(dim=1) <= k[:, None])
 
 
 def span_lengths(n: int, generator: Optional[torch.Generator] = None) -> torch.Tensor:
@@ -208,13 +221,18 @@ def span_selection(selectable: torch.Tensor, word_starts: torch.Tensor, k: torch
                 continue  # overlaps a span already chosen: draw again
             for w in picked:
                 size = ends[w] - words[w]
-                if taken + size > budget and taken > 0:
-                    budget = taken  # the next word would pass the budget: the row is done
-                    break
+                if taken + size > budget:
+                    if taken > 0:
+                        budget = taken  # the next word would pass the budget: the row is done
+                    break  # (a first word longer than the whole budget: nothing taken, a new span is drawn)
                 used[w] = True
                 selected[b, words[w]:ends[w]] = True
                 span_of[b, words[w]:ends[w]] = words[picked[0]]
                 taken += size
+        if words and taken == 0 and budget > 0:  # no word of the row fits: its first word cut at the budget
+            end = min(ends[0], words[0] + budget)
+            selected[b, words[0]:end] = True
+            span_of[b, words[0]:end] = words[0]
     return selected.to(device), span_of.to(device)
 
 
