@@ -87,11 +87,6 @@ class StudyMeasurement:
 TABLE5_COLUMNS = ("BBC cloze span (F1)", "BBC punctuation (F1)", "BBC same story (acc)", "BBC topic (acc)")
 
 
-def _table5_row(*cells) -> dict:
-    """A results row of a study on Table 5's four classroom tasks: {column: "mean ± spread"}, in TABLE5_COLUMNS' order."""
-    return dict(zip(TABLE5_COLUMNS, cells))
-
-
 def _table(columns: tuple, **rows) -> dict:
     """A study's results table from its columns and {variant: (cell, ...)} in their order: {variant: {column: cell}}."""
     return {variant: dict(zip(columns, cells)) for variant, cells in rows.items()}
@@ -103,12 +98,11 @@ _TABLE5 = Measured(49.7, "min", "zen5", "2026-11-29", "python -m engine ablate r
 STUDIES = {  # the key of engine.ablations.paper.STUDIES -> its classroom measurement
     "pretraining-tasks": StudyMeasurement(
         _TABLE5, seeds=3, results_command="python -m engine ablate run pretraining-tasks --classroom --seeds 3",
-        table={
-            "BERT (MLM + NSP)": _table5_row("39.6 ± 2.4", "25.1 ± 1.6", "53.4 ± 1.4", "95.2 ± 0.5"),
-            "No NSP": _table5_row("39.0 ± 2.0", "23.4 ± 2.4", "51.0 ± 0.5", "94.9 ± 0.9"),
-            "LTR & No NSP": _table5_row("31.8 ± 2.5", "6.3 ± 0.8", "51.1 ± 0.6", "95.5 ± 0.8"),
-            "+ BiLSTM": _table5_row("36.5 ± 2.6", "15.4 ± 1.4", "52.0 ± 0.4", "95.4 ± 0.8"),
-        },
+        table=_table(TABLE5_COLUMNS, **{
+            "BERT (MLM + NSP)": ("39.6 ± 2.4", "25.1 ± 1.6", "53.4 ± 1.4", "95.2 ± 0.5"),
+            "No NSP": ("39.0 ± 2.0", "23.4 ± 2.4", "51.0 ± 0.5", "94.9 ± 0.9"),
+            "LTR & No NSP": ("31.8 ± 2.5", "6.3 ± 0.8", "51.1 ± 0.6", "95.5 ± 0.8"),
+            "+ BiLSTM": ("36.5 ± 2.6", "15.4 ± 1.4", "52.0 ± 0.4", "95.4 ± 0.8")}),
         findings=(
             Finding("bidirectional beats LTR on span extraction", "39.6 vs 31.8, +7.8 [+4.6, +10.8]", "reproduced"),
             Finding("bidirectional beats LTR on the token task", "25.1 vs 6.3, +18.8 [+16.9, +20.5]", "reproduced"),
@@ -140,7 +134,7 @@ STUDIES = {  # the key of engine.ablations.paper.STUDIES -> its classroom measur
         Measured(48.8, "min", "zen4b", "2026-12-07",
                  "python -m engine ablate run static-vs-dynamic --classroom --foreground --runs-root RUNS",
                  "RoBERTa Table 1 (static vs dynamic masking), classroom scale"),
-        table=_table(("BBC cloze span (F1)", "BBC topic (acc)"), **{
+        table=_table((TABLE5_COLUMNS[0], TABLE5_COLUMNS[3]), **{
             "dynamic (a new mask each time)": ("38.4 ± 2.8", "94.8 ± 0.2"),
             "static (one mask)": ("36.4 ± 0.7", "92.6 ± 0.7"),
             "static, 10 copies": ("38.5 ± 1.9", "95.2 ± 0.9")}),
@@ -157,12 +151,11 @@ STUDIES = {  # the key of engine.ablations.paper.STUDIES -> its classroom measur
         Measured(106.4, "min", "zen4b", "2026-12-07",
                  "python -m engine ablate run electra-vs-mlm --classroom --foreground --runs-root RUNS",
                  "ELECTRA Table 5 (vs MLM, equal compute), classroom scale"),
-        table={
-            "BERT (MLM + NSP)": _table5_row("38.4 ± 2.8", "24.1 ± 1.1", "55.6 ± 0.5", "94.8 ± 0.2"),
-            "ELECTRA": _table5_row("24.7 ± 2.2", "3.5 ± 1.6", "51.3 ± 0.7", "91.3 ± 0.5"),
-            "All-Tokens MLM": _table5_row("21.3 ± 1.1", "3.5 ± 0.9", "51.7 ± 0.9", "91.4 ± 0.2"),
-            "Replace MLM": _table5_row("23.9 ± 0.4", "2.5 ± 1.9", "50.0 ± 0.0", "61.9 ± 3.6"),
-        },
+        table=_table(TABLE5_COLUMNS, **{
+            "BERT (MLM + NSP)": ("38.4 ± 2.8", "24.1 ± 1.1", "55.6 ± 0.5", "94.8 ± 0.2"),
+            "ELECTRA": ("24.7 ± 2.2", "3.5 ± 1.6", "51.3 ± 0.7", "91.3 ± 0.5"),
+            "All-Tokens MLM": ("21.3 ± 1.1", "3.5 ± 0.9", "51.7 ± 0.9", "91.4 ± 0.2"),
+            "Replace MLM": ("23.9 ± 0.4", "2.5 ± 1.9", "50.0 ± 0.0", "61.9 ± 3.6")}),
         findings=(Finding("at equal compute ELECTRA beats BERT (span), its discriminator at the always-'original' rule",
                           "24.7 vs 38.4, -13.7 [-17.3, -10.1]", "not reproduced"),
                   Finding("All-Tokens MLM beats BERT (span), its model copying its input", "21.3 vs 38.4, -17.0 [-20.4, -14.0]",

@@ -36,7 +36,7 @@ def eval_length_switch(evals: list, x: str = "step", x_at_step: dict = None):
 DISC, DISC_TITLE = "disc", "Replaced-token detection"  # ELECTRA's discriminator: its metrics' prefix (engine.objectives)
 
 
-def always_original(fig, train: list, evals: list, x: str, at_step: dict) -> None:
+def share_only_rules(fig, train: list, evals: list, x: str, at_step: dict) -> None:
     """The rules that know only the share p of judged tokens replaced, train and held out: on the accuracy panel,
     calling every token "original" (1 - p); on the loss panel, saying p everywhere (the binary entropy of p, nats).
     A discriminator on the accuracy line has learned nothing it is sure of; below the loss line it has learned
@@ -58,7 +58,8 @@ def binary_entropy(p: float) -> float:
 
 def pretraining_curves(train: list, evals: list, obj, x: str = "step", smoothing: float = 0.0) -> list:
     """(title, plotly figure) for the token prediction of objective `obj` (engine.objectives), its NSP or SOP, its
-    discriminator (ELECTRA, beside the rules that know only the replaced share), the learning rate and throughput, against `x` (step, tokens or elapsed). With `smoothing` > 0 each training curve is drawn faint with its debiased
+    discriminator (ELECTRA, beside the rules that know only the replaced share), the learning rate and throughput,
+    against `x` (step, tokens or elapsed). With `smoothing` > 0 each training curve is drawn faint with its debiased
     EMA (studio.compare.ema, as TensorBoard) on top; held-out points are few and stay raw."""
     at_step = {r["step"]: r.get(x) for r in train if r.get(x) is not None}
     x_title = CURVE_X.get(x, x)
@@ -89,7 +90,7 @@ def pretraining_curves(train: list, evals: list, obj, x: str = "step", smoothing
                     fig.add_trace(go.Scatter(x=xs, y=ys, mode="lines+markers" if k.endswith("acc") else "lines", name=name,
                                              line=style), row=1, col=2)
         if key == DISC:  # only an ELECTRA run has the group
-            always_original(fig, train, evals, x, at_step)
+            share_only_rules(fig, train, evals, x, at_step)
         switch = eval_length_switch(evals, x, at_step)
         if switch is not None:  # the held-out points after it score longer text: a step down is not forgetting
             for col in (1, 2):  # one line per panel, one label (on the accuracy panel)
