@@ -31,6 +31,7 @@ chosen is drawn again; a word that would take the row past its budget ends the r
 the last span at the budget token by token; a span whose first word alone passes the budget is drawn again, and a
 row none of whose words fits takes its first word cut at the budget. No row passes its budget.
 """
+import bisect
 import math
 from typing import TYPE_CHECKING, Optional, Sequence
 
@@ -180,13 +181,27 @@ def word_selection(selectable: torch.Tensor, word_starts: torch.Tensor, k: torch
     return sel & (sel.long().cumsum(dim=1) <= k[:, None])
 
 
+def _span_cdf() -> torch.Tensor:
+    """The cumulative distribution of span lengths 1..SPAN_MAX (`span_lengths`), float64."""
+    w = torch.tensor([SPAN_P * (1 - SPAN_P) ** (l - 1) for l in range(1, SPAN_MAX + 1)], dtype=torch.float64)
+    return (w / w.sum()).cumsum(0)
+
+
+SPAN_CDF = _span_cdf()
+_SPAN_CDF_LIST = SPAN_CDF.tolist()  # the same float64 values, for one draw at a time without a tensor op
+
+
 def span_lengths(n: int, generator: Optional[torch.Generator] = None) -> torch.Tensor:
     """`n` span lengths in words: geometric with p = SPAN_P truncated to 1..SPAN_MAX and renormalised,
     P(l) = p (1 - p)^(l - 1) / sum over 1..SPAN_MAX (SpanBERT's distribution: mean 3.8 words)."""
-    w = torch.tensor([SPAN_P * (1 - SPAN_P) ** (l - 1) for l in range(1, SPAN_MAX + 1)], dtype=torch.float64)
-    cdf = (w / w.sum()).cumsum(0)
     u = torch.rand(n, generator=generator, dtype=torch.float64)
-    return torch.clamp(torch.searchsorted(cdf, u, right=True), max=SPAN_MAX - 1) + 1
+    return torch.clamp(torch.searchsorted(SPAN_CDF, u, right=True), max=SPAN_MAX - 1) + 1
+
+
+def _span_length(generator: Optional[torch.Generator]) -> int:
+    """One `span_lengths` draw, from the same generator draw (the same length for the same generator state)."""
+    u = torch.rand(1, generator=generator, dtype=torch.float64).item()
+    return min(bisect.bisect_right(_SPAN_CDF_LIST, u), SPAN_MAX - 1) + 1
 
 
 def span_selection(selectable: torch.Tensor, word_starts: torch.Tensor, k: torch.Tensor,
@@ -194,53 +209,57 @@ def span_selection(selectable: torch.Tensor, word_starts: torch.Tensor, k: torch
     """SpanBERT's selection (module docstring): (selected (B, T) bool, span_of (B, T) long, the first position of
     the span each selected position belongs to, its own position elsewhere). `selectable` (B, T) bool, `word_starts`
     (B, T) bool, `k` (B,) the pieces each row may select. A row draws spans until its budget is full or a word would
-    pass it; all draws come from `generator`, so the same generator state selects the same spans."""
+    pass it (`_row_spans`); all draws come from `generator`, so the same generator state selects the same spans."""
     device = selectable.device
-    selectable, word_starts, k = selectable.cpu(), word_starts.cpu(), k.cpu()
-    B, T = selectable.shape
-    prev_unsel = torch.cat([torch.ones(B, 1, dtype=torch.bool), ~selectable[:, :-1]], dim=1)
-    starts = (word_starts.bool() | prev_unsel) & selectable  # a selectable word begins here
-    selected = torch.zeros(B, T, dtype=torch.bool)
-    span_of = torch.arange(T).expand(B, T).clone()
+    sel_np, k_np = selectable.cpu().numpy().astype(bool), k.cpu().numpy()
+    B, T = sel_np.shape
+    prev_unsel = np.concatenate([np.ones((B, 1), dtype=bool), ~sel_np[:, :-1]], axis=1)
+    starts = (word_starts.cpu().numpy().astype(bool) | prev_unsel) & sel_np  # a selectable word begins here
+    selected = np.zeros((B, T), dtype=bool)
+    span_of = np.broadcast_to(np.arange(T), (B, T)).copy()
     for b in range(B):
-        words = starts[b].nonzero().squeeze(1).tolist()  # word start positions, in order
-        ends = words[1:] + [T]
-        ends = [min(e, int(p)) for e, p in zip(ends, _first_unselectable_after(selectable[b], words))]
-        budget, taken = int(k[b]), 0
-        used = [False] * len(words)
-        draws = 0
-        while words and taken < budget and draws < 20 * len(words):
-            length = int(span_lengths(1, generator)[0])
-            first = int(torch.randint(len(words), (1,), generator=generator)[0])
-            draws += 1
-            last = first  # the span's words: consecutive ones, never across [SEP] or padding
-            while last + 1 < len(words) and last + 1 < first + length and ends[last] == words[last + 1]:
-                last += 1
-            picked = list(range(first, last + 1))
-            if any(used[w] for w in picked):
-                continue  # overlaps a span already chosen: draw again
-            for w in picked:
-                size = ends[w] - words[w]
-                if taken + size > budget:
-                    if taken > 0:
-                        budget = taken  # the next word would pass the budget: the row is done
-                    break  # (a first word longer than the whole budget: nothing taken, a new span is drawn)
-                used[w] = True
-                selected[b, words[w]:ends[w]] = True
-                span_of[b, words[w]:ends[w]] = words[picked[0]]
-                taken += size
-        if words and taken == 0 and budget > 0:  # no word of the row fits: its first word cut at the budget
-            end = min(ends[0], words[0] + budget)
-            selected[b, words[0]:end] = True
-            span_of[b, words[0]:end] = words[0]
-    return selected.to(device), span_of.to(device)
+        words = np.flatnonzero(starts[b]).tolist()  # word start positions, in order
+        ends = [min(e, p) for e, p in zip(words[1:] + [T], _first_unselectable_after(sel_np[b], words))]
+        for a, e, first in _row_spans(words, ends, int(k_np[b]), generator):
+            selected[b, a:e] = True
+            span_of[b, a:e] = first
+    return torch.from_numpy(selected).to(device), torch.from_numpy(span_of).to(device)
 
 
-def _first_unselectable_after(selectable_row: torch.Tensor, words: list) -> list:
+def _row_spans(words: list, ends: list, budget: int, generator) -> list:
+    """One row's spans as [(start, end, the span's first position)] of word pieces: `words` the word starts in
+    order, `ends` where each word ends, `budget` the pieces the row may select; draws until the budget is full, a
+    word would pass it, or 20 draws per word."""
+    out, taken, draws = [], 0, 0
+    used = [False] * len(words)
+    while words and taken < budget and draws < 20 * len(words):
+        length = _span_length(generator)
+        first = int(torch.randint(len(words), (1,), generator=generator)[0])
+        draws += 1
+        last = first  # the span's words: consecutive ones, never across [SEP] or padding
+        while last + 1 < len(words) and last + 1 < first + length and ends[last] == words[last + 1]:
+            last += 1
+        if any(used[first:last + 1]):
+            continue  # overlaps a span already chosen: draw again
+        for w in range(first, last + 1):
+            size = ends[w] - words[w]
+            if taken + size > budget:
+                if taken > 0:
+                    budget = taken  # the next word would pass the budget: the row is done
+                break  # (a first word longer than the whole budget: nothing taken, a new span is drawn)
+            used[w] = True
+            out.append((words[w], ends[w], words[first]))
+            taken += size
+    if words and taken == 0 and budget > 0:  # no word of the row fits: its first word cut at the budget
+        out.append((words[0], min(ends[0], words[0] + budget), words[0]))
+    return out
+
+
+def _first_unselectable_after(selectable_row: np.ndarray, words: list) -> list:
     """For each word start, the first position after it that is not selectable (T when none): where its word ends
     at the latest."""
     T = selectable_row.shape[0]
-    bad = (~selectable_row).nonzero().squeeze(1).tolist() + [T]
+    bad = np.flatnonzero(~selectable_row).tolist() + [T]
     out, j = [], 0
     for w in words:
         while bad[j] <= w:
