@@ -183,6 +183,24 @@ STUDIES = {  # the key of engine.ablations.paper.STUDIES -> its classroom measur
                           "inconclusive"),
                   Finding("the span boundary objective helps span extraction", "28.1 vs 24.5, +3.6 [-0.7, +7.8]",
                           "inconclusive"))),
+    # from scratch, idle but for two minutes stopped (subtracted) while tests ran; over the hour: the two formats that
+    # batch by tokens pad more rows a step (docs/lab-notes/family-studies.md)
+    "input-formats": StudyMeasurement(
+        Measured(87.0, "min", "zen4b", "2026-12-08",
+                 "python -m engine ablate run input-formats --classroom --foreground --runs-root RUNS",
+                 "RoBERTa Table 2 (input formats and NSP), classroom scale"),
+        table=_table((TABLE5_COLUMNS[0], TABLE5_COLUMNS[2], TABLE5_COLUMNS[3]), **{
+            "SEGMENT-PAIR+NSP": ("38.4 ± 2.8", "55.6 ± 0.5", "94.8 ± 0.2"),
+            "SENTENCE-PAIR+NSP": ("35.7 ± 2.2", "58.6 ± 0.5", "95.5 ± 0.0"),
+            "FULL-SENTENCES": ("43.3 ± 2.4", "50.8 ± 0.5", "94.0 ± 0.3"),
+            "DOC-SENTENCES": ("41.6 ± 0.3", "50.8 ± 0.7", "94.4 ± 0.3")}),
+        findings=(Finding("single sentences hurt span extraction", "38.4 vs 35.7, +2.6 [-0.9, +6.3]", "inconclusive"),
+                  Finding("single sentences hurt a sentence-pair task", "55.6 vs 58.6, -3.0 [-4.7, -1.2]", "not reproduced"),
+                  Finding("without NSP, DOC-SENTENCES matches or beats SEGMENT-PAIR+NSP", "41.6 vs 38.4, +3.3 [+0.2, +5.8]",
+                          "reproduced"),
+                  Finding("DOC-SENTENCES slightly beats FULL-SENTENCES", "41.6 vs 43.3, -1.7 [-4.1, +1.0]", "inconclusive"),
+                  Finding("control: single sentences cost little on topic", "94.8 vs 95.5, -0.7 [-2.2, +0.8]",
+                          "inconclusive"))),
     "training-steps": StudyMeasurement(
         Measured(24.5, "min", "xeon", "2026-11-27", "python -m engine ablate run training-steps --classroom",
                  "Figure 5 at classroom scale"),

@@ -30,8 +30,8 @@ large share of its step), so its rows train their own.
 Figures: each Contrast carries the paper's figures where they were looked up in the paper's text (RoBERTa Tables 1
 and 2, ELECTRA Table 5) and says where they come from otherwise; where no figure was found its note says so
 (SpanBERT's masking-scheme table, Wettig et al.'s tables). A study run from scratch on an idle machine has its time,
-table and verdicts in engine/measured.py STUDIES (static-vs-dynamic, electra-vs-mlm, span-masking); the others' times
-are `ablate estimate`'s, from FLOPs and Table 5's measured evaluations (engine.ablations.timing).
+table and verdicts in engine/measured.py STUDIES (static-vs-dynamic, electra-vs-mlm, span-masking, input-formats);
+the others' times are `ablate estimate`'s, from FLOPs and Table 5's measured evaluations (engine.ablations.timing).
 """
 from dataclasses import fields, replace
 

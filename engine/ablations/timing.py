@@ -11,8 +11,8 @@ the kind the studies are made of, here, and scale the reference minutes by the r
 where the step is one MLM pre-training step of the classroom model (tiny: L=2 H=128, vocabulary 8,000, batch 64 x
 128 tokens, 25% of the positions on the blocked vocabulary loss) at the precision pre-training picks on this CPU
 (`engine.flops.pretrain_step_times`). A study's time is mostly the encoder at 32 and 128 tokens with some
-projection onto the vocabulary, which this step mixes in about that share (docs/lab-notes/time-estimate.md has how
-the step was chosen and how well it predicted a study on another machine).
+projection onto the vocabulary, which this step mixes in about that share (docs/lab-notes/family-studies.md, "The
+time estimate", has how well it predicts on a host where it runs low, and why).
 A study whose settings differ from its classroom defaults (a second seed, more epochs, other tasks or steps) is
 estimated job by job (`job_minutes`): each pre-training from its FLOPs (`training_seconds`), and each evaluation
 from its counterpart's equal share of what the defaults' reference time leaves after their pre-trainings, scaled by
