@@ -152,8 +152,9 @@ def input_formats_study(evaluations=None) -> Study:
         name="input-formats", title="RoBERTa Table 2: input formats and NSP",
         description="BERT's segment pairs with NSP (Table 5's BERT row, shared), pairs of single sentences with NSP, "
                     "and without NSP rows packed with full sentences, across documents after a [SEP] or within one "
-                    "document; at equal tokens (equal FLOPs: the formats that batch by tokens hold about "
-                    "batch x length tokens a step, as RoBERTa raised the batch of SENTENCE-PAIR).",
+                    "document; at equal tokens (the formats that batch by tokens hold about batch x length real "
+                    "tokens a step, as RoBERTa raised the batch of SENTENCE-PAIR; padded to each batch's longest, "
+                    "they take more time than their tokens).",
         finding="Single sentences hurt (SENTENCE-PAIR < SEGMENT-PAIR); without NSP, DOC-SENTENCES matches or slightly "
                 "beats SEGMENT-PAIR+NSP and FULL-SENTENCES.",
         base=SMALL_BASE,
